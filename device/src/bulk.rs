@@ -1,0 +1,642 @@
+//! Hopper bulk copies (the TMA engine's non-tensor `cp.async.bulk` forms) and their barrier.
+//!
+//! ```text
+//!  load:   leader: bar.arrive_and_expect(bytes) ─┐
+//!          leader: bulk_load(dst_smem, src, bytes, bar) ──► copy engine ──► complete_tx(bytes)
+//!          every consumer: bar.wait(&mut phase) ◄──────────────────────────── phase flips
+//!          bulk_fence() if generic stores to that tile follow and a bulk op reads it later
+//!
+//!  store:  write tile (generic st) ─► bulk_fence() ─► bulk_store(dst, tile) ─► bulk_store_commit()
+//!          bulk_store_wait_source::<N>()  → tile reusable        (sources read)
+//!          bulk_store_wait::<N>()         → destination written  (signal a peer only after this)
+//! ```
+//!
+//! The trap in expectations: a barrier phase completes when its pending arrivals reach zero
+//! *and* its transaction count is balanced. Every `expect` of a batch must therefore happen
+//! before the arrival that completes the phase; otherwise the phase may complete early and a
+//! consumer reads a tile that is still being written. [`SharedPtr::<BulkBarrier>::arrive_and_expect`]
+//! with the batch total, issued before the copies, is the safe form.
+//!
+//! Addresses are typed ([`SharedPtr`] vs [`GlobalPtr`]), must be 16-byte aligned, and sizes must be
+//! non-zero multiples of 16. Debug builds (or feature `checks`) verify this on the device and trap;
+//! host code validates with [`validate`] before launch.
+
+use crate::ptr::SharedPtr;
+
+/// An `mbarrier` object in shared memory, counting arrivals and transaction bytes of bulk copies.
+/// 8 bytes, 8-byte aligned: host code uses its size to lay out dynamic shared memory.
+///
+/// Device code works on `SharedPtr<BulkBarrier>`.
+#[repr(C, align(8))]
+pub struct BulkBarrier {
+    _state: u64,
+}
+static_assertions::assert_eq_size!(BulkBarrier, u64);
+static_assertions::assert_eq_align!(BulkBarrier, u64);
+
+/// Alignment every bulk address must have.
+pub const BULK_ALIGN: u64 = 16;
+/// Largest dynamic shared memory one CTA can have on sm_90 (227 KiB).
+pub const MAX_SHARED_BYTES_SM90: u32 = 227 * 1024;
+
+/// Why bulk-copy arguments were rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BulkArgError {
+    /// The destination address is not 16-byte aligned.
+    DstMisaligned,
+    /// The source address is not 16-byte aligned.
+    SrcMisaligned,
+    /// The size is zero.
+    ZeroSize,
+    /// The size is not a multiple of 16 bytes.
+    SizeNotMultipleOf16,
+    /// The size does not fit the 32-bit size operand.
+    SizeTooLarge,
+}
+
+impl BulkArgError {
+    /// A one-line description.
+    pub const fn message(self) -> &'static str {
+        match self {
+            Self::DstMisaligned => "bulk copy destination is not 16-byte aligned",
+            Self::SrcMisaligned => "bulk copy source is not 16-byte aligned",
+            Self::ZeroSize => "bulk copy size is zero",
+            Self::SizeNotMultipleOf16 => "bulk copy size is not a multiple of 16 bytes",
+            Self::SizeTooLarge => "bulk copy size does not fit in 32 bits",
+        }
+    }
+}
+
+impl core::fmt::Display for BulkArgError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+/// Checks the arguments of one bulk copy: both addresses 16-byte aligned, size a non-zero
+/// multiple of 16 that fits in 32 bits. The same rule the device asserts in debug builds.
+pub const fn validate(dst: u64, src: u64, bytes: u64) -> Result<(), BulkArgError> {
+    if dst % BULK_ALIGN != 0 {
+        Err(BulkArgError::DstMisaligned)
+    } else if src % BULK_ALIGN != 0 {
+        Err(BulkArgError::SrcMisaligned)
+    } else if bytes == 0 {
+        Err(BulkArgError::ZeroSize)
+    } else if bytes % 16 != 0 {
+        Err(BulkArgError::SizeNotMultipleOf16)
+    } else if bytes > u32::MAX as u64 {
+        Err(BulkArgError::SizeTooLarge)
+    } else {
+        Ok(())
+    }
+}
+
+/// Reduction operations for [`bulk_reduce_store`].
+pub mod op {
+    /// `dst = dst + src`
+    pub struct Add;
+    /// `dst = min(dst, src)`
+    pub struct Min;
+    /// `dst = max(dst, src)`
+    pub struct Max;
+    /// `dst = (dst >= src) ? 0 : dst + 1` (u32 only)
+    pub struct Inc;
+    /// `dst = (dst == 0 || dst > src) ? src : dst - 1` (u32 only)
+    pub struct Dec;
+    /// `dst = dst & src`
+    pub struct And;
+    /// `dst = dst | src`
+    pub struct Or;
+    /// `dst = dst ^ src`
+    pub struct Xor;
+}
+
+mod sealed {
+    pub trait Sealed<T> {}
+}
+
+/// An (element type, operation) pair that `cp.reduce.async.bulk` to global memory accepts.
+///
+/// Sealed: only the 27 PTX forms are implemented (f16/bf16 add uses `.noftz`; bitwise ops on
+/// 32/64-bit integers map to `.b32`/`.b64`), so an unsupported pair is a compile error:
+///
+/// ```compile_fail
+/// fn needs<T, O: mscclpp_device::bulk::BulkReduceOp<T>>() {}
+/// needs::<f32, mscclpp_device::bulk::op::Xor>(); // no xor on floats
+/// ```
+pub trait BulkReduceOp<T>: sealed::Sealed<T> {
+    /// The PTX operation and type suffix, e.g. `"add.f32"`.
+    const PTX: &'static str;
+
+    /// Issues the reduction.
+    ///
+    /// # Safety
+    /// As for [`bulk_reduce_store`].
+    #[cfg(target_arch = "nvptx64")]
+    #[doc(hidden)]
+    unsafe fn issue(dst: *mut u8, src: u32, bytes: u32);
+}
+
+macro_rules! reduce_pairs {
+    ($($op:ident, $t:ty => $wrapper:ident, $ptx:literal;)*) => { $(
+        impl sealed::Sealed<$t> for op::$op {}
+        impl BulkReduceOp<$t> for op::$op {
+            const PTX: &'static str = $ptx;
+            #[cfg(target_arch = "nvptx64")]
+            #[inline(always)]
+            unsafe fn issue(dst: *mut u8, src: u32, bytes: u32) {
+                // SAFETY: forwarded from the caller.
+                unsafe { crate::ptx::cp_async_bulk::$wrapper(dst, src, bytes) }
+            }
+        }
+    )* };
+}
+
+reduce_pairs! {
+    Add, half::f16 => cp_reduce_async_bulk_add_noftz_f16, "add.noftz.f16";
+    Add, half::bf16 => cp_reduce_async_bulk_add_noftz_bf16, "add.noftz.bf16";
+    Add, f32 => cp_reduce_async_bulk_add_f32, "add.f32";
+    Add, f64 => cp_reduce_async_bulk_add_f64, "add.f64";
+    Add, u32 => cp_reduce_async_bulk_add_u32, "add.u32";
+    Add, i32 => cp_reduce_async_bulk_add_s32, "add.s32";
+    Add, u64 => cp_reduce_async_bulk_add_u64, "add.u64";
+    Min, half::f16 => cp_reduce_async_bulk_min_f16, "min.f16";
+    Min, half::bf16 => cp_reduce_async_bulk_min_bf16, "min.bf16";
+    Min, u32 => cp_reduce_async_bulk_min_u32, "min.u32";
+    Min, i32 => cp_reduce_async_bulk_min_s32, "min.s32";
+    Min, u64 => cp_reduce_async_bulk_min_u64, "min.u64";
+    Min, i64 => cp_reduce_async_bulk_min_s64, "min.s64";
+    Max, half::f16 => cp_reduce_async_bulk_max_f16, "max.f16";
+    Max, half::bf16 => cp_reduce_async_bulk_max_bf16, "max.bf16";
+    Max, u32 => cp_reduce_async_bulk_max_u32, "max.u32";
+    Max, i32 => cp_reduce_async_bulk_max_s32, "max.s32";
+    Max, u64 => cp_reduce_async_bulk_max_u64, "max.u64";
+    Max, i64 => cp_reduce_async_bulk_max_s64, "max.s64";
+    Inc, u32 => cp_reduce_async_bulk_inc_u32, "inc.u32";
+    Dec, u32 => cp_reduce_async_bulk_dec_u32, "dec.u32";
+    And, u32 => cp_reduce_async_bulk_and_b32, "and.b32";
+    And, i32 => cp_reduce_async_bulk_and_b32, "and.b32";
+    And, u64 => cp_reduce_async_bulk_and_b64, "and.b64";
+    And, i64 => cp_reduce_async_bulk_and_b64, "and.b64";
+    Or, u32 => cp_reduce_async_bulk_or_b32, "or.b32";
+    Or, i32 => cp_reduce_async_bulk_or_b32, "or.b32";
+    Or, u64 => cp_reduce_async_bulk_or_b64, "or.b64";
+    Or, i64 => cp_reduce_async_bulk_or_b64, "or.b64";
+    Xor, u32 => cp_reduce_async_bulk_xor_b32, "xor.b32";
+    Xor, i32 => cp_reduce_async_bulk_xor_b32, "xor.b32";
+    Xor, u64 => cp_reduce_async_bulk_xor_b64, "xor.b64";
+    Xor, i64 => cp_reduce_async_bulk_xor_b64, "xor.b64";
+}
+
+/// An L2 eviction policy for the `_with_policy` bulk forms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum L2Policy {
+    /// Data read once (streaming): evict first.
+    EvictFirst,
+    /// Data reused soon: evict last.
+    EvictLast,
+}
+
+/// Bytes of dynamic shared memory a [`BulkPipeline`] of `stages` stages of `tile_bytes` needs.
+pub const fn pipeline_smem_bytes(stages: u32, tile_bytes: u32) -> u32 {
+    // Barriers first (8 bytes each), tiles from the next 128-byte boundary.
+    let bars = (stages * 8 + 127) / 128 * 128;
+    bars + stages * tile_bytes
+}
+
+/// An N-stage ring of shared-memory tiles, each with its own [`BulkBarrier`], for streaming data
+/// global -> shared -> (compute) -> global without hand-managed phase bits.
+///
+/// Tile `k` lives in stage `k % N`; its barrier phase parity is `(k / N) & 1`, so any thread
+/// that consumes tiles in order knows the phase from `k` alone. One *leader* thread issues loads
+/// (and, for [`BulkPipeline::copy`], stores); every thread may wait.
+///
+/// Reusing a stage for tile `k + N` is the caller's decision: all readers of tile `k` must be
+/// done (a CTA barrier for generic readers, `bulk_store_wait_source` for bulk stores).
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(target_arch = "nvptx64"), allow(dead_code))]
+pub struct BulkPipeline<const N: usize> {
+    bars: SharedPtr<BulkBarrier>,
+    tiles: SharedPtr<u8>,
+    tile_bytes: u32,
+}
+
+impl<const N: usize> BulkPipeline<N> {
+    /// Bytes of shared memory this pipeline needs for `tile_bytes` tiles.
+    pub const fn smem_bytes(tile_bytes: u32) -> u32 {
+        pipeline_smem_bytes(N as u32, tile_bytes)
+    }
+    /// The tile size in bytes.
+    pub const fn tile_bytes(&self) -> u32 {
+        self.tile_bytes
+    }
+}
+
+#[cfg(target_arch = "nvptx64")]
+mod device {
+    use super::*;
+    use crate::ptr::GlobalPtr;
+    use crate::poll::{SpinBudget, spin_until};
+    use crate::ptx::{cp_async_bulk as cp, fence, mbarrier as mb};
+
+    #[inline(always)]
+    fn check(dst: u64, src: u64, bytes: u32) {
+        if crate::CHECKS {
+            if let Err(e) = validate(dst, src, bytes as u64) {
+                crate::poll::fail(match e {
+                    BulkArgError::DstMisaligned => "bulk copy destination is not 16-byte aligned\0",
+                    BulkArgError::SrcMisaligned => "bulk copy source is not 16-byte aligned\0",
+                    BulkArgError::ZeroSize => "bulk copy size is zero\0",
+                    BulkArgError::SizeNotMultipleOf16 => "bulk copy size is not a multiple of 16 bytes\0",
+                    BulkArgError::SizeTooLarge => "bulk copy size does not fit in 32 bits\0",
+                });
+            }
+        }
+    }
+
+    impl SharedPtr<BulkBarrier> {
+        /// Initialises the barrier for `arrivals` arrivals per phase and makes the initialisation
+        /// visible to the copy engine and the CTA (`fence.mbarrier_init`). One thread calls it;
+        /// the CTA must synchronise (e.g. `bar.sync`) before other threads use the barrier.
+        ///
+        /// # Safety
+        /// `self` is an 8-byte aligned slot of this CTA's shared memory with no pending operation.
+        #[inline(always)]
+        pub unsafe fn init(self, arrivals: u32) {
+            // SAFETY: forwarded from the caller.
+            unsafe { mb::mbarrier_init(self.addr(), arrivals) };
+            // Partner: the first bulk_load/arrive on this barrier (any thread, after a CTA sync).
+            fence::fence_mbarrier_init_release_cluster();
+        }
+
+        /// Initialises without the fence: for initialising many barriers under one
+        /// [`bulk_init_fence`] call.
+        ///
+        /// # Safety
+        /// As for [`SharedPtr::<BulkBarrier>::init`]; call [`bulk_init_fence`] before use.
+        #[inline(always)]
+        pub unsafe fn relaxed_init(self, arrivals: u32) {
+            // SAFETY: forwarded from the caller.
+            unsafe { mb::mbarrier_init(self.addr(), arrivals) };
+        }
+
+        /// Invalidates the barrier so its 8 bytes can be reused as ordinary shared memory.
+        ///
+        /// # Safety
+        /// The barrier must be initialised and have no pending arrival, wait or copy.
+        #[inline(always)]
+        pub unsafe fn invalidate(self) {
+            // SAFETY: forwarded from the caller.
+            unsafe { mb::mbarrier_inval(self.addr()) };
+        }
+
+        /// Adds `bytes` to the transaction count the current phase waits for (no arrival).
+        ///
+        /// # Safety
+        /// The barrier must be initialised. Every expect of a batch must precede the arrival
+        /// that completes the phase (see the module docs).
+        #[inline(always)]
+        pub unsafe fn expect(self, bytes: u32) {
+            // SAFETY: forwarded from the caller.
+            unsafe { mb::mbarrier_expect_tx(self.addr(), bytes) };
+        }
+
+        /// One arrival (release at CTA scope).
+        ///
+        /// # Safety
+        /// The barrier must be initialised and expect this arrival in its current phase.
+        #[inline(always)]
+        pub unsafe fn arrive(self) {
+            // SAFETY: forwarded from the caller.
+            unsafe { mb::mbarrier_arrive(self.addr()) };
+        }
+
+        /// Expects `bytes` more transaction bytes and arrives, atomically: the safe way to
+        /// announce a batch of bulk loads before issuing them.
+        ///
+        /// # Safety
+        /// The barrier must be initialised and expect this arrival in its current phase.
+        #[inline(always)]
+        pub unsafe fn arrive_and_expect(self, bytes: u32) {
+            // SAFETY: forwarded from the caller.
+            unsafe { mb::mbarrier_arrive_expect_tx(self.addr(), bytes) };
+        }
+
+        /// Whether the phase with parity `phase` has completed (never blocks).
+        ///
+        /// # Safety
+        /// The barrier must be initialised.
+        #[inline(always)]
+        pub unsafe fn poll(self, phase: u32) -> bool {
+            // SAFETY: forwarded from the caller.
+            unsafe { mb::mbarrier_test_wait_parity(self.addr(), phase & 1) }
+        }
+
+        /// Waits until the phase with parity `*phase` completes, then flips `*phase` for the next
+        /// wait. Traps with a message if `budget` runs out.
+        ///
+        /// # Safety
+        /// The barrier must be initialised.
+        #[inline(always)]
+        pub unsafe fn wait(self, phase: &mut u32, budget: SpinBudget) {
+            let p = *phase & 1;
+            let addr = self.addr();
+            // SAFETY: forwarded from the caller.
+            spin_until(budget, "BulkBarrier::wait\0", || unsafe { mb::mbarrier_try_wait_parity(addr, p) });
+            *phase = p ^ 1;
+        }
+    }
+
+    /// Makes earlier [`SharedPtr::<BulkBarrier>::relaxed_init`]s visible to the copy engine and the
+    /// CTA (`fence.mbarrier_init.release.cluster`).
+    #[inline(always)]
+    pub fn bulk_init_fence() {
+        fence::fence_mbarrier_init_release_cluster();
+    }
+
+    /// Copies `bytes` from global memory (local or peer-mapped) to shared memory; completion is
+    /// counted on `bar` as transaction bytes.
+    ///
+    /// # Safety
+    /// Both ranges valid; 16-byte aligned addresses, `bytes` a non-zero multiple of 16; `bar`
+    /// initialised and expecting these bytes in its current phase.
+    #[inline(always)]
+    pub unsafe fn bulk_load<T>(dst: SharedPtr<T>, src: GlobalPtr<T>, bytes: u32, bar: SharedPtr<BulkBarrier>) {
+        check(dst.addr() as u64, src.addr(), bytes);
+        // SAFETY: forwarded from the caller; arguments checked above in checked builds.
+        unsafe { cp::cp_async_bulk_shared_global(dst.addr(), src.as_ptr().cast(), bytes, bar.addr()) };
+    }
+
+    /// [`bulk_load`] with an L2 eviction policy for the source.
+    ///
+    /// # Safety
+    /// As for [`bulk_load`].
+    #[inline(always)]
+    pub unsafe fn bulk_load_with_policy<T>(
+        dst: SharedPtr<T>,
+        src: GlobalPtr<T>,
+        bytes: u32,
+        bar: SharedPtr<BulkBarrier>,
+        policy: L2Policy,
+    ) {
+        check(dst.addr() as u64, src.addr(), bytes);
+        let p = policy_bits(policy);
+        // SAFETY: forwarded from the caller.
+        unsafe { cp::cp_async_bulk_shared_global_hint(dst.addr(), src.as_ptr().cast(), bytes, bar.addr(), p) };
+    }
+
+    /// Copies `bytes` from shared memory to global memory (local or peer) in this thread's open
+    /// bulk group. Close the group with [`bulk_store_commit`].
+    ///
+    /// # Safety
+    /// Both ranges valid; 16-byte aligned addresses, `bytes` a non-zero multiple of 16. Generic
+    /// writes to the source must be fenced with [`bulk_fence`] before this call, and the source
+    /// must stay unchanged until [`bulk_store_wait_source`] covers the group.
+    #[inline(always)]
+    pub unsafe fn bulk_store<T>(dst: GlobalPtr<T>, src: SharedPtr<T>, bytes: u32) {
+        check(dst.addr(), src.addr() as u64, bytes);
+        // SAFETY: forwarded from the caller.
+        unsafe { cp::cp_async_bulk_global_shared(dst.as_ptr().cast(), src.addr(), bytes) };
+    }
+
+    /// [`bulk_store`] with an L2 eviction policy for the destination.
+    ///
+    /// # Safety
+    /// As for [`bulk_store`].
+    #[inline(always)]
+    pub unsafe fn bulk_store_with_policy<T>(dst: GlobalPtr<T>, src: SharedPtr<T>, bytes: u32, policy: L2Policy) {
+        check(dst.addr(), src.addr() as u64, bytes);
+        let p = policy_bits(policy);
+        // SAFETY: forwarded from the caller.
+        unsafe { cp::cp_async_bulk_global_shared_hint(dst.as_ptr().cast(), src.addr(), bytes, p) };
+    }
+
+    /// Reduces `bytes` of `T` from shared memory into global memory (`dst[i] = op(dst[i], src[i])`),
+    /// done by the copy engine; with a peer destination this is a remote accumulate. Joins the open
+    /// bulk group. No mixed precision: f16/bf16 accumulate in f16/bf16.
+    ///
+    /// # Safety
+    /// As for [`bulk_store`]; both ranges hold `T`s.
+    #[inline(always)]
+    pub unsafe fn bulk_reduce_store<T, Op: BulkReduceOp<T>>(dst: GlobalPtr<T>, src: SharedPtr<T>, bytes: u32) {
+        check(dst.addr(), src.addr() as u64, bytes);
+        // SAFETY: forwarded from the caller.
+        unsafe { Op::issue(dst.as_ptr().cast(), src.addr(), bytes) };
+    }
+
+    /// Closes this thread's open bulk group (stores and reduce-stores issued since the last commit).
+    #[inline(always)]
+    pub fn bulk_store_commit() {
+        cp::cp_async_bulk_commit_group();
+    }
+
+    /// Waits until at most `N` committed bulk groups of this thread are pending: their
+    /// destinations are written and visible. Wait for this before signalling a peer.
+    #[inline(always)]
+    pub fn bulk_store_wait<const N: u32>() {
+        cp::cp_async_bulk_wait_group::<N>();
+    }
+
+    /// Waits until at most `N` committed bulk groups of this thread still read their sources:
+    /// the source tiles of the older groups may be overwritten (destinations may still be in flight).
+    #[inline(always)]
+    pub fn bulk_store_wait_source<const N: u32>() {
+        cp::cp_async_bulk_wait_group_read::<N>();
+    }
+
+    /// Orders this thread's generic shared-memory accesses against the copy engine
+    /// (`fence.proxy.async.shared::cta`). Needed after writing a tile with generic stores and
+    /// before a bulk store or reduce reads it; before a bulk load overwrites a tile that generic
+    /// code read; and after [`SharedPtr::<BulkBarrier>::relaxed_init`] when no init fence follows.
+    #[inline(always)]
+    pub fn bulk_fence() {
+        fence::fence_proxy_async_shared_cta();
+    }
+
+    /// Asks the copy engine to prefetch `bytes` of global memory into L2.
+    ///
+    /// # Safety
+    /// 16-byte aligned `src`, `bytes` a non-zero multiple of 16.
+    #[inline(always)]
+    pub unsafe fn bulk_prefetch_l2<T>(src: GlobalPtr<T>, bytes: u32) {
+        check(src.addr(), src.addr(), bytes);
+        // SAFETY: forwarded from the caller.
+        unsafe { cp::cp_async_bulk_prefetch_l2(src.as_ptr().cast(), bytes) };
+    }
+
+    #[inline(always)]
+    fn policy_bits(p: L2Policy) -> u64 {
+        match p {
+            L2Policy::EvictFirst => cp::createpolicy_fractional_l2_evict_first(),
+            L2Policy::EvictLast => cp::createpolicy_fractional_l2_evict_last(),
+        }
+    }
+
+    impl<const N: usize> BulkPipeline<N> {
+        /// Lays the pipeline over `smem` ([`BulkPipeline::smem_bytes`] bytes, 128-byte aligned).
+        /// The `leader` initialises the N barriers (one arrival each); afterwards the CTA must
+        /// synchronise before any thread uses the pipeline.
+        ///
+        /// # Safety
+        /// `smem` must be this CTA's shared memory of the required size, used by nothing else;
+        /// `tile_bytes` a non-zero multiple of 16.
+        #[inline(always)]
+        pub unsafe fn new(smem: SharedPtr<u8>, tile_bytes: u32, leader: bool) -> Self {
+            crate::device_assert!(tile_bytes % 16 == 0 && tile_bytes != 0, "pipeline tile size must be a multiple of 16");
+            crate::device_assert!(smem.is_aligned_to(128), "pipeline shared memory must be 128-byte aligned");
+            let bars = smem.cast::<BulkBarrier>();
+            let tiles = smem.byte_add(pipeline_smem_bytes(N as u32, 0) as usize);
+            if leader {
+                let mut s = 0;
+                while s < N {
+                    // SAFETY: the caller hands us this shared region.
+                    unsafe { bars.add(s).relaxed_init(1) };
+                    s += 1;
+                }
+                bulk_init_fence();
+            }
+            Self { bars, tiles, tile_bytes }
+        }
+
+        /// The shared buffer of tile `k` (stage `k % N`).
+        #[inline(always)]
+        pub fn tile(&self, k: u32) -> SharedPtr<u8> {
+            self.tiles.byte_add(((k as usize) % N) * self.tile_bytes as usize)
+        }
+
+        /// The barrier of tile `k`'s stage.
+        #[inline(always)]
+        pub fn barrier(&self, k: u32) -> SharedPtr<BulkBarrier> {
+            self.bars.add((k as usize) % N)
+        }
+
+        /// Leader only: loads `bytes` (<= tile size) from `src` into tile `k`'s stage.
+        ///
+        /// # Safety
+        /// Tile `k - N` (the previous user of this stage) must be fully consumed; `src` valid
+        /// and aligned as for [`bulk_load`].
+        #[inline(always)]
+        pub unsafe fn load(&self, k: u32, src: GlobalPtr<u8>, bytes: u32) {
+            crate::device_assert!(bytes <= self.tile_bytes, "pipeline load larger than a tile");
+            let bar = self.barrier(k);
+            // SAFETY: expect-then-copy on an initialised barrier; forwarded from the caller.
+            unsafe {
+                bar.arrive_and_expect(bytes);
+                bulk_load(self.tile(k), src, bytes, bar);
+            }
+        }
+
+        /// Leader only: gathers several sources into tile `k`, one after another, completing as
+        /// one phase. The sum of the sizes must not exceed the tile.
+        ///
+        /// # Safety
+        /// As for [`BulkPipeline::load`], for every source.
+        #[inline(always)]
+        pub unsafe fn load_gather(&self, k: u32, srcs: &[(GlobalPtr<u8>, u32)]) {
+            let mut total = 0u32;
+            for &(_, b) in srcs {
+                total += b;
+            }
+            crate::device_assert!(total <= self.tile_bytes, "pipeline gather larger than a tile");
+            let bar = self.barrier(k);
+            let mut off = 0usize;
+            // SAFETY: the whole batch is expected before any copy is issued.
+            unsafe {
+                bar.arrive_and_expect(total);
+                for &(src, b) in srcs {
+                    bulk_load(self.tile(k).byte_add(off), src, b, bar);
+                    off += b as usize;
+                }
+            }
+        }
+
+        /// Any thread: waits until tile `k` has landed and returns its buffer.
+        #[inline(always)]
+        pub fn wait(&self, k: u32, budget: SpinBudget) -> SharedPtr<u8> {
+            let mut phase = (k / N as u32) & 1;
+            // SAFETY: the barriers were initialised in `new` (and the CTA synchronised after).
+            unsafe { self.barrier(k).wait(&mut phase, budget) };
+            self.tile(k)
+        }
+
+        /// Leader only: streams `bytes` from `src` to `dst` through the stages with bulk loads and
+        /// bulk stores, keeping `N - 1` loads and up to two stores in flight. Returns after every
+        /// store has completed. Tile indices start at `first_tile` (use the number of tiles this
+        /// pipeline already consumed, so phases stay consistent across calls).
+        ///
+        /// # Safety
+        /// Ranges valid; addresses 16-byte aligned and `bytes` a multiple of 16. No other work may
+        /// be using the pipeline's stages.
+        #[inline(always)]
+        pub unsafe fn copy(&self, dst: GlobalPtr<u8>, src: GlobalPtr<u8>, bytes: u64, first_tile: u32, budget: SpinBudget) -> u32 {
+            let tile = self.tile_bytes as u64;
+            let ntiles = bytes.div_ceil(tile) as u32;
+            let len = |i: u32| -> u32 {
+                let off = i as u64 * tile;
+                if off + tile <= bytes { tile as u32 } else { (bytes - off) as u32 }
+            };
+            let pre = if ntiles < N as u32 { ntiles } else { N as u32 };
+            let mut i = 0;
+            while i < pre {
+                // SAFETY: stage i is fresh; source range inside [src, src + bytes).
+                unsafe { self.load(first_tile + i, src.byte_add((i as u64 * tile) as usize), len(i)) };
+                i += 1;
+            }
+            let mut k = 0;
+            while k < ntiles {
+                let buf = self.wait(first_tile + k, budget);
+                // SAFETY: tile k has landed in `buf`; the destination range is inside the caller's.
+                unsafe { bulk_store(dst.byte_add((k as u64 * tile) as usize), buf, len(k)) };
+                bulk_store_commit();
+                // Refill the stage of tile k - 1 once its store has read it (allows 2 stores in flight).
+                if k >= 1 && k - 1 + (N as u32) < ntiles {
+                    bulk_store_wait_source::<1>();
+                    let r = k - 1 + N as u32;
+                    // SAFETY: the store that read this stage (tile k - 1) has finished reading.
+                    unsafe { self.load(first_tile + r, src.byte_add((r as u64 * tile) as usize), len(r)) };
+                }
+                k += 1;
+            }
+            bulk_store_wait::<0>();
+            first_tile + ntiles
+        }
+    }
+}
+
+#[cfg(target_arch = "nvptx64")]
+pub use device::*;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_rules() {
+        assert_eq!(validate(0, 0, 16), Ok(()));
+        assert_eq!(validate(8, 0, 16), Err(BulkArgError::DstMisaligned));
+        assert_eq!(validate(0, 4, 16), Err(BulkArgError::SrcMisaligned));
+        assert_eq!(validate(0, 0, 0), Err(BulkArgError::ZeroSize));
+        assert_eq!(validate(0, 0, 24), Err(BulkArgError::SizeNotMultipleOf16));
+        assert_eq!(validate(0, 0, 1 << 33), Err(BulkArgError::SizeTooLarge));
+        assert_eq!(validate(32, 48, 227 * 1024), Ok(()));
+    }
+
+    #[test]
+    fn pipeline_layout() {
+        assert_eq!(pipeline_smem_bytes(2, 1024), 128 + 2048);
+        assert_eq!(pipeline_smem_bytes(16, 16), 128 + 256);
+        assert_eq!(pipeline_smem_bytes(17, 0), 256);
+        assert_eq!(BulkPipeline::<4>::smem_bytes(32 * 1024), 128 + 4 * 32 * 1024);
+    }
+
+    #[test]
+    fn reduce_pairs_name_the_ptx_form() {
+        fn ptx<T, O: BulkReduceOp<T>>() -> &'static str {
+            O::PTX
+        }
+        assert_eq!(ptx::<half::bf16, op::Add>(), "add.noftz.bf16");
+        assert_eq!(ptx::<i64, op::Min>(), "min.s64");
+        assert_eq!(ptx::<i32, op::Xor>(), "xor.b32");
+        assert_eq!(ptx::<u32, op::Dec>(), "dec.u32");
+    }
+}

@@ -1,0 +1,19 @@
+//! Memory and proxy fences.
+
+use core::arch::asm;
+
+/// `fence.proxy.async.shared::cta;` (PTX 8.0, sm_90): orders this thread's generic-proxy accesses
+/// to shared memory against the async proxy (the bulk-copy engine), in both directions.
+#[inline(always)]
+pub fn fence_proxy_async_shared_cta() {
+    // SAFETY: a fence; no operands.
+    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
+}
+
+/// `fence.mbarrier_init.release.cluster;` (PTX 8.0, sm_90): makes prior `mbarrier.init`s visible
+/// to the async proxy and to other threads before the barrier is used.
+#[inline(always)]
+pub fn fence_mbarrier_init_release_cluster() {
+    // SAFETY: a fence; no operands.
+    unsafe { asm!("fence.mbarrier_init.release.cluster;", options(nostack)) };
+}

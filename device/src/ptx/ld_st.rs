@@ -1,0 +1,99 @@
+//! Scoped loads and stores (memory-consistency-model forms) on generic addresses.
+//!
+//! `relaxed`/`acquire` loads and `relaxed`/`release` stores at `cta`, `gpu` and `sys` scope on
+//! 32- and 64-bit words, plus `volatile` forms. Generic addressing, so the pointer may point into
+//! global memory (local or peer-mapped), mapped host memory, or shared memory.
+
+use core::arch::asm;
+
+macro_rules! scoped_loads {
+    ($( $(#[$doc:meta])* pub fn $name:ident($t:ty, $reg:ident) = $op:literal; )*) => { $(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `ptr` must be valid for reads of the type and naturally aligned.
+        #[inline(always)]
+        pub unsafe fn $name(ptr: *const $t) -> $t {
+            let v: $t;
+            // SAFETY: the caller guarantees `ptr` is valid and aligned.
+            unsafe { asm!(concat!($op, " {v}, [{p}];"), v = out($reg) v, p = in(reg64) ptr, options(nostack)) };
+            v
+        }
+    )* };
+}
+
+macro_rules! scoped_stores {
+    ($( $(#[$doc:meta])* pub fn $name:ident($t:ty, $reg:ident) = $op:literal; )*) => { $(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `ptr` must be valid for writes of the type and naturally aligned.
+        #[inline(always)]
+        pub unsafe fn $name(ptr: *mut $t, value: $t) {
+            // SAFETY: the caller guarantees `ptr` is valid and aligned.
+            unsafe { asm!(concat!($op, " [{p}], {v};"), p = in(reg64) ptr, v = in($reg) value, options(nostack)) };
+        }
+    )* };
+}
+
+scoped_loads! {
+    /// `ld.relaxed.cta.u32 d, [a];` (PTX 6.0, sm_70)
+    pub fn ld_relaxed_cta_u32(u32, reg32) = "ld.relaxed.cta.u32";
+    /// `ld.relaxed.gpu.u32 d, [a];` (PTX 6.0, sm_70)
+    pub fn ld_relaxed_gpu_u32(u32, reg32) = "ld.relaxed.gpu.u32";
+    /// `ld.relaxed.sys.u32 d, [a];` (PTX 6.0, sm_70)
+    pub fn ld_relaxed_sys_u32(u32, reg32) = "ld.relaxed.sys.u32";
+    /// `ld.acquire.cta.u32 d, [a];` (PTX 6.0, sm_70)
+    pub fn ld_acquire_cta_u32(u32, reg32) = "ld.acquire.cta.u32";
+    /// `ld.acquire.gpu.u32 d, [a];` (PTX 6.0, sm_70)
+    pub fn ld_acquire_gpu_u32(u32, reg32) = "ld.acquire.gpu.u32";
+    /// `ld.acquire.sys.u32 d, [a];` (PTX 6.0, sm_70)
+    pub fn ld_acquire_sys_u32(u32, reg32) = "ld.acquire.sys.u32";
+    /// `ld.relaxed.cta.u64 d, [a];` (PTX 6.0, sm_70)
+    pub fn ld_relaxed_cta_u64(u64, reg64) = "ld.relaxed.cta.u64";
+    /// `ld.relaxed.gpu.u64 d, [a];` (PTX 6.0, sm_70)
+    pub fn ld_relaxed_gpu_u64(u64, reg64) = "ld.relaxed.gpu.u64";
+    /// `ld.relaxed.sys.u64 d, [a];` (PTX 6.0, sm_70)
+    pub fn ld_relaxed_sys_u64(u64, reg64) = "ld.relaxed.sys.u64";
+    /// `ld.acquire.cta.u64 d, [a];` (PTX 6.0, sm_70)
+    pub fn ld_acquire_cta_u64(u64, reg64) = "ld.acquire.cta.u64";
+    /// `ld.acquire.gpu.u64 d, [a];` (PTX 6.0, sm_70)
+    pub fn ld_acquire_gpu_u64(u64, reg64) = "ld.acquire.gpu.u64";
+    /// `ld.acquire.sys.u64 d, [a];` (PTX 6.0, sm_70)
+    pub fn ld_acquire_sys_u64(u64, reg64) = "ld.acquire.sys.u64";
+    /// `ld.volatile.u32 d, [a];` (PTX 1.1)
+    pub fn ld_volatile_u32(u32, reg32) = "ld.volatile.u32";
+    /// `ld.volatile.u64 d, [a];` (PTX 1.1)
+    pub fn ld_volatile_u64(u64, reg64) = "ld.volatile.u64";
+}
+
+scoped_stores! {
+    /// `st.relaxed.cta.u32 [a], v;` (PTX 6.0, sm_70)
+    pub fn st_relaxed_cta_u32(u32, reg32) = "st.relaxed.cta.u32";
+    /// `st.relaxed.gpu.u32 [a], v;` (PTX 6.0, sm_70)
+    pub fn st_relaxed_gpu_u32(u32, reg32) = "st.relaxed.gpu.u32";
+    /// `st.relaxed.sys.u32 [a], v;` (PTX 6.0, sm_70)
+    pub fn st_relaxed_sys_u32(u32, reg32) = "st.relaxed.sys.u32";
+    /// `st.release.cta.u32 [a], v;` (PTX 6.0, sm_70)
+    pub fn st_release_cta_u32(u32, reg32) = "st.release.cta.u32";
+    /// `st.release.gpu.u32 [a], v;` (PTX 6.0, sm_70)
+    pub fn st_release_gpu_u32(u32, reg32) = "st.release.gpu.u32";
+    /// `st.release.sys.u32 [a], v;` (PTX 6.0, sm_70)
+    pub fn st_release_sys_u32(u32, reg32) = "st.release.sys.u32";
+    /// `st.relaxed.cta.u64 [a], v;` (PTX 6.0, sm_70)
+    pub fn st_relaxed_cta_u64(u64, reg64) = "st.relaxed.cta.u64";
+    /// `st.relaxed.gpu.u64 [a], v;` (PTX 6.0, sm_70)
+    pub fn st_relaxed_gpu_u64(u64, reg64) = "st.relaxed.gpu.u64";
+    /// `st.relaxed.sys.u64 [a], v;` (PTX 6.0, sm_70)
+    pub fn st_relaxed_sys_u64(u64, reg64) = "st.relaxed.sys.u64";
+    /// `st.release.cta.u64 [a], v;` (PTX 6.0, sm_70)
+    pub fn st_release_cta_u64(u64, reg64) = "st.release.cta.u64";
+    /// `st.release.gpu.u64 [a], v;` (PTX 6.0, sm_70)
+    pub fn st_release_gpu_u64(u64, reg64) = "st.release.gpu.u64";
+    /// `st.release.sys.u64 [a], v;` (PTX 6.0, sm_70)
+    pub fn st_release_sys_u64(u64, reg64) = "st.release.sys.u64";
+    /// `st.volatile.u32 [a], v;` (PTX 1.1)
+    pub fn st_volatile_u32(u32, reg32) = "st.volatile.u32";
+    /// `st.volatile.u64 [a], v;` (PTX 1.1)
+    pub fn st_volatile_u64(u64, reg64) = "st.volatile.u64";
+}

@@ -1,0 +1,100 @@
+//! `mbarrier` on shared memory (`.shared::cta`, 8-byte objects).
+
+use core::arch::asm;
+
+/// `mbarrier.init.shared::cta.b64 [a], count;` (PTX 7.0, sm_80)
+///
+/// # Safety
+/// `bar` must be an 8-byte aligned shared address not in use by any pending operation.
+#[inline(always)]
+pub unsafe fn mbarrier_init(bar: u32, count: u32) {
+    // SAFETY: caller guarantees `bar` is a valid, idle barrier slot.
+    unsafe { asm!("mbarrier.init.shared::cta.b64 [{b}], {c};", b = in(reg32) bar, c = in(reg32) count, options(nostack)) };
+}
+
+/// `mbarrier.inval.shared::cta.b64 [a];` (PTX 7.0, sm_80): the slot may be reused as ordinary
+/// shared memory afterwards.
+///
+/// # Safety
+/// `bar` must be an initialised barrier with no pending operation.
+#[inline(always)]
+pub unsafe fn mbarrier_inval(bar: u32) {
+    // SAFETY: caller guarantees `bar` is an idle barrier.
+    unsafe { asm!("mbarrier.inval.shared::cta.b64 [{b}];", b = in(reg32) bar, options(nostack)) };
+}
+
+/// `mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [a], tx;` (PTX 8.0, sm_90): adds `tx` to the
+/// transaction bytes the current phase waits for, without arriving.
+///
+/// # Safety
+/// `bar` must be an initialised barrier in this CTA's shared memory.
+#[inline(always)]
+pub unsafe fn mbarrier_expect_tx(bar: u32, tx: u32) {
+    // SAFETY: caller guarantees `bar` is an initialised barrier.
+    unsafe {
+        asm!("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [{b}], {t};", b = in(reg32) bar, t = in(reg32) tx, options(nostack))
+    };
+}
+
+/// `mbarrier.arrive.release.cta.shared::cta.b64 _, [a];` (PTX 8.0, sm_90): one arrival.
+///
+/// # Safety
+/// `bar` must be an initialised barrier in this CTA's shared memory.
+#[inline(always)]
+pub unsafe fn mbarrier_arrive(bar: u32) {
+    // SAFETY: caller guarantees `bar` is an initialised barrier.
+    unsafe { asm!("mbarrier.arrive.release.cta.shared::cta.b64 _, [{b}];", b = in(reg32) bar, options(nostack)) };
+}
+
+/// `mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [a], tx;` (PTX 8.0, sm_90): adds
+/// `tx` to the expected transaction bytes, then arrives.
+///
+/// # Safety
+/// `bar` must be an initialised barrier in this CTA's shared memory.
+#[inline(always)]
+pub unsafe fn mbarrier_arrive_expect_tx(bar: u32, tx: u32) {
+    // SAFETY: caller guarantees `bar` is an initialised barrier.
+    unsafe {
+        asm!(
+            "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [{b}], {t};",
+            b = in(reg32) bar, t = in(reg32) tx, options(nostack)
+        )
+    };
+}
+
+/// `mbarrier.test_wait.parity.shared::cta.b64 p, [a], parity;` (PTX 7.1, sm_80): true if the phase
+/// with the given parity has completed (acquire at CTA scope); never suspends.
+///
+/// # Safety
+/// `bar` must be an initialised barrier in this CTA's shared memory.
+#[inline(always)]
+pub unsafe fn mbarrier_test_wait_parity(bar: u32, parity: u32) -> bool {
+    let done: u32;
+    // SAFETY: caller guarantees `bar` is an initialised barrier.
+    unsafe {
+        asm!(
+            "{{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [{b}], {ph}; selp.u32 {d}, 1, 0, p; }}",
+            d = out(reg32) done, b = in(reg32) bar, ph = in(reg32) parity, options(nostack)
+        )
+    };
+    done != 0
+}
+
+/// `mbarrier.try_wait.parity.shared::cta.b64 p, [a], parity;` (PTX 7.8, sm_90): true once the
+/// phase with the given parity has completed (acquire at CTA scope). May suspend the thread for a
+/// system-dependent time before returning false.
+///
+/// # Safety
+/// `bar` must be an initialised barrier in this CTA's shared memory.
+#[inline(always)]
+pub unsafe fn mbarrier_try_wait_parity(bar: u32, parity: u32) -> bool {
+    let done: u32;
+    // SAFETY: caller guarantees `bar` is an initialised barrier.
+    unsafe {
+        asm!(
+            "{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [{b}], {ph}; selp.u32 {d}, 1, 0, p; }}",
+            d = out(reg32) done, b = in(reg32) bar, ph = in(reg32) parity, options(nostack)
+        )
+    };
+    done != 0
+}

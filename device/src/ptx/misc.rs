@@ -1,0 +1,26 @@
+//! Control instructions.
+
+use core::arch::asm;
+
+/// `trap;` (PTX 1.0): aborts the kernel; the host's next synchronize reports a launch failure.
+#[inline(always)]
+pub fn trap() -> ! {
+    // SAFETY: `trap` ends the kernel; it touches no memory the program relies on.
+    unsafe { asm!("trap;", options(noreturn, nostack)) }
+}
+
+/// `nanosleep.u32 t;` (PTX 6.3, sm_70): suspends the thread for about `ns` nanoseconds (at most
+/// one millisecond).
+#[inline(always)]
+pub fn nanosleep(ns: u32) {
+    // SAFETY: a timed suspension; no memory access.
+    unsafe { asm!("nanosleep.u32 {t};", t = in(reg32) ns, options(nomem, nostack)) };
+}
+
+/// `bar.sync 0;` (PTX 1.0): barrier over all threads of the CTA, orders their shared and global
+/// memory accesses.
+#[inline(always)]
+pub fn bar_sync() {
+    // SAFETY: a CTA barrier; every thread of the CTA must reach it (caller's contract in callers).
+    unsafe { asm!("bar.sync 0;", options(nostack)) };
+}

@@ -1,0 +1,24 @@
+//! Host runtime for mscclpp-rs.
+//!
+//! Built on `cudarc`'s driver API with dynamic loading: it compiles with no CUDA installed and
+//! loads `libcuda` at run time, so a machine without a GPU reports zero devices (with the reason)
+//! instead of failing to build or panicking.
+//!
+//! * [`gpu`]: discovery ([`gpu::inventory`]) and a [`gpu::Gpu`] per device (context, module
+//!   cache, properties).
+//! * [`launch`]: typed kernel arguments and launches, dynamic shared memory above 48 KiB.
+//! * [`memory`]: device buffers (exportable to other processes), pinned host memory.
+//! * [`bulk`]: host-side validation for bulk-copy work.
+//!
+//! Every fallible call returns the one [`Error`] type.
+
+pub mod bulk;
+pub mod error;
+pub mod gpu;
+pub mod launch;
+pub mod memory;
+
+pub use error::{Error, Result};
+pub use gpu::Gpu;
+pub use launch::{Args, LaunchConfig};
+pub use memory::{DeviceBuffer, PinnedBuffer};

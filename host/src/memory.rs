@@ -1,0 +1,215 @@
+//! Device and pinned host memory.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUdeviceptr};
+use mscclpp_device::ptr::GlobalPtr;
+
+use crate::error::{DriverContext, Error, Result, check};
+use crate::gpu::Gpu;
+
+/// Device memory from `cuMemAlloc` (not the stream-ordered pool, so that it can be exported with
+/// CUDA IPC), freed on drop. Copies to and from it are ordered on the owning [`Gpu`]'s stream.
+pub struct DeviceBuffer {
+    gpu: Arc<Gpu>,
+    ptr: CUdeviceptr,
+    bytes: usize,
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuffer(GPU {}, {:#x}, {} B)", self.gpu.ordinal(), self.ptr, self.bytes)
+    }
+}
+
+impl DeviceBuffer {
+    /// Allocates `bytes` (uninitialised; at least 1 byte is allocated).
+    pub fn alloc(gpu: &Arc<Gpu>, bytes: usize) -> Result<Self> {
+        gpu.bind()?;
+        // SAFETY: a plain allocation in the bound context.
+        let ptr = unsafe { cudarc::driver::result::malloc_sync(bytes.max(1)) }
+            .ctx(|| format!("allocating {bytes} bytes on GPU {}", gpu.ordinal()))?;
+        Ok(Self { gpu: gpu.clone(), ptr, bytes })
+    }
+
+    /// Allocates and fills with `byte`.
+    pub fn filled(gpu: &Arc<Gpu>, bytes: usize, byte: u8) -> Result<Self> {
+        let b = Self::alloc(gpu, bytes)?;
+        b.fill(byte)?;
+        Ok(b)
+    }
+
+    /// Allocates and copies `data` in.
+    pub fn from_slice<T: bytemuck::Pod>(gpu: &Arc<Gpu>, data: &[T]) -> Result<Self> {
+        let b = Self::alloc(gpu, std::mem::size_of_val(data))?;
+        b.write(0, data)?;
+        Ok(b)
+    }
+
+    /// The owning GPU.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+    /// The device address.
+    pub fn addr(&self) -> u64 {
+        self.ptr
+    }
+    /// A typed device pointer to the start.
+    pub fn ptr<T>(&self) -> GlobalPtr<T> {
+        GlobalPtr::from_addr(self.ptr)
+    }
+    /// The size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+    /// Whether the size is zero.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
+    fn range(&self, offset: usize, bytes: usize) -> Result<()> {
+        if offset.checked_add(bytes).is_none_or(|end| end > self.bytes) {
+            return Err(Error::InvalidArgument(format!(
+                "range {offset}..{} outside a buffer of {} bytes",
+                offset.saturating_add(bytes),
+                self.bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies `data` to byte `offset`, ordered after earlier work on the GPU's stream; returns
+    /// when the copy is done.
+    pub fn write<T: bytemuck::Pod>(&self, offset: usize, data: &[T]) -> Result<()> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        self.range(offset, bytes.len())?;
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.gpu.bind()?;
+        let s = self.gpu.stream().cu_stream();
+        // SAFETY: destination range checked above; source is a live host slice and we
+        // synchronise before returning, so it outlives the copy.
+        unsafe { cudarc::driver::result::memcpy_htod_async(self.ptr + offset as u64, bytes, s) }
+            .ctx(|| format!("copying {} bytes to GPU {}", bytes.len(), self.gpu.ordinal()))?;
+        self.gpu.synchronize()
+    }
+
+    /// Copies from byte `offset` into `out`, ordered after earlier work on the GPU's stream.
+    pub fn read<T: bytemuck::Pod>(&self, offset: usize, out: &mut [T]) -> Result<()> {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
+        self.range(offset, bytes.len())?;
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.gpu.bind()?;
+        let s = self.gpu.stream().cu_stream();
+        // SAFETY: source range checked above; destination is a live host slice and we
+        // synchronise before returning.
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(bytes, self.ptr + offset as u64, s) }
+            .ctx(|| format!("copying {} bytes from GPU {}", bytes.len(), self.gpu.ordinal()))?;
+        self.gpu.synchronize()
+    }
+
+    /// The whole buffer as `T`s (the size must be a multiple of `size_of::<T>()`).
+    pub fn to_vec<T: bytemuck::Pod>(&self) -> Result<Vec<T>> {
+        let n = self.bytes / std::mem::size_of::<T>();
+        if n * std::mem::size_of::<T>() != self.bytes {
+            return Err(Error::InvalidArgument(format!("{} bytes is not a whole number of elements", self.bytes)));
+        }
+        let mut v = vec![T::zeroed(); n];
+        self.read(0, &mut v)?;
+        Ok(v)
+    }
+
+    /// Sets every byte to `byte`, ordered on the GPU's stream; returns when done.
+    pub fn fill(&self, byte: u8) -> Result<()> {
+        self.gpu.bind()?;
+        // SAFETY: the whole allocation.
+        unsafe { cudarc::driver::result::memset_d8_async(self.ptr, byte, self.bytes, self.gpu.stream().cu_stream()) }
+            .ctx(|| format!("filling {} bytes on GPU {}", self.bytes, self.gpu.ordinal()))?;
+        self.gpu.synchronize()
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // Errors cannot be returned from drop; a failed free after a kernel fault is expected.
+        if self.gpu.bind().is_ok() {
+            // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once.
+            let _ = unsafe { cudarc::driver::result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// Page-locked host memory mapped into every context's address space (`PORTABLE | DEVICEMAP`):
+/// the GPU reads and writes it over PCIe, the host through ordinary pointers.
+pub struct PinnedBuffer {
+    host: *mut u8,
+    device: u64,
+    bytes: usize,
+}
+
+// SAFETY: the memory is plain host memory owned by this value; access is through raw pointers
+// whose synchronisation is the user's (atomics in this crate).
+unsafe impl Send for PinnedBuffer {}
+// SAFETY: as above; shared references only expose raw pointers.
+unsafe impl Sync for PinnedBuffer {}
+
+impl std::fmt::Debug for PinnedBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PinnedBuffer({:p}, {} B)", self.host, self.bytes)
+    }
+}
+
+impl PinnedBuffer {
+    /// Allocates `bytes` of zeroed, device-mapped pinned memory (`gpu`'s context must exist; the
+    /// memory is portable to every context).
+    pub fn zeroed(gpu: &Gpu, bytes: usize) -> Result<Self> {
+        gpu.bind()?;
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        // SAFETY: a plain allocation in the bound context.
+        let host = unsafe { cudarc::driver::result::malloc_host(bytes.max(1), flags) }
+            .ctx(|| format!("allocating {bytes} bytes of pinned host memory"))?
+            .cast::<u8>();
+        let mut device: CUdeviceptr = 0;
+        // SAFETY: `host` was just allocated with DEVICEMAP.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0) };
+        if let Err(e) = check(r, || "cuMemHostGetDevicePointer".into()) {
+            // SAFETY: allocated above, freed once.
+            let _ = unsafe { cudarc::driver::result::free_host(host.cast()) };
+            return Err(e);
+        }
+        // SAFETY: `host` points to `bytes` writable bytes.
+        unsafe { std::ptr::write_bytes(host, 0, bytes.max(1)) };
+        Ok(Self { host, device, bytes })
+    }
+
+    /// The host pointer.
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.host
+    }
+    /// The address kernels use.
+    pub fn device_addr(&self) -> u64 {
+        self.device
+    }
+    /// A typed device pointer to byte `offset`.
+    pub fn device_ptr<T>(&self, offset: usize) -> GlobalPtr<T> {
+        GlobalPtr::from_addr(self.device + offset as u64)
+    }
+    /// The size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+    /// Whether the size is zero.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc, freed once.
+        let _ = unsafe { cudarc::driver::result::free_host(self.host.cast()) };
+    }
+}

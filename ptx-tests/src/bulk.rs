@@ -1,0 +1,301 @@
+//! Device halves of the bulk-copy tests and benches.
+
+use mscclpp_device::bulk::{self, BulkBarrier, BulkPipeline, BulkReduceOp, op};
+use mscclpp_device::poll::SpinBudget;
+use mscclpp_device::ptr::{GlobalPtr, SharedPtr, dynamic_shared};
+use mscclpp_device::ptx::{misc::bar_sync, sreg};
+
+use crate::kernels;
+
+const BUDGET: SpinBudget = SpinBudget::DEFAULT;
+
+/// Barrier at the start of dynamic shared memory, data from byte 128.
+#[inline(always)]
+fn layout() -> (SharedPtr<BulkBarrier>, SharedPtr<u8>) {
+    let base = dynamic_shared::<u8>();
+    (base.cast(), base.byte_add(128))
+}
+
+kernels! {
+    /// One thread: global -> shared (one bulk load on one barrier) -> global (one bulk store).
+    fn bulk_roundtrip(dst: GlobalPtr<u8>, src: GlobalPtr<u8>, bytes: u32) {
+        if sreg::tid_x() != 0 { return; }
+        let (bar, tile) = layout();
+        bar.init(1);
+        bar.arrive_and_expect(bytes);
+        bulk::bulk_load(tile, src, bytes, bar);
+        let mut phase = 0;
+        bar.wait(&mut phase, BUDGET);
+        bulk::bulk_store(dst, tile, bytes);
+        bulk::bulk_store_commit();
+        bulk::bulk_store_wait::<0>();
+    }
+
+    /// Gathers `n` tiles of `tile_bytes` from `n` different source buffers (`srcs[i]`) into one
+    /// shared buffer under ONE barrier phase, then every thread copies the buffer out with
+    /// generic loads (so the data must be complete when the phase completes).
+    fn bulk_gather(dst: *mut u32, srcs: *const GlobalPtr<u8>, n: u32, tile_bytes: u32) {
+        let (bar, buf) = layout();
+        if sreg::tid_x() == 0 {
+            bar.init(1);
+            bar.arrive_and_expect(n * tile_bytes);
+            for i in 0..n {
+                bulk::bulk_load(buf.byte_add((i * tile_bytes) as usize), *srcs.add(i as usize), tile_bytes, bar);
+            }
+        }
+        bar_sync();
+        let mut phase = 0;
+        bar.wait(&mut phase, BUDGET);
+        let words = (n * tile_bytes / 4) as usize;
+        let b = buf.cast::<u32>().as_generic();
+        let mut i = sreg::tid_x() as usize;
+        while i < words {
+            *dst.add(i) = *b.add(i);
+            i += sreg::ntid_x() as usize;
+        }
+    }
+
+    /// One barrier, initialised once, reused for `phases` phases: phase k loads tile k of `src`,
+    /// every thread checks the phase bit flipped, then the leader stores it to tile k of `dst`.
+    fn bulk_barrier_reuse(dst: GlobalPtr<u8>, src: GlobalPtr<u8>, tile_bytes: u32, phases: u32) {
+        let (bar, tile) = layout();
+        let leader = sreg::tid_x() == 0;
+        if leader { bar.init(1); }
+        bar_sync();
+        let mut phase = 0;
+        for k in 0..phases {
+            let off = (k as usize) * tile_bytes as usize;
+            if leader {
+                bar.arrive_and_expect(tile_bytes);
+                bulk::bulk_load(tile, src.byte_add(off), tile_bytes, bar);
+            }
+            bar.wait(&mut phase, BUDGET);
+            if leader {
+                bulk::bulk_store(dst.byte_add(off), tile, tile_bytes);
+                bulk::bulk_store_commit();
+                bulk::bulk_store_wait_source::<0>();
+            }
+            // Nobody may arm the barrier's next phase before every thread saw this one complete.
+            bar_sync();
+        }
+        if leader { bulk::bulk_store_wait::<0>(); }
+    }
+
+    /// Double-buffered store pipeline: all threads write tile k into buffer k % 2 with generic
+    /// stores (`out = 3 * in + k`), fence, the leader bulk-stores it; before buffer k % 2 is
+    /// rewritten for tile k + 2, the leader waits until at most one store still reads its source.
+    fn bulk_store_double_buffer(dst: GlobalPtr<u32>, src: *const u32, tiles: u32, tile_bytes: u32) {
+        let base = dynamic_shared::<u8>();
+        let leader = sreg::tid_x() == 0;
+        let words = (tile_bytes / 4) as usize;
+        for k in 0..tiles {
+            let buf = base.byte_add(((k % 2) * tile_bytes) as usize).cast::<u32>();
+            if k >= 2 {
+                // Buffer k % 2 was the source of tile k - 2: at most one newer group may still read.
+                if leader { bulk::bulk_store_wait_source::<1>(); }
+                bar_sync();
+            }
+            let g = buf.as_generic();
+            let mut i = sreg::tid_x() as usize;
+            while i < words {
+                *g.add(i) = 3 * *src.add(k as usize * words + i) + k;
+                i += sreg::ntid_x() as usize;
+            }
+            // Partner: the bulk store below reads these generic writes through the async proxy.
+            bulk::bulk_fence();
+            bar_sync();
+            if leader {
+                bulk::bulk_store(dst.add(k as usize * words), buf, tile_bytes);
+                bulk::bulk_store_commit();
+            }
+        }
+        if leader { bulk::bulk_store_wait::<0>(); }
+    }
+
+    /// Streams `bytes` from `src` to `dst` through a 2-stage pipeline per CTA (thread 0 of each
+    /// CTA), each CTA a contiguous 16-byte aligned chunk.
+    fn bulk_copy_s2(dst: GlobalPtr<u8>, src: GlobalPtr<u8>, bytes: u64, tile_bytes: u32) {
+        stream_copy::<2>(dst, src, bytes, tile_bytes);
+    }
+    /// As `bulk_copy_s2` with 3 stages.
+    fn bulk_copy_s3(dst: GlobalPtr<u8>, src: GlobalPtr<u8>, bytes: u64, tile_bytes: u32) {
+        stream_copy::<3>(dst, src, bytes, tile_bytes);
+    }
+    /// As `bulk_copy_s2` with 4 stages.
+    fn bulk_copy_s4(dst: GlobalPtr<u8>, src: GlobalPtr<u8>, bytes: u64, tile_bytes: u32) {
+        stream_copy::<4>(dst, src, bytes, tile_bytes);
+    }
+
+    /// Streams `bytes` of f32 from `src`, bulk-reduce-storing (add) every tile into `dst`.
+    fn bulk_reduce_stream_f32(dst: GlobalPtr<u8>, src: GlobalPtr<u8>, bytes: u64, tile_bytes: u32) {
+        stream_reduce::<f32, op::Add, 3>(dst, src, bytes, tile_bytes, 1);
+    }
+    /// Streams `bytes` of u64 from `src`, bulk-reduce-storing (add) every tile into `dst`, `reps`
+    /// times over (for concurrent-accumulation tests).
+    fn bulk_reduce_stream_u64(dst: GlobalPtr<u8>, src: GlobalPtr<u8>, bytes: u64, tile_bytes: u32, reps: u32) {
+        stream_reduce::<u64, op::Add, 3>(dst, src, bytes, tile_bytes, reps);
+    }
+
+    /// Arms a barrier for 16 bytes that never arrive and waits with a `budget_ns` budget: the wait
+    /// must trap with its name.
+    fn bulk_wait_timeout(budget_ns: i64) {
+        if sreg::tid_x() != 0 { return; }
+        let (bar, _) = layout();
+        bar.init(1);
+        bar.arrive_and_expect(16);
+        let mut phase = 0;
+        bar.wait(&mut phase, SpinBudget::from_nanos(budget_ns));
+    }
+
+    /// Plain SM copy with 16-byte vectors, grid-stride (baseline).
+    fn sm_copy_v4(dst: *mut [u32; 4], src: *const [u32; 4], n: u64) {
+        let mut i = (sreg::ctaid_x() * sreg::ntid_x() + sreg::tid_x()) as u64;
+        let stride = (sreg::nctaid_x() * sreg::ntid_x()) as u64;
+        while i < n {
+            *dst.add(i as usize) = *src.add(i as usize);
+            i += stride;
+        }
+    }
+}
+
+/// This CTA's contiguous share of `bytes`, in 16-byte units: (offset, length).
+#[inline(always)]
+fn chunk(bytes: u64) -> (u64, u64) {
+    let units = bytes / 16;
+    let g = sreg::nctaid_x() as u64;
+    let c = sreg::ctaid_x() as u64;
+    let per = units / g;
+    let extra = units % g;
+    let start = c * per + if c < extra { c } else { extra };
+    let len = per + if c < extra { 1 } else { 0 };
+    (start * 16, len * 16)
+}
+
+#[inline(always)]
+unsafe fn stream_copy<const N: usize>(dst: GlobalPtr<u8>, src: GlobalPtr<u8>, bytes: u64, tile_bytes: u32) {
+    if sreg::tid_x() != 0 {
+        return;
+    }
+    let (off, len) = chunk(bytes);
+    if len == 0 {
+        return;
+    }
+    // SAFETY: the launch gives BulkPipeline::<N>::smem_bytes(tile_bytes) bytes of dynamic shared memory.
+    unsafe {
+        let pipe = BulkPipeline::<N>::new(dynamic_shared(), tile_bytes, true);
+        pipe.copy(dst.byte_add(off as usize), src.byte_add(off as usize), len, 0, BUDGET);
+    }
+}
+
+/// Thread 0 of each CTA streams its chunk of `src` through an N-stage pipeline and reduce-stores
+/// every tile into the same place of `dst`, `reps` times over.
+#[inline(always)]
+unsafe fn stream_reduce<T, O: BulkReduceOp<T>, const N: usize>(
+    dst: GlobalPtr<u8>,
+    src: GlobalPtr<u8>,
+    bytes: u64,
+    tile_bytes: u32,
+    reps: u32,
+) {
+    if sreg::tid_x() != 0 {
+        return;
+    }
+    let (off, len) = chunk(bytes);
+    if len == 0 {
+        return;
+    }
+    let tile = tile_bytes as u64;
+    let per = len.div_ceil(tile) as u32;
+    let total = per * reps;
+    // Tile j of the stream is tile (j % per) of the chunk.
+    let size = |j: u32| -> u32 {
+        let o = (j % per) as u64 * tile;
+        if o + tile <= len { tile as u32 } else { (len - o) as u32 }
+    };
+    let at = |j: u32| ((j % per) as u64 * tile) as usize;
+    // SAFETY: shared memory sized by the host as for the copy pipeline; ranges inside the chunk.
+    unsafe {
+        let pipe = BulkPipeline::<N>::new(dynamic_shared(), tile_bytes, true);
+        let src = src.byte_add(off as usize);
+        let dst = dst.byte_add(off as usize);
+        for j in 0..(N as u32).min(total) {
+            pipe.load(j, src.byte_add(at(j)), size(j));
+        }
+        for k in 0..total {
+            let buf = pipe.wait(k, BUDGET);
+            bulk::bulk_reduce_store::<T, O>(dst.byte_add(at(k)).cast(), buf.cast(), size(k));
+            bulk::bulk_store_commit();
+            if k >= 1 && k - 1 + (N as u32) < total {
+                bulk::bulk_store_wait_source::<1>();
+                let r = k - 1 + N as u32;
+                pipe.load(r, src.byte_add(at(r)), size(r));
+            }
+        }
+        bulk::bulk_store_wait::<0>();
+    }
+}
+
+/// One thread loads `bytes` of `T` into shared memory, then reduce-stores them into `dst`.
+#[inline(always)]
+unsafe fn reduce_once<T, O: BulkReduceOp<T>>(dst: GlobalPtr<T>, src: GlobalPtr<T>, bytes: u32) {
+    if sreg::tid_x() != 0 {
+        return;
+    }
+    let (bar, tile) = layout();
+    // SAFETY: the launch gives 128 + bytes of dynamic shared memory; ranges valid (host contract).
+    unsafe {
+        bar.init(1);
+        bar.arrive_and_expect(bytes);
+        bulk::bulk_load(tile.cast::<T>(), src, bytes, bar);
+        let mut phase = 0;
+        bar.wait(&mut phase, BUDGET);
+        bulk::bulk_reduce_store::<T, O>(dst, tile.cast(), bytes);
+        bulk::bulk_store_commit();
+        bulk::bulk_store_wait::<0>();
+    }
+}
+
+macro_rules! reduce_kernels {
+    ($($name:ident: $t:ty, $op:ident;)*) => {
+        kernels! { $(
+            /// Loads `bytes` of the element type and reduce-stores them into `dst` (one thread).
+            fn $name(dst: GlobalPtr<$t>, src: GlobalPtr<$t>, bytes: u32) { reduce_once::<$t, op::$op>(dst, src, bytes); }
+        )* }
+    };
+}
+
+reduce_kernels! {
+    bulk_reduce_add_f16: half::f16, Add;
+    bulk_reduce_add_bf16: half::bf16, Add;
+    bulk_reduce_add_f32: f32, Add;
+    bulk_reduce_add_f64: f64, Add;
+    bulk_reduce_add_u32: u32, Add;
+    bulk_reduce_add_i32: i32, Add;
+    bulk_reduce_add_u64: u64, Add;
+    bulk_reduce_min_f16: half::f16, Min;
+    bulk_reduce_min_bf16: half::bf16, Min;
+    bulk_reduce_min_u32: u32, Min;
+    bulk_reduce_min_i32: i32, Min;
+    bulk_reduce_min_u64: u64, Min;
+    bulk_reduce_min_i64: i64, Min;
+    bulk_reduce_max_f16: half::f16, Max;
+    bulk_reduce_max_bf16: half::bf16, Max;
+    bulk_reduce_max_u32: u32, Max;
+    bulk_reduce_max_i32: i32, Max;
+    bulk_reduce_max_u64: u64, Max;
+    bulk_reduce_max_i64: i64, Max;
+    bulk_reduce_inc_u32: u32, Inc;
+    bulk_reduce_dec_u32: u32, Dec;
+    bulk_reduce_and_u32: u32, And;
+    bulk_reduce_and_i32: i32, And;
+    bulk_reduce_and_u64: u64, And;
+    bulk_reduce_and_i64: i64, And;
+    bulk_reduce_or_u32: u32, Or;
+    bulk_reduce_or_i32: i32, Or;
+    bulk_reduce_or_u64: u64, Or;
+    bulk_reduce_or_i64: i64, Or;
+    bulk_reduce_xor_u32: u32, Xor;
+    bulk_reduce_xor_i32: i32, Xor;
+    bulk_reduce_xor_u64: u64, Xor;
+    bulk_reduce_xor_i64: i64, Xor;
+}

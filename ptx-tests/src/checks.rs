@@ -1,0 +1,149 @@
+//! One small kernel per instruction wrapper: `check_<wrapper>`. The CPU-side checks find each
+//! kernel's body in the PTX and its function in the SASS.
+
+use mscclpp_device::ptx::{cp_async_bulk as cp, fence, ld_st, mbarrier as mb, misc, print, smem, sreg};
+
+/// Defines `#[no_mangle] extern "ptx-kernel"` functions whose bodies are unsafe blocks.
+#[macro_export]
+macro_rules! kernels {
+    ($( $(#[$m:meta])* fn $name:ident($($arg:ident: $t:ty),* $(,)?) { $($body:tt)* } )*) => { $(
+        $(#[$m])*
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name($($arg: $t),*) {
+            #[allow(unused_unsafe)]
+            unsafe { $($body)* }
+        }
+    )* };
+}
+
+// Loads and stores: the kernel reads p[0] and writes p[1] (or the reverse), so nothing folds.
+kernels! {
+    fn check_ld_relaxed_cta_u32(p: *mut u32) { *p.add(1) = ld_st::ld_relaxed_cta_u32(p); }
+    fn check_ld_relaxed_gpu_u32(p: *mut u32) { *p.add(1) = ld_st::ld_relaxed_gpu_u32(p); }
+    fn check_ld_relaxed_sys_u32(p: *mut u32) { *p.add(1) = ld_st::ld_relaxed_sys_u32(p); }
+    fn check_ld_acquire_cta_u32(p: *mut u32) { *p.add(1) = ld_st::ld_acquire_cta_u32(p); }
+    fn check_ld_acquire_gpu_u32(p: *mut u32) { *p.add(1) = ld_st::ld_acquire_gpu_u32(p); }
+    fn check_ld_acquire_sys_u32(p: *mut u32) { *p.add(1) = ld_st::ld_acquire_sys_u32(p); }
+    fn check_ld_relaxed_cta_u64(p: *mut u64) { *p.add(1) = ld_st::ld_relaxed_cta_u64(p); }
+    fn check_ld_relaxed_gpu_u64(p: *mut u64) { *p.add(1) = ld_st::ld_relaxed_gpu_u64(p); }
+    fn check_ld_relaxed_sys_u64(p: *mut u64) { *p.add(1) = ld_st::ld_relaxed_sys_u64(p); }
+    fn check_ld_acquire_cta_u64(p: *mut u64) { *p.add(1) = ld_st::ld_acquire_cta_u64(p); }
+    fn check_ld_acquire_gpu_u64(p: *mut u64) { *p.add(1) = ld_st::ld_acquire_gpu_u64(p); }
+    fn check_ld_acquire_sys_u64(p: *mut u64) { *p.add(1) = ld_st::ld_acquire_sys_u64(p); }
+    fn check_ld_volatile_u32(p: *mut u32) { *p.add(1) = ld_st::ld_volatile_u32(p); }
+    fn check_ld_volatile_u64(p: *mut u64) { *p.add(1) = ld_st::ld_volatile_u64(p); }
+    fn check_st_relaxed_cta_u32(p: *mut u32) { ld_st::st_relaxed_cta_u32(p, *p.add(1)); }
+    fn check_st_relaxed_gpu_u32(p: *mut u32) { ld_st::st_relaxed_gpu_u32(p, *p.add(1)); }
+    fn check_st_relaxed_sys_u32(p: *mut u32) { ld_st::st_relaxed_sys_u32(p, *p.add(1)); }
+    fn check_st_release_cta_u32(p: *mut u32) { ld_st::st_release_cta_u32(p, *p.add(1)); }
+    fn check_st_release_gpu_u32(p: *mut u32) { ld_st::st_release_gpu_u32(p, *p.add(1)); }
+    fn check_st_release_sys_u32(p: *mut u32) { ld_st::st_release_sys_u32(p, *p.add(1)); }
+    fn check_st_relaxed_cta_u64(p: *mut u64) { ld_st::st_relaxed_cta_u64(p, *p.add(1)); }
+    fn check_st_relaxed_gpu_u64(p: *mut u64) { ld_st::st_relaxed_gpu_u64(p, *p.add(1)); }
+    fn check_st_relaxed_sys_u64(p: *mut u64) { ld_st::st_relaxed_sys_u64(p, *p.add(1)); }
+    fn check_st_release_cta_u64(p: *mut u64) { ld_st::st_release_cta_u64(p, *p.add(1)); }
+    fn check_st_release_gpu_u64(p: *mut u64) { ld_st::st_release_gpu_u64(p, *p.add(1)); }
+    fn check_st_release_sys_u64(p: *mut u64) { ld_st::st_release_sys_u64(p, *p.add(1)); }
+    fn check_st_volatile_u32(p: *mut u32) { ld_st::st_volatile_u32(p, *p.add(1)); }
+    fn check_st_volatile_u64(p: *mut u64) { ld_st::st_volatile_u64(p, *p.add(1)); }
+}
+
+// Special registers: each value is stored so it is not optimised away.
+kernels! {
+    fn check_tid_x(p: *mut u32) { *p = sreg::tid_x(); }
+    fn check_ntid_x(p: *mut u32) { *p = sreg::ntid_x(); }
+    fn check_ctaid_x(p: *mut u32) { *p = sreg::ctaid_x(); }
+    fn check_nctaid_x(p: *mut u32) { *p = sreg::nctaid_x(); }
+    fn check_laneid(p: *mut u32) { *p = sreg::laneid(); }
+    fn check_smid(p: *mut u32) { *p = sreg::smid(); }
+    fn check_globaltimer(p: *mut u64) { *p = sreg::globaltimer(); }
+    fn check_clock64(p: *mut u64) { *p = sreg::clock64(); }
+    fn check_dynamic_smem_size(p: *mut u32) { *p = sreg::dynamic_smem_size(); }
+}
+
+// Control, fences, shared-memory addressing, device messages.
+kernels! {
+    fn check_trap(p: *mut u32) { if *p == 7 { misc::trap() } }
+    fn check_nanosleep(p: *mut u32) { misc::nanosleep(*p); }
+    fn check_bar_sync(p: *mut u32) { *p = 1; misc::bar_sync(); }
+    fn check_fence_proxy_async_shared_cta(p: *mut u32) { *p = 1; fence::fence_proxy_async_shared_cta(); }
+    fn check_fence_mbarrier_init_release_cluster(p: *mut u32) { *p = 1; fence::fence_mbarrier_init_release_cluster(); }
+    fn check_dynamic_smem_base(p: *mut u32) { *p = smem::dynamic_smem_base(); }
+    fn check_cvta_shared_u64(p: *mut u64) { *p = smem::cvta_shared_u64(*(p as *const u32)) as u64; }
+    fn check_cvta_to_shared_u64(p: *mut u64) { *(p as *mut u32) = smem::cvta_to_shared_u64(*p as *const u8); }
+    fn check_print_failure(p: *mut u32) { if *p == 1 { print::print_failure("check\0", "file.rs", 7); } }
+    fn check_print_timeout(p: *mut u32) { if *p == 1 { print::print_timeout("check\0", 5); } }
+    fn check_print_panic(p: *mut u32) { if *p == 1 { print::print_panic("file.rs", 7, Some("m")); } }
+}
+
+// mbarrier: p[0] is the barrier's shared address, p[1] a count or byte total.
+kernels! {
+    fn check_mbarrier_init(p: *mut u32) { mb::mbarrier_init(*p, *p.add(1)); }
+    fn check_mbarrier_inval(p: *mut u32) { mb::mbarrier_inval(*p); }
+    fn check_mbarrier_expect_tx(p: *mut u32) { mb::mbarrier_expect_tx(*p, *p.add(1)); }
+    fn check_mbarrier_arrive(p: *mut u32) { mb::mbarrier_arrive(*p); }
+    fn check_mbarrier_arrive_expect_tx(p: *mut u32) { mb::mbarrier_arrive_expect_tx(*p, *p.add(1)); }
+    fn check_mbarrier_test_wait_parity(p: *mut u32) { *p.add(2) = mb::mbarrier_test_wait_parity(*p, *p.add(1)) as u32; }
+    fn check_mbarrier_try_wait_parity(p: *mut u32) { *p.add(2) = mb::mbarrier_try_wait_parity(*p, *p.add(1)) as u32; }
+}
+
+// Bulk copies: p[0] global address, p[1] low word = shared address, high word = size.
+kernels! {
+    fn check_cp_async_bulk_shared_global(p: *mut u64) {
+        let w = *p.add(1);
+        cp::cp_async_bulk_shared_global(w as u32, *p as *const u8, (w >> 32) as u32, *p.add(2) as u32);
+    }
+    fn check_cp_async_bulk_global_shared(p: *mut u64) {
+        let w = *p.add(1);
+        cp::cp_async_bulk_global_shared(*p as *mut u8, w as u32, (w >> 32) as u32);
+    }
+    fn check_cp_async_bulk_shared_global_hint(p: *mut u64) {
+        let w = *p.add(1);
+        cp::cp_async_bulk_shared_global_hint(w as u32, *p as *const u8, (w >> 32) as u32, *p.add(2) as u32, *p.add(3));
+    }
+    fn check_cp_async_bulk_global_shared_hint(p: *mut u64) {
+        let w = *p.add(1);
+        cp::cp_async_bulk_global_shared_hint(*p as *mut u8, w as u32, (w >> 32) as u32, *p.add(3));
+    }
+    fn check_cp_async_bulk_prefetch_l2(p: *mut u64) { cp::cp_async_bulk_prefetch_l2(*p as *const u8, *p.add(1) as u32); }
+    fn check_cp_async_bulk_commit_group(p: *mut u64) { *p = 1; cp::cp_async_bulk_commit_group(); }
+    fn check_cp_async_bulk_wait_group(p: *mut u64) { *p = 1; cp::cp_async_bulk_wait_group::<3>(); }
+    fn check_cp_async_bulk_wait_group_read(p: *mut u64) { *p = 1; cp::cp_async_bulk_wait_group_read::<2>(); }
+    fn check_createpolicy_fractional_l2_evict_first(p: *mut u64) { *p = cp::createpolicy_fractional_l2_evict_first(); }
+    fn check_createpolicy_fractional_l2_evict_last(p: *mut u64) { *p = cp::createpolicy_fractional_l2_evict_last(); }
+}
+
+macro_rules! check_reduce {
+    ($($k:ident => $w:ident;)*) => {
+        kernels! { $( fn $k(p: *mut u64) { let w = *p.add(1); cp::$w(*p as *mut u8, w as u32, (w >> 32) as u32); } )* }
+    };
+}
+check_reduce! {
+    check_cp_reduce_async_bulk_add_noftz_f16 => cp_reduce_async_bulk_add_noftz_f16;
+    check_cp_reduce_async_bulk_add_noftz_bf16 => cp_reduce_async_bulk_add_noftz_bf16;
+    check_cp_reduce_async_bulk_add_f32 => cp_reduce_async_bulk_add_f32;
+    check_cp_reduce_async_bulk_add_f64 => cp_reduce_async_bulk_add_f64;
+    check_cp_reduce_async_bulk_add_u32 => cp_reduce_async_bulk_add_u32;
+    check_cp_reduce_async_bulk_add_s32 => cp_reduce_async_bulk_add_s32;
+    check_cp_reduce_async_bulk_add_u64 => cp_reduce_async_bulk_add_u64;
+    check_cp_reduce_async_bulk_min_f16 => cp_reduce_async_bulk_min_f16;
+    check_cp_reduce_async_bulk_min_bf16 => cp_reduce_async_bulk_min_bf16;
+    check_cp_reduce_async_bulk_min_u32 => cp_reduce_async_bulk_min_u32;
+    check_cp_reduce_async_bulk_min_s32 => cp_reduce_async_bulk_min_s32;
+    check_cp_reduce_async_bulk_min_u64 => cp_reduce_async_bulk_min_u64;
+    check_cp_reduce_async_bulk_min_s64 => cp_reduce_async_bulk_min_s64;
+    check_cp_reduce_async_bulk_max_f16 => cp_reduce_async_bulk_max_f16;
+    check_cp_reduce_async_bulk_max_bf16 => cp_reduce_async_bulk_max_bf16;
+    check_cp_reduce_async_bulk_max_u32 => cp_reduce_async_bulk_max_u32;
+    check_cp_reduce_async_bulk_max_s32 => cp_reduce_async_bulk_max_s32;
+    check_cp_reduce_async_bulk_max_u64 => cp_reduce_async_bulk_max_u64;
+    check_cp_reduce_async_bulk_max_s64 => cp_reduce_async_bulk_max_s64;
+    check_cp_reduce_async_bulk_inc_u32 => cp_reduce_async_bulk_inc_u32;
+    check_cp_reduce_async_bulk_dec_u32 => cp_reduce_async_bulk_dec_u32;
+    check_cp_reduce_async_bulk_and_b32 => cp_reduce_async_bulk_and_b32;
+    check_cp_reduce_async_bulk_or_b32 => cp_reduce_async_bulk_or_b32;
+    check_cp_reduce_async_bulk_xor_b32 => cp_reduce_async_bulk_xor_b32;
+    check_cp_reduce_async_bulk_and_b64 => cp_reduce_async_bulk_and_b64;
+    check_cp_reduce_async_bulk_or_b64 => cp_reduce_async_bulk_or_b64;
+    check_cp_reduce_async_bulk_xor_b64 => cp_reduce_async_bulk_xor_b64;
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (copied to .gpu/run.sh by scripts/gpu-build.sh): the single-GPU and
+# two-GPU unit tests, the multi-rank pattern tests under mpirun and under the built-in launcher,
+# the report and the benches; prints a short table last. Logs go to $OUT (the device tool's
+# output folder) when set.
+#   bash .gpu/run.sh                  everything
+#   bash .gpu/run.sh unit mp          only those groups
+#   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-/tmp/mscclpp-rs-out}
+mkdir -p "$out"
+export MSCCLPP_RS_REQUIRE_GPU=1
+export MSCCLPP_RS_BENCH_OUT="$out/bench.jsonl"
+export MSCCLPP_RS_SKIP_LOG="$out/skips.log"
+# Multicast stays off on these machines (DESIGN.md section 4); keep the variables set.
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+unset MSCCLPP_RS_ALLOW_MULTICAST
+want=("$@")
+[ ${#want[@]} -eq 0 ] && want=(unit mp report bench)
+selected() { # $1 group, $2 name
+  for w in "${want[@]}"; do [ "$w" = "$1" ] && return 0; case "$2" in "$w"*) return 0 ;; esac; done
+  return 1
+}
+echo "commit $(cat "$here/commit" 2>/dev/null)"
+nvidia-smi --query-gpu=index,name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv 2>&1
+rows=()
+run() { # name, command...
+  local name=$1; shift
+  local t0=$EPOCHREALTIME
+  timeout 300 "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  local dt=$(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $t0}")
+  local res=$(grep -E '^test result:' "$out/$name.log" | tail -1)
+  [ -z "$res" ] && res=$(grep -E 'RESULT|verdict' "$out/$name.log" | tail -1)
+  rows+=("$(printf '%-28s rc=%-3s %6ss  %s' "$name" "$rc" "$dt" "$res")")
+  if [ $rc -ne 0 ]; then echo "---- $name failed (rc=$rc), last lines:"; tail -n 40 "$out/$name.log"; fi
+}
+for t in "$here"/bin/unit_*; do
+  [ -e "$t" ] || continue; n=$(basename "$t"); selected unit "$n" && run "$n" "$t" --test-threads=4
+done
+for t in "$here"/bin/mp_*; do
+  [ -e "$t" ] || continue; n=$(basename "$t")
+  if selected mp "$n"; then
+    run "$n-mpirun2" mpirun --allow-run-as-root -np 2 -x MSCCLPP_RS_REQUIRE_GPU -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$t"
+    run "$n-launcher2" "$t" --ranks 2
+  fi
+done
+selected report report && run report "$here/bin/report"
+for b in "$here"/bin/bench_*; do
+  [ -e "$b" ] || continue; n=$(basename "$b"); selected bench "$n" && run "$n" "$b" --bench
+done
+echo
+for b in "$out"/bench_*.log; do [ -e "$b" ] && sed -n '/^== /,/^$/p' "$b"; done
+[ -s "$out/skips.log" ] && { echo "skipped:"; cat "$out/skips.log"; }
+echo "== summary =="
+printf '%s\n' "${rows[@]}"

@@ -1,0 +1,152 @@
+//! What every PTX wrapper of `mscclpp_device::ptx` must compile to.
+//!
+//! One [`Check`] per public wrapper `w`: the kernel `check_w` in `ptx-tests` must contain each
+//! `ptx` text in its body, contain no `call` (unless the wrapper is a call by nature), stay short,
+//! assemble with `ptxas -arch=sm_90`, and its SASS must contain each `sass` text. SASS texts were
+//! taken from `cuobjdump -sass` of ptxas 13.5's output; an empty list means the instruction leaves
+//! no distinctive opcode (address arithmetic, a fence the hardware folds away without clusters).
+
+/// The expectation for one wrapper.
+#[derive(Clone, Copy, Debug)]
+pub struct Check {
+    /// The wrapper's name in `mscclpp_device::ptx::*`.
+    pub wrapper: &'static str,
+    /// Texts that must appear in the check kernel's PTX instructions.
+    pub ptx: &'static [&'static str],
+    /// Texts that must appear in the check kernel's SASS.
+    pub sass: &'static [&'static str],
+    /// Whether the wrapper is a function call by design (device printing).
+    pub allow_call: bool,
+}
+
+impl Check {
+    /// An expectation with no call allowed.
+    pub const fn new(wrapper: &'static str, ptx: &'static [&'static str], sass: &'static [&'static str]) -> Self {
+        Self { wrapper, ptx, sass, allow_call: false }
+    }
+    /// The same expectation, allowing a `call`.
+    pub const fn calls(mut self) -> Self {
+        self.allow_call = true;
+        self
+    }
+    /// The check kernel's name.
+    pub fn kernel(&self) -> String {
+        format!("check_{}", self.wrapper)
+    }
+}
+
+const fn c(w: &'static str, ptx: &'static [&'static str], sass: &'static [&'static str]) -> Check {
+    Check::new(w, ptx, sass)
+}
+
+/// Every expectation (sm_90 module).
+pub const CHECKS: &[Check] = &[
+    // ld_st
+    c("ld_relaxed_cta_u32", &["ld.relaxed.cta.u32"], &["LD.E.STRONG.SM"]),
+    c("ld_relaxed_gpu_u32", &["ld.relaxed.gpu.u32"], &["LD.E.STRONG.GPU"]),
+    c("ld_relaxed_sys_u32", &["ld.relaxed.sys.u32"], &["LD.E.STRONG.SYS"]),
+    c("ld_acquire_cta_u32", &["ld.acquire.cta.u32"], &["LD.E.STRONG.SM"]),
+    c("ld_acquire_gpu_u32", &["ld.acquire.gpu.u32"], &["LD.E.STRONG.GPU", "CCTL.IVALL"]),
+    c("ld_acquire_sys_u32", &["ld.acquire.sys.u32"], &["LD.E.STRONG.SYS", "CCTL.IVALL"]),
+    c("ld_relaxed_cta_u64", &["ld.relaxed.cta.u64"], &["LD.E.64.STRONG.SM"]),
+    c("ld_relaxed_gpu_u64", &["ld.relaxed.gpu.u64"], &["LD.E.64.STRONG.GPU"]),
+    c("ld_relaxed_sys_u64", &["ld.relaxed.sys.u64"], &["LD.E.64.STRONG.SYS"]),
+    c("ld_acquire_cta_u64", &["ld.acquire.cta.u64"], &["LD.E.64.STRONG.SM"]),
+    c("ld_acquire_gpu_u64", &["ld.acquire.gpu.u64"], &["LD.E.64.STRONG.GPU", "CCTL.IVALL"]),
+    c("ld_acquire_sys_u64", &["ld.acquire.sys.u64"], &["LD.E.64.STRONG.SYS", "CCTL.IVALL"]),
+    c("ld_volatile_u32", &["ld.volatile.u32"], &["LD.E.STRONG.SYS"]),
+    c("ld_volatile_u64", &["ld.volatile.u64"], &["LD.E.64.STRONG.SYS"]),
+    c("st_relaxed_cta_u32", &["st.relaxed.cta.u32"], &["ST.E.STRONG.SM"]),
+    c("st_relaxed_gpu_u32", &["st.relaxed.gpu.u32"], &["ST.E.STRONG.GPU"]),
+    c("st_relaxed_sys_u32", &["st.relaxed.sys.u32"], &["ST.E.STRONG.SYS"]),
+    c("st_release_cta_u32", &["st.release.cta.u32"], &["MEMBAR.ALL.CTA", "ST.E.STRONG.SM"]),
+    c("st_release_gpu_u32", &["st.release.gpu.u32"], &["MEMBAR.ALL.GPU", "ST.E.STRONG.GPU"]),
+    c("st_release_sys_u32", &["st.release.sys.u32"], &["MEMBAR.ALL.SYS", "ST.E.STRONG.SYS"]),
+    c("st_relaxed_cta_u64", &["st.relaxed.cta.u64"], &["ST.E.64.STRONG.SM"]),
+    c("st_relaxed_gpu_u64", &["st.relaxed.gpu.u64"], &["ST.E.64.STRONG.GPU"]),
+    c("st_relaxed_sys_u64", &["st.relaxed.sys.u64"], &["ST.E.64.STRONG.SYS"]),
+    c("st_release_cta_u64", &["st.release.cta.u64"], &["MEMBAR.ALL.CTA", "ST.E.64.STRONG.SM"]),
+    c("st_release_gpu_u64", &["st.release.gpu.u64"], &["MEMBAR.ALL.GPU", "ST.E.64.STRONG.GPU"]),
+    c("st_release_sys_u64", &["st.release.sys.u64"], &["MEMBAR.ALL.SYS", "ST.E.64.STRONG.SYS"]),
+    c("st_volatile_u32", &["st.volatile.u32"], &["ST.E.STRONG.SYS"]),
+    c("st_volatile_u64", &["st.volatile.u64"], &["ST.E.64.STRONG.SYS"]),
+    // sreg
+    c("tid_x", &["%tid.x"], &["SR_TID.X"]),
+    c("ntid_x", &["%ntid.x"], &[]),
+    c("ctaid_x", &["%ctaid.x"], &["SR_CTAID.X"]),
+    c("nctaid_x", &["%nctaid.x"], &[]),
+    c("laneid", &["mov.u32", "%laneid"], &["SR_LANEID"]),
+    c("smid", &["mov.u32", "%smid"], &["SR_VIRTUALSMID"]),
+    c("globaltimer", &["mov.u64", "%globaltimer"], &["SR_GLOBALTIMERLO"]),
+    c("clock64", &["mov.u64", "%clock64"], &["SR_CLOCKLO"]),
+    c("dynamic_smem_size", &["%dynamic_smem_size"], &[]),
+    // misc
+    c("trap", &["trap;"], &["BPT.TRAP"]),
+    c("nanosleep", &["nanosleep.u32"], &["NANOSLEEP"]),
+    c("bar_sync", &["bar.sync 0;"], &["BAR.SYNC"]),
+    // fence
+    c("fence_proxy_async_shared_cta", &["fence.proxy.async.shared::cta;"], &["FENCE.VIEW.ASYNC.S"]),
+    c("fence_mbarrier_init_release_cluster", &["fence.mbarrier_init.release.cluster;"], &[]),
+    // smem
+    c("dynamic_smem_base", &["mov.u32", "mscclpp_dynamic_smem"], &[]),
+    c("cvta_shared_u64", &["cvta.shared.u64"], &[]),
+    c("cvta_to_shared_u64", &["cvta.to.shared.u64"], &[]),
+    // print
+    c("print_failure", &["call"], &["CALL"]).calls(),
+    c("print_timeout", &["call"], &["CALL"]).calls(),
+    c("print_panic", &["call"], &["CALL"]).calls(),
+    // mbarrier
+    c("mbarrier_init", &["mbarrier.init.shared::cta.b64"], &["SYNCS.EXCH.64"]),
+    c("mbarrier_inval", &["mbarrier.inval.shared::cta.b64"], &["SYNCS.CCTL.IV"]),
+    c("mbarrier_expect_tx", &["mbarrier.expect_tx.relaxed.cta.shared::cta.b64"], &["SYNCS.ARRIVE.TRANS64.RED.A0TR"]),
+    c("mbarrier_arrive", &["mbarrier.arrive.release.cta.shared::cta.b64 _,"], &["SYNCS.ARRIVE.TRANS64.A1T0"]),
+    c("mbarrier_arrive_expect_tx", &["mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _,"], &["SYNCS.ARRIVE.TRANS64"]),
+    c("mbarrier_test_wait_parity", &["mbarrier.test_wait.parity.shared::cta.b64"], &["SYNCS.PHASECHK.TRANS64"]),
+    c("mbarrier_try_wait_parity", &["mbarrier.try_wait.parity.shared::cta.b64"], &["SYNCS.PHASECHK.TRANS64.TRYWAIT"]),
+    // cp_async_bulk
+    c(
+        "cp_async_bulk_shared_global",
+        &["cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes"],
+        &["UBLKCP.S.G"],
+    ),
+    c("cp_async_bulk_global_shared", &["cp.async.bulk.global.shared::cta.bulk_group"], &["UBLKCP.G.S"]),
+    c(
+        "cp_async_bulk_shared_global_hint",
+        &["cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes.L2::cache_hint"],
+        &["UBLKCP.S.G"],
+    ),
+    c("cp_async_bulk_global_shared_hint", &["cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint"], &["UBLKCP.G.S"]),
+    c("cp_async_bulk_prefetch_l2", &["cp.async.bulk.prefetch.L2.global"], &["UBLKPF.L2"]),
+    c("cp_async_bulk_commit_group", &["cp.async.bulk.commit_group;"], &["UTMACMDFLUSH"]),
+    c("cp_async_bulk_wait_group", &["cp.async.bulk.wait_group 3;"], &["DEPBAR.LE"]),
+    c("cp_async_bulk_wait_group_read", &["cp.async.bulk.wait_group.read 2;"], &["DEPBAR.LE"]),
+    c("createpolicy_fractional_l2_evict_first", &["createpolicy.fractional.L2::evict_first.b64"], &[]),
+    c("createpolicy_fractional_l2_evict_last", &["createpolicy.fractional.L2::evict_last.b64"], &[]),
+    c("cp_reduce_async_bulk_add_noftz_f16", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.f16"], &["UBLKRED.G.S.ADD.F16.RN"]),
+    c("cp_reduce_async_bulk_add_noftz_bf16", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.bf16"], &["UBLKRED.G.S.ADD.BF16.RN"]),
+    c("cp_reduce_async_bulk_add_f32", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"], &["UBLKRED.G.S.ADD.F32.RN"]),
+    c("cp_reduce_async_bulk_add_f64", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f64"], &["UBLKRED.G.S.ADD.F64.RN"]),
+    c("cp_reduce_async_bulk_add_u32", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u32"], &["UBLKRED.G.S.ADD "]),
+    c("cp_reduce_async_bulk_add_s32", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.add.s32"], &["UBLKRED.G.S.ADD.S32"]),
+    c("cp_reduce_async_bulk_add_u64", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64"], &["UBLKRED.G.S.ADD.U64"]),
+    c("cp_reduce_async_bulk_min_f16", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.min.f16"], &["UBLKRED.G.S.MIN.F16.RN"]),
+    c("cp_reduce_async_bulk_min_bf16", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.min.bf16"], &["UBLKRED.G.S.MIN.BF16.RN"]),
+    c("cp_reduce_async_bulk_min_u32", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.min.u32"], &["UBLKRED.G.S.MIN "]),
+    c("cp_reduce_async_bulk_min_s32", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.min.s32"], &["UBLKRED.G.S.MIN.S32"]),
+    c("cp_reduce_async_bulk_min_u64", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.min.u64"], &["UBLKRED.G.S.MIN.U64"]),
+    c("cp_reduce_async_bulk_min_s64", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.min.s64"], &["UBLKRED.G.S.MIN.S64"]),
+    c("cp_reduce_async_bulk_max_f16", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.max.f16"], &["UBLKRED.G.S.MAX.F16.RN"]),
+    c("cp_reduce_async_bulk_max_bf16", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.max.bf16"], &["UBLKRED.G.S.MAX.BF16.RN"]),
+    c("cp_reduce_async_bulk_max_u32", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.max.u32"], &["UBLKRED.G.S.MAX "]),
+    c("cp_reduce_async_bulk_max_s32", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.max.s32"], &["UBLKRED.G.S.MAX.S32"]),
+    c("cp_reduce_async_bulk_max_u64", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.max.u64"], &["UBLKRED.G.S.MAX.U64"]),
+    c("cp_reduce_async_bulk_max_s64", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.max.s64"], &["UBLKRED.G.S.MAX.S64"]),
+    c("cp_reduce_async_bulk_inc_u32", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.inc.u32"], &["UBLKRED.G.S.INC"]),
+    c("cp_reduce_async_bulk_dec_u32", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.dec.u32"], &["UBLKRED.G.S.DEC"]),
+    c("cp_reduce_async_bulk_and_b32", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.and.b32"], &["UBLKRED.G.S.AND "]),
+    c("cp_reduce_async_bulk_or_b32", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.or.b32"], &["UBLKRED.G.S.OR "]),
+    c("cp_reduce_async_bulk_xor_b32", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.xor.b32"], &["UBLKRED.G.S.XOR "]),
+    c("cp_reduce_async_bulk_and_b64", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.and.b64"], &["UBLKRED.G.S.AND.U64"]),
+    c("cp_reduce_async_bulk_or_b64", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.or.b64"], &["UBLKRED.G.S.OR.U64"]),
+    c("cp_reduce_async_bulk_xor_b64", &["cp.reduce.async.bulk.global.shared::cta.bulk_group.xor.b64"], &["UBLKRED.G.S.XOR.U64"]),
+];

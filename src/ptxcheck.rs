@@ -1,0 +1,220 @@
+//! Reading PTX and `cuobjdump -sass` output: kernel bodies, SASS functions, and the checks of
+//! verification tier 3 (instruction text present, no call left, body short, SASS opcodes).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::checks::Check;
+
+/// The body (between the braces) of every `.entry` in a PTX module, by kernel name.
+pub fn entries(ptx: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut lines = ptx.lines();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.trim_start().strip_prefix(".visible .entry ") else { continue };
+        let name = rest.split(['(', ' ']).next().unwrap_or_default().to_string();
+        // Skip the parameter list up to the opening brace of the body.
+        for l in lines.by_ref() {
+            if l.trim() == "{" {
+                break;
+            }
+        }
+        // The body ends at the first unindented closing brace (nested blocks are indented).
+        let mut body = String::new();
+        for l in lines.by_ref() {
+            if l == "}" {
+                break;
+            }
+            body.push_str(l);
+            body.push('\n');
+        }
+        out.insert(name, body);
+    }
+    out
+}
+
+/// The instructions of a PTX body: no comments, labels, blank lines or register declarations.
+pub fn instructions(body: &str) -> Vec<&str> {
+    body.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("//") && !l.starts_with(".reg") && !l.ends_with(':'))
+        .filter(|l| !l.starts_with('{') || l.starts_with("{ .reg"))
+        .filter(|l| !l.starts_with('}'))
+        .collect()
+}
+
+/// Every function of a `cuobjdump -sass` listing, by name, with its instruction text.
+pub fn sass_functions(sass: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut cur: Option<(String, String)> = None;
+    for line in sass.lines() {
+        if let Some(name) = line.trim().strip_prefix("Function : ") {
+            if let Some((n, t)) = cur.take() {
+                out.insert(n, t);
+            }
+            cur = Some((name.trim().to_string(), String::new()));
+        } else if let Some((_, t)) = cur.as_mut() {
+            // Keep the instruction text, drop the encoding comments.
+            if let Some(code) = line.split("/*").nth(1) {
+                if let Some(instr) = code.split_once("*/").map(|(_, r)| r.trim()) {
+                    t.push_str(instr.trim_end_matches(';').trim());
+                    t.push('\n');
+                }
+            }
+        }
+    }
+    if let Some((n, t)) = cur {
+        out.insert(n, t);
+    }
+    out
+}
+
+/// The SASS opcodes (first word, predicates stripped) of a function's instruction text.
+pub fn opcodes(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let first = w.next()?;
+            if first.starts_with('@') { w.next() } else { Some(first) }
+        })
+        .collect()
+}
+
+/// How long a check kernel's body may be (instructions): wrappers must inline to a few lines.
+pub const MAX_CHECK_BODY: usize = 60;
+
+/// Verifies one check against a PTX module's entries (tier 3, PTX half). Returns the problems.
+pub fn check_ptx(check: &Check, entries: &BTreeMap<String, String>) -> Vec<String> {
+    let kernel = check.kernel();
+    let Some(body) = entries.get(&kernel) else {
+        return vec![format!("{kernel}: no such .entry in the PTX")];
+    };
+    let mut problems = Vec::new();
+    let ins = instructions(body);
+    for want in check.ptx {
+        if !ins.iter().any(|l| l.contains(want)) {
+            problems.push(format!("{kernel}: instruction `{want}` not in the body"));
+        }
+    }
+    if !check.allow_call && ins.iter().any(|l| l.starts_with("call")) {
+        problems.push(format!("{kernel}: a `call` remains (wrapper not inlined)"));
+    }
+    if ins.len() > MAX_CHECK_BODY {
+        problems.push(format!("{kernel}: body has {} instructions (max {MAX_CHECK_BODY})", ins.len()));
+    }
+    problems
+}
+
+/// Verifies one check against the SASS functions (tier 3, SASS half). Returns the problems.
+pub fn check_sass(check: &Check, funcs: &BTreeMap<String, String>) -> Vec<String> {
+    let kernel = check.kernel();
+    let Some(text) = funcs.get(&kernel) else {
+        return vec![format!("{kernel}: no such function in the SASS")];
+    };
+    check
+        .sass
+        .iter()
+        .filter(|want| !text.contains(*want))
+        .map(|want| format!("{kernel}: SASS lacks `{want}`"))
+        .collect()
+}
+
+/// The public function names of the PTX wrapper modules (`pub fn` / `pub unsafe fn` /
+/// `pub const fn`, including the rows of wrapper-generating macro invocations).
+pub fn public_wrappers(ptx_dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut names = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(ptx_dir)?.flatten().map(|e| e.path()).collect();
+    files.sort();
+    for f in files {
+        if f.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f)?;
+        for line in text.lines() {
+            let t = line.trim_start();
+            let rest = ["pub fn ", "pub unsafe fn ", "pub const fn ", "pub const unsafe fn "]
+                .iter()
+                .find_map(|p| t.strip_prefix(p));
+            if let Some(rest) = rest {
+                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if !name.is_empty() && !rest.starts_with('$') {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PTX: &str = r#"
+.visible .entry k1(
+	.param .u64 k1_param_0
+)
+{
+	.reg .b32 	%r<3>;
+
+	// begin inline asm
+	{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%r1], %r2; selp.u32 %r3, 1, 0, p; }
+	// end inline asm
+$L__BB0_1:
+	ret;
+
+}
+	// .globl	k2
+.visible .entry k2()
+{
+	{ // callseq 0, 0
+	call.uni f, ();
+	} // callseq 0
+	ret;
+}
+"#;
+
+    #[test]
+    fn finds_entry_bodies_and_instructions() {
+        let e = entries(PTX);
+        assert_eq!(e.len(), 2);
+        let ins = instructions(&e["k1"]);
+        assert_eq!(ins.len(), 2, "{ins:?}");
+        assert!(ins[0].contains("mbarrier.try_wait.parity"));
+        let ins2 = instructions(&e["k2"]);
+        assert!(ins2.iter().any(|l| l.starts_with("call")), "{ins2:?}");
+    }
+
+    #[test]
+    fn check_reports_missing_text_and_calls() {
+        let e = entries(PTX);
+        let ok = Check::new("", &["mbarrier.try_wait.parity"], &[]);
+        let mut ok1 = ok;
+        ok1.wrapper = "k1";
+        // kernel names are check_<wrapper>; build a map under that name
+        let mut m = BTreeMap::new();
+        m.insert("check_k1".to_string(), e["k1"].clone());
+        m.insert("check_k2".to_string(), e["k2"].clone());
+        assert!(check_ptx(&ok1, &m).is_empty());
+        let bad = Check::new("k1", &["cp.async.bulk"], &[]);
+        assert_eq!(check_ptx(&bad, &m).len(), 1);
+        let call = Check::new("k2", &[], &[]);
+        assert!(check_ptx(&call, &m)[0].contains("call"));
+        assert!(check_ptx(&call.calls(), &m).is_empty());
+        assert!(check_ptx(&Check::new("nope", &[], &[]), &m)[0].contains("no such"));
+    }
+
+    #[test]
+    fn parses_sass_listing() {
+        let sass = "\n\tcode for sm_90\n\t\tFunction : check_a\n\t.headerflags\n        /*0000*/                   LDC R1, c[0x0][0x28] ;                /* 0x000 */\n        /*0010*/              @!P0 SYNCS.EXCH.64 URZ, [UR4], UR6 ;  /* 0x1 */\n\t\tFunction : check_b\n        /*0000*/                   EXIT ;    /* 0x2 */\n";
+        let f = sass_functions(sass);
+        assert_eq!(f.len(), 2);
+        assert!(f["check_a"].contains("SYNCS.EXCH.64"));
+        assert_eq!(opcodes(&f["check_a"]), vec!["LDC", "SYNCS.EXCH.64"]);
+        assert_eq!(opcodes(&f["check_b"]), vec!["EXIT"]);
+        let c = Check::new("a", &[], &["SYNCS.EXCH.64"]);
+        assert!(check_sass(&c, &f).is_empty());
+        let c = Check::new("b", &[], &["UBLKCP"]);
+        assert_eq!(check_sass(&c, &f).len(), 1);
+    }
+}

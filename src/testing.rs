@@ -1,0 +1,128 @@
+//! Support for GPU tests: finding GPUs (or skipping loudly), random data, poison values, and
+//! running a test body that is expected to trap in a child process.
+//!
+//! A skipped GPU test prints `GPU-SKIP <test>: <reason>` and, when `MSCCLPP_RS_SKIP_LOG` names a
+//! file, appends that line to it (CI prints the file). With `MSCCLPP_RS_REQUIRE_GPU=1` (set by
+//! the GPU runner) a missing GPU fails the test instead of skipping it.
+
+use std::io::Write;
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use mscclpp_host::Gpu;
+use rand::RngExt;
+
+/// The byte written over outputs before a kernel runs, so unwritten elements are detected.
+pub const POISON: u8 = 0xA5;
+
+/// Environment variable that marks a child process started by [`run_child`].
+pub const CHILD_ENV: &str = "MSCCLPP_RS_CHILD";
+
+fn opened() -> &'static Mutex<Option<Result<Vec<Arc<Gpu>>, String>>> {
+    static GPUS: OnceLock<Mutex<Option<Result<Vec<Arc<Gpu>>, String>>>> = OnceLock::new();
+    GPUS.get_or_init(|| Mutex::new(None))
+}
+
+/// All GPUs of this machine, opened once per process.
+pub fn all_gpus() -> Result<Vec<Arc<Gpu>>, String> {
+    let mut g = opened().lock().unwrap_or_else(|e| e.into_inner());
+    if g.is_none() {
+        let inv = mscclpp_host::gpu::inventory();
+        *g = Some(if inv.devices.is_empty() {
+            Err(inv.reason.unwrap_or_else(|| "no GPUs".into()))
+        } else {
+            Gpu::open_all().map_err(|e| e.to_string())
+        });
+    }
+    g.as_ref().cloned().unwrap_or_else(|| Err("no GPUs".into()))
+}
+
+/// Records a skipped GPU test (stderr, and the skip log when configured).
+pub fn record_skip(test: &str, reason: &str) {
+    let line = format!("GPU-SKIP {test}: {reason}");
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os("MSCCLPP_RS_SKIP_LOG") {
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
+/// At least `need` GPUs, or `None` after recording why the test is skipped. Panics instead of
+/// skipping when `MSCCLPP_RS_REQUIRE_GPU=1`.
+pub fn gpus_or_skip(test: &str, need: usize) -> Option<Vec<Arc<Gpu>>> {
+    let reason = match all_gpus() {
+        Ok(g) if g.len() >= need => return Some(g),
+        Ok(g) => format!("needs {need} GPUs, found {}", g.len()),
+        Err(e) => e,
+    };
+    if std::env::var("MSCCLPP_RS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+        panic!("{test}: MSCCLPP_RS_REQUIRE_GPU=1 but {reason}");
+    }
+    record_skip(test, &reason);
+    None
+}
+
+/// `n` random bytes.
+pub fn random_bytes(n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    rand::rng().fill(&mut v[..]);
+    v
+}
+
+/// `n` random values of a plain integer type (every bit pattern valid).
+pub fn random_ints<T: bytemuck::Pod>(n: usize) -> Vec<T> {
+    let mut v = vec![T::zeroed(); n];
+    rand::rng().fill(bytemuck::cast_slice_mut::<T, u8>(&mut v));
+    v
+}
+
+/// `n` random f32 in `[lo, hi)`.
+pub fn random_f32(n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    let mut r = rand::rng();
+    (0..n).map(|_| r.random_range(lo..hi)).collect()
+}
+
+/// `n` random f64 in `[lo, hi)`.
+pub fn random_f64(n: usize, lo: f64, hi: f64) -> Vec<f64> {
+    let mut r = rand::rng();
+    (0..n).map(|_| r.random_range(lo..hi)).collect()
+}
+
+/// A random integer in `[lo, hi)`.
+pub fn random_range(lo: u64, hi: u64) -> u64 {
+    rand::rng().random_range(lo..hi)
+}
+
+/// Whether this process is the child started by [`run_child`] for `test`.
+pub fn is_child(test: &str) -> bool {
+    std::env::var(CHILD_ENV).is_ok_and(|v| v == test)
+}
+
+/// Runs test `test` of the current test binary in a child process (so a trap, which poisons the
+/// CUDA context, cannot affect other tests) and returns its output. The child sees
+/// [`is_child`]`(test)` as true.
+pub fn run_child(test: &str) -> Output {
+    let exe = std::env::current_exe().expect("current_exe");
+    Command::new(exe)
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, test)
+        .output()
+        .expect("starting the child test process")
+}
+
+/// Combined stdout and stderr of a child.
+pub fn output_text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Compares two slices and panics with the first mismatches (index, got, want).
+pub fn assert_same<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let bad: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want[i]).take(5).collect();
+    if !bad.is_empty() {
+        let n = (0..got.len()).filter(|&i| got[i] != want[i]).count();
+        let shown: Vec<String> = bad.iter().map(|&i| format!("[{i}] got {:?} want {:?}", got[i], want[i])).collect();
+        panic!("{what}: {n} of {} elements differ; first: {}", got.len(), shown.join(", "));
+    }
+}
