@@ -13,8 +13,9 @@ use mscclpp_host::Gpu;
 /// Returns the total GPU time.
 pub fn time_on_stream(gpu: &Gpu, stream: &Arc<CudaStream>, iters: u64, mut work: impl FnMut()) -> Duration {
     gpu.bind().expect("bind");
-    let start = gpu.context().new_event(None).expect("event");
-    let stop = gpu.context().new_event(None).expect("event");
+    let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let start = gpu.context().new_event(timing).expect("event");
+    let stop = gpu.context().new_event(timing).expect("event");
     start.record(stream).expect("record start");
     for _ in 0..iters {
         work();

@@ -12,7 +12,12 @@ pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/ptx_tests.ptx"));
 /// The same programs with device-side argument assertions compiled in (feature `checks`).
 pub const PTX_CHECKED: &str = include_str!(concat!(env!("OUT_DIR"), "/ptx_tests_checked.ptx"));
 
-/// Where the build wrote the PTX files (for assembling them with ptxas).
+/// Writes the embedded PTX (plain or checked) to a file in the temp directory and returns its
+/// path, for assembling it with ptxas (works wherever the binary runs, not only where it was built).
 pub fn ptx_path(checked: bool) -> std::path::PathBuf {
-    std::path::Path::new(env!("OUT_DIR")).join(if checked { "ptx_tests_checked.ptx" } else { "ptx_tests.ptx" })
+    let (name, text) = if checked { ("ptx_tests_checked", PTX_CHECKED) } else { ("ptx_tests", PTX) };
+    let dir = std::env::temp_dir().join(format!("mscclpp-rs-{}", std::process::id()));
+    let path = dir.join(format!("{name}.ptx"));
+    std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, text)).expect("writing the PTX to a temp file");
+    path
 }

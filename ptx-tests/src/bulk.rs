@@ -113,7 +113,7 @@ kernels! {
     }
 
     /// Streams `bytes` from `src` to `dst` through a 2-stage pipeline per CTA (thread 0 of each
-    /// CTA), each CTA a contiguous 16-byte aligned chunk.
+    /// CTA), the tiles interleaved across CTAs.
     fn bulk_copy_s2(dst: GlobalPtr<u8>, src: GlobalPtr<u8>, bytes: u64, tile_bytes: u32) {
         stream_copy::<2>(dst, src, bytes, tile_bytes);
     }
@@ -158,37 +158,20 @@ kernels! {
     }
 }
 
-/// This CTA's contiguous share of `bytes`, in 16-byte units: (offset, length).
-#[inline(always)]
-fn chunk(bytes: u64) -> (u64, u64) {
-    let units = bytes / 16;
-    let g = sreg::nctaid_x() as u64;
-    let c = sreg::ctaid_x() as u64;
-    let per = units / g;
-    let extra = units % g;
-    let start = c * per + if c < extra { c } else { extra };
-    let len = per + if c < extra { 1 } else { 0 };
-    (start * 16, len * 16)
-}
-
 #[inline(always)]
 unsafe fn stream_copy<const N: usize>(dst: GlobalPtr<u8>, src: GlobalPtr<u8>, bytes: u64, tile_bytes: u32) {
     if sreg::tid_x() != 0 {
         return;
     }
-    let (off, len) = chunk(bytes);
-    if len == 0 {
-        return;
-    }
     // SAFETY: the launch gives BulkPipeline::<N>::smem_bytes(tile_bytes) bytes of dynamic shared memory.
     unsafe {
         let pipe = BulkPipeline::<N>::new(dynamic_shared(), tile_bytes, true);
-        pipe.copy(dst.byte_add(off as usize), src.byte_add(off as usize), len, 0, BUDGET);
+        pipe.copy(dst, src, bytes, sreg::ctaid_x(), sreg::nctaid_x(), BUDGET);
     }
 }
 
-/// Thread 0 of each CTA streams its chunk of `src` through an N-stage pipeline and reduce-stores
-/// every tile into the same place of `dst`, `reps` times over.
+/// Thread 0 of each CTA streams the tiles `ctaid, ctaid + nctaid, ...` of `src` through an
+/// N-stage pipeline and reduce-stores each into the same place of `dst`, `reps` times over.
 #[inline(always)]
 unsafe fn stream_reduce<T, O: BulkReduceOp<T>, const N: usize>(
     dst: GlobalPtr<u8>,
@@ -200,24 +183,23 @@ unsafe fn stream_reduce<T, O: BulkReduceOp<T>, const N: usize>(
     if sreg::tid_x() != 0 {
         return;
     }
-    let (off, len) = chunk(bytes);
-    if len == 0 {
+    let tile = tile_bytes as u64;
+    let all = bytes.div_ceil(tile);
+    let (part, parts) = (sreg::ctaid_x() as u64, sreg::nctaid_x() as u64);
+    let per = if part < all { (all - part).div_ceil(parts) as u32 } else { 0 };
+    if per == 0 {
         return;
     }
-    let tile = tile_bytes as u64;
-    let per = len.div_ceil(tile) as u32;
     let total = per * reps;
-    // Tile j of the stream is tile (j % per) of the chunk.
+    // Stream tile j is tile (j % per) of this CTA's share.
+    let at = |j: u32| ((part + (j % per) as u64 * parts) * tile) as usize;
     let size = |j: u32| -> u32 {
-        let o = (j % per) as u64 * tile;
-        if o + tile <= len { tile as u32 } else { (len - o) as u32 }
+        let o = at(j) as u64;
+        if o + tile <= bytes { tile as u32 } else { (bytes - o) as u32 }
     };
-    let at = |j: u32| ((j % per) as u64 * tile) as usize;
-    // SAFETY: shared memory sized by the host as for the copy pipeline; ranges inside the chunk.
+    // SAFETY: shared memory sized by the host as for the copy pipeline; every range lies in [0, bytes).
     unsafe {
         let pipe = BulkPipeline::<N>::new(dynamic_shared(), tile_bytes, true);
-        let src = src.byte_add(off as usize);
-        let dst = dst.byte_add(off as usize);
         for j in 0..(N as u32).min(total) {
             pipe.load(j, src.byte_add(at(j)), size(j));
         }
@@ -299,3 +281,4 @@ reduce_kernels! {
     bulk_reduce_xor_u64: u64, Xor;
     bulk_reduce_xor_i64: i64, Xor;
 }
+
