@@ -21,14 +21,19 @@ const CONFIGS: &[(&str, u32, u32, u32)] = &[
     ("bulk_copy_s4", 4, 48 * 1024, 1),
 ];
 
-fn bulk_copy(c: &mut Criterion, group: &str, g: &Arc<Gpu>, dst: &DeviceBuffer, src: &DeviceBuffer, baseline: &str, reduce: bool) {
+fn bulk_copy(
+    c: &mut Criterion,
+    group: &str,
+    g: &Arc<Gpu>,
+    dst: &DeviceBuffer,
+    src: &DeviceBuffer,
+    baseline: &str,
+    reduce: bool,
+) {
     let mut grp = c.benchmark_group(group);
     grp.throughput(Throughput::Bytes(BYTES as u64));
-    let configs: Vec<_> = if reduce {
-        vec![("bulk_reduce_stream_f32", 3u32, 32 * 1024u32, 2u32)]
-    } else {
-        CONFIGS.to_vec()
-    };
+    let configs: Vec<_> =
+        if reduce { vec![("bulk_reduce_stream_f32", 3u32, 32 * 1024u32, 2u32)] } else { CONFIGS.to_vec() };
     for (kernel, stages, tile, per_sm) in configs {
         let grid = g.info().sm_count * per_sm;
         let smem = mscclpp_device::bulk::pipeline_smem_bytes(stages, tile);
@@ -68,8 +73,15 @@ fn main() {
             b.iter_custom(|iters| {
                 let t = bench::time_on_stream(g0, g0.stream(), iters, || {
                     // SAFETY: both buffers hold BYTES bytes on this GPU.
-                    unsafe { cudarc::driver::result::memcpy_dtod_async(dst.addr(), src.addr(), BYTES, g0.stream().cu_stream()) }
-                        .unwrap();
+                    unsafe {
+                        cudarc::driver::result::memcpy_dtod_async(
+                            dst.addr(),
+                            src.addr(),
+                            BYTES,
+                            g0.stream().cu_stream(),
+                        )
+                    }
+                    .unwrap();
                 });
                 bench::record("local/cuMemcpyDtoD", BYTES as u64, iters, t, None);
                 t

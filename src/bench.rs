@@ -88,9 +88,9 @@ pub fn print_summary(title: &str) {
             e.baseline.as_deref().unwrap_or("")
         ));
     }
-    if let Some(p) = std::env::var_os("MSCCLPP_RS_BENCH_OUT") {
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(p) {
-            let _ = f.write_all(json.as_bytes());
-        }
+    if let Some(p) = std::env::var_os("MSCCLPP_RS_BENCH_OUT")
+        && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(p)
+    {
+        let _ = f.write_all(json.as_bytes());
     }
 }

@@ -22,7 +22,9 @@ fn main() -> ExitCode {
                 let sass = funcs.get(&c.kernel()).map(|t| {
                     let ops: Vec<&str> = ptxcheck::opcodes(t)
                         .into_iter()
-                        .filter(|op| c.sass.iter().any(|want| want.trim().starts_with(op) || op.starts_with(want.trim())))
+                        .filter(|op| {
+                            c.sass.iter().any(|want| want.trim().starts_with(op) || op.starts_with(want.trim()))
+                        })
                         .collect();
                     if ops.is_empty() { "(no distinctive opcode)".to_string() } else { dedup(ops).join(" ") }
                 });
@@ -43,10 +45,7 @@ fn main() -> ExitCode {
 
     let inv = mscclpp_host::gpu::inventory();
     if inv.devices.is_empty() {
-        println!(
-            "\nGPU execution skipped: {}",
-            inv.reason.unwrap_or_else(|| "no CUDA driver found".into())
-        );
+        println!("\nGPU execution skipped: {}", inv.reason.unwrap_or_else(|| "no CUDA driver found".into()));
         return if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS };
     }
     println!("\nGPUs:");

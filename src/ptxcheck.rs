@@ -55,11 +55,11 @@ pub fn sass_functions(sass: &str) -> BTreeMap<String, String> {
             cur = Some((name.trim().to_string(), String::new()));
         } else if let Some((_, t)) = cur.as_mut() {
             // Keep the instruction text, drop the encoding comments.
-            if let Some(code) = line.split("/*").nth(1) {
-                if let Some(instr) = code.split_once("*/").map(|(_, r)| r.trim()) {
-                    t.push_str(instr.trim_end_matches(';').trim());
-                    t.push('\n');
-                }
+            if let Some(code) = line.split("/*").nth(1)
+                && let Some(instr) = code.split_once("*/").map(|(_, r)| r.trim())
+            {
+                t.push_str(instr.trim_end_matches(';').trim());
+                t.push('\n');
             }
         }
     }

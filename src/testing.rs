@@ -7,7 +7,7 @@
 
 use std::io::Write;
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use mscclpp_host::Gpu;
 use rand::RngExt;
@@ -18,33 +18,30 @@ pub const POISON: u8 = 0xA5;
 /// Environment variable that marks a child process started by [`run_child`].
 pub const CHILD_ENV: &str = "MSCCLPP_RS_CHILD";
 
-fn opened() -> &'static Mutex<Option<Result<Vec<Arc<Gpu>>, String>>> {
-    static GPUS: OnceLock<Mutex<Option<Result<Vec<Arc<Gpu>>, String>>>> = OnceLock::new();
-    GPUS.get_or_init(|| Mutex::new(None))
-}
+type Opened = Result<Vec<Arc<Gpu>>, String>;
 
 /// All GPUs of this machine, opened once per process.
-pub fn all_gpus() -> Result<Vec<Arc<Gpu>>, String> {
-    let mut g = opened().lock().unwrap_or_else(|e| e.into_inner());
-    if g.is_none() {
+pub fn all_gpus() -> Opened {
+    static GPUS: OnceLock<Opened> = OnceLock::new();
+    GPUS.get_or_init(|| {
         let inv = mscclpp_host::gpu::inventory();
-        *g = Some(if inv.devices.is_empty() {
+        if inv.devices.is_empty() {
             Err(inv.reason.unwrap_or_else(|| "no GPUs".into()))
         } else {
             Gpu::open_all().map_err(|e| e.to_string())
-        });
-    }
-    g.as_ref().cloned().unwrap_or_else(|| Err("no GPUs".into()))
+        }
+    })
+    .clone()
 }
 
 /// Records a skipped GPU test (stderr, and the skip log when configured).
 pub fn record_skip(test: &str, reason: &str) {
     let line = format!("GPU-SKIP {test}: {reason}");
     eprintln!("{line}");
-    if let Some(path) = std::env::var_os("MSCCLPP_RS_SKIP_LOG") {
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = writeln!(f, "{line}");
-        }
+    if let Some(path) = std::env::var_os("MSCCLPP_RS_SKIP_LOG")
+        && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+    {
+        let _ = writeln!(f, "{line}");
     }
 }
 

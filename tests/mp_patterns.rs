@@ -1,1 +1,3 @@
-fn main(){}
+//! Multi-rank pattern tests (filled in by the multi-rank work).
+
+fn main() {}

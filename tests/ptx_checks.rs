@@ -48,7 +48,8 @@ fn module_assembles_and_sass_holds_the_opcodes() {
 #[test]
 fn every_public_wrapper_has_a_check_and_no_check_is_stale() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("device/src/ptx");
-    let wrappers: BTreeSet<String> = ptxcheck::public_wrappers(&dir).expect("reading device/src/ptx").into_iter().collect();
+    let wrappers: BTreeSet<String> =
+        ptxcheck::public_wrappers(&dir).expect("reading device/src/ptx").into_iter().collect();
     assert!(wrappers.len() > 50, "found only {} wrappers in {}", wrappers.len(), dir.display());
     let checked: BTreeSet<String> = CHECKS.iter().map(|c| c.wrapper.to_string()).collect();
     let missing: Vec<_> = wrappers.difference(&checked).collect();

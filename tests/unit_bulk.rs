@@ -109,7 +109,9 @@ fn bulk_copy_pipeline_stages_and_odd_sizes() {
     let Some(g) = gpus_or_skip("bulk_copy_pipeline_stages_and_odd_sizes", 1) else { return };
     let g = &g[0];
     for (kernel, stages) in [("bulk_copy_s2", 2u32), ("bulk_copy_s3", 3), ("bulk_copy_s4", 4)] {
-        for (bytes, tile, grid) in [(16usize, 1024u32, 1u32), (1_000_016, 16_384, 7), (5_242_880, 32_768, 132), (4_000_000, 8192, 264)] {
+        for (bytes, tile, grid) in
+            [(16usize, 1024u32, 1u32), (1_000_016, 16_384, 7), (5_242_880, 32_768, 132), (4_000_000, 8192, 264)]
+        {
             let data = testing::random_bytes(bytes);
             let src = DeviceBuffer::from_slice(g, &data).unwrap();
             let dst = DeviceBuffer::filled(g, bytes, POISON).unwrap();
@@ -159,8 +161,14 @@ where
 
 /// Floats: results must equal the host's round-to-nearest result within one unit in the last
 /// place (bit distance of the IEEE encodings).
-fn check_floats<T, B>(g: &Arc<Gpu>, kernel: &str, src: Vec<T>, dst0: Vec<T>, f: impl Fn(T, T) -> T, bits: impl Fn(T) -> B)
-where
+fn check_floats<T, B>(
+    g: &Arc<Gpu>,
+    kernel: &str,
+    src: Vec<T>,
+    dst0: Vec<T>,
+    f: impl Fn(T, T) -> T,
+    bits: impl Fn(T) -> B,
+) where
     T: bytemuck::Pod + PartialEq + std::fmt::Debug,
     B: Into<i64>,
 {
@@ -295,8 +303,10 @@ fn bulk_wait_that_never_completes_traps_within_its_budget() {
         let g = &g[0];
         let t = std::time::Instant::now();
         // SAFETY: the kernel takes one i64.
-        unsafe { g.launch(PTX, "bulk_wait_timeout", LaunchConfig::new(1, 32).shared(256), Args::new().arg(50_000_000i64)) }
-            .unwrap();
+        unsafe {
+            g.launch(PTX, "bulk_wait_timeout", LaunchConfig::new(1, 32).shared(256), Args::new().arg(50_000_000i64))
+        }
+        .unwrap();
         let e = g.synchronize().expect_err("the wait must trap");
         println!("CHILD-SAW after {:?}: {e}", t.elapsed());
         assert!(t.elapsed() < std::time::Duration::from_secs(5), "trap took {:?}", t.elapsed());
@@ -381,8 +391,7 @@ fn bulk_concurrent_reduce_from_two_gpus_is_exact() {
     }
     g0.synchronize().unwrap();
     g1.synchronize().unwrap();
-    let want: Vec<u64> = (0..n)
-        .map(|i| init[i].wrapping_add((reps as u64).wrapping_mul(a[i].wrapping_add(b[i]))))
-        .collect();
+    let want: Vec<u64> =
+        (0..n).map(|i| init[i].wrapping_add((reps as u64).wrapping_mul(a[i].wrapping_add(b[i])))).collect();
     assert_same("two GPUs reducing into one buffer", &acc.to_vec::<u64>().unwrap(), &want);
 }

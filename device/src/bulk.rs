@@ -76,13 +76,13 @@ impl core::fmt::Display for BulkArgError {
 /// Checks the arguments of one bulk copy: both addresses 16-byte aligned, size a non-zero
 /// multiple of 16 that fits in 32 bits. The same rule the device asserts in debug builds.
 pub const fn validate(dst: u64, src: u64, bytes: u64) -> Result<(), BulkArgError> {
-    if dst % BULK_ALIGN != 0 {
+    if !dst.is_multiple_of(BULK_ALIGN) {
         Err(BulkArgError::DstMisaligned)
-    } else if src % BULK_ALIGN != 0 {
+    } else if !src.is_multiple_of(BULK_ALIGN) {
         Err(BulkArgError::SrcMisaligned)
     } else if bytes == 0 {
         Err(BulkArgError::ZeroSize)
-    } else if bytes % 16 != 0 {
+    } else if !bytes.is_multiple_of(16) {
         Err(BulkArgError::SizeNotMultipleOf16)
     } else if bytes > u32::MAX as u64 {
         Err(BulkArgError::SizeTooLarge)
@@ -200,7 +200,7 @@ pub enum L2Policy {
 /// Bytes of dynamic shared memory a [`BulkPipeline`] of `stages` stages of `tile_bytes` needs.
 pub const fn pipeline_smem_bytes(stages: u32, tile_bytes: u32) -> u32 {
     // Barriers first (8 bytes each), tiles from the next 128-byte boundary.
-    let bars = (stages * 8 + 127) / 128 * 128;
+    let bars = (stages * 8).div_ceil(128) * 128;
     bars + stages * tile_bytes
 }
 
@@ -235,8 +235,8 @@ impl<const N: usize> BulkPipeline<N> {
 #[cfg(target_arch = "nvptx64")]
 mod device {
     use super::*;
-    use crate::ptr::GlobalPtr;
     use crate::poll::{SpinBudget, spin_until};
+    use crate::ptr::GlobalPtr;
     use crate::ptx::{cp_async_bulk as cp, fence, mbarrier as mb};
 
     #[inline(always)]
@@ -482,7 +482,10 @@ mod device {
         /// `tile_bytes` a non-zero multiple of 16.
         #[inline(always)]
         pub unsafe fn new(smem: SharedPtr<u8>, tile_bytes: u32, leader: bool) -> Self {
-            crate::device_assert!(tile_bytes % 16 == 0 && tile_bytes != 0, "pipeline tile size must be a multiple of 16");
+            crate::device_assert!(
+                tile_bytes % 16 == 0 && tile_bytes != 0,
+                "pipeline tile size must be a multiple of 16"
+            );
             crate::device_assert!(smem.is_aligned_to(128), "pipeline shared memory must be 128-byte aligned");
             let bars = smem.cast::<BulkBarrier>();
             let tiles = smem.byte_add(pipeline_smem_bytes(N as u32, 0) as usize);
@@ -570,7 +573,15 @@ mod device {
         /// Both ranges valid for `bytes`; addresses 16-byte aligned, `bytes` a multiple of 16, the
         /// tile size a multiple of 16. No other work may be using the pipeline's stages.
         #[inline(always)]
-        pub unsafe fn copy(&self, dst: GlobalPtr<u8>, src: GlobalPtr<u8>, bytes: u64, part: u32, parts: u32, budget: SpinBudget) {
+        pub unsafe fn copy(
+            &self,
+            dst: GlobalPtr<u8>,
+            src: GlobalPtr<u8>,
+            bytes: u64,
+            part: u32,
+            parts: u32,
+            budget: SpinBudget,
+        ) {
             let tile = self.tile_bytes as u64;
             let all = bytes.div_ceil(tile);
             let (part, parts) = (part as u64, parts.max(1) as u64);

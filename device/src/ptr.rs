@@ -73,10 +73,7 @@ macro_rules! common_ptr_impls {
             /// The address `count` elements further on (no bounds check).
             #[inline(always)]
             pub const fn add(self, count: usize) -> Self {
-                Self {
-                    addr: self.addr + (count * core::mem::size_of::<T>()) as $int,
-                    _t: PhantomData,
-                }
+                Self { addr: self.addr + (count * core::mem::size_of::<T>()) as $int, _t: PhantomData }
             }
             /// The address `bytes` bytes further on.
             #[inline(always)]

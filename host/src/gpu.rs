@@ -50,7 +50,9 @@ pub fn inventory() -> Inventory {
     }
     let count = match cudarc::driver::result::init().and_then(|_| cudarc::driver::result::device::get_count()) {
         Ok(n) => n,
-        Err(e) => return Inventory { devices: Vec::new(), reason: Some(format!("cuInit/cuDeviceGetCount failed: {e}")) },
+        Err(e) => {
+            return Inventory { devices: Vec::new(), reason: Some(format!("cuInit/cuDeviceGetCount failed: {e}")) };
+        }
     };
     let mut devices = Vec::new();
     for ordinal in 0..count.max(0) as usize {
@@ -192,9 +194,8 @@ impl Gpu {
     pub fn can_access_peer(&self, peer: &Gpu) -> Result<bool> {
         let mut can = 0i32;
         // SAFETY: both device handles are valid; `can` is a valid out-pointer.
-        let r = unsafe {
-            cudarc::driver::sys::cuDeviceCanAccessPeer(&mut can, self.ctx.cu_device(), peer.ctx.cu_device())
-        };
+        let r =
+            unsafe { cudarc::driver::sys::cuDeviceCanAccessPeer(&mut can, self.ctx.cu_device(), peer.ctx.cu_device()) };
         crate::error::check(r, || format!("cuDeviceCanAccessPeer({}, {})", self.ordinal(), peer.ordinal()))?;
         Ok(can != 0)
     }

@@ -79,7 +79,13 @@ impl Args {
 /// # Safety
 /// `args` must match the kernel's parameter list in number, order and type, and every pointer
 /// among them must be valid for what the kernel does with it.
-pub unsafe fn launch_on(gpu: &Gpu, stream: &CudaStream, func: &CudaFunction, cfg: LaunchConfig, args: &mut Args) -> Result<()> {
+pub unsafe fn launch_on(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    func: &CudaFunction,
+    cfg: LaunchConfig,
+    args: &mut Args,
+) -> Result<()> {
     let max = gpu.info().max_shared_optin;
     if cfg.shared_bytes > max {
         return Err(Error::InvalidArgument(format!(
@@ -172,7 +178,13 @@ impl Gpu {
     ///
     /// # Safety
     /// As for [`launch_on`].
-    pub unsafe fn launch_cooperative(&self, ptx: &'static str, name: &str, cfg: LaunchConfig, mut args: Args) -> Result<()> {
+    pub unsafe fn launch_cooperative(
+        &self,
+        ptx: &'static str,
+        name: &str,
+        cfg: LaunchConfig,
+        mut args: Args,
+    ) -> Result<()> {
         let f = self.function(ptx, name)?;
         // SAFETY: forwarded from the caller.
         unsafe { launch_cooperative_on(self, self.stream(), &f, cfg, &mut args) }

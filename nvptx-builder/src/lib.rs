@@ -217,10 +217,10 @@ impl Builder {
             return d.clone();
         }
         // OUT_DIR is <target>[/<triple>]/<profile>/build/<pkg>-<hash>/out.
-        if let Some(out) = std::env::var_os("OUT_DIR") {
-            if let Some(t) = Path::new(&out).ancestors().nth(4) {
-                return t.join("nvptx");
-            }
+        if let Some(out) = std::env::var_os("OUT_DIR")
+            && let Some(t) = Path::new(&out).ancestors().nth(4)
+        {
+            return t.join("nvptx");
         }
         self.crate_dir.join("target")
     }
@@ -305,8 +305,7 @@ impl Builder {
             "bench" => "release",
             other => other,
         };
-        let dep_info =
-            target_dir.join(TARGET).join(profile_dir).join(format!("{}.d", name.replace('-', "_")));
+        let dep_info = target_dir.join(TARGET).join(profile_dir).join(format!("{}.d", name.replace('-', "_")));
         if let Ok(text) = std::fs::read_to_string(&dep_info) {
             for file in dep_info_files(&text) {
                 // Sources of the toolchain and of registry crates never change under us.
@@ -355,14 +354,13 @@ fn package_name(manifest: &Path) -> Result<String, Error> {
             in_package = l == "[package]";
             continue;
         }
-        if in_package {
-            if let Some(rest) = l.strip_prefix("name") {
-                if let Some(v) = rest.trim_start().strip_prefix('=') {
-                    let v = v.trim().trim_matches('"');
-                    if !v.is_empty() {
-                        return Ok(v.to_string());
-                    }
-                }
+        if in_package
+            && let Some(rest) = l.strip_prefix("name")
+            && let Some(v) = rest.trim_start().strip_prefix('=')
+        {
+            let v = v.trim().trim_matches('"');
+            if !v.is_empty() {
+                return Ok(v.to_string());
             }
         }
     }
@@ -467,8 +465,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("nvptx-builder-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let m = dir.join("Cargo.toml");
-        std::fs::write(&m, "[workspace]\n\n[package]\nversion = \"0.1.0\"\nname = \"my-kernels\"\n[lib]\nname = \"x\"\n")
-            .unwrap();
+        std::fs::write(
+            &m,
+            "[workspace]\n\n[package]\nversion = \"0.1.0\"\nname = \"my-kernels\"\n[lib]\nname = \"x\"\n",
+        )
+        .unwrap();
         assert_eq!(package_name(&m).unwrap(), "my-kernels");
         std::fs::write(&m, "[lib]\nname = \"x\"\n").unwrap();
         assert!(matches!(package_name(&m), Err(Error::Manifest(_))));

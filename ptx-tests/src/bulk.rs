@@ -281,4 +281,3 @@ reduce_kernels! {
     bulk_reduce_xor_u64: u64, Xor;
     bulk_reduce_xor_i64: i64, Xor;
 }
-

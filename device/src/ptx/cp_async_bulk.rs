@@ -69,7 +69,9 @@ pub fn cp_async_bulk_wait_group_read<const N: u32>() {
 #[inline(always)]
 pub unsafe fn cp_async_bulk_prefetch_l2(src: *const u8, bytes: u32) {
     // SAFETY: caller guarantees the operand constraints.
-    unsafe { asm!("cp.async.bulk.prefetch.L2.global [{s}], {n};", s = in(reg64) src, n = in(reg32) bytes, options(nostack)) };
+    unsafe {
+        asm!("cp.async.bulk.prefetch.L2.global [{s}], {n};", s = in(reg64) src, n = in(reg32) bytes, options(nostack))
+    };
 }
 
 /// `cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes.L2::cache_hint [dst], [src],
@@ -111,7 +113,9 @@ pub unsafe fn cp_async_bulk_global_shared_hint(dst: *mut u8, src: u32, bytes: u3
 pub fn createpolicy_fractional_l2_evict_first() -> u64 {
     let p: u64;
     // SAFETY: computes a policy value; no memory access.
-    unsafe { asm!("createpolicy.fractional.L2::evict_first.b64 {p}, 1.0;", p = out(reg64) p, options(nomem, nostack, pure)) };
+    unsafe {
+        asm!("createpolicy.fractional.L2::evict_first.b64 {p}, 1.0;", p = out(reg64) p, options(nomem, nostack, pure))
+    };
     p
 }
 
@@ -120,7 +124,9 @@ pub fn createpolicy_fractional_l2_evict_first() -> u64 {
 pub fn createpolicy_fractional_l2_evict_last() -> u64 {
     let p: u64;
     // SAFETY: computes a policy value; no memory access.
-    unsafe { asm!("createpolicy.fractional.L2::evict_last.b64 {p}, 1.0;", p = out(reg64) p, options(nomem, nostack, pure)) };
+    unsafe {
+        asm!("createpolicy.fractional.L2::evict_last.b64 {p}, 1.0;", p = out(reg64) p, options(nomem, nostack, pure))
+    };
     p
 }
 

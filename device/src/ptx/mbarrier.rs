@@ -9,7 +9,9 @@ use core::arch::asm;
 #[inline(always)]
 pub unsafe fn mbarrier_init(bar: u32, count: u32) {
     // SAFETY: caller guarantees `bar` is a valid, idle barrier slot.
-    unsafe { asm!("mbarrier.init.shared::cta.b64 [{b}], {c};", b = in(reg32) bar, c = in(reg32) count, options(nostack)) };
+    unsafe {
+        asm!("mbarrier.init.shared::cta.b64 [{b}], {c};", b = in(reg32) bar, c = in(reg32) count, options(nostack))
+    };
 }
 
 /// `mbarrier.inval.shared::cta.b64 [a];` (PTX 7.0, sm_80): the slot may be reused as ordinary

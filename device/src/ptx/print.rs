@@ -43,10 +43,7 @@ pub fn print_failure(msg: &'static str, file: &str, line: u32) {
     // SAFETY: the format's conversions match `FailureArgs` field by field; `msg` is NUL-terminated
     // and `%.*s` bounds the read of `file` by its length.
     unsafe {
-        vprintf(
-            c"mscclpp-device: %s at %.*s:%u (block %u, thread %u)\n".as_ptr().cast(),
-            (&raw const args).cast(),
-        )
+        vprintf(c"mscclpp-device: %s at %.*s:%u (block %u, thread %u)\n".as_ptr().cast(), (&raw const args).cast())
     };
 }
 
@@ -55,19 +52,13 @@ pub fn print_failure(msg: &'static str, file: &str, line: u32) {
 /// `name` must be NUL-terminated.
 #[inline(never)]
 pub fn print_timeout(name: &'static str, elapsed_ns: u64) {
-    let args = TimeoutArgs {
-        name: name.as_ptr(),
-        elapsed_ns,
-        block: super::sreg::ctaid_x(),
-        thread: super::sreg::tid_x(),
-    };
+    let args =
+        TimeoutArgs { name: name.as_ptr(), elapsed_ns, block: super::sreg::ctaid_x(), thread: super::sreg::tid_x() };
     // SAFETY: the format's conversions match `TimeoutArgs` field by field; `name` is NUL-terminated
     // (callers pass literals ending in "\0").
     unsafe {
         vprintf(
-            c"mscclpp-device: wait %s timed out after %llu ns (block %u, thread %u)\n"
-                .as_ptr()
-                .cast(),
+            c"mscclpp-device: wait %s timed out after %llu ns (block %u, thread %u)\n".as_ptr().cast(),
             (&raw const args).cast(),
         )
     };
@@ -85,15 +76,8 @@ pub fn print_panic(file: &str, line: u32, msg: Option<&'static str>) {
         msg: *const u8,
     }
     let m = msg.unwrap_or("(formatted message not printed on the device)");
-    let args = Args {
-        file_len: file.len() as i32,
-        file: file.as_ptr(),
-        line,
-        msg_len: m.len() as i32,
-        msg: m.as_ptr(),
-    };
+    let args =
+        Args { file_len: file.len() as i32, file: file.as_ptr(), line, msg_len: m.len() as i32, msg: m.as_ptr() };
     // SAFETY: the format's conversions match `Args`; both strings are bounded by `%.*s`.
-    unsafe {
-        vprintf(c"mscclpp-device: panic at %.*s:%u: %.*s\n".as_ptr().cast(), (&raw const args).cast())
-    };
+    unsafe { vprintf(c"mscclpp-device: panic at %.*s:%u: %.*s\n".as_ptr().cast(), (&raw const args).cast()) };
 }
