@@ -241,16 +241,16 @@ mod device {
 
     #[inline(always)]
     fn check(dst: u64, src: u64, bytes: u32) {
-        if crate::CHECKS {
-            if let Err(e) = validate(dst, src, bytes as u64) {
-                crate::poll::fail(match e {
-                    BulkArgError::DstMisaligned => "bulk copy destination is not 16-byte aligned\0",
-                    BulkArgError::SrcMisaligned => "bulk copy source is not 16-byte aligned\0",
-                    BulkArgError::ZeroSize => "bulk copy size is zero\0",
-                    BulkArgError::SizeNotMultipleOf16 => "bulk copy size is not a multiple of 16 bytes\0",
-                    BulkArgError::SizeTooLarge => "bulk copy size does not fit in 32 bits\0",
-                });
-            }
+        if crate::CHECKS
+            && let Err(e) = validate(dst, src, bytes as u64)
+        {
+            crate::poll::fail(match e {
+                BulkArgError::DstMisaligned => "bulk copy destination is not 16-byte aligned\0",
+                BulkArgError::SrcMisaligned => "bulk copy source is not 16-byte aligned\0",
+                BulkArgError::ZeroSize => "bulk copy size is zero\0",
+                BulkArgError::SizeNotMultipleOf16 => "bulk copy size is not a multiple of 16 bytes\0",
+                BulkArgError::SizeTooLarge => "bulk copy size does not fit in 32 bits\0",
+            });
         }
     }
 

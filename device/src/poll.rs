@@ -97,7 +97,7 @@ pub fn spin_until(budget: SpinBudget, name: &'static str, mut cond: impl FnMut()
             return;
         }
         polls = polls.wrapping_add(1);
-        if polls % CHECK_EVERY == 0 {
+        if polls.is_multiple_of(CHECK_EVERY) {
             let now = crate::ptx::sreg::globaltimer();
             if budget.expired(now.wrapping_sub(start)) {
                 expired(name, now.wrapping_sub(start));

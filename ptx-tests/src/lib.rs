@@ -5,7 +5,7 @@
 //! * the other kernels are the device halves of the unit tests, pattern tests and benches.
 #![no_std]
 #![feature(abi_ptx)]
-#![allow(clippy::missing_safety_doc)]
+#![allow(clippy::missing_safety_doc, clippy::macro_metavars_in_unsafe)]
 
 pub mod bulk;
 pub mod checks;

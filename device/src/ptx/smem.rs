@@ -34,7 +34,7 @@ pub fn cvta_to_shared_u64(generic: *const u8) -> u32 {
     let r: u64;
     // SAFETY: an address conversion; no memory access.
     unsafe {
-        asm!("cvta.to.shared.u64 {r}, {a};", r = out(reg64) r, a = in(reg64) generic, options(nomem, nostack, pure))
+        asm!("cvta.to.shared.u64 {r}, {a};", r = out(reg64) r, a = in(reg64) generic as u64, options(nomem, nostack, pure))
     };
     r as u32
 }
