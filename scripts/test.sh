@@ -8,3 +8,5 @@ if [ -z "${PTXAS:-}" ] && ! command -v ptxas >/dev/null && ! ls .venv-tools/lib/
 fi
 cargo test --workspace --all-targets "$@"
 cargo test --workspace --doc
+# Model checks of the FIFO protocol under loom (its own target dir: --cfg loom changes every crate).
+RUSTFLAGS="--cfg loom" cargo test -p mscclpp-device --test fifo_model --release --target-dir target/loom

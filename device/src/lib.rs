@@ -13,9 +13,14 @@
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch, stdarch_nvptx))]
 
 pub mod abi;
+pub mod atomic;
 pub mod bulk;
+pub mod channel;
+pub mod fifo;
 pub mod poll;
+pub mod protocol;
 pub mod ptr;
+pub mod semaphore;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod ptx;

@@ -23,6 +23,9 @@ pub enum Error {
     /// The requested feature is not available on this device or system.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// The host proxy failed while executing a request (it stops at the first failure).
+    #[error("proxy: {0}")]
+    Proxy(String),
     /// An operating-system call failed.
     #[error("{context}: {source}")]
     Io {

@@ -13,10 +13,14 @@
 //! Every fallible call returns the one [`Error`] type.
 
 pub mod bulk;
+pub mod channel;
 pub mod error;
+pub mod fifo;
 pub mod gpu;
 pub mod launch;
 pub mod memory;
+pub mod proxy;
+pub mod semaphore;
 
 pub use error::{Error, Result};
 pub use gpu::Gpu;

@@ -97,3 +97,37 @@ scoped_stores! {
     /// `st.volatile.u64 [a], v;` (PTX 1.1)
     pub fn st_volatile_u64(u64, reg64) = "st.volatile.u64";
 }
+
+/// `st.release.sys.global.v2.u64 [a], {x, y};` (PTX 6.0, sm_70): one 16-byte store with release
+/// semantics at system scope (the FIFO's trigger publication).
+///
+/// # Safety
+/// `ptr` must be valid for a 16-byte write in the global state space and 16-byte aligned.
+#[inline(always)]
+pub unsafe fn st_release_sys_global_v2_u64(ptr: *mut u64, x: u64, y: u64) {
+    // SAFETY: the caller guarantees `ptr` is valid and 16-byte aligned.
+    unsafe {
+        asm!(
+            "st.release.sys.global.v2.u64 [{p}], {{{x}, {y}}};",
+            p = in(reg64) ptr, x = in(reg64) x, y = in(reg64) y, options(nostack)
+        )
+    };
+}
+
+/// `ld.acquire.sys.global.v2.u64 {x, y}, [a];` (PTX 6.0, sm_70): one 16-byte load with acquire
+/// semantics at system scope.
+///
+/// # Safety
+/// `ptr` must be valid for a 16-byte read in the global state space and 16-byte aligned.
+#[inline(always)]
+pub unsafe fn ld_acquire_sys_global_v2_u64(ptr: *const u64) -> (u64, u64) {
+    let (x, y): (u64, u64);
+    // SAFETY: the caller guarantees `ptr` is valid and 16-byte aligned.
+    unsafe {
+        asm!(
+            "ld.acquire.sys.global.v2.u64 {{{x}, {y}}}, [{p}];",
+            x = out(reg64) x, y = out(reg64) y, p = in(reg64) ptr, options(nostack)
+        )
+    };
+    (x, y)
+}

@@ -1,0 +1,179 @@
+//! The trigger FIFO between GPU producers and a host consumer.
+//!
+//! ```text
+//!  producer (any GPU thread)                         consumer (host proxy thread)
+//!  pos = head.fetch_add(1)                           loop at its own position p:
+//!  wait until pos < tail + size  (slot free)           (w0, w1) = slot[p % size]  (w1 acquire)
+//!  slot[pos % size] = {w0, w1 | commit(pos)} ──────►   if commit bit of w1 == commit(p): got it
+//!    (one 16-byte release store)                       handle it; tail = p + 1 (release) ──┐
+//!  sync(pos): wait until tail > pos  ◄────────────────────────────────────────────────────┘
+//! ```
+//!
+//! The commit bit (bit 63 of word 1) is the inverse parity of the lap, `((pos / size) & 1) ^ 1`:
+//! a zeroed ring reads as empty for lap 0, and a slot still holding the previous lap's trigger
+//! has the other parity, so the consumer never needs to clear slots. A producer may overwrite a
+//! slot only once the consumer has moved the tail past the slot's previous occupant.
+
+use super::Waiter;
+use crate::fifo::{COMMIT_BIT, ProxyTrigger};
+
+/// The producer's view of the FIFO's memory.
+pub trait ProducerMem {
+    /// Atomically takes the next position (`head++`), returning it.
+    fn fetch_add_head(&self) -> u64;
+    /// The producer-side cached copy of the tail (may lag the real tail). Must be an *acquire*
+    /// load: a producer that reuses a slot on the cache's word must be ordered after the
+    /// consumer's read of the slot's previous trigger (found by the loom model: with a relaxed
+    /// cache, another producer's older trigger could overwrite the new one).
+    fn tail_cache(&self) -> u64;
+    /// Reads the consumer's tail (acquire), raises the cache to it with a *release*
+    /// read-modify-write (the partner of [`ProducerMem::tail_cache`]'s acquire), returns it.
+    fn refresh_tail(&self) -> u64;
+    /// Publishes `(w0, w1)` in slot `slot` so that a consumer that observes `w1` (acquire) also
+    /// observes `w0` (release). On the GPU: one 16-byte release store.
+    fn publish(&self, slot: u64, w0: u64, w1: u64);
+}
+
+/// The consumer's view of the FIFO's memory.
+pub trait ConsumerMem {
+    /// Reads slot `slot`: word 1 first (acquire), then word 0.
+    fn read_slot(&self, slot: u64) -> (u64, u64);
+    /// Publishes the tail (release): triggers before it are handled and their slots free.
+    fn store_tail(&self, tail: u64);
+}
+
+/// The commit bit expected at position `pos` of a ring of `size` slots (a power of two).
+#[inline(always)]
+pub const fn commit_bit(pos: u64, size: u64) -> u64 {
+    if (pos / size) & 1 == 0 { COMMIT_BIT } else { 0 }
+}
+
+/// Pushes `trigger` (its bit 63 is replaced by the commit bit) and returns its position.
+#[inline(always)]
+pub fn push<M: ProducerMem, W: Waiter>(m: &M, size: u64, trigger: ProxyTrigger, waiter: &mut W) -> u64 {
+    let pos = m.fetch_add_head();
+    // The slot is free once the consumer has handled position pos - size.
+    if pos >= m.tail_cache().wrapping_add(size) {
+        waiter.wait_until(|| pos < m.refresh_tail().wrapping_add(size));
+    }
+    let w1 = (trigger.snd & !COMMIT_BIT) | commit_bit(pos, size);
+    m.publish(pos & (size - 1), trigger.fst, w1);
+    pos
+}
+
+/// Whether the consumer has handled position `pos` (never blocks).
+#[inline(always)]
+pub fn poll<M: ProducerMem>(m: &M, pos: u64) -> bool {
+    pos < m.tail_cache() || pos < m.refresh_tail()
+}
+
+/// Waits until the consumer has handled position `pos`.
+#[inline(always)]
+pub fn sync<M: ProducerMem, W: Waiter>(m: &M, pos: u64, waiter: &mut W) {
+    if pos < m.tail_cache() {
+        return;
+    }
+    waiter.wait_until(|| pos < m.refresh_tail());
+}
+
+/// The consumer's position in the ring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Consumer {
+    pos: u64,
+    size: u64,
+}
+
+impl Consumer {
+    /// A consumer at position 0 of a ring of `size` slots (a power of two).
+    pub const fn new(size: u64) -> Self {
+        Self { pos: 0, size }
+    }
+
+    /// The position of the next trigger to pop.
+    pub const fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// The trigger at the current position, if it has been published (commit bit cleared).
+    /// Does not advance: call [`Consumer::complete`] once it is handled.
+    #[inline(always)]
+    pub fn peek<M: ConsumerMem>(&self, m: &M) -> Option<ProxyTrigger> {
+        let (w0, w1) = m.read_slot(self.pos & (self.size - 1));
+        (w1 & COMMIT_BIT == commit_bit(self.pos, self.size)).then_some(ProxyTrigger { fst: w0, snd: w1 & !COMMIT_BIT })
+    }
+
+    /// Marks the current trigger handled: advances and publishes the tail, freeing its slot.
+    #[inline(always)]
+    pub fn complete<M: ConsumerMem>(&mut self, m: &M) {
+        self.pos += 1;
+        m.store_tail(self.pos);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::cell::{Cell, RefCell};
+
+    struct Ring {
+        head: Cell<u64>,
+        tail: Cell<u64>,
+        cache: Cell<u64>,
+        slots: RefCell<Vec<(u64, u64)>>,
+    }
+    impl ProducerMem for Ring {
+        fn fetch_add_head(&self) -> u64 {
+            let h = self.head.get();
+            self.head.set(h + 1);
+            h
+        }
+        fn tail_cache(&self) -> u64 {
+            self.cache.get()
+        }
+        fn refresh_tail(&self) -> u64 {
+            self.cache.set(self.cache.get().max(self.tail.get()));
+            self.tail.get()
+        }
+        fn publish(&self, slot: u64, w0: u64, w1: u64) {
+            self.slots.borrow_mut()[slot as usize] = (w0, w1);
+        }
+    }
+    impl ConsumerMem for Ring {
+        fn read_slot(&self, slot: u64) -> (u64, u64) {
+            self.slots.borrow()[slot as usize]
+        }
+        fn store_tail(&self, tail: u64) {
+            self.tail.set(tail);
+        }
+    }
+    struct NoWait;
+    impl Waiter for NoWait {
+        fn wait_until<F: FnMut() -> bool>(&mut self, mut cond: F) {
+            assert!(cond(), "would block in a single-threaded test");
+        }
+    }
+
+    #[test]
+    fn zeroed_ring_is_empty_and_laps_alternate_parity() {
+        let r = Ring { head: Cell::new(0), tail: Cell::new(0), cache: Cell::new(0), slots: RefCell::new(vec![(0, 0); 4]) };
+        let mut c = Consumer::new(4);
+        assert_eq!(c.peek(&r), None);
+        for lap in 0..3u64 {
+            for i in 0..4u64 {
+                let t = ProxyTrigger { fst: lap * 10 + i, snd: 7 | COMMIT_BIT };
+                let pos = push(&r, 4, t, &mut NoWait);
+                assert_eq!(pos, lap * 4 + i);
+                assert_eq!(r.slots.borrow()[i as usize].1 & COMMIT_BIT != 0, lap % 2 == 0);
+            }
+            for i in 0..4u64 {
+                let t = c.peek(&r).expect("published");
+                assert_eq!((t.fst, t.snd), (lap * 10 + i, 7));
+                assert!(!poll(&r, lap * 4 + i));
+                c.complete(&r);
+                assert!(poll(&r, lap * 4 + i));
+            }
+            // Every slot now holds this lap's parity: the next lap reads empty.
+            assert_eq!(c.peek(&r), None);
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Cross-GPU and host-to-GPU semaphores: monotonically increasing 64-bit counters.
+//!
+//! ```text
+//!  GPU A (signal)                                   GPU B (wait)
+//!  writes data for B ...                            expected += 1
+//!  red.release.sys.add [B.inbound], 1  ───────────► spin: ld.acquire.sys [inbound] >= expected
+//!  (release: A's earlier writes first)              (acquire: B then sees A's data)
+//! ```
+//!
+//! A memory semaphore connects two GPUs: each side owns an `inbound` counter in its own memory,
+//! which the *peer* increments, and an `expected` counter only it uses. A host-to-device
+//! semaphore's inbound is written by a host thread (the proxy, through the CUDA stream, after the
+//! copies it must follow). Counters only grow, so a wait compares with wrap-around-safe
+//! arithmetic and never loses a signal: signals that arrive early are consumed by later waits.
+//!
+//! One thread at a time may use a given handle (the `expected` counter is not shared).
+
+use crate::abi::DeviceAbi;
+use crate::ptr::GlobalPtr;
+
+/// Whether `value` has reached `target` in a wrap-around-safe sense (`value - target` as a signed
+/// number is not negative).
+#[inline(always)]
+pub const fn reached(value: u64, target: u64) -> bool {
+    (value.wrapping_sub(target) as i64) >= 0
+}
+
+/// A semaphore between two GPUs through peer-mapped memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct MemoryDevice2DeviceSemaphore {
+    /// This side's counter, incremented by the peer (in this GPU's memory).
+    pub inbound: GlobalPtr<u64>,
+    /// The peer's inbound counter, mapped into this GPU's address space.
+    pub remote_inbound: GlobalPtr<u64>,
+    /// How many signals this side has consumed (this GPU's memory, persists across launches).
+    pub expected: GlobalPtr<u64>,
+}
+static_assertions::assert_eq_size!(MemoryDevice2DeviceSemaphore, [u64; 3]);
+static_assertions::assert_eq_align!(MemoryDevice2DeviceSemaphore, u64);
+// SAFETY: repr(C) of three 8-byte addresses; identical layout on host and device.
+unsafe impl DeviceAbi for MemoryDevice2DeviceSemaphore {}
+
+/// A semaphore a host thread signals (the proxy's `Flag` operation) and a GPU waits on.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct Host2DeviceSemaphore {
+    /// The counter the host increments (this GPU's memory).
+    pub inbound: GlobalPtr<u64>,
+    /// How many signals this side has consumed.
+    pub expected: GlobalPtr<u64>,
+}
+static_assertions::assert_eq_size!(Host2DeviceSemaphore, [u64; 2]);
+// SAFETY: repr(C) of two 8-byte addresses.
+unsafe impl DeviceAbi for Host2DeviceSemaphore {}
+
+#[cfg(target_arch = "nvptx64")]
+mod device {
+    use super::*;
+    use crate::atomic::{self, Acquire, Relaxed, Release, Sys};
+    use crate::poll::{SpinBudget, spin_until};
+
+    /// Waits until `*inbound` reaches `*expected + 1`, then records the consumption.
+    #[inline(always)]
+    unsafe fn wait_inbound<const ACQUIRE: bool>(
+        inbound: GlobalPtr<u64>,
+        expected: GlobalPtr<u64>,
+        budget: SpinBudget,
+        name: &'static str,
+    ) {
+        // SAFETY: `expected` is this side's private counter (caller's contract).
+        let target = unsafe { atomic::load::<Relaxed, Sys, u64>(expected.as_ptr()) }.wrapping_add(1);
+        // SAFETY: as above.
+        unsafe { atomic::store::<Relaxed, Sys, u64>(expected.as_ptr(), target) };
+        spin_until(budget, name, || {
+            // Partner: the signaller's release add (device) or the proxy's stream write (host).
+            // SAFETY: `inbound` is a valid counter (caller's contract).
+            let v = unsafe {
+                if ACQUIRE {
+                    atomic::load::<Acquire, Sys, u64>(inbound.as_ptr())
+                } else {
+                    atomic::load::<Relaxed, Sys, u64>(inbound.as_ptr())
+                }
+            };
+            reached(v, target)
+        });
+    }
+
+    /// Consumes one signal if one is there.
+    #[inline(always)]
+    unsafe fn poll_inbound(inbound: GlobalPtr<u64>, expected: GlobalPtr<u64>) -> bool {
+        // SAFETY: valid counters (caller's contract).
+        unsafe {
+            let target = atomic::load::<Relaxed, Sys, u64>(expected.as_ptr()).wrapping_add(1);
+            // Partner: the signaller's release.
+            let v = atomic::load::<Acquire, Sys, u64>(inbound.as_ptr());
+            if reached(v, target) {
+                atomic::store::<Relaxed, Sys, u64>(expected.as_ptr(), target);
+                true
+            } else {
+                false
+            }
+        }
+    }
+
+    impl MemoryDevice2DeviceSemaphore {
+        /// Signals the peer: all earlier writes of this thread (and those it synchronised with)
+        /// become visible to a peer that waits and acquires this signal.
+        ///
+        /// # Safety
+        /// The handle's addresses must be valid (built by the host for this GPU).
+        #[inline(always)]
+        pub unsafe fn signal(&self) {
+            // Partner: the peer's acquire load in `wait`/`poll`.
+            // SAFETY: `remote_inbound` is the peer's counter mapped here (caller's contract).
+            unsafe { atomic::red_add::<Release, Sys, u64>(self.remote_inbound.as_ptr(), 1) };
+        }
+
+        /// Signals without ordering earlier writes (pair with explicit fences).
+        ///
+        /// # Safety
+        /// As for [`MemoryDevice2DeviceSemaphore::signal`].
+        #[inline(always)]
+        pub unsafe fn relaxed_signal(&self) {
+            // SAFETY: as for `signal`.
+            unsafe { atomic::red_add::<Relaxed, Sys, u64>(self.remote_inbound.as_ptr(), 1) };
+        }
+
+        /// Consumes one signal if one has arrived (acquire); never blocks.
+        ///
+        /// # Safety
+        /// As for [`MemoryDevice2DeviceSemaphore::signal`]; one thread at a time per handle.
+        #[inline(always)]
+        pub unsafe fn poll(&self) -> bool {
+            // SAFETY: forwarded.
+            unsafe { poll_inbound(self.inbound, self.expected) }
+        }
+
+        /// Waits for the next signal (acquire). Traps with a message if `budget` runs out.
+        ///
+        /// # Safety
+        /// As for [`MemoryDevice2DeviceSemaphore::poll`].
+        #[inline(always)]
+        pub unsafe fn wait(&self, budget: SpinBudget) {
+            // SAFETY: forwarded.
+            unsafe { wait_inbound::<true>(self.inbound, self.expected, budget, "MemoryDevice2DeviceSemaphore::wait\0") }
+        }
+
+        /// Waits for the next signal with relaxed loads (pair with explicit fences).
+        ///
+        /// # Safety
+        /// As for [`MemoryDevice2DeviceSemaphore::poll`].
+        #[inline(always)]
+        pub unsafe fn relaxed_wait(&self, budget: SpinBudget) {
+            // SAFETY: forwarded.
+            unsafe {
+                wait_inbound::<false>(self.inbound, self.expected, budget, "MemoryDevice2DeviceSemaphore::relaxed_wait\0")
+            }
+        }
+    }
+
+    impl Host2DeviceSemaphore {
+        /// Consumes one host signal if one has arrived; never blocks.
+        ///
+        /// # Safety
+        /// The handle's addresses must be valid; one thread at a time per handle.
+        #[inline(always)]
+        pub unsafe fn poll(&self) -> bool {
+            // SAFETY: forwarded.
+            unsafe { poll_inbound(self.inbound, self.expected) }
+        }
+
+        /// Waits for the next host signal (acquire). Traps with a message if `budget` runs out.
+        ///
+        /// # Safety
+        /// As for [`Host2DeviceSemaphore::poll`].
+        #[inline(always)]
+        pub unsafe fn wait(&self, budget: SpinBudget) {
+            // SAFETY: forwarded.
+            unsafe { wait_inbound::<true>(self.inbound, self.expected, budget, "Host2DeviceSemaphore::wait\0") }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reached;
+
+    #[test]
+    fn wrap_safe_comparison() {
+        assert!(reached(5, 5));
+        assert!(reached(6, 5));
+        assert!(!reached(4, 5));
+        assert!(reached(2, u64::MAX - 1)); // wrapped past the target
+        assert!(!reached(u64::MAX - 1, 2));
+    }
+}

@@ -1,0 +1,119 @@
+//! The host side of the trigger FIFO: the ring in pinned host memory (mapped into the GPU), the
+//! counters, and the consumer.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use mscclpp_device::fifo::{FifoDeviceHandle, ProxyTrigger};
+use mscclpp_device::protocol::fifo::{Consumer, ConsumerMem};
+
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::memory::{DeviceBuffer, PinnedBuffer};
+
+/// Default number of slots.
+pub const DEFAULT_FIFO_SIZE: u32 = 512;
+
+/// A trigger FIFO whose producers are kernels on one GPU and whose consumer is a host thread.
+pub struct Fifo {
+    ring: PinnedBuffer,
+    tail: PinnedBuffer,
+    counters: DeviceBuffer,
+    size: u32,
+    consumer: Consumer,
+}
+
+impl std::fmt::Debug for Fifo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fifo").field("size", &self.size).field("position", &self.consumer.position()).finish()
+    }
+}
+
+struct HostView<'a> {
+    ring: *const AtomicU64,
+    tail: &'a AtomicU64,
+}
+
+impl ConsumerMem for HostView<'_> {
+    fn read_slot(&self, slot: u64) -> (u64, u64) {
+        // SAFETY: `slot < size`; the ring holds 2 * size aligned u64 words in pinned memory that
+        // lives as long as the Fifo. The GPU writes it with 16-byte release stores.
+        unsafe {
+            let w = self.ring.add(2 * slot as usize);
+            // Partner: the producer's release store of the whole trigger (word 1 read first).
+            let w1 = (*w.add(1)).load(Ordering::Acquire);
+            ((*w).load(Ordering::Relaxed), w1)
+        }
+    }
+    fn store_tail(&self, tail: u64) {
+        // Partner: the producers' acquire load of the tail (`refresh_tail`).
+        self.tail.store(tail, Ordering::Release);
+    }
+}
+
+fn host_view<'a>(ring: &'a PinnedBuffer, tail: &'a PinnedBuffer) -> HostView<'a> {
+    // SAFETY: the tail buffer is 64 bytes of pinned memory, 8-aligned, living as long as `tail`.
+    let tail = unsafe { AtomicU64::from_ptr(tail.host_ptr().cast()) };
+    HostView { ring: ring.host_ptr().cast(), tail }
+}
+
+impl Fifo {
+    /// A FIFO of `size` slots (a power of two) for kernels on `gpu`.
+    pub fn new(gpu: &Arc<Gpu>, size: u32) -> Result<Self> {
+        if size == 0 || !size.is_power_of_two() {
+            return Err(Error::InvalidArgument(format!("FIFO size {size} is not a power of two")));
+        }
+        let ring = PinnedBuffer::zeroed(gpu, size as usize * std::mem::size_of::<ProxyTrigger>())?;
+        let tail = PinnedBuffer::zeroed(gpu, 64)?;
+        // head and tail cache, zeroed, on the producers' GPU.
+        let counters = DeviceBuffer::filled(gpu, 16, 0)?;
+        Ok(Self { ring, tail, counters, size, consumer: Consumer::new(size as u64) })
+    }
+
+    /// The number of slots.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The handle kernels push with.
+    pub fn device_handle(&self) -> FifoDeviceHandle {
+        FifoDeviceHandle {
+            triggers: self.ring.device_ptr(0),
+            head: self.counters.ptr(),
+            tail: self.tail.device_ptr(0),
+            tail_cache: self.counters.ptr::<u64>().add(1),
+            mask: self.size as u64 - 1,
+            size: self.size,
+            shift: self.size.trailing_zeros(),
+        }
+    }
+
+
+    /// The trigger at the consumer's position, if published (not consumed: call
+    /// [`Fifo::complete`] once it is handled).
+    pub fn peek(&self) -> Option<ProxyTrigger> {
+        self.consumer.peek(&host_view(&self.ring, &self.tail))
+    }
+
+    /// Marks the current trigger handled and frees its slot.
+    pub fn complete(&mut self) {
+        let view = host_view(&self.ring, &self.tail);
+        self.consumer.complete(&view);
+    }
+
+    /// Pops the next trigger if there is one (peek + complete).
+    pub fn try_pop(&mut self) -> Option<ProxyTrigger> {
+        let t = self.peek()?;
+        self.complete();
+        Some(t)
+    }
+
+    /// The consumer's position (triggers handled so far).
+    pub fn position(&self) -> u64 {
+        self.consumer.position()
+    }
+}
+
+// SAFETY: the FIFO owns its buffers; the raw pointers inside are only dereferenced through
+// atomics, and the consumer state moves with the value.
+unsafe impl Send for Fifo {}

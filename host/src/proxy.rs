@@ -1,0 +1,285 @@
+//! The host proxy: a thread that pops triggers from a [`Fifo`] and executes them.
+//!
+//! * **Data**: copy `size` bytes between two registered memories (`cuMemcpyDtoDAsync`; with peer
+//!   access or CUDA IPC mappings the copy engine moves them over NVLink).
+//! * **Flag**: write the next value of a registered semaphore counter on the peer
+//!   (`cuStreamWriteValue64`), after the copies before it.
+//! * **Sync**: wait for the stream (every earlier request complete), then publish the position.
+//! * **Atomic add** (type 0): add a u64 at an offset of a registered memory (a one-thread kernel).
+//!
+//! Everything runs on one non-blocking stream of the proxy's GPU, so requests complete in FIFO
+//! order and a Flag never overtakes the data before it. The tail (positions handled) is published
+//! after each request; for a Sync, only after the stream has drained.
+//!
+//! A failed request (bad memory id, range outside a memory, driver error) stops the proxy and is
+//! kept: [`ProxyService::check`] and [`ProxyService::stop`] return it. Kernels waiting on the proxy
+//! then run out of their spin budget and trap; nothing hangs. Dropping the service stops and joins
+//! the thread.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use cudarc::driver::sys;
+use mscclpp_device::fifo::{FifoDeviceHandle, MAX_MEMORY_ID, MAX_SEMAPHORE_ID, Request, kind};
+
+use crate::error::{DriverContext, Error, Result, check};
+use crate::fifo::{DEFAULT_FIFO_SIZE, Fifo};
+use crate::gpu::Gpu;
+use crate::launch::{Args, LaunchConfig, launch_on};
+
+const ATOMIC_ADD_PTX: &str = include_str!("proxy_atomic_add.ptx");
+
+/// The PTX of the proxy's atomic-add kernel (exposed for the ptxas check).
+pub fn atomic_add_ptx() -> &'static str {
+    ATOMIC_ADD_PTX
+}
+
+/// A memory region the proxy may copy from or to: an address valid in this process on the
+/// proxy's GPU (its own memory, a peer's with peer access, or an imported IPC mapping).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryRegion {
+    /// Device address.
+    pub base: u64,
+    /// Size in bytes.
+    pub bytes: u64,
+}
+
+/// Identifies a registered memory in triggers (9 bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MemoryId(pub u32);
+
+/// Identifies a registered semaphore in triggers (10 bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SemaphoreId(pub u32);
+
+/// Collects what a proxy serves, then starts it.
+pub struct ProxyBuilder {
+    gpu: Arc<Gpu>,
+    fifo_size: u32,
+    memories: Vec<MemoryRegion>,
+    semaphores: Vec<u64>,
+}
+
+impl ProxyBuilder {
+    /// A proxy for kernels running on `gpu`.
+    pub fn new(gpu: &Arc<Gpu>) -> Self {
+        Self { gpu: gpu.clone(), fifo_size: DEFAULT_FIFO_SIZE, memories: Vec::new(), semaphores: Vec::new() }
+    }
+
+    /// The FIFO size (a power of two; default 512).
+    pub fn fifo_size(mut self, size: u32) -> Self {
+        self.fifo_size = size;
+        self
+    }
+
+    /// Registers a memory region; its id goes into channels' triggers.
+    pub fn add_memory(&mut self, region: MemoryRegion) -> Result<MemoryId> {
+        if self.memories.len() as u32 > MAX_MEMORY_ID {
+            return Err(Error::InvalidArgument(format!("a proxy serves at most {} memories", MAX_MEMORY_ID + 1)));
+        }
+        if region.base == 0 || region.base.checked_add(region.bytes).is_none() {
+            return Err(Error::InvalidArgument(format!("bad memory region {region:?}")));
+        }
+        self.memories.push(region);
+        Ok(MemoryId(self.memories.len() as u32 - 1))
+    }
+
+    /// Registers the address of a peer's host-to-device semaphore counter (the `inbound` of a
+    /// `Host2DeviceSemaphore` on the peer, mapped here). A Flag request increments it.
+    pub fn add_semaphore(&mut self, remote_inbound: u64) -> Result<SemaphoreId> {
+        if self.semaphores.len() as u32 > MAX_SEMAPHORE_ID {
+            return Err(Error::InvalidArgument(format!("a proxy serves at most {} semaphores", MAX_SEMAPHORE_ID + 1)));
+        }
+        if remote_inbound == 0 || remote_inbound % 8 != 0 {
+            return Err(Error::InvalidArgument(format!("bad semaphore address {remote_inbound:#x}")));
+        }
+        self.semaphores.push(remote_inbound);
+        Ok(SemaphoreId(self.semaphores.len() as u32 - 1))
+    }
+
+    /// Creates the FIFO and starts the proxy thread.
+    pub fn start(self) -> Result<ProxyService> {
+        let fifo = Fifo::new(&self.gpu, self.fifo_size)?;
+        let handle = fifo.device_handle();
+        let stream = self.gpu.new_stream()?;
+        // Load the atomic-add kernel now, so a bad module is an error here and not in the thread.
+        let atomic_add = self.gpu.function(ATOMIC_ADD_PTX, "mscclpp_proxy_atomic_add")?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let error = Arc::new(Mutex::new(None));
+        let worker = Worker {
+            gpu: self.gpu.clone(),
+            fifo,
+            stream,
+            atomic_add,
+            memories: self.memories,
+            semaphores: self.semaphores.into_iter().map(|a| (a, 0)).collect(),
+        };
+        let (s, e) = (stop.clone(), error.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("mscclpp-proxy-gpu{}", self.gpu.ordinal()))
+            .spawn(move || worker.run(&s, &e))
+            .map_err(|source| Error::Io { context: "starting the proxy thread".into(), source })?;
+        Ok(ProxyService { fifo: handle, stop, error, thread: Some(thread) })
+    }
+}
+
+/// A running proxy. Drop stops it and joins its thread.
+pub struct ProxyService {
+    fifo: FifoDeviceHandle,
+    stop: Arc<AtomicBool>,
+    error: Arc<Mutex<Option<Error>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ProxyService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyService").field("fifo", &self.fifo).finish_non_exhaustive()
+    }
+}
+
+impl ProxyService {
+    /// The FIFO handle kernels push to (also inside every port channel of this proxy).
+    pub fn fifo_handle(&self) -> FifoDeviceHandle {
+        self.fifo
+    }
+
+    /// The first error the proxy hit, if any (the proxy stops at it).
+    pub fn check(&self) -> Result<()> {
+        match self.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the proxy thread is still serving.
+    pub fn is_running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Stops the thread, joins it, and returns the error it hit, if any.
+    pub fn stop(mut self) -> Result<()> {
+        self.shutdown();
+        self.check()
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(Error::Proxy("proxy thread panicked".into()));
+        }
+    }
+}
+
+impl Drop for ProxyService {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+struct Worker {
+    gpu: Arc<Gpu>,
+    fifo: Fifo,
+    stream: Arc<cudarc::driver::CudaStream>,
+    atomic_add: cudarc::driver::CudaFunction,
+    memories: Vec<MemoryRegion>,
+    /// (remote inbound address, signals sent so far).
+    semaphores: Vec<(u64, u64)>,
+}
+
+// SAFETY: the worker's CUDA handles are used only by the proxy thread after the move.
+unsafe impl Send for Worker {}
+
+impl Worker {
+    fn run(mut self, stop: &AtomicBool, error: &Mutex<Option<Error>>) {
+        if let Err(e) = self.gpu.bind() {
+            *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            return;
+        }
+        let mut idle: u32 = 0;
+        loop {
+            match self.fifo.peek() {
+                Some(t) => {
+                    idle = 0;
+                    let pos = self.fifo.position();
+                    if let Err(e) = self.execute(t.decode()) {
+                        *error.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some(Error::Proxy(format!("GPU {} FIFO position {pos}: {e}", self.gpu.ordinal())));
+                        return;
+                    }
+                    self.fifo.complete();
+                }
+                None => {
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    // Spin briefly (lowest latency), then yield the core.
+                    idle = idle.saturating_add(1);
+                    if idle < 4096 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+    }
+
+    fn memory(&self, id: u32, offset: u32, bytes: u64, what: &str) -> Result<u64> {
+        let m = self
+            .memories
+            .get(id as usize)
+            .ok_or_else(|| Error::InvalidArgument(format!("{what} memory id {id} is not registered")))?;
+        if offset as u64 + bytes > m.bytes {
+            return Err(Error::InvalidArgument(format!(
+                "{what} range {offset}..{} outside memory {id} of {} bytes",
+                offset as u64 + bytes,
+                m.bytes
+            )));
+        }
+        Ok(m.base + offset as u64)
+    }
+
+    fn execute(&mut self, req: Request) -> Result<()> {
+        let s = self.stream.cu_stream();
+        match req {
+            Request::Transfer { kind: k, size, src_offset, dst_offset, src_memory, dst_memory, semaphore } => {
+                if k & kind::DATA != 0 && size > 0 {
+                    let src = self.memory(src_memory, src_offset, size as u64, "source")?;
+                    let dst = self.memory(dst_memory, dst_offset, size as u64, "destination")?;
+                    // SAFETY: both ranges lie inside registered memories valid in this context.
+                    unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, size as usize, s) }
+                        .ctx(|| format!("copying {size} bytes"))?;
+                }
+                if k & kind::FLAG != 0 {
+                    let sem = self
+                        .semaphores
+                        .get_mut(semaphore as usize)
+                        .ok_or_else(|| Error::InvalidArgument(format!("semaphore id {semaphore} is not registered")))?;
+                    sem.1 += 1;
+                    // Stream-ordered after the copies above; the default flags include a memory
+                    // barrier, so the peer sees the data before the counter (partner: the peer's
+                    // acquire load in Host2DeviceSemaphore::wait).
+                    // SAFETY: the address was registered as a mapped u64 counter.
+                    let r = unsafe { sys::cuStreamWriteValue64_v2(s, sem.0, sem.1, 0) };
+                    check(r, || format!("signalling semaphore {semaphore}"))?;
+                }
+                if k & kind::SYNC != 0 {
+                    self.stream.synchronize().ctx(|| "draining the proxy stream".into())?;
+                }
+            }
+            Request::AtomicAdd { value, dst_offset, dst_memory } => {
+                if dst_offset % 8 != 0 {
+                    return Err(Error::InvalidArgument(format!("atomic add at unaligned offset {dst_offset}")));
+                }
+                let dst = self.memory(dst_memory, dst_offset, 8, "atomic add")?;
+                let mut args = Args::new().arg(dst).arg(value);
+                // SAFETY: the kernel takes (u64 address, u64 value); the address is a registered u64.
+                unsafe { launch_on(&self.gpu, &self.stream, &self.atomic_add, LaunchConfig::new(1, 1), &mut args) }?;
+            }
+        }
+        Ok(())
+    }
+}
