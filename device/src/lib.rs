@@ -14,8 +14,10 @@
 
 pub mod abi;
 pub mod bulk;
+pub mod multimem;
 pub mod poll;
 pub mod ptr;
+pub mod vec;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod ptx;

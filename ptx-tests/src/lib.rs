@@ -9,3 +9,4 @@
 
 pub mod bulk;
 pub mod checks;
+pub mod multimem;
