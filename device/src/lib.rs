@@ -14,9 +14,11 @@
 
 pub mod abi;
 pub mod bulk;
+pub mod channel;
 pub mod multimem;
 pub mod poll;
 pub mod ptr;
+pub mod switch;
 pub mod vec;
 
 #[cfg(target_arch = "nvptx64")]

@@ -10,3 +10,4 @@
 pub mod bulk;
 pub mod checks;
 pub mod multimem;
+pub mod switch;

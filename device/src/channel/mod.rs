@@ -1,0 +1,4 @@
+//! Channel handles: `#[repr(C)]` structs built by the host and passed to kernels by value, each
+//! composing a memory window with the semaphore that orders it.
+
+pub mod switch;
