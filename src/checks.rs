@@ -5,6 +5,14 @@
 //! assemble with `ptxas -arch=sm_90`, and its SASS must contain each `sass` text. SASS texts were
 //! taken from `cuobjdump -sass` of ptxas 13.5's output; an empty list means the instruction leaves
 //! no distinctive opcode (address arithmetic, a fence the hardware folds away without clusters).
+//!
+//! The expectations live in several tables: [`CHECKS`] (the sm_90 module's general wrappers),
+//! [`MULTIMEM_CHECKS`] (multimem, sm_90) and [`SM100A_CHECKS`] (fp8 multimem, checked against the
+//! sm_100a module). [`sm90_checks`], [`sm100a_checks`] and [`all_checks`] combine them.
+
+mod multimem;
+
+pub use multimem::{MULTIMEM_CHECKS, SM100A_CHECKS};
 
 /// The expectation for one wrapper.
 #[derive(Clone, Copy, Debug)]
@@ -39,7 +47,22 @@ const fn c(w: &'static str, ptx: &'static [&'static str], sass: &'static [&'stat
     Check::new(w, ptx, sass)
 }
 
-/// Every expectation (sm_90 module).
+/// Every expectation checked against the sm_90 module ([`CHECKS`] and [`MULTIMEM_CHECKS`]).
+pub fn sm90_checks() -> impl Iterator<Item = &'static Check> {
+    CHECKS.iter().chain(MULTIMEM_CHECKS)
+}
+
+/// Every expectation checked against the sm_100a module ([`SM100A_CHECKS`]).
+pub fn sm100a_checks() -> impl Iterator<Item = &'static Check> {
+    SM100A_CHECKS.iter()
+}
+
+/// Every expectation of every table (what the coverage test compares with the wrappers).
+pub fn all_checks() -> impl Iterator<Item = &'static Check> {
+    sm90_checks().chain(sm100a_checks())
+}
+
+/// The general wrappers' expectations (sm_90 module).
 pub const CHECKS: &[Check] = &[
     // ld_st
     c("ld_relaxed_cta_u32", &["ld.relaxed.cta.u32"], &["LD.E.STRONG.SM"]),

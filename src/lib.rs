@@ -12,6 +12,9 @@ pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/ptx_tests.ptx"));
 /// The same programs with device-side argument assertions compiled in (feature `checks`).
 pub const PTX_CHECKED: &str = include_str!(concat!(env!("OUT_DIR"), "/ptx_tests_checked.ptx"));
 
+/// The same programs built for sm_100a with feature `sm100a` (adds the fp8 multimem forms).
+pub const PTX_SM100A: &str = include_str!(concat!(env!("OUT_DIR"), "/ptx_tests_sm100a.ptx"));
+
 /// Writes the embedded PTX (plain or checked) to a file in the temp directory and returns its
 /// path, for assembling it with ptxas (works wherever the binary runs, not only where it was built).
 pub fn ptx_path(checked: bool) -> std::path::PathBuf {
@@ -19,5 +22,15 @@ pub fn ptx_path(checked: bool) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("mscclpp-rs-{}", std::process::id()));
     let path = dir.join(format!("{name}.ptx"));
     std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, text)).expect("writing the PTX to a temp file");
+    path
+}
+
+/// Writes the embedded sm_100a PTX ([`PTX_SM100A`]) to a temp file and returns its path.
+pub fn ptx_sm100a_path() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("mscclpp-rs-{}", std::process::id()));
+    let path = dir.join("ptx_tests_sm100a.ptx");
+    std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::write(&path, PTX_SM100A))
+        .expect("writing the PTX to a temp file");
     path
 }

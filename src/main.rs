@@ -7,41 +7,14 @@
 use std::process::ExitCode;
 
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig};
-use mscclpp_rs::checks::CHECKS;
+use mscclpp_rs::checks::{self, Check};
 use mscclpp_rs::{PTX, ptxcheck, testing};
 
 fn main() -> ExitCode {
     let mut failed = false;
     println!("mscclpp-rs report\n");
-    match nvptx_builder::assemble(&mscclpp_rs::ptx_path(false), "sm_90") {
-        Ok(asm) => {
-            let funcs = ptxcheck::sass_functions(&asm.sass);
-            let entries = ptxcheck::entries(PTX);
-            println!("{:<40} {:<70} SASS (sm_90)", "primitive", "PTX instruction");
-            for c in CHECKS {
-                let sass = funcs.get(&c.kernel()).map(|t| {
-                    let ops: Vec<&str> = ptxcheck::opcodes(t)
-                        .into_iter()
-                        .filter(|op| {
-                            c.sass.iter().any(|want| want.trim().starts_with(op) || op.starts_with(want.trim()))
-                        })
-                        .collect();
-                    if ops.is_empty() { "(no distinctive opcode)".to_string() } else { dedup(ops).join(" ") }
-                });
-                let ok = ptxcheck::check_ptx(c, &entries).is_empty() && ptxcheck::check_sass(c, &funcs).is_empty();
-                failed |= !ok;
-                println!(
-                    "{:<40} {:<70} {}{}",
-                    c.wrapper,
-                    c.ptx.first().copied().unwrap_or(""),
-                    sass.unwrap_or_else(|| "(missing)".into()),
-                    if ok { "" } else { "   <-- MISMATCH" }
-                );
-            }
-            println!("\n{} PTX wrappers checked, {} kernels in the module", CHECKS.len(), entries.len());
-        }
-        Err(e) => println!("ptxas/cuobjdump unavailable, SASS table skipped: {e}\n"),
-    }
+    failed |= !report_table("sm_90", &mscclpp_rs::ptx_path(false), PTX, checks::sm90_checks());
+    failed |= !report_table("sm_100a", &mscclpp_rs::ptx_sm100a_path(), mscclpp_rs::PTX_SM100A, checks::sm100a_checks());
 
     let inv = mscclpp_host::gpu::inventory();
     if inv.devices.is_empty() {
@@ -79,6 +52,44 @@ fn main() -> ExitCode {
         }
     }
     if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+/// Prints, for every check of one module, the instruction and the SASS opcodes ptxas made of it.
+/// Returns whether every check passed (true also when ptxas is unavailable: nothing was checked).
+fn report_table<'a>(arch: &str, path: &std::path::Path, ptx: &str, checks: impl Iterator<Item = &'a Check>) -> bool {
+    let asm = match nvptx_builder::assemble(path, arch) {
+        Ok(asm) => asm,
+        Err(e) => {
+            println!("ptxas/cuobjdump unavailable, {arch} SASS table skipped: {e}\n");
+            return true;
+        }
+    };
+    let mut ok_all = true;
+    let funcs = ptxcheck::sass_functions(&asm.sass);
+    let entries = ptxcheck::entries(ptx);
+    println!("{:<54} {:<70} SASS ({arch})", "primitive", "PTX instruction");
+    let mut n = 0;
+    for c in checks {
+        n += 1;
+        let sass = funcs.get(&c.kernel()).map(|t| {
+            let ops: Vec<&str> = ptxcheck::opcodes(t)
+                .into_iter()
+                .filter(|op| c.sass.iter().any(|want| want.trim().starts_with(op) || op.starts_with(want.trim())))
+                .collect();
+            if ops.is_empty() { "(no distinctive opcode)".to_string() } else { dedup(ops).join(" ") }
+        });
+        let ok = ptxcheck::check_ptx(c, &entries).is_empty() && ptxcheck::check_sass(c, &funcs).is_empty();
+        ok_all &= ok;
+        println!(
+            "{:<54} {:<70} {}{}",
+            c.wrapper,
+            c.ptx.first().copied().unwrap_or("").trim_end(),
+            sass.unwrap_or_else(|| "(missing)".into()),
+            if ok { "" } else { "   <-- MISMATCH" }
+        );
+    }
+    println!("\n{n} PTX wrappers checked for {arch}, {} kernels in the module\n", entries.len());
+    ok_all
 }
 
 fn dedup(v: Vec<&str>) -> Vec<&str> {

@@ -1,11 +1,11 @@
 //! Verification tier 3 on the CPU: every PTX wrapper's check kernel holds its instruction, keeps
-//! no call, stays short; the whole module assembles with ptxas for sm_90 and the SASS holds the
-//! expected opcodes; and no public wrapper lacks a check.
+//! no call, stays short; the whole module assembles with ptxas for sm_90 (and the sm_100a module
+//! for sm_100a) and the SASS holds the expected opcodes; and no public wrapper lacks a check.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use mscclpp_rs::checks::CHECKS;
+use mscclpp_rs::checks::{all_checks, sm90_checks, sm100a_checks};
 use mscclpp_rs::ptxcheck;
 
 fn ptxas_available() -> bool {
@@ -25,8 +25,22 @@ fn ptxas_available() -> bool {
 #[test]
 fn every_check_kernel_holds_its_instruction() {
     let entries = ptxcheck::entries(mscclpp_rs::PTX);
-    let problems: Vec<String> = CHECKS.iter().flat_map(|c| ptxcheck::check_ptx(c, &entries)).collect();
+    let mut problems: Vec<String> = sm90_checks().flat_map(|c| ptxcheck::check_ptx(c, &entries)).collect();
+    let entries = ptxcheck::entries(mscclpp_rs::PTX_SM100A);
+    problems.extend(sm100a_checks().flat_map(|c| ptxcheck::check_ptx(c, &entries)).map(|p| format!("sm_100a: {p}")));
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+}
+
+#[test]
+fn sm100a_forms_only_in_the_sm100a_module() {
+    let plain = ptxcheck::entries(mscclpp_rs::PTX);
+    let sm100a = ptxcheck::entries(mscclpp_rs::PTX_SM100A);
+    for c in sm100a_checks() {
+        assert!(!plain.contains_key(&c.kernel()), "{} is in the sm_90 module", c.kernel());
+        assert!(sm100a.contains_key(&c.kernel()), "{} is missing from the sm_100a module", c.kernel());
+    }
+    assert!(mscclpp_rs::PTX_SM100A.contains(".target sm_100a"));
+    assert!(mscclpp_rs::PTX.contains(".target sm_90"));
 }
 
 #[test]
@@ -40,9 +54,20 @@ fn module_assembles_and_sass_holds_the_opcodes() {
             continue;
         }
         let funcs = ptxcheck::sass_functions(&asm.sass);
-        let problems: Vec<String> = CHECKS.iter().flat_map(|c| ptxcheck::check_sass(c, &funcs)).collect();
+        let problems: Vec<String> = sm90_checks().flat_map(|c| ptxcheck::check_sass(c, &funcs)).collect();
         assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
     }
+}
+
+#[test]
+fn sm100a_module_assembles_and_sass_holds_the_opcodes() {
+    if !ptxas_available() {
+        return;
+    }
+    let asm = nvptx_builder::assemble(&mscclpp_rs::ptx_sm100a_path(), "sm_100a").expect("ptxas/cuobjdump");
+    let funcs = ptxcheck::sass_functions(&asm.sass);
+    let problems: Vec<String> = sm100a_checks().flat_map(|c| ptxcheck::check_sass(c, &funcs)).collect();
+    assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
 }
 
 #[test]
@@ -51,13 +76,13 @@ fn every_public_wrapper_has_a_check_and_no_check_is_stale() {
     let wrappers: BTreeSet<String> =
         ptxcheck::public_wrappers(&dir).expect("reading device/src/ptx").into_iter().collect();
     assert!(wrappers.len() > 50, "found only {} wrappers in {}", wrappers.len(), dir.display());
-    let checked: BTreeSet<String> = CHECKS.iter().map(|c| c.wrapper.to_string()).collect();
+    let checked: BTreeSet<String> = all_checks().map(|c| c.wrapper.to_string()).collect();
     let missing: Vec<_> = wrappers.difference(&checked).collect();
     let stale: Vec<_> = checked.difference(&wrappers).collect();
     assert!(missing.is_empty(), "public wrappers without a check: {missing:?}");
     assert!(stale.is_empty(), "checks for wrappers that do not exist: {stale:?}");
     let mut seen = BTreeSet::new();
-    for c in CHECKS {
+    for c in all_checks() {
         assert!(seen.insert(c.wrapper), "duplicate check for {}", c.wrapper);
     }
 }

@@ -17,10 +17,13 @@ pub mod atomic;
 pub mod bulk;
 pub mod channel;
 pub mod fifo;
+pub mod multimem;
 pub mod poll;
 pub mod protocol;
 pub mod ptr;
 pub mod semaphore;
+pub mod switch;
+pub mod vec;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod ptx;

@@ -9,6 +9,7 @@
 //! * [`launch`]: typed kernel arguments and launches, dynamic shared memory above 48 KiB.
 //! * [`memory`]: device buffers (exportable to other processes), pinned host memory.
 //! * [`bulk`]: host-side validation for bulk-copy work.
+//! * [`nvls`]: NVLink multicast buffers, only behind the multicast guard.
 //!
 //! Every fallible call returns the one [`Error`] type.
 
@@ -19,6 +20,7 @@ pub mod fifo;
 pub mod gpu;
 pub mod launch;
 pub mod memory;
+pub mod nvls;
 pub mod proxy;
 pub mod semaphore;
 

@@ -9,3 +9,5 @@
 
 pub mod bulk;
 pub mod checks;
+pub mod multimem;
+pub mod switch;

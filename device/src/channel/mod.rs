@@ -1,3 +1,5 @@
-//! Channels: the device handles kernels use to move data to a peer and synchronise with it.
+//! Channels: `#[repr(C)]` handles built by the host and passed to kernels by value, each
+//! composing a memory window with the semaphore that orders it.
 
 pub mod port;
+pub mod switch;

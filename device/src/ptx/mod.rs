@@ -18,6 +18,7 @@ pub mod fence;
 pub mod ld_st;
 pub mod mbarrier;
 pub mod misc;
+pub mod multimem;
 pub mod print;
 pub mod smem;
 pub mod sreg;
