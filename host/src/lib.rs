@@ -9,15 +9,19 @@
 //! * [`launch`]: typed kernel arguments and launches, dynamic shared memory above 48 KiB.
 //! * [`memory`]: device buffers (exportable to other processes), pinned host memory.
 //! * [`bulk`]: host-side validation for bulk-copy work.
+//! * [`bootstrap`]: rank discovery (mpirun, PMI, Slurm, the built-in launcher), TCP rendezvous,
+//!   all-gather / barrier / send / recv between ranks, and the launcher itself.
 //!
 //! Every fallible call returns the one [`Error`] type.
 
+pub mod bootstrap;
 pub mod bulk;
 pub mod error;
 pub mod gpu;
 pub mod launch;
 pub mod memory;
 
+pub use bootstrap::Bootstrap;
 pub use error::{Error, Result};
 pub use gpu::Gpu;
 pub use launch::{Args, LaunchConfig};
