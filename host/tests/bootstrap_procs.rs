@@ -46,7 +46,7 @@ fn rank_main(mut cfg: BootstrapConfig) -> ExitCode {
         _ => {}
     }
     let outcome = (|| -> mscclpp_host::Result<()> {
-        let b = Bootstrap::connect(&cfg)?;
+        let mut b = Bootstrap::connect(&cfg)?;
         match scenario.as_str() {
             "ok" | "late_root" => {
                 let all = b.all_gather(&contribution(me))?;
@@ -69,6 +69,9 @@ fn rank_main(mut cfg: BootstrapConfig) -> ExitCode {
                 b.all_gather(b"after the kill")?;
             }
             "hang" => {
+                // The rendezvous had 20 s (a loaded machine starts processes slowly); the step
+                // under test gets 2 s.
+                b.set_timeout(Duration::from_secs(2))?;
                 b.barrier()?;
                 if me == 3 {
                     std::thread::sleep(Duration::from_secs(60));
@@ -161,7 +164,7 @@ fn a_killed_rank_is_named_by_the_others_at_once() -> Check {
 }
 
 fn a_hanging_rank_times_out_by_name_and_is_killed() -> Check {
-    let run = launch("hang", 2.0, Duration::from_secs(60), Duration::from_secs(1));
+    let run = launch("hang", 20.0, Duration::from_secs(60), Duration::from_secs(1));
     for r in [0, 1, 2] {
         let want =
             format!("[rank {r}] rank {r}: error: rank {r}: all_gather #1: timed out after 2 s waiting for rank 3");

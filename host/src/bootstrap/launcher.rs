@@ -194,7 +194,7 @@ impl Launcher {
         }
         drop((exit_tx, drained_tx));
 
-        let deadline = started + self.deadline;
+        let deadline = started.checked_add(self.deadline).unwrap_or_else(|| super::after(self.deadline));
         let mut status: Vec<Option<String>> = vec![None; n];
         let mut failed: Vec<usize> = Vec::new();
         let mut killed: Vec<usize> = Vec::new();
@@ -214,7 +214,7 @@ impl Launcher {
                     });
                     if !ok && !killed.contains(&rank) {
                         failed.push(rank);
-                        grace_end.get_or_insert(Instant::now() + self.grace);
+                        grace_end.get_or_insert(super::after(self.grace));
                     }
                 }
                 Err(RecvTimeoutError::Timeout) if give_up.is_none() => {

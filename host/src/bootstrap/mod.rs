@@ -156,13 +156,16 @@ impl Bootstrap {
     pub fn connect(cfg: &BootstrapConfig) -> Result<Self> {
         let rank = cfg.rank.rank;
         let wrap = |e| Error::Bootstrap { rank, step: "rendezvous".into(), cause: Box::new(e) };
+        if cfg.timeout.is_zero() {
+            return Err(wrap(Error::InvalidArgument("the timeout is zero".into())));
+        }
         if cfg.max_frame < MIN_MAX_FRAME {
             return Err(wrap(Error::InvalidArgument(format!(
                 "max_frame {} is below the minimum {MIN_MAX_FRAME}",
                 cfg.max_frame
             ))));
         }
-        let deadline = Instant::now() + cfg.timeout;
+        let deadline = after(cfg.timeout);
         let streams = if cfg.rank.world_size == 1 {
             vec![None]
         } else if rank == 0 {
@@ -235,6 +238,22 @@ impl Bootstrap {
     /// The timeout of every operation.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+    /// Changes the timeout of later operations (e.g. a generous one for the rendezvous, then a
+    /// short one, or a longer one around a slow phase). Zero is refused.
+    pub fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
+        if timeout.is_zero() {
+            return Err(self.fail("set_timeout", Error::InvalidArgument("the timeout is zero".into())));
+        }
+        for (peer, link) in self.links.iter().enumerate() {
+            if let Some(link) = link {
+                lock(link).set_write_timeout(Some(timeout)).map_err(|source| {
+                    self.fail("set_timeout", Error::Io { context: format!("connection to rank {peer}"), source })
+                })?;
+            }
+        }
+        self.timeout = timeout;
+        Ok(())
     }
     /// The largest payload one operation may carry.
     pub fn max_frame(&self) -> usize {
@@ -327,13 +346,14 @@ impl Bootstrap {
                 self.fail("send", Error::InvalidArgument(format!("peer {peer} is not below the world size {n}")))
             );
         }
+        // Refuse before taking a sequence number, so a refused send leaves no gap for the receiver.
+        self.check_size(&format!("send to rank {peer}"), data.len())?;
         let seq = {
             let mut c = lock(&self.counters);
             c.sent[peer] += 1;
             c.sent[peer] - 1
         };
         let step = format!("send #{} to rank {peer}", seq + 1);
-        self.check_size(&step, data.len())?;
         if peer == self.info.rank {
             self.inbox.push(peer, Frame { kind: Kind::Message, seq, payload: data.to_vec() });
             return Ok(());
@@ -351,7 +371,7 @@ impl Bootstrap {
         }
         let seq = lock(&self.counters).received[peer];
         let step = format!("recv #{} from rank {peer}", seq + 1);
-        let frame = self.wait(&step, peer, Kind::Message, seq, Instant::now() + self.timeout)?;
+        let frame = self.wait(&step, peer, Kind::Message, seq, after(self.timeout))?;
         lock(&self.counters).received[peer] += 1;
         Ok(frame.payload)
     }
@@ -370,7 +390,7 @@ impl Bootstrap {
     fn exchange(&self, step: &str, kind: Kind, seq: u64, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.check_size(step, data.len())?;
         let (me, n) = (self.info.rank, self.info.world_size);
-        let deadline = Instant::now() + self.timeout;
+        let deadline = after(self.timeout);
         // Start with the next rank so that not everyone writes to rank 0 first.
         for peer in (1..n).map(|k| (me + k) % n) {
             self.write(step, peer, kind, seq, data)?;
@@ -434,6 +454,13 @@ impl Drop for Bootstrap {
             let _ = r.join();
         }
     }
+}
+
+/// `now + d`, saturating far in the future instead of overflowing (for `Duration::MAX` and the
+/// like).
+pub(crate) fn after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d).unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
 }
 
 fn is_timeout(e: &io::Error) -> bool {

@@ -31,7 +31,11 @@ fn run<T: Send + 'static>(
                 if cfg.rank.rank == 0 {
                     thread::sleep(root_delay);
                 }
-                f(Bootstrap::connect(&cfg)?)
+                // A generous rendezvous (a loaded machine may be slow to start threads), then the
+                // timeout under test.
+                let mut b = Bootstrap::connect(&cfg.clone().with_timeout(Duration::from_secs(30)))?;
+                b.set_timeout(cfg.timeout)?;
+                f(b)
             })
         })
         .collect();
@@ -201,11 +205,11 @@ fn no_root_is_a_named_timeout() {
 
 #[test]
 fn missing_ranks_are_listed_by_rank_zero() {
-    let cfgs = configs(4, Duration::from_millis(500));
+    let cfgs = configs(4, Duration::from_secs(2));
     let c1 = cfgs[1].clone();
     let joiner = thread::spawn(move || Bootstrap::connect(&c1).map(drop));
     let e = Bootstrap::connect(&cfgs[0]).unwrap_err().to_string();
-    assert!(e.contains("timed out after 500 ms waiting for ranks 2 and 3 to join"), "{e}");
+    assert!(e.contains("timed out after 2 s waiting for ranks 2 and 3 to join"), "{e}");
     assert!(joiner.join().unwrap().is_err());
 }
 
@@ -240,7 +244,7 @@ fn stray_connections_are_rejected_and_the_rendezvous_goes_on() {
 
 #[test]
 fn wrong_token_ranks_do_not_meet() {
-    let mut cfgs = configs(2, Duration::from_millis(600));
+    let mut cfgs = configs(2, Duration::from_secs(2));
     cfgs[1].token = Token::random();
     let c0 = cfgs[0].clone();
     let root = thread::spawn(move || Bootstrap::connect(&c0));
@@ -335,4 +339,22 @@ fn table_and_intro_codecs() {
     assert!(Intro::decode(&[1, 2, 3]).is_none());
     assert_eq!(ranks_list(&[1, 2, 5]), "ranks 1, 2 and 5");
     assert_eq!(ranks_list(&[4]), "rank 4");
+}
+
+#[test]
+fn bootstrap_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Bootstrap>();
+}
+
+#[test]
+fn absurd_timeouts() {
+    let cfg = BootstrapConfig::new(RankInfo::single_node(0, 1).unwrap(), "", Token::random());
+    assert!(Bootstrap::connect(&cfg.clone().with_timeout(Duration::ZERO)).is_err());
+    let mut b = Bootstrap::connect(&cfg.with_timeout(Duration::MAX)).unwrap();
+    assert!(b.set_timeout(Duration::ZERO).is_err());
+    b.set_timeout(Duration::from_secs(1)).unwrap();
+    b.barrier().unwrap();
+    b.send(0, b"x").unwrap();
+    assert_eq!(b.recv(0).unwrap(), b"x");
 }
