@@ -187,7 +187,7 @@ impl RankInfo {
         Ok(Some(info))
     }
 
-    fn check(&self, vars: &str) -> Result<()> {
+    pub(crate) fn check(&self, vars: &str) -> Result<()> {
         let bad = |what: String| Err(Error::RankEnv(format!("{vars}: {what}")));
         if self.world_size == 0 {
             return bad("world size is 0".into());

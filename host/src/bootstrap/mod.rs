@@ -59,6 +59,19 @@
 //! after 30 s waiting for rank 1`, or `rank 0: barrier #7: connection to rank 3 lost: closed by
 //! the peer (it exited or was killed)`.
 //!
+//! # Address and token under mpirun and srun
+//!
+//! `MSCCLPP_RS_BOOTSTRAP=host:port` names rank 0's address; the built-in launcher sets it, along
+//! with a random `MSCCLPP_RS_TOKEN`. Under `mpirun` or `srun` with all ranks on one machine and no
+//! address given, every rank computes the same one without talking to the others: `127.0.0.1`
+//! and a port in 20000..=31999 hashed from the first job identifier found among
+//! [`env::JOB_ID_VARS`] (`PMIX_NAMESPACE`, `OMPI_MCA_ess_base_jobid`, `OMPI_MCA_orte_hnp_uri`,
+//! `SLURM_JOB_ID` with `SLURM_STEP_ID`); the token is hashed from the same identifier. The range
+//! sits below Linux's ephemeral ports. Two jobs on one machine collide on a port with odds of
+//! 1 in 12000; the second then fails to listen, with a message saying to set the address. Ranks
+//! on several machines must set the address. A derived token only keeps apart jobs that meet by
+//! accident: anyone who can read the job's environment can compute it.
+//!
 //! # Frames and tokens
 //!
 //! Every frame carries the session token and its kind, and its length is checked against
@@ -156,6 +169,7 @@ impl Bootstrap {
     pub fn connect(cfg: &BootstrapConfig) -> Result<Self> {
         let rank = cfg.rank.rank;
         let wrap = |e| Error::Bootstrap { rank, step: "rendezvous".into(), cause: Box::new(e) };
+        cfg.rank.check("BootstrapConfig::rank").map_err(wrap)?;
         if cfg.timeout.is_zero() {
             return Err(wrap(Error::InvalidArgument("the timeout is zero".into())));
         }

@@ -351,6 +351,9 @@ fn bootstrap_is_send_and_sync() {
 fn absurd_timeouts() {
     let cfg = BootstrapConfig::new(RankInfo::single_node(0, 1).unwrap(), "", Token::random());
     assert!(Bootstrap::connect(&cfg.clone().with_timeout(Duration::ZERO)).is_err());
+    let mut bad = cfg.clone();
+    bad.rank.rank = 3;
+    assert!(Bootstrap::connect(&bad).unwrap_err().to_string().contains("rank 3 is not below the world size 1"));
     let mut b = Bootstrap::connect(&cfg.with_timeout(Duration::MAX)).unwrap();
     assert!(b.set_timeout(Duration::ZERO).is_err());
     b.set_timeout(Duration::from_secs(1)).unwrap();
