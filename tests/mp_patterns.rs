@@ -1,3 +1,301 @@
-//! Multi-rank pattern tests (filled in by the multi-rank work).
+//! Multi-rank pattern tests.
+//!
+//! One binary, three ways to run it:
+//!
+//! * `mpirun --allow-run-as-root -np N mp_patterns`: every process is a rank (OpenMPI variables);
+//! * `mp_patterns --ranks N`: the built-in launcher starts N ranks on loopback;
+//! * `mp_patterns` with no rank variables (as `cargo test` runs it): launches itself with 4 ranks.
+//!
+//! Each rank bootstraps, runs [`PHASES`] in order and prints `rank R: PHASE ... ok`,
+//! `... FAILED: reason` or `... SKIPPED: reason`, then `rank R: RESULT ok|FAILED`, and exits
+//! non-zero when one of its phases failed (the launcher and mpirun pass that on).
+//!
+//! A rank whose phase fails stops there and exits, so the other ranks fail their next bootstrap
+//! step with "connection to rank R lost" instead of waiting: every rank ends, and each says why.
+//!
+//! Adding a GPU phase: append a [`Phase`] with `needs_gpus` set to the GPUs one machine must
+//! have. Ranks use GPU `local_rank % gpu_count` ([`Ctx::gpu`]). When any rank sees fewer GPUs
+//! than needed the phase is SKIPPED on every rank (the decision uses the GPU counts all ranks
+//! exchanged at start, so ranks agree), unless `MSCCLPP_RS_REQUIRE_GPU=1`, which makes it FAILED.
+//! The bootstrap timeout (`MSCCLPP_RS_BOOTSTRAP_TIMEOUT`, default 30 s) bounds how long a rank
+//! waits for the others at each bootstrap step; raise it for phases where ranks may be that far
+//! apart.
 
-fn main() {}
+use std::process::ExitCode;
+
+use mscclpp_host::bootstrap::{self, Bootstrap, BootstrapConfig, EnvSnapshot, launcher};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+/// Ranks started when the binary runs with no rank environment.
+const DEFAULT_RANKS: usize = 4;
+
+/// What a phase gets.
+struct Ctx<'a> {
+    boot: &'a Bootstrap,
+    /// A seed every rank agrees on (rank 0's, `MSCCLPP_RS_SEED` when set).
+    seed: u64,
+    /// This rank's GPU ordinal (`local_rank % gpu_count`), `None` without GPUs.
+    gpu: Option<usize>,
+    /// GPUs visible to this rank.
+    gpu_count: usize,
+}
+
+type PhaseResult = Result<(), String>;
+
+/// One named step of the run.
+struct Phase {
+    name: &'static str,
+    /// GPUs each machine must have for this phase to run (0: CPU only).
+    needs_gpus: usize,
+    run: fn(&Ctx) -> PhaseResult,
+}
+
+/// The phases, in order. GPU phases go at the end of this list.
+const PHASES: &[Phase] = &[
+    Phase { name: "bootstrap_all_gather", needs_gpus: 0, run: all_gather_random },
+    Phase { name: "bootstrap_barrier_x100", needs_gpus: 0, run: barrier_x100 },
+    Phase { name: "bootstrap_ring_send_recv", needs_gpus: 0, run: ring_send_recv },
+    Phase { name: "gpu_mapping", needs_gpus: 1, run: gpu_mapping },
+    // GPU pattern phases: add them here, e.g.
+    // Phase { name: "memory_channel_put", needs_gpus: 2, run: memory_channel_put },
+];
+
+fn main() -> ExitCode {
+    if let Some(outcome) = bootstrap::maybe_launch_from_args() {
+        return launched(outcome);
+    }
+    let env = EnvSnapshot::capture();
+    match BootstrapConfig::from_env(&env) {
+        Ok(Some(cfg)) => run_rank(&cfg),
+        Ok(None) => {
+            println!(
+                "mp_patterns: no rank environment; starting {DEFAULT_RANKS} ranks on loopback (or: mpirun -np N, --ranks N)"
+            );
+            let args: Vec<_> = std::env::args_os().skip(1).collect();
+            launched(launcher::deadline_from_env(&env).and_then(|d| bootstrap::launch(DEFAULT_RANKS, args, d)))
+        }
+        Err(e) => {
+            println!("mp_patterns: RESULT FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn launched(outcome: mscclpp_host::Result<()>) -> ExitCode {
+    match outcome {
+        Ok(()) => {
+            println!("mp_patterns: RESULT ok (all ranks)");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("mp_patterns: RESULT FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_rank(cfg: &BootstrapConfig) -> ExitCode {
+    let r = cfg.rank.rank;
+    let boot = match Bootstrap::connect(cfg) {
+        Ok(b) => b,
+        Err(e) => {
+            println!("rank {r}: bootstrap ... FAILED: {e}");
+            println!("rank {r}: RESULT FAILED");
+            return ExitCode::FAILURE;
+        }
+    };
+    let inventory = mscclpp_host::gpu::inventory();
+    let gpu_count = inventory.devices.len();
+    let gpu = cfg.rank.gpu_index(gpu_count);
+    let info = boot.info();
+    println!(
+        "rank {r}: world {} (local rank {} of {}, via {}), {}",
+        info.world_size,
+        info.local_rank,
+        info.local_size,
+        info.source.name(),
+        match gpu {
+            Some(g) => format!("GPU {g} of {gpu_count}"),
+            None => format!("no GPU ({})", inventory.reason.as_deref().unwrap_or("none found")),
+        }
+    );
+    // Setup every rank must agree on: the seed, and everyone's GPU count.
+    let setup = (|| -> mscclpp_host::Result<(u64, Vec<u64>)> {
+        let own_seed: u64 = match std::env::var("MSCCLPP_RS_SEED").ok().and_then(|s| s.parse().ok()) {
+            Some(s) => s,
+            None => rand::rng().random(),
+        };
+        let seed = boot.all_gather_pod(&own_seed)?[0];
+        let counts = boot.all_gather_pod(&(gpu_count as u64))?;
+        Ok((seed, counts))
+    })();
+    let (seed, counts) = match setup {
+        Ok(x) => x,
+        Err(e) => {
+            println!("rank {r}: setup ... FAILED: {e}");
+            println!("rank {r}: RESULT FAILED");
+            return ExitCode::FAILURE;
+        }
+    };
+    if r == 0 {
+        println!("rank 0: seed {seed} (MSCCLPP_RS_SEED={seed} repeats this run)");
+    }
+    let require_gpu = std::env::var("MSCCLPP_RS_REQUIRE_GPU").is_ok_and(|v| v == "1");
+    let ctx = Ctx { boot: &boot, seed, gpu, gpu_count };
+    let mut failed = false;
+    for phase in PHASES {
+        let verdict = if failed {
+            "SKIPPED: an earlier phase failed".to_string()
+        } else if let Some((short, n)) = counts.iter().enumerate().find(|(_, n)| (**n as usize) < phase.needs_gpus) {
+            let why = format!("needs {} GPU(s) per machine, rank {short} sees {n}", phase.needs_gpus);
+            if require_gpu {
+                failed = true;
+                format!("FAILED: {why} (MSCCLPP_RS_REQUIRE_GPU=1)")
+            } else {
+                if r == 0 {
+                    // Into the skip log CI prints (once per run, not once per rank).
+                    mscclpp_rs::testing::record_skip(&format!("mp_patterns/{}", phase.name), &why);
+                }
+                format!("SKIPPED: {why}")
+            }
+        } else {
+            match (phase.run)(&ctx) {
+                Ok(()) => "ok".to_string(),
+                Err(why) => {
+                    failed = true;
+                    format!("FAILED: {why}")
+                }
+            }
+        };
+        println!("rank {r}: {} ... {verdict}", phase.name);
+    }
+    println!("rank {r}: RESULT {}", if failed { "FAILED" } else { "ok" });
+    // Dropping the bootstrap closes the connections: ranks still waiting on this one learn it.
+    drop(boot);
+    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Data every rank can recompute for any other rank.
+
+fn rng_for(seed: u64, rank: usize, round: usize, what: u64) -> StdRng {
+    let mix = seed
+        ^ (rank as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ (round as u64).rotate_left(24)
+        ^ what.rotate_left(48);
+    StdRng::seed_from_u64(mix)
+}
+
+fn random_data(seed: u64, rank: usize, round: usize, what: u64, max_len: usize) -> Vec<u8> {
+    let mut rng = rng_for(seed, rank, round, what);
+    let len = rng.random_range(0..=max_len);
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v[..]);
+    v
+}
+
+fn compare(what: &str, got: &[u8], want: &[u8]) -> PhaseResult {
+    if got.len() != want.len() {
+        return Err(format!("{what}: {} bytes, expected {}", got.len(), want.len()));
+    }
+    match got.iter().zip(want).position(|(a, b)| a != b) {
+        None => Ok(()),
+        Some(i) => Err(format!("{what}: byte {i} is {:#04x}, expected {:#04x}", got[i], want[i])),
+    }
+}
+
+fn e2s(e: mscclpp_host::Error) -> String {
+    e.to_string()
+}
+
+// ----------------------------------------------------------------------------------------------
+// Phases.
+
+/// Random contributions of random lengths (empty ones included), then one of several MiB from
+/// every rank at once; each rank checks every other rank's contribution.
+fn all_gather_random(c: &Ctx) -> PhaseResult {
+    let me = c.boot.rank();
+    for round in 0..10 {
+        let max_len = if round == 9 { 4 << 20 } else { 64 << 10 };
+        let mine = random_data(c.seed, me, round, 1, max_len);
+        let all = c.boot.all_gather(&mine).map_err(e2s)?;
+        if all.len() != c.boot.world_size() {
+            return Err(format!("round {round}: {} contributions for {} ranks", all.len(), c.boot.world_size()));
+        }
+        for (r, got) in all.iter().enumerate() {
+            compare(
+                &format!("round {round}, rank {r}'s contribution"),
+                got,
+                &random_data(c.seed, r, round, 1, max_len),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn barrier_x100(c: &Ctx) -> PhaseResult {
+    for _ in 0..100 {
+        c.boot.barrier().map_err(e2s)?;
+    }
+    Ok(())
+}
+
+/// Every rank sends several messages to both neighbours on the ring, then receives them: from
+/// the left neighbour first on even ranks, from the right one first on odd ranks, so messages
+/// from one peer wait in the queue while the other's are taken. With 1 or 2 ranks both
+/// neighbours are the same rank (or this rank), and its messages arrive interleaved.
+fn ring_send_recv(c: &Ctx) -> PhaseResult {
+    const MESSAGES: usize = 8;
+    let n = c.boot.world_size();
+    let right = |r: usize| (r + 1) % n;
+    let left = |r: usize| (r + n - 1) % n;
+    let me = c.boot.rank();
+    for k in 0..MESSAGES {
+        c.boot.send(right(me), &random_data(c.seed, me, k, 2, 32 << 10)).map_err(e2s)?;
+        c.boot.send(left(me), &random_data(c.seed, me, k, 3, 32 << 10)).map_err(e2s)?;
+    }
+    let mut peers = vec![left(me), right(me)];
+    peers.dedup();
+    if me % 2 == 1 {
+        peers.reverse();
+    }
+    for peer in peers {
+        // What `peer` sent to this rank, in its order: tag 2 to its right, tag 3 to its left.
+        let mut expected = Vec::new();
+        for k in 0..MESSAGES {
+            for (to, tag) in [(right(peer), 2), (left(peer), 3)] {
+                if to == me {
+                    expected.push((k, tag));
+                }
+            }
+        }
+        for (i, (k, tag)) in expected.into_iter().enumerate() {
+            let got = c.boot.recv(peer).map_err(e2s)?;
+            let want = random_data(c.seed, peer, k, tag, 32 << 10);
+            compare(&format!("message {i} from rank {peer}"), &got, &want)?;
+        }
+    }
+    c.boot.barrier().map_err(e2s)
+}
+
+/// Opens this rank's GPU and checks the rank-to-GPU mapping: ranks on one machine use distinct
+/// GPUs while there are enough of them.
+fn gpu_mapping(c: &Ctx) -> PhaseResult {
+    let ordinal = c.gpu.ok_or("no GPU assigned")?;
+    let gpu = mscclpp_host::Gpu::open(ordinal).map_err(e2s)?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host_id =
+        host.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let me = [host_id, c.boot.local_rank() as u64, gpu.ordinal() as u64, c.gpu_count as u64];
+    let all = c.boot.all_gather_pod(&me).map_err(e2s)?;
+    for (a, x) in all.iter().enumerate() {
+        for (b, y) in all.iter().enumerate().skip(a + 1) {
+            let enough = c.boot.local_size() <= x[3] as usize;
+            if x[0] == y[0] && x[2] == y[2] && enough {
+                return Err(format!("ranks {a} and {b} share GPU {} on one machine with {} GPUs", x[2], x[3]));
+            }
+        }
+    }
+    Ok(())
+}

@@ -35,6 +35,48 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A bootstrap step of this rank failed; `cause` says how. Displays as
+    /// `rank 2: all_gather #3: timed out after 30 s waiting for rank 1`.
+    #[error("rank {rank}: {step}: {cause}")]
+    Bootstrap {
+        /// This process's rank.
+        rank: usize,
+        /// The operation and its number on this rank, e.g. `all_gather #3` or `rendezvous`.
+        step: String,
+        /// What went wrong.
+        #[source]
+        cause: Box<Error>,
+    },
+    /// Nothing arrived (or no connection could be made) before the deadline.
+    #[error("timed out after {} waiting for {waiting_for}", crate::error::fmt_duration(*after))]
+    Timeout {
+        /// How long was waited.
+        after: std::time::Duration,
+        /// Who or what was waited for, e.g. `rank 1`.
+        waiting_for: String,
+    },
+    /// The connection to another rank closed or failed (the rank exited, died or was killed).
+    #[error("connection to rank {peer} lost: {detail}")]
+    PeerLost {
+        /// The other rank.
+        peer: usize,
+        /// What the socket said.
+        detail: String,
+    },
+    /// A frame was malformed, foreign or over the size limit; it was rejected before its payload
+    /// was allocated.
+    #[error("rejected frame: {0}")]
+    Frame(crate::bootstrap::frame::FrameFault),
+    /// The other side broke the bootstrap protocol (e.g. ranks called different collectives).
+    #[error("protocol: {0}")]
+    Protocol(String),
+    /// The rank environment (`OMPI_COMM_WORLD_*`, `PMI_*`, `SLURM_*`, `MSCCLPP_RS_*`) is missing
+    /// or inconsistent.
+    #[error("rank environment: {0}")]
+    RankEnv(String),
+    /// The built-in launcher or one of the ranks it started failed.
+    #[error("launcher: {0}")]
+    Launch(String),
 }
 
 /// `Result` with [`Error`].
@@ -57,7 +99,27 @@ pub(crate) fn check(res: cudarc::driver::sys::CUresult, what: impl FnOnce() -> S
     res.result().ctx(what)
 }
 
+/// `30 s`, `2.5 s`, `250 ms`: durations in error messages.
+pub(crate) fn fmt_duration(d: std::time::Duration) -> String {
+    if d >= std::time::Duration::from_secs(1) {
+        let s = d.as_secs_f64();
+        if (s - s.round()).abs() < 0.05 { format!("{} s", s.round() as u64) } else { format!("{s:.1} s") }
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
 impl Error {
+    /// The innermost error under any [`Error::Bootstrap`] wrappers (the cause without the rank and
+    /// step), for matching on what went wrong.
+    pub fn root_cause(&self) -> &Error {
+        let mut e = self;
+        while let Error::Bootstrap { cause, .. } = e {
+            e = cause;
+        }
+        e
+    }
+
     /// Whether this is a driver error with the given code.
     pub fn is_driver(&self, code: cudarc::driver::sys::cudaError_enum) -> bool {
         matches!(self, Error::Driver { source, .. } if source.0 == code)

@@ -10,9 +10,14 @@
 //! * [`memory`]: device buffers (exportable to other processes), pinned host memory.
 //! * [`bulk`]: host-side validation for bulk-copy work.
 //! * [`nvls`]: NVLink multicast buffers, only behind the multicast guard.
+//! * [`bootstrap`]: rank discovery (mpirun, PMI, Slurm, the built-in launcher), TCP rendezvous,
+//!   all-gather / barrier / send / recv between ranks, and the launcher itself.
+//! * [`fifo`], [`proxy`], [`semaphore`], [`channel`]: the trigger FIFO, the proxy thread that
+//!   executes port-channel requests, semaphore storage and channel builders.
 //!
 //! Every fallible call returns the one [`Error`] type.
 
+pub mod bootstrap;
 pub mod bulk;
 pub mod channel;
 pub mod error;
@@ -24,6 +29,7 @@ pub mod nvls;
 pub mod proxy;
 pub mod semaphore;
 
+pub use bootstrap::Bootstrap;
 pub use error::{Error, Result};
 pub use gpu::Gpu;
 pub use launch::{Args, LaunchConfig};

@@ -1,0 +1,443 @@
+//! The bootstrap wire format: one fixed 40-byte header, then the payload.
+//!
+//! ```text
+//!  offset  size  field
+//!       0     4  magic  b"MRSB"
+//!       4     1  version (1)
+//!       5     1  kind   (Kind as u8)
+//!       6     2  reserved, zero
+//!       8     8  payload length, u64 little endian
+//!      16     8  sequence number, u64 little endian
+//!      24    16  session token
+//!      40     -  payload (length bytes)
+//! ```
+//!
+//! The reader checks magic, version, token, kind and length, in that order, before it allocates
+//! anything for the payload: a foreign or corrupt stream is rejected on its header, and a length
+//! over the limit is refused outright. Even an accepted length is not trusted: the payload buffer
+//! grows with the bytes that actually arrive (doubling from 64 KiB), so a truncated frame costs at
+//! most about twice what was received, never what the header claimed.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+
+use crate::error::{Error, Result};
+
+/// The first four bytes of every frame.
+pub const MAGIC: [u8; 4] = *b"MRSB";
+/// The wire format version this crate speaks.
+pub const VERSION: u8 = 1;
+/// Size of the fixed header in bytes.
+pub const HEADER_LEN: usize = 40;
+/// Default largest payload accepted (64 MiB).
+pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
+/// Payload bytes allocated up front before any arrive; the buffer then doubles as data comes.
+const FIRST_CHUNK: usize = 64 << 10;
+
+/// The 128-bit session token every frame carries.
+///
+/// With the built-in launcher it is random and handed to the ranks in `MSCCLPP_RS_TOKEN`. Under
+/// `mpirun` or `srun` it is derived from the job identifier all ranks share (see
+/// [`Token::derive`]); that keeps a job from talking to another job that happens to use the same
+/// port, but anyone who can read the job's environment can compute it: it guards against
+/// accidents, not against attackers.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Token(pub [u8; 16]);
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Enough to tell tokens apart in logs without printing the whole value.
+        write!(f, "Token({:02x}{:02x}{:02x}{:02x}..)", self.0[0], self.0[1], self.0[2], self.0[3])
+    }
+}
+
+impl Token {
+    /// A fresh random token from the operating system's generator (through `rand`).
+    pub fn random() -> Self {
+        use rand::RngExt;
+        Self(rand::rng().random())
+    }
+
+    /// A token computed from a string all ranks share (e.g. a job identifier). Deterministic and
+    /// stable across builds and platforms (FNV-1a with a final mix), not secret.
+    pub fn derive(shared: &str) -> Self {
+        let hi = stable_hash(b"mscclpp-rs token hi", shared.as_bytes());
+        let lo = stable_hash(b"mscclpp-rs token lo", shared.as_bytes());
+        let mut t = [0u8; 16];
+        t[..8].copy_from_slice(&hi.to_le_bytes());
+        t[8..].copy_from_slice(&lo.to_le_bytes());
+        Self(t)
+    }
+
+    /// Parses 32 hexadecimal digits.
+    pub fn from_hex(s: &str) -> Result<Self> {
+        let s = s.trim();
+        let bad = || Error::InvalidArgument(format!("session token must be 32 hex digits, got {} characters", s.len()));
+        if s.len() != 32 || !s.is_ascii() {
+            return Err(bad());
+        }
+        let mut t = [0u8; 16];
+        for (i, b) in t.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(Self(t))
+    }
+
+    /// The token as 32 lowercase hexadecimal digits.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// A hash that is the same in every process, build and Rust version (unlike `DefaultHasher`):
+/// FNV-1a over `domain` then `data`, finished with the SplitMix64 mixer so that nearby inputs
+/// spread over all bits.
+pub(crate) fn stable_hash(domain: &[u8], data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in domain.iter().chain([0xffu8].iter()).chain(data) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// What a frame is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// Rank `r > 0` to rank 0: rank, world size and the address it listens on.
+    Hello = 1,
+    /// Rank 0 to a rank whose hello it accepted.
+    Welcome = 2,
+    /// Rank 0 to every rank once all joined: every rank's listening address.
+    Table = 3,
+    /// Rank `j` to rank `i < j` when it opens their direct connection: its rank.
+    Connect = 4,
+    /// One rank's contribution to an all-gather.
+    AllGather = 5,
+    /// A barrier arrival.
+    Barrier = 6,
+    /// A point-to-point message.
+    Message = 7,
+}
+
+impl Kind {
+    /// The kind with this wire value.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => Kind::Hello,
+            2 => Kind::Welcome,
+            3 => Kind::Table,
+            4 => Kind::Connect,
+            5 => Kind::AllGather,
+            6 => Kind::Barrier,
+            7 => Kind::Message,
+            _ => return None,
+        })
+    }
+
+    /// The operation's name as used in messages (`all_gather`, `barrier`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Hello => "hello",
+            Kind::Welcome => "welcome",
+            Kind::Table => "address table",
+            Kind::Connect => "connect",
+            Kind::AllGather => "all_gather",
+            Kind::Barrier => "barrier",
+            Kind::Message => "send",
+        }
+    }
+}
+
+/// One decoded frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// What it is for.
+    pub kind: Kind,
+    /// Sequence number: the collective's number for all-gathers and barriers, the message's
+    /// number for point-to-point messages, 0 during the rendezvous.
+    pub seq: u64,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+/// Why a frame was rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FrameFault {
+    /// The stream does not start with [`MAGIC`]: not one of ours.
+    BadMagic([u8; 4]),
+    /// Another version of the wire format.
+    BadVersion(u8),
+    /// The frame carries another session's token (another job, or a stray connection).
+    WrongToken,
+    /// Unknown message kind.
+    UnknownKind(u8),
+    /// The header claims more payload than the limit; nothing was allocated for it.
+    TooLong {
+        /// Claimed payload length.
+        len: u64,
+        /// The limit.
+        max: usize,
+    },
+    /// The stream ended inside a frame.
+    Truncated {
+        /// `"header"` or `"payload"`.
+        part: &'static str,
+        /// Bytes of that part received.
+        got: usize,
+        /// Bytes of that part expected.
+        want: u64,
+    },
+}
+
+impl fmt::Display for FrameFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameFault::BadMagic(m) => write!(f, "bad magic {m:02x?} (not a mscclpp-rs bootstrap stream)"),
+            FrameFault::BadVersion(v) => write!(f, "wire format version {v}, this build speaks {VERSION}"),
+            FrameFault::WrongToken => write!(f, "wrong session token (a process of another job?)"),
+            FrameFault::UnknownKind(k) => write!(f, "unknown message kind {k}"),
+            FrameFault::TooLong { len, max } => write!(f, "payload of {len} bytes is over the {max}-byte limit"),
+            FrameFault::Truncated { part, got, want } => {
+                write!(f, "stream ended inside a frame {part}: {got} of {want} bytes")
+            }
+        }
+    }
+}
+
+/// The header and payload of a frame as one buffer (one `write` for small frames).
+pub fn encode(token: &Token, kind: Kind, seq: u64, payload: &[u8]) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(HEADER_LEN + payload.len());
+    buf.extend_from_slice(&header(token, kind, seq, payload.len()));
+    buf.extend_from_slice(payload);
+    buf
+}
+
+fn header(token: &Token, kind: Kind, seq: u64, len: usize) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[0..4].copy_from_slice(&MAGIC);
+    h[4] = VERSION;
+    h[5] = kind as u8;
+    h[8..16].copy_from_slice(&(len as u64).to_le_bytes());
+    h[16..24].copy_from_slice(&seq.to_le_bytes());
+    h[24..40].copy_from_slice(&token.0);
+    h
+}
+
+/// Writes one frame. Small frames go out in one write; large ones as header then payload (no
+/// copy of the payload).
+pub fn write_frame<W: Write + ?Sized>(
+    w: &mut W,
+    token: &Token,
+    kind: Kind,
+    seq: u64,
+    payload: &[u8],
+) -> io::Result<()> {
+    if payload.len() <= FIRST_CHUNK {
+        w.write_all(&encode(token, kind, seq, payload))?;
+    } else {
+        w.write_all(&header(token, kind, seq, payload.len()))?;
+        w.write_all(payload)?;
+    }
+    w.flush()
+}
+
+/// Reads into `buf` until it is full or the stream ends; returns the bytes read.
+fn read_full<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+fn io_err(e: io::Error) -> Error {
+    Error::Io { context: "reading a bootstrap frame".into(), source: e }
+}
+
+/// Reads one frame. `Ok(None)` means the stream ended cleanly before a new frame began.
+///
+/// Rejections ([`Error::Frame`]) happen on the header alone, before any payload allocation; an
+/// accepted length is allocated only as the bytes arrive. I/O errors, including read timeouts
+/// (`WouldBlock` / `TimedOut`), come back as [`Error::Io`].
+pub fn read_frame<R: Read + ?Sized>(r: &mut R, token: &Token, max: usize) -> Result<Option<Frame>> {
+    let mut h = [0u8; HEADER_LEN];
+    // The magic first: a foreign stream is rejected at once, without waiting for a whole header
+    // that may never come.
+    let mut got = read_full(r, &mut h[..4]).map_err(io_err)?;
+    if got == 0 {
+        return Ok(None);
+    }
+    if got == 4 {
+        if h[0..4] != MAGIC {
+            return Err(Error::Frame(FrameFault::BadMagic([h[0], h[1], h[2], h[3]])));
+        }
+        got += read_full(r, &mut h[4..]).map_err(io_err)?;
+    }
+    if got < HEADER_LEN {
+        return Err(Error::Frame(FrameFault::Truncated { part: "header", got, want: HEADER_LEN as u64 }));
+    }
+    if h[4] != VERSION {
+        return Err(Error::Frame(FrameFault::BadVersion(h[4])));
+    }
+    if h[24..40] != token.0 {
+        return Err(Error::Frame(FrameFault::WrongToken));
+    }
+    let kind = Kind::from_u8(h[5]).ok_or(Error::Frame(FrameFault::UnknownKind(h[5])))?;
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&h[8..16]);
+    let len = u64::from_le_bytes(word);
+    word.copy_from_slice(&h[16..24]);
+    let seq = u64::from_le_bytes(word);
+    if len > max as u64 {
+        return Err(Error::Frame(FrameFault::TooLong { len, max }));
+    }
+    // `len <= max`, which is a usize.
+    let len = len as usize;
+    let mut payload = Vec::new();
+    while payload.len() < len {
+        let start = payload.len();
+        let chunk = (len - start).min(start.max(FIRST_CHUNK));
+        payload.reserve_exact(chunk);
+        payload.resize(start + chunk, 0);
+        let n = read_full(r, &mut payload[start..]).map_err(io_err)?;
+        if n < chunk {
+            return Err(Error::Frame(FrameFault::Truncated { part: "payload", got: start + n, want: len as u64 }));
+        }
+    }
+    Ok(Some(Frame { kind, seq, payload }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T: Token = Token([7; 16]);
+
+    fn fault(r: Result<Option<Frame>>) -> FrameFault {
+        match r {
+            Err(Error::Frame(f)) => f,
+            other => panic!("expected a frame fault, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn round_trip_and_clean_end() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, &T, Kind::AllGather, 3, b"hello").unwrap();
+        write_frame(&mut wire, &T, Kind::Barrier, 4, b"").unwrap();
+        let mut r = &wire[..];
+        assert_eq!(
+            read_frame(&mut r, &T, 16).unwrap(),
+            Some(Frame { kind: Kind::AllGather, seq: 3, payload: b"hello".to_vec() })
+        );
+        assert_eq!(read_frame(&mut r, &T, 16).unwrap(), Some(Frame { kind: Kind::Barrier, seq: 4, payload: vec![] }));
+        assert_eq!(read_frame(&mut r, &T, 16).unwrap(), None);
+    }
+
+    #[test]
+    fn wrong_token_is_rejected() {
+        let wire = encode(&Token([8; 16]), Kind::Message, 0, b"x");
+        assert_eq!(fault(read_frame(&mut &wire[..], &T, 16)), FrameFault::WrongToken);
+    }
+
+    #[test]
+    fn over_limit_is_rejected_on_the_header() {
+        // The header claims 2^63 bytes and no payload follows: rejected without allocating.
+        let mut wire = encode(&T, Kind::Message, 0, b"");
+        wire[8..16].copy_from_slice(&(1u64 << 63).to_le_bytes());
+        assert_eq!(fault(read_frame(&mut &wire[..], &T, 1 << 20)), FrameFault::TooLong { len: 1 << 63, max: 1 << 20 });
+        let wire = encode(&T, Kind::Message, 0, &[0; 17]);
+        assert_eq!(fault(read_frame(&mut &wire[..], &T, 16)), FrameFault::TooLong { len: 17, max: 16 });
+    }
+
+    #[test]
+    fn truncated_header_and_payload() {
+        let wire = encode(&T, Kind::Message, 9, b"0123456789");
+        assert_eq!(
+            fault(read_frame(&mut &wire[..10], &T, 64)),
+            FrameFault::Truncated { part: "header", got: 10, want: HEADER_LEN as u64 }
+        );
+        assert_eq!(
+            fault(read_frame(&mut &wire[..HEADER_LEN + 4], &T, 64)),
+            FrameFault::Truncated { part: "payload", got: 4, want: 10 }
+        );
+        // A claimed length within the limit but far beyond what arrives.
+        let mut wire = encode(&T, Kind::Message, 0, b"abc");
+        wire[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        assert_eq!(
+            fault(read_frame(&mut &wire[..], &T, usize::MAX)),
+            FrameFault::Truncated { part: "payload", got: 3, want: 1 << 40 }
+        );
+    }
+
+    #[test]
+    fn foreign_bytes_magic_version_kind() {
+        assert!(matches!(fault(read_frame(&mut &b"GET / HTTP/1.1\r\n\r\n"[..], &T, 64)), FrameFault::BadMagic(_)));
+        let mut wire = encode(&T, Kind::Message, 0, b"");
+        wire[4] = 9;
+        assert_eq!(fault(read_frame(&mut &wire[..], &T, 64)), FrameFault::BadVersion(9));
+        let mut wire = encode(&T, Kind::Message, 0, b"");
+        wire[5] = 200;
+        assert_eq!(fault(read_frame(&mut &wire[..], &T, 64)), FrameFault::UnknownKind(200));
+    }
+
+    #[test]
+    fn tokens() {
+        let t = Token::random();
+        assert_eq!(Token::from_hex(&t.to_hex()).unwrap(), t);
+        assert_ne!(Token::random(), t);
+        assert!(Token::from_hex("abc").is_err());
+        assert!(Token::from_hex(&"zz".repeat(16)).is_err());
+        assert!(Token::from_hex(&"é".repeat(16)).is_err());
+        assert_eq!(Token::derive("job 1"), Token::derive("job 1"));
+        assert_ne!(Token::derive("job 1"), Token::derive("job 2"));
+        // Pinned: ranks built from different commits must still derive the same token and port.
+        assert_eq!(Token::derive("PMIX_NAMESPACE=job").to_hex(), "dee87ffb2f131e44f1ece6788c3cd772");
+        assert_eq!(super::super::env::derived_port("PMIX_NAMESPACE=job"), 27030);
+    }
+
+    proptest! {
+        #[test]
+        fn codec_round_trip(
+            frames in proptest::collection::vec(
+                (1u8..=7, any::<u64>(), proptest::collection::vec(any::<u8>(), 0..300)), 0..8),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut wire = Vec::new();
+            for (k, seq, p) in &frames {
+                write_frame(&mut wire, &T, Kind::from_u8(*k).unwrap(), *seq, p).unwrap();
+            }
+            let mut r = &wire[..];
+            for (k, seq, p) in &frames {
+                let f = read_frame(&mut r, &T, 300).unwrap().unwrap();
+                prop_assert_eq!(f.kind as u8, *k);
+                prop_assert_eq!(f.seq, *seq);
+                prop_assert_eq!(&f.payload, p);
+            }
+            prop_assert_eq!(read_frame(&mut r, &T, 300).unwrap(), None);
+            // Any strict prefix that ends inside a frame is reported as truncated, never panics.
+            if !wire.is_empty() {
+                let at = cut.index(wire.len());
+                let mut r = &wire[..at];
+                loop {
+                    match read_frame(&mut r, &T, 300) {
+                        Ok(Some(_)) => {}
+                        Ok(None) => break,
+                        Err(Error::Frame(FrameFault::Truncated { .. })) => break,
+                        Err(e) => prop_assert!(false, "unexpected {e}"),
+                    }
+                }
+            }
+        }
+    }
+}

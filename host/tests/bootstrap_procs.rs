@@ -1,0 +1,251 @@
+//! Multi-process bootstrap tests on loopback.
+//!
+//! This binary is both sides: run by `cargo test` (no rank variables) it is the driver, which
+//! starts itself as 4 ranks with the built-in launcher for each scenario and checks what they
+//! print; started by the launcher (`--scenario NAME`) it is one rank of that scenario.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use mscclpp_host::bootstrap::env::ENV_TIMEOUT;
+use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, EnvSnapshot, Launcher, Token};
+
+const RANKS: usize = 4;
+
+fn main() -> ExitCode {
+    match BootstrapConfig::from_env(&EnvSnapshot::capture()) {
+        Ok(Some(cfg)) => rank_main(cfg),
+        Ok(None) => driver(),
+        Err(e) => {
+            eprintln!("bootstrap_procs: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// The ranks.
+
+fn scenario() -> String {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().position(|a| a == "--scenario").and_then(|i| args.get(i + 1)).cloned().unwrap_or_default()
+}
+
+fn contribution(rank: usize) -> Vec<u8> {
+    (0..1000 + rank * 333).map(|i| (i * 7 + rank * 13) as u8).collect()
+}
+
+fn rank_main(mut cfg: BootstrapConfig) -> ExitCode {
+    let scenario = scenario();
+    let me = cfg.rank.rank;
+    match (scenario.as_str(), me) {
+        ("no_root", 0) => return ExitCode::SUCCESS, // rank 0 never shows up
+        ("late_root", 0) => std::thread::sleep(Duration::from_millis(1500)),
+        ("deadline", _) => std::thread::sleep(Duration::from_secs(60)),
+        ("stranger", 3) => cfg.token = Token::random(), // as if from another job
+        _ => {}
+    }
+    let outcome = (|| -> mscclpp_host::Result<()> {
+        let mut b = Bootstrap::connect(&cfg)?;
+        match scenario.as_str() {
+            "ok" | "late_root" => {
+                let all = b.all_gather(&contribution(me))?;
+                for (r, got) in all.iter().enumerate() {
+                    assert_eq!(got, &contribution(r), "contribution of rank {r}");
+                }
+                for _ in 0..20 {
+                    b.barrier()?;
+                }
+                let n = b.world_size();
+                b.send((me + 1) % n, &[me as u8; 3])?;
+                assert_eq!(b.recv((me + n - 1) % n)?, vec![((me + n - 1) % n) as u8; 3]);
+                assert_eq!(b.all_gather_pod(&(me as u32))?, (0..n as u32).collect::<Vec<_>>());
+            }
+            "killed" => {
+                b.barrier()?;
+                if me == 2 {
+                    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+                }
+                b.all_gather(b"after the kill")?;
+            }
+            "hang" => {
+                // The rendezvous had 20 s (a loaded machine starts processes slowly); the step
+                // under test gets 2 s.
+                b.set_timeout(Duration::from_secs(2))?;
+                b.barrier()?;
+                if me == 3 {
+                    std::thread::sleep(Duration::from_secs(60));
+                }
+                b.all_gather(b"rank 3 never sends this")?;
+            }
+            other => panic!("unknown scenario {other:?}"),
+        }
+        Ok(())
+    })();
+    match outcome {
+        Ok(()) => {
+            println!("rank {me}: ok");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("rank {me}: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// The driver.
+
+struct Run {
+    result: Result<(), String>,
+    lines: Vec<String>,
+    took: Duration,
+}
+
+impl Run {
+    fn has(&self, needle: &str) -> bool {
+        self.lines.iter().any(|l| l.contains(needle))
+    }
+    fn err(&self) -> &str {
+        self.result.as_ref().err().map(String::as_str).unwrap_or("")
+    }
+}
+
+fn launch(scenario: &str, timeout_s: f64, deadline: Duration, grace: Duration) -> Run {
+    let t = Instant::now();
+    let (r, lines) = Launcher::current_exe(RANKS)
+        .expect("current_exe")
+        .args(["--scenario", scenario])
+        .env(ENV_TIMEOUT, timeout_s.to_string())
+        .deadline(deadline)
+        .grace(grace)
+        .run_captured();
+    *LAST_LINES.lock().unwrap_or_else(|e| e.into_inner()) = lines.clone();
+    Run { result: r.map_err(|e| e.to_string()), lines, took: t.elapsed() }
+}
+
+/// What the ranks of the last launch printed, shown when a check fails.
+static LAST_LINES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+type Check = Result<(), String>;
+type Test = fn() -> Check;
+
+fn ensure(cond: bool, what: impl FnOnce() -> String) -> Check {
+    if cond { Ok(()) } else { Err(what()) }
+}
+
+fn all_ok(run: &Run) -> Check {
+    ensure(run.result.is_ok(), || format!("launch failed: {}", run.err()))?;
+    for r in 0..RANKS {
+        ensure(run.has(&format!("[rank {r}] rank {r}: ok")), || format!("rank {r} did not report ok"))?;
+    }
+    Ok(())
+}
+
+fn four_ranks_all_gather_barrier_send_recv() -> Check {
+    all_ok(&launch("ok", 20.0, Duration::from_secs(60), Duration::from_secs(2)))
+}
+
+fn rank_zero_starting_late_is_waited_for() -> Check {
+    all_ok(&launch("late_root", 20.0, Duration::from_secs(60), Duration::from_secs(2)))
+}
+
+fn a_killed_rank_is_named_by_the_others_at_once() -> Check {
+    // A 20 s timeout: finishing well inside it shows the closed connection was noticed, not
+    // waited out.
+    let run = launch("killed", 20.0, Duration::from_secs(60), Duration::from_secs(5));
+    ensure(run.err().contains("rank 2 (killed by signal 9 (SIGKILL))"), || format!("launcher said: {}", run.err()))?;
+    for r in [0, 1, 3] {
+        let want = format!("[rank {r}] rank {r}: error: rank {r}: all_gather #1: connection to rank 2 lost");
+        ensure(run.has(&want), || format!("no line {want:?}"))?;
+    }
+    ensure(run.took < Duration::from_secs(10), || format!("took {:?}", run.took))
+}
+
+fn a_hanging_rank_times_out_by_name_and_is_killed() -> Check {
+    let run = launch("hang", 20.0, Duration::from_secs(60), Duration::from_secs(1));
+    for r in [0, 1, 2] {
+        let want =
+            format!("[rank {r}] rank {r}: error: rank {r}: all_gather #1: timed out after 2 s waiting for rank 3");
+        ensure(run.has(&want), || format!("no line {want:?}"))?;
+    }
+    ensure(run.err().contains("killed: rank 3 (killed by signal 9"), || format!("launcher said: {}", run.err()))?;
+    ensure(run.took < Duration::from_secs(20), || format!("took {:?}", run.took))
+}
+
+fn no_rank_zero_is_a_named_timeout() -> Check {
+    let run = launch("no_root", 2.0, Duration::from_secs(60), Duration::from_secs(2));
+    for r in 1..RANKS {
+        let want = format!(
+            "[rank {r}] rank {r}: error: rank {r}: rendezvous: timed out after 2 s waiting for rank 0 at 127.0.0.1:"
+        );
+        ensure(run.has(&want), || format!("no line {want:?}"))?;
+    }
+    ensure(run.result.is_err(), || "the launch succeeded".into())
+}
+
+fn a_rank_with_a_foreign_token_is_turned_away() -> Check {
+    // Rank 3 fails at once; the grace must outlast the others' 2 s timeout.
+    let run = launch("stranger", 2.0, Duration::from_secs(60), Duration::from_secs(10));
+    let want = "[rank 3] rank 3: error: rank 3: rendezvous: connection to rank 0 lost: closed during the rendezvous";
+    ensure(run.has(want), || format!("no line {want:?}"))?;
+    ensure(
+        run.has("[rank 0] rank 0: error: rank 0: rendezvous: timed out after 2 s waiting for rank 3 to join"),
+        || "rank 0 did not name rank 3".into(),
+    )?;
+    ensure(run.has("wrong session token"), || "no rank mentioned the wrong token".into())?;
+    for r in [1, 2] {
+        let want = format!("[rank {r}] rank {r}: error: rank {r}: rendezvous: ");
+        ensure(run.has(&want), || format!("rank {r} did not fail the rendezvous"))?;
+    }
+    Ok(())
+}
+
+fn ranks_outliving_the_deadline_are_killed() -> Check {
+    let run = launch("deadline", 2.0, Duration::from_millis(1500), Duration::from_secs(2));
+    ensure(run.err().contains("killed at the 1.5 s deadline"), || format!("launcher said: {}", run.err()))?;
+    ensure(run.took < Duration::from_secs(10), || format!("took {:?}", run.took))
+}
+
+fn driver() -> ExitCode {
+    let tests: &[(&str, Test)] = &[
+        ("four_ranks_all_gather_barrier_send_recv", four_ranks_all_gather_barrier_send_recv),
+        ("rank_zero_starting_late_is_waited_for", rank_zero_starting_late_is_waited_for),
+        ("a_killed_rank_is_named_by_the_others_at_once", a_killed_rank_is_named_by_the_others_at_once),
+        ("a_hanging_rank_times_out_by_name_and_is_killed", a_hanging_rank_times_out_by_name_and_is_killed),
+        ("no_rank_zero_is_a_named_timeout", no_rank_zero_is_a_named_timeout),
+        ("a_rank_with_a_foreign_token_is_turned_away", a_rank_with_a_foreign_token_is_turned_away),
+        ("ranks_outliving_the_deadline_are_killed", ranks_outliving_the_deadline_are_killed),
+    ];
+    // Arguments: name filters; `--verbose` also shows what the ranks printed when they passed.
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let verbose = std::env::args().any(|a| a == "--verbose");
+    let (mut passed, mut failed) = (0, 0);
+    for (name, test) in tests {
+        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        let t = Instant::now();
+        match test() {
+            Ok(()) => {
+                passed += 1;
+                println!("test {name} ... ok ({:.1} s)", t.elapsed().as_secs_f64());
+                if verbose {
+                    for l in LAST_LINES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                        println!("    {l}");
+                    }
+                }
+            }
+            Err(why) => {
+                failed += 1;
+                println!("test {name} ... FAILED: {why}");
+                for l in LAST_LINES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                    println!("    {l}");
+                }
+            }
+        }
+    }
+    println!("bootstrap_procs: {passed} passed, {failed} failed");
+    if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
