@@ -30,6 +30,7 @@ pub fn time_on_stream(gpu: &Gpu, stream: &Arc<CudaStream>, iters: u64, mut work:
 #[derive(Clone, Debug, Default)]
 struct Entry {
     bytes: u64,
+    ops: u64,
     samples: Vec<f64>,
     baseline: Option<String>,
 }
@@ -55,6 +56,16 @@ fn median(v: &[f64]) -> f64 {
     if s.is_empty() { f64::NAN } else { s[s.len() / 2] }
 }
 
+/// Records a sample of a rate bench: `total` GPU time for `iters` iterations of variant `id`,
+/// each completing `ops` operations (the summary prints millions of operations per second).
+pub fn record_ops(id: &str, ops: u64, iters: u64, total: Duration, baseline: Option<&str>) {
+    let mut r = results().lock().unwrap_or_else(|e| e.into_inner());
+    let e = r.entry(id.to_string()).or_default();
+    e.ops = ops;
+    e.baseline = baseline.map(str::to_string);
+    e.samples.push(total.as_secs_f64() / iters.max(1) as f64);
+}
+
 /// Median seconds per iteration of a recorded variant.
 pub fn median_of(id: &str) -> Option<f64> {
     results().lock().unwrap_or_else(|e| e.into_inner()).get(id).map(|e| median(&e.samples))
@@ -66,24 +77,31 @@ pub fn median_of(id: &str) -> Option<f64> {
 pub fn print_summary(title: &str) {
     let r = results().lock().unwrap_or_else(|e| e.into_inner());
     println!("\n== {title}: medians of GPU-event times ==");
-    println!("{:<48} {:>12} {:>10} {:>8}  baseline", "variant", "time", "GB/s", "ratio");
+    println!("{:<48} {:>12} {:>12} {:>8}  baseline", "variant", "time", "GB/s|Mop/s", "ratio");
     let mut json = String::new();
     for (id, e) in r.iter() {
         let t = median(&e.samples);
-        let gbs = if e.bytes > 0 { e.bytes as f64 / t / 1e9 } else { f64::NAN };
+        let rate = if e.bytes > 0 {
+            format!("{:.1}", e.bytes as f64 / t / 1e9)
+        } else if e.ops > 0 {
+            format!("{:.2} Mop/s", e.ops as f64 / t / 1e6)
+        } else {
+            "-".to_string()
+        };
         let ratio = e.baseline.as_ref().and_then(|b| r.get(b)).map(|b| median(&b.samples) / t);
         let time = if t < 1e-3 { format!("{:.2} us", t * 1e6) } else { format!("{:.3} ms", t * 1e3) };
         println!(
-            "{:<48} {:>12} {:>10} {:>8}  {}",
+            "{:<48} {:>12} {:>12} {:>8}  {}",
             id,
             time,
-            if gbs.is_nan() { "-".into() } else { format!("{gbs:.1}") },
+            rate,
             ratio.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into()),
             e.baseline.as_deref().unwrap_or("")
         );
         json.push_str(&format!(
-            "{{\"suite\":\"{title}\",\"variant\":\"{id}\",\"seconds\":{t:e},\"bytes\":{},\"ratio\":{},\"baseline\":\"{}\"}}\n",
+            "{{\"suite\":\"{title}\",\"variant\":\"{id}\",\"seconds\":{t:e},\"bytes\":{},\"ops\":{},\"ratio\":{},\"baseline\":\"{}\"}}\n",
             e.bytes,
+            e.ops,
             ratio.map(|x| format!("{x:.4}")).unwrap_or_else(|| "null".into()),
             e.baseline.as_deref().unwrap_or("")
         ));

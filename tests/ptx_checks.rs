@@ -98,3 +98,18 @@ fn checked_build_differs_only_by_assertions() {
     assert_eq!(count(&plain["bulk_roundtrip"]), 1, "plain: only the wait-timeout call");
     assert!(count(&checked["bulk_roundtrip"]) > 1, "checked build lacks the argument checks");
 }
+
+#[test]
+fn proxy_atomic_add_kernel_assembles() {
+    if !ptxas_available() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("mscclpp-rs-proxy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("proxy_atomic_add.ptx");
+    std::fs::write(&path, mscclpp_host::proxy::atomic_add_ptx()).unwrap();
+    let asm = nvptx_builder::assemble(&path, "sm_90").expect("ptxas rejected the proxy kernel");
+    let funcs = ptxcheck::sass_functions(&asm.sass);
+    let f = funcs.get("mscclpp_proxy_atomic_add").expect("kernel in SASS");
+    assert!(f.contains("REDG.E.ADD.64.STRONG.SYS"), "{f}");
+}

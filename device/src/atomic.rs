@@ -130,12 +130,12 @@ impl Word for u32 {
         // SAFETY: forwarded from the caller; the match folds away (o and s are constants).
         unsafe {
             (match (o, s) {
-                    (OrderId::Acquire, ScopeId::Cta) => ld_acquire_cta_u32(p),
-                    (OrderId::Acquire, ScopeId::Gpu) => ld_acquire_gpu_u32(p),
-                    (OrderId::Acquire, ScopeId::Sys) => ld_acquire_sys_u32(p),
-                    (_, ScopeId::Cta) => ld_relaxed_cta_u32(p),
-                    (_, ScopeId::Gpu) => ld_relaxed_gpu_u32(p),
-                    (_, ScopeId::Sys) => ld_relaxed_sys_u32(p),
+                (OrderId::Acquire, ScopeId::Cta) => ld_acquire_cta_u32(p),
+                (OrderId::Acquire, ScopeId::Gpu) => ld_acquire_gpu_u32(p),
+                (OrderId::Acquire, ScopeId::Sys) => ld_acquire_sys_u32(p),
+                (_, ScopeId::Cta) => ld_relaxed_cta_u32(p),
+                (_, ScopeId::Gpu) => ld_relaxed_gpu_u32(p),
+                (_, ScopeId::Sys) => ld_relaxed_sys_u32(p),
             }) as u32
         }
     }
@@ -146,12 +146,12 @@ impl Word for u32 {
         // SAFETY: forwarded from the caller.
         unsafe {
             match (o, s) {
-                    (OrderId::Release, ScopeId::Cta) => st_release_cta_u32(p, v),
-                    (OrderId::Release, ScopeId::Gpu) => st_release_gpu_u32(p, v),
-                    (OrderId::Release, ScopeId::Sys) => st_release_sys_u32(p, v),
-                    (_, ScopeId::Cta) => st_relaxed_cta_u32(p, v),
-                    (_, ScopeId::Gpu) => st_relaxed_gpu_u32(p, v),
-                    (_, ScopeId::Sys) => st_relaxed_sys_u32(p, v),
+                (OrderId::Release, ScopeId::Cta) => st_release_cta_u32(p, v),
+                (OrderId::Release, ScopeId::Gpu) => st_release_gpu_u32(p, v),
+                (OrderId::Release, ScopeId::Sys) => st_release_sys_u32(p, v),
+                (_, ScopeId::Cta) => st_relaxed_cta_u32(p, v),
+                (_, ScopeId::Gpu) => st_relaxed_gpu_u32(p, v),
+                (_, ScopeId::Sys) => st_relaxed_sys_u32(p, v),
             }
         }
     }
@@ -162,18 +162,18 @@ impl Word for u32 {
         // SAFETY: forwarded from the caller.
         unsafe {
             (match (o, s) {
-                    (OrderId::Relaxed, ScopeId::Cta) => atom_relaxed_cta_add_u32(p, v),
-                    (OrderId::Relaxed, ScopeId::Gpu) => atom_relaxed_gpu_add_u32(p, v),
-                    (OrderId::Relaxed, ScopeId::Sys) => atom_relaxed_sys_add_u32(p, v),
-                    (OrderId::Acquire, ScopeId::Cta) => atom_acquire_cta_add_u32(p, v),
-                    (OrderId::Acquire, ScopeId::Gpu) => atom_acquire_gpu_add_u32(p, v),
-                    (OrderId::Acquire, ScopeId::Sys) => atom_acquire_sys_add_u32(p, v),
-                    (OrderId::Release, ScopeId::Cta) => atom_release_cta_add_u32(p, v),
-                    (OrderId::Release, ScopeId::Gpu) => atom_release_gpu_add_u32(p, v),
-                    (OrderId::Release, ScopeId::Sys) => atom_release_sys_add_u32(p, v),
-                    (OrderId::AcqRel, ScopeId::Cta) => atom_acq_rel_cta_add_u32(p, v),
-                    (OrderId::AcqRel, ScopeId::Gpu) => atom_acq_rel_gpu_add_u32(p, v),
-                    (OrderId::AcqRel, ScopeId::Sys) => atom_acq_rel_sys_add_u32(p, v),
+                (OrderId::Relaxed, ScopeId::Cta) => atom_relaxed_cta_add_u32(p, v),
+                (OrderId::Relaxed, ScopeId::Gpu) => atom_relaxed_gpu_add_u32(p, v),
+                (OrderId::Relaxed, ScopeId::Sys) => atom_relaxed_sys_add_u32(p, v),
+                (OrderId::Acquire, ScopeId::Cta) => atom_acquire_cta_add_u32(p, v),
+                (OrderId::Acquire, ScopeId::Gpu) => atom_acquire_gpu_add_u32(p, v),
+                (OrderId::Acquire, ScopeId::Sys) => atom_acquire_sys_add_u32(p, v),
+                (OrderId::Release, ScopeId::Cta) => atom_release_cta_add_u32(p, v),
+                (OrderId::Release, ScopeId::Gpu) => atom_release_gpu_add_u32(p, v),
+                (OrderId::Release, ScopeId::Sys) => atom_release_sys_add_u32(p, v),
+                (OrderId::AcqRel, ScopeId::Cta) => atom_acq_rel_cta_add_u32(p, v),
+                (OrderId::AcqRel, ScopeId::Gpu) => atom_acq_rel_gpu_add_u32(p, v),
+                (OrderId::AcqRel, ScopeId::Sys) => atom_acq_rel_sys_add_u32(p, v),
             }) as u32
         }
     }
@@ -184,12 +184,12 @@ impl Word for u32 {
         // SAFETY: forwarded from the caller.
         unsafe {
             match (o, s) {
-                    (OrderId::Release, ScopeId::Cta) => red_release_cta_add_u32(p, v),
-                    (OrderId::Release, ScopeId::Gpu) => red_release_gpu_add_u32(p, v),
-                    (OrderId::Release, ScopeId::Sys) => red_release_sys_add_u32(p, v),
-                    (_, ScopeId::Cta) => red_relaxed_cta_add_u32(p, v),
-                    (_, ScopeId::Gpu) => red_relaxed_gpu_add_u32(p, v),
-                    (_, ScopeId::Sys) => red_relaxed_sys_add_u32(p, v),
+                (OrderId::Release, ScopeId::Cta) => red_release_cta_add_u32(p, v),
+                (OrderId::Release, ScopeId::Gpu) => red_release_gpu_add_u32(p, v),
+                (OrderId::Release, ScopeId::Sys) => red_release_sys_add_u32(p, v),
+                (_, ScopeId::Cta) => red_relaxed_cta_add_u32(p, v),
+                (_, ScopeId::Gpu) => red_relaxed_gpu_add_u32(p, v),
+                (_, ScopeId::Sys) => red_relaxed_sys_add_u32(p, v),
             }
         }
     }
@@ -203,12 +203,12 @@ impl Word for i32 {
         // SAFETY: forwarded from the caller; the match folds away (o and s are constants).
         unsafe {
             (match (o, s) {
-                    (OrderId::Acquire, ScopeId::Cta) => ld_acquire_cta_u32(p),
-                    (OrderId::Acquire, ScopeId::Gpu) => ld_acquire_gpu_u32(p),
-                    (OrderId::Acquire, ScopeId::Sys) => ld_acquire_sys_u32(p),
-                    (_, ScopeId::Cta) => ld_relaxed_cta_u32(p),
-                    (_, ScopeId::Gpu) => ld_relaxed_gpu_u32(p),
-                    (_, ScopeId::Sys) => ld_relaxed_sys_u32(p),
+                (OrderId::Acquire, ScopeId::Cta) => ld_acquire_cta_u32(p),
+                (OrderId::Acquire, ScopeId::Gpu) => ld_acquire_gpu_u32(p),
+                (OrderId::Acquire, ScopeId::Sys) => ld_acquire_sys_u32(p),
+                (_, ScopeId::Cta) => ld_relaxed_cta_u32(p),
+                (_, ScopeId::Gpu) => ld_relaxed_gpu_u32(p),
+                (_, ScopeId::Sys) => ld_relaxed_sys_u32(p),
             }) as i32
         }
     }
@@ -219,12 +219,12 @@ impl Word for i32 {
         // SAFETY: forwarded from the caller.
         unsafe {
             match (o, s) {
-                    (OrderId::Release, ScopeId::Cta) => st_release_cta_u32(p, v),
-                    (OrderId::Release, ScopeId::Gpu) => st_release_gpu_u32(p, v),
-                    (OrderId::Release, ScopeId::Sys) => st_release_sys_u32(p, v),
-                    (_, ScopeId::Cta) => st_relaxed_cta_u32(p, v),
-                    (_, ScopeId::Gpu) => st_relaxed_gpu_u32(p, v),
-                    (_, ScopeId::Sys) => st_relaxed_sys_u32(p, v),
+                (OrderId::Release, ScopeId::Cta) => st_release_cta_u32(p, v),
+                (OrderId::Release, ScopeId::Gpu) => st_release_gpu_u32(p, v),
+                (OrderId::Release, ScopeId::Sys) => st_release_sys_u32(p, v),
+                (_, ScopeId::Cta) => st_relaxed_cta_u32(p, v),
+                (_, ScopeId::Gpu) => st_relaxed_gpu_u32(p, v),
+                (_, ScopeId::Sys) => st_relaxed_sys_u32(p, v),
             }
         }
     }
@@ -235,18 +235,18 @@ impl Word for i32 {
         // SAFETY: forwarded from the caller.
         unsafe {
             (match (o, s) {
-                    (OrderId::Relaxed, ScopeId::Cta) => atom_relaxed_cta_add_u32(p, v),
-                    (OrderId::Relaxed, ScopeId::Gpu) => atom_relaxed_gpu_add_u32(p, v),
-                    (OrderId::Relaxed, ScopeId::Sys) => atom_relaxed_sys_add_u32(p, v),
-                    (OrderId::Acquire, ScopeId::Cta) => atom_acquire_cta_add_u32(p, v),
-                    (OrderId::Acquire, ScopeId::Gpu) => atom_acquire_gpu_add_u32(p, v),
-                    (OrderId::Acquire, ScopeId::Sys) => atom_acquire_sys_add_u32(p, v),
-                    (OrderId::Release, ScopeId::Cta) => atom_release_cta_add_u32(p, v),
-                    (OrderId::Release, ScopeId::Gpu) => atom_release_gpu_add_u32(p, v),
-                    (OrderId::Release, ScopeId::Sys) => atom_release_sys_add_u32(p, v),
-                    (OrderId::AcqRel, ScopeId::Cta) => atom_acq_rel_cta_add_u32(p, v),
-                    (OrderId::AcqRel, ScopeId::Gpu) => atom_acq_rel_gpu_add_u32(p, v),
-                    (OrderId::AcqRel, ScopeId::Sys) => atom_acq_rel_sys_add_u32(p, v),
+                (OrderId::Relaxed, ScopeId::Cta) => atom_relaxed_cta_add_u32(p, v),
+                (OrderId::Relaxed, ScopeId::Gpu) => atom_relaxed_gpu_add_u32(p, v),
+                (OrderId::Relaxed, ScopeId::Sys) => atom_relaxed_sys_add_u32(p, v),
+                (OrderId::Acquire, ScopeId::Cta) => atom_acquire_cta_add_u32(p, v),
+                (OrderId::Acquire, ScopeId::Gpu) => atom_acquire_gpu_add_u32(p, v),
+                (OrderId::Acquire, ScopeId::Sys) => atom_acquire_sys_add_u32(p, v),
+                (OrderId::Release, ScopeId::Cta) => atom_release_cta_add_u32(p, v),
+                (OrderId::Release, ScopeId::Gpu) => atom_release_gpu_add_u32(p, v),
+                (OrderId::Release, ScopeId::Sys) => atom_release_sys_add_u32(p, v),
+                (OrderId::AcqRel, ScopeId::Cta) => atom_acq_rel_cta_add_u32(p, v),
+                (OrderId::AcqRel, ScopeId::Gpu) => atom_acq_rel_gpu_add_u32(p, v),
+                (OrderId::AcqRel, ScopeId::Sys) => atom_acq_rel_sys_add_u32(p, v),
             }) as i32
         }
     }
@@ -257,12 +257,12 @@ impl Word for i32 {
         // SAFETY: forwarded from the caller.
         unsafe {
             match (o, s) {
-                    (OrderId::Release, ScopeId::Cta) => red_release_cta_add_u32(p, v),
-                    (OrderId::Release, ScopeId::Gpu) => red_release_gpu_add_u32(p, v),
-                    (OrderId::Release, ScopeId::Sys) => red_release_sys_add_u32(p, v),
-                    (_, ScopeId::Cta) => red_relaxed_cta_add_u32(p, v),
-                    (_, ScopeId::Gpu) => red_relaxed_gpu_add_u32(p, v),
-                    (_, ScopeId::Sys) => red_relaxed_sys_add_u32(p, v),
+                (OrderId::Release, ScopeId::Cta) => red_release_cta_add_u32(p, v),
+                (OrderId::Release, ScopeId::Gpu) => red_release_gpu_add_u32(p, v),
+                (OrderId::Release, ScopeId::Sys) => red_release_sys_add_u32(p, v),
+                (_, ScopeId::Cta) => red_relaxed_cta_add_u32(p, v),
+                (_, ScopeId::Gpu) => red_relaxed_gpu_add_u32(p, v),
+                (_, ScopeId::Sys) => red_relaxed_sys_add_u32(p, v),
             }
         }
     }
@@ -276,12 +276,12 @@ impl Word for u64 {
         // SAFETY: forwarded from the caller; the match folds away (o and s are constants).
         unsafe {
             (match (o, s) {
-                    (OrderId::Acquire, ScopeId::Cta) => ld_acquire_cta_u64(p),
-                    (OrderId::Acquire, ScopeId::Gpu) => ld_acquire_gpu_u64(p),
-                    (OrderId::Acquire, ScopeId::Sys) => ld_acquire_sys_u64(p),
-                    (_, ScopeId::Cta) => ld_relaxed_cta_u64(p),
-                    (_, ScopeId::Gpu) => ld_relaxed_gpu_u64(p),
-                    (_, ScopeId::Sys) => ld_relaxed_sys_u64(p),
+                (OrderId::Acquire, ScopeId::Cta) => ld_acquire_cta_u64(p),
+                (OrderId::Acquire, ScopeId::Gpu) => ld_acquire_gpu_u64(p),
+                (OrderId::Acquire, ScopeId::Sys) => ld_acquire_sys_u64(p),
+                (_, ScopeId::Cta) => ld_relaxed_cta_u64(p),
+                (_, ScopeId::Gpu) => ld_relaxed_gpu_u64(p),
+                (_, ScopeId::Sys) => ld_relaxed_sys_u64(p),
             }) as u64
         }
     }
@@ -292,12 +292,12 @@ impl Word for u64 {
         // SAFETY: forwarded from the caller.
         unsafe {
             match (o, s) {
-                    (OrderId::Release, ScopeId::Cta) => st_release_cta_u64(p, v),
-                    (OrderId::Release, ScopeId::Gpu) => st_release_gpu_u64(p, v),
-                    (OrderId::Release, ScopeId::Sys) => st_release_sys_u64(p, v),
-                    (_, ScopeId::Cta) => st_relaxed_cta_u64(p, v),
-                    (_, ScopeId::Gpu) => st_relaxed_gpu_u64(p, v),
-                    (_, ScopeId::Sys) => st_relaxed_sys_u64(p, v),
+                (OrderId::Release, ScopeId::Cta) => st_release_cta_u64(p, v),
+                (OrderId::Release, ScopeId::Gpu) => st_release_gpu_u64(p, v),
+                (OrderId::Release, ScopeId::Sys) => st_release_sys_u64(p, v),
+                (_, ScopeId::Cta) => st_relaxed_cta_u64(p, v),
+                (_, ScopeId::Gpu) => st_relaxed_gpu_u64(p, v),
+                (_, ScopeId::Sys) => st_relaxed_sys_u64(p, v),
             }
         }
     }
@@ -308,18 +308,18 @@ impl Word for u64 {
         // SAFETY: forwarded from the caller.
         unsafe {
             (match (o, s) {
-                    (OrderId::Relaxed, ScopeId::Cta) => atom_relaxed_cta_add_u64(p, v),
-                    (OrderId::Relaxed, ScopeId::Gpu) => atom_relaxed_gpu_add_u64(p, v),
-                    (OrderId::Relaxed, ScopeId::Sys) => atom_relaxed_sys_add_u64(p, v),
-                    (OrderId::Acquire, ScopeId::Cta) => atom_acquire_cta_add_u64(p, v),
-                    (OrderId::Acquire, ScopeId::Gpu) => atom_acquire_gpu_add_u64(p, v),
-                    (OrderId::Acquire, ScopeId::Sys) => atom_acquire_sys_add_u64(p, v),
-                    (OrderId::Release, ScopeId::Cta) => atom_release_cta_add_u64(p, v),
-                    (OrderId::Release, ScopeId::Gpu) => atom_release_gpu_add_u64(p, v),
-                    (OrderId::Release, ScopeId::Sys) => atom_release_sys_add_u64(p, v),
-                    (OrderId::AcqRel, ScopeId::Cta) => atom_acq_rel_cta_add_u64(p, v),
-                    (OrderId::AcqRel, ScopeId::Gpu) => atom_acq_rel_gpu_add_u64(p, v),
-                    (OrderId::AcqRel, ScopeId::Sys) => atom_acq_rel_sys_add_u64(p, v),
+                (OrderId::Relaxed, ScopeId::Cta) => atom_relaxed_cta_add_u64(p, v),
+                (OrderId::Relaxed, ScopeId::Gpu) => atom_relaxed_gpu_add_u64(p, v),
+                (OrderId::Relaxed, ScopeId::Sys) => atom_relaxed_sys_add_u64(p, v),
+                (OrderId::Acquire, ScopeId::Cta) => atom_acquire_cta_add_u64(p, v),
+                (OrderId::Acquire, ScopeId::Gpu) => atom_acquire_gpu_add_u64(p, v),
+                (OrderId::Acquire, ScopeId::Sys) => atom_acquire_sys_add_u64(p, v),
+                (OrderId::Release, ScopeId::Cta) => atom_release_cta_add_u64(p, v),
+                (OrderId::Release, ScopeId::Gpu) => atom_release_gpu_add_u64(p, v),
+                (OrderId::Release, ScopeId::Sys) => atom_release_sys_add_u64(p, v),
+                (OrderId::AcqRel, ScopeId::Cta) => atom_acq_rel_cta_add_u64(p, v),
+                (OrderId::AcqRel, ScopeId::Gpu) => atom_acq_rel_gpu_add_u64(p, v),
+                (OrderId::AcqRel, ScopeId::Sys) => atom_acq_rel_sys_add_u64(p, v),
             }) as u64
         }
     }
@@ -330,12 +330,12 @@ impl Word for u64 {
         // SAFETY: forwarded from the caller.
         unsafe {
             match (o, s) {
-                    (OrderId::Release, ScopeId::Cta) => red_release_cta_add_u64(p, v),
-                    (OrderId::Release, ScopeId::Gpu) => red_release_gpu_add_u64(p, v),
-                    (OrderId::Release, ScopeId::Sys) => red_release_sys_add_u64(p, v),
-                    (_, ScopeId::Cta) => red_relaxed_cta_add_u64(p, v),
-                    (_, ScopeId::Gpu) => red_relaxed_gpu_add_u64(p, v),
-                    (_, ScopeId::Sys) => red_relaxed_sys_add_u64(p, v),
+                (OrderId::Release, ScopeId::Cta) => red_release_cta_add_u64(p, v),
+                (OrderId::Release, ScopeId::Gpu) => red_release_gpu_add_u64(p, v),
+                (OrderId::Release, ScopeId::Sys) => red_release_sys_add_u64(p, v),
+                (_, ScopeId::Cta) => red_relaxed_cta_add_u64(p, v),
+                (_, ScopeId::Gpu) => red_relaxed_gpu_add_u64(p, v),
+                (_, ScopeId::Sys) => red_relaxed_sys_add_u64(p, v),
             }
         }
     }
@@ -349,12 +349,12 @@ impl Word for i64 {
         // SAFETY: forwarded from the caller; the match folds away (o and s are constants).
         unsafe {
             (match (o, s) {
-                    (OrderId::Acquire, ScopeId::Cta) => ld_acquire_cta_u64(p),
-                    (OrderId::Acquire, ScopeId::Gpu) => ld_acquire_gpu_u64(p),
-                    (OrderId::Acquire, ScopeId::Sys) => ld_acquire_sys_u64(p),
-                    (_, ScopeId::Cta) => ld_relaxed_cta_u64(p),
-                    (_, ScopeId::Gpu) => ld_relaxed_gpu_u64(p),
-                    (_, ScopeId::Sys) => ld_relaxed_sys_u64(p),
+                (OrderId::Acquire, ScopeId::Cta) => ld_acquire_cta_u64(p),
+                (OrderId::Acquire, ScopeId::Gpu) => ld_acquire_gpu_u64(p),
+                (OrderId::Acquire, ScopeId::Sys) => ld_acquire_sys_u64(p),
+                (_, ScopeId::Cta) => ld_relaxed_cta_u64(p),
+                (_, ScopeId::Gpu) => ld_relaxed_gpu_u64(p),
+                (_, ScopeId::Sys) => ld_relaxed_sys_u64(p),
             }) as i64
         }
     }
@@ -365,12 +365,12 @@ impl Word for i64 {
         // SAFETY: forwarded from the caller.
         unsafe {
             match (o, s) {
-                    (OrderId::Release, ScopeId::Cta) => st_release_cta_u64(p, v),
-                    (OrderId::Release, ScopeId::Gpu) => st_release_gpu_u64(p, v),
-                    (OrderId::Release, ScopeId::Sys) => st_release_sys_u64(p, v),
-                    (_, ScopeId::Cta) => st_relaxed_cta_u64(p, v),
-                    (_, ScopeId::Gpu) => st_relaxed_gpu_u64(p, v),
-                    (_, ScopeId::Sys) => st_relaxed_sys_u64(p, v),
+                (OrderId::Release, ScopeId::Cta) => st_release_cta_u64(p, v),
+                (OrderId::Release, ScopeId::Gpu) => st_release_gpu_u64(p, v),
+                (OrderId::Release, ScopeId::Sys) => st_release_sys_u64(p, v),
+                (_, ScopeId::Cta) => st_relaxed_cta_u64(p, v),
+                (_, ScopeId::Gpu) => st_relaxed_gpu_u64(p, v),
+                (_, ScopeId::Sys) => st_relaxed_sys_u64(p, v),
             }
         }
     }
@@ -381,18 +381,18 @@ impl Word for i64 {
         // SAFETY: forwarded from the caller.
         unsafe {
             (match (o, s) {
-                    (OrderId::Relaxed, ScopeId::Cta) => atom_relaxed_cta_add_u64(p, v),
-                    (OrderId::Relaxed, ScopeId::Gpu) => atom_relaxed_gpu_add_u64(p, v),
-                    (OrderId::Relaxed, ScopeId::Sys) => atom_relaxed_sys_add_u64(p, v),
-                    (OrderId::Acquire, ScopeId::Cta) => atom_acquire_cta_add_u64(p, v),
-                    (OrderId::Acquire, ScopeId::Gpu) => atom_acquire_gpu_add_u64(p, v),
-                    (OrderId::Acquire, ScopeId::Sys) => atom_acquire_sys_add_u64(p, v),
-                    (OrderId::Release, ScopeId::Cta) => atom_release_cta_add_u64(p, v),
-                    (OrderId::Release, ScopeId::Gpu) => atom_release_gpu_add_u64(p, v),
-                    (OrderId::Release, ScopeId::Sys) => atom_release_sys_add_u64(p, v),
-                    (OrderId::AcqRel, ScopeId::Cta) => atom_acq_rel_cta_add_u64(p, v),
-                    (OrderId::AcqRel, ScopeId::Gpu) => atom_acq_rel_gpu_add_u64(p, v),
-                    (OrderId::AcqRel, ScopeId::Sys) => atom_acq_rel_sys_add_u64(p, v),
+                (OrderId::Relaxed, ScopeId::Cta) => atom_relaxed_cta_add_u64(p, v),
+                (OrderId::Relaxed, ScopeId::Gpu) => atom_relaxed_gpu_add_u64(p, v),
+                (OrderId::Relaxed, ScopeId::Sys) => atom_relaxed_sys_add_u64(p, v),
+                (OrderId::Acquire, ScopeId::Cta) => atom_acquire_cta_add_u64(p, v),
+                (OrderId::Acquire, ScopeId::Gpu) => atom_acquire_gpu_add_u64(p, v),
+                (OrderId::Acquire, ScopeId::Sys) => atom_acquire_sys_add_u64(p, v),
+                (OrderId::Release, ScopeId::Cta) => atom_release_cta_add_u64(p, v),
+                (OrderId::Release, ScopeId::Gpu) => atom_release_gpu_add_u64(p, v),
+                (OrderId::Release, ScopeId::Sys) => atom_release_sys_add_u64(p, v),
+                (OrderId::AcqRel, ScopeId::Cta) => atom_acq_rel_cta_add_u64(p, v),
+                (OrderId::AcqRel, ScopeId::Gpu) => atom_acq_rel_gpu_add_u64(p, v),
+                (OrderId::AcqRel, ScopeId::Sys) => atom_acq_rel_sys_add_u64(p, v),
             }) as i64
         }
     }
@@ -403,12 +403,12 @@ impl Word for i64 {
         // SAFETY: forwarded from the caller.
         unsafe {
             match (o, s) {
-                    (OrderId::Release, ScopeId::Cta) => red_release_cta_add_u64(p, v),
-                    (OrderId::Release, ScopeId::Gpu) => red_release_gpu_add_u64(p, v),
-                    (OrderId::Release, ScopeId::Sys) => red_release_sys_add_u64(p, v),
-                    (_, ScopeId::Cta) => red_relaxed_cta_add_u64(p, v),
-                    (_, ScopeId::Gpu) => red_relaxed_gpu_add_u64(p, v),
-                    (_, ScopeId::Sys) => red_relaxed_sys_add_u64(p, v),
+                (OrderId::Release, ScopeId::Cta) => red_release_cta_add_u64(p, v),
+                (OrderId::Release, ScopeId::Gpu) => red_release_gpu_add_u64(p, v),
+                (OrderId::Release, ScopeId::Sys) => red_release_sys_add_u64(p, v),
+                (_, ScopeId::Cta) => red_relaxed_cta_add_u64(p, v),
+                (_, ScopeId::Gpu) => red_relaxed_gpu_add_u64(p, v),
+                (_, ScopeId::Sys) => red_relaxed_sys_add_u64(p, v),
             }
         }
     }

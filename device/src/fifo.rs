@@ -247,7 +247,7 @@ unsafe impl DeviceAbi for FifoDeviceHandle {}
 #[cfg(target_arch = "nvptx64")]
 mod device {
     use super::*;
-    use crate::atomic::{self, Acquire, Gpu, Relaxed, Sys};
+    use crate::atomic::{self, Acquire, Gpu, Sys};
     use crate::poll::{SpinBudget, spin_until};
     use crate::protocol::{Waiter, fifo as proto};
 
@@ -266,7 +266,7 @@ mod device {
         #[inline(always)]
         fn fetch_add_head(&self) -> u64 {
             // SAFETY: `head` is this GPU's counter (handle built by the host).
-            unsafe { atomic::fetch_add::<Relaxed, Gpu, u64>(self.head.as_ptr(), 1) }
+            unsafe { crate::ptx::atom_red::atom_relaxed_gpu_global_add_u64(self.head.as_ptr(), 1) }
         }
         #[inline(always)]
         fn tail_cache(&self) -> u64 {
@@ -275,15 +275,16 @@ mod device {
             unsafe { atomic::load::<Acquire, Gpu, u64>(self.tail_cache.as_ptr()) }
         }
         #[inline(always)]
-        fn refresh_tail(&self) -> u64 {
+        fn load_tail(&self) -> u64 {
             // Partner: the consumer's release store of the tail (host `store_tail`).
-            // SAFETY: `tail` is mapped host memory; `tail_cache` this GPU's memory.
-            unsafe {
-                let t = atomic::load::<Acquire, Sys, u64>(self.tail.as_ptr());
-                // Partner: the acquire load in `tail_cache`.
-                crate::ptx::atom_red::atom_release_gpu_max_u64(self.tail_cache.as_ptr(), t);
-                t
-            }
+            // SAFETY: `tail` is mapped host memory.
+            unsafe { atomic::load::<Acquire, Sys, u64>(self.tail.as_ptr()) }
+        }
+        #[inline(always)]
+        fn raise_cache(&self, tail: u64) {
+            // Partner: the acquire load in `tail_cache`.
+            // SAFETY: `tail_cache` is this GPU's memory.
+            unsafe { crate::ptx::atom_red::atom_release_gpu_global_max_u64(self.tail_cache.as_ptr(), tail) };
         }
         #[inline(always)]
         fn publish(&self, slot: u64, w0: u64, w1: u64) {
@@ -291,7 +292,11 @@ mod device {
             // so both words land together.
             // SAFETY: `slot < size`; the ring is 16-byte aligned mapped host memory.
             unsafe {
-                crate::ptx::ld_st::st_release_sys_global_v2_u64(self.triggers.add(slot as usize).as_ptr().cast(), w0, w1)
+                crate::ptx::ld_st::st_release_sys_global_v2_u64(
+                    self.triggers.add(slot as usize).as_ptr().cast(),
+                    w0,
+                    w1,
+                )
             };
         }
     }

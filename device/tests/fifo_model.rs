@@ -11,8 +11,8 @@
 #[cfg(loom)]
 use loom::{
     sync::Arc,
-    sync::{Condvar, Mutex},
     sync::atomic::{AtomicU64, Ordering},
+    sync::{Condvar, Mutex},
     thread,
 };
 #[cfg(not(loom))]
@@ -63,10 +63,11 @@ impl ProducerMem for Ring {
     fn tail_cache(&self) -> u64 {
         self.cache.load(Ordering::Acquire)
     }
-    fn refresh_tail(&self) -> u64 {
-        let t = self.tail.load(Ordering::Acquire);
-        self.cache.fetch_max(t, Ordering::Release);
-        t
+    fn load_tail(&self) -> u64 {
+        self.tail.load(Ordering::Acquire)
+    }
+    fn raise_cache(&self, tail: u64) {
+        self.cache.fetch_max(tail, Ordering::Release);
     }
     fn publish(&self, slot: u64, w0: u64, w1: u64) {
         // The GPU does one 16-byte release store; two stores with the release on word 1 (which

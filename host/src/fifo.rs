@@ -88,7 +88,6 @@ impl Fifo {
         }
     }
 
-
     /// The trigger at the consumer's position, if published (not consumed: call
     /// [`Fifo::complete`] once it is handled).
     pub fn peek(&self) -> Option<ProxyTrigger> {

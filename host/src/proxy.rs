@@ -120,16 +120,19 @@ impl ProxyBuilder {
             .name(format!("mscclpp-proxy-gpu{}", self.gpu.ordinal()))
             .spawn(move || worker.run(&s, &e))
             .map_err(|source| Error::Io { context: "starting the proxy thread".into(), source })?;
-        Ok(ProxyService { fifo: handle, stop, error, thread: Some(thread) })
+        Ok(ProxyService { fifo: handle, stop, error, thread: Some(thread), parked: None })
     }
 }
 
-/// A running proxy. Drop stops it and joins its thread.
+/// A running proxy. Drop stops it and joins its thread, then frees the FIFO: drop it only once
+/// no kernel uses its channels any more.
 pub struct ProxyService {
     fifo: FifoDeviceHandle,
     stop: Arc<AtomicBool>,
     error: Arc<Mutex<Option<Error>>>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<Worker>>,
+    /// The stopped worker (FIFO memory included), kept until the service is dropped.
+    parked: Option<Worker>,
 }
 
 impl std::fmt::Debug for ProxyService {
@@ -163,12 +166,22 @@ impl ProxyService {
         self.check()
     }
 
+    /// Stops and joins the thread but keeps the FIFO's memory until the service is dropped:
+    /// kernels pushing afterwards are not served and their waits run out of budget.
+    pub fn stop_serving(&mut self) {
+        self.shutdown();
+    }
+
     fn shutdown(&mut self) {
         self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take()
-            && t.join().is_err()
-        {
-            *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(Error::Proxy("proxy thread panicked".into()));
+        if let Some(t) = self.thread.take() {
+            match t.join() {
+                Ok(w) => self.parked = Some(w),
+                Err(_) => {
+                    *self.error.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(Error::Proxy("proxy thread panicked".into()))
+                }
+            }
         }
     }
 }
@@ -193,11 +206,18 @@ struct Worker {
 unsafe impl Send for Worker {}
 
 impl Worker {
-    fn run(mut self, stop: &AtomicBool, error: &Mutex<Option<Error>>) {
+    /// Serves until told to stop or a request fails; returns itself so the FIFO memory outlives
+    /// the thread.
+    fn run(mut self, stop: &AtomicBool, error: &Mutex<Option<Error>>) -> Self {
         if let Err(e) = self.gpu.bind() {
             *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-            return;
+            return self;
         }
+        self.serve(stop, error);
+        self
+    }
+
+    fn serve(&mut self, stop: &AtomicBool, error: &Mutex<Option<Error>>) {
         let mut idle: u32 = 0;
         loop {
             match self.fifo.peek() {

@@ -10,7 +10,8 @@ use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::memory::DeviceBuffer;
 
-/// The two counters of one side of a semaphore (`inbound`, `expected`), zeroed, in a GPU's memory.
+/// The counters of one side of a semaphore (`inbound`, `expected`, `outbound`), zeroed, in a
+/// GPU's memory.
 #[derive(Debug)]
 pub struct SemaphoreStorage {
     counters: DeviceBuffer,
@@ -19,7 +20,7 @@ pub struct SemaphoreStorage {
 impl SemaphoreStorage {
     /// Allocates zeroed counters on `gpu`.
     pub fn new(gpu: &Arc<Gpu>) -> Result<Self> {
-        Ok(Self { counters: DeviceBuffer::filled(gpu, 16, 0)? })
+        Ok(Self { counters: DeviceBuffer::filled(gpu, 32, 0)? })
     }
     /// The address of the inbound counter (what the peer or the proxy increments).
     pub fn inbound(&self) -> GlobalPtr<u64> {
@@ -28,6 +29,10 @@ impl SemaphoreStorage {
     /// The address of the expected counter (private to this side).
     pub fn expected(&self) -> GlobalPtr<u64> {
         self.counters.ptr::<u64>().add(1)
+    }
+    /// The address of the outbound counter (signals sent by this side; private).
+    pub fn outbound(&self) -> GlobalPtr<u64> {
+        self.counters.ptr::<u64>().add(2)
     }
     /// The counters' buffer (for exporting to other processes).
     pub fn buffer(&self) -> &DeviceBuffer {
@@ -40,13 +45,24 @@ impl SemaphoreStorage {
     /// The handle of a memory semaphore whose peer's inbound counter is at `remote_inbound`
     /// (mapped into this GPU's address space).
     pub fn device_to_device(&self, remote_inbound: GlobalPtr<u64>) -> MemoryDevice2DeviceSemaphore {
-        MemoryDevice2DeviceSemaphore { inbound: self.inbound(), remote_inbound, expected: self.expected() }
+        MemoryDevice2DeviceSemaphore {
+            inbound: self.inbound(),
+            remote_inbound,
+            expected: self.expected(),
+            outbound: self.outbound(),
+        }
     }
     /// Reads (inbound, expected) back, after synchronising the owning GPU's stream.
     pub fn read(&self) -> Result<(u64, u64)> {
         let mut v = [0u64; 2];
         self.counters.read(0, &mut v)?;
         Ok((v[0], v[1]))
+    }
+    /// Reads the outbound counter back.
+    pub fn read_outbound(&self) -> Result<u64> {
+        let mut v = [0u64; 1];
+        self.counters.read(16, &mut v)?;
+        Ok(v[0])
     }
 }
 

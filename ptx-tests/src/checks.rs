@@ -1,7 +1,7 @@
 //! One small kernel per instruction wrapper: `check_<wrapper>`. The CPU-side checks find each
 //! kernel's body in the PTX and its function in the SASS.
 
-use mscclpp_device::ptx::{cp_async_bulk as cp, fence, ld_st, mbarrier as mb, misc, print, smem, sreg};
+use mscclpp_device::ptx::{atom_red, cp_async_bulk as cp, fence, ld_st, mbarrier as mb, misc, print, smem, sreg};
 
 /// Defines `#[no_mangle] extern "ptx-kernel"` functions whose bodies are unsafe blocks.
 #[macro_export]
@@ -146,4 +146,60 @@ check_reduce! {
     check_cp_reduce_async_bulk_and_b64 => cp_reduce_async_bulk_and_b64;
     check_cp_reduce_async_bulk_or_b64 => cp_reduce_async_bulk_or_b64;
     check_cp_reduce_async_bulk_xor_b64 => cp_reduce_async_bulk_xor_b64;
+}
+
+// Atomics, reductions, fences and the FIFO's 16-byte accesses.
+kernels! {
+    fn check_atom_relaxed_cta_add_u32(p: *mut u32) { *p.add(1) = atom_red::atom_relaxed_cta_add_u32(p, *p.add(2)); }
+    fn check_atom_relaxed_cta_add_u64(p: *mut u64) { *p.add(1) = atom_red::atom_relaxed_cta_add_u64(p, *p.add(2)); }
+    fn check_atom_relaxed_gpu_add_u32(p: *mut u32) { *p.add(1) = atom_red::atom_relaxed_gpu_add_u32(p, *p.add(2)); }
+    fn check_atom_relaxed_gpu_add_u64(p: *mut u64) { *p.add(1) = atom_red::atom_relaxed_gpu_add_u64(p, *p.add(2)); }
+    fn check_atom_relaxed_sys_add_u32(p: *mut u32) { *p.add(1) = atom_red::atom_relaxed_sys_add_u32(p, *p.add(2)); }
+    fn check_atom_relaxed_sys_add_u64(p: *mut u64) { *p.add(1) = atom_red::atom_relaxed_sys_add_u64(p, *p.add(2)); }
+    fn check_atom_acquire_cta_add_u32(p: *mut u32) { *p.add(1) = atom_red::atom_acquire_cta_add_u32(p, *p.add(2)); }
+    fn check_atom_acquire_cta_add_u64(p: *mut u64) { *p.add(1) = atom_red::atom_acquire_cta_add_u64(p, *p.add(2)); }
+    fn check_atom_acquire_gpu_add_u32(p: *mut u32) { *p.add(1) = atom_red::atom_acquire_gpu_add_u32(p, *p.add(2)); }
+    fn check_atom_acquire_gpu_add_u64(p: *mut u64) { *p.add(1) = atom_red::atom_acquire_gpu_add_u64(p, *p.add(2)); }
+    fn check_atom_acquire_sys_add_u32(p: *mut u32) { *p.add(1) = atom_red::atom_acquire_sys_add_u32(p, *p.add(2)); }
+    fn check_atom_acquire_sys_add_u64(p: *mut u64) { *p.add(1) = atom_red::atom_acquire_sys_add_u64(p, *p.add(2)); }
+    fn check_atom_release_cta_add_u32(p: *mut u32) { *p.add(1) = atom_red::atom_release_cta_add_u32(p, *p.add(2)); }
+    fn check_atom_release_cta_add_u64(p: *mut u64) { *p.add(1) = atom_red::atom_release_cta_add_u64(p, *p.add(2)); }
+    fn check_atom_release_gpu_add_u32(p: *mut u32) { *p.add(1) = atom_red::atom_release_gpu_add_u32(p, *p.add(2)); }
+    fn check_atom_release_gpu_add_u64(p: *mut u64) { *p.add(1) = atom_red::atom_release_gpu_add_u64(p, *p.add(2)); }
+    fn check_atom_release_sys_add_u32(p: *mut u32) { *p.add(1) = atom_red::atom_release_sys_add_u32(p, *p.add(2)); }
+    fn check_atom_release_sys_add_u64(p: *mut u64) { *p.add(1) = atom_red::atom_release_sys_add_u64(p, *p.add(2)); }
+    fn check_atom_acq_rel_cta_add_u32(p: *mut u32) { *p.add(1) = atom_red::atom_acq_rel_cta_add_u32(p, *p.add(2)); }
+    fn check_atom_acq_rel_cta_add_u64(p: *mut u64) { *p.add(1) = atom_red::atom_acq_rel_cta_add_u64(p, *p.add(2)); }
+    fn check_atom_acq_rel_gpu_add_u32(p: *mut u32) { *p.add(1) = atom_red::atom_acq_rel_gpu_add_u32(p, *p.add(2)); }
+    fn check_atom_acq_rel_gpu_add_u64(p: *mut u64) { *p.add(1) = atom_red::atom_acq_rel_gpu_add_u64(p, *p.add(2)); }
+    fn check_atom_acq_rel_sys_add_u32(p: *mut u32) { *p.add(1) = atom_red::atom_acq_rel_sys_add_u32(p, *p.add(2)); }
+    fn check_atom_acq_rel_sys_add_u64(p: *mut u64) { *p.add(1) = atom_red::atom_acq_rel_sys_add_u64(p, *p.add(2)); }
+    fn check_atom_release_gpu_max_u64(p: *mut u64) { *p.add(1) = atom_red::atom_release_gpu_max_u64(p, *p.add(2)); }
+    fn check_atom_relaxed_gpu_global_add_u64(p: *mut u64) { *p.add(1) = atom_red::atom_relaxed_gpu_global_add_u64(p, *p.add(2)); }
+    fn check_atom_release_gpu_global_max_u64(p: *mut u64) { *p.add(1) = atom_red::atom_release_gpu_global_max_u64(p, *p.add(2)); }
+    fn check_red_release_sys_global_add_u64(p: *mut u64) { atom_red::red_release_sys_global_add_u64(p, *p.add(2)); }
+    fn check_red_relaxed_sys_global_add_u64(p: *mut u64) { atom_red::red_relaxed_sys_global_add_u64(p, *p.add(2)); }
+    fn check_atom_acq_rel_gpu_inc_u32(p: *mut u32) { *p.add(1) = atom_red::atom_acq_rel_gpu_inc_u32(p, *p.add(2)); }
+    fn check_red_relaxed_cta_add_u32(p: *mut u32) { atom_red::red_relaxed_cta_add_u32(p, *p.add(2)); }
+    fn check_red_relaxed_cta_add_u64(p: *mut u64) { atom_red::red_relaxed_cta_add_u64(p, *p.add(2)); }
+    fn check_red_relaxed_gpu_add_u32(p: *mut u32) { atom_red::red_relaxed_gpu_add_u32(p, *p.add(2)); }
+    fn check_red_relaxed_gpu_add_u64(p: *mut u64) { atom_red::red_relaxed_gpu_add_u64(p, *p.add(2)); }
+    fn check_red_relaxed_sys_add_u32(p: *mut u32) { atom_red::red_relaxed_sys_add_u32(p, *p.add(2)); }
+    fn check_red_relaxed_sys_add_u64(p: *mut u64) { atom_red::red_relaxed_sys_add_u64(p, *p.add(2)); }
+    fn check_red_release_cta_add_u32(p: *mut u32) { atom_red::red_release_cta_add_u32(p, *p.add(2)); }
+    fn check_red_release_cta_add_u64(p: *mut u64) { atom_red::red_release_cta_add_u64(p, *p.add(2)); }
+    fn check_red_release_gpu_add_u32(p: *mut u32) { atom_red::red_release_gpu_add_u32(p, *p.add(2)); }
+    fn check_red_release_gpu_add_u64(p: *mut u64) { atom_red::red_release_gpu_add_u64(p, *p.add(2)); }
+    fn check_red_release_sys_add_u32(p: *mut u32) { atom_red::red_release_sys_add_u32(p, *p.add(2)); }
+    fn check_red_release_sys_add_u64(p: *mut u64) { atom_red::red_release_sys_add_u64(p, *p.add(2)); }
+    fn check_fence_acq_rel_cta(p: *mut u32) { *p = 1; fence::fence_acq_rel_cta(); }
+    fn check_fence_acq_rel_gpu(p: *mut u32) { *p = 1; fence::fence_acq_rel_gpu(); }
+    fn check_fence_acq_rel_sys(p: *mut u32) { *p = 1; fence::fence_acq_rel_sys(); }
+    fn check_fence_sc_cta(p: *mut u32) { *p = 1; fence::fence_sc_cta(); }
+    fn check_fence_sc_gpu(p: *mut u32) { *p = 1; fence::fence_sc_gpu(); }
+    fn check_fence_sc_sys(p: *mut u32) { *p = 1; fence::fence_sc_sys(); }
+    fn check_st_release_sys_global_u64(p: *mut u64) { ld_st::st_release_sys_global_u64(p, *p.add(2)); }
+    fn check_st_relaxed_sys_global_u64(p: *mut u64) { ld_st::st_relaxed_sys_global_u64(p, *p.add(2)); }
+    fn check_st_release_sys_global_v2_u64(p: *mut u64) { ld_st::st_release_sys_global_v2_u64(p, *p.add(2), *p.add(3)); }
+    fn check_ld_acquire_sys_global_v2_u64(p: *mut u64) { let (a, b) = ld_st::ld_acquire_sys_global_v2_u64(p); *p.add(2) = a; *p.add(3) = b; }
 }

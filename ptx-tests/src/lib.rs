@@ -11,3 +11,4 @@ pub mod bulk;
 pub mod checks;
 pub mod multimem;
 pub mod switch;
+pub mod sync;

@@ -26,9 +26,11 @@ pub trait ProducerMem {
     /// consumer's read of the slot's previous trigger (found by the loom model: with a relaxed
     /// cache, another producer's older trigger could overwrite the new one).
     fn tail_cache(&self) -> u64;
-    /// Reads the consumer's tail (acquire), raises the cache to it with a *release*
-    /// read-modify-write (the partner of [`ProducerMem::tail_cache`]'s acquire), returns it.
-    fn refresh_tail(&self) -> u64;
+    /// Reads the consumer's tail (acquire).
+    fn load_tail(&self) -> u64;
+    /// Raises the cache to `tail` with a *release* read-modify-write (the partner of
+    /// [`ProducerMem::tail_cache`]'s acquire). Called once per wait, not per poll.
+    fn raise_cache(&self, tail: u64);
     /// Publishes `(w0, w1)` in slot `slot` so that a consumer that observes `w1` (acquire) also
     /// observes `w0` (release). On the GPU: one 16-byte release store.
     fn publish(&self, slot: u64, w0: u64, w1: u64);
@@ -54,7 +56,12 @@ pub fn push<M: ProducerMem, W: Waiter>(m: &M, size: u64, trigger: ProxyTrigger, 
     let pos = m.fetch_add_head();
     // The slot is free once the consumer has handled position pos - size.
     if pos >= m.tail_cache().wrapping_add(size) {
-        waiter.wait_until(|| pos < m.refresh_tail().wrapping_add(size));
+        let mut tail = 0;
+        waiter.wait_until(|| {
+            tail = m.load_tail();
+            pos < tail.wrapping_add(size)
+        });
+        m.raise_cache(tail);
     }
     let w1 = (trigger.snd & !COMMIT_BIT) | commit_bit(pos, size);
     m.publish(pos & (size - 1), trigger.fst, w1);
@@ -64,7 +71,15 @@ pub fn push<M: ProducerMem, W: Waiter>(m: &M, size: u64, trigger: ProxyTrigger, 
 /// Whether the consumer has handled position `pos` (never blocks).
 #[inline(always)]
 pub fn poll<M: ProducerMem>(m: &M, pos: u64) -> bool {
-    pos < m.tail_cache() || pos < m.refresh_tail()
+    if pos < m.tail_cache() {
+        return true;
+    }
+    let tail = m.load_tail();
+    if pos < tail {
+        m.raise_cache(tail);
+        return true;
+    }
+    false
 }
 
 /// Waits until the consumer has handled position `pos`.
@@ -73,7 +88,12 @@ pub fn sync<M: ProducerMem, W: Waiter>(m: &M, pos: u64, waiter: &mut W) {
     if pos < m.tail_cache() {
         return;
     }
-    waiter.wait_until(|| pos < m.refresh_tail());
+    let mut tail = 0;
+    waiter.wait_until(|| {
+        tail = m.load_tail();
+        pos < tail
+    });
+    m.raise_cache(tail);
 }
 
 /// The consumer's position in the ring.
@@ -130,9 +150,11 @@ mod tests {
         fn tail_cache(&self) -> u64 {
             self.cache.get()
         }
-        fn refresh_tail(&self) -> u64 {
-            self.cache.set(self.cache.get().max(self.tail.get()));
+        fn load_tail(&self) -> u64 {
             self.tail.get()
+        }
+        fn raise_cache(&self, tail: u64) {
+            self.cache.set(self.cache.get().max(tail));
         }
         fn publish(&self, slot: u64, w0: u64, w1: u64) {
             self.slots.borrow_mut()[slot as usize] = (w0, w1);
@@ -155,7 +177,8 @@ mod tests {
 
     #[test]
     fn zeroed_ring_is_empty_and_laps_alternate_parity() {
-        let r = Ring { head: Cell::new(0), tail: Cell::new(0), cache: Cell::new(0), slots: RefCell::new(vec![(0, 0); 4]) };
+        let r =
+            Ring { head: Cell::new(0), tail: Cell::new(0), cache: Cell::new(0), slots: RefCell::new(vec![(0, 0); 4]) };
         let mut c = Consumer::new(4);
         assert_eq!(c.peek(&r), None);
         for lap in 0..3u64 {

@@ -88,6 +88,11 @@ atom_add! {
     pub unsafe fn atom_acq_rel_sys_add_u64(u64, reg64) = "atom.acq_rel.sys.add.u64";
     /// `atom.release.gpu.max.u64 d, [a], b;` (PTX 6.0, sm_70): returns the old value, stores the maximum.
     pub unsafe fn atom_release_gpu_max_u64(u64, reg64) = "atom.release.gpu.max.u64";
+    /// `atom.relaxed.gpu.global.add.u64 d, [a], b;` (PTX 6.0, sm_70): global state space, so no
+    /// generic-address dispatch (a 64-bit generic atomic also carries a shared-memory fallback).
+    pub unsafe fn atom_relaxed_gpu_global_add_u64(u64, reg64) = "atom.relaxed.gpu.global.add.u64";
+    /// `atom.release.gpu.global.max.u64 d, [a], b;` (PTX 6.0, sm_70)
+    pub unsafe fn atom_release_gpu_global_max_u64(u64, reg64) = "atom.release.gpu.global.max.u64";
     /// `atom.acq_rel.gpu.inc.u32 d, [a], b;` (PTX 6.0, sm_70): `old >= b ? 0 : old + 1`.
     pub unsafe fn atom_acq_rel_gpu_inc_u32(u32, reg32) = "atom.acq_rel.gpu.inc.u32";
 }
@@ -117,4 +122,9 @@ red_op! {
     pub unsafe fn red_release_gpu_add_u64(u64, reg64) = "red.release.gpu.add.u64";
     /// `red.release.sys.add.u64 [a], b;` (PTX 6.0, sm_70)
     pub unsafe fn red_release_sys_add_u64(u64, reg64) = "red.release.sys.add.u64";
+    /// `red.release.sys.global.add.u64 [a], b;` (PTX 6.0, sm_70): the semaphore signal, on global
+    /// memory (local or peer-mapped) without generic-address dispatch.
+    pub unsafe fn red_release_sys_global_add_u64(u64, reg64) = "red.release.sys.global.add.u64";
+    /// `red.relaxed.sys.global.add.u64 [a], b;` (PTX 6.0, sm_70)
+    pub unsafe fn red_relaxed_sys_global_add_u64(u64, reg64) = "red.relaxed.sys.global.add.u64";
 }

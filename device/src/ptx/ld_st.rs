@@ -98,6 +98,27 @@ scoped_stores! {
     pub fn st_volatile_u64(u64, reg64) = "st.volatile.u64";
 }
 
+/// `st.release.sys.global.u64 [a], v;` (PTX 6.0, sm_70): the semaphore signal (global state
+/// space: local or peer-mapped memory).
+///
+/// # Safety
+/// `ptr` must be valid for writes in the global state space and 8-byte aligned.
+#[inline(always)]
+pub unsafe fn st_release_sys_global_u64(ptr: *mut u64, value: u64) {
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe { asm!("st.release.sys.global.u64 [{p}], {v};", p = in(reg64) ptr, v = in(reg64) value, options(nostack)) };
+}
+
+/// `st.relaxed.sys.global.u64 [a], v;` (PTX 6.0, sm_70)
+///
+/// # Safety
+/// `ptr` must be valid for writes in the global state space and 8-byte aligned.
+#[inline(always)]
+pub unsafe fn st_relaxed_sys_global_u64(ptr: *mut u64, value: u64) {
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe { asm!("st.relaxed.sys.global.u64 [{p}], {v};", p = in(reg64) ptr, v = in(reg64) value, options(nostack)) };
+}
+
 /// `st.release.sys.global.v2.u64 [a], {x, y};` (PTX 6.0, sm_70): one 16-byte store with release
 /// semantics at system scope (the FIFO's trigger publication).
 ///

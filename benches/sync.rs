@@ -1,0 +1,249 @@
+//! Latency and rate of the synchronisation primitives, each against a baseline from the same run:
+//! * semaphore signal/wait ping-pong vs a raw `st.release.sys` / `ld.acquire.sys` flag ping-pong;
+//! * FIFO push -> proxy -> acknowledgement vs a raw GPU -> CPU thread -> GPU round trip;
+//! * FIFO throughput (requests drained per second) with 1 to 132 pushing blocks;
+//! * port channel put_with_signal ping-pong, 8 B to 1 MiB.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use criterion::Criterion;
+use mscclpp_host::proxy::{MemoryRegion, ProxyBuilder};
+use mscclpp_host::semaphore::{MemorySemaphorePair, SemaphoreStorage};
+use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig, PinnedBuffer, channel};
+use mscclpp_rs::{PTX, bench, testing};
+
+fn launch(g: &Arc<Gpu>, name: &str, cfg: LaunchConfig, args: Args) {
+    // SAFETY: every call passes the kernel's parameters in order with matching types.
+    unsafe { g.launch(PTX, name, cfg, args) }.unwrap_or_else(|e| panic!("{name}: {e}"));
+}
+
+fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
+    let pair = MemorySemaphorePair::new(g0, g1).unwrap();
+    let d0 = DeviceBuffer::filled(g0, 8, 0).unwrap();
+    let d1 = DeviceBuffer::filled(g1, 8, 0).unwrap();
+    let e0 = DeviceBuffer::filled(g0, 4, 0).unwrap();
+    let e1 = DeviceBuffer::filled(g1, 4, 0).unwrap();
+    let f0 = DeviceBuffer::filled(g0, 8, 0).unwrap();
+    let f1 = DeviceBuffer::filled(g1, 8, 0).unwrap();
+    let mut grp = c.benchmark_group("pingpong");
+    grp.bench_function("pingpong/raw_flag", |b| {
+        b.iter_custom(|iters| {
+            let r = iters as u32;
+            launch(
+                g1,
+                "raw_flag_pingpong",
+                LaunchConfig::new(1, 32),
+                Args::new().arg(f1.addr()).arg(f0.addr()).arg(r).arg(0u32),
+            );
+            let t = bench::time_on_stream(g0, g0.stream(), 1, || {
+                launch(
+                    g0,
+                    "raw_flag_pingpong",
+                    LaunchConfig::new(1, 32),
+                    Args::new().arg(f0.addr()).arg(f1.addr()).arg(r).arg(1u32),
+                );
+            });
+            g1.synchronize().unwrap();
+            bench::record("pingpong/raw_flag", 0, iters, t, None);
+            t
+        })
+    });
+    for (name, relaxed) in [("pingpong/semaphore", 0u32), ("pingpong/semaphore_relaxed_fenced", 1)] {
+        grp.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let r = iters as u32;
+                launch(
+                    g1,
+                    "sem_pingpong",
+                    LaunchConfig::new(1, 32),
+                    Args::new()
+                        .arg(pair.handle_b())
+                        .arg(r)
+                        .arg(0u32)
+                        .arg(relaxed)
+                        .arg(d1.addr())
+                        .arg(d0.addr())
+                        .arg(e1.addr()),
+                );
+                let t = bench::time_on_stream(g0, g0.stream(), 1, || {
+                    launch(
+                        g0,
+                        "sem_pingpong",
+                        LaunchConfig::new(1, 32),
+                        Args::new()
+                            .arg(pair.handle_a())
+                            .arg(r)
+                            .arg(1u32)
+                            .arg(relaxed)
+                            .arg(d0.addr())
+                            .arg(d1.addr())
+                            .arg(e0.addr()),
+                    );
+                });
+                g1.synchronize().unwrap();
+                bench::record(name, 0, iters, t, Some("pingpong/raw_flag"));
+                t
+            })
+        });
+    }
+    grp.finish();
+    assert_eq!(e0.to_vec::<u32>().unwrap(), [0]);
+    assert_eq!(e1.to_vec::<u32>().unwrap(), [0]);
+}
+
+fn fifo_roundtrip(c: &mut Criterion, g: &Arc<Gpu>) {
+    let pinned = PinnedBuffer::zeroed(g, 128).unwrap();
+    let to_host = pinned.host_ptr() as usize;
+    let from_host = to_host + 64;
+    let mut grp = c.benchmark_group("roundtrip");
+    let mut done = 0u64;
+    grp.bench_function("roundtrip/raw_gpu_cpu_gpu", |b| {
+        b.iter_custom(|iters| {
+            let base = done;
+            let echo = std::thread::spawn(move || {
+                // SAFETY: both words live in the pinned buffer, which outlives this thread (joined below).
+                let (th, fh) =
+                    unsafe { (AtomicU64::from_ptr(to_host as *mut u64), AtomicU64::from_ptr(from_host as *mut u64)) };
+                let mut seen = base;
+                while seen < base + iters {
+                    // Partner: the kernel's release store; then echo with release.
+                    let v = th.load(Ordering::Acquire);
+                    if v > seen {
+                        seen = v;
+                        fh.store(v, Ordering::Release);
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+            });
+            // The kernel counts from 1 each launch: offset by what earlier launches left.
+            let t = bench::time_on_stream(g, g.stream(), 1, || {
+                launch(
+                    g,
+                    "raw_host_roundtrip_from",
+                    LaunchConfig::new(1, 32),
+                    Args::new().arg(pinned.device_addr()).arg(pinned.device_addr() + 64).arg(iters as u32).arg(base),
+                );
+            });
+            echo.join().unwrap();
+            done += iters;
+            bench::record("roundtrip/raw_gpu_cpu_gpu", 0, iters, t, None);
+            t
+        })
+    });
+    let proxy = ProxyBuilder::new(g).start().unwrap();
+    grp.bench_function("roundtrip/fifo_push_proxy_ack", |b| {
+        b.iter_custom(|iters| {
+            let t = bench::time_on_stream(g, g.stream(), 1, || {
+                launch(
+                    g,
+                    "fifo_roundtrip",
+                    LaunchConfig::new(1, 32),
+                    Args::new().arg(proxy.fifo_handle()).arg(iters as u32),
+                );
+            });
+            bench::record("roundtrip/fifo_push_proxy_ack", 0, iters, t, Some("roundtrip/raw_gpu_cpu_gpu"));
+            t
+        })
+    });
+    grp.finish();
+    // Throughput with many pushing blocks.
+    let mut grp = c.benchmark_group("fifo_rate");
+    for blocks in [1u32, 8, 32, 132] {
+        let id = format!("fifo_rate/{blocks}_blocks");
+        grp.bench_function(&id, |b| {
+            b.iter_custom(|iters| {
+                let per = 2000u32;
+                let t = bench::time_on_stream(g, g.stream(), iters, || {
+                    launch(
+                        g,
+                        "fifo_throughput",
+                        LaunchConfig::new(blocks, 32),
+                        Args::new().arg(proxy.fifo_handle()).arg(per),
+                    );
+                });
+                bench::record_ops(&id, (blocks * per) as u64, iters, t, None);
+                t
+            })
+        });
+    }
+    grp.finish();
+    proxy.stop().unwrap();
+}
+
+fn port_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
+    let max = 1 << 20;
+    let bufs: Vec<(DeviceBuffer, DeviceBuffer)> = [g0, g1]
+        .iter()
+        .map(|g| {
+            (
+                DeviceBuffer::from_slice(g, &testing::random_bytes(max)).unwrap(),
+                DeviceBuffer::filled(g, max, 0).unwrap(),
+            )
+        })
+        .collect();
+    let sems = [SemaphoreStorage::new(g0).unwrap(), SemaphoreStorage::new(g1).unwrap()];
+    // Proxy on each GPU: GPU i's src -> GPU j's dst, signalling GPU j's semaphore.
+    let mut proxies = Vec::new();
+    let mut chans = Vec::new();
+    for (i, g) in [g0, g1].into_iter().enumerate() {
+        let j = 1 - i;
+        let mut b = ProxyBuilder::new(g);
+        let dst = b.add_memory(MemoryRegion { base: bufs[j].1.addr(), bytes: max as u64 }).unwrap();
+        let src = b.add_memory(MemoryRegion { base: bufs[i].0.addr(), bytes: max as u64 }).unwrap();
+        let sem = b.add_semaphore(sems[j].inbound().addr()).unwrap();
+        let p = b.start().unwrap();
+        chans.push(channel::port_channel(&p, sem, dst, src, &sems[i]));
+        proxies.push(p);
+    }
+    let mut grp = c.benchmark_group("port_pingpong");
+    for bytes in [8u64, 64, 1024, 4096, 65536, 262_144, 1 << 20] {
+        let id = format!("port_pingpong/{bytes}B");
+        grp.bench_function(&id, |b| {
+            b.iter_custom(|iters| {
+                let r = iters as u32;
+                launch(
+                    g1,
+                    "port_pingpong",
+                    LaunchConfig::new(1, 32),
+                    Args::new().arg(chans[1]).arg(bytes).arg(r).arg(0u32),
+                );
+                let t = bench::time_on_stream(g0, g0.stream(), 1, || {
+                    launch(
+                        g0,
+                        "port_pingpong",
+                        LaunchConfig::new(1, 32),
+                        Args::new().arg(chans[0]).arg(bytes).arg(r).arg(1u32),
+                    );
+                });
+                g1.synchronize().unwrap();
+                bench::record(&id, 0, iters, t, None);
+                t
+            })
+        });
+    }
+    grp.finish();
+    for p in proxies {
+        p.stop().unwrap();
+    }
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_millis(200))
+        .measurement_time(Duration::from_millis(1000))
+        .sample_size(10)
+        .configure_from_args();
+    let Some(gpus) = testing::gpus_or_skip("bench sync", 1) else { return };
+    fifo_roundtrip(&mut c, &gpus[0]);
+    if gpus.len() >= 2 {
+        semaphore_pingpong(&mut c, &gpus[0], &gpus[1]);
+        port_pingpong(&mut c, &gpus[0], &gpus[1]);
+    } else {
+        testing::record_skip("bench sync (two-GPU parts)", "needs 2 GPUs");
+    }
+    bench::print_summary("sync");
+    c.final_summary();
+}

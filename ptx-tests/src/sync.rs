@@ -1,0 +1,223 @@
+//! Device halves of the semaphore, FIFO and port-channel tests and benches.
+
+use core::ptr::{read_volatile, write_volatile};
+
+use mscclpp_device::atomic::{self, AcqRel, Acquire, Release, Sys};
+use mscclpp_device::channel::port::PortChannel;
+use mscclpp_device::fifo::{FifoDeviceHandle, ProxyTrigger, kind};
+use mscclpp_device::poll::{SpinBudget, spin_until};
+use mscclpp_device::ptx::{misc::bar_sync, sreg};
+use mscclpp_device::semaphore::{Host2DeviceSemaphore, MemoryDevice2DeviceSemaphore};
+
+use crate::kernels;
+
+const BUDGET: SpinBudget = SpinBudget::DEFAULT;
+
+#[inline(always)]
+fn gid() -> u32 {
+    sreg::ctaid_x() * sreg::ntid_x() + sreg::tid_x()
+}
+
+/// The trigger pushed by thread `g` as its `i`-th: an atomic-add request whose three fields all
+/// derive from (g, i), so a torn or misplaced trigger is detected by the consumer.
+#[inline(always)]
+pub fn tagged_trigger(g: u32, i: u32) -> ProxyTrigger {
+    match ProxyTrigger::atomic_add(
+        ((g as u64) << 32) | i as u64,
+        (g ^ i.wrapping_mul(0x9e37_79b9)) as u64,
+        (g + i) & 511,
+    ) {
+        Ok(t) => t,
+        Err(e) => mscclpp_device::poll::fail(e.message()),
+    }
+}
+
+kernels! {
+    /// Every thread pushes `per_thread` tagged triggers.
+    fn fifo_push_many(fifo: FifoDeviceHandle, per_thread: u32) {
+        let g = gid();
+        for i in 0..per_thread {
+            fifo.push(tagged_trigger(g, i), BUDGET);
+        }
+    }
+
+    /// Thread 0 pushes `rounds` empty Data requests, waiting for each to be handled.
+    fn fifo_roundtrip(fifo: FifoDeviceHandle, rounds: u32) {
+        if sreg::tid_x() != 0 { return; }
+        let t = match ProxyTrigger::transfer(kind::DATA, 0, 0, 0, 0, 0, 0) { Ok(t) => t, Err(_) => return };
+        for _ in 0..rounds {
+            let pos = fifo.push(t, BUDGET);
+            fifo.sync(pos, BUDGET);
+        }
+    }
+
+    /// Thread 0 of every block pushes `per_block` empty Data requests, then waits for its last.
+    fn fifo_throughput(fifo: FifoDeviceHandle, per_block: u32) {
+        if sreg::tid_x() != 0 || per_block == 0 { return; }
+        let t = match ProxyTrigger::transfer(kind::DATA, 0, 0, 0, 0, 0, 0) { Ok(t) => t, Err(_) => return };
+        let mut last = 0;
+        for _ in 0..per_block {
+            last = fifo.push(t, BUDGET);
+        }
+        fifo.sync(last, BUDGET);
+    }
+
+    /// Pushes one request and syncs on it with a `budget_ns` budget (the proxy is stopped: traps).
+    fn fifo_sync_timeout(fifo: FifoDeviceHandle, budget_ns: i64) {
+        if sreg::tid_x() != 0 { return; }
+        let t = match ProxyTrigger::transfer(kind::DATA, 0, 0, 0, 0, 0, 0) { Ok(t) => t, Err(_) => return };
+        let pos = fifo.push(t, SpinBudget::from_nanos(budget_ns));
+        fifo.sync(pos, SpinBudget::from_nanos(budget_ns));
+    }
+
+    /// GPU-CPU-GPU round trip baseline: thread 0 writes `base + r` to `to_host` (pinned) and waits
+    /// for the host thread to echo it in `from_host` (pinned), for r in 1..=rounds.
+    fn raw_host_roundtrip_from(to_host: *mut u64, from_host: *const u64, rounds: u32, base: u64) {
+        if sreg::tid_x() != 0 { return; }
+        for r in base + 1..=base + rounds as u64 {
+            // Partner: the host thread's acquire load.
+            atomic::store::<Release, Sys, u64>(to_host, r);
+            // Partner: the host thread's release store.
+            spin_until(BUDGET, "raw_host_roundtrip\0", || atomic::load::<Acquire, Sys, u64>(from_host) >= r);
+        }
+    }
+
+    /// Semaphore ping-pong between two GPUs, thread 0. Each round the sender writes the round
+    /// number into the peer's `data` slot and signals; the receiver waits, then checks its slot.
+    /// `relaxed != 0`: relaxed signal/wait with explicit fences. Mismatches counted in `errors`.
+    fn sem_pingpong(
+        sem: MemoryDevice2DeviceSemaphore,
+        rounds: u32,
+        first: u32,
+        relaxed: u32,
+        my_data: *mut u64,
+        peer_data: *mut u64,
+        errors: *mut u32,
+    ) {
+        if sreg::tid_x() != 0 { return; }
+        let mut bad = 0u32;
+        let send = |r: u64| {
+            write_volatile(peer_data, r);
+            if relaxed != 0 {
+                // Partner: the receiver's fence after its relaxed wait.
+                atomic::fence_acq_rel::<Sys>();
+                sem.relaxed_signal();
+            } else {
+                sem.signal();
+            }
+        };
+        let recv = |r: u64, bad: &mut u32| {
+            if relaxed != 0 {
+                sem.relaxed_wait(BUDGET);
+                // Partner: the sender's fence before its relaxed signal.
+                atomic::fence_acq_rel::<Sys>();
+            } else {
+                sem.wait(BUDGET);
+            }
+            if read_volatile(my_data) != r { *bad += 1; }
+        };
+        for r in 1..=rounds as u64 {
+            if first != 0 {
+                send(r);
+                recv(r, &mut bad);
+            } else {
+                recv(r, &mut bad);
+                send(r);
+            }
+        }
+        *errors = bad;
+    }
+
+    /// Baseline for the semaphore ping-pong: raw flags with st.release.sys / ld.acquire.sys.
+    fn raw_flag_pingpong(my_flag: *mut u64, peer_flag: *mut u64, rounds: u32, first: u32) {
+        if sreg::tid_x() != 0 { return; }
+        let base = read_volatile(my_flag);
+        for r in 1..=rounds as u64 {
+            if first != 0 {
+                atomic::store::<Release, Sys, u64>(peer_flag, base + r);
+                spin_until(BUDGET, "raw_flag_pingpong\0", || atomic::load::<Acquire, Sys, u64>(my_flag) >= base + r);
+            } else {
+                spin_until(BUDGET, "raw_flag_pingpong\0", || atomic::load::<Acquire, Sys, u64>(my_flag) >= base + r);
+                atomic::store::<Release, Sys, u64>(peer_flag, base + r);
+            }
+        }
+    }
+
+    /// Waits on a semaphore that is never signalled, with a `budget_ns` budget: must trap.
+    fn sem_wait_timeout(sem: MemoryDevice2DeviceSemaphore, budget_ns: i64) {
+        if sreg::tid_x() != 0 { return; }
+        sem.wait(SpinBudget::from_nanos(budget_ns));
+    }
+
+    /// Thread 0: `count` put_with_signal requests of `bytes` each, at consecutive offsets.
+    fn port_put_signal(chan: PortChannel, bytes: u64, count: u32) {
+        if sreg::tid_x() != 0 { return; }
+        for i in 0..count as u64 {
+            chan.put_with_signal(i * bytes, i * bytes, bytes, BUDGET);
+        }
+    }
+
+    /// Thread 0 waits for `count` signals on the semaphore, then every thread copies `words`
+    /// words of `data` (written by the peer's puts) to `out`.
+    fn port_wait_copy(sem: Host2DeviceSemaphore, count: u32, data: *const u32, out: *mut u32, words: u32) {
+        if sreg::tid_x() == 0 {
+            for _ in 0..count { sem.wait(BUDGET); }
+        }
+        bar_sync();
+        let mut i = sreg::tid_x();
+        while i < words {
+            *out.add(i as usize) = read_volatile(data.add(i as usize));
+            i += sreg::ntid_x();
+        }
+    }
+
+    /// put_with_signal_and_flush of `bytes` from offset 0, then every thread at once overwrites
+    /// the source with its complement: the peer must still receive the old data.
+    fn port_put_flush_overwrite(chan: PortChannel, src: *mut u32, bytes: u64) {
+        if sreg::tid_x() == 0 {
+            chan.put_with_signal_and_flush(0, 0, bytes, BUDGET);
+        }
+        bar_sync();
+        let words = (bytes / 4) as u32;
+        let mut i = sreg::tid_x();
+        while i < words {
+            let p = src.add(i as usize);
+            write_volatile(p, !read_volatile(p));
+            i += sreg::ntid_x();
+        }
+    }
+
+    /// Every thread of every block asks the proxy to add `values[gid]` to slot `gid % slots` of
+    /// the destination; thread 0 of block 0 then flushes after a grid-wide count of finished
+    /// threads, so the kernel ends with every add done.
+    fn port_atomic_add(chan: PortChannel, values: *const u64, slots: u32, done: *mut u32) {
+        let g = gid();
+        chan.atomic_add(((g % slots) * 8) as u64, *values.add(g as usize), BUDGET);
+        let total = sreg::nctaid_x() * sreg::ntid_x();
+        // Partner: the acquire below in the last thread.
+        let before = atomic::fetch_add::<AcqRel, mscclpp_device::atomic::Gpu, u32>(done, 1);
+        if before + 1 == total {
+            chan.flush(BUDGET);
+        }
+    }
+
+    /// Flushes with a stopped proxy and a `budget_ns` budget: must trap in Fifo::sync.
+    fn port_flush_timeout(chan: PortChannel, budget_ns: i64) {
+        if sreg::tid_x() != 0 { return; }
+        chan.flush(SpinBudget::from_nanos(budget_ns));
+    }
+
+    /// Port-channel ping-pong of `bytes` per message, `rounds` times (thread 0).
+    fn port_pingpong(chan: PortChannel, bytes: u64, rounds: u32, first: u32) {
+        if sreg::tid_x() != 0 { return; }
+        for _ in 0..rounds {
+            if first != 0 {
+                chan.put_with_signal(0, 0, bytes, BUDGET);
+                chan.wait(BUDGET);
+            } else {
+                chan.wait(BUDGET);
+                chan.put_with_signal(0, 0, bytes, BUDGET);
+            }
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! GPU tests of the semaphores, the trigger FIFO, the host proxy and the port channel
+//! (one process, one and two GPUs). Fresh random data every run.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mscclpp_device::fifo::{ProxyTrigger, Request};
+use mscclpp_host::fifo::Fifo;
+use mscclpp_host::proxy::{MemoryRegion, ProxyBuilder};
+use mscclpp_host::semaphore::{MemorySemaphorePair, SemaphoreStorage};
+use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig, channel};
+use mscclpp_rs::PTX;
+use mscclpp_rs::testing::{self, POISON, assert_same, gpus_or_skip};
+
+fn launch(g: &Arc<Gpu>, name: &str, cfg: LaunchConfig, args: Args) {
+    // SAFETY: each call site passes the kernel's parameters in order with matching types; the
+    // buffers outlive the synchronizes of the test.
+    unsafe { g.launch(PTX, name, cfg, args) }.unwrap_or_else(|e| panic!("{name}: {e}"));
+}
+
+fn sync(g: &Arc<Gpu>, what: &str) {
+    g.synchronize().unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
+/// Expected fields of thread `g`'s `i`-th tagged trigger (mirrors `ptx_tests::sync::tagged_trigger`).
+fn tagged(g: u32, i: u32) -> Request {
+    Request::AtomicAdd {
+        value: ((g as u64) << 32) | i as u64,
+        dst_offset: g ^ i.wrapping_mul(0x9e37_79b9),
+        dst_memory: (g + i) & 511,
+    }
+}
+
+#[test]
+fn fifo_many_pushers_wrap_a_small_ring() {
+    let Some(gpus) = gpus_or_skip("fifo_many_pushers_wrap_a_small_ring", 1) else { return };
+    let g = &gpus[0];
+    let (blocks, threads, per) = (8u32, 64u32, 64u32);
+    let total = (blocks * threads * per) as usize;
+    let mut fifo = Fifo::new(g, 64).unwrap();
+    launch(g, "fifo_push_many", LaunchConfig::new(blocks, threads), Args::new().arg(fifo.device_handle()).arg(per));
+    let mut next: HashMap<u32, u32> = HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut got = 0usize;
+    while got < total {
+        match fifo.try_pop() {
+            Some(t) => {
+                let Request::AtomicAdd { value, .. } = t.decode() else { panic!("unexpected trigger {t:?}") };
+                let (gid, i) = ((value >> 32) as u32, value as u32);
+                assert_eq!(t.decode(), tagged(gid, i), "torn or corrupted trigger at {got}");
+                let n = next.entry(gid).or_insert(0);
+                assert_eq!(i, *n, "thread {gid}: trigger {i} out of order or duplicated (expected {n})");
+                *n += 1;
+                got += 1;
+            }
+            None => assert!(Instant::now() < deadline, "only {got} of {total} triggers after 30 s"),
+        }
+    }
+    sync(g, "fifo_push_many");
+    assert!(fifo.try_pop().is_none(), "more triggers than pushed");
+    assert_eq!(next.len(), (blocks * threads) as usize);
+    assert!(next.values().all(|&n| n == per));
+}
+
+fn pingpong(relaxed: u32) {
+    let name = "semaphore_pingpong_100k_rounds";
+    let Some(gpus) = gpus_or_skip(name, 2) else { return };
+    let (g0, g1) = (&gpus[0], &gpus[1]);
+    let pair = MemorySemaphorePair::new(g0, g1).unwrap();
+    let rounds = 100_000u32;
+    let d0 = DeviceBuffer::filled(g0, 8, 0).unwrap();
+    let d1 = DeviceBuffer::filled(g1, 8, 0).unwrap();
+    let e0 = DeviceBuffer::filled(g0, 4, POISON).unwrap();
+    let e1 = DeviceBuffer::filled(g1, 4, POISON).unwrap();
+    for (g, h, first, mine, peer, err) in
+        [(g0, pair.handle_a(), 1u32, &d0, &d1, &e0), (g1, pair.handle_b(), 0, &d1, &d0, &e1)]
+    {
+        launch(
+            g,
+            "sem_pingpong",
+            LaunchConfig::new(1, 32),
+            Args::new().arg(h).arg(rounds).arg(first).arg(relaxed).arg(mine.addr()).arg(peer.addr()).arg(err.addr()),
+        );
+    }
+    sync(g0, "sem_pingpong on GPU 0");
+    sync(g1, "sem_pingpong on GPU 1");
+    assert_eq!(e0.to_vec::<u32>().unwrap(), [0], "GPU 0 saw stale data after a wait");
+    assert_eq!(e1.to_vec::<u32>().unwrap(), [0], "GPU 1 saw stale data after a wait");
+    assert_eq!(pair.a.read().unwrap(), (rounds as u64, rounds as u64));
+    assert_eq!(pair.b.read().unwrap(), (rounds as u64, rounds as u64));
+}
+
+#[test]
+fn semaphore_pingpong_100k_rounds() {
+    pingpong(0);
+}
+
+#[test]
+fn semaphore_pingpong_100k_rounds_relaxed_with_fences() {
+    pingpong(1);
+}
+
+/// A proxy on GPU 0 serving a port channel GPU 0 -> GPU 1, and GPU 1's semaphore storage.
+struct PortSetup {
+    g0: Arc<Gpu>,
+    g1: Arc<Gpu>,
+    src: DeviceBuffer,
+    dst: DeviceBuffer,
+    sem1: SemaphoreStorage,
+    proxy: mscclpp_host::proxy::ProxyService,
+    chan: mscclpp_device::channel::port::PortChannel,
+    _local: SemaphoreStorage,
+}
+
+fn port_setup(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize) -> PortSetup {
+    let (g0, g1) = (gpus[0].clone(), gpus[1].clone());
+    g0.enable_peer_access(&g1).unwrap();
+    g1.enable_peer_access(&g0).unwrap();
+    let src = DeviceBuffer::from_slice(&g0, src_data).unwrap();
+    let dst = DeviceBuffer::filled(&g1, dst_bytes, POISON).unwrap();
+    let sem1 = SemaphoreStorage::new(&g1).unwrap();
+    let mut b = ProxyBuilder::new(&g0).fifo_size(128);
+    let dst_id = b.add_memory(MemoryRegion { base: dst.addr(), bytes: dst.len() as u64 }).unwrap();
+    let src_id = b.add_memory(MemoryRegion { base: src.addr(), bytes: src.len() as u64 }).unwrap();
+    let sem_id = b.add_semaphore(sem1.inbound().addr()).unwrap();
+    let proxy = b.start().unwrap();
+    // GPU 0 never waits on this channel; its local semaphore storage is unused here.
+    let local = SemaphoreStorage::new(&g0).unwrap();
+    let chan = channel::port_channel(&proxy, sem_id, dst_id, src_id, &local);
+    PortSetup { g0, g1, src, dst, sem1, proxy, chan, _local: local }
+}
+
+#[test]
+fn port_put_with_signal_gpu0_to_gpu1() {
+    let Some(gpus) = gpus_or_skip("port_put_with_signal_gpu0_to_gpu1", 2) else { return };
+    let (count, chunk) = (4usize, 256 * 1024usize);
+    let data = testing::random_bytes(count * chunk);
+    let s = port_setup(&gpus, &data, count * chunk);
+    let out = DeviceBuffer::filled(&s.g1, count * chunk, POISON).unwrap();
+    // Receiver first: it waits for the 4 signals, then reads what the puts delivered.
+    launch(
+        &s.g1,
+        "port_wait_copy",
+        LaunchConfig::new(1, 256),
+        Args::new()
+            .arg(s.sem1.host_to_device())
+            .arg(count as u32)
+            .arg(s.dst.addr())
+            .arg(out.addr())
+            .arg((count * chunk / 4) as u32),
+    );
+    launch(
+        &s.g0,
+        "port_put_signal",
+        LaunchConfig::new(1, 32),
+        Args::new().arg(s.chan).arg(chunk as u64).arg(count as u32),
+    );
+    sync(&s.g0, "port_put_signal");
+    sync(&s.g1, "port_wait_copy");
+    assert_same("data seen by the receiver after its waits", &out.to_vec::<u8>().unwrap(), &data);
+    assert_eq!(s.sem1.read().unwrap(), (count as u64, count as u64));
+    s.proxy.stop().unwrap();
+}
+
+#[test]
+fn port_put_with_signal_and_flush_then_overwrite() {
+    let Some(gpus) = gpus_or_skip("port_put_with_signal_and_flush_then_overwrite", 2) else { return };
+    let bytes = 4 << 20;
+    let words: Vec<u32> = testing::random_ints(bytes / 4);
+    let s = port_setup(&gpus, bytemuck::cast_slice(&words), bytes);
+    launch(
+        &s.g0,
+        "port_put_flush_overwrite",
+        LaunchConfig::new(1, 1024),
+        Args::new().arg(s.chan).arg(s.src.addr()).arg(bytes as u64),
+    );
+    sync(&s.g0, "port_put_flush_overwrite");
+    // The kernel overwrote its source right after the flush returned...
+    let flipped: Vec<u32> = words.iter().map(|w| !w).collect();
+    assert_same("source after the overwrite", &s.src.to_vec::<u32>().unwrap(), &flipped);
+    // ... and the destination holds the data from before the overwrite.
+    assert_same("destination after flush", &s.dst.to_vec::<u32>().unwrap(), &words);
+    assert_eq!(s.sem1.read().unwrap().0, 1, "one signal");
+    s.proxy.stop().unwrap();
+}
+
+#[test]
+fn port_atomic_add_from_many_threads_is_exact() {
+    let Some(gpus) = gpus_or_skip("port_atomic_add_from_many_threads_is_exact", 2) else { return };
+    let (blocks, threads, slots) = (16u32, 128u32, 64usize);
+    let n = (blocks * threads) as usize;
+    let seed: Vec<u64> = testing::random_ints::<u64>(slots).into_iter().map(|x| x >> 4).collect();
+    let s = port_setup(&gpus, &[0u8; 16], slots * 8);
+    s.dst.write(0, &seed).unwrap();
+    let values: Vec<u64> = testing::random_ints::<u64>(n).into_iter().map(|x| x >> 16).collect();
+    let vals = DeviceBuffer::from_slice(&s.g0, &values).unwrap();
+    let done = DeviceBuffer::filled(&s.g0, 4, 0).unwrap();
+    launch(
+        &s.g0,
+        "port_atomic_add",
+        LaunchConfig::new(blocks, threads),
+        Args::new().arg(s.chan).arg(vals.addr()).arg(slots as u32).arg(done.addr()),
+    );
+    sync(&s.g0, "port_atomic_add");
+    let mut want = seed.clone();
+    for (i, v) in values.iter().enumerate() {
+        want[i % slots] = want[i % slots].wrapping_add(*v);
+    }
+    assert_same("sums after atomic adds", &s.dst.to_vec::<u64>().unwrap(), &want);
+    s.proxy.stop().unwrap();
+}
+
+#[test]
+fn proxy_rejects_out_of_range_put_with_an_error() {
+    let Some(gpus) = gpus_or_skip("proxy_rejects_out_of_range_put_with_an_error", 2) else { return };
+    let s = port_setup(&gpus, &[1u8; 4096], 4096);
+    // 2 puts of 4096 bytes at offsets 0 and 4096: the second is outside both memories.
+    launch(&s.g0, "port_put_signal", LaunchConfig::new(1, 32), Args::new().arg(s.chan).arg(4096u64).arg(2u32));
+    sync(&s.g0, "port_put_signal");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.proxy.is_running() {
+        assert!(Instant::now() < deadline, "proxy did not stop on a bad request");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let e = s.proxy.stop().unwrap_err().to_string();
+    assert!(e.contains("outside memory") && e.contains("position 1"), "{e}");
+}
+
+fn trap_test(name: &str, need: usize, child: impl FnOnce(&[Arc<Gpu>]), expect: &[&str]) {
+    if testing::is_child(name) {
+        let gpus = testing::all_gpus().unwrap();
+        child(&gpus);
+        return;
+    }
+    if gpus_or_skip(name, need).is_none() {
+        return;
+    }
+    let out = testing::run_child(name);
+    let text = testing::output_text(&out);
+    assert!(out.status.success(), "child failed:\n{text}");
+    for e in expect {
+        assert!(text.contains(e), "missing `{e}` in:\n{text}");
+    }
+}
+
+fn expect_trap(g: &Arc<Gpu>, t: Instant) {
+    let e = g.synchronize().expect_err("the kernel must trap");
+    println!("CHILD-SAW after {:?}: {e}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn semaphore_wait_never_signalled_traps() {
+    trap_test(
+        "semaphore_wait_never_signalled_traps",
+        2,
+        |g| {
+            let pair = MemorySemaphorePair::new(&g[0], &g[1]).unwrap();
+            let t = Instant::now();
+            launch(
+                &g[0],
+                "sem_wait_timeout",
+                LaunchConfig::new(1, 32),
+                Args::new().arg(pair.handle_a()).arg(20_000_000i64),
+            );
+            expect_trap(&g[0], t);
+        },
+        &["wait MemoryDevice2DeviceSemaphore::wait timed out", "LAUNCH_FAILED"],
+    );
+}
+
+#[test]
+fn fifo_sync_with_stopped_proxy_traps() {
+    trap_test(
+        "fifo_sync_with_stopped_proxy_traps",
+        1,
+        |g| {
+            let proxy = ProxyBuilder::new(&g[0]).start().unwrap();
+            let fifo = proxy.fifo_handle();
+            // Keep the FIFO memory alive but stop serving it.
+            let p = Box::leak(Box::new(proxy));
+            p.stop_serving();
+            let t = Instant::now();
+            launch(&g[0], "fifo_sync_timeout", LaunchConfig::new(1, 32), Args::new().arg(fifo).arg(20_000_000i64));
+            expect_trap(&g[0], t);
+        },
+        &["wait Fifo::sync timed out", "LAUNCH_FAILED"],
+    );
+}
+
+#[test]
+fn port_flush_with_stopped_proxy_traps() {
+    trap_test(
+        "port_flush_with_stopped_proxy_traps",
+        2,
+        |g| {
+            let s = Box::leak(Box::new(port_setup(g, &[0u8; 64], 64)));
+            s.proxy.stop_serving();
+            let t = Instant::now();
+            launch(&s.g0, "port_flush_timeout", LaunchConfig::new(1, 32), Args::new().arg(s.chan).arg(20_000_000i64));
+            expect_trap(&s.g0, t);
+        },
+        &["wait Fifo::sync timed out", "LAUNCH_FAILED"],
+    );
+}
+
+#[test]
+fn trigger_helpers_match_the_device_encoding() {
+    // CPU-only: the test's expectation helper agrees with the encoder the kernels use.
+    let t = ProxyTrigger::atomic_add((7u64 << 32) | 3, (7u32 ^ 3u32.wrapping_mul(0x9e37_79b9)) as u64, 10).unwrap();
+    assert_eq!(t.decode(), tagged(7, 3));
+}
