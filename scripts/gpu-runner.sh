@@ -44,6 +44,8 @@ for t in "$here"/bin/mp_*; do
   if selected mp "$n"; then
     run "$n-mpirun2" mpirun --allow-run-as-root -np 2 -x MSCCLPP_RS_REQUIRE_GPU -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$t"
     run "$n-launcher2" "$t" --ranks 2
+    # More ranks than GPUs: two ranks share each GPU (CUDA IPC within one device).
+    run "$n-launcher4" "$t" --ranks 4
   fi
 done
 selected report report && run report "$here/bin/report"

@@ -23,7 +23,11 @@
 
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use mscclpp_host::bootstrap::{self, Bootstrap, BootstrapConfig, EnvSnapshot, launcher};
+use mscclpp_host::comm::Communicator;
+use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -32,7 +36,7 @@ const DEFAULT_RANKS: usize = 4;
 
 /// What a phase gets.
 struct Ctx<'a> {
-    boot: &'a Bootstrap,
+    boot: &'a Arc<Bootstrap>,
     /// A seed every rank agrees on (rank 0's, `MSCCLPP_RS_SEED` when set).
     seed: u64,
     /// This rank's GPU ordinal (`local_rank % gpu_count`), `None` without GPUs.
@@ -57,8 +61,14 @@ const PHASES: &[Phase] = &[
     Phase { name: "bootstrap_barrier_x100", needs_gpus: 0, run: barrier_x100 },
     Phase { name: "bootstrap_ring_send_recv", needs_gpus: 0, run: ring_send_recv },
     Phase { name: "gpu_mapping", needs_gpus: 1, run: gpu_mapping },
-    // GPU pattern phases: add them here, e.g.
-    // Phase { name: "memory_channel_put", needs_gpus: 2, run: memory_channel_put },
+    Phase { name: "staged_dispatch", needs_gpus: 1, run: staged_dispatch },
+    Phase { name: "multi_source_combine", needs_gpus: 1, run: multi_source_combine },
+    Phase { name: "push_combine", needs_gpus: 1, run: push_combine },
+    Phase { name: "all_pairs_barrier", needs_gpus: 1, run: all_pairs_barrier },
+    Phase { name: "port_all_to_all", needs_gpus: 1, run: port_all_to_all },
+    Phase { name: "allgather", needs_gpus: 1, run: allgather },
+    Phase { name: "allreduce_small", needs_gpus: 1, run: allreduce_small },
+    Phase { name: "allreduce_large", needs_gpus: 1, run: allreduce_large },
 ];
 
 fn main() -> ExitCode {
@@ -98,7 +108,7 @@ fn launched(outcome: mscclpp_host::Result<()>) -> ExitCode {
 fn run_rank(cfg: &BootstrapConfig) -> ExitCode {
     let r = cfg.rank.rank;
     let boot = match Bootstrap::connect(cfg) {
-        Ok(b) => b,
+        Ok(b) => Arc::new(b),
         Err(e) => {
             println!("rank {r}: bootstrap ... FAILED: {e}");
             println!("rank {r}: RESULT FAILED");
@@ -298,4 +308,339 @@ fn gpu_mapping(c: &Ctx) -> PhaseResult {
         }
     }
     Ok(())
+}
+
+// ----------------------------------------------------------------------------------------------
+// GPU pattern phases. Every rank uses GPU `local_rank % gpu_count`; buffers are exchanged with
+// CUDA IPC through the bootstrap. Inputs are derived from the shared seed, so every rank can
+// compute any other rank's data and the expected results on the host.
+
+fn gpu(c: &Ctx) -> Result<Arc<Gpu>, String> {
+    let ordinal = c.gpu.ok_or("no GPU assigned")?;
+    let gpus = mscclpp_rs::testing::all_gpus()?;
+    gpus.get(ordinal).cloned().ok_or_else(|| format!("GPU {ordinal} not opened"))
+}
+
+fn comm(c: &Ctx) -> Result<Communicator, String> {
+    Ok(Communicator::new(c.boot.clone(), gpu(c)?))
+}
+
+fn ints<T: bytemuck::Pod>(seed: u64, rank: usize, what: u64, n: usize) -> Vec<T> {
+    let mut v = vec![T::zeroed(); n];
+    rng_for(seed, rank, 0, what).fill(bytemuck::cast_slice_mut::<T, u8>(&mut v));
+    v
+}
+
+fn upload<T: bytemuck::Pod>(g: &Arc<Gpu>, v: &[T]) -> Result<DeviceBuffer, String> {
+    DeviceBuffer::from_slice(g, v).map_err(e2s)
+}
+
+fn run(g: &Arc<Gpu>, name: &str, cfg: LaunchConfig, args: Args) -> PhaseResult {
+    // SAFETY: every call site passes the kernel's parameters in order with matching types; the
+    // buffers outlive the synchronize below.
+    unsafe { g.launch(mscclpp_rs::PTX, name, cfg, args) }.map_err(|e| format!("{name}: {e}"))?;
+    g.synchronize().map_err(|e| format!("{name}: {e}"))
+}
+
+fn barrier(c: &Ctx) -> PhaseResult {
+    c.boot.barrier().map_err(e2s)
+}
+
+fn same<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T]) -> PhaseResult {
+    if got.len() != want.len() {
+        return Err(format!("{what}: {} elements, expected {}", got.len(), want.len()));
+    }
+    match got.iter().zip(want).position(|(a, b)| a != b) {
+        None => Ok(()),
+        Some(i) => Err(format!("{what}: element {i} is {:?}, expected {:?}", got[i], want[i])),
+    }
+}
+
+const POISON: u8 = mscclpp_rs::testing::POISON;
+
+/// Each rank bulk-stores a 1 MiB slice into slot `rank` of every peer's receive buffer and
+/// signals; each receiver waits for every peer, then checks every slot.
+fn staged_dispatch(c: &Ctx) -> PhaseResult {
+    let cm = comm(c)?;
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let bytes = 1usize << 20;
+    let send = upload(&g, &ints::<u8>(c.seed, me, 10, n * bytes))?;
+    let recv = DeviceBuffer::filled(&g, n * bytes, POISON).map_err(e2s)?;
+    let peers = cm.exchange(&recv).map_err(e2s)?;
+    let sems = cm.memory_semaphores().map_err(e2s)?;
+    let recv_table = upload(&g, peers.addrs())?;
+    let sem_table = upload(&g, &sems.table())?;
+    barrier(c)?;
+    let tile = 32 * 1024;
+    run(
+        &g,
+        "mp_dispatch",
+        LaunchConfig::new(n as u32, 32).shared(mscclpp_device::bulk::pipeline_smem_bytes(2, tile)),
+        Args::new()
+            .arg(send.ptr::<u8>())
+            .arg(recv_table.addr())
+            .arg(sem_table.addr())
+            .arg(n as u32)
+            .arg(me as u32)
+            .arg(bytes as u64)
+            .arg(tile),
+    )?;
+    let got = recv.to_vec::<u8>().map_err(e2s)?;
+    for p in (0..n).filter(|&p| p != me) {
+        let theirs = ints::<u8>(c.seed, p, 10, n * bytes);
+        same(&format!("slot from rank {p}"), &got[p * bytes..(p + 1) * bytes], &theirs[me * bytes..(me + 1) * bytes])?;
+    }
+    barrier(c)
+}
+
+/// Each rank bulk-loads every tile from every rank's input (peer-mapped), two stages deep,
+/// sums in shared memory and writes the i32 sum; checked against the host's sum.
+fn multi_source_combine(c: &Ctx) -> PhaseResult {
+    let cm = comm(c)?;
+    let (n, g) = (cm.world_size(), cm.gpu().clone());
+    let elems = 2 << 20; // 8 MiB of i32
+    let input = upload(&g, &ints::<i32>(c.seed, cm.rank(), 11, elems))?;
+    let out = DeviceBuffer::filled(&g, elems * 4, POISON).map_err(e2s)?;
+    let peers = cm.exchange(&input).map_err(e2s)?;
+    let table = upload(&g, peers.addrs())?;
+    barrier(c)?;
+    let tile = if n <= 4 { 16 * 1024 } else { 8 * 1024 };
+    let smem = mscclpp_device::bulk::pipeline_smem_bytes(2, n as u32 * tile);
+    run(
+        &g,
+        "mp_combine",
+        LaunchConfig::new(g.info().sm_count, 256).shared(smem),
+        Args::new().arg(table.addr()).arg(n as u32).arg(out.addr()).arg((elems * 4) as u64).arg(tile),
+    )?;
+    let mut want = vec![0i32; elems];
+    for r in 0..n {
+        for (w, x) in want.iter_mut().zip(ints::<i32>(c.seed, r, 11, elems)) {
+            *w = w.wrapping_add(x);
+        }
+    }
+    same("combined sum", &out.to_vec::<i32>().map_err(e2s)?, &want)?;
+    barrier(c)
+}
+
+/// Every rank bulk-reduce-stores (u64 add) its input into rank 0's buffer at the same time;
+/// rank 0 checks the exact sum.
+fn push_combine(c: &Ctx) -> PhaseResult {
+    let cm = comm(c)?;
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let elems = 1 << 20; // 8 MiB of u64
+    let shift = |v: Vec<u64>| v.into_iter().map(|x| x >> 8).collect::<Vec<u64>>();
+    let acc = upload(&g, &shift(ints::<u64>(c.seed, 0, 12, elems)))?;
+    let src = upload(&g, &shift(ints::<u64>(c.seed, me, 13, elems)))?;
+    let peers = cm.exchange(&acc).map_err(e2s)?;
+    barrier(c)?;
+    let tile = 16 * 1024u32;
+    run(
+        &g,
+        "bulk_reduce_stream_u64",
+        LaunchConfig::new(g.info().sm_count, 32).shared(mscclpp_device::bulk::pipeline_smem_bytes(3, tile)),
+        Args::new().arg(peers.ptr::<u8>(0)).arg(src.ptr::<u8>()).arg((elems * 8) as u64).arg(tile).arg(1u32),
+    )?;
+    barrier(c)?;
+    if me == 0 {
+        let mut want = shift(ints::<u64>(c.seed, 0, 12, elems));
+        for r in 0..n {
+            for (w, x) in want.iter_mut().zip(shift(ints::<u64>(c.seed, r, 13, elems))) {
+                *w = w.wrapping_add(x);
+            }
+        }
+        same("sum at rank 0", &acc.to_vec::<u64>().map_err(e2s)?, &want)?;
+    }
+    barrier(c)
+}
+
+/// A barrier of signal/wait between every pair of ranks, 10,000 times (100 when ranks share a
+/// GPU: their kernels then take turns on it), each round publishing data before and checking
+/// it after.
+fn all_pairs_barrier(c: &Ctx) -> PhaseResult {
+    let cm = comm(c)?;
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let rounds: u32 = if c.boot.local_size() <= c.gpu_count { 10_000 } else { 100 };
+    let slots = DeviceBuffer::filled(&g, n * 2 * 8, 0).map_err(e2s)?;
+    let peers = cm.exchange(&slots).map_err(e2s)?;
+    let sems = cm.memory_semaphores().map_err(e2s)?;
+    let slot_table = upload(&g, peers.addrs())?;
+    let sem_table = upload(&g, &sems.table())?;
+    let errors = DeviceBuffer::filled(&g, 4, 0).map_err(e2s)?;
+    barrier(c)?;
+    run(
+        &g,
+        "mp_barrier",
+        LaunchConfig::new(1, 32.max(n as u32)),
+        Args::new()
+            .arg(sem_table.addr())
+            .arg(n as u32)
+            .arg(me as u32)
+            .arg(rounds)
+            .arg(slot_table.addr())
+            .arg(slots.addr())
+            .arg(errors.addr()),
+    )?;
+    let bad = errors.to_vec::<u32>().map_err(e2s)?[0];
+    if bad != 0 {
+        return Err(format!("{bad} stale slots after {rounds} barriers"));
+    }
+    println!("rank {me}: all_pairs_barrier: {rounds} rounds");
+    barrier(c)
+}
+
+/// Port-channel all-to-all with put_with_signal, 20 iterations of 64 KiB per peer, a flush
+/// before every source rewrite; arrivals checked on the device.
+fn port_all_to_all(c: &Ctx) -> PhaseResult {
+    let cm = comm(c)?;
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let chunk_words = 16 * 1024u32;
+    let iters = 20u32;
+    let bytes = n * chunk_words as usize * 4;
+    let src = DeviceBuffer::filled(&g, bytes, 0).map_err(e2s)?;
+    let recv = DeviceBuffer::filled(&g, 2 * bytes, POISON).map_err(e2s)?;
+    let ports = cm.port_channels(&src, &recv).map_err(e2s)?;
+    let table = upload(&g, &ports.table())?;
+    let errors = DeviceBuffer::filled(&g, 4, 0).map_err(e2s)?;
+    barrier(c)?;
+    run(
+        &g,
+        "mp_port_alltoall",
+        LaunchConfig::new(1, 256),
+        Args::new()
+            .arg(table.addr())
+            .arg(n as u32)
+            .arg(me as u32)
+            .arg(chunk_words)
+            .arg(iters)
+            .arg(src.addr())
+            .arg(recv.addr())
+            .arg(errors.addr()),
+    )?;
+    let bad = errors.to_vec::<u32>().map_err(e2s)?[0];
+    ports.proxy().check().map_err(e2s)?;
+    barrier(c)?;
+    ports.stop().map_err(e2s)?;
+    if bad != 0 {
+        return Err(format!("{bad} words wrong after {iters} all-to-all iterations"));
+    }
+    Ok(())
+}
+
+/// Every rank bulk-stores its 4 MiB into slot `rank` of every rank's gather buffer.
+fn allgather(c: &Ctx) -> PhaseResult {
+    let cm = comm(c)?;
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let bytes = 4usize << 20;
+    let src = upload(&g, &ints::<u8>(c.seed, me, 14, bytes))?;
+    let dst = DeviceBuffer::filled(&g, n * bytes, POISON).map_err(e2s)?;
+    let peers = cm.exchange(&dst).map_err(e2s)?;
+    let sems = cm.memory_semaphores().map_err(e2s)?;
+    let dst_table = upload(&g, peers.addrs())?;
+    let sem_table = upload(&g, &sems.table())?;
+    barrier(c)?;
+    let tile = 32 * 1024u32;
+    run(
+        &g,
+        "mp_allgather",
+        LaunchConfig::new(n as u32, 32).shared(mscclpp_device::bulk::pipeline_smem_bytes(2, tile)),
+        Args::new()
+            .arg(src.ptr::<u8>())
+            .arg(dst_table.addr())
+            .arg(sem_table.addr())
+            .arg(n as u32)
+            .arg(me as u32)
+            .arg(bytes as u64)
+            .arg(tile),
+    )?;
+    let got = dst.to_vec::<u8>().map_err(e2s)?;
+    for r in 0..n {
+        same(&format!("slot of rank {r}"), &got[r * bytes..(r + 1) * bytes], &ints::<u8>(c.seed, r, 14, bytes))?;
+    }
+    barrier(c)
+}
+
+/// Small allreduce (64 KiB of i32): all-gather every input into every rank's slots, then a local
+/// sum over the slots.
+fn allreduce_small(c: &Ctx) -> PhaseResult {
+    let cm = comm(c)?;
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let elems = 16 * 1024usize;
+    let src = upload(&g, &ints::<i32>(c.seed, me, 15, elems))?;
+    let slots = DeviceBuffer::filled(&g, n * elems * 4, POISON).map_err(e2s)?;
+    let out = DeviceBuffer::filled(&g, elems * 4, POISON).map_err(e2s)?;
+    let peers = cm.exchange(&slots).map_err(e2s)?;
+    let sems = cm.memory_semaphores().map_err(e2s)?;
+    let slot_table = upload(&g, peers.addrs())?;
+    let sem_table = upload(&g, &sems.table())?;
+    barrier(c)?;
+    let tile = 16 * 1024u32;
+    run(
+        &g,
+        "mp_allgather",
+        LaunchConfig::new(n as u32, 32).shared(mscclpp_device::bulk::pipeline_smem_bytes(2, tile)),
+        Args::new()
+            .arg(src.ptr::<u8>())
+            .arg(slot_table.addr())
+            .arg(sem_table.addr())
+            .arg(n as u32)
+            .arg(me as u32)
+            .arg((elems * 4) as u64)
+            .arg(tile),
+    )?;
+    run(
+        &g,
+        "mp_reduce_slots",
+        LaunchConfig::new(64, 256),
+        Args::new().arg(slots.addr()).arg(n as u32).arg(elems as u32).arg(out.addr()),
+    )?;
+    let mut want = vec![0i32; elems];
+    for r in 0..n {
+        for (w, x) in want.iter_mut().zip(ints::<i32>(c.seed, r, 15, elems)) {
+            *w = w.wrapping_add(x);
+        }
+    }
+    same("small allreduce", &out.to_vec::<i32>().map_err(e2s)?, &want)?;
+    barrier(c)
+}
+
+/// Large allreduce (8 MiB of i32 per rank-chunk): every rank reduces its chunk from every rank's
+/// input and bulk-stores the sum into every rank's output, then a signal/wait with every peer.
+fn allreduce_large(c: &Ctx) -> PhaseResult {
+    let cm = comm(c)?;
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let elems = n * (2 << 20);
+    let input = upload(&g, &ints::<i32>(c.seed, me, 16, elems))?;
+    let out = DeviceBuffer::filled(&g, elems * 4, POISON).map_err(e2s)?;
+    let ins = cm.exchange(&input).map_err(e2s)?;
+    let outs = cm.exchange(&out).map_err(e2s)?;
+    let sems = cm.memory_semaphores().map_err(e2s)?;
+    let in_table = upload(&g, ins.addrs())?;
+    let out_table = upload(&g, outs.addrs())?;
+    let sem_table = upload(&g, &sems.table())?;
+    let done = DeviceBuffer::filled(&g, 4, 0).map_err(e2s)?;
+    barrier(c)?;
+    let tile = 8 * 1024u32;
+    let smem = mscclpp_device::bulk::pipeline_smem_bytes(2, n as u32 * tile) + tile;
+    run(
+        &g,
+        "mp_allreduce",
+        LaunchConfig::new(g.info().sm_count, 256).shared(smem),
+        Args::new()
+            .arg(in_table.addr())
+            .arg(out_table.addr())
+            .arg(sem_table.addr())
+            .arg(n as u32)
+            .arg(me as u32)
+            .arg((elems * 4) as u64)
+            .arg(tile)
+            .arg(done.addr()),
+    )?;
+    let mut want = vec![0i32; elems];
+    for r in 0..n {
+        for (w, x) in want.iter_mut().zip(ints::<i32>(c.seed, r, 16, elems)) {
+            *w = w.wrapping_add(x);
+        }
+    }
+    same("large allreduce", &out.to_vec::<i32>().map_err(e2s)?, &want)?;
+    barrier(c)
 }

@@ -20,9 +20,11 @@
 pub mod bootstrap;
 pub mod bulk;
 pub mod channel;
+pub mod comm;
 pub mod error;
 pub mod fifo;
 pub mod gpu;
+pub mod ipc;
 pub mod launch;
 pub mod memory;
 pub mod nvls;

@@ -1,0 +1,128 @@
+//! GPU memory shared between processes with legacy CUDA IPC.
+//!
+//! Why legacy IPC and not VMM allocations with POSIX file descriptors: an IPC handle is 64 plain
+//! bytes, so it travels through the TCP bootstrap like any other data (a file descriptor needs a
+//! Unix socket and SCM_RIGHTS or `pidfd_getfd` next to the bootstrap), and it works on memory
+//! from `cuMemAlloc`, which is what [`DeviceBuffer`] allocates everywhere else in this runtime.
+//! Both were seen working on the lent H200 machines (DESIGN.md section 4). VMM is still what
+//! NVLink multicast binding needs; [`crate::nvls`] allocates that memory itself.
+//!
+//! The imported mapping is opened with `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`, so a process on
+//! another GPU gets peer access as needed, and a process on the same GPU gets a plain mapping.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUipcMem_flags};
+
+use crate::error::{Error, Result, check};
+use crate::gpu::Gpu;
+use crate::memory::DeviceBuffer;
+
+/// What one process sends another so that it can map a buffer: the IPC handle and the size.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ExportedMemory {
+    /// The driver's opaque IPC handle.
+    pub handle: [u8; 64],
+    /// Bytes in the buffer.
+    pub bytes: u64,
+    /// The exporting process's id (a process cannot import its own handle).
+    pub pid: u32,
+    /// The exporting GPU's ordinal.
+    pub ordinal: u32,
+}
+static_assertions::assert_eq_size!(ExportedMemory, [u8; 80]);
+
+impl ExportedMemory {
+    /// Exports `buf` (allocated by `cuMemAlloc`, as every [`DeviceBuffer`] is).
+    pub fn of(buf: &DeviceBuffer) -> Result<Self> {
+        buf.gpu().bind()?;
+        let mut h = sys::CUipcMemHandle { reserved: [0; 64] };
+        // SAFETY: `buf.addr()` is the base of a live cuMemAlloc allocation; `h` is an out-param.
+        let r = unsafe { sys::cuIpcGetMemHandle(&mut h, buf.addr()) };
+        check(r, || format!("exporting {} bytes of GPU {} memory", buf.len(), buf.gpu().ordinal()))?;
+        Ok(Self {
+            handle: h.reserved.map(|c| c as u8),
+            bytes: buf.len() as u64,
+            pid: std::process::id(),
+            ordinal: buf.gpu().ordinal() as u32,
+        })
+    }
+}
+
+/// Another process's buffer mapped into this process. Unmapped on drop.
+pub struct ImportedMemory {
+    gpu: Arc<Gpu>,
+    addr: u64,
+    bytes: u64,
+}
+
+impl std::fmt::Debug for ImportedMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ImportedMemory({:#x}, {} B on GPU {})", self.addr, self.bytes, self.gpu.ordinal())
+    }
+}
+
+impl ImportedMemory {
+    /// Maps `exported` into `gpu`'s context.
+    pub fn open(gpu: &Arc<Gpu>, exported: &ExportedMemory) -> Result<Self> {
+        if exported.pid == std::process::id() {
+            return Err(Error::InvalidArgument(
+                "a process cannot import its own CUDA IPC handle; use the buffer directly".into(),
+            ));
+        }
+        gpu.bind()?;
+        let h = sys::CUipcMemHandle { reserved: exported.handle.map(|b| b as std::ffi::c_char) };
+        let mut addr = 0u64;
+        // SAFETY: `h` is a handle produced by cuIpcGetMemHandle in another process; `addr` is an
+        // out-param.
+        let r = unsafe {
+            sys::cuIpcOpenMemHandle_v2(&mut addr, h, CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32)
+        };
+        check(r, || {
+            format!(
+                "importing {} bytes of GPU {} memory from process {} into GPU {}",
+                exported.bytes,
+                exported.ordinal,
+                exported.pid,
+                gpu.ordinal()
+            )
+        })?;
+        Ok(Self { gpu: gpu.clone(), addr, bytes: exported.bytes })
+    }
+    /// The mapped address (valid on this process's GPU).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.bytes as usize
+    }
+    /// Whether the mapping is empty.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+}
+
+impl Drop for ImportedMemory {
+    fn drop(&mut self) {
+        if self.gpu.bind().is_ok() {
+            // SAFETY: `addr` came from cuIpcOpenMemHandle in this context and is closed once.
+            let _ = unsafe { sys::cuIpcCloseMemHandle(self.addr) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exported_layout_round_trips_as_bytes() {
+        let mut e = ExportedMemory { handle: [0; 64], bytes: 4096, pid: 7, ordinal: 1 };
+        e.handle[3] = 0xfe;
+        let bytes = bytemuck::bytes_of(&e).to_vec();
+        let back: ExportedMemory = *bytemuck::from_bytes(&bytes);
+        assert_eq!(back, e);
+    }
+}
