@@ -6,6 +6,8 @@
 #   bash .gpu/run.sh                  everything
 #   bash .gpu/run.sh unit mp          only those groups
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
+# Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150), MSCCLPP_RS_MP_MODES
+# (default "mpirun2 launcher2 launcher4"), MSCCLPP_RS_PHASES (comma list of mp_patterns phases).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/mscclpp-rs-out}
@@ -28,7 +30,7 @@ rows=()
 run() { # name, command...
   local name=$1; shift
   local t0=$EPOCHREALTIME
-  timeout 300 "$@" >"$out/$name.log" 2>&1
+  timeout "${MSCCLPP_RS_RUN_TIMEOUT:-150}" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   local dt=$(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $t0}")
   local res=$(grep -E '^test result:' "$out/$name.log" | tail -1)
@@ -37,15 +39,19 @@ run() { # name, command...
   if [ $rc -ne 0 ]; then echo "---- $name failed (rc=$rc), last lines:"; tail -n 40 "$out/$name.log"; fi
 }
 for t in "$here"/bin/unit_*; do
-  [ -e "$t" ] || continue; n=$(basename "$t"); selected unit "$n" && run "$n" "$t" --test-threads=4
+  [ -e "$t" ] || continue; n=$(basename "$t"); selected unit "$n" && run "$n" "$t" --test-threads=1
 done
 for t in "$here"/bin/mp_*; do
   [ -e "$t" ] || continue; n=$(basename "$t")
   if selected mp "$n"; then
-    run "$n-mpirun2" mpirun --allow-run-as-root -np 2 -x MSCCLPP_RS_REQUIRE_GPU -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$t"
-    run "$n-launcher2" "$t" --ranks 2
-    # More ranks than GPUs: two ranks share each GPU (CUDA IPC within one device).
-    run "$n-launcher4" "$t" --ranks 4
+    for mode in ${MSCCLPP_RS_MP_MODES:-mpirun2 launcher2 launcher4}; do
+      case $mode in
+        mpirun*) run "$n-$mode" mpirun --allow-run-as-root -np "${mode#mpirun}" -x MSCCLPP_RS_REQUIRE_GPU -x MSCCLPP_RS_PHASES \
+                   -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$t" ;;
+        # launcherN with N above the GPU count: ranks share GPUs (CUDA IPC within one device).
+        launcher*) run "$n-$mode" "$t" --ranks "${mode#launcher}" ;;
+      esac
+    done
   fi
 done
 selected report report && run report "$here/bin/report"

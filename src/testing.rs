@@ -101,12 +101,28 @@ pub fn is_child(test: &str) -> bool {
 /// [`is_child`]`(test)` as true.
 pub fn run_child(test: &str) -> Output {
     let exe = std::env::current_exe().expect("current_exe");
-    Command::new(exe)
+    let mut child = Command::new(exe)
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, test)
-        .output()
-        .expect("starting the child test process")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the child test process");
+    // A child that hangs must fail the test, not the run: kill it after a deadline.
+    let deadline = std::time::Instant::now() + CHILD_DEADLINE;
+    while child.try_wait().expect("waiting for the child").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collecting the killed child");
+            panic!("child `{test}` still running after {CHILD_DEADLINE:?}; killed. Output:\n{}", output_text(&out));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("collecting the child's output")
 }
+
+/// How long [`run_child`] lets a child run.
+pub const CHILD_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Combined stdout and stderr of a child.
 pub fn output_text(o: &Output) -> String {

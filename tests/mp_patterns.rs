@@ -154,8 +154,12 @@ fn run_rank(cfg: &BootstrapConfig) -> ExitCode {
     let require_gpu = std::env::var("MSCCLPP_RS_REQUIRE_GPU").is_ok_and(|v| v == "1");
     let ctx = Ctx { boot: &boot, seed, gpu, gpu_count };
     let mut failed = false;
+    let only: Option<Vec<String>> =
+        std::env::var("MSCCLPP_RS_PHASES").ok().map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
     for phase in PHASES {
-        let verdict = if failed {
+        let verdict = if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == phase.name)) {
+            "SKIPPED: not in MSCCLPP_RS_PHASES".to_string()
+        } else if failed {
             "SKIPPED: an earlier phase failed".to_string()
         } else if let Some((short, n)) = counts.iter().enumerate().find(|(_, n)| (**n as usize) < phase.needs_gpus) {
             let why = format!("needs {} GPU(s) per machine, rank {short} sees {n}", phase.needs_gpus);
@@ -339,7 +343,7 @@ fn run(g: &Arc<Gpu>, name: &str, cfg: LaunchConfig, args: Args) -> PhaseResult {
     // SAFETY: every call site passes the kernel's parameters in order with matching types; the
     // buffers outlive the synchronize below.
     unsafe { g.launch(mscclpp_rs::PTX, name, cfg, args) }.map_err(|e| format!("{name}: {e}"))?;
-    g.synchronize().map_err(|e| format!("{name}: {e}"))
+    g.synchronize_timeout(std::time::Duration::from_secs(60)).map_err(|e| format!("{name}: {e}"))
 }
 
 fn barrier(c: &Ctx) -> PhaseResult {

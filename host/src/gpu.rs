@@ -161,6 +161,30 @@ impl Gpu {
         self.stream.synchronize().ctx(|| format!("synchronizing GPU {}", self.ordinal()))
     }
 
+    /// Waits for all work on the default stream, but at most `timeout`: a kernel that neither
+    /// finishes nor traps (a wait with an unbounded budget, say) becomes an error here instead of
+    /// a hang of the host. The kernel keeps running; the context should not be reused.
+    pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<()> {
+        self.bind()?;
+        let ev = self.ctx.new_event(None).ctx(|| "creating an event".into())?;
+        ev.record(&self.stream).ctx(|| "recording an event".into())?;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            match ev.try_is_complete() {
+                Ok(true) => return self.synchronize(),
+                Ok(false) => {}
+                Err(e) => return Err(Error::Driver { context: format!("GPU {} work failed", self.ordinal()), source: e }),
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(Error::Unsupported(format!(
+                    "GPU {} work still running after {timeout:?} (a kernel that neither finishes nor traps)",
+                    self.ordinal()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+
     /// Loads `ptx` into this context once (keyed by the text's address) and returns the module.
     pub fn module(&self, ptx: &'static str) -> Result<Arc<CudaModule>> {
         let key = ptx.as_ptr() as usize;
