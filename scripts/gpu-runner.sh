@@ -46,7 +46,7 @@ for t in "$here"/bin/mp_*; do
   if selected mp "$n"; then
     for mode in ${MSCCLPP_RS_MP_MODES:-mpirun2 launcher2 launcher4}; do
       case $mode in
-        mpirun*) run "$n-$mode" mpirun --allow-run-as-root -np "${mode#mpirun}" -x MSCCLPP_RS_REQUIRE_GPU -x MSCCLPP_RS_PHASES \
+        mpirun*) run "$n-$mode" mpirun --allow-run-as-root -np "${mode#mpirun}" -x MSCCLPP_RS_REQUIRE_GPU -x MSCCLPP_RS_VERBOSE \
                    -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$t" ;;
         # launcherN with N above the GPU count: ranks share GPUs (CUDA IPC within one device).
         launcher*) run "$n-$mode" "$t" --ranks "${mode#launcher}" ;;

@@ -64,11 +64,11 @@ const PHASES: &[Phase] = &[
     Phase { name: "staged_dispatch", needs_gpus: 1, run: staged_dispatch },
     Phase { name: "multi_source_combine", needs_gpus: 1, run: multi_source_combine },
     Phase { name: "push_combine", needs_gpus: 1, run: push_combine },
-    Phase { name: "all_pairs_barrier", needs_gpus: 1, run: all_pairs_barrier },
     Phase { name: "port_all_to_all", needs_gpus: 1, run: port_all_to_all },
     Phase { name: "allgather", needs_gpus: 1, run: allgather },
     Phase { name: "allreduce_small", needs_gpus: 1, run: allreduce_small },
     Phase { name: "allreduce_large", needs_gpus: 1, run: allreduce_large },
+    Phase { name: "all_pairs_barrier", needs_gpus: 1, run: all_pairs_barrier },
 ];
 
 fn main() -> ExitCode {
@@ -461,16 +461,28 @@ fn push_combine(c: &Ctx) -> PhaseResult {
 /// GPU: their kernels then take turns on it), each round publishing data before and checking
 /// it after.
 fn all_pairs_barrier(c: &Ctx) -> PhaseResult {
+    let t0 = std::time::Instant::now();
+    let step = |what: &str| {
+        if std::env::var("MSCCLPP_RS_VERBOSE").is_ok() {
+            eprintln!("rank {}: all_pairs_barrier: {what} at {:?}", c.boot.rank(), t0.elapsed());
+        }
+    };
     let cm = comm(c)?;
     let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
     let rounds: u32 = if c.boot.local_size() <= c.gpu_count { 10_000 } else { 100 };
+    step("alloc");
     let slots = DeviceBuffer::filled(&g, n * 2 * 8, 0).map_err(e2s)?;
+    step("exchange slots");
     let peers = cm.exchange(&slots).map_err(e2s)?;
+    step("semaphores");
     let sems = cm.memory_semaphores().map_err(e2s)?;
+    step("tables");
     let slot_table = upload(&g, peers.addrs())?;
     let sem_table = upload(&g, &sems.table())?;
     let errors = DeviceBuffer::filled(&g, 4, 0).map_err(e2s)?;
+    step("barrier");
     barrier(c)?;
+    step("launch");
     run(
         &g,
         "mp_barrier",
