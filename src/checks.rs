@@ -188,6 +188,7 @@ pub const CHECKS: &[Check] = &[
     c("trap", &["trap;"], &["BPT.TRAP"]),
     c("nanosleep", &["nanosleep.u32"], &["NANOSLEEP"]),
     c("bar_sync", &["bar.sync 0;"], &["BAR.SYNC"]),
+    c("barrier_sync", &["barrier.sync 0;"], &["BAR.SYNC"]),
     // fence
     c("fence_proxy_async_shared_cta", &["fence.proxy.async.shared::cta;"], &["FENCE.VIEW.ASYNC.S"]),
     c("fence_mbarrier_init_release_cluster", &["fence.mbarrier_init.release.cluster;"], &[]),

@@ -369,7 +369,7 @@ fn staged_dispatch(c: &Ctx) -> PhaseResult {
     let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
     let bytes = 1usize << 20;
     let send = upload(&g, &ints::<u8>(c.seed, me, 10, n * bytes))?;
-    let recv = DeviceBuffer::filled(&g, n * bytes, POISON).map_err(e2s)?;
+    let recv = DeviceBuffer::exportable_filled(&g, n * bytes, POISON).map_err(e2s)?;
     let peers = cm.exchange(&recv).map_err(e2s)?;
     let sems = cm.memory_semaphores().map_err(e2s)?;
     let recv_table = upload(&g, peers.addrs())?;
@@ -403,7 +403,7 @@ fn multi_source_combine(c: &Ctx) -> PhaseResult {
     let cm = comm(c)?;
     let (n, g) = (cm.world_size(), cm.gpu().clone());
     let elems = 2 << 20; // 8 MiB of i32
-    let input = upload(&g, &ints::<i32>(c.seed, cm.rank(), 11, elems))?;
+    let input = DeviceBuffer::exportable_from_slice(&g, &ints::<i32>(c.seed, cm.rank(), 11, elems)).map_err(e2s)?;
     let out = DeviceBuffer::filled(&g, elems * 4, POISON).map_err(e2s)?;
     let peers = cm.exchange(&input).map_err(e2s)?;
     let table = upload(&g, peers.addrs())?;
@@ -433,7 +433,7 @@ fn push_combine(c: &Ctx) -> PhaseResult {
     let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
     let elems = 1 << 20; // 8 MiB of u64
     let shift = |v: Vec<u64>| v.into_iter().map(|x| x >> 8).collect::<Vec<u64>>();
-    let acc = upload(&g, &shift(ints::<u64>(c.seed, 0, 12, elems)))?;
+    let acc = DeviceBuffer::exportable_from_slice(&g, &shift(ints::<u64>(c.seed, 0, 12, elems))).map_err(e2s)?;
     let src = upload(&g, &shift(ints::<u64>(c.seed, me, 13, elems)))?;
     let peers = cm.exchange(&acc).map_err(e2s)?;
     barrier(c)?;
@@ -471,7 +471,7 @@ fn all_pairs_barrier(c: &Ctx) -> PhaseResult {
     let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
     let rounds: u32 = if c.boot.local_size() <= c.gpu_count { 10_000 } else { 100 };
     step("alloc");
-    let slots = DeviceBuffer::filled(&g, n * 2 * 8, 0).map_err(e2s)?;
+    let slots = DeviceBuffer::exportable_filled(&g, n * 2 * 8, 0).map_err(e2s)?;
     step("exchange slots");
     let peers = cm.exchange(&slots).map_err(e2s)?;
     step("semaphores");
@@ -513,7 +513,7 @@ fn port_all_to_all(c: &Ctx) -> PhaseResult {
     let iters = 20u32;
     let bytes = n * chunk_words as usize * 4;
     let src = DeviceBuffer::filled(&g, bytes, 0).map_err(e2s)?;
-    let recv = DeviceBuffer::filled(&g, 2 * bytes, POISON).map_err(e2s)?;
+    let recv = DeviceBuffer::exportable_filled(&g, 2 * bytes, POISON).map_err(e2s)?;
     let ports = cm.port_channels(&src, &recv).map_err(e2s)?;
     let table = upload(&g, &ports.table())?;
     let errors = DeviceBuffer::filled(&g, 4, 0).map_err(e2s)?;
@@ -548,7 +548,7 @@ fn allgather(c: &Ctx) -> PhaseResult {
     let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
     let bytes = 4usize << 20;
     let src = upload(&g, &ints::<u8>(c.seed, me, 14, bytes))?;
-    let dst = DeviceBuffer::filled(&g, n * bytes, POISON).map_err(e2s)?;
+    let dst = DeviceBuffer::exportable_filled(&g, n * bytes, POISON).map_err(e2s)?;
     let peers = cm.exchange(&dst).map_err(e2s)?;
     let sems = cm.memory_semaphores().map_err(e2s)?;
     let dst_table = upload(&g, peers.addrs())?;
@@ -582,7 +582,7 @@ fn allreduce_small(c: &Ctx) -> PhaseResult {
     let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
     let elems = 16 * 1024usize;
     let src = upload(&g, &ints::<i32>(c.seed, me, 15, elems))?;
-    let slots = DeviceBuffer::filled(&g, n * elems * 4, POISON).map_err(e2s)?;
+    let slots = DeviceBuffer::exportable_filled(&g, n * elems * 4, POISON).map_err(e2s)?;
     let out = DeviceBuffer::filled(&g, elems * 4, POISON).map_err(e2s)?;
     let peers = cm.exchange(&slots).map_err(e2s)?;
     let sems = cm.memory_semaphores().map_err(e2s)?;
@@ -625,8 +625,8 @@ fn allreduce_large(c: &Ctx) -> PhaseResult {
     let cm = comm(c)?;
     let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
     let elems = n * (2 << 20);
-    let input = upload(&g, &ints::<i32>(c.seed, me, 16, elems))?;
-    let out = DeviceBuffer::filled(&g, elems * 4, POISON).map_err(e2s)?;
+    let input = DeviceBuffer::exportable_from_slice(&g, &ints::<i32>(c.seed, me, 16, elems)).map_err(e2s)?;
+    let out = DeviceBuffer::exportable_filled(&g, elems * 4, POISON).map_err(e2s)?;
     let ins = cm.exchange(&input).map_err(e2s)?;
     let outs = cm.exchange(&out).map_err(e2s)?;
     let sems = cm.memory_semaphores().map_err(e2s)?;

@@ -170,7 +170,8 @@ impl Communicator {
         &self.gpu
     }
 
-    /// Every rank contributes `buf`; returns every rank's buffer as addresses valid here.
+    /// Every rank contributes `buf` (allocated with [`DeviceBuffer::alloc_exportable`]); returns
+    /// every rank's buffer as addresses valid here.
     pub fn exchange(&self, buf: &DeviceBuffer) -> Result<PeerBuffers> {
         if buf.gpu().ordinal() != self.gpu.ordinal() {
             return Err(Error::InvalidArgument(format!(
@@ -208,7 +209,7 @@ impl Communicator {
     pub fn memory_semaphores(&self) -> Result<MemorySemaphores> {
         let n = self.world_size();
         let me = self.rank();
-        let storage = DeviceBuffer::filled(&self.gpu, n * SLOT, 0)?;
+        let storage = DeviceBuffer::exportable_filled(&self.gpu, n * SLOT, 0)?;
         let remote = self.exchange(&storage)?;
         let handles = (0..n)
             .map(|p| {
@@ -228,7 +229,7 @@ impl Communicator {
     pub fn port_channels(&self, src: &DeviceBuffer, dst: &DeviceBuffer) -> Result<PortChannels> {
         let n = self.world_size();
         let me = self.rank();
-        let storage = DeviceBuffer::filled(&self.gpu, n * SLOT, 0)?;
+        let storage = DeviceBuffer::exportable_filled(&self.gpu, n * SLOT, 0)?;
         let sems = self.exchange(&storage)?;
         let dsts = self.exchange(dst)?;
         let mut b = ProxyBuilder::new(&self.gpu);

@@ -173,7 +173,9 @@ impl Gpu {
             match ev.try_is_complete() {
                 Ok(true) => return self.synchronize(),
                 Ok(false) => {}
-                Err(e) => return Err(Error::Driver { context: format!("GPU {} work failed", self.ordinal()), source: e }),
+                Err(e) => {
+                    return Err(Error::Driver { context: format!("GPU {} work failed", self.ordinal()), source: e });
+                }
             }
             if std::time::Instant::now() > deadline {
                 return Err(Error::Unsupported(format!(

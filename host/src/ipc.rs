@@ -43,8 +43,14 @@ pub struct ExportedMemory {
 static_assertions::assert_eq_size!(ExportedMemory, [u8; 96]);
 
 impl ExportedMemory {
-    /// Exports `buf` (allocated by `cuMemAlloc`, as every [`DeviceBuffer`] is).
+    /// Exports `buf`, which must be exportable ([`DeviceBuffer::alloc_exportable`]).
     pub fn of(buf: &DeviceBuffer) -> Result<Self> {
+        if !buf.is_exportable() {
+            return Err(Error::InvalidArgument(
+                "only buffers from DeviceBuffer::alloc_exportable (or exportable_*) can be shared with other processes"
+                    .into(),
+            ));
+        }
         buf.gpu().bind()?;
         let (mut base, mut size) = (0u64, 0usize);
         // SAFETY: `buf.addr()` lies in a live allocation; both are out-params.
@@ -162,14 +168,14 @@ impl ImportedMemory {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn exported_layout_round_trips_as_bytes() {
-        let mut e = ExportedMemory { handle: [0; 64], bytes: 4096, offset: 512, allocation_bytes: 1 << 21, pid: 7, ordinal: 1 };
+        let mut e =
+            ExportedMemory { handle: [0; 64], bytes: 4096, offset: 512, allocation_bytes: 1 << 21, pid: 7, ordinal: 1 };
         e.handle[3] = 0xfe;
         let bytes = bytemuck::bytes_of(&e).to_vec();
         let back: ExportedMemory = *bytemuck::from_bytes(&bytes);

@@ -14,7 +14,12 @@ pub struct DeviceBuffer {
     gpu: Arc<Gpu>,
     ptr: CUdeviceptr,
     bytes: usize,
+    exportable: bool,
 }
+
+/// Allocation granularity of exportable buffers: each is a driver allocation of its own, so
+/// that an IPC handle (which always names a whole allocation) maps exactly this buffer.
+pub const EXPORT_GRANULARITY: usize = 2 << 20;
 
 impl std::fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -25,11 +30,42 @@ impl std::fmt::Debug for DeviceBuffer {
 impl DeviceBuffer {
     /// Allocates `bytes` (uninitialised; at least 1 byte is allocated).
     pub fn alloc(gpu: &Arc<Gpu>, bytes: usize) -> Result<Self> {
+        Self::alloc_with(gpu, bytes, bytes.max(1), false)
+    }
+
+    /// Allocates `bytes` that other processes can map ([`crate::ipc`]): the driver allocation
+    /// is rounded up to [`EXPORT_GRANULARITY`], so no other buffer shares it. (Small `cuMemAlloc`
+    /// buffers can share one driver allocation; a peer importing one of them would map the
+    /// whole allocation and, on H200, such a shared small buffer was seen to hang a kernel.)
+    pub fn alloc_exportable(gpu: &Arc<Gpu>, bytes: usize) -> Result<Self> {
+        Self::alloc_with(gpu, bytes, bytes.max(1).next_multiple_of(EXPORT_GRANULARITY), true)
+    }
+
+    /// An exportable buffer filled with `byte`.
+    pub fn exportable_filled(gpu: &Arc<Gpu>, bytes: usize, byte: u8) -> Result<Self> {
+        let b = Self::alloc_exportable(gpu, bytes)?;
+        b.fill(byte)?;
+        Ok(b)
+    }
+
+    /// An exportable buffer holding `data`.
+    pub fn exportable_from_slice<T: bytemuck::Pod>(gpu: &Arc<Gpu>, data: &[T]) -> Result<Self> {
+        let b = Self::alloc_exportable(gpu, std::mem::size_of_val(data))?;
+        b.write(0, data)?;
+        Ok(b)
+    }
+
+    fn alloc_with(gpu: &Arc<Gpu>, bytes: usize, alloc: usize, exportable: bool) -> Result<Self> {
         gpu.bind()?;
         // SAFETY: a plain allocation in the bound context.
-        let ptr = unsafe { cudarc::driver::result::malloc_sync(bytes.max(1)) }
+        let ptr = unsafe { cudarc::driver::result::malloc_sync(alloc) }
             .ctx(|| format!("allocating {bytes} bytes on GPU {}", gpu.ordinal()))?;
-        Ok(Self { gpu: gpu.clone(), ptr, bytes })
+        Ok(Self { gpu: gpu.clone(), ptr, bytes, exportable })
+    }
+
+    /// Whether the buffer was allocated with [`DeviceBuffer::alloc_exportable`].
+    pub fn is_exportable(&self) -> bool {
+        self.exportable
     }
 
     /// Allocates and fills with `byte`.

@@ -66,6 +66,7 @@ kernels! {
     fn check_trap(p: *mut u32) { if *p == 7 { misc::trap() } }
     fn check_nanosleep(p: *mut u32) { misc::nanosleep(*p); }
     fn check_bar_sync(p: *mut u32) { *p = 1; misc::bar_sync(); }
+    fn check_barrier_sync(p: *mut u32) { *p = 1; misc::barrier_sync(); }
     fn check_fence_proxy_async_shared_cta(p: *mut u32) { *p = 1; fence::fence_proxy_async_shared_cta(); }
     fn check_fence_mbarrier_init_release_cluster(p: *mut u32) { *p = 1; fence::fence_mbarrier_init_release_cluster(); }
     fn check_dynamic_smem_base(p: *mut u32) { *p = smem::dynamic_smem_base(); }

@@ -9,7 +9,7 @@ use mscclpp_device::bulk::{self, BulkPipeline};
 use mscclpp_device::channel::port::PortChannel;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::{GlobalPtr, dynamic_shared};
-use mscclpp_device::ptx::{misc::bar_sync, sreg};
+use mscclpp_device::ptx::{misc::bar_sync, misc::barrier_sync, sreg};
 use mscclpp_device::semaphore::MemoryDevice2DeviceSemaphore;
 
 use crate::kernels;
@@ -109,7 +109,7 @@ kernels! {
                 s.signal();
                 s.wait(BUDGET);
             }
-            bar_sync();
+            barrier_sync();
             if part && read_volatile(my_slots.add((t * 2) as usize + (r % 2) as usize)) != r {
                 bad += 1;
             }
@@ -132,7 +132,7 @@ kernels! {
                 write_volatile(src.add(i as usize), a2a_word(k, me, i / chunk_words, i % chunk_words));
                 i += sreg::ntid_x();
             }
-            bar_sync();
+            barrier_sync();
             if t < world && t != me {
                 let c = &*chans.add(t as usize);
                 let bytes = (chunk_words * 4) as u64;
@@ -140,7 +140,7 @@ kernels! {
                 // Partner: rank t's proxy signal after its put into our slot t.
                 c.wait(BUDGET);
             }
-            bar_sync();
+            barrier_sync();
             let base = ((k % 2) * n) as usize;
             let mut i = t;
             while i < n {
@@ -150,12 +150,12 @@ kernels! {
                 }
                 i += sreg::ntid_x();
             }
-            bar_sync();
+            barrier_sync();
             // One flush drains this rank's proxy: every put above has completed after it.
             if t == if me == 0 { 1 } else { 0 } && world > 1 {
                 (*chans.add(t as usize)).flush(BUDGET);
             }
-            bar_sync();
+            barrier_sync();
         }
         if bad > 0 {
             atomic::fetch_add::<AcqRel, Gpu, u32>(errors, bad);

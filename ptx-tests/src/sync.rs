@@ -6,7 +6,7 @@ use mscclpp_device::atomic::{self, AcqRel, Acquire, Release, Sys};
 use mscclpp_device::channel::port::PortChannel;
 use mscclpp_device::fifo::{FifoDeviceHandle, ProxyTrigger, kind};
 use mscclpp_device::poll::{SpinBudget, spin_until};
-use mscclpp_device::ptx::{misc::bar_sync, sreg};
+use mscclpp_device::ptx::{misc::barrier_sync, sreg};
 use mscclpp_device::semaphore::{Host2DeviceSemaphore, MemoryDevice2DeviceSemaphore};
 
 use crate::kernels;
@@ -163,7 +163,7 @@ kernels! {
         if sreg::tid_x() == 0 {
             for _ in 0..count { sem.wait(BUDGET); }
         }
-        bar_sync();
+        barrier_sync();
         let mut i = sreg::tid_x();
         while i < words {
             *out.add(i as usize) = read_volatile(data.add(i as usize));
@@ -177,7 +177,7 @@ kernels! {
         if sreg::tid_x() == 0 {
             chan.put_with_signal_and_flush(0, 0, bytes, BUDGET);
         }
-        bar_sync();
+        barrier_sync();
         let words = (bytes / 4) as u32;
         let mut i = sreg::tid_x();
         while i < words {

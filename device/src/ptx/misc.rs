@@ -24,3 +24,12 @@ pub fn bar_sync() {
     // SAFETY: a CTA barrier; every thread of the CTA must reach it (caller's contract in callers).
     unsafe { asm!("bar.sync 0;", options(nostack)) };
 }
+
+/// `barrier.sync 0;` (PTX 6.0, sm_70): the CTA barrier without `.aligned`, for code where the
+/// threads of a warp may reach it at different times (after a divergent spin-wait). `bar.sync`
+/// is `barrier.sync.aligned` and is undefined when a warp arrives diverged.
+#[inline(always)]
+pub fn barrier_sync() {
+    // SAFETY: a CTA barrier; every thread of the CTA must reach it (caller's contract in callers).
+    unsafe { asm!("barrier.sync 0;", options(nostack)) };
+}
