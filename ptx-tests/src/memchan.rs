@@ -256,3 +256,43 @@ kernels! {
         }
     }
 }
+
+kernels! {
+    /// Ping-pong through the data path (one block): in round r the sender (A in odd rounds, B in
+    /// even) writes n u64 into the peer's buffer with `write` and n into its own buffer's second
+    /// half, synchronises the block and signals; the receiver waits, then checks its first half
+    /// with plain loads and the sender's second half with `read`. report[0] += mismatches,
+    /// report[1] += values checked.
+    fn memchan_rw_pingpong(chan: MemoryChannel, rounds: u32, first: u32, n: u32, seed: u32, report: *mut u64) {
+        let t = Threads::block();
+        let local = chan.src.cast::<u64>().as_ptr();
+        let val = |r: u32, i: u32, which: u32| ((message_word(seed, which, r, i) as u64) << 32) | i as u64;
+        let (mut bad, mut checked) = (0u64, 0u64);
+        for r in 1..=rounds {
+            if (r % 2 == 1) == (first != 0) {
+                let mut i = t.index;
+                while i < n {
+                    chan.write::<u64>(i as usize, val(r, i, 0));
+                    *local.add((n + i) as usize) = val(r, i, 1);
+                    i += t.count;
+                }
+                // Every thread's stores before thread 0's release signal.
+                bar_sync();
+                if t.index == 0 { chan.signal(); }
+            } else {
+                if t.index == 0 { chan.wait(BUDGET); }
+                // Thread 0's acquire before any thread reads.
+                bar_sync();
+                let mut i = t.index;
+                while i < n {
+                    if *local.add(i as usize) != val(r, i, 0) { bad += 1; }
+                    if chan.read::<u64>((n + i) as usize) != val(r, i, 1) { bad += 1; }
+                    checked += 2;
+                    i += t.count;
+                }
+            }
+        }
+        atom_red::red_relaxed_gpu_add_u64(report, bad);
+        atom_red::red_relaxed_gpu_add_u64(report.add(1), checked);
+    }
+}
