@@ -69,7 +69,9 @@ pub unsafe extern "ptx-kernel" fn allgather_put(
         // Every block's share is written before the one signal below.
         syncer.sync(sreg::nctaid_x(), BUDGET);
         if t.index == 0 {
+            // Release: our puts (all blocks, through the barrier). Partner: the peer's wait.
             chan.signal();
+            // Acquire. Partner: the peer's signal after its puts into our buffer.
             chan.wait(BUDGET);
         }
     }
@@ -117,7 +119,9 @@ pub unsafe extern "ptx-kernel" fn allreduce_put(chan: MemoryChannel, syncer: Glo
         chan.put(4 * n, 0, 4 * n, t);
         syncer.sync(blocks, BUDGET);
         if t.index == 0 {
+            // Release: our puts (all blocks, through the barrier). Partner: the peer's wait.
             chan.signal();
+            // Acquire. Partner: the peer's signal after its puts into our scratch.
             chan.wait(BUDGET);
         }
         // The peer's values are in the scratch for every thread after this barrier.
