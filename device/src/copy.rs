@@ -14,10 +14,8 @@
 //!   16 (or 8, or 4), it copies the bytes up to that boundary one by one and the rest with
 //!   16-byte (8-byte, 4-byte) elements; otherwise byte by byte.
 //!
-//! Which thread copies which bytes depends only on the index, the count and the addresses, so
-//! a thread that wrote part of the source can copy exactly what it wrote when the same group
-//! layout is used on both sides. Nothing here waits or orders memory: synchronise the group
-//! (e.g. `bar.sync`, a grid barrier, a semaphore) before other threads use the result.
+//! Nothing here waits or orders memory: synchronise the group (a `bar.sync`, a grid barrier)
+//! before other threads use the result, and signal a peer only after that.
 
 /// The threads sharing one cooperative operation: this thread's `index` in `0..count`.
 #[repr(C)]

@@ -79,7 +79,7 @@ mod device {
         /// The handle must come from the host runtime; the element must lie inside `dst` and
         /// `dst` be aligned for `T`; nothing may write the element concurrently.
         #[inline(always)]
-        pub unsafe fn read<T: Copy>(&self, index: usize) -> T {
+        pub unsafe fn read<T: bytemuck::Pod>(&self, index: usize) -> T {
             let size = core::mem::size_of::<T>() as u64;
             device_assert!(Self::fits(index as u64 * size, size, self.dst_bytes), "MemoryChannel::read out of range");
             // SAFETY: forwarded from the caller.
@@ -92,7 +92,7 @@ mod device {
         /// As for [`MemoryChannel::read`], for writes; the peer must not read the element before
         /// a signal that follows this write.
         #[inline(always)]
-        pub unsafe fn write<T: Copy>(&self, index: usize, value: T) {
+        pub unsafe fn write<T: bytemuck::Pod>(&self, index: usize, value: T) {
             let size = core::mem::size_of::<T>() as u64;
             device_assert!(Self::fits(index as u64 * size, size, self.dst_bytes), "MemoryChannel::write out of range");
             // SAFETY: forwarded from the caller.
