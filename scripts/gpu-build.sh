@@ -32,6 +32,8 @@ cargo bench --no-run
 collect bench --no-run | while read -r name kind path; do
   case "$kind" in bench) cp "$path" ".gpu/bin/bench_$name" ;; esac
 done
+cargo build --release -p example-allreduce
+cp target/release/example-allreduce .gpu/bin/example_allreduce
 strip --strip-debug .gpu/bin/* 2>/dev/null || true
 cp scripts/gpu-runner.sh .gpu/run.sh
 git rev-parse --short HEAD > .gpu/commit 2>/dev/null || echo unknown > .gpu/commit

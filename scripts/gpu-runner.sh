@@ -4,7 +4,7 @@
 # the report and the benches; prints a short table last. Logs go to $OUT (the device tool's
 # output folder) when set.
 #   bash .gpu/run.sh                  everything
-#   bash .gpu/run.sh unit mp          only those groups
+#   bash .gpu/run.sh unit mp          only those groups (unit, mp, example, report, bench)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
 # Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150), MSCCLPP_RS_MP_MODES
 # (default "mpirun2 launcher2 launcher4"), MSCCLPP_RS_PHASES (comma list of mp_patterns phases).
@@ -19,7 +19,7 @@ export MSCCLPP_RS_SKIP_LOG="$out/skips.log"
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset MSCCLPP_RS_ALLOW_MULTICAST
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(unit mp report bench)
+[ ${#want[@]} -eq 0 ] && want=(unit mp example report bench)
 selected() { # $1 group, $2 name
   for w in "${want[@]}"; do [ "$w" = "$1" ] && return 0; case "$2" in "$w"*) return 0 ;; esac; done
   return 1
@@ -53,6 +53,9 @@ for t in "$here"/bin/mp_*; do
       esac
     done
   fi
+done
+for e in "$here"/bin/example_*; do
+  [ -e "$e" ] || continue; n=$(basename "$e"); selected example "$n" && run "$n" "$e"
 done
 selected report report && run report "$here/bin/report"
 for b in "$here"/bin/bench_*; do

@@ -7,11 +7,14 @@
 //! no distinctive opcode (address arithmetic, a fence the hardware folds away without clusters).
 //!
 //! The expectations live in several tables: [`CHECKS`] (the sm_90 module's general wrappers),
-//! [`MULTIMEM_CHECKS`] (multimem, sm_90) and [`SM100A_CHECKS`] (fp8 multimem, checked against the
+//! [`MEMCHAN_CHECKS`] (the global accesses of copies and LL packets), [`MULTIMEM_CHECKS`]
+//! (multimem, sm_90) and [`SM100A_CHECKS`] (fp8 multimem, checked against the
 //! sm_100a module). [`sm90_checks`], [`sm100a_checks`] and [`all_checks`] combine them.
 
+mod memchan;
 mod multimem;
 
+pub use memchan::MEMCHAN_CHECKS;
 pub use multimem::{MULTIMEM_CHECKS, SM100A_CHECKS};
 
 /// The expectation for one wrapper.
@@ -47,9 +50,10 @@ const fn c(w: &'static str, ptx: &'static [&'static str], sass: &'static [&'stat
     Check::new(w, ptx, sass)
 }
 
-/// Every expectation checked against the sm_90 module ([`CHECKS`] and [`MULTIMEM_CHECKS`]).
+/// Every expectation checked against the sm_90 module ([`CHECKS`], [`MEMCHAN_CHECKS`] and
+/// [`MULTIMEM_CHECKS`]).
 pub fn sm90_checks() -> impl Iterator<Item = &'static Check> {
-    CHECKS.iter().chain(MULTIMEM_CHECKS)
+    CHECKS.iter().chain(MEMCHAN_CHECKS).chain(MULTIMEM_CHECKS)
 }
 
 /// Every expectation checked against the sm_100a module ([`SM100A_CHECKS`]).

@@ -122,6 +122,7 @@ pub trait Word: Copy + sealed::Sealed {
 }
 
 #[cfg(target_arch = "nvptx64")]
+#[allow(clippy::unnecessary_cast)] // the same body as the signed impl below
 impl Word for u32 {
     #[inline(always)]
     unsafe fn load(p: *const Self, o: OrderId, s: ScopeId) -> Self {
@@ -268,6 +269,7 @@ impl Word for i32 {
     }
 }
 #[cfg(target_arch = "nvptx64")]
+#[allow(clippy::unnecessary_cast)] // the same body as the signed impl below
 impl Word for u64 {
     #[inline(always)]
     unsafe fn load(p: *const Self, o: OrderId, s: ScopeId) -> Self {

@@ -16,13 +16,16 @@ pub mod abi;
 pub mod atomic;
 pub mod bulk;
 pub mod channel;
+pub mod copy;
 pub mod fifo;
 pub mod multimem;
+pub mod packet;
 pub mod poll;
 pub mod protocol;
 pub mod ptr;
 pub mod semaphore;
 pub mod switch;
+pub mod sync;
 pub mod vec;
 
 #[cfg(target_arch = "nvptx64")]

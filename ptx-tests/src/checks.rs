@@ -204,3 +204,19 @@ kernels! {
     fn check_st_release_sys_global_v2_u64(p: *mut u64) { ld_st::st_release_sys_global_v2_u64(p, *p.add(2), *p.add(3)); }
     fn check_ld_acquire_sys_global_v2_u64(p: *mut u64) { let (a, b) = ld_st::ld_acquire_sys_global_v2_u64(p); *p.add(2) = a; *p.add(3) = b; }
 }
+
+// Plain and volatile accesses of the copies and LL packets: p[0..] read, p[4..] written.
+kernels! {
+    fn check_ld_global_u32(p: *mut u32) { *p.add(4) = ld_st::ld_global_u32(p); }
+    fn check_st_global_u32(p: *mut u32) { ld_st::st_global_u32(p.add(4), *p); }
+    fn check_ld_global_u64(p: *mut u64) { *p.add(4) = ld_st::ld_global_u64(p); }
+    fn check_st_global_u64(p: *mut u64) { ld_st::st_global_u64(p.add(4), *p); }
+    fn check_ld_global_v4_u32(p: *mut u32) { *p.add(4) = ld_st::ld_global_v4_u32(p).iter().fold(0, |a, b| a ^ b); }
+    fn check_st_global_v4_u32(p: *mut u32) { ld_st::st_global_v4_u32(p.add(4), [*p, 1, 2, 3]); }
+    fn check_ld_volatile_global_v2_u32(p: *mut u32) { let [a, b] = ld_st::ld_volatile_global_v2_u32(p); *p.add(4) = a ^ b; }
+    fn check_st_volatile_global_v2_u32(p: *mut u32) { ld_st::st_volatile_global_v2_u32(p.add(4), [*p, 1]); }
+    fn check_ld_volatile_global_v4_u32(p: *mut u32) {
+        *p.add(4) = ld_st::ld_volatile_global_v4_u32(p).iter().fold(0, |a, b| a ^ b);
+    }
+    fn check_st_volatile_global_v4_u32(p: *mut u32) { ld_st::st_volatile_global_v4_u32(p.add(4), [*p, 1, 2, 3]); }
+}

@@ -9,6 +9,7 @@
 
 pub mod bulk;
 pub mod checks;
+pub mod memchan;
 pub mod mp;
 pub mod multimem;
 pub mod switch;

@@ -2,7 +2,10 @@
 //!
 //! `relaxed`/`acquire` loads and `relaxed`/`release` stores at `cta`, `gpu` and `sys` scope on
 //! 32- and 64-bit words, plus `volatile` forms. Generic addressing, so the pointer may point into
-//! global memory (local or peer-mapped), mapped host memory, or shared memory.
+//! global memory (local or peer-mapped), mapped host memory, or shared memory. The `.global`
+//! forms at the end take addresses of the global state space only: the 16-byte accesses of the
+//! FIFO, the plain 4/8/16-byte accesses of the cooperative copies, and the volatile 8/16-byte
+//! accesses of the LL packets.
 
 use core::arch::asm;
 
@@ -151,4 +154,155 @@ pub unsafe fn ld_acquire_sys_global_v2_u64(ptr: *const u64) -> (u64, u64) {
         )
     };
     (x, y)
+}
+
+/// `ld.global.u32 d, [a];` (PTX 1.0): a plain (weak) 4-byte load from the global state space
+/// (local or peer-mapped memory), for copies.
+///
+/// # Safety
+/// `ptr` must be valid for a 4-byte read in the global state space and 4-byte aligned.
+#[inline(always)]
+pub unsafe fn ld_global_u32(ptr: *const u32) -> u32 {
+    let v: u32;
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe { asm!("ld.global.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) ptr, options(nostack)) };
+    v
+}
+
+/// `st.global.u32 [a], v;` (PTX 1.0): a plain 4-byte store to the global state space.
+///
+/// # Safety
+/// `ptr` must be valid for a 4-byte write in the global state space and 4-byte aligned.
+#[inline(always)]
+pub unsafe fn st_global_u32(ptr: *mut u32, value: u32) {
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe { asm!("st.global.u32 [{p}], {v};", p = in(reg64) ptr, v = in(reg32) value, options(nostack)) };
+}
+
+/// `ld.global.u64 d, [a];` (PTX 1.0): a plain 8-byte load from the global state space.
+///
+/// # Safety
+/// `ptr` must be valid for an 8-byte read in the global state space and 8-byte aligned.
+#[inline(always)]
+pub unsafe fn ld_global_u64(ptr: *const u64) -> u64 {
+    let v: u64;
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe { asm!("ld.global.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) ptr, options(nostack)) };
+    v
+}
+
+/// `st.global.u64 [a], v;` (PTX 1.0): a plain 8-byte store to the global state space.
+///
+/// # Safety
+/// `ptr` must be valid for an 8-byte write in the global state space and 8-byte aligned.
+#[inline(always)]
+pub unsafe fn st_global_u64(ptr: *mut u64, value: u64) {
+    // SAFETY: the caller guarantees `ptr` is valid and aligned.
+    unsafe { asm!("st.global.u64 [{p}], {v};", p = in(reg64) ptr, v = in(reg64) value, options(nostack)) };
+}
+
+/// `ld.global.v4.u32 {a, b, c, d}, [p];` (PTX 1.0): a plain 16-byte vector load from the global
+/// state space (one 128-bit access), for copies.
+///
+/// # Safety
+/// `ptr` must be valid for a 16-byte read in the global state space and 16-byte aligned.
+#[inline(always)]
+pub unsafe fn ld_global_v4_u32(ptr: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees `ptr` is valid and 16-byte aligned.
+    unsafe {
+        asm!(
+            "ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg64) ptr,
+            options(nostack)
+        )
+    };
+    [a, b, c, d]
+}
+
+/// `st.global.v4.u32 [p], {a, b, c, d};` (PTX 1.0): a plain 16-byte vector store to the global
+/// state space (one 128-bit access).
+///
+/// # Safety
+/// `ptr` must be valid for a 16-byte write in the global state space and 16-byte aligned.
+#[inline(always)]
+pub unsafe fn st_global_v4_u32(ptr: *mut u32, v: [u32; 4]) {
+    // SAFETY: the caller guarantees `ptr` is valid and 16-byte aligned.
+    unsafe {
+        asm!(
+            "st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+            p = in(reg64) ptr, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+            options(nostack)
+        )
+    };
+}
+
+/// `ld.volatile.global.v2.u32 {a, b}, [p];` (PTX 1.1): one 8-byte volatile load (the LL8 packet
+/// read: data and flag come from the same access).
+///
+/// # Safety
+/// `ptr` must be valid for an 8-byte read in the global state space and 8-byte aligned.
+#[inline(always)]
+pub unsafe fn ld_volatile_global_v2_u32(ptr: *const u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    // SAFETY: the caller guarantees `ptr` is valid and 8-byte aligned.
+    unsafe {
+        asm!(
+            "ld.volatile.global.v2.u32 {{{a}, {b}}}, [{p}];",
+            a = out(reg32) a, b = out(reg32) b, p = in(reg64) ptr, options(nostack)
+        )
+    };
+    [a, b]
+}
+
+/// `st.volatile.global.v2.u32 [p], {a, b};` (PTX 1.1): one 8-byte volatile store (the LL8 packet
+/// write).
+///
+/// # Safety
+/// `ptr` must be valid for an 8-byte write in the global state space and 8-byte aligned.
+#[inline(always)]
+pub unsafe fn st_volatile_global_v2_u32(ptr: *mut u32, v: [u32; 2]) {
+    // SAFETY: the caller guarantees `ptr` is valid and 8-byte aligned.
+    unsafe {
+        asm!(
+            "st.volatile.global.v2.u32 [{p}], {{{a}, {b}}};",
+            p = in(reg64) ptr, a = in(reg32) v[0], b = in(reg32) v[1], options(nostack)
+        )
+    };
+}
+
+/// `ld.volatile.global.v4.u32 {a, b, c, d}, [p];` (PTX 1.1): one 16-byte volatile load (the LL16
+/// packet read).
+///
+/// # Safety
+/// `ptr` must be valid for a 16-byte read in the global state space and 16-byte aligned.
+#[inline(always)]
+pub unsafe fn ld_volatile_global_v4_u32(ptr: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees `ptr` is valid and 16-byte aligned.
+    unsafe {
+        asm!(
+            "ld.volatile.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg64) ptr,
+            options(nostack)
+        )
+    };
+    [a, b, c, d]
+}
+
+/// `st.volatile.global.v4.u32 [p], {a, b, c, d};` (PTX 1.1): one 16-byte volatile store (the LL16
+/// packet write).
+///
+/// # Safety
+/// `ptr` must be valid for a 16-byte write in the global state space and 16-byte aligned.
+#[inline(always)]
+pub unsafe fn st_volatile_global_v4_u32(ptr: *mut u32, v: [u32; 4]) {
+    // SAFETY: the caller guarantees `ptr` is valid and 16-byte aligned.
+    unsafe {
+        asm!(
+            "st.volatile.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+            p = in(reg64) ptr, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+            options(nostack)
+        )
+    };
 }

@@ -1,0 +1,95 @@
+//! CPU checks of the memory-channel kernels in `ptx-tests/src/memchan.rs`: the copies use
+//! 16-byte accesses with several loads in flight, the packets one volatile access each, and the
+//! synchronisation its release/acquire instructions in the intended order.
+
+use mscclpp_rs::ptxcheck;
+
+/// The instructions of kernel `name` in the sm_90 module.
+fn body(name: &str) -> Vec<String> {
+    let entries = ptxcheck::entries(mscclpp_rs::PTX);
+    let b = entries.get(name).unwrap_or_else(|| panic!("no kernel {name}"));
+    ptxcheck::instructions(b).into_iter().map(str::to_string).collect()
+}
+
+fn first(ins: &[String], text: &str) -> usize {
+    ins.iter().position(|l| l.contains(text)).unwrap_or_else(|| panic!("`{text}` not found in\n{}", ins.join("\n")))
+}
+
+fn count(ins: &[String], text: &str) -> usize {
+    ins.iter().filter(|l| l.contains(text)).count()
+}
+
+/// The only calls these kernels may keep are the waits' cold expiry path (print and trap).
+fn assert_only_expiry_calls(kernel: &str, ins: &[String]) {
+    let calls: Vec<_> = ins.iter().filter(|l| l.starts_with("call")).collect();
+    assert!(calls.iter().all(|l| l.contains("poll7expired")), "{kernel}: stray call in {calls:?}");
+}
+
+#[test]
+fn put_and_get_copy_with_every_element_width_and_no_call() {
+    for kernel in ["memchan_put", "memchan_get"] {
+        let ins = body(kernel);
+        for text in ["ld.global.v4.u32", "st.global.v4.u32", "ld.global.u64", "st.global.u64", "ld.global.u32 "] {
+            first(&ins, text);
+        }
+        // The unrolled 16-byte loop issues four loads before its first store.
+        let store = first(&ins, "st.global.v4.u32");
+        assert!(count(&ins[..store], "ld.global.v4.u32") >= 4, "{kernel}: loads not batched before the stores");
+        assert!(!ins.iter().any(|l| l.starts_with("call")), "{kernel}: a call remains");
+    }
+}
+
+#[test]
+fn packets_travel_in_one_volatile_access() {
+    for (kernel, ld, st) in [
+        ("packet_pingpong_bench_ll16", "ld.volatile.global.v4.u32", "st.volatile.global.v4.u32"),
+        ("packet_pingpong_bench_ll8", "ld.volatile.global.v2.u32", "st.volatile.global.v2.u32"),
+    ] {
+        let ins = body(kernel);
+        first(&ins, ld);
+        first(&ins, st);
+        assert!(!ins.iter().any(|l| l.contains("fence") || l.contains(".release")), "{kernel}: packets need no fence");
+        assert_only_expiry_calls(kernel, &ins);
+    }
+}
+
+#[test]
+fn grid_barrier_orders_arrival_release_and_acquire() {
+    let ins = body("grid_barrier_check");
+    let (bar, inc, rel, fence) = (
+        first(&ins, "bar.sync 0;"),
+        first(&ins, "atom.acq_rel.gpu.inc.u32"),
+        first(&ins, "st.release.gpu.u32"),
+        first(&ins, "fence.acq_rel.gpu;"),
+    );
+    assert!(bar < inc, "the CTA barrier gathers the block's writes before the arrival");
+    assert!(inc < rel && inc < fence, "release / acquire of the generation after the arrival");
+    assert!(count(&ins, "bar.sync 0;") >= 2, "a CTA barrier after the leader's wait");
+    assert_only_expiry_calls("grid_barrier_check", &ins);
+}
+
+#[test]
+fn put_signal_kernel_has_the_barrier_release_and_acquire() {
+    // (The order is the source's; the blocks' layout in the PTX text does not follow it.)
+    let ins = body("put_signal_pingpong");
+    for text in ["st.global.v4.u32", "bar.sync 0;", "st.release.sys.global.u64", "ld.acquire.sys.u64"] {
+        first(&ins, text);
+    }
+    assert_only_expiry_calls("put_signal_pingpong", &ins);
+}
+
+#[test]
+fn copy_sass_uses_128_bit_accesses() {
+    if nvptx_builder::find_tool("ptxas").is_none() || nvptx_builder::find_tool("cuobjdump").is_none() {
+        mscclpp_rs::testing::record_skip("memchan_ptx::sass", "ptxas/cuobjdump not found");
+        return;
+    }
+    let asm = nvptx_builder::assemble(&mscclpp_rs::ptx_path(false), "sm_90").expect("ptxas/cuobjdump");
+    let funcs = ptxcheck::sass_functions(&asm.sass);
+    let put = &funcs["memchan_put"];
+    assert!(put.matches("LDG.E.128 ").count() >= 4 && put.matches("STG.E.128 ").count() >= 4, "{put}");
+    let ll16 = &funcs["packet_pingpong_bench_ll16"];
+    assert!(ll16.contains("LDG.E.128.STRONG.SYS") && ll16.contains("STG.E.128.STRONG.SYS"), "{ll16}");
+    let ll8 = &funcs["packet_pingpong_bench_ll8"];
+    assert!(ll8.contains("LDG.E.64.STRONG.SYS") && ll8.contains("STG.E.64.STRONG.SYS"), "{ll8}");
+}
