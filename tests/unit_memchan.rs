@@ -243,6 +243,8 @@ fn memchan_write_signal_wait_read_pingpong() {
 /// Blocks of `grid_barrier_check` per SM that can be co-resident with 256 threads.
 fn barrier_blocks_per_sm(g: &Arc<Gpu>) -> u32 {
     let f = g.function(PTX, "grid_barrier_check").unwrap();
+    // The occupancy query runs in the calling thread's current context.
+    g.bind().unwrap();
     f.occupancy_max_active_blocks_per_multiprocessor(256, 0, None).unwrap()
 }
 

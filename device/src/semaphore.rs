@@ -76,10 +76,12 @@ mod device {
         budget: SpinBudget,
         name: &'static str,
     ) {
+        // `expected` is private to the one thread using this handle: plain accesses (L1-cacheable;
+        // L1 does not outlive a launch, so the next launch reads the value back from memory).
         // SAFETY: `expected` is this side's private counter (caller's contract).
-        let target = unsafe { atomic::load::<Relaxed, Sys, u64>(expected.as_ptr()) }.wrapping_add(1);
+        let target = unsafe { expected.as_ptr().read() }.wrapping_add(1);
         // SAFETY: as above.
-        unsafe { atomic::store::<Relaxed, Sys, u64>(expected.as_ptr(), target) };
+        unsafe { expected.as_ptr().write(target) };
         spin_until(budget, name, || {
             // Partner: the signaller's release add (device) or the proxy's stream write (host).
             // SAFETY: `inbound` is a valid counter (caller's contract).
@@ -97,13 +99,13 @@ mod device {
     /// Consumes one signal if one is there.
     #[inline(always)]
     unsafe fn poll_inbound(inbound: GlobalPtr<u64>, expected: GlobalPtr<u64>) -> bool {
-        // SAFETY: valid counters (caller's contract).
+        // SAFETY: valid counters (caller's contract); `expected` is private to this thread.
         unsafe {
-            let target = atomic::load::<Relaxed, Sys, u64>(expected.as_ptr()).wrapping_add(1);
+            let target = expected.as_ptr().read().wrapping_add(1);
             // Partner: the signaller's release.
             let v = atomic::load::<Acquire, Sys, u64>(inbound.as_ptr());
             if reached(v, target) {
-                atomic::store::<Relaxed, Sys, u64>(expected.as_ptr(), target);
+                expected.as_ptr().write(target);
                 true
             } else {
                 false
@@ -123,8 +125,9 @@ mod device {
             // SAFETY: `outbound` is this side's private counter; `remote_inbound` the peer's
             // counter mapped here, written by this side only (caller's contract).
             unsafe {
-                let n = atomic::load::<Relaxed, Sys, u64>(self.outbound.as_ptr()).wrapping_add(1);
-                atomic::store::<Relaxed, Sys, u64>(self.outbound.as_ptr(), n);
+                // `outbound` is private to the one signalling thread: plain accesses.
+                let n = self.outbound.as_ptr().read().wrapping_add(1);
+                self.outbound.as_ptr().write(n);
                 // Partner: the peer's acquire load in `wait`/`poll`.
                 crate::ptx::ld_st::st_release_sys_global_u64(self.remote_inbound.as_ptr(), n);
             }
@@ -138,8 +141,9 @@ mod device {
         pub unsafe fn relaxed_signal(&self) {
             // SAFETY: as for `signal`.
             unsafe {
-                let n = atomic::load::<Relaxed, Sys, u64>(self.outbound.as_ptr()).wrapping_add(1);
-                atomic::store::<Relaxed, Sys, u64>(self.outbound.as_ptr(), n);
+                // `outbound` is private to the one signalling thread: plain accesses.
+                let n = self.outbound.as_ptr().read().wrapping_add(1);
+                self.outbound.as_ptr().write(n);
                 crate::ptx::ld_st::st_relaxed_sys_global_u64(self.remote_inbound.as_ptr(), n);
             }
         }

@@ -71,29 +71,17 @@ pub fn push<M: ProducerMem, W: Waiter>(m: &M, size: u64, trigger: ProxyTrigger, 
 /// Whether the consumer has handled position `pos` (never blocks).
 #[inline(always)]
 pub fn poll<M: ProducerMem>(m: &M, pos: u64) -> bool {
-    if pos < m.tail_cache() {
-        return true;
-    }
-    let tail = m.load_tail();
-    if pos < tail {
-        m.raise_cache(tail);
-        return true;
-    }
-    false
+    pos < m.tail_cache() || pos < m.load_tail()
 }
 
-/// Waits until the consumer has handled position `pos`.
+/// Waits until the consumer has handled position `pos`. Does not raise the cache (a release
+/// read-modify-write with its fence on every flush); only a push that found the ring full does.
 #[inline(always)]
 pub fn sync<M: ProducerMem, W: Waiter>(m: &M, pos: u64, waiter: &mut W) {
     if pos < m.tail_cache() {
         return;
     }
-    let mut tail = 0;
-    waiter.wait_until(|| {
-        tail = m.load_tail();
-        pos < tail
-    });
-    m.raise_cache(tail);
+    waiter.wait_until(|| pos < m.load_tail());
 }
 
 /// The consumer's position in the ring.
