@@ -21,8 +21,6 @@ fn launch(g: &Arc<Gpu>, name: &str, cfg: LaunchConfig, args: Args) {
 
 fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     let pair = MemorySemaphorePair::new(g0, g1).unwrap();
-    let d0 = DeviceBuffer::filled(g0, 8, 0).unwrap();
-    let d1 = DeviceBuffer::filled(g1, 8, 0).unwrap();
     let e0 = DeviceBuffer::filled(g0, 4, 0).unwrap();
     let e1 = DeviceBuffer::filled(g1, 4, 0).unwrap();
     let f0 = DeviceBuffer::filled(g0, 8, 0).unwrap();
@@ -63,8 +61,9 @@ fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
                         .arg(r)
                         .arg(0u32)
                         .arg(relaxed)
-                        .arg(d1.addr())
-                        .arg(d0.addr())
+                        // No data slots: the pure signal/wait round trip, as the raw-flag baseline.
+                        .arg(0u64)
+                        .arg(0u64)
                         .arg(e1.addr()),
                 );
                 let t = bench::time_on_stream(g0, g0.stream(), 1, || {
@@ -77,8 +76,8 @@ fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
                             .arg(r)
                             .arg(1u32)
                             .arg(relaxed)
-                            .arg(d0.addr())
-                            .arg(d1.addr())
+                            .arg(0u64)
+                            .arg(0u64)
                             .arg(e0.addr()),
                     );
                 });

@@ -85,6 +85,7 @@ kernels! {
     /// Semaphore ping-pong between two GPUs, thread 0. Each round the sender writes the round
     /// number into the peer's `data` slot and signals; the receiver waits, then checks its slot.
     /// `relaxed != 0`: relaxed signal/wait with explicit fences. Mismatches counted in `errors`.
+    /// With a null `peer_data` no data moves (the bench's pure signal/wait round trip).
     fn sem_pingpong(
         sem: MemoryDevice2DeviceSemaphore,
         rounds: u32,
@@ -96,8 +97,9 @@ kernels! {
     ) {
         if sreg::tid_x() != 0 { return; }
         let mut bad = 0u32;
+        let data = !peer_data.is_null();
         let send = |r: u64| {
-            write_volatile(peer_data, r);
+            if data { write_volatile(peer_data, r); }
             if relaxed != 0 {
                 // Partner: the receiver's fence after its relaxed wait.
                 atomic::fence_acq_rel::<Sys>();
@@ -114,7 +116,7 @@ kernels! {
             } else {
                 sem.wait(BUDGET);
             }
-            if read_volatile(my_data) != r { *bad += 1; }
+            if data && read_volatile(my_data) != r { *bad += 1; }
         };
         for r in 1..=rounds as u64 {
             if first != 0 {
