@@ -44,7 +44,7 @@ fn allreduce_kernels_reduce_and_broadcast_between_two_barrier_rounds() {
         assert!(first(&ins, WAIT) < l, "{kernel}: opening wait before the first reduce");
         assert!(last(&ins, SIGNAL) > last(&ins, &store), "{kernel}: closing signal after the last broadcast");
         assert!(last(&ins, WAIT) > last(&ins, SIGNAL), "{kernel}: closing wait after the closing signal");
-        assert!(first(&ins, "bar.sync 0;") < first(&ins, SIGNAL), "{kernel}: CTA barrier before the release");
+        assert!(first(&ins, "barrier.sync 0;") < first(&ins, SIGNAL), "{kernel}: CTA barrier before the release");
         assert_only_expiry_calls(kernel, &ins);
     }
 }

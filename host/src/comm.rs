@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 
+use mscclpp_device::channel::emulated_switch::EmulatedSwitchChannel;
 use mscclpp_device::channel::port::PortChannel;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::semaphore::{Host2DeviceSemaphore, MemoryDevice2DeviceSemaphore};
@@ -148,6 +149,41 @@ impl PortChannels {
     }
 }
 
+/// Emulated switch channels over one buffer: one handle per block (each with its own
+/// semaphores), and what keeps their tables and mappings alive.
+pub struct EmulatedSwitchChannels {
+    handles: Vec<EmulatedSwitchChannel>,
+    _tables: Vec<DeviceBuffer>,
+    _semaphores: Vec<MemorySemaphores>,
+    _buffers: PeerBuffers,
+}
+
+impl std::fmt::Debug for EmulatedSwitchChannels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmulatedSwitchChannels").field("handles", &self.handles).finish_non_exhaustive()
+    }
+}
+
+impl EmulatedSwitchChannels {
+    /// The handles, one per block, for a device-side table indexed by block.
+    pub fn handles(&self) -> &[EmulatedSwitchChannel] {
+        &self.handles
+    }
+}
+
+/// The switch channels a communicator could build: multicast where it is allowed and
+/// implemented, the emulation otherwise (with the reason).
+#[derive(Debug)]
+pub enum SwitchChannels {
+    /// Peer-pointer emulation, and why multicast was not used.
+    Emulated {
+        /// The channels.
+        channels: EmulatedSwitchChannels,
+        /// Why not NVLink multicast.
+        reason: String,
+    },
+}
+
 impl Communicator {
     /// A communicator over `boot` for this rank's `gpu`.
     pub fn new(boot: Arc<Bootstrap>, gpu: Arc<Gpu>) -> Self {
@@ -222,6 +258,48 @@ impl Communicator {
             })
             .collect();
         Ok(MemorySemaphores { handles, remote, storage })
+    }
+
+    /// Emulated switch channels over `buf` (exportable, the same size on every rank): every
+    /// rank's copy mapped here, and `blocks` independent barriers, one per block.
+    pub fn emulated_switch_channels(&self, buf: &DeviceBuffer, blocks: usize) -> Result<EmulatedSwitchChannels> {
+        let buffers = self.exchange(buf)?;
+        let n = self.world_size();
+        if (0..n).any(|r| buffers.len(r) != buf.len() as u64) {
+            return Err(Error::InvalidArgument("switch channel buffers differ in size between ranks".into()));
+        }
+        let buffer_table = DeviceBuffer::from_slice(&self.gpu, buffers.addrs())?;
+        let mut tables = vec![];
+        let mut semaphores = Vec::with_capacity(blocks);
+        let mut handles = Vec::with_capacity(blocks);
+        for _ in 0..blocks {
+            let sems = self.memory_semaphores()?;
+            let table = DeviceBuffer::from_slice(&self.gpu, &sems.table())?;
+            handles.push(EmulatedSwitchChannel {
+                buffers: buffer_table.ptr(),
+                semaphores: table.ptr(),
+                size: buf.len() as u64,
+                rank: self.rank() as u32,
+                n_ranks: n as u32,
+            });
+            tables.push(table);
+            semaphores.push(sems);
+        }
+        tables.push(buffer_table);
+        Ok(EmulatedSwitchChannels { handles, _tables: tables, _semaphores: semaphores, _buffers: buffers })
+    }
+
+    /// Switch channels over `buf` for `blocks` blocks. NVLink multicast is used only where the
+    /// guard allows it ([`crate::nvls::multicast_allowed_by_env`]) and the processes could share a
+    /// multicast object; today the multicast object is built for the GPUs of one process only
+    /// ([`crate::nvls::MulticastBuffer`]), so across processes the emulation is returned, with
+    /// the reason.
+    pub fn switch_channels(&self, buf: &DeviceBuffer, blocks: usize) -> Result<SwitchChannels> {
+        let reason = match crate::nvls::multicast_allowed_by_env() {
+            Err(e) => e.to_string(),
+            Ok(_) => "multicast objects are not yet shared between processes; using peer pointers".into(),
+        };
+        Ok(SwitchChannels::Emulated { channels: self.emulated_switch_channels(buf, blocks)?, reason })
     }
 
     /// Port channels toward every other rank: puts copy from this rank's `src` (offsets into it)

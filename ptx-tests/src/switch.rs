@@ -11,25 +11,27 @@
 //! covers every element written by block `b` of every rank, and once every block of a rank has
 //! passed its closing wait (the kernel has finished) its whole local copy holds the sums.
 
-use mscclpp_device::channel::switch::SwitchChannel;
-use mscclpp_device::multimem::{LdReduce, Red, Store, op};
+use mscclpp_device::channel::emulated_switch::EmulatedSwitchChannel;
+use mscclpp_device::channel::switch::{SwitchChannel, SwitchElem, SwitchGroup};
+use mscclpp_device::multimem::{Red, op};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
-use mscclpp_device::ptx::{misc::bar_sync, sreg};
+use mscclpp_device::ptx::{misc::barrier_sync, sreg};
 use mscclpp_device::switch::SwitchSemaphore;
-use mscclpp_device::vec::{Bf16x8, F16x8, F32x4};
+use mscclpp_device::vec::{Bf16x2, Bf16x8, F16x2, F16x8, F32x2, F32x4};
 
 use crate::kernels;
 
 /// One barrier round of the calling block: its leader signals (release) and waits (acquire),
-/// then the block synchronises so every thread is ordered after the wait.
+/// then the block synchronises so every thread is ordered after the wait. The CTA barriers are
+/// the unaligned form: the leader reaches the second one after a spin-wait its warp-mates skip.
 ///
 /// # Safety
-/// `chan` describes a live multicast buffer and barrier of this block.
+/// `chan` describes a live buffer and barrier of this block.
 #[inline(always)]
-unsafe fn block_barrier(chan: &SwitchChannel, budget: SpinBudget) {
+unsafe fn block_barrier<C: SwitchGroup>(chan: &C, budget: SpinBudget) {
     // The CTA barrier first: the leader's release then covers every thread's earlier writes.
-    bar_sync();
+    barrier_sync();
     if sreg::tid_x() == 0 {
         // RELEASE (signal) pairs with the ACQUIRE (wait) of the same block index on every rank;
         // the closing bar.sync orders the block's threads after this thread's acquire.
@@ -39,7 +41,7 @@ unsafe fn block_barrier(chan: &SwitchChannel, budget: SpinBudget) {
             chan.wait(budget);
         }
     }
-    bar_sync();
+    barrier_sync();
 }
 
 /// Rank `rank`'s slice of `n` elements: `[n * rank / n_ranks, n * (rank + 1) / n_ranks)`
@@ -54,20 +56,23 @@ fn slice(n: u64, rank: u32, n_ranks: u32) -> (u64, u64) {
 }
 
 /// Allreduce (sum) in place over the channel's buffer as elements of `V`: reduce this rank's
-/// slice with `multimem.ld_reduce` and broadcast each sum with `multimem.st`.
+/// slice (`multimem.ld_reduce`, or loads from every rank's copy when emulated) and broadcast each
+/// sum (`multimem.st`, or stores into every copy). Written once against [`SwitchGroup`].
 ///
 /// # Safety
 /// `chans` holds one live channel per block; every rank runs the same grid.
 #[inline(always)]
-unsafe fn allreduce_ld_reduce_st<V: Store>(chans: *const SwitchChannel, rank: u32, n_ranks: u32, budget: SpinBudget)
-where
-    op::Add: LdReduce<V>,
-{
+unsafe fn allreduce_ld_reduce_st<C: SwitchGroup, V: SwitchElem>(
+    chans: *const C,
+    rank: u32,
+    n_ranks: u32,
+    budget: SpinBudget,
+) {
     // SAFETY: the caller passes one handle per block.
     let chan = unsafe { *chans.add(sreg::ctaid_x() as usize) };
     // SAFETY: forwarded from the caller (opening round: every member's input is written).
     unsafe { block_barrier(&chan, budget) };
-    let (lo, hi) = slice(chan.len_of::<V>(), rank, n_ranks);
+    let (lo, hi) = slice(chan.elements::<V>(), rank, n_ranks);
     let stride = sreg::nctaid_x() as u64 * sreg::ntid_x() as u64;
     let mut i = lo + sreg::ctaid_x() as u64 * sreg::ntid_x() as u64 + sreg::tid_x() as u64;
     while i < hi {
@@ -120,15 +125,15 @@ unsafe fn allreduce_red<V: Copy>(
 kernels! {
     /// In-place f32 allreduce over `SwitchChannel` (16-byte vectors): reduce + broadcast.
     fn switch_allreduce_f32x4(chans: *const SwitchChannel, rank: u32, n_ranks: u32, budget: SpinBudget) {
-        allreduce_ld_reduce_st::<F32x4>(chans, rank, n_ranks, budget);
+        allreduce_ld_reduce_st::<SwitchChannel, F32x4>(chans, rank, n_ranks, budget);
     }
     /// In-place bf16 allreduce (8 lanes per access, bf16 accumulation): reduce + broadcast.
     fn switch_allreduce_bf16x8(chans: *const SwitchChannel, rank: u32, n_ranks: u32, budget: SpinBudget) {
-        allreduce_ld_reduce_st::<Bf16x8>(chans, rank, n_ranks, budget);
+        allreduce_ld_reduce_st::<SwitchChannel, Bf16x8>(chans, rank, n_ranks, budget);
     }
     /// In-place f16 allreduce (8 lanes per access): reduce + broadcast.
     fn switch_allreduce_f16x8(chans: *const SwitchChannel, rank: u32, n_ranks: u32, budget: SpinBudget) {
-        allreduce_ld_reduce_st::<F16x8>(chans, rank, n_ranks, budget);
+        allreduce_ld_reduce_st::<SwitchChannel, F16x8>(chans, rank, n_ranks, budget);
     }
     /// f32 allreduce of `input` into the (zeroed) channel buffer with `multimem.red`.
     fn switch_allreduce_red_f32x4(
@@ -157,4 +162,94 @@ kernels! {
         }
         if sreg::ctaid_x() == 0 { *done = rounds; }
     }
+}
+
+kernels! {
+    /// The same in-place f32 allreduce as `switch_allreduce_f32x4`, on the emulated channel.
+    fn emu_allreduce_f32x4(chans: *const EmulatedSwitchChannel, rank: u32, n_ranks: u32, budget: SpinBudget) {
+        allreduce_ld_reduce_st::<EmulatedSwitchChannel, F32x4>(chans, rank, n_ranks, budget);
+    }
+    /// The same in-place bf16 allreduce as `switch_allreduce_bf16x8`, on the emulated channel.
+    fn emu_allreduce_bf16x8(chans: *const EmulatedSwitchChannel, rank: u32, n_ranks: u32, budget: SpinBudget) {
+        allreduce_ld_reduce_st::<EmulatedSwitchChannel, Bf16x8>(chans, rank, n_ranks, budget);
+    }
+
+    /// `rounds` barrier rounds of every block with data: the leader of block b broadcasts the
+    /// round number into slot `(b * n_ranks + rank) * 2 + round % 2` of every copy before the
+    /// barrier and checks after it that every rank's slot of this block holds the round.
+    fn emu_barrier_rounds(chans: *const EmulatedSwitchChannel, rounds: u32, errors: *mut u32, budget: SpinBudget) {
+        let chan = *chans.add(sreg::ctaid_x() as usize);
+        let (b, n, me) = (sreg::ctaid_x(), chan.n_ranks, chan.rank);
+        let mut bad = 0u32;
+        for r in 1..=rounds {
+            if sreg::tid_x() == 0 {
+                chan.broadcast::<u32>(((b * n + me) * 2 + r % 2) as usize, r);
+            }
+            block_barrier(&chan, budget);
+            if sreg::tid_x() == 0 {
+                for p in 0..n {
+                    if chan.local::<u32>(((b * n + p) * 2 + r % 2) as usize).as_ptr().read_volatile() != r {
+                        bad += 1;
+                    }
+                }
+            }
+        }
+        if bad > 0 {
+            mscclpp_device::atomic::fetch_add::<mscclpp_device::atomic::Relaxed, mscclpp_device::atomic::Gpu, u32>(errors, bad);
+        }
+    }
+}
+
+/// Every element of the buffer reduced over all ranks into `out` (one block), between two
+/// barrier rounds, then this rank's slice of `input` broadcast into every copy and a closing
+/// barrier: the reduce and the broadcast of one type in one launch.
+#[inline(always)]
+unsafe fn emu_reduce_broadcast<V: SwitchElem>(
+    chan: &EmulatedSwitchChannel,
+    out: *mut V,
+    input: *const V,
+    budget: SpinBudget,
+) {
+    // SAFETY: forwarded from the caller (one handle for this block, buffers of `elements` items).
+    unsafe {
+        block_barrier(chan, budget);
+        let n = chan.elements::<V>();
+        let mut i = sreg::tid_x() as u64;
+        while i < n {
+            *out.add(i as usize) = chan.reduce::<V>(i as usize);
+            i += sreg::ntid_x() as u64;
+        }
+        // Every rank has read every copy before anyone overwrites it.
+        block_barrier(chan, budget);
+        let (lo, hi) = slice(n, chan.rank, chan.n_ranks);
+        let mut i = lo + sreg::tid_x() as u64;
+        while i < hi {
+            chan.broadcast::<V>(i as usize, *input.add(i as usize));
+            i += sreg::ntid_x() as u64;
+        }
+        block_barrier(chan, budget);
+    }
+}
+
+macro_rules! emu_types {
+    ($($name:ident: $t:ty;)*) => {
+        kernels! { $(
+            /// `emu_reduce_broadcast` for one element type (one block).
+            fn $name(chan: EmulatedSwitchChannel, out: *mut $t, input: *const $t, budget: SpinBudget) {
+                emu_reduce_broadcast::<$t>(&chan, out, input, budget);
+            }
+        )* }
+    };
+}
+
+emu_types! {
+    emu_reduce_broadcast_f32: f32;
+    emu_reduce_broadcast_u32: u32;
+    emu_reduce_broadcast_i32: i32;
+    emu_reduce_broadcast_f32x2: F32x2;
+    emu_reduce_broadcast_f32x4: F32x4;
+    emu_reduce_broadcast_f16x2: F16x2;
+    emu_reduce_broadcast_f16x8: F16x8;
+    emu_reduce_broadcast_bf16x2: Bf16x2;
+    emu_reduce_broadcast_bf16x8: Bf16x8;
 }

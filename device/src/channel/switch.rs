@@ -199,3 +199,180 @@ mod tests {
         assert_eq!((c.device_ptr().addr(), c.mc_ptr(), c.size()), (0x1000, mc8, 100));
     }
 }
+
+/// Element types both switch channels reduce and broadcast: the vector types with a
+/// `multimem.ld_reduce` add and a `multimem.st` form, plus a lane-wise add for the emulation
+/// (f16/bf16 lanes add in f32 and round back, once per rank, in rank order).
+pub trait SwitchElem: Copy + bytemuck::Pod {
+    /// Lane-wise sum.
+    fn add(self, other: Self) -> Self;
+    /// `multimem.ld_reduce` add at `ptr`.
+    ///
+    /// # Safety
+    /// As for [`crate::multimem::multimem_ld_reduce`].
+    #[cfg(target_arch = "nvptx64")]
+    #[doc(hidden)]
+    unsafe fn mc_reduce(ptr: MultimemPtr<Self>) -> Self;
+    /// `multimem.st` at `ptr`.
+    ///
+    /// # Safety
+    /// As for [`crate::multimem::multimem_st`].
+    #[cfg(target_arch = "nvptx64")]
+    #[doc(hidden)]
+    unsafe fn mc_store(ptr: MultimemPtr<Self>, value: Self);
+}
+
+macro_rules! switch_elem {
+    ($($t:ty => |$a:ident, $b:ident| $add:expr;)*) => { $(
+        impl SwitchElem for $t {
+            #[inline(always)]
+            fn add(self, other: Self) -> Self {
+                let ($a, $b) = (self, other);
+                $add
+            }
+            #[cfg(target_arch = "nvptx64")]
+            #[inline(always)]
+            unsafe fn mc_reduce(ptr: MultimemPtr<Self>) -> Self {
+                // SAFETY: forwarded from the caller.
+                unsafe { crate::multimem::multimem_ld_reduce::<$t, crate::multimem::op::Add>(ptr) }
+            }
+            #[cfg(target_arch = "nvptx64")]
+            #[inline(always)]
+            unsafe fn mc_store(ptr: MultimemPtr<Self>, value: Self) {
+                // SAFETY: forwarded from the caller.
+                unsafe { crate::multimem::multimem_st::<$t>(ptr, value) }
+            }
+        }
+    )* };
+}
+
+fn lanes<T: Copy, const N: usize>(a: [T; N], b: [T; N], f: impl Fn(T, T) -> T) -> [T; N] {
+    let mut out = a;
+    let mut i = 0;
+    while i < N {
+        out[i] = f(a[i], b[i]);
+        i += 1;
+    }
+    out
+}
+
+fn add_f16(a: half::f16, b: half::f16) -> half::f16 {
+    half::f16::from_f32(a.to_f32() + b.to_f32())
+}
+
+fn add_bf16(a: half::bf16, b: half::bf16) -> half::bf16 {
+    half::bf16::from_f32(a.to_f32() + b.to_f32())
+}
+
+use crate::vec::{Bf16x2, Bf16x8, F16x2, F16x8, F32x2, F32x4};
+
+switch_elem! {
+    f32 => |a, b| a + b;
+    u32 => |a, b| a.wrapping_add(b);
+    i32 => |a, b| a.wrapping_add(b);
+    F32x2 => |a, b| F32x2(lanes(a.0, b.0, |x, y| x + y));
+    F32x4 => |a, b| F32x4(lanes(a.0, b.0, |x, y| x + y));
+    F16x2 => |a, b| F16x2(lanes(a.0, b.0, add_f16));
+    F16x8 => |a, b| F16x8(lanes(a.0, b.0, add_f16));
+    Bf16x2 => |a, b| Bf16x2(lanes(a.0, b.0, add_bf16));
+    Bf16x8 => |a, b| Bf16x8(lanes(a.0, b.0, add_bf16));
+}
+
+/// What an algorithm needs of a switch channel; implemented by [`SwitchChannel`] (NVLink
+/// multicast) and by [`super::emulated_switch::EmulatedSwitchChannel`] (peer pointers), so one
+/// kernel body serves both.
+#[cfg(target_arch = "nvptx64")]
+pub trait SwitchGroup: Copy {
+    /// Whole elements of type `V` in the buffer.
+    fn elements<V>(&self) -> u64;
+    /// This rank's own copy of element `index`.
+    fn local<V>(&self, index: usize) -> GlobalPtr<V>;
+    /// The sum over every rank of element `index`.
+    ///
+    /// # Safety
+    /// `index` in bounds; the handle built by the host for this rank.
+    unsafe fn reduce<V: SwitchElem>(&self, index: usize) -> V;
+    /// Writes `value` into element `index` of every rank's copy.
+    ///
+    /// # Safety
+    /// As for [`SwitchGroup::reduce`].
+    unsafe fn broadcast<V: SwitchElem>(&self, index: usize, value: V);
+    /// The barrier's signal (release).
+    ///
+    /// # Safety
+    /// As for [`SwitchGroup::reduce`]; one thread at a time per handle.
+    unsafe fn signal(&self);
+    /// The barrier's relaxed signal.
+    ///
+    /// # Safety
+    /// As for [`SwitchGroup::signal`].
+    unsafe fn relaxed_signal(&self);
+    /// The barrier's wait (acquire).
+    ///
+    /// # Safety
+    /// As for [`SwitchGroup::signal`].
+    unsafe fn wait(&self, budget: crate::poll::SpinBudget);
+    /// The barrier's relaxed wait.
+    ///
+    /// # Safety
+    /// As for [`SwitchGroup::signal`].
+    unsafe fn relaxed_wait(&self, budget: crate::poll::SpinBudget);
+}
+
+#[cfg(target_arch = "nvptx64")]
+impl SwitchGroup for SwitchChannel {
+    #[inline(always)]
+    fn elements<V>(&self) -> u64 {
+        self.len_of::<V>()
+    }
+    #[inline(always)]
+    fn local<V>(&self, index: usize) -> GlobalPtr<V> {
+        SwitchChannel::local(self, index)
+    }
+    #[inline(always)]
+    unsafe fn reduce<V: SwitchElem>(&self, index: usize) -> V {
+        crate::device_assert!(self.in_bounds::<V>(index), "SwitchChannel: element index out of range");
+        // SAFETY: forwarded from the caller.
+        unsafe { V::mc_reduce(self.mc_ptr.cast::<V>().add(index)) }
+    }
+    #[inline(always)]
+    unsafe fn broadcast<V: SwitchElem>(&self, index: usize, value: V) {
+        crate::device_assert!(self.in_bounds::<V>(index), "SwitchChannel: element index out of range");
+        // SAFETY: forwarded from the caller.
+        unsafe { V::mc_store(self.mc_ptr.cast::<V>().add(index), value) }
+    }
+    #[inline(always)]
+    unsafe fn signal(&self) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.barrier.signal() }
+    }
+    #[inline(always)]
+    unsafe fn relaxed_signal(&self) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.barrier.relaxed_signal() }
+    }
+    #[inline(always)]
+    unsafe fn wait(&self, budget: crate::poll::SpinBudget) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.barrier.wait(budget) }
+    }
+    #[inline(always)]
+    unsafe fn relaxed_wait(&self, budget: crate::poll::SpinBudget) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.barrier.relaxed_wait(budget) }
+    }
+}
+
+#[cfg(test)]
+mod elem_tests {
+    use super::SwitchElem;
+    use crate::vec::{Bf16x2, F32x4};
+
+    #[test]
+    fn lane_wise_adds() {
+        assert_eq!(F32x4([1.0, 2.0, 3.0, 4.0]).add(F32x4([0.5; 4])), F32x4([1.5, 2.5, 3.5, 4.5]));
+        assert_eq!(u32::MAX.add(2), 1);
+        let h = Bf16x2([half::bf16::from_f32(1.0), half::bf16::from_f32(-2.0)]);
+        assert_eq!(h.add(h).0.map(|x| x.to_f32()), [2.0, -4.0]);
+    }
+}
