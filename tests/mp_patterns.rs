@@ -17,6 +17,9 @@
 //! have. Ranks use GPU `local_rank % gpu_count` ([`Ctx::gpu`]). When any rank sees fewer GPUs
 //! than needed the phase is SKIPPED on every rank (the decision uses the GPU counts all ranks
 //! exchanged at start, so ranks agree), unless `MSCCLPP_RS_REQUIRE_GPU=1`, which makes it FAILED.
+//! `MSCCLPP_RS_PHASES=a,b` runs only the named phases; `MSCCLPP_RS_SEED` repeats a run's data;
+//! `MSCCLPP_RS_VERBOSE=1` traces the steps of the barrier phase. Every kernel wait has a 20 s
+//! budget and every GPU synchronise a 60 s limit, so a stuck kernel fails its phase.
 //! The bootstrap timeout (`MSCCLPP_RS_BOOTSTRAP_TIMEOUT`, default 30 s) bounds how long a rank
 //! waits for the others at each bootstrap step; raise it for phases where ranks may be that far
 //! apart.
