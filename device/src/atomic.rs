@@ -197,75 +197,26 @@ impl Word for u32 {
 }
 #[cfg(target_arch = "nvptx64")]
 impl Word for i32 {
+    // Two's complement: the signed forms are the unsigned instructions on the same bits.
     #[inline(always)]
     unsafe fn load(p: *const Self, o: OrderId, s: ScopeId) -> Self {
-        use crate::ptx::ld_st::*;
-        let p = p as *const u32;
-        // SAFETY: forwarded from the caller; the match folds away (o and s are constants).
-        unsafe {
-            (match (o, s) {
-                (OrderId::Acquire, ScopeId::Cta) => ld_acquire_cta_u32(p),
-                (OrderId::Acquire, ScopeId::Gpu) => ld_acquire_gpu_u32(p),
-                (OrderId::Acquire, ScopeId::Sys) => ld_acquire_sys_u32(p),
-                (_, ScopeId::Cta) => ld_relaxed_cta_u32(p),
-                (_, ScopeId::Gpu) => ld_relaxed_gpu_u32(p),
-                (_, ScopeId::Sys) => ld_relaxed_sys_u32(p),
-            }) as i32
-        }
+        // SAFETY: forwarded from the caller; same size and alignment.
+        unsafe { <u32 as Word>::load(p.cast(), o, s) as i32 }
     }
     #[inline(always)]
     unsafe fn store(p: *mut Self, v: Self, o: OrderId, s: ScopeId) {
-        use crate::ptx::ld_st::*;
-        let (p, v) = (p as *mut u32, v as u32);
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            match (o, s) {
-                (OrderId::Release, ScopeId::Cta) => st_release_cta_u32(p, v),
-                (OrderId::Release, ScopeId::Gpu) => st_release_gpu_u32(p, v),
-                (OrderId::Release, ScopeId::Sys) => st_release_sys_u32(p, v),
-                (_, ScopeId::Cta) => st_relaxed_cta_u32(p, v),
-                (_, ScopeId::Gpu) => st_relaxed_gpu_u32(p, v),
-                (_, ScopeId::Sys) => st_relaxed_sys_u32(p, v),
-            }
-        }
+        // SAFETY: as above.
+        unsafe { <u32 as Word>::store(p.cast(), v as u32, o, s) }
     }
     #[inline(always)]
     unsafe fn fetch_add(p: *mut Self, v: Self, o: OrderId, s: ScopeId) -> Self {
-        use crate::ptx::atom_red::*;
-        let (p, v) = (p as *mut u32, v as u32);
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            (match (o, s) {
-                (OrderId::Relaxed, ScopeId::Cta) => atom_relaxed_cta_add_u32(p, v),
-                (OrderId::Relaxed, ScopeId::Gpu) => atom_relaxed_gpu_add_u32(p, v),
-                (OrderId::Relaxed, ScopeId::Sys) => atom_relaxed_sys_add_u32(p, v),
-                (OrderId::Acquire, ScopeId::Cta) => atom_acquire_cta_add_u32(p, v),
-                (OrderId::Acquire, ScopeId::Gpu) => atom_acquire_gpu_add_u32(p, v),
-                (OrderId::Acquire, ScopeId::Sys) => atom_acquire_sys_add_u32(p, v),
-                (OrderId::Release, ScopeId::Cta) => atom_release_cta_add_u32(p, v),
-                (OrderId::Release, ScopeId::Gpu) => atom_release_gpu_add_u32(p, v),
-                (OrderId::Release, ScopeId::Sys) => atom_release_sys_add_u32(p, v),
-                (OrderId::AcqRel, ScopeId::Cta) => atom_acq_rel_cta_add_u32(p, v),
-                (OrderId::AcqRel, ScopeId::Gpu) => atom_acq_rel_gpu_add_u32(p, v),
-                (OrderId::AcqRel, ScopeId::Sys) => atom_acq_rel_sys_add_u32(p, v),
-            }) as i32
-        }
+        // SAFETY: as above.
+        unsafe { <u32 as Word>::fetch_add(p.cast(), v as u32, o, s) as i32 }
     }
     #[inline(always)]
     unsafe fn red_add(p: *mut Self, v: Self, o: OrderId, s: ScopeId) {
-        use crate::ptx::atom_red::*;
-        let (p, v) = (p as *mut u32, v as u32);
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            match (o, s) {
-                (OrderId::Release, ScopeId::Cta) => red_release_cta_add_u32(p, v),
-                (OrderId::Release, ScopeId::Gpu) => red_release_gpu_add_u32(p, v),
-                (OrderId::Release, ScopeId::Sys) => red_release_sys_add_u32(p, v),
-                (_, ScopeId::Cta) => red_relaxed_cta_add_u32(p, v),
-                (_, ScopeId::Gpu) => red_relaxed_gpu_add_u32(p, v),
-                (_, ScopeId::Sys) => red_relaxed_sys_add_u32(p, v),
-            }
-        }
+        // SAFETY: as above.
+        unsafe { <u32 as Word>::red_add(p.cast(), v as u32, o, s) }
     }
 }
 #[cfg(target_arch = "nvptx64")]
@@ -344,75 +295,26 @@ impl Word for u64 {
 }
 #[cfg(target_arch = "nvptx64")]
 impl Word for i64 {
+    // Two's complement: the signed forms are the unsigned instructions on the same bits.
     #[inline(always)]
     unsafe fn load(p: *const Self, o: OrderId, s: ScopeId) -> Self {
-        use crate::ptx::ld_st::*;
-        let p = p as *const u64;
-        // SAFETY: forwarded from the caller; the match folds away (o and s are constants).
-        unsafe {
-            (match (o, s) {
-                (OrderId::Acquire, ScopeId::Cta) => ld_acquire_cta_u64(p),
-                (OrderId::Acquire, ScopeId::Gpu) => ld_acquire_gpu_u64(p),
-                (OrderId::Acquire, ScopeId::Sys) => ld_acquire_sys_u64(p),
-                (_, ScopeId::Cta) => ld_relaxed_cta_u64(p),
-                (_, ScopeId::Gpu) => ld_relaxed_gpu_u64(p),
-                (_, ScopeId::Sys) => ld_relaxed_sys_u64(p),
-            }) as i64
-        }
+        // SAFETY: forwarded from the caller; same size and alignment.
+        unsafe { <u64 as Word>::load(p.cast(), o, s) as i64 }
     }
     #[inline(always)]
     unsafe fn store(p: *mut Self, v: Self, o: OrderId, s: ScopeId) {
-        use crate::ptx::ld_st::*;
-        let (p, v) = (p as *mut u64, v as u64);
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            match (o, s) {
-                (OrderId::Release, ScopeId::Cta) => st_release_cta_u64(p, v),
-                (OrderId::Release, ScopeId::Gpu) => st_release_gpu_u64(p, v),
-                (OrderId::Release, ScopeId::Sys) => st_release_sys_u64(p, v),
-                (_, ScopeId::Cta) => st_relaxed_cta_u64(p, v),
-                (_, ScopeId::Gpu) => st_relaxed_gpu_u64(p, v),
-                (_, ScopeId::Sys) => st_relaxed_sys_u64(p, v),
-            }
-        }
+        // SAFETY: as above.
+        unsafe { <u64 as Word>::store(p.cast(), v as u64, o, s) }
     }
     #[inline(always)]
     unsafe fn fetch_add(p: *mut Self, v: Self, o: OrderId, s: ScopeId) -> Self {
-        use crate::ptx::atom_red::*;
-        let (p, v) = (p as *mut u64, v as u64);
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            (match (o, s) {
-                (OrderId::Relaxed, ScopeId::Cta) => atom_relaxed_cta_add_u64(p, v),
-                (OrderId::Relaxed, ScopeId::Gpu) => atom_relaxed_gpu_add_u64(p, v),
-                (OrderId::Relaxed, ScopeId::Sys) => atom_relaxed_sys_add_u64(p, v),
-                (OrderId::Acquire, ScopeId::Cta) => atom_acquire_cta_add_u64(p, v),
-                (OrderId::Acquire, ScopeId::Gpu) => atom_acquire_gpu_add_u64(p, v),
-                (OrderId::Acquire, ScopeId::Sys) => atom_acquire_sys_add_u64(p, v),
-                (OrderId::Release, ScopeId::Cta) => atom_release_cta_add_u64(p, v),
-                (OrderId::Release, ScopeId::Gpu) => atom_release_gpu_add_u64(p, v),
-                (OrderId::Release, ScopeId::Sys) => atom_release_sys_add_u64(p, v),
-                (OrderId::AcqRel, ScopeId::Cta) => atom_acq_rel_cta_add_u64(p, v),
-                (OrderId::AcqRel, ScopeId::Gpu) => atom_acq_rel_gpu_add_u64(p, v),
-                (OrderId::AcqRel, ScopeId::Sys) => atom_acq_rel_sys_add_u64(p, v),
-            }) as i64
-        }
+        // SAFETY: as above.
+        unsafe { <u64 as Word>::fetch_add(p.cast(), v as u64, o, s) as i64 }
     }
     #[inline(always)]
     unsafe fn red_add(p: *mut Self, v: Self, o: OrderId, s: ScopeId) {
-        use crate::ptx::atom_red::*;
-        let (p, v) = (p as *mut u64, v as u64);
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            match (o, s) {
-                (OrderId::Release, ScopeId::Cta) => red_release_cta_add_u64(p, v),
-                (OrderId::Release, ScopeId::Gpu) => red_release_gpu_add_u64(p, v),
-                (OrderId::Release, ScopeId::Sys) => red_release_sys_add_u64(p, v),
-                (_, ScopeId::Cta) => red_relaxed_cta_add_u64(p, v),
-                (_, ScopeId::Gpu) => red_relaxed_gpu_add_u64(p, v),
-                (_, ScopeId::Sys) => red_relaxed_sys_add_u64(p, v),
-            }
-        }
+        // SAFETY: as above.
+        unsafe { <u64 as Word>::red_add(p.cast(), v as u64, o, s) }
     }
 }
 
