@@ -139,3 +139,30 @@ pub fn assert_same<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: 
         panic!("{what}: {n} of {} elements differ; first: {}", got.len(), shown.join(", "));
     }
 }
+
+/// A test whose body must trap: in the parent, skips without `need` GPUs, runs the test again as
+/// a child process and asserts that the child succeeded (it saw the launch fail) and that its
+/// output holds every text of `expect`; in the child, runs `child` on the GPUs.
+pub fn trap_test(name: &str, need: usize, child: impl FnOnce(&[Arc<Gpu>]), expect: &[&str]) {
+    if is_child(name) {
+        let gpus = all_gpus().unwrap();
+        child(&gpus);
+        return;
+    }
+    if gpus_or_skip(name, need).is_none() {
+        return;
+    }
+    let out = run_child(name);
+    let text = output_text(&out);
+    assert!(out.status.success(), "child failed:\n{text}");
+    for e in expect {
+        assert!(text.contains(e), "missing `{e}` in:\n{text}");
+    }
+}
+
+/// In a [`trap_test`] child: the GPU's work must fail (the kernel trapped) within 5 s of `start`.
+pub fn expect_trap(g: &Arc<Gpu>, start: std::time::Instant) {
+    let e = g.synchronize().expect_err("the kernel must trap");
+    println!("CHILD-SAW after {:?}: {e}", start.elapsed());
+    assert!(start.elapsed() < std::time::Duration::from_secs(5), "trap took {:?}", start.elapsed());
+}

@@ -3,7 +3,7 @@
 //! poisoned outputs, results compared on the host.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mscclpp_device::channel::memory::MemoryChannel;
 use mscclpp_device::packet::{LL8Packet, LL16Packet, Packet, packet_bytes};
@@ -11,7 +11,7 @@ use mscclpp_device::sync::{DeviceSemaphore, DeviceSyncer};
 use mscclpp_host::channel::{MemoryChannelStorage, memory_channel_pair};
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig};
 use mscclpp_rs::PTX;
-use mscclpp_rs::testing::{self, POISON, assert_same, gpus_or_skip};
+use mscclpp_rs::testing::{self, POISON, assert_same, expect_trap, gpus_or_skip, trap_test};
 
 fn launch(g: &Arc<Gpu>, name: &str, cfg: LaunchConfig, args: Args) {
     // SAFETY: each call site passes the kernel's parameters in order with matching types; the
@@ -321,29 +321,6 @@ fn device_semaphore_limits_holders_and_orders_their_writes() {
         let state = sem.to_vec::<DeviceSemaphore>().unwrap()[0];
         assert_eq!((state.tickets, state.released), (total as u32, total as u32), "permits {permits}: counters");
     }
-}
-
-fn trap_test(name: &str, need: usize, child: impl FnOnce(&[Arc<Gpu>]), expect: &[&str]) {
-    if testing::is_child(name) {
-        let gpus = testing::all_gpus().unwrap();
-        child(&gpus);
-        return;
-    }
-    if gpus_or_skip(name, need).is_none() {
-        return;
-    }
-    let out = testing::run_child(name);
-    let text = testing::output_text(&out);
-    assert!(out.status.success(), "child failed:\n{text}");
-    for e in expect {
-        assert!(text.contains(e), "missing `{e}` in:\n{text}");
-    }
-}
-
-fn expect_trap(g: &Arc<Gpu>, t: Instant) {
-    let e = g.synchronize().expect_err("the kernel must trap");
-    println!("CHILD-SAW after {:?}: {e}", t.elapsed());
-    assert!(t.elapsed() < Duration::from_secs(5), "trap took {:?}", t.elapsed());
 }
 
 #[test]

@@ -11,7 +11,7 @@ use mscclpp_host::proxy::{MemoryRegion, ProxyBuilder};
 use mscclpp_host::semaphore::{MemorySemaphorePair, SemaphoreStorage};
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig, channel};
 use mscclpp_rs::PTX;
-use mscclpp_rs::testing::{self, POISON, assert_same, gpus_or_skip};
+use mscclpp_rs::testing::{self, POISON, assert_same, expect_trap, gpus_or_skip, trap_test};
 
 fn launch(g: &Arc<Gpu>, name: &str, cfg: LaunchConfig, args: Args) {
     // SAFETY: each call site passes the kernel's parameters in order with matching types; the
@@ -225,29 +225,6 @@ fn proxy_rejects_out_of_range_put_with_an_error() {
     }
     let e = s.proxy.stop().unwrap_err().to_string();
     assert!(e.contains("outside memory") && e.contains("position 1"), "{e}");
-}
-
-fn trap_test(name: &str, need: usize, child: impl FnOnce(&[Arc<Gpu>]), expect: &[&str]) {
-    if testing::is_child(name) {
-        let gpus = testing::all_gpus().unwrap();
-        child(&gpus);
-        return;
-    }
-    if gpus_or_skip(name, need).is_none() {
-        return;
-    }
-    let out = testing::run_child(name);
-    let text = testing::output_text(&out);
-    assert!(out.status.success(), "child failed:\n{text}");
-    for e in expect {
-        assert!(text.contains(e), "missing `{e}` in:\n{text}");
-    }
-}
-
-fn expect_trap(g: &Arc<Gpu>, t: Instant) {
-    let e = g.synchronize().expect_err("the kernel must trap");
-    println!("CHILD-SAW after {:?}: {e}", t.elapsed());
-    assert!(t.elapsed() < Duration::from_secs(5));
 }
 
 #[test]

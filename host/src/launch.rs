@@ -73,19 +73,9 @@ impl Args {
     }
 }
 
-/// Launches `func` on `stream`, raising the function's dynamic shared-memory limit when the
-/// configuration asks for more than 48 KiB (up to the device's opt-in maximum).
-///
-/// # Safety
-/// `args` must match the kernel's parameter list in number, order and type, and every pointer
-/// among them must be valid for what the kernel does with it.
-pub unsafe fn launch_on(
-    gpu: &Gpu,
-    stream: &CudaStream,
-    func: &CudaFunction,
-    cfg: LaunchConfig,
-    args: &mut Args,
-) -> Result<()> {
+/// Checks a launch configuration against the device, binds its context and raises the
+/// function's dynamic shared-memory limit when the configuration needs more than 48 KiB.
+fn prepare(gpu: &Gpu, func: &CudaFunction, cfg: LaunchConfig) -> Result<()> {
     let max = gpu.info().max_shared_optin;
     if cfg.shared_bytes > max {
         return Err(Error::InvalidArgument(format!(
@@ -103,6 +93,24 @@ pub unsafe fn launch_on(
         func.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, cfg.shared_bytes as i32)
             .ctx(|| format!("raising the dynamic shared-memory limit to {} bytes", cfg.shared_bytes))?;
     }
+    Ok(())
+}
+
+/// Launches `func` on `stream`, raising the function's dynamic shared-memory limit when the
+/// configuration asks for more than 48 KiB (up to the device's opt-in maximum).
+///
+/// # Safety
+/// `args` must match the kernel's parameter list in number, order and type, and every pointer
+/// among them must be valid for what the kernel does with it.
+pub unsafe fn launch_on(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    func: &CudaFunction,
+    cfg: LaunchConfig,
+    args: &mut Args,
+) -> Result<()> {
+    prepare(gpu, func, cfg)?;
+    let (g, b) = (cfg.grid, cfg.block);
     // SAFETY: the caller guarantees the arguments match the kernel; the pointers stay valid until
     // cuLaunchKernel has copied the parameter values (it does so before returning).
     unsafe {
@@ -130,12 +138,8 @@ pub unsafe fn launch_cooperative_on(
     cfg: LaunchConfig,
     args: &mut Args,
 ) -> Result<()> {
+    prepare(gpu, func, cfg)?;
     let threads = cfg.block.0 * cfg.block.1 * cfg.block.2;
-    gpu.bind()?;
-    if cfg.shared_bytes > DEFAULT_SHARED_LIMIT {
-        func.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, cfg.shared_bytes as i32)
-            .ctx(|| format!("raising the dynamic shared-memory limit to {} bytes", cfg.shared_bytes))?;
-    }
     let per_sm = func
         .occupancy_max_active_blocks_per_multiprocessor(threads, cfg.shared_bytes as usize, None)
         .ctx(|| "querying occupancy".to_string())? as u64;
