@@ -2,14 +2,14 @@
 //! * semaphore signal/wait ping-pong vs a raw `st.release.sys` / `ld.acquire.sys` flag ping-pong;
 //! * FIFO push -> proxy -> acknowledgement vs a raw GPU -> CPU thread -> GPU round trip;
 //! * FIFO throughput (requests drained per second) with 1 to 132 pushing blocks;
-//! * port channel put_with_signal ping-pong, 8 B to 1 MiB.
+//! * port channel put_with_signal ping-pong, 8 B to 1 MiB, copy engine vs copy kernel.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::Criterion;
-use mscclpp_host::proxy::{MemoryRegion, ProxyBuilder};
+use mscclpp_host::proxy::{DEFAULT_SMALL_COPY_MAX, MemoryRegion, ProxyBuilder};
 use mscclpp_host::semaphore::{MemorySemaphorePair, SemaphoreStorage};
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig, PinnedBuffer, channel};
 use mscclpp_rs::{PTX, bench, testing};
@@ -48,7 +48,9 @@ fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
             t
         })
     });
-    for (name, relaxed) in [("pingpong/semaphore", 0u32), ("pingpong/semaphore_relaxed_fenced", 1)] {
+    for (name, mode) in
+        [("pingpong/semaphore", 0u32), ("pingpong/semaphore_relaxed_fenced", 1), ("pingpong/semaphore_cached", 2)]
+    {
         grp.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let r = iters as u32;
@@ -60,7 +62,7 @@ fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
                         .arg(pair.handle_b())
                         .arg(r)
                         .arg(0u32)
-                        .arg(relaxed)
+                        .arg(mode)
                         // No data slots: the pure signal/wait round trip, as the raw-flag baseline.
                         .arg(0u64)
                         .arg(0u64)
@@ -71,14 +73,7 @@ fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
                         g0,
                         "sem_pingpong",
                         LaunchConfig::new(1, 32),
-                        Args::new()
-                            .arg(pair.handle_a())
-                            .arg(r)
-                            .arg(1u32)
-                            .arg(relaxed)
-                            .arg(0u64)
-                            .arg(0u64)
-                            .arg(e0.addr()),
+                        Args::new().arg(pair.handle_a()).arg(r).arg(1u32).arg(mode).arg(0u64).arg(0u64).arg(e0.addr()),
                     );
                 });
                 g1.synchronize().unwrap();
@@ -172,6 +167,9 @@ fn fifo_roundtrip(c: &mut Criterion, g: &Arc<Gpu>) {
     proxy.stop().unwrap();
 }
 
+/// Port channel put_with_signal ping-pong, with every copy on the copy engine (`ce`) and with
+/// the default proxy (small puts as one copy-and-signal kernel, compared with the copy engine).
+/// 0 bytes: a signal alone (a stream write).
 fn port_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     let max = 1 << 20;
     let bufs: Vec<(DeviceBuffer, DeviceBuffer)> = [g0, g1]
@@ -183,50 +181,56 @@ fn port_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
             )
         })
         .collect();
-    let sems = [SemaphoreStorage::new(g0).unwrap(), SemaphoreStorage::new(g1).unwrap()];
-    // Proxy on each GPU: GPU i's src -> GPU j's dst, signalling GPU j's semaphore.
-    let mut proxies = Vec::new();
-    let mut chans = Vec::new();
-    for (i, g) in [g0, g1].into_iter().enumerate() {
-        let j = 1 - i;
-        let mut b = ProxyBuilder::new(g);
-        let dst = b.add_memory(MemoryRegion { base: bufs[j].1.addr(), bytes: max as u64 }).unwrap();
-        let src = b.add_memory(MemoryRegion { base: bufs[i].0.addr(), bytes: max as u64 }).unwrap();
-        let sem = b.add_semaphore(sems[j].inbound().addr()).unwrap();
-        let p = b.start().unwrap();
-        chans.push(channel::port_channel(&p, sem, dst, src, &sems[i]));
-        proxies.push(p);
-    }
     let mut grp = c.benchmark_group("port_pingpong");
-    for bytes in [8u64, 64, 1024, 4096, 65536, 262_144, 1 << 20] {
-        let id = format!("port_pingpong/{bytes}B");
-        grp.bench_function(&id, |b| {
-            b.iter_custom(|iters| {
-                let r = iters as u32;
-                launch(
-                    g1,
-                    "port_pingpong",
-                    LaunchConfig::new(1, 32),
-                    Args::new().arg(chans[1]).arg(bytes).arg(r).arg(0u32),
-                );
-                let t = bench::time_on_stream(g0, g0.stream(), 1, || {
+    for (mode, small_copy_max, sizes) in [
+        ("port_pingpong_ce", 0, &[0u64, 8, 4096, 16384, 65536][..]),
+        ("port_pingpong", DEFAULT_SMALL_COPY_MAX, &[8, 64, 1024, 4096, 16384, 65536, 262_144, 1 << 20][..]),
+    ] {
+        let sems = [SemaphoreStorage::new(g0).unwrap(), SemaphoreStorage::new(g1).unwrap()];
+        // Proxy on each GPU: GPU i's src -> GPU j's dst, signalling GPU j's semaphore.
+        let mut proxies = Vec::new();
+        let mut chans = Vec::new();
+        for (i, g) in [g0, g1].into_iter().enumerate() {
+            let j = 1 - i;
+            let mut b = ProxyBuilder::new(g).small_copy_max(small_copy_max);
+            let dst = b.add_memory(MemoryRegion { base: bufs[j].1.addr(), bytes: max as u64 }).unwrap();
+            let src = b.add_memory(MemoryRegion { base: bufs[i].0.addr(), bytes: max as u64 }).unwrap();
+            let sem = b.add_semaphore(sems[j].inbound().addr()).unwrap();
+            let p = b.start().unwrap();
+            chans.push(channel::port_channel(&p, sem, dst, src, &sems[i]));
+            proxies.push(p);
+        }
+        for &bytes in sizes {
+            let id = format!("{mode}/{bytes}B");
+            let baseline = (mode == "port_pingpong" && bytes <= 65536).then(|| format!("port_pingpong_ce/{bytes}B"));
+            grp.bench_function(&id, |b| {
+                b.iter_custom(|iters| {
+                    let r = iters as u32;
                     launch(
-                        g0,
+                        g1,
                         "port_pingpong",
                         LaunchConfig::new(1, 32),
-                        Args::new().arg(chans[0]).arg(bytes).arg(r).arg(1u32),
+                        Args::new().arg(chans[1]).arg(bytes).arg(r).arg(0u32),
                     );
-                });
-                g1.synchronize().unwrap();
-                bench::record(&id, 0, iters, t, None);
-                t
-            })
-        });
+                    let t = bench::time_on_stream(g0, g0.stream(), 1, || {
+                        launch(
+                            g0,
+                            "port_pingpong",
+                            LaunchConfig::new(1, 32),
+                            Args::new().arg(chans[0]).arg(bytes).arg(r).arg(1u32),
+                        );
+                    });
+                    g1.synchronize().unwrap();
+                    bench::record(&id, 0, iters, t, baseline.as_deref());
+                    t
+                })
+            });
+        }
+        for p in proxies {
+            p.stop().unwrap();
+        }
     }
     grp.finish();
-    for p in proxies {
-        p.stop().unwrap();
-    }
 }
 
 fn main() {

@@ -63,7 +63,8 @@ fn fifo_many_pushers_wrap_a_small_ring() {
     assert!(next.values().all(|&n| n == per));
 }
 
-fn pingpong(relaxed: u32) {
+/// `mode`: see the `sem_pingpong` kernel (0 plain, 1 relaxed with fences, 2 cached counters).
+fn pingpong(mode: u32) {
     let name = "semaphore_pingpong_100k_rounds";
     let Some(gpus) = gpus_or_skip(name, 2) else { return };
     let (g0, g1) = (&gpus[0], &gpus[1]);
@@ -80,15 +81,18 @@ fn pingpong(relaxed: u32) {
             g,
             "sem_pingpong",
             LaunchConfig::new(1, 32),
-            Args::new().arg(h).arg(rounds).arg(first).arg(relaxed).arg(mine.addr()).arg(peer.addr()).arg(err.addr()),
+            Args::new().arg(h).arg(rounds).arg(first).arg(mode).arg(mine.addr()).arg(peer.addr()).arg(err.addr()),
         );
     }
     sync(g0, "sem_pingpong on GPU 0");
     sync(g1, "sem_pingpong on GPU 1");
     assert_eq!(e0.to_vec::<u32>().unwrap(), [0], "GPU 0 saw stale data after a wait");
     assert_eq!(e1.to_vec::<u32>().unwrap(), [0], "GPU 1 saw stale data after a wait");
-    assert_eq!(pair.a.read().unwrap(), (rounds as u64, rounds as u64));
-    assert_eq!(pair.b.read().unwrap(), (rounds as u64, rounds as u64));
+    // Consumed and sent counts (written back by the cached mode at the end of the kernel).
+    for side in [&pair.a, &pair.b] {
+        assert_eq!(side.read().unwrap(), (rounds as u64, rounds as u64));
+        assert_eq!(side.read_outbound().unwrap(), rounds as u64);
+    }
 }
 
 #[test]
@@ -99,6 +103,11 @@ fn semaphore_pingpong_100k_rounds() {
 #[test]
 fn semaphore_pingpong_100k_rounds_relaxed_with_fences() {
     pingpong(1);
+}
+
+#[test]
+fn semaphore_pingpong_100k_rounds_cached_counters() {
+    pingpong(2);
 }
 
 /// A proxy on GPU 0 serving a port channel GPU 0 -> GPU 1, and GPU 1's semaphore storage.
@@ -114,13 +123,18 @@ struct PortSetup {
 }
 
 fn port_setup(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize) -> PortSetup {
+    port_setup_with(gpus, src_data, dst_bytes, mscclpp_host::proxy::DEFAULT_SMALL_COPY_MAX)
+}
+
+/// As [`port_setup`], with the proxy's small-copy threshold (0: every copy on the copy engine).
+fn port_setup_with(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize, small_copy_max: u32) -> PortSetup {
     let (g0, g1) = (gpus[0].clone(), gpus[1].clone());
     g0.enable_peer_access(&g1).unwrap();
     g1.enable_peer_access(&g0).unwrap();
     let src = DeviceBuffer::from_slice(&g0, src_data).unwrap();
     let dst = DeviceBuffer::filled(&g1, dst_bytes, POISON).unwrap();
     let sem1 = SemaphoreStorage::new(&g1).unwrap();
-    let mut b = ProxyBuilder::new(&g0).fifo_size(128);
+    let mut b = ProxyBuilder::new(&g0).fifo_size(128).small_copy_max(small_copy_max);
     let dst_id = b.add_memory(MemoryRegion { base: dst.addr(), bytes: dst.len() as u64 }).unwrap();
     let src_id = b.add_memory(MemoryRegion { base: src.addr(), bytes: src.len() as u64 }).unwrap();
     let sem_id = b.add_semaphore(sem1.inbound().addr()).unwrap();
@@ -131,14 +145,13 @@ fn port_setup(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize) -> PortSetup
     PortSetup { g0, g1, src, dst, sem1, proxy, chan, _local: local }
 }
 
-#[test]
-fn port_put_with_signal_gpu0_to_gpu1() {
-    let Some(gpus) = gpus_or_skip("port_put_with_signal_gpu0_to_gpu1", 2) else { return };
-    let (count, chunk) = (4usize, 256 * 1024usize);
+/// `count` put_with_signal of `chunk` bytes each at consecutive offsets GPU 0 -> GPU 1; the
+/// receiver waits for every signal, then reads what the puts delivered.
+fn port_puts(gpus: &[Arc<Gpu>], count: usize, chunk: usize, small_copy_max: u32) {
     let data = testing::random_bytes(count * chunk);
-    let s = port_setup(&gpus, &data, count * chunk);
+    let s = port_setup_with(gpus, &data, count * chunk, small_copy_max);
     let out = DeviceBuffer::filled(&s.g1, count * chunk, POISON).unwrap();
-    // Receiver first: it waits for the 4 signals, then reads what the puts delivered.
+    // Receiver first: it waits for the signals, then reads.
     launch(
         &s.g1,
         "port_wait_copy",
@@ -158,9 +171,23 @@ fn port_put_with_signal_gpu0_to_gpu1() {
     );
     sync(&s.g0, "port_put_signal");
     sync(&s.g1, "port_wait_copy");
-    assert_same("data seen by the receiver after its waits", &out.to_vec::<u8>().unwrap(), &data);
+    let what = format!("{count} x {chunk} B (small-copy max {small_copy_max}) seen by the receiver after its waits");
+    assert_same(&what, &out.to_vec::<u8>().unwrap(), &data);
     assert_eq!(s.sem1.read().unwrap(), (count as u64, count as u64));
     s.proxy.stop().unwrap();
+}
+
+#[test]
+fn port_put_with_signal_gpu0_to_gpu1() {
+    let Some(gpus) = gpus_or_skip("port_put_with_signal_gpu0_to_gpu1", 2) else { return };
+    let max = mscclpp_host::proxy::DEFAULT_SMALL_COPY_MAX as usize;
+    // Copy engine; the copy kernel's byte path (offsets not multiples of 16), its 16-byte path,
+    // its largest size, the first size past it; then small puts forced onto the copy engine.
+    for (count, chunk, small) in
+        [(4, 256 << 10, max), (64, 1000, max), (64, 4096, max), (4, max, max), (4, max + 16, max), (64, 4096, 0)]
+    {
+        port_puts(&gpus, count, chunk, small as u32);
+    }
 }
 
 #[test]

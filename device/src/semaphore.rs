@@ -63,10 +63,35 @@ static_assertions::assert_eq_size!(Host2DeviceSemaphore, [u64; 2]);
 unsafe impl DeviceAbi for Host2DeviceSemaphore {}
 
 #[cfg(target_arch = "nvptx64")]
+pub use device::CachedMemorySemaphore;
+
+#[cfg(target_arch = "nvptx64")]
 mod device {
     use super::*;
     use crate::atomic::{self, Acquire, Relaxed, Sys};
     use crate::poll::{SpinBudget, spin_until};
+
+    /// Spins until `*inbound` reaches `target` (wrap-around safe).
+    #[inline(always)]
+    unsafe fn wait_until<const ACQUIRE: bool>(
+        inbound: GlobalPtr<u64>,
+        target: u64,
+        budget: SpinBudget,
+        name: &'static str,
+    ) {
+        spin_until(budget, name, || {
+            // Partner: the signaller's release store (device) or the proxy's stream write (host).
+            // SAFETY: `inbound` is a valid counter (caller's contract).
+            let v = unsafe {
+                if ACQUIRE {
+                    atomic::load::<Acquire, Sys, u64>(inbound.as_ptr())
+                } else {
+                    atomic::load::<Relaxed, Sys, u64>(inbound.as_ptr())
+                }
+            };
+            reached(v, target)
+        });
+    }
 
     /// Waits until `*inbound` reaches `*expected + 1`, then records the consumption.
     #[inline(always)]
@@ -80,20 +105,12 @@ mod device {
         // L1 does not outlive a launch, so the next launch reads the value back from memory).
         // SAFETY: `expected` is this side's private counter (caller's contract).
         let target = unsafe { expected.as_ptr().read() }.wrapping_add(1);
+        // Written before the spin, so the store completes while this thread waits and a release
+        // right after the wait (the reply of a ping-pong) does not wait for it.
         // SAFETY: as above.
         unsafe { expected.as_ptr().write(target) };
-        spin_until(budget, name, || {
-            // Partner: the signaller's release add (device) or the proxy's stream write (host).
-            // SAFETY: `inbound` is a valid counter (caller's contract).
-            let v = unsafe {
-                if ACQUIRE {
-                    atomic::load::<Acquire, Sys, u64>(inbound.as_ptr())
-                } else {
-                    atomic::load::<Relaxed, Sys, u64>(inbound.as_ptr())
-                }
-            };
-            reached(v, target)
-        });
+        // SAFETY: forwarded.
+        unsafe { wait_until::<ACQUIRE>(inbound, target, budget, name) }
     }
 
     /// Consumes one signal if one is there.
@@ -125,11 +142,12 @@ mod device {
             // SAFETY: `outbound` is this side's private counter; `remote_inbound` the peer's
             // counter mapped here, written by this side only (caller's contract).
             unsafe {
-                // `outbound` is private to the one signalling thread: plain accesses.
+                // `outbound` is private to the one signalling thread: plain accesses. It is
+                // written back after the release store, which then never waits for that write.
                 let n = self.outbound.as_ptr().read().wrapping_add(1);
-                self.outbound.as_ptr().write(n);
                 // Partner: the peer's acquire load in `wait`/`poll`.
                 crate::ptx::ld_st::st_release_sys_global_u64(self.remote_inbound.as_ptr(), n);
+                self.outbound.as_ptr().write(n);
             }
         }
 
@@ -143,8 +161,8 @@ mod device {
             unsafe {
                 // `outbound` is private to the one signalling thread: plain accesses.
                 let n = self.outbound.as_ptr().read().wrapping_add(1);
-                self.outbound.as_ptr().write(n);
                 crate::ptx::ld_st::st_relaxed_sys_global_u64(self.remote_inbound.as_ptr(), n);
+                self.outbound.as_ptr().write(n);
             }
         }
 
@@ -182,6 +200,112 @@ mod device {
                     budget,
                     "MemoryDevice2DeviceSemaphore::relaxed_wait\0",
                 )
+            }
+        }
+    }
+
+    /// A [`MemoryDevice2DeviceSemaphore`] whose private counters (`expected`, `outbound`) live
+    /// in registers while it exists: signal and wait then touch only the two inbound counters,
+    /// as a hand-written flag exchange does. Made by [`MemoryDevice2DeviceSemaphore::cached`];
+    /// dropping it writes the counters back, so a later launch (or a later handle of this
+    /// thread) continues the count. Use it for a loop of signals and waits in one thread; while
+    /// it exists, the plain handle must not be used for the same semaphore.
+    #[derive(Debug)]
+    pub struct CachedMemorySemaphore {
+        handle: MemoryDevice2DeviceSemaphore,
+        expected: u64,
+        outbound: u64,
+    }
+
+    impl MemoryDevice2DeviceSemaphore {
+        /// Loads the private counters into a [`CachedMemorySemaphore`].
+        ///
+        /// # Safety
+        /// As for [`MemoryDevice2DeviceSemaphore::signal`]; in addition, until the returned value
+        /// is dropped, no other use of this semaphore's private counters (this handle, a copy of
+        /// it, another cached value) may happen, or counts are lost.
+        #[inline(always)]
+        pub unsafe fn cached(&self) -> CachedMemorySemaphore {
+            // SAFETY: private counters of this side (caller's contract).
+            let (expected, outbound) = unsafe { (self.expected.as_ptr().read(), self.outbound.as_ptr().read()) };
+            CachedMemorySemaphore { handle: *self, expected, outbound }
+        }
+    }
+
+    impl CachedMemorySemaphore {
+        /// As [`MemoryDevice2DeviceSemaphore::signal`] (release).
+        ///
+        /// # Safety
+        /// The contract of [`MemoryDevice2DeviceSemaphore::cached`].
+        #[inline(always)]
+        pub unsafe fn signal(&mut self) {
+            self.outbound = self.outbound.wrapping_add(1);
+            // Partner: the peer's acquire load in `wait`/`poll`.
+            // SAFETY: the peer's counter, written by this side only (caller's contract).
+            unsafe { crate::ptx::ld_st::st_release_sys_global_u64(self.handle.remote_inbound.as_ptr(), self.outbound) }
+        }
+
+        /// As [`MemoryDevice2DeviceSemaphore::relaxed_signal`] (pair with explicit fences).
+        ///
+        /// # Safety
+        /// The contract of [`MemoryDevice2DeviceSemaphore::cached`].
+        #[inline(always)]
+        pub unsafe fn relaxed_signal(&mut self) {
+            self.outbound = self.outbound.wrapping_add(1);
+            // SAFETY: as for `signal`.
+            unsafe { crate::ptx::ld_st::st_relaxed_sys_global_u64(self.handle.remote_inbound.as_ptr(), self.outbound) }
+        }
+
+        /// As [`MemoryDevice2DeviceSemaphore::poll`] (acquire).
+        ///
+        /// # Safety
+        /// The contract of [`MemoryDevice2DeviceSemaphore::cached`].
+        #[inline(always)]
+        pub unsafe fn poll(&mut self) -> bool {
+            let target = self.expected.wrapping_add(1);
+            // Partner: the signaller's release.
+            // SAFETY: this side's inbound counter (caller's contract).
+            let v = unsafe { atomic::load::<Acquire, Sys, u64>(self.handle.inbound.as_ptr()) };
+            let got = reached(v, target);
+            if got {
+                self.expected = target;
+            }
+            got
+        }
+
+        /// As [`MemoryDevice2DeviceSemaphore::wait`] (acquire); traps when `budget` runs out.
+        ///
+        /// # Safety
+        /// The contract of [`MemoryDevice2DeviceSemaphore::cached`].
+        #[inline(always)]
+        pub unsafe fn wait(&mut self, budget: SpinBudget) {
+            self.expected = self.expected.wrapping_add(1);
+            // SAFETY: this side's inbound counter (caller's contract).
+            unsafe { wait_until::<true>(self.handle.inbound, self.expected, budget, "CachedMemorySemaphore::wait\0") }
+        }
+
+        /// As [`MemoryDevice2DeviceSemaphore::relaxed_wait`] (pair with explicit fences).
+        ///
+        /// # Safety
+        /// The contract of [`MemoryDevice2DeviceSemaphore::cached`].
+        #[inline(always)]
+        pub unsafe fn relaxed_wait(&mut self, budget: SpinBudget) {
+            self.expected = self.expected.wrapping_add(1);
+            // SAFETY: as for `wait`.
+            unsafe {
+                wait_until::<false>(self.handle.inbound, self.expected, budget, "CachedMemorySemaphore::relaxed_wait\0")
+            }
+        }
+    }
+
+    impl Drop for CachedMemorySemaphore {
+        #[inline(always)]
+        fn drop(&mut self) {
+            // SAFETY: the private counters this value was loaded from, which nothing else used
+            // meanwhile (the contract of `cached`).
+            unsafe {
+                self.handle.expected.as_ptr().write(self.expected);
+                self.handle.outbound.as_ptr().write(self.outbound);
             }
         }
     }

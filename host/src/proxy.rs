@@ -1,7 +1,9 @@
 //! The host proxy: a thread that pops triggers from a [`Fifo`] and executes them.
 //!
 //! * **Data**: copy `size` bytes between two registered memories (`cuMemcpyDtoDAsync`; with peer
-//!   access or CUDA IPC mappings the copy engine moves them over NVLink).
+//!   access or CUDA IPC mappings the copy engine moves them over NVLink). Copies of at most
+//!   [`ProxyBuilder::small_copy_max`] bytes instead run as a one-block copy kernel, which also
+//!   stores the request's Flag: one submission for a small put and its signal.
 //! * **Flag**: write the next value of a registered semaphore counter on the peer
 //!   (`cuStreamWriteValue64`), after the copies before it.
 //! * **Sync**: wait for the stream (every earlier request complete), then publish the position.
@@ -28,12 +30,15 @@ use crate::fifo::{DEFAULT_FIFO_SIZE, Fifo};
 use crate::gpu::Gpu;
 use crate::launch::{Args, LaunchConfig, launch_on};
 
-const ATOMIC_ADD_PTX: &str = include_str!("proxy_atomic_add.ptx");
+const KERNELS_PTX: &str = include_str!("proxy_kernels.ptx");
 
-/// The PTX of the proxy's atomic-add kernel (exposed for the ptxas check).
-pub fn atomic_add_ptx() -> &'static str {
-    ATOMIC_ADD_PTX
+/// The PTX of the proxy's kernels (atomic add, small copy + signal), exposed for the ptxas check.
+pub fn kernels_ptx() -> &'static str {
+    KERNELS_PTX
 }
+
+/// Default of [`ProxyBuilder::small_copy_max`].
+pub const DEFAULT_SMALL_COPY_MAX: u32 = 16 << 10;
 
 /// A memory region the proxy may copy from or to: an address valid in this process on the
 /// proxy's GPU (its own memory, a peer's with peer access, or an imported IPC mapping).
@@ -57,6 +62,7 @@ pub struct SemaphoreId(pub u32);
 pub struct ProxyBuilder {
     gpu: Arc<Gpu>,
     fifo_size: u32,
+    small_copy_max: u32,
     memories: Vec<MemoryRegion>,
     semaphores: Vec<u64>,
 }
@@ -64,7 +70,21 @@ pub struct ProxyBuilder {
 impl ProxyBuilder {
     /// A proxy for kernels running on `gpu`.
     pub fn new(gpu: &Arc<Gpu>) -> Self {
-        Self { gpu: gpu.clone(), fifo_size: DEFAULT_FIFO_SIZE, memories: Vec::new(), semaphores: Vec::new() }
+        Self {
+            gpu: gpu.clone(),
+            fifo_size: DEFAULT_FIFO_SIZE,
+            small_copy_max: DEFAULT_SMALL_COPY_MAX,
+            memories: Vec::new(),
+            semaphores: Vec::new(),
+        }
+    }
+
+    /// Data requests of at most `bytes` run as a one-block copy kernel that also stores the
+    /// request's Flag (lower latency for small puts); larger ones use the copy engine. 0 sends
+    /// every copy to the copy engine. Default [`DEFAULT_SMALL_COPY_MAX`].
+    pub fn small_copy_max(mut self, bytes: u32) -> Self {
+        self.small_copy_max = bytes;
+        self
     }
 
     /// The FIFO size (a power of two; default 512).
@@ -103,8 +123,9 @@ impl ProxyBuilder {
         let fifo = Fifo::new(&self.gpu, self.fifo_size)?;
         let handle = fifo.device_handle();
         let stream = self.gpu.new_stream()?;
-        // Load the atomic-add kernel now, so a bad module is an error here and not in the thread.
-        let atomic_add = self.gpu.function(ATOMIC_ADD_PTX, "mscclpp_proxy_atomic_add")?;
+        // Load the kernels now, so a bad module is an error here and not in the thread.
+        let atomic_add = self.gpu.function(KERNELS_PTX, "mscclpp_proxy_atomic_add")?;
+        let copy_signal = self.gpu.function(KERNELS_PTX, "mscclpp_proxy_copy_signal")?;
         let stop = Arc::new(AtomicBool::new(false));
         let error = Arc::new(Mutex::new(None));
         let worker = Worker {
@@ -112,6 +133,8 @@ impl ProxyBuilder {
             fifo,
             stream,
             atomic_add,
+            copy_signal,
+            small_copy_max: self.small_copy_max,
             memories: self.memories,
             semaphores: self.semaphores.into_iter().map(|a| (a, 0)).collect(),
         };
@@ -197,6 +220,8 @@ struct Worker {
     fifo: Fifo,
     stream: Arc<cudarc::driver::CudaStream>,
     atomic_add: cudarc::driver::CudaFunction,
+    copy_signal: cudarc::driver::CudaFunction,
+    small_copy_max: u32,
     memories: Vec<MemoryRegion>,
     /// (remote inbound address, signals sent so far).
     semaphores: Vec<(u64, u64)>,
@@ -266,25 +291,58 @@ impl Worker {
         let s = self.stream.cu_stream();
         match req {
             Request::Transfer { kind: k, size, src_offset, dst_offset, src_memory, dst_memory, semaphore } => {
-                if k & kind::DATA != 0 && size > 0 {
+                let data = k & kind::DATA != 0 && size > 0;
+                let copy = if data {
                     let src = self.memory(src_memory, src_offset, size as u64, "source")?;
                     let dst = self.memory(dst_memory, dst_offset, size as u64, "destination")?;
-                    // SAFETY: both ranges lie inside registered memories valid in this context.
-                    unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, size as usize, s) }
-                        .ctx(|| format!("copying {size} bytes"))?;
-                }
-                if k & kind::FLAG != 0 {
+                    Some((dst, src))
+                } else {
+                    None
+                };
+                let flag = if k & kind::FLAG != 0 {
                     let sem = self
                         .semaphores
                         .get_mut(semaphore as usize)
                         .ok_or_else(|| Error::InvalidArgument(format!("semaphore id {semaphore} is not registered")))?;
                     sem.1 += 1;
-                    // Stream-ordered after the copies above; the default flags include a memory
-                    // barrier, so the peer sees the data before the counter (partner: the peer's
-                    // acquire load in Host2DeviceSemaphore::wait).
-                    // SAFETY: the address was registered as a mapped u64 counter.
-                    let r = unsafe { sys::cuStreamWriteValue64_v2(s, sem.0, sem.1, 0) };
-                    check(r, || format!("signalling semaphore {semaphore}"))?;
+                    Some(*sem)
+                } else {
+                    None
+                };
+                match copy {
+                    Some((dst, src)) if size <= self.small_copy_max => {
+                        // One block: the copy, a barrier, a system-scope fence, then the flag.
+                        let threads = (size.div_ceil(16).next_multiple_of(32)).clamp(32, 1024);
+                        let (addr, value) = flag.unwrap_or((0, 0));
+                        let mut args = Args::new().arg(dst).arg(src).arg(size as u64).arg(addr).arg(value);
+                        // SAFETY: the kernel takes (dst, src, bytes, flag address or 0, value); the
+                        // ranges lie inside registered memories and the flag is a registered counter.
+                        unsafe {
+                            launch_on(
+                                &self.gpu,
+                                &self.stream,
+                                &self.copy_signal,
+                                LaunchConfig::new(1, threads),
+                                &mut args,
+                            )
+                        }
+                        .map_err(|e| Error::Proxy(format!("copying {size} bytes with the copy kernel: {e}")))?;
+                    }
+                    _ => {
+                        if let Some((dst, src)) = copy {
+                            // SAFETY: both ranges lie inside registered memories valid in this context.
+                            unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, size as usize, s) }
+                                .ctx(|| format!("copying {size} bytes"))?;
+                        }
+                        if let Some((addr, value)) = flag {
+                            // Stream-ordered after the copies above; the default flags include a
+                            // memory barrier, so the peer sees the data before the counter (partner:
+                            // the peer's acquire load in Host2DeviceSemaphore::wait).
+                            // SAFETY: the address was registered as a mapped u64 counter.
+                            let r = unsafe { sys::cuStreamWriteValue64_v2(s, addr, value, 0) };
+                            check(r, || format!("signalling semaphore {semaphore}"))?;
+                        }
+                    }
                 }
                 if k & kind::SYNC != 0 {
                     self.stream.synchronize().ctx(|| "draining the proxy stream".into())?;

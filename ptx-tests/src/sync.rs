@@ -7,7 +7,7 @@ use mscclpp_device::channel::port::PortChannel;
 use mscclpp_device::fifo::{FifoDeviceHandle, ProxyTrigger, kind};
 use mscclpp_device::poll::{SpinBudget, spin_until};
 use mscclpp_device::ptx::{misc::barrier_sync, sreg};
-use mscclpp_device::semaphore::{Host2DeviceSemaphore, MemoryDevice2DeviceSemaphore};
+use mscclpp_device::semaphore::{CachedMemorySemaphore, Host2DeviceSemaphore, MemoryDevice2DeviceSemaphore};
 
 use crate::kernels;
 
@@ -84,13 +84,15 @@ kernels! {
 
     /// Semaphore ping-pong between two GPUs, thread 0. Each round the sender writes the round
     /// number into the peer's `data` slot and signals; the receiver waits, then checks its slot.
-    /// `relaxed != 0`: relaxed signal/wait with explicit fences. Mismatches counted in `errors`.
-    /// With a null `peer_data` no data moves (the bench's pure signal/wait round trip).
+    /// `mode`: 0 signal/wait, 1 relaxed signal/wait with explicit fences, 2 the same as 0 through
+    /// a [`CachedMemorySemaphore`] (counters in registers, written back at the end).
+    /// Mismatches counted in `errors`. With a null `peer_data` no data moves (the bench's pure
+    /// signal/wait round trip).
     fn sem_pingpong(
         sem: MemoryDevice2DeviceSemaphore,
         rounds: u32,
         first: u32,
-        relaxed: u32,
+        mode: u32,
         my_data: *mut u64,
         peer_data: *mut u64,
         errors: *mut u32,
@@ -98,35 +100,42 @@ kernels! {
         if sreg::tid_x() != 0 { return; }
         let mut bad = 0u32;
         let data = !peer_data.is_null();
-        let send = |r: u64| {
+        let mut cached: Option<CachedMemorySemaphore> = if mode == 2 { Some(sem.cached()) } else { None };
+        let send = |r: u64, cached: &mut Option<CachedMemorySemaphore>| {
             if data { write_volatile(peer_data, r); }
-            if relaxed != 0 {
-                // Partner: the receiver's fence after its relaxed wait.
-                atomic::fence_acq_rel::<Sys>();
-                sem.relaxed_signal();
-            } else {
-                sem.signal();
+            match cached {
+                Some(c) => c.signal(),
+                None if mode == 1 => {
+                    // Partner: the receiver's fence after its relaxed wait.
+                    atomic::fence_acq_rel::<Sys>();
+                    sem.relaxed_signal();
+                }
+                None => sem.signal(),
             }
         };
-        let recv = |r: u64, bad: &mut u32| {
-            if relaxed != 0 {
-                sem.relaxed_wait(BUDGET);
-                // Partner: the sender's fence before its relaxed signal.
-                atomic::fence_acq_rel::<Sys>();
-            } else {
-                sem.wait(BUDGET);
+        let recv = |r: u64, cached: &mut Option<CachedMemorySemaphore>, bad: &mut u32| {
+            match cached {
+                Some(c) => c.wait(BUDGET),
+                None if mode == 1 => {
+                    sem.relaxed_wait(BUDGET);
+                    // Partner: the sender's fence before its relaxed signal.
+                    atomic::fence_acq_rel::<Sys>();
+                }
+                None => sem.wait(BUDGET),
             }
             if data && read_volatile(my_data) != r { *bad += 1; }
         };
         for r in 1..=rounds as u64 {
             if first != 0 {
-                send(r);
-                recv(r, &mut bad);
+                send(r, &mut cached);
+                recv(r, &mut cached, &mut bad);
             } else {
-                recv(r, &mut bad);
-                send(r);
+                recv(r, &mut cached, &mut bad);
+                send(r, &mut cached);
             }
         }
+        // Writes the cached counters back (a no-op for the other modes).
+        drop(cached);
         *errors = bad;
     }
 
