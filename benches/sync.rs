@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::Criterion;
-use mscclpp_host::proxy::{DEFAULT_SMALL_COPY_MAX, MemoryRegion, ProxyBuilder};
+use mscclpp_host::proxy::{DEFAULT_SMALL_COPY_MAX, HostCounter, MemoryRegion, ProxyBuilder};
 use mscclpp_host::semaphore::{MemorySemaphorePair, SemaphoreStorage};
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig, PinnedBuffer, channel};
 use mscclpp_rs::{PTX, bench, testing};
@@ -167,9 +167,10 @@ fn fifo_roundtrip(c: &mut Criterion, g: &Arc<Gpu>) {
     proxy.stop().unwrap();
 }
 
-/// Port channel put_with_signal ping-pong, with every copy on the copy engine (`ce`) and with
-/// the default proxy (small puts as one copy-and-signal kernel, compared with the copy engine).
-/// 0 bytes: a signal alone (a stream write).
+/// Port channel put_with_signal ping-pong. Variants: every copy on the copy engine (`_ce`) or
+/// small copies as the proxy's copy kernel (default); the receiver's counter in its GPU memory
+/// (written by the proxy's stream) or in pinned host memory (`_host`, written by the proxy
+/// thread). 0 bytes: a signal alone.
 fn port_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     let max = 1 << 20;
     let bufs: Vec<(DeviceBuffer, DeviceBuffer)> = [g0, g1]
@@ -182,11 +183,16 @@ fn port_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
         })
         .collect();
     let mut grp = c.benchmark_group("port_pingpong");
-    for (mode, small_copy_max, sizes) in [
-        ("port_pingpong_ce", 0, &[0u64, 8, 4096, 16384, 65536][..]),
-        ("port_pingpong", DEFAULT_SMALL_COPY_MAX, &[8, 64, 1024, 4096, 16384, 65536, 262_144, 1 << 20][..]),
-    ] {
+    let small = DEFAULT_SMALL_COPY_MAX;
+    let variants: [(&str, u32, bool, &[u64]); 4] = [
+        ("port_pingpong_ce", 0, false, &[0, 8, 4096, 16384, 65536]),
+        ("port_pingpong", small, false, &[8, 64, 1024, 4096, 16384, 65536, 262_144, 1 << 20]),
+        ("port_pingpong_host_ce", 0, true, &[0, 8, 4096, 65536]),
+        ("port_pingpong_host", small, true, &[8, 4096, 16384, 65536, 1 << 20]),
+    ];
+    for (mode, small_copy_max, host, sizes) in variants {
         let sems = [SemaphoreStorage::new(g0).unwrap(), SemaphoreStorage::new(g1).unwrap()];
+        let pinned = [Arc::new(PinnedBuffer::zeroed(g0, 8).unwrap()), Arc::new(PinnedBuffer::zeroed(g1, 8).unwrap())];
         // Proxy on each GPU: GPU i's src -> GPU j's dst, signalling GPU j's semaphore.
         let mut proxies = Vec::new();
         let mut chans = Vec::new();
@@ -195,14 +201,25 @@ fn port_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
             let mut b = ProxyBuilder::new(g).small_copy_max(small_copy_max);
             let dst = b.add_memory(MemoryRegion { base: bufs[j].1.addr(), bytes: max as u64 }).unwrap();
             let src = b.add_memory(MemoryRegion { base: bufs[i].0.addr(), bytes: max as u64 }).unwrap();
-            let sem = b.add_semaphore(sems[j].inbound().addr()).unwrap();
+            let sem = if host {
+                b.add_host_semaphore(HostCounter::pinned(pinned[j].clone(), 0).unwrap()).unwrap()
+            } else {
+                b.add_semaphore(sems[j].inbound().addr()).unwrap()
+            };
             let p = b.start().unwrap();
-            chans.push(channel::port_channel(&p, sem, dst, src, &sems[i]));
+            let mut chan = channel::port_channel(&p, sem, dst, src, &sems[i]);
+            if host {
+                chan.semaphore.inbound = pinned[i].device_ptr(0);
+            }
+            chans.push(chan);
             proxies.push(p);
         }
         for &bytes in sizes {
             let id = format!("{mode}/{bytes}B");
-            let baseline = (mode == "port_pingpong" && bytes <= 65536).then(|| format!("port_pingpong_ce/{bytes}B"));
+            let baseline = match mode {
+                "port_pingpong_ce" => None,
+                _ => [0, 8, 4096, 16384, 65536].contains(&bytes).then(|| format!("port_pingpong_ce/{bytes}B")),
+            };
             grp.bench_function(&id, |b| {
                 b.iter_custom(|iters| {
                     let r = iters as u32;

@@ -21,7 +21,16 @@ pub fn time_on_stream(gpu: &Gpu, stream: &Arc<CudaStream>, iters: u64, mut work:
         work();
     }
     stop.record(stream).expect("record stop");
-    stop.synchronize().expect("synchronize on the stop event (a kernel failed?)");
+    // Poll with sleeps rather than a driver-side wait, so this thread does not compete with
+    // proxy threads for the driver while the measured work runs.
+    loop {
+        // SAFETY: a live event of this context.
+        match unsafe { cudarc::driver::sys::cuEventQuery(stop.cu_event()) } {
+            cudarc::driver::sys::CUresult::CUDA_SUCCESS => break,
+            cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_READY => std::thread::sleep(Duration::from_micros(50)),
+            e => panic!("waiting for the stop event: {e:?} (a kernel failed?)"),
+        }
+    }
     let ms = start.elapsed_ms(&stop).expect("elapsed");
     Duration::from_secs_f64(ms as f64 / 1e3)
 }

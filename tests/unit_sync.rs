@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mscclpp_device::fifo::{ProxyTrigger, Request};
+use mscclpp_device::semaphore::Host2DeviceSemaphore;
 use mscclpp_host::fifo::Fifo;
-use mscclpp_host::proxy::{MemoryRegion, ProxyBuilder};
+use mscclpp_host::proxy::{HostCounter, MemoryRegion, ProxyBuilder};
 use mscclpp_host::semaphore::{MemorySemaphorePair, SemaphoreStorage};
-use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig, channel};
+use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig, PinnedBuffer, channel};
 use mscclpp_rs::PTX;
 use mscclpp_rs::testing::{self, POISON, assert_same, expect_trap, gpus_or_skip, trap_test};
 
@@ -117,17 +118,39 @@ struct PortSetup {
     src: DeviceBuffer,
     dst: DeviceBuffer,
     sem1: SemaphoreStorage,
+    /// GPU 1's inbound counter in pinned host memory when the proxy signals a host counter.
+    host1: Option<Arc<PinnedBuffer>>,
     proxy: mscclpp_host::proxy::ProxyService,
     chan: mscclpp_device::channel::port::PortChannel,
     _local: SemaphoreStorage,
 }
 
-fn port_setup(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize) -> PortSetup {
-    port_setup_with(gpus, src_data, dst_bytes, mscclpp_host::proxy::DEFAULT_SMALL_COPY_MAX)
+impl PortSetup {
+    /// GPU 1's view of the semaphore the proxy signals.
+    fn receiver(&self) -> Host2DeviceSemaphore {
+        let mut h = self.sem1.host_to_device();
+        if let Some(p) = &self.host1 {
+            h.inbound = p.device_ptr(0);
+        }
+        h
+    }
+    /// (signals received, signals consumed) on GPU 1.
+    fn counts(&self) -> (u64, u64) {
+        let (inbound, expected) = self.sem1.read().unwrap();
+        match &self.host1 {
+            Some(p) => (HostCounter::pinned(p.clone(), 0).unwrap().load(), expected),
+            None => (inbound, expected),
+        }
+    }
 }
 
-/// As [`port_setup`], with the proxy's small-copy threshold (0: every copy on the copy engine).
-fn port_setup_with(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize, small_copy_max: u32) -> PortSetup {
+fn port_setup(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize) -> PortSetup {
+    port_setup_with(gpus, src_data, dst_bytes, mscclpp_host::proxy::DEFAULT_SMALL_COPY_MAX, false)
+}
+
+/// As [`port_setup`], with the proxy's small-copy threshold (0: every copy on the copy engine)
+/// and the receiver's counter in pinned host memory (`host`) or in GPU 1's memory.
+fn port_setup_with(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize, small_copy_max: u32, host: bool) -> PortSetup {
     let (g0, g1) = (gpus[0].clone(), gpus[1].clone());
     g0.enable_peer_access(&g1).unwrap();
     g1.enable_peer_access(&g0).unwrap();
@@ -137,19 +160,23 @@ fn port_setup_with(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize, small_c
     let mut b = ProxyBuilder::new(&g0).fifo_size(128).small_copy_max(small_copy_max);
     let dst_id = b.add_memory(MemoryRegion { base: dst.addr(), bytes: dst.len() as u64 }).unwrap();
     let src_id = b.add_memory(MemoryRegion { base: src.addr(), bytes: src.len() as u64 }).unwrap();
-    let sem_id = b.add_semaphore(sem1.inbound().addr()).unwrap();
+    let host1 = host.then(|| Arc::new(PinnedBuffer::zeroed(&g1, 8).unwrap()));
+    let sem_id = match &host1 {
+        Some(p) => b.add_host_semaphore(HostCounter::pinned(p.clone(), 0).unwrap()).unwrap(),
+        None => b.add_semaphore(sem1.inbound().addr()).unwrap(),
+    };
     let proxy = b.start().unwrap();
     // GPU 0 never waits on this channel; its local semaphore storage is unused here.
     let local = SemaphoreStorage::new(&g0).unwrap();
     let chan = channel::port_channel(&proxy, sem_id, dst_id, src_id, &local);
-    PortSetup { g0, g1, src, dst, sem1, proxy, chan, _local: local }
+    PortSetup { g0, g1, src, dst, sem1, host1, proxy, chan, _local: local }
 }
 
 /// `count` put_with_signal of `chunk` bytes each at consecutive offsets GPU 0 -> GPU 1; the
 /// receiver waits for every signal, then reads what the puts delivered.
-fn port_puts(gpus: &[Arc<Gpu>], count: usize, chunk: usize, small_copy_max: u32) {
+fn port_puts(gpus: &[Arc<Gpu>], count: usize, chunk: usize, small_copy_max: u32, host: bool) {
     let data = testing::random_bytes(count * chunk);
-    let s = port_setup_with(gpus, &data, count * chunk, small_copy_max);
+    let s = port_setup_with(gpus, &data, count * chunk, small_copy_max, host);
     let out = DeviceBuffer::filled(&s.g1, count * chunk, POISON).unwrap();
     // Receiver first: it waits for the signals, then reads.
     launch(
@@ -157,7 +184,7 @@ fn port_puts(gpus: &[Arc<Gpu>], count: usize, chunk: usize, small_copy_max: u32)
         "port_wait_copy",
         LaunchConfig::new(1, 256),
         Args::new()
-            .arg(s.sem1.host_to_device())
+            .arg(s.receiver())
             .arg(count as u32)
             .arg(s.dst.addr())
             .arg(out.addr())
@@ -171,9 +198,11 @@ fn port_puts(gpus: &[Arc<Gpu>], count: usize, chunk: usize, small_copy_max: u32)
     );
     sync(&s.g0, "port_put_signal");
     sync(&s.g1, "port_wait_copy");
-    let what = format!("{count} x {chunk} B (small-copy max {small_copy_max}) seen by the receiver after its waits");
+    let what = format!(
+        "{count} x {chunk} B (small-copy max {small_copy_max}, host counter {host}) seen by the receiver after its waits"
+    );
     assert_same(&what, &out.to_vec::<u8>().unwrap(), &data);
-    assert_eq!(s.sem1.read().unwrap(), (count as u64, count as u64));
+    assert_eq!(s.counts(), (count as u64, count as u64));
     s.proxy.stop().unwrap();
 }
 
@@ -183,10 +212,13 @@ fn port_put_with_signal_gpu0_to_gpu1() {
     let max = mscclpp_host::proxy::DEFAULT_SMALL_COPY_MAX as usize;
     // Copy engine; the copy kernel's byte path (offsets not multiples of 16), its 16-byte path,
     // its largest size, the first size past it; then small puts forced onto the copy engine.
+    // Each with the receiver's counter in its GPU memory and in pinned host memory.
     for (count, chunk, small) in
         [(4, 256 << 10, max), (64, 1000, max), (64, 4096, max), (4, max, max), (4, max + 16, max), (64, 4096, 0)]
     {
-        port_puts(&gpus, count, chunk, small as u32);
+        for host in [false, true] {
+            port_puts(&gpus, count, chunk, small as u32, host);
+        }
     }
 }
 

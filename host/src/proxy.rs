@@ -4,8 +4,13 @@
 //!   access or CUDA IPC mappings the copy engine moves them over NVLink). Copies of at most
 //!   [`ProxyBuilder::small_copy_max`] bytes instead run as a one-block copy kernel, which also
 //!   stores the request's Flag: one submission for a small put and its signal.
-//! * **Flag**: write the next value of a registered semaphore counter on the peer
-//!   (`cuStreamWriteValue64`), after the copies before it.
+//! * **Flag**: write the next value of a registered semaphore counter, after the copies before
+//!   it. A counter in the peer's GPU memory ([`ProxyBuilder::add_semaphore`]) is written by the
+//!   stream (`cuStreamWriteValue64`). A counter in host memory the peer's GPU reads
+//!   ([`ProxyBuilder::add_host_semaphore`]) is written by the proxy thread itself: at once when
+//!   no copy is in flight, else once the stream has passed a completion mark placed after the
+//!   copies (a stream write into this proxy's pinned memory that the thread polls). That saves
+//!   the driver submission of a signal, the larger part of a small put's latency.
 //! * **Sync**: wait for the stream (every earlier request complete), then publish the position.
 //! * **Atomic add** (type 0): add a u64 at an offset of a registered memory (a one-thread kernel).
 //!
@@ -18,7 +23,8 @@
 //! then run out of their spin budget and trap; nothing hangs. Dropping the service stops and joins
 //! the thread.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -29,6 +35,7 @@ use crate::error::{DriverContext, Error, Result, check};
 use crate::fifo::{DEFAULT_FIFO_SIZE, Fifo};
 use crate::gpu::Gpu;
 use crate::launch::{Args, LaunchConfig, launch_on};
+use crate::memory::PinnedBuffer;
 
 const KERNELS_PTX: &str = include_str!("proxy_kernels.ptx");
 
@@ -58,13 +65,78 @@ pub struct MemoryId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SemaphoreId(pub u32);
 
+/// A 64-bit semaphore counter in host memory that a GPU reads (device-mapped pinned memory), as
+/// the proxy thread writes it. Holds what keeps the memory alive.
+#[derive(Clone)]
+pub struct HostCounter {
+    word: *const AtomicU64,
+    _owner: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+// SAFETY: the word is plain host memory kept alive by `_owner` (Send + Sync); it is accessed
+// only through atomics.
+unsafe impl Send for HostCounter {}
+// SAFETY: as above.
+unsafe impl Sync for HostCounter {}
+
+impl std::fmt::Debug for HostCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostCounter({:p})", self.word)
+    }
+}
+
+impl HostCounter {
+    /// The u64 at byte `offset` of `buf` (8-aligned, inside the buffer).
+    pub fn pinned(buf: Arc<PinnedBuffer>, offset: usize) -> Result<Self> {
+        if offset % 8 != 0 || offset + 8 > buf.len() {
+            return Err(Error::InvalidArgument(format!(
+                "host counter at offset {offset} of a {}-byte pinned buffer",
+                buf.len()
+            )));
+        }
+        // SAFETY: inside the buffer (checked), which `_owner` keeps alive.
+        let word = unsafe { buf.host_ptr().add(offset) }.cast::<AtomicU64>().cast_const();
+        Ok(Self { word, _owner: buf })
+    }
+
+    /// A word of host memory owned by `owner`.
+    ///
+    /// # Safety
+    /// `word` must be 8-aligned, valid for reads and writes as long as `owner` lives, and the
+    /// counter of one semaphore (written only by the proxy it is registered with).
+    pub unsafe fn from_raw(word: *mut u64, owner: Arc<dyn std::any::Any + Send + Sync>) -> Self {
+        Self { word: word.cast::<AtomicU64>().cast_const(), _owner: owner }
+    }
+
+    /// The current value.
+    pub fn load(&self) -> u64 {
+        // SAFETY: valid while `_owner` lives (constructors' contracts).
+        unsafe { (*self.word).load(Ordering::Acquire) }
+    }
+
+    fn store(&self, value: u64) {
+        // Partner: the GPU's acquire load in Host2DeviceSemaphore::wait/poll.
+        // SAFETY: as for `load`.
+        unsafe { (*self.word).store(value, Ordering::Release) }
+    }
+}
+
+/// Where a Flag request writes.
+#[derive(Clone, Debug)]
+enum Target {
+    /// A device address, written by the stream.
+    Device(u64),
+    /// A host word, written by the proxy thread.
+    Host(HostCounter),
+}
+
 /// Collects what a proxy serves, then starts it.
 pub struct ProxyBuilder {
     gpu: Arc<Gpu>,
     fifo_size: u32,
     small_copy_max: u32,
     memories: Vec<MemoryRegion>,
-    semaphores: Vec<u64>,
+    semaphores: Vec<Target>,
 }
 
 impl ProxyBuilder {
@@ -108,13 +180,24 @@ impl ProxyBuilder {
     /// Registers the address of a peer's host-to-device semaphore counter (the `inbound` of a
     /// `Host2DeviceSemaphore` on the peer, mapped here). A Flag request increments it.
     pub fn add_semaphore(&mut self, remote_inbound: u64) -> Result<SemaphoreId> {
-        if self.semaphores.len() as u32 > MAX_SEMAPHORE_ID {
-            return Err(Error::InvalidArgument(format!("a proxy serves at most {} semaphores", MAX_SEMAPHORE_ID + 1)));
-        }
         if remote_inbound == 0 || remote_inbound % 8 != 0 {
             return Err(Error::InvalidArgument(format!("bad semaphore address {remote_inbound:#x}")));
         }
-        self.semaphores.push(remote_inbound);
+        self.push_semaphore(Target::Device(remote_inbound))
+    }
+
+    /// Registers a semaphore counter in host memory that the peer's GPU polls (the `inbound` of
+    /// its `Host2DeviceSemaphore` points at the same word's device mapping). The proxy thread
+    /// writes it directly once the copies before the Flag have completed.
+    pub fn add_host_semaphore(&mut self, counter: HostCounter) -> Result<SemaphoreId> {
+        self.push_semaphore(Target::Host(counter))
+    }
+
+    fn push_semaphore(&mut self, target: Target) -> Result<SemaphoreId> {
+        if self.semaphores.len() as u32 > MAX_SEMAPHORE_ID {
+            return Err(Error::InvalidArgument(format!("a proxy serves at most {} semaphores", MAX_SEMAPHORE_ID + 1)));
+        }
+        self.semaphores.push(target);
         Ok(SemaphoreId(self.semaphores.len() as u32 - 1))
     }
 
@@ -136,7 +219,11 @@ impl ProxyBuilder {
             copy_signal,
             small_copy_max: self.small_copy_max,
             memories: self.memories,
-            semaphores: self.semaphores.into_iter().map(|a| (a, 0)).collect(),
+            semaphores: self.semaphores.into_iter().map(|t| (t, 0)).collect(),
+            marks: PinnedBuffer::zeroed(&self.gpu, 8)?,
+            marks_issued: 0,
+            unmarked_work: false,
+            pending: VecDeque::new(),
         };
         let (s, e) = (stop.clone(), error.clone());
         let thread = std::thread::Builder::new()
@@ -223,8 +310,16 @@ struct Worker {
     copy_signal: cudarc::driver::CudaFunction,
     small_copy_max: u32,
     memories: Vec<MemoryRegion>,
-    /// (remote inbound address, signals sent so far).
-    semaphores: Vec<(u64, u64)>,
+    /// (where the counter is, signals sent so far).
+    semaphores: Vec<(Target, u64)>,
+    /// Completion marks: the stream writes mark n here once the work before it has completed.
+    marks: PinnedBuffer,
+    /// Marks submitted so far.
+    marks_issued: u64,
+    /// Whether work was submitted since the last mark.
+    unmarked_work: bool,
+    /// Host-counter writes waiting for a mark: (mark, semaphore index, value), in request order.
+    pending: VecDeque<(u64, usize, u64)>,
 }
 
 // SAFETY: the worker's CUDA handles are used only by the proxy thread after the move.
@@ -245,6 +340,9 @@ impl Worker {
     fn serve(&mut self, stop: &AtomicBool, error: &Mutex<Option<Error>>) {
         let mut idle: u32 = 0;
         loop {
+            if !self.pending.is_empty() {
+                self.retire(self.marks_done());
+            }
             match self.fifo.peek() {
                 Some(t) => {
                     idle = 0;
@@ -258,7 +356,22 @@ impl Worker {
                 }
                 None => {
                     if stop.load(Ordering::Acquire) {
+                        // Signals still waiting for their copies are delivered, not dropped.
+                        if !self.pending.is_empty() {
+                            match self.stream.synchronize() {
+                                Ok(()) => self.retire(u64::MAX),
+                                Err(e) => {
+                                    *error.lock().unwrap_or_else(|p| p.into_inner()) =
+                                        Some(Error::Proxy(format!("draining the proxy stream at stop: {e}")))
+                                }
+                            }
+                        }
                         return;
+                    }
+                    if !self.pending.is_empty() {
+                        // A signal is waiting for its copy: keep polling the marks.
+                        idle = 0;
+                        continue;
                     }
                     // Spin briefly (lowest latency), then yield the core.
                     idle = idle.saturating_add(1);
@@ -269,6 +382,27 @@ impl Worker {
                     }
                 }
             }
+        }
+    }
+
+    /// The last completion mark the stream has passed.
+    fn marks_done(&self) -> u64 {
+        // SAFETY: 8 bytes of pinned memory owned by this worker, 8-aligned.
+        let w = unsafe { AtomicU64::from_ptr(self.marks.host_ptr().cast()) };
+        // Partner: the stream's write of the mark, after the copies (with a memory barrier).
+        w.load(Ordering::Acquire)
+    }
+
+    /// Writes the pending host counters whose mark is at most `done`, in order.
+    fn retire(&mut self, done: u64) {
+        while let Some(&(mark, sem, value)) = self.pending.front() {
+            if mark > done {
+                break;
+            }
+            if let Target::Host(c) = &self.semaphores[sem].0 {
+                c.store(value);
+            }
+            self.pending.pop_front();
         }
     }
 
@@ -300,20 +434,25 @@ impl Worker {
                     None
                 };
                 let flag = if k & kind::FLAG != 0 {
-                    let sem = self
+                    let (target, sent) = self
                         .semaphores
                         .get_mut(semaphore as usize)
                         .ok_or_else(|| Error::InvalidArgument(format!("semaphore id {semaphore} is not registered")))?;
-                    sem.1 += 1;
-                    Some(*sem)
+                    *sent += 1;
+                    Some((target.clone(), *sent))
                 } else {
                     None
+                };
+                // The copy kernel stores a device counter itself; a host counter is written here.
+                let device_flag = match &flag {
+                    Some((Target::Device(addr), value)) => Some((*addr, *value)),
+                    _ => None,
                 };
                 match copy {
                     Some((dst, src)) if size <= self.small_copy_max => {
                         // One block: the copy, a barrier, a system-scope fence, then the flag.
                         let threads = (size.div_ceil(16).next_multiple_of(32)).clamp(32, 1024);
-                        let (addr, value) = flag.unwrap_or((0, 0));
+                        let (addr, value) = device_flag.unwrap_or((0, 0));
                         let mut args = Args::new().arg(dst).arg(src).arg(size as u64).arg(addr).arg(value);
                         // SAFETY: the kernel takes (dst, src, bytes, flag address or 0, value); the
                         // ranges lie inside registered memories and the flag is a registered counter.
@@ -327,14 +466,16 @@ impl Worker {
                             )
                         }
                         .map_err(|e| Error::Proxy(format!("copying {size} bytes with the copy kernel: {e}")))?;
+                        self.unmarked_work = true;
                     }
                     _ => {
                         if let Some((dst, src)) = copy {
                             // SAFETY: both ranges lie inside registered memories valid in this context.
                             unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, size as usize, s) }
                                 .ctx(|| format!("copying {size} bytes"))?;
+                            self.unmarked_work = true;
                         }
-                        if let Some((addr, value)) = flag {
+                        if let Some((addr, value)) = device_flag {
                             // Stream-ordered after the copies above; the default flags include a
                             // memory barrier, so the peer sees the data before the counter (partner:
                             // the peer's acquire load in Host2DeviceSemaphore::wait).
@@ -344,8 +485,25 @@ impl Worker {
                         }
                     }
                 }
+                if let Some((Target::Host(c), value)) = flag {
+                    if self.unmarked_work {
+                        // Mark the stream after the work so far; the write waits for the mark.
+                        self.marks_issued += 1;
+                        // SAFETY: the marks word is this worker's device-mapped pinned memory.
+                        let r =
+                            unsafe { sys::cuStreamWriteValue64_v2(s, self.marks.device_addr(), self.marks_issued, 0) };
+                        check(r, || "placing a completion mark".into())?;
+                        self.unmarked_work = false;
+                    }
+                    if self.pending.is_empty() && self.marks_done() >= self.marks_issued {
+                        c.store(value);
+                    } else {
+                        self.pending.push_back((self.marks_issued, semaphore as usize, value));
+                    }
+                }
                 if k & kind::SYNC != 0 {
                     self.stream.synchronize().ctx(|| "draining the proxy stream".into())?;
+                    self.retire(u64::MAX);
                 }
             }
             Request::AtomicAdd { value, dst_offset, dst_memory } => {
@@ -356,6 +514,7 @@ impl Worker {
                 let mut args = Args::new().arg(dst).arg(value);
                 // SAFETY: the kernel takes (u64 address, u64 value); the address is a registered u64.
                 unsafe { launch_on(&self.gpu, &self.stream, &self.atomic_add, LaunchConfig::new(1, 1), &mut args) }?;
+                self.unmarked_work = true;
             }
         }
         Ok(())
