@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (copied to .gpu/run.sh by scripts/gpu-build.sh): the single-GPU and
-# two-GPU unit tests, the multi-rank pattern tests under mpirun and under the built-in launcher,
-# the report and the benches; prints a short table last. Logs go to $OUT (the device tool's
-# output folder) when set.
+# two-GPU unit tests, the multi-rank pattern tests and the examples under mpirun and under the
+# built-in launcher, the report and the benches; prints a short table last. Logs go to $OUT (the
+# device tool's output folder) when set.
 #   bash .gpu/run.sh                  everything
 #   bash .gpu/run.sh unit mp          only those groups (unit, mp, example, report, bench)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
@@ -54,8 +54,14 @@ for t in "$here"/bin/mp_*; do
     done
   fi
 done
+# The examples are multi-rank programs: each runs under mpirun and under its built-in launcher.
 for e in "$here"/bin/example_*; do
-  [ -e "$e" ] || continue; n=$(basename "$e"); selected example "$n" && run "$n" "$e"
+  [ -e "$e" ] || continue; n=$(basename "$e")
+  if selected example "$n"; then
+    run "$n-mpirun2" mpirun --allow-run-as-root -np 2 -x MSCCLPP_RS_REQUIRE_GPU \
+      -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$e"
+    run "$n-launcher2" "$e" --ranks 2
+  fi
 done
 selected report report && run report "$here/bin/report"
 for b in "$here"/bin/bench_*; do

@@ -68,6 +68,7 @@ const PHASES: &[Phase] = &[
     Phase { name: "multi_source_combine", needs_gpus: 1, run: multi_source_combine },
     Phase { name: "push_combine", needs_gpus: 1, run: push_combine },
     Phase { name: "port_all_to_all", needs_gpus: 1, run: port_all_to_all },
+    Phase { name: "memory_channels", needs_gpus: 1, run: memory_channels },
     Phase { name: "allgather", needs_gpus: 1, run: allgather },
     Phase { name: "allreduce_small", needs_gpus: 1, run: allreduce_small },
     Phase { name: "allreduce_large", needs_gpus: 1, run: allreduce_large },
@@ -544,6 +545,59 @@ fn port_all_to_all(c: &Ctx) -> PhaseResult {
     ports.stop().map_err(e2s)?;
     if bad != 0 {
         return Err(format!("{bad} words wrong after {iters} all-to-all iterations"));
+    }
+    Ok(())
+}
+
+/// `Communicator::memory_channels` between every pair of ranks, one pair at a time (the others
+/// wait at a barrier): first a put + signal / wait ping-pong whose data each side checks after,
+/// then, on the same channels, an LL16 packet ping-pong that checks every message on the device.
+fn memory_channels(c: &Ctx) -> PhaseResult {
+    use mscclpp_device::packet::{LL16Packet, packet_bytes};
+    let cm = comm(c)?;
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let bytes = (8 << 10) + 8 * rng_for(c.seed, 0, 0, 17).random_range(0..128usize);
+    // [0, bytes): what this rank sends; [bytes, 2 bytes): what the peer sent.
+    let buf = DeviceBuffer::exportable_filled(&g, 2 * bytes, POISON).map_err(e2s)?;
+    buf.write(0, &ints::<u8>(c.seed, me, 17, bytes)).map_err(e2s)?;
+    let chans = cm.memory_channels(&buf, packet_bytes::<LL16Packet>(bytes as u64) as usize).map_err(e2s)?;
+    if chans.get(me).is_some() || chans.table().len() != n {
+        return Err(format!("{n} ranks: a channel toward this rank, or a table of {}", chans.table().len()));
+    }
+    let pairs: Vec<(usize, usize)> = (0..n).flat_map(|a| (a + 1..n).map(move |b| (a, b))).collect();
+    let cfg = LaunchConfig::new(1, 256);
+    barrier(c)?;
+    for &(a, b) in &pairs {
+        if me == a || me == b {
+            let peer = a + b - me;
+            let chan = chans.get(peer).ok_or(format!("no channel toward rank {peer}"))?;
+            let args = Args::new().arg(chan).arg(bytes as u64).arg(3u32).arg(u32::from(me == a));
+            run(&g, "put_signal_pingpong", cfg, args)?;
+            let mut got = vec![0u8; bytes];
+            buf.read(bytes, &mut got).map_err(e2s)?;
+            same(&format!("put from rank {peer}"), &got, &ints::<u8>(c.seed, peer, 17, bytes))?;
+        }
+        barrier(c)?;
+    }
+    let rounds = 20u32;
+    for &(a, b) in &pairs {
+        if me == a || me == b {
+            let peer = a + b - me;
+            let chan = chans.get(peer).ok_or(format!("no channel toward rank {peer}"))?;
+            let report = DeviceBuffer::filled(&g, 16, 0).map_err(e2s)?;
+            let first = u32::from(me == a);
+            let args =
+                Args::new().arg(chan).arg(rounds).arg(first).arg(bytes as u64).arg(c.seed as u32).arg(report.addr());
+            run(&g, "packet_pingpong_ll16", cfg, args)?;
+            let checked = if first == 1 { rounds } else { rounds / 2 } as u64 * (bytes / 4) as u64;
+            let got = report.to_vec::<u64>().map_err(e2s)?;
+            if got != [0, checked] {
+                return Err(format!(
+                    "packets with rank {peer}: [mismatching words, words checked] = {got:?}, expected [0, {checked}]"
+                ));
+            }
+        }
+        barrier(c)?;
     }
     Ok(())
 }

@@ -1,5 +1,5 @@
-//! A rank's view of the other ranks' GPU memory, and the cross-process builders of semaphores
-//! and port channels.
+//! A rank's view of the other ranks' GPU memory, and the cross-process builders of semaphores,
+//! memory channels, port channels and switch channels.
 //!
 //! ```text
 //!  every rank                       exchange (bootstrap all-gather of IPC handles)
@@ -9,7 +9,17 @@
 //!
 //! Semaphores: every rank allocates one counter slot per peer (inbound, expected, outbound) and
 //! exchanges the slots' buffer; rank r's handle toward p reads its own slot p and writes rank p's
-//! slot r. Port channels: every rank runs one proxy that copies from its source buffer into the
+//! slot r. Memory channels: every rank exchanges its data buffer and a zeroed packet buffer with
+//! one region per peer; rank r's channel toward p writes p's buffer directly and writes packets
+//! into region r of p's packet buffer, and reads the packets p sent it from its own region p:
+//!
+//! ```text
+//!  rank r's packet buffer:  [ from rank 0 | from rank 1 | ... | from rank N-1 ]   (packet_bytes each)
+//!  r's channel toward p:    dst = p's buffer, src = r's buffer,
+//!                           packets = r.pkts + p * packet_bytes, remote_packets = p.pkts + r * packet_bytes
+//! ```
+//!
+//! Port channels: every rank runs one proxy that copies from its source buffer into the
 //! peers' imported destination buffers and signals the peers' imported host-to-device counters.
 //!
 //! Drop order is part of the types: a proxy stops before the mappings it copies through are
@@ -18,7 +28,9 @@
 use std::sync::Arc;
 
 use mscclpp_device::channel::emulated_switch::EmulatedSwitchChannel;
+use mscclpp_device::channel::memory::MemoryChannel;
 use mscclpp_device::channel::port::PortChannel;
+use mscclpp_device::packet::LL16Packet;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::semaphore::{Host2DeviceSemaphore, MemoryDevice2DeviceSemaphore};
 
@@ -149,6 +161,81 @@ impl PortChannels {
     }
 }
 
+/// Memory channels from this rank to every other rank over one exchanged buffer
+/// ([`Communicator::memory_channels`]).
+pub struct MemoryChannels {
+    channels: Vec<Option<MemoryChannel>>,
+    packet_bytes: usize,
+    // Field order is drop order: the mappings of the peers' memory close before this rank's
+    // packet buffer and semaphore counters (which the peers may have mapped) are freed.
+    _remote_packets: PeerBuffers,
+    _buffers: PeerBuffers,
+    _semaphores: MemorySemaphores,
+    _packets: DeviceBuffer,
+}
+
+impl std::fmt::Debug for MemoryChannels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryChannels")
+            .field("channels", &self.channels)
+            .field("packet_bytes", &self.packet_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryChannels {
+    /// The channel toward rank `peer` (`None` for this rank, or a rank that does not exist).
+    pub fn get(&self, peer: usize) -> Option<MemoryChannel> {
+        self.channels.get(peer).copied().flatten()
+    }
+    /// A table in rank order for device code: this rank's own entry is zeroed.
+    pub fn table(&self) -> Vec<MemoryChannel> {
+        self.channels.iter().map(|h| h.unwrap_or(bytemuck::Zeroable::zeroed())).collect()
+    }
+    /// Bytes of packet buffer each channel has (its `packet_bytes`).
+    pub fn packet_bytes(&self) -> usize {
+        self.packet_bytes
+    }
+}
+
+/// Checks the packet region size of [`Communicator::memory_channels`] and returns the size of a
+/// rank's whole packet buffer (one region per rank).
+fn packet_buffer_bytes(packet_bytes: usize, world_size: usize) -> Result<usize> {
+    let packet = std::mem::size_of::<LL16Packet>();
+    if packet_bytes == 0 || !packet_bytes.is_multiple_of(packet) {
+        return Err(Error::InvalidArgument(format!(
+            "memory channels: packet_bytes must be a positive multiple of {packet} (the LL16 packet size), got \
+             {packet_bytes}"
+        )));
+    }
+    packet_bytes.checked_mul(world_size).ok_or_else(|| {
+        Error::InvalidArgument(format!("memory channels: {world_size} regions of {packet_bytes} packet bytes overflow"))
+    })
+}
+
+/// Rank `me`'s channel toward rank `peer`, from addresses valid on `me`'s GPU: `dst` is the
+/// peer's buffer, `src` this rank's (address, bytes); `(packets, peer_packets)` are the starts of
+/// this rank's packet buffer and of the peer's (each with one `packet_bytes` region per rank).
+fn channel_toward(
+    (me, peer): (usize, usize),
+    semaphore: MemoryDevice2DeviceSemaphore,
+    dst: (u64, u64),
+    src: (u64, u64),
+    (packets, peer_packets): (u64, u64),
+    packet_bytes: u64,
+) -> MemoryChannel {
+    crate::channel::memory_channel(
+        semaphore,
+        dst,
+        src,
+        // The peer writes its packets for this rank into region `peer` here ...
+        packets + peer as u64 * packet_bytes,
+        // ... and this rank writes its packets for the peer into region `me` there.
+        peer_packets + me as u64 * packet_bytes,
+        packet_bytes,
+    )
+}
+
 /// Emulated switch channels over one buffer: one handle per block (each with its own
 /// semaphores), and what keeps their tables and mappings alive.
 pub struct EmulatedSwitchChannels {
@@ -260,6 +347,61 @@ impl Communicator {
         Ok(MemorySemaphores { handles, remote, storage })
     }
 
+    /// Memory channels toward every other rank over `buf` (exportable:
+    /// [`DeviceBuffer::alloc_exportable`] or [`DeviceBuffer::exportable_filled`], on this rank's
+    /// GPU). Every rank calls it at the same point, each with its own buffer (the sizes may
+    /// differ: each channel's `dst_bytes` is its peer's size).
+    ///
+    /// The channel toward peer `p` puts into and gets from `p`'s buffer (`dst`, mapped here) and
+    /// this rank's `buf` (`src`); it signals and waits with a memory semaphore of its own; and it
+    /// has `packet_bytes` of LL packet buffer each way (a positive multiple of 16 bytes, the
+    /// LL16 packet size): this rank allocates a zeroed packet buffer of `world_size *
+    /// packet_bytes` whose region `p` is where `p` writes its packets for this rank (see the
+    /// module documentation). Keep `buf` alive as long as kernels use the handles.
+    pub fn memory_channels(&self, buf: &DeviceBuffer, packet_bytes: usize) -> Result<MemoryChannels> {
+        let n = self.world_size();
+        let me = self.rank();
+        let total = packet_buffer_bytes(packet_bytes, n)?;
+        if !buf.is_exportable() {
+            return Err(Error::InvalidArgument(
+                "memory channels: the buffer must come from DeviceBuffer::alloc_exportable (or exportable_*)".into(),
+            ));
+        }
+        let buffers = self.exchange(buf)?;
+        let packets = DeviceBuffer::exportable_filled(&self.gpu, total, 0)?;
+        let remote_packets = self.exchange(&packets)?;
+        if let Some(p) = (0..n).find(|&p| remote_packets.len(p) != total as u64) {
+            return Err(Error::InvalidArgument(format!(
+                "memory channels: rank {p} has {} bytes of packet buffer, this rank {total} (ranks passed \
+                 different packet_bytes)",
+                remote_packets.len(p)
+            )));
+        }
+        let semaphores = self.memory_semaphores()?;
+        let channels = (0..n)
+            .map(|p| {
+                semaphores.get(p).map(|sem| {
+                    channel_toward(
+                        (me, p),
+                        sem,
+                        (buffers.addr(p), buffers.len(p)),
+                        (buf.addr(), buf.len() as u64),
+                        (packets.addr(), remote_packets.addr(p)),
+                        packet_bytes as u64,
+                    )
+                })
+            })
+            .collect();
+        Ok(MemoryChannels {
+            channels,
+            packet_bytes,
+            _remote_packets: remote_packets,
+            _buffers: buffers,
+            _semaphores: semaphores,
+            _packets: packets,
+        })
+    }
+
     /// Emulated switch channels over `buf` (exportable, the same size on every rank): every
     /// rank's copy mapped here, and `blocks` independent barriers, one per block.
     pub fn emulated_switch_channels(&self, buf: &DeviceBuffer, blocks: usize) -> Result<EmulatedSwitchChannels> {
@@ -342,5 +484,56 @@ impl Communicator {
             })
             .collect();
         Ok(PortChannels { channels, proxy, _dst: dsts, _sems: sems, _storage: storage })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packet_regions_must_hold_whole_ll16_packets() {
+        assert_eq!(packet_buffer_bytes(16, 4).unwrap(), 64);
+        assert_eq!(packet_buffer_bytes(256 << 10, 8).unwrap(), 2 << 20);
+        for bad in [0, 8, 24, 100] {
+            let e = packet_buffer_bytes(bad, 2).unwrap_err().to_string();
+            assert!(e.contains("multiple of 16") && e.contains(&bad.to_string()), "{bad}: {e}");
+        }
+        assert!(packet_buffer_bytes(usize::MAX / 16 * 16, 2).unwrap_err().to_string().contains("overflow"));
+    }
+
+    /// With made-up addresses for N ranks: where rank r's channel toward p writes packets is
+    /// where p's channel toward r reads them, every (writer, reader) pair has its own region, and
+    /// every region lies inside its rank's packet buffer.
+    #[test]
+    fn each_pair_of_ranks_shares_one_packet_region() {
+        let (n, pb) = (5usize, 4096u64);
+        let buf = |r: usize| 0x10_0000_0000 + r as u64 * 0x1_0000_0000;
+        let pkts = |r: usize| 0x90_0000_0000 + r as u64 * 0x1_0000_0000;
+        let sem = bytemuck::Zeroable::zeroed();
+        let chan = |me: usize, p: usize| {
+            channel_toward(
+                (me, p),
+                sem,
+                (buf(p), 1000 + p as u64),
+                (buf(me), 1000 + me as u64),
+                (pkts(me), pkts(p)),
+                pb,
+            )
+        };
+        let mut regions = std::collections::HashSet::new();
+        for r in 0..n {
+            for p in (0..n).filter(|&p| p != r) {
+                let c = chan(r, p);
+                assert_eq!((c.dst.addr(), c.dst_bytes), (buf(p), 1000 + p as u64));
+                assert_eq!((c.src.addr(), c.src_bytes), (buf(r), 1000 + r as u64));
+                assert_eq!(c.packet_bytes, pb);
+                assert_eq!(c.remote_packets.addr(), chan(p, r).packets.addr(), "rank {r} -> {p}");
+                let start = c.remote_packets.addr();
+                assert!(start >= pkts(p) && start + pb <= pkts(p) + n as u64 * pb);
+                assert!(regions.insert(start), "region of {r} -> {p} used twice");
+            }
+        }
+        assert_eq!(regions.len(), n * (n - 1));
     }
 }

@@ -14,6 +14,8 @@
 //!   all-gather / barrier / send / recv between ranks, and the launcher itself.
 //! * [`fifo`], [`proxy`], [`semaphore`], [`channel`]: the trigger FIFO, the proxy thread that
 //!   executes port-channel requests, semaphore storage and channel builders.
+//! * [`ipc`], [`comm`]: GPU memory shared between processes, and the [`comm::Communicator`] that
+//!   builds semaphores and memory, port and switch channels between ranks.
 //!
 //! Every fallible call returns the one [`Error`] type.
 

@@ -1,14 +1,18 @@
-//! The device side of the allreduce example: allgather and allreduce (f32 sum) between two GPUs
-//! over a [`MemoryChannel`].
+//! The device side of the allreduce example: allgather and allreduce (f32 sum) among `n_ranks`
+//! ranks, one GPU each, over a table of [`MemoryChannel`]s (entry `p` is this rank's channel
+//! toward rank `p`; this rank's own entry is unused).
 //!
 //! * Small messages travel as LL16 packets: every 8 bytes of data carry the operation's flag, so
-//!   the receiver needs no signal and no fence. Operations alternate between the two halves of
-//!   the packet buffer by flag parity, so back-to-back launches never overwrite packets the peer
-//!   is still reading.
+//!   a receiver needs no signal and no fence. Each channel has a packet region of its own in both
+//!   directions; operations alternate between its two halves by flag parity, so back-to-back
+//!   launches never overwrite packets a peer is still reading.
 //! * Large messages are copied with `put` by every thread of the grid; a grid barrier then lets
-//!   one thread signal the peer, and the peer waits before using the data. The host synchronises
-//!   both GPUs between two large operations (the peer's next `put` must not overwrite a scratch
-//!   area still being read).
+//!   one thread signal every peer and wait for every peer before anyone uses the data. The host
+//!   synchronises its GPU and joins a bootstrap barrier between two operations, so no rank's
+//!   next `put` overwrites a scratch area a peer is still reading.
+//!
+//! Reductions add the ranks' values in rank order (rank 0's + rank 1's + ...), so every rank, and
+//! the host's reference, get the same bits.
 #![no_std]
 #![feature(abi_ptx)]
 
@@ -20,117 +24,203 @@ use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::ptx::sreg;
 use mscclpp_device::sync::DeviceSyncer;
 
-/// How long any wait may spin before the kernel traps with a message.
-const BUDGET: SpinBudget = SpinBudget::from_millis(5_000);
+/// How long any wait may spin before the kernel traps with a message. Generous: ranks that share
+/// a GPU take turns on it, so a peer's part may only run in a later time slice.
+const BUDGET: SpinBudget = SpinBudget::from_millis(10_000);
 
-/// Byte offset of this operation's half of the packet buffer.
+/// This rank's channel toward rank `peer`.
+///
+/// # Safety
+/// `chans` holds at least `peer + 1` channels.
+#[inline(always)]
+unsafe fn channel(chans: GlobalPtr<MemoryChannel>, peer: u32) -> MemoryChannel {
+    // SAFETY: forwarded from the caller.
+    unsafe { chans.add(peer as usize).as_ptr().read() }
+}
+
+/// The ranks other than `rank`, in rank order.
+#[inline(always)]
+fn peers(rank: u32, n_ranks: u32) -> impl Iterator<Item = u32> {
+    (0..n_ranks).filter(move |&p| p != rank)
+}
+
+/// Byte offset, in every channel's packet region, of this operation's half.
+#[inline(always)]
 fn packet_half(chan: &MemoryChannel, flag: u32) -> u64 {
     (flag as u64 & 1) * (chan.packet_bytes / 2)
 }
 
-/// Allgather of small chunks: each rank's buffer holds both chunks of `bytes` (rank r's at byte
-/// `r * bytes`). Sends this rank's chunk as packets with `flag` and unpacks the peer's.
+/// `value(0) + value(1) + ... + value(n_ranks - 1)`, added in that order (element-wise).
+#[inline(always)]
+fn sum_in_rank_order<const L: usize>(n_ranks: u32, mut value: impl FnMut(u32) -> [f32; L]) -> [f32; L] {
+    let mut acc = value(0);
+    for q in 1..n_ranks {
+        let v = value(q);
+        for (a, b) in acc.iter_mut().zip(v) {
+            *a += b;
+        }
+    }
+    acc
+}
+
+/// Allgather of small chunks: every rank's buffer holds every rank's chunk of `bytes` (rank q's at
+/// byte `q * bytes`). Sends this rank's chunk as packets with `flag` to every peer, then unpacks
+/// every peer's chunk into place.
 ///
 /// # Safety
-/// `chan` comes from the host's channel setup; `bytes` is a multiple of 8 and the packets fit in
-/// half of the packet buffer; `flag` is new for this operation and not 0; the peer runs the same
-/// operation with the same `bytes` and `flag`.
+/// `chans` is this rank's channel table (`n_ranks >= 2` entries, from the host's
+/// `memory_channels`); every buffer holds `n_ranks * bytes`; `bytes` is a multiple of 8 and its
+/// packets fit in half of a channel's packet region, whose size is a multiple of 32; `flag` is
+/// new for this operation and not 0; every rank runs the same operation with the same `bytes`
+/// and `flag`.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn allgather_packets(chan: MemoryChannel, rank: u32, bytes: u64, flag: u32) {
+pub unsafe extern "ptx-kernel" fn allgather_packets(
+    chans: GlobalPtr<MemoryChannel>,
+    rank: u32,
+    n_ranks: u32,
+    bytes: u64,
+    flag: u32,
+) {
     let t = Threads::grid();
-    let (mine, theirs) = (rank as u64 * bytes, (1 - rank as u64) * bytes);
-    let pkts = packet_half(&chan, flag);
     // SAFETY: the caller's contract above.
     unsafe {
-        chan.put_packets::<LL16Packet>(pkts, mine, bytes, flag, t);
-        chan.unpack_packets::<LL16Packet>(theirs, pkts, bytes, flag, t, BUDGET);
+        let pkts = packet_half(&channel(chans, (rank + 1) % n_ranks), flag);
+        for p in peers(rank, n_ranks) {
+            channel(chans, p).put_packets::<LL16Packet>(pkts, rank as u64 * bytes, bytes, flag, t);
+        }
+        for p in peers(rank, n_ranks) {
+            channel(chans, p).unpack_packets::<LL16Packet>(p as u64 * bytes, pkts, bytes, flag, t, BUDGET);
+        }
     }
 }
 
 /// Allgather of large chunks (same layout as [`allgather_packets`]): every thread puts its share
-/// of this rank's chunk to the same place in the peer's buffer, then one thread signals and
-/// waits for the peer's signal.
+/// of this rank's chunk to the same place in every peer's buffer; after a grid barrier one thread
+/// signals every peer and waits for every peer's signal.
 ///
 /// # Safety
-/// `chan` and `syncer` (zeroed, used by this grid only) come from the host; the kernel is
-/// launched cooperatively; the peer runs the same operation.
+/// As for [`allgather_packets`] without the packet conditions; `syncer` (zeroed once, used by
+/// this rank's grids only) comes from the host; the kernel is launched cooperatively.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn allgather_put(
-    chan: MemoryChannel,
+    chans: GlobalPtr<MemoryChannel>,
     syncer: GlobalPtr<DeviceSyncer>,
     rank: u32,
+    n_ranks: u32,
     bytes: u64,
 ) {
     let t = Threads::grid();
     let mine = rank as u64 * bytes;
     // SAFETY: the caller's contract above.
     unsafe {
-        chan.put(mine, mine, bytes, t);
-        // Every block's share is written before the one signal below.
+        for p in peers(rank, n_ranks) {
+            channel(chans, p).put(mine, mine, bytes, t);
+        }
+        // Every block's share is written before the signals below.
         syncer.sync(sreg::nctaid_x(), BUDGET);
         if t.index == 0 {
-            // Release: our puts (all blocks, through the barrier). Partner: the peer's wait.
-            chan.signal();
-            // Acquire. Partner: the peer's signal after its puts into our buffer.
-            chan.wait(BUDGET);
+            for p in peers(rank, n_ranks) {
+                // Release: our puts (all blocks, through the barrier). Partner: the peer's wait.
+                channel(chans, p).signal();
+            }
+            for p in peers(rank, n_ranks) {
+                // Acquire. Partner: the peer's signal after its puts into our buffer.
+                channel(chans, p).wait(BUDGET);
+            }
         }
     }
 }
 
-/// Allreduce (sum) of `n` f32 (even) in place, small messages: sends this rank's values as
-/// packets, then adds the peer's packets into them.
+/// Allreduce (sum) of `n` f32 (`n` even) in place, small messages: sends this rank's values as
+/// packets to every peer, then each thread sums its pairs of values over all ranks in rank order
+/// (this rank's from its buffer, the others' from their packets) and stores the sums.
 ///
 /// # Safety
-/// As for [`allgather_packets`], with `4 * n` bytes.
+/// As for [`allgather_packets`], with `4 * n` bytes of data at the start of every buffer.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn allreduce_packets(chan: MemoryChannel, n: u64, flag: u32) {
+pub unsafe extern "ptx-kernel" fn allreduce_packets(
+    chans: GlobalPtr<MemoryChannel>,
+    rank: u32,
+    n_ranks: u32,
+    n: u64,
+    flag: u32,
+) {
     let t = Threads::grid();
-    let pkts = packet_half(&chan, flag);
-    let first = (pkts / size_of::<LL16Packet>() as u64) as usize;
-    let pairs = chan.src.cast::<[f32; 2]>();
     // SAFETY: the caller's contract above.
     unsafe {
-        chan.put_packets::<LL16Packet>(pkts, 0, 4 * n, flag, t);
+        let any = channel(chans, (rank + 1) % n_ranks);
+        let pkts = packet_half(&any, flag);
+        let first = (pkts / size_of::<LL16Packet>() as u64) as usize;
+        let pairs = any.src.cast::<[f32; 2]>();
+        for p in peers(rank, n_ranks) {
+            channel(chans, p).put_packets::<LL16Packet>(pkts, 0, 4 * n, flag, t);
+        }
         // Packet i goes to thread i % count in `put_packets` too, so each thread only rewrites
-        // the values it has already sent.
+        // values it has already sent to every peer.
         let mut i = t.index as usize;
         while i < (n / 2) as usize {
-            let peer = chan.packet::<LL16Packet>(first + i).read(flag, BUDGET);
             let p = pairs.add(i).as_ptr();
-            let [a, b] = p.read();
-            p.write([a + f32::from_bits(peer as u32), b + f32::from_bits((peer >> 32) as u32)]);
+            let own = p.read();
+            let sum = sum_in_rank_order(n_ranks, |q| {
+                if q == rank {
+                    own
+                } else {
+                    let v = channel(chans, q).packet::<LL16Packet>(first + i).read(flag, BUDGET);
+                    [f32::from_bits(v as u32), f32::from_bits((v >> 32) as u32)]
+                }
+            });
+            p.write(sum);
             i += t.count as usize;
         }
     }
 }
 
-/// Allreduce (sum) of `n` f32 in place, large messages. Each rank's buffer holds its `n` values
-/// followed by `n` floats of scratch: this rank's values go into the peer's scratch, and after
-/// the signals every thread adds the scratch into the values.
+/// Allreduce (sum) of `n` f32 in place, large messages. Every rank's buffer holds its `n` values
+/// followed by `n_ranks` slots of `n` floats of scratch: this rank's values go into slot `rank` of
+/// every peer's scratch; after the signals every thread sums its values over all ranks in rank
+/// order (this rank's from its values, the others' from their slots).
 ///
 /// # Safety
-/// As for [`allgather_put`]; the buffer holds `8 * n` bytes.
+/// As for [`allgather_put`]; every buffer holds `4 * n * (n_ranks + 1)` bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn allreduce_put(chan: MemoryChannel, syncer: GlobalPtr<DeviceSyncer>, n: u64) {
+pub unsafe extern "ptx-kernel" fn allreduce_put(
+    chans: GlobalPtr<MemoryChannel>,
+    syncer: GlobalPtr<DeviceSyncer>,
+    rank: u32,
+    n_ranks: u32,
+    n: u64,
+) {
     let t = Threads::grid();
     let blocks = sreg::nctaid_x();
+    let bytes = 4 * n;
     // SAFETY: the caller's contract above.
     unsafe {
-        chan.put(4 * n, 0, 4 * n, t);
+        for p in peers(rank, n_ranks) {
+            channel(chans, p).put(bytes * (1 + rank as u64), 0, bytes, t);
+        }
         syncer.sync(blocks, BUDGET);
         if t.index == 0 {
-            // Release: our puts (all blocks, through the barrier). Partner: the peer's wait.
-            chan.signal();
-            // Acquire. Partner: the peer's signal after its puts into our scratch.
-            chan.wait(BUDGET);
+            for p in peers(rank, n_ranks) {
+                // Release: our puts (all blocks, through the barrier). Partner: the peer's wait.
+                channel(chans, p).signal();
+            }
+            for p in peers(rank, n_ranks) {
+                // Acquire. Partner: the peer's signal after its puts into our scratch.
+                channel(chans, p).wait(BUDGET);
+            }
         }
-        // The peer's values are in the scratch for every thread after this barrier.
+        // Every peer's values are in the scratch for every thread after this barrier (and every
+        // block has finished reading this rank's values for its puts).
         syncer.sync(blocks, BUDGET);
-        let values = chan.src.cast::<f32>().as_ptr();
+        let values = channel(chans, (rank + 1) % n_ranks).src.cast::<f32>().as_ptr();
         let scratch = values.add(n as usize);
         let mut i = t.index as usize;
         while i < n as usize {
-            *values.add(i) += *scratch.add(i);
+            let own = *values.add(i);
+            let [sum] = sum_in_rank_order(n_ranks, |q| {
+                [if q == rank { own } else { *scratch.add(q as usize * n as usize + i) }]
+            });
+            *values.add(i) = sum;
             i += t.count as usize;
         }
     }
