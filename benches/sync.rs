@@ -2,14 +2,15 @@
 //! * semaphore signal/wait ping-pong vs a raw `st.release.sys` / `ld.acquire.sys` flag ping-pong;
 //! * FIFO push -> proxy -> acknowledgement vs a raw GPU -> CPU thread -> GPU round trip;
 //! * FIFO throughput (requests drained per second) with 1 to 132 pushing blocks;
-//! * port channel put_with_signal ping-pong, 8 B to 1 MiB, copy engine vs copy kernel.
+//! * port channel put_with_signal ping-pong, 0 B (signal only) to 1 MiB, with the receiver's
+//!   counter in GPU memory (stream write) and in host memory (written by the proxy thread).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::Criterion;
-use mscclpp_host::proxy::{DEFAULT_SMALL_COPY_MAX, HostCounter, MemoryRegion, ProxyBuilder};
+use mscclpp_host::proxy::{HostCounter, MemoryRegion, ProxyBuilder};
 use mscclpp_host::semaphore::{MemorySemaphorePair, SemaphoreStorage};
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig, PinnedBuffer, channel};
 use mscclpp_rs::{PTX, bench, testing};
@@ -48,9 +49,7 @@ fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
             t
         })
     });
-    for (name, mode) in
-        [("pingpong/semaphore", 0u32), ("pingpong/semaphore_relaxed_fenced", 1), ("pingpong/semaphore_cached", 2)]
-    {
+    for (name, relaxed) in [("pingpong/semaphore", 0u32), ("pingpong/semaphore_relaxed_fenced", 1)] {
         grp.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let r = iters as u32;
@@ -62,7 +61,7 @@ fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
                         .arg(pair.handle_b())
                         .arg(r)
                         .arg(0u32)
-                        .arg(mode)
+                        .arg(relaxed)
                         // No data slots: the pure signal/wait round trip, as the raw-flag baseline.
                         .arg(0u64)
                         .arg(0u64)
@@ -73,7 +72,14 @@ fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
                         g0,
                         "sem_pingpong",
                         LaunchConfig::new(1, 32),
-                        Args::new().arg(pair.handle_a()).arg(r).arg(1u32).arg(mode).arg(0u64).arg(0u64).arg(e0.addr()),
+                        Args::new()
+                            .arg(pair.handle_a())
+                            .arg(r)
+                            .arg(1u32)
+                            .arg(relaxed)
+                            .arg(0u64)
+                            .arg(0u64)
+                            .arg(e0.addr()),
                     );
                 });
                 g1.synchronize().unwrap();
@@ -82,6 +88,28 @@ fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
             })
         });
     }
+    grp.bench_function("pingpong/semaphore_cached", |b| {
+        b.iter_custom(|iters| {
+            let r = iters as u32;
+            launch(
+                g1,
+                "sem_pingpong_cached",
+                LaunchConfig::new(1, 32),
+                Args::new().arg(pair.handle_b()).arg(r).arg(0u32),
+            );
+            let t = bench::time_on_stream(g0, g0.stream(), 1, || {
+                launch(
+                    g0,
+                    "sem_pingpong_cached",
+                    LaunchConfig::new(1, 32),
+                    Args::new().arg(pair.handle_a()).arg(r).arg(1u32),
+                );
+            });
+            g1.synchronize().unwrap();
+            bench::record("pingpong/semaphore_cached", 0, iters, t, Some("pingpong/raw_flag"));
+            t
+        })
+    });
     grp.finish();
     assert_eq!(e0.to_vec::<u32>().unwrap(), [0]);
     assert_eq!(e1.to_vec::<u32>().unwrap(), [0]);
@@ -167,10 +195,9 @@ fn fifo_roundtrip(c: &mut Criterion, g: &Arc<Gpu>) {
     proxy.stop().unwrap();
 }
 
-/// Port channel put_with_signal ping-pong. Variants: every copy on the copy engine (`_ce`) or
-/// small copies as the proxy's copy kernel (default); the receiver's counter in its GPU memory
-/// (written by the proxy's stream) or in pinned host memory (`_host`, written by the proxy
-/// thread). 0 bytes: a signal alone.
+/// Port channel put_with_signal ping-pong with the receiver's counter in its GPU memory (written
+/// by the proxy's stream) and in pinned host memory (`_host`, written by the proxy thread).
+/// 0 bytes: a signal alone.
 fn port_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     let max = 1 << 20;
     let bufs: Vec<(DeviceBuffer, DeviceBuffer)> = [g0, g1]
@@ -183,14 +210,11 @@ fn port_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
         })
         .collect();
     let mut grp = c.benchmark_group("port_pingpong");
-    let small = DEFAULT_SMALL_COPY_MAX;
-    let variants: [(&str, u32, bool, &[u64]); 4] = [
-        ("port_pingpong_ce", 0, false, &[0, 8, 4096, 16384, 65536]),
-        ("port_pingpong", small, false, &[8, 64, 1024, 4096, 16384, 65536, 262_144, 1 << 20]),
-        ("port_pingpong_host_ce", 0, true, &[0, 8, 4096, 65536]),
-        ("port_pingpong_host", small, true, &[8, 4096, 16384, 65536, 1 << 20]),
+    let variants: [(&str, bool, &[u64]); 2] = [
+        ("port_pingpong", false, &[0, 8, 64, 1024, 4096, 65536, 262_144, 1 << 20]),
+        ("port_pingpong_host", true, &[0, 8, 4096, 65536, 1 << 20]),
     ];
-    for (mode, small_copy_max, host, sizes) in variants {
+    for (mode, host, sizes) in variants {
         let sems = [SemaphoreStorage::new(g0).unwrap(), SemaphoreStorage::new(g1).unwrap()];
         let pinned = [Arc::new(PinnedBuffer::zeroed(g0, 8).unwrap()), Arc::new(PinnedBuffer::zeroed(g1, 8).unwrap())];
         // Proxy on each GPU: GPU i's src -> GPU j's dst, signalling GPU j's semaphore.
@@ -198,7 +222,7 @@ fn port_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
         let mut chans = Vec::new();
         for (i, g) in [g0, g1].into_iter().enumerate() {
             let j = 1 - i;
-            let mut b = ProxyBuilder::new(g).small_copy_max(small_copy_max);
+            let mut b = ProxyBuilder::new(g);
             let dst = b.add_memory(MemoryRegion { base: bufs[j].1.addr(), bytes: max as u64 }).unwrap();
             let src = b.add_memory(MemoryRegion { base: bufs[i].0.addr(), bytes: max as u64 }).unwrap();
             let sem = if host {
@@ -216,10 +240,7 @@ fn port_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
         }
         for &bytes in sizes {
             let id = format!("{mode}/{bytes}B");
-            let baseline = match mode {
-                "port_pingpong_ce" => None,
-                _ => [0, 8, 4096, 16384, 65536].contains(&bytes).then(|| format!("port_pingpong_ce/{bytes}B")),
-            };
+            let baseline = host.then(|| format!("port_pingpong/{bytes}B"));
             grp.bench_function(&id, |b| {
                 b.iter_custom(|iters| {
                     let r = iters as u32;

@@ -100,23 +100,16 @@ fn checked_build_differs_only_by_assertions() {
 }
 
 #[test]
-fn proxy_kernels_assemble() {
+fn proxy_atomic_add_kernel_assembles() {
     if !ptxas_available() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("mscclpp-rs-proxy-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("proxy_kernels.ptx");
-    std::fs::write(&path, mscclpp_host::proxy::kernels_ptx()).unwrap();
+    let path = dir.join("proxy_atomic_add.ptx");
+    std::fs::write(&path, mscclpp_host::proxy::atomic_add_ptx()).unwrap();
     let asm = nvptx_builder::assemble(&path, "sm_90").expect("ptxas rejected the proxy kernel");
     let funcs = ptxcheck::sass_functions(&asm.sass);
     let f = funcs.get("mscclpp_proxy_atomic_add").expect("kernel in SASS");
     assert!(f.contains("REDG.E.ADD.64.STRONG.SYS"), "{f}");
-    let f = funcs.get("mscclpp_proxy_copy_signal").expect("kernel in SASS");
-    // 16-byte and byte copies, then barrier, system fence and a strong system store of the flag.
-    let order = ["LDG.E.128", "STG.E.128", "LDG.E.U8", "STG.E.U8", "BAR.SYNC", "MEMBAR.SC.SYS", "STG.E.64.STRONG.SYS"];
-    let mut at = 0;
-    for op in order {
-        at += f[at..].find(op).unwrap_or_else(|| panic!("{op} missing or out of order in:\n{f}"));
-    }
 }

@@ -145,19 +145,19 @@ impl PortSetup {
 }
 
 fn port_setup(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize) -> PortSetup {
-    port_setup_with(gpus, src_data, dst_bytes, mscclpp_host::proxy::DEFAULT_SMALL_COPY_MAX, false)
+    port_setup_with(gpus, src_data, dst_bytes, false)
 }
 
-/// As [`port_setup`], with the proxy's small-copy threshold (0: every copy on the copy engine)
-/// and the receiver's counter in pinned host memory (`host`) or in GPU 1's memory.
-fn port_setup_with(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize, small_copy_max: u32, host: bool) -> PortSetup {
+/// As [`port_setup`], with the receiver's counter in pinned host memory (`host`) or in GPU 1's
+/// memory.
+fn port_setup_with(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize, host: bool) -> PortSetup {
     let (g0, g1) = (gpus[0].clone(), gpus[1].clone());
     g0.enable_peer_access(&g1).unwrap();
     g1.enable_peer_access(&g0).unwrap();
     let src = DeviceBuffer::from_slice(&g0, src_data).unwrap();
     let dst = DeviceBuffer::filled(&g1, dst_bytes, POISON).unwrap();
     let sem1 = SemaphoreStorage::new(&g1).unwrap();
-    let mut b = ProxyBuilder::new(&g0).fifo_size(128).small_copy_max(small_copy_max);
+    let mut b = ProxyBuilder::new(&g0).fifo_size(128);
     let dst_id = b.add_memory(MemoryRegion { base: dst.addr(), bytes: dst.len() as u64 }).unwrap();
     let src_id = b.add_memory(MemoryRegion { base: src.addr(), bytes: src.len() as u64 }).unwrap();
     let host1 = host.then(|| Arc::new(PinnedBuffer::zeroed(&g1, 8).unwrap()));
@@ -174,9 +174,9 @@ fn port_setup_with(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize, small_c
 
 /// `count` put_with_signal of `chunk` bytes each at consecutive offsets GPU 0 -> GPU 1; the
 /// receiver waits for every signal, then reads what the puts delivered.
-fn port_puts(gpus: &[Arc<Gpu>], count: usize, chunk: usize, small_copy_max: u32, host: bool) {
+fn port_puts(gpus: &[Arc<Gpu>], count: usize, chunk: usize, host: bool) {
     let data = testing::random_bytes(count * chunk);
-    let s = port_setup_with(gpus, &data, count * chunk, small_copy_max, host);
+    let s = port_setup_with(gpus, &data, count * chunk, host);
     let out = DeviceBuffer::filled(&s.g1, count * chunk, POISON).unwrap();
     // Receiver first: it waits for the signals, then reads.
     launch(
@@ -198,9 +198,7 @@ fn port_puts(gpus: &[Arc<Gpu>], count: usize, chunk: usize, small_copy_max: u32,
     );
     sync(&s.g0, "port_put_signal");
     sync(&s.g1, "port_wait_copy");
-    let what = format!(
-        "{count} x {chunk} B (small-copy max {small_copy_max}, host counter {host}) seen by the receiver after its waits"
-    );
+    let what = format!("{count} x {chunk} B (host counter: {host}) seen by the receiver after its waits");
     assert_same(&what, &out.to_vec::<u8>().unwrap(), &data);
     assert_eq!(s.counts(), (count as u64, count as u64));
     s.proxy.stop().unwrap();
@@ -209,17 +207,34 @@ fn port_puts(gpus: &[Arc<Gpu>], count: usize, chunk: usize, small_copy_max: u32,
 #[test]
 fn port_put_with_signal_gpu0_to_gpu1() {
     let Some(gpus) = gpus_or_skip("port_put_with_signal_gpu0_to_gpu1", 2) else { return };
-    let max = mscclpp_host::proxy::DEFAULT_SMALL_COPY_MAX as usize;
-    // Copy engine; the copy kernel's byte path (offsets not multiples of 16), its 16-byte path,
-    // its largest size, the first size past it; then small puts forced onto the copy engine.
-    // Each with the receiver's counter in its GPU memory and in pinned host memory.
-    for (count, chunk, small) in
-        [(4, 256 << 10, max), (64, 1000, max), (64, 4096, max), (4, max, max), (4, max + 16, max), (64, 4096, 0)]
-    {
+    // Large and small puts, offsets multiples of 16 or not, the receiver's counter in its GPU
+    // memory (stream write) and in pinned host memory (written by the proxy after a mark).
+    for (count, chunk) in [(4, 256 << 10), (64, 1000), (64, 4096), (200, 8)] {
         for host in [false, true] {
-            port_puts(&gpus, count, chunk, small as u32, host);
+            port_puts(&gpus, count, chunk, host);
         }
     }
+}
+
+#[test]
+fn proxy_stop_delivers_pending_host_signals() {
+    let Some(gpus) = gpus_or_skip("proxy_stop_delivers_pending_host_signals", 2) else { return };
+    let (count, chunk) = (32usize, 64 << 10);
+    let data = testing::random_bytes(count * chunk);
+    let mut s = port_setup_with(&gpus, &data, count * chunk, true);
+    // Nobody waits: the pushes complete, then the proxy is stopped at once. Signals still waiting
+    // for their copies must be delivered at the stop, after the data.
+    launch(
+        &s.g0,
+        "port_put_signal",
+        LaunchConfig::new(1, 32),
+        Args::new().arg(s.chan).arg(chunk as u64).arg(count as u32),
+    );
+    sync(&s.g0, "port_put_signal");
+    s.proxy.stop_serving();
+    s.proxy.check().unwrap();
+    assert_eq!(s.counts().0, count as u64, "signals delivered by the stop");
+    assert_same("data after the stop", &s.dst.to_vec::<u8>().unwrap(), &data);
 }
 
 #[test]

@@ -105,8 +105,6 @@ mod device {
         // L1 does not outlive a launch, so the next launch reads the value back from memory).
         // SAFETY: `expected` is this side's private counter (caller's contract).
         let target = unsafe { expected.as_ptr().read() }.wrapping_add(1);
-        // Written before the spin, so the store completes while this thread waits and a release
-        // right after the wait (the reply of a ping-pong) does not wait for it.
         // SAFETY: as above.
         unsafe { expected.as_ptr().write(target) };
         // SAFETY: forwarded.
@@ -142,12 +140,11 @@ mod device {
             // SAFETY: `outbound` is this side's private counter; `remote_inbound` the peer's
             // counter mapped here, written by this side only (caller's contract).
             unsafe {
-                // `outbound` is private to the one signalling thread: plain accesses. It is
-                // written back after the release store, which then never waits for that write.
+                // `outbound` is private to the one signalling thread: plain accesses.
                 let n = self.outbound.as_ptr().read().wrapping_add(1);
+                self.outbound.as_ptr().write(n);
                 // Partner: the peer's acquire load in `wait`/`poll`.
                 crate::ptx::ld_st::st_release_sys_global_u64(self.remote_inbound.as_ptr(), n);
-                self.outbound.as_ptr().write(n);
             }
         }
 
@@ -161,8 +158,8 @@ mod device {
             unsafe {
                 // `outbound` is private to the one signalling thread: plain accesses.
                 let n = self.outbound.as_ptr().read().wrapping_add(1);
-                crate::ptx::ld_st::st_relaxed_sys_global_u64(self.remote_inbound.as_ptr(), n);
                 self.outbound.as_ptr().write(n);
+                crate::ptx::ld_st::st_relaxed_sys_global_u64(self.remote_inbound.as_ptr(), n);
             }
         }
 

@@ -1,16 +1,15 @@
 //! The host proxy: a thread that pops triggers from a [`Fifo`] and executes them.
 //!
 //! * **Data**: copy `size` bytes between two registered memories (`cuMemcpyDtoDAsync`; with peer
-//!   access or CUDA IPC mappings the copy engine moves them over NVLink). Copies of at most
-//!   [`ProxyBuilder::small_copy_max`] bytes instead run as a one-block copy kernel, which also
-//!   stores the request's Flag: one submission for a small put and its signal.
+//!   access or CUDA IPC mappings the copy engine moves them over NVLink).
 //! * **Flag**: write the next value of a registered semaphore counter, after the copies before
 //!   it. A counter in the peer's GPU memory ([`ProxyBuilder::add_semaphore`]) is written by the
 //!   stream (`cuStreamWriteValue64`). A counter in host memory the peer's GPU reads
 //!   ([`ProxyBuilder::add_host_semaphore`]) is written by the proxy thread itself: at once when
 //!   no copy is in flight, else once the stream has passed a completion mark placed after the
-//!   copies (a stream write into this proxy's pinned memory that the thread polls). That saves
-//!   the driver submission of a signal, the larger part of a small put's latency.
+//!   copies (a stream write into this proxy's pinned memory that the thread polls). A signal
+//!   with no copy in flight then needs no driver call at all (port-channel signal ping-pong
+//!   5.9 us instead of 13.0 us, NOTES.md); after a copy the mark costs what the stream write did.
 //! * **Sync**: wait for the stream (every earlier request complete), then publish the position.
 //! * **Atomic add** (type 0): add a u64 at an offset of a registered memory (a one-thread kernel).
 //!
@@ -37,15 +36,12 @@ use crate::gpu::Gpu;
 use crate::launch::{Args, LaunchConfig, launch_on};
 use crate::memory::PinnedBuffer;
 
-const KERNELS_PTX: &str = include_str!("proxy_kernels.ptx");
+const ATOMIC_ADD_PTX: &str = include_str!("proxy_atomic_add.ptx");
 
-/// The PTX of the proxy's kernels (atomic add, small copy + signal), exposed for the ptxas check.
-pub fn kernels_ptx() -> &'static str {
-    KERNELS_PTX
+/// The PTX of the proxy's atomic-add kernel (exposed for the ptxas check).
+pub fn atomic_add_ptx() -> &'static str {
+    ATOMIC_ADD_PTX
 }
-
-/// Default of [`ProxyBuilder::small_copy_max`].
-pub const DEFAULT_SMALL_COPY_MAX: u32 = 16 << 10;
 
 /// A memory region the proxy may copy from or to: an address valid in this process on the
 /// proxy's GPU (its own memory, a peer's with peer access, or an imported IPC mapping).
@@ -134,7 +130,6 @@ enum Target {
 pub struct ProxyBuilder {
     gpu: Arc<Gpu>,
     fifo_size: u32,
-    small_copy_max: u32,
     memories: Vec<MemoryRegion>,
     semaphores: Vec<Target>,
 }
@@ -142,21 +137,7 @@ pub struct ProxyBuilder {
 impl ProxyBuilder {
     /// A proxy for kernels running on `gpu`.
     pub fn new(gpu: &Arc<Gpu>) -> Self {
-        Self {
-            gpu: gpu.clone(),
-            fifo_size: DEFAULT_FIFO_SIZE,
-            small_copy_max: DEFAULT_SMALL_COPY_MAX,
-            memories: Vec::new(),
-            semaphores: Vec::new(),
-        }
-    }
-
-    /// Data requests of at most `bytes` run as a one-block copy kernel that also stores the
-    /// request's Flag (lower latency for small puts); larger ones use the copy engine. 0 sends
-    /// every copy to the copy engine. Default [`DEFAULT_SMALL_COPY_MAX`].
-    pub fn small_copy_max(mut self, bytes: u32) -> Self {
-        self.small_copy_max = bytes;
-        self
+        Self { gpu: gpu.clone(), fifo_size: DEFAULT_FIFO_SIZE, memories: Vec::new(), semaphores: Vec::new() }
     }
 
     /// The FIFO size (a power of two; default 512).
@@ -206,9 +187,8 @@ impl ProxyBuilder {
         let fifo = Fifo::new(&self.gpu, self.fifo_size)?;
         let handle = fifo.device_handle();
         let stream = self.gpu.new_stream()?;
-        // Load the kernels now, so a bad module is an error here and not in the thread.
-        let atomic_add = self.gpu.function(KERNELS_PTX, "mscclpp_proxy_atomic_add")?;
-        let copy_signal = self.gpu.function(KERNELS_PTX, "mscclpp_proxy_copy_signal")?;
+        // Load the atomic-add kernel now, so a bad module is an error here and not in the thread.
+        let atomic_add = self.gpu.function(ATOMIC_ADD_PTX, "mscclpp_proxy_atomic_add")?;
         let stop = Arc::new(AtomicBool::new(false));
         let error = Arc::new(Mutex::new(None));
         let worker = Worker {
@@ -216,8 +196,6 @@ impl ProxyBuilder {
             fifo,
             stream,
             atomic_add,
-            copy_signal,
-            small_copy_max: self.small_copy_max,
             memories: self.memories,
             semaphores: self.semaphores.into_iter().map(|t| (t, 0)).collect(),
             marks: PinnedBuffer::zeroed(&self.gpu, 8)?,
@@ -307,8 +285,6 @@ struct Worker {
     fifo: Fifo,
     stream: Arc<cudarc::driver::CudaStream>,
     atomic_add: cudarc::driver::CudaFunction,
-    copy_signal: cudarc::driver::CudaFunction,
-    small_copy_max: u32,
     memories: Vec<MemoryRegion>,
     /// (where the counter is, signals sent so far).
     semaphores: Vec<(Target, u64)>,
@@ -425,14 +401,14 @@ impl Worker {
         let s = self.stream.cu_stream();
         match req {
             Request::Transfer { kind: k, size, src_offset, dst_offset, src_memory, dst_memory, semaphore } => {
-                let data = k & kind::DATA != 0 && size > 0;
-                let copy = if data {
+                if k & kind::DATA != 0 && size > 0 {
                     let src = self.memory(src_memory, src_offset, size as u64, "source")?;
                     let dst = self.memory(dst_memory, dst_offset, size as u64, "destination")?;
-                    Some((dst, src))
-                } else {
-                    None
-                };
+                    // SAFETY: both ranges lie inside registered memories valid in this context.
+                    unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, size as usize, s) }
+                        .ctx(|| format!("copying {size} bytes"))?;
+                    self.unmarked_work = true;
+                }
                 let flag = if k & kind::FLAG != 0 {
                     let (target, sent) = self
                         .semaphores
@@ -443,62 +419,32 @@ impl Worker {
                 } else {
                     None
                 };
-                // The copy kernel stores a device counter itself; a host counter is written here.
-                let device_flag = match &flag {
-                    Some((Target::Device(addr), value)) => Some((*addr, *value)),
-                    _ => None,
-                };
-                match copy {
-                    Some((dst, src)) if size <= self.small_copy_max => {
-                        // One block: the copy, a barrier, a system-scope fence, then the flag.
-                        let threads = (size.div_ceil(16).next_multiple_of(32)).clamp(32, 1024);
-                        let (addr, value) = device_flag.unwrap_or((0, 0));
-                        let mut args = Args::new().arg(dst).arg(src).arg(size as u64).arg(addr).arg(value);
-                        // SAFETY: the kernel takes (dst, src, bytes, flag address or 0, value); the
-                        // ranges lie inside registered memories and the flag is a registered counter.
-                        unsafe {
-                            launch_on(
-                                &self.gpu,
-                                &self.stream,
-                                &self.copy_signal,
-                                LaunchConfig::new(1, threads),
-                                &mut args,
-                            )
-                        }
-                        .map_err(|e| Error::Proxy(format!("copying {size} bytes with the copy kernel: {e}")))?;
-                        self.unmarked_work = true;
+                match flag {
+                    None => {}
+                    Some((Target::Device(addr), value)) => {
+                        // Stream-ordered after the copies above; the default flags include a memory
+                        // barrier, so the peer sees the data before the counter (partner: the peer's
+                        // acquire load in Host2DeviceSemaphore::wait).
+                        // SAFETY: the address was registered as a mapped u64 counter.
+                        let r = unsafe { sys::cuStreamWriteValue64_v2(s, addr, value, 0) };
+                        check(r, || format!("signalling semaphore {semaphore}"))?;
                     }
-                    _ => {
-                        if let Some((dst, src)) = copy {
-                            // SAFETY: both ranges lie inside registered memories valid in this context.
-                            unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, size as usize, s) }
-                                .ctx(|| format!("copying {size} bytes"))?;
-                            self.unmarked_work = true;
+                    Some((Target::Host(c), value)) => {
+                        if self.unmarked_work {
+                            // Mark the stream after the work so far; the write waits for the mark.
+                            self.marks_issued += 1;
+                            // SAFETY: the marks word is this worker's device-mapped pinned memory.
+                            let r = unsafe {
+                                sys::cuStreamWriteValue64_v2(s, self.marks.device_addr(), self.marks_issued, 0)
+                            };
+                            check(r, || "placing a completion mark".into())?;
+                            self.unmarked_work = false;
                         }
-                        if let Some((addr, value)) = device_flag {
-                            // Stream-ordered after the copies above; the default flags include a
-                            // memory barrier, so the peer sees the data before the counter (partner:
-                            // the peer's acquire load in Host2DeviceSemaphore::wait).
-                            // SAFETY: the address was registered as a mapped u64 counter.
-                            let r = unsafe { sys::cuStreamWriteValue64_v2(s, addr, value, 0) };
-                            check(r, || format!("signalling semaphore {semaphore}"))?;
+                        if self.pending.is_empty() && self.marks_done() >= self.marks_issued {
+                            c.store(value);
+                        } else {
+                            self.pending.push_back((self.marks_issued, semaphore as usize, value));
                         }
-                    }
-                }
-                if let Some((Target::Host(c), value)) = flag {
-                    if self.unmarked_work {
-                        // Mark the stream after the work so far; the write waits for the mark.
-                        self.marks_issued += 1;
-                        // SAFETY: the marks word is this worker's device-mapped pinned memory.
-                        let r =
-                            unsafe { sys::cuStreamWriteValue64_v2(s, self.marks.device_addr(), self.marks_issued, 0) };
-                        check(r, || "placing a completion mark".into())?;
-                        self.unmarked_work = false;
-                    }
-                    if self.pending.is_empty() && self.marks_done() >= self.marks_issued {
-                        c.store(value);
-                    } else {
-                        self.pending.push_back((self.marks_issued, semaphore as usize, value));
                     }
                 }
                 if k & kind::SYNC != 0 {

@@ -139,6 +139,22 @@ kernels! {
         *errors = bad;
     }
 
+    /// The semaphore ping-pong of the bench through a [`CachedMemorySemaphore`], written like
+    /// [`raw_flag_pingpong`] (its baseline) so that only the primitive differs.
+    fn sem_pingpong_cached(sem: MemoryDevice2DeviceSemaphore, rounds: u32, first: u32) {
+        if sreg::tid_x() != 0 { return; }
+        let mut s = sem.cached();
+        for _ in 0..rounds {
+            if first != 0 {
+                s.signal();
+                s.wait(BUDGET);
+            } else {
+                s.wait(BUDGET);
+                s.signal();
+            }
+        }
+    }
+
     /// Baseline for the semaphore ping-pong: raw flags with st.release.sys / ld.acquire.sys.
     fn raw_flag_pingpong(my_flag: *mut u64, peer_flag: *mut u64, rounds: u32, first: u32) {
         if sreg::tid_x() != 0 { return; }
