@@ -3,7 +3,8 @@
 //! * FIFO push -> proxy -> acknowledgement vs a raw GPU -> CPU thread -> GPU round trip;
 //! * FIFO throughput (requests drained per second) with 1 to 132 pushing blocks;
 //! * port channel put_with_signal ping-pong, 0 B (signal only) to 1 MiB, with the receiver's
-//!   counter in GPU memory (stream write) and in host memory (written by the proxy thread).
+//!   counter in GPU memory (stream write) and in host memory (written by the proxy thread);
+//! * the driver's cost of the stream operations a proxy issues (the floor under the port channel).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -271,6 +272,63 @@ fn port_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     grp.finish();
 }
 
+/// What one proxy request costs the driver: for each sequence of stream operations a proxy may
+/// issue, the host time of the calls (`/call`) and the time until the stream has executed them
+/// (`/done`: a final stream write into pinned memory seen by this thread). Stream idle between
+/// samples, as in a ping-pong. The floor under the port-channel latency.
+fn driver_latency(g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
+    use cudarc::driver::sys;
+    g0.enable_peer_access(g1).unwrap();
+    let stream = g0.new_stream().unwrap();
+    let s = stream.cu_stream();
+    let mark = PinnedBuffer::zeroed(g0, 8).unwrap();
+    // SAFETY: 8 bytes of pinned memory that outlive this function's use of the atomic.
+    let seen = unsafe { AtomicU64::from_ptr(mark.host_ptr().cast()) };
+    let src = DeviceBuffer::from_slice(g0, &testing::random_bytes(64)).unwrap();
+    let local = DeviceBuffer::filled(g0, 64, 0).unwrap();
+    let peer = DeviceBuffer::filled(g1, 64, 0).unwrap();
+    let flag = DeviceBuffer::filled(g1, 8, 0).unwrap();
+    let mut n = 0u64;
+    let (c0, c1) = (g0.context().cu_ctx(), g1.context().cu_ctx());
+    for case in ["mark", "peer_write_value+mark", "local_copy_8B+mark", "peer_copy_8B+mark", "memcpy_peer_8B+mark"] {
+        for i in 0..2200 {
+            n += 1;
+            let t0 = std::time::Instant::now();
+            // SAFETY: every address is a live allocation of this test (peer access enabled).
+            unsafe {
+                match case {
+                    "peer_write_value+mark" => {
+                        assert_eq!(sys::cuStreamWriteValue64_v2(s, flag.addr(), n, 0), sys::CUresult::CUDA_SUCCESS)
+                    }
+                    "local_copy_8B+mark" => {
+                        cudarc::driver::result::memcpy_dtod_async(local.addr(), src.addr(), 8, s).unwrap()
+                    }
+                    "peer_copy_8B+mark" => {
+                        cudarc::driver::result::memcpy_dtod_async(peer.addr(), src.addr(), 8, s).unwrap()
+                    }
+                    "memcpy_peer_8B+mark" => {
+                        let r = sys::cuMemcpyPeerAsync(peer.addr(), c1, src.addr(), c0, 8, s);
+                        assert_eq!(r, sys::CUresult::CUDA_SUCCESS)
+                    }
+                    _ => {}
+                }
+                assert_eq!(sys::cuStreamWriteValue64_v2(s, mark.device_addr(), n, 0), sys::CUresult::CUDA_SUCCESS);
+            }
+            let call = t0.elapsed();
+            while seen.load(Ordering::Acquire) < n {
+                std::hint::spin_loop();
+            }
+            let done = t0.elapsed();
+            if i >= 200 {
+                bench::record(&format!("driver/{case}/call"), 0, 1, call, None);
+                bench::record(&format!("driver/{case}/done"), 0, 1, done, None);
+            }
+            // Let the stream go idle, as between two requests of a ping-pong.
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+}
+
 fn main() {
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_millis(200))
@@ -282,6 +340,7 @@ fn main() {
     if gpus.len() >= 2 {
         semaphore_pingpong(&mut c, &gpus[0], &gpus[1]);
         port_pingpong(&mut c, &gpus[0], &gpus[1]);
+        driver_latency(&gpus[0], &gpus[1]);
     } else {
         testing::record_skip("bench sync (two-GPU parts)", "needs 2 GPUs");
     }
