@@ -20,7 +20,9 @@
 //! ```
 //!
 //! Port channels: every rank runs one proxy that copies from its source buffer into the
-//! peers' imported destination buffers and signals the peers' imported host-to-device counters.
+//! peers' imported destination buffers and signals the peers' host-to-device counters: words of
+//! shared host memory when all ranks are on this machine (the proxy thread stores them), the
+//! peers' imported GPU counters otherwise (the proxy's stream writes them).
 //!
 //! Drop order is part of the types: a proxy stops before the mappings it copies through are
 //! closed, and mappings close before the local buffers they may still reference are freed.
@@ -39,7 +41,8 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::ipc::{ExportedMemory, ImportedMemory};
 use crate::memory::DeviceBuffer;
-use crate::proxy::{MemoryRegion, ProxyBuilder, ProxyService};
+use crate::proxy::{HostCounter, MemoryRegion, ProxyBuilder, ProxyService};
+use crate::shm::SharedHostMemory;
 
 /// Bytes of one semaphore slot: inbound, expected, outbound, padding.
 const SLOT: usize = 32;
@@ -130,6 +133,8 @@ pub struct PortChannels {
     channels: Vec<Option<PortChannel>>,
     // Field order is drop order: the proxy first, then the mappings it uses, then local memory.
     proxy: ProxyService,
+    /// This rank's inbound counters in shared host memory, when used.
+    _host: Option<Arc<SharedHostMemory>>,
     _dst: PeerBuffers,
     _sems: PeerBuffers,
     _storage: DeviceBuffer,
@@ -446,12 +451,19 @@ impl Communicator {
 
     /// Port channels toward every other rank: puts copy from this rank's `src` (offsets into it)
     /// to the peer's `dst` (offsets into the peer's buffer), on this rank's proxy.
+    ///
+    /// When every rank runs on this machine, the semaphore counters the proxies signal are in
+    /// shared host memory ([`crate::shm`]): the receiver's GPU polls its word and the sender's
+    /// proxy thread stores to it once the copies before the signal are complete, with no driver
+    /// call for a signal on its own. Otherwise they are in the receiver's GPU memory, written by
+    /// the proxy's stream.
     pub fn port_channels(&self, src: &DeviceBuffer, dst: &DeviceBuffer) -> Result<PortChannels> {
         let n = self.world_size();
         let me = self.rank();
         let storage = DeviceBuffer::exportable_filled(&self.gpu, n * SLOT, 0)?;
         let sems = self.exchange(&storage)?;
         let dsts = self.exchange(dst)?;
+        let host = if self.boot.info().local_size == n { Some(self.host_counters()?) } else { None };
         let mut b = ProxyBuilder::new(&self.gpu);
         let src_id = b.add_memory(MemoryRegion { base: src.addr(), bytes: src.len() as u64 })?;
         let mut ids = Vec::with_capacity(n);
@@ -462,7 +474,16 @@ impl Communicator {
             }
             let dst_id = b.add_memory(MemoryRegion { base: dsts.addr(p), bytes: dsts.len(p) })?;
             // Rank p waits for this rank's signals in its slot `me`.
-            let sem_id = b.add_semaphore(sems.addr(p) + (me * SLOT) as u64)?;
+            let sem_id = match &host {
+                Some(h) => {
+                    let peer = h.peers[p].clone().ok_or_else(|| Error::Proxy(format!("no counters of rank {p}")))?;
+                    // SAFETY: word `me` of rank p's n counters (page-aligned mapping), which only
+                    // this rank's proxy writes; the Arc it gets keeps the mapping alive.
+                    let counter = unsafe { HostCounter::from_raw(peer.host_ptr().cast::<u64>().add(me), peer) };
+                    b.add_host_semaphore(counter)?
+                }
+                None => b.add_semaphore(sems.addr(p) + (me * SLOT) as u64)?,
+            };
             ids.push(Some((dst_id, sem_id)));
         }
         let proxy = b.start()?;
@@ -473,7 +494,10 @@ impl Communicator {
                 ids.map(|(dst_id, sem_id)| PortChannel {
                     fifo: proxy.fifo_handle(),
                     semaphore: Host2DeviceSemaphore {
-                        inbound: storage.ptr::<u8>().byte_add(p * SLOT).cast(),
+                        inbound: match &host {
+                            Some(h) => GlobalPtr::from_addr(h.own_device + (p * 8) as u64),
+                            None => storage.ptr::<u8>().byte_add(p * SLOT).cast(),
+                        },
                         expected: storage.ptr::<u8>().byte_add(p * SLOT + 8).cast(),
                     },
                     semaphore_id: sem_id.0,
@@ -483,57 +507,45 @@ impl Communicator {
                 })
             })
             .collect();
-        Ok(PortChannels { channels, proxy, _dst: dsts, _sems: sems, _storage: storage })
+        Ok(PortChannels { channels, proxy, _host: host.map(|h| h.own), _dst: dsts, _sems: sems, _storage: storage })
+    }
+
+    /// Every rank's inbound counters for port channels (one u64 per peer) in shared host memory:
+    /// this rank's registered for its GPU, the others' mapped here for the proxy thread.
+    fn host_counters(&self) -> Result<HostCounters> {
+        let n = self.world_size();
+        let me = self.rank();
+        let name = format!("mscclpp-rs-{}-{}-{:016x}", std::process::id(), me, rand::random::<u64>());
+        let mut own = SharedHostMemory::create(&name, n * 8)?;
+        own.register(&self.gpu)?;
+        let own_device =
+            own.device_addr().ok_or_else(|| Error::Proxy("registered memory without an address".into()))?;
+        let names = self.boot.all_gather(name.as_bytes())?;
+        let mut peers = Vec::with_capacity(n);
+        for (r, other) in names.iter().enumerate() {
+            if r == me {
+                peers.push(None);
+                continue;
+            }
+            let other = std::str::from_utf8(other)
+                .map_err(|_| Error::Proxy(format!("rank {r} sent a shared-memory name that is not UTF-8")))?;
+            let m = SharedHostMemory::open(other, n * 8).map_err(|e| Error::Bootstrap {
+                rank: me,
+                step: format!("opening rank {r}'s port-channel counters"),
+                cause: Box::new(e),
+            })?;
+            peers.push(Some(Arc::new(m)));
+        }
+        // Everyone has everyone's file mapped: the names can go.
+        self.boot.barrier()?;
+        own.unlink()?;
+        Ok(HostCounters { own: Arc::new(own), own_device, peers })
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn packet_regions_must_hold_whole_ll16_packets() {
-        assert_eq!(packet_buffer_bytes(16, 4).unwrap(), 64);
-        assert_eq!(packet_buffer_bytes(256 << 10, 8).unwrap(), 2 << 20);
-        for bad in [0, 8, 24, 100] {
-            let e = packet_buffer_bytes(bad, 2).unwrap_err().to_string();
-            assert!(e.contains("multiple of 16") && e.contains(&bad.to_string()), "{bad}: {e}");
-        }
-        assert!(packet_buffer_bytes(usize::MAX / 16 * 16, 2).unwrap_err().to_string().contains("overflow"));
-    }
-
-    /// With made-up addresses for N ranks: where rank r's channel toward p writes packets is
-    /// where p's channel toward r reads them, every (writer, reader) pair has its own region, and
-    /// every region lies inside its rank's packet buffer.
-    #[test]
-    fn each_pair_of_ranks_shares_one_packet_region() {
-        let (n, pb) = (5usize, 4096u64);
-        let buf = |r: usize| 0x10_0000_0000 + r as u64 * 0x1_0000_0000;
-        let pkts = |r: usize| 0x90_0000_0000 + r as u64 * 0x1_0000_0000;
-        let sem = bytemuck::Zeroable::zeroed();
-        let chan = |me: usize, p: usize| {
-            channel_toward(
-                (me, p),
-                sem,
-                (buf(p), 1000 + p as u64),
-                (buf(me), 1000 + me as u64),
-                (pkts(me), pkts(p)),
-                pb,
-            )
-        };
-        let mut regions = std::collections::HashSet::new();
-        for r in 0..n {
-            for p in (0..n).filter(|&p| p != r) {
-                let c = chan(r, p);
-                assert_eq!((c.dst.addr(), c.dst_bytes), (buf(p), 1000 + p as u64));
-                assert_eq!((c.src.addr(), c.src_bytes), (buf(r), 1000 + r as u64));
-                assert_eq!(c.packet_bytes, pb);
-                assert_eq!(c.remote_packets.addr(), chan(p, r).packets.addr(), "rank {r} -> {p}");
-                let start = c.remote_packets.addr();
-                assert!(start >= pkts(p) && start + pb <= pkts(p) + n as u64 * pb);
-                assert!(regions.insert(start), "region of {r} -> {p} used twice");
-            }
-        }
-        assert_eq!(regions.len(), n * (n - 1));
-    }
+/// See [`Communicator::host_counters`].
+struct HostCounters {
+    own: Arc<SharedHostMemory>,
+    own_device: u64,
+    peers: Vec<Option<Arc<SharedHostMemory>>>,
 }

@@ -8,6 +8,7 @@
 //!   cache, properties).
 //! * [`launch`]: typed kernel arguments and launches, dynamic shared memory above 48 KiB.
 //! * [`memory`]: device buffers (exportable to other processes), pinned host memory.
+//! * [`shm`]: host memory shared by the processes of one machine (host-written semaphores).
 //! * [`bulk`]: host-side validation for bulk-copy work.
 //! * [`nvls`]: NVLink multicast buffers, only behind the multicast guard.
 //! * [`bootstrap`]: rank discovery (mpirun, PMI, Slurm, the built-in launcher), TCP rendezvous,
@@ -32,6 +33,7 @@ pub mod memory;
 pub mod nvls;
 pub mod proxy;
 pub mod semaphore;
+pub mod shm;
 
 pub use bootstrap::Bootstrap;
 pub use error::{Error, Result};
