@@ -21,31 +21,29 @@ fn launch(g: &Arc<Gpu>, name: &str, cfg: LaunchConfig, args: Args) {
     unsafe { g.launch(PTX, name, cfg, args) }.unwrap_or_else(|e| panic!("{name}: {e}"));
 }
 
+/// One timed ping-pong of `rounds` between a one-warp kernel on each GPU: GPU 1's side starts
+/// first (it waits), GPU 0's is timed with events. `args(side, rounds)` gives each side's
+/// arguments (side 0 on GPU 0 sends first).
+fn pingpong(g0: &Arc<Gpu>, g1: &Arc<Gpu>, kernel: &str, rounds: u32, args: impl Fn(u32, u32) -> Args) -> Duration {
+    launch(g1, kernel, LaunchConfig::new(1, 32), args(1, rounds));
+    let t = bench::time_on_stream(g0, g0.stream(), 1, || launch(g0, kernel, LaunchConfig::new(1, 32), args(0, rounds)));
+    g1.synchronize().unwrap();
+    t
+}
+
 fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     let pair = MemorySemaphorePair::new(g0, g1).unwrap();
-    let e0 = DeviceBuffer::filled(g0, 4, 0).unwrap();
-    let e1 = DeviceBuffer::filled(g1, 4, 0).unwrap();
-    let f0 = DeviceBuffer::filled(g0, 8, 0).unwrap();
-    let f1 = DeviceBuffer::filled(g1, 8, 0).unwrap();
+    let handles = [pair.handle_a(), pair.handle_b()];
+    let errors = [DeviceBuffer::filled(g0, 4, 0).unwrap(), DeviceBuffer::filled(g1, 4, 0).unwrap()];
+    let flags = [DeviceBuffer::filled(g0, 8, 0).unwrap(), DeviceBuffer::filled(g1, 8, 0).unwrap()];
+    let first = |side: u32| u32::from(side == 0);
     let mut grp = c.benchmark_group("pingpong");
     grp.bench_function("pingpong/raw_flag", |b| {
         b.iter_custom(|iters| {
-            let r = iters as u32;
-            launch(
-                g1,
-                "raw_flag_pingpong",
-                LaunchConfig::new(1, 32),
-                Args::new().arg(f1.addr()).arg(f0.addr()).arg(r).arg(0u32),
-            );
-            let t = bench::time_on_stream(g0, g0.stream(), 1, || {
-                launch(
-                    g0,
-                    "raw_flag_pingpong",
-                    LaunchConfig::new(1, 32),
-                    Args::new().arg(f0.addr()).arg(f1.addr()).arg(r).arg(1u32),
-                );
+            let t = pingpong(g0, g1, "raw_flag_pingpong", iters as u32, |side, r| {
+                let (me, peer) = (&flags[side as usize], &flags[1 - side as usize]);
+                Args::new().arg(me.addr()).arg(peer.addr()).arg(r).arg(first(side))
             });
-            g1.synchronize().unwrap();
             bench::record("pingpong/raw_flag", 0, iters, t, None);
             t
         })
@@ -53,37 +51,18 @@ fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     for (name, relaxed) in [("pingpong/semaphore", 0u32), ("pingpong/semaphore_relaxed_fenced", 1)] {
         grp.bench_function(name, |b| {
             b.iter_custom(|iters| {
-                let r = iters as u32;
-                launch(
-                    g1,
-                    "sem_pingpong",
-                    LaunchConfig::new(1, 32),
+                let t = pingpong(g0, g1, "sem_pingpong", iters as u32, |side, r| {
+                    // No data slots: the pure signal/wait round trip, as the raw-flag baseline.
+                    let s = side as usize;
                     Args::new()
-                        .arg(pair.handle_b())
+                        .arg(handles[s])
                         .arg(r)
-                        .arg(0u32)
+                        .arg(first(side))
                         .arg(relaxed)
-                        // No data slots: the pure signal/wait round trip, as the raw-flag baseline.
                         .arg(0u64)
                         .arg(0u64)
-                        .arg(e1.addr()),
-                );
-                let t = bench::time_on_stream(g0, g0.stream(), 1, || {
-                    launch(
-                        g0,
-                        "sem_pingpong",
-                        LaunchConfig::new(1, 32),
-                        Args::new()
-                            .arg(pair.handle_a())
-                            .arg(r)
-                            .arg(1u32)
-                            .arg(relaxed)
-                            .arg(0u64)
-                            .arg(0u64)
-                            .arg(e0.addr()),
-                    );
+                        .arg(errors[s].addr())
                 });
-                g1.synchronize().unwrap();
                 bench::record(name, 0, iters, t, Some("pingpong/raw_flag"));
                 t
             })
@@ -91,29 +70,16 @@ fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     }
     grp.bench_function("pingpong/semaphore_cached", |b| {
         b.iter_custom(|iters| {
-            let r = iters as u32;
-            launch(
-                g1,
-                "sem_pingpong_cached",
-                LaunchConfig::new(1, 32),
-                Args::new().arg(pair.handle_b()).arg(r).arg(0u32),
-            );
-            let t = bench::time_on_stream(g0, g0.stream(), 1, || {
-                launch(
-                    g0,
-                    "sem_pingpong_cached",
-                    LaunchConfig::new(1, 32),
-                    Args::new().arg(pair.handle_a()).arg(r).arg(1u32),
-                );
+            let t = pingpong(g0, g1, "sem_pingpong_cached", iters as u32, |side, r| {
+                Args::new().arg(handles[side as usize]).arg(r).arg(first(side))
             });
-            g1.synchronize().unwrap();
             bench::record("pingpong/semaphore_cached", 0, iters, t, Some("pingpong/raw_flag"));
             t
         })
     });
     grp.finish();
-    assert_eq!(e0.to_vec::<u32>().unwrap(), [0]);
-    assert_eq!(e1.to_vec::<u32>().unwrap(), [0]);
+    assert_eq!(errors[0].to_vec::<u32>().unwrap(), [0]);
+    assert_eq!(errors[1].to_vec::<u32>().unwrap(), [0]);
 }
 
 fn fifo_roundtrip(c: &mut Criterion, g: &Arc<Gpu>) {
@@ -244,22 +210,9 @@ fn port_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
             let baseline = host.then(|| format!("port_pingpong/{bytes}B"));
             grp.bench_function(&id, |b| {
                 b.iter_custom(|iters| {
-                    let r = iters as u32;
-                    launch(
-                        g1,
-                        "port_pingpong",
-                        LaunchConfig::new(1, 32),
-                        Args::new().arg(chans[1]).arg(bytes).arg(r).arg(0u32),
-                    );
-                    let t = bench::time_on_stream(g0, g0.stream(), 1, || {
-                        launch(
-                            g0,
-                            "port_pingpong",
-                            LaunchConfig::new(1, 32),
-                            Args::new().arg(chans[0]).arg(bytes).arg(r).arg(1u32),
-                        );
+                    let t = pingpong(g0, g1, "port_pingpong", iters as u32, |side, r| {
+                        Args::new().arg(chans[side as usize]).arg(bytes).arg(r).arg(u32::from(side == 0))
                     });
-                    g1.synchronize().unwrap();
                     bench::record(&id, 0, iters, t, baseline.as_deref());
                     t
                 })

@@ -28,7 +28,8 @@ use std::process::ExitCode;
 
 use std::sync::Arc;
 
-use mscclpp_host::bootstrap::{self, Bootstrap, BootstrapConfig, EnvSnapshot, launcher};
+use mscclpp_host::bootstrap::launcher::{self, Role};
+use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig};
 use rand::rngs::StdRng;
@@ -79,33 +80,15 @@ const PHASES: &[Phase] = &[
 ];
 
 fn main() -> ExitCode {
-    if let Some(outcome) = bootstrap::maybe_launch_from_args() {
-        return launched(outcome);
-    }
-    let env = EnvSnapshot::capture();
-    match BootstrapConfig::from_env(&env) {
-        Ok(Some(cfg)) => run_rank(&cfg),
-        Ok(None) => {
-            println!(
-                "mp_patterns: no rank environment; starting {DEFAULT_RANKS} ranks on loopback (or: mpirun -np N, --ranks N)"
-            );
-            let args: Vec<_> = std::env::args_os().skip(1).collect();
-            launched(launcher::deadline_from_env(&env).and_then(|d| bootstrap::launch(DEFAULT_RANKS, args, d)))
-        }
-        Err(e) => {
-            println!("mp_patterns: RESULT FAILED: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn launched(outcome: mscclpp_host::Result<()>) -> ExitCode {
-    match outcome {
-        Ok(()) => {
-            println!("mp_patterns: RESULT ok (all ranks)");
+    // `--ranks N`: launch N ranks; mpirun or launcher variables: be a rank; neither (as `cargo
+    // test` runs it): launch DEFAULT_RANKS on loopback.
+    match launcher::role(DEFAULT_RANKS) {
+        Ok(Role::Rank(cfg)) => run_rank(&cfg),
+        Ok(Role::Launched { ranks, outcome: Ok(()) }) => {
+            println!("mp_patterns: RESULT ok (all {ranks} ranks)");
             ExitCode::SUCCESS
         }
-        Err(e) => {
+        Ok(Role::Launched { outcome: Err(e), .. }) | Err(e) => {
             println!("mp_patterns: RESULT FAILED: {e}");
             ExitCode::FAILURE
         }

@@ -126,6 +126,13 @@ struct PortSetup {
 }
 
 impl PortSetup {
+    /// GPU 0 pushes `count` put_with_signal of `chunk` bytes at consecutive offsets (the kernel
+    /// ends once the proxy has them all).
+    fn push_puts(&self, count: usize, chunk: usize) {
+        let args = Args::new().arg(self.chan).arg(chunk as u64).arg(count as u32);
+        launch(&self.g0, "port_put_signal", LaunchConfig::new(1, 32), args);
+        sync(&self.g0, "port_put_signal");
+    }
     /// GPU 1's view of the semaphore the proxy signals.
     fn receiver(&self) -> Host2DeviceSemaphore {
         let mut h = self.sem1.host_to_device();
@@ -190,13 +197,7 @@ fn port_puts(gpus: &[Arc<Gpu>], count: usize, chunk: usize, host: bool) {
             .arg(out.addr())
             .arg((count * chunk / 4) as u32),
     );
-    launch(
-        &s.g0,
-        "port_put_signal",
-        LaunchConfig::new(1, 32),
-        Args::new().arg(s.chan).arg(chunk as u64).arg(count as u32),
-    );
-    sync(&s.g0, "port_put_signal");
+    s.push_puts(count, chunk);
     sync(&s.g1, "port_wait_copy");
     let what = format!("{count} x {chunk} B (host counter: {host}) seen by the receiver after its waits");
     assert_same(&what, &out.to_vec::<u8>().unwrap(), &data);
@@ -224,13 +225,7 @@ fn proxy_stop_delivers_pending_host_signals() {
     let mut s = port_setup_with(&gpus, &data, count * chunk, true);
     // Nobody waits: the pushes complete, then the proxy is stopped at once. Signals still waiting
     // for their copies must be delivered at the stop, after the data.
-    launch(
-        &s.g0,
-        "port_put_signal",
-        LaunchConfig::new(1, 32),
-        Args::new().arg(s.chan).arg(chunk as u64).arg(count as u32),
-    );
-    sync(&s.g0, "port_put_signal");
+    s.push_puts(count, chunk);
     s.proxy.stop_serving();
     s.proxy.check().unwrap();
     assert_eq!(s.counts().0, count as u64, "signals delivered by the stop");
@@ -290,8 +285,7 @@ fn proxy_rejects_out_of_range_put_with_an_error() {
     let Some(gpus) = gpus_or_skip("proxy_rejects_out_of_range_put_with_an_error", 2) else { return };
     let s = port_setup(&gpus, &[1u8; 4096], 4096);
     // 2 puts of 4096 bytes at offsets 0 and 4096: the second is outside both memories.
-    launch(&s.g0, "port_put_signal", LaunchConfig::new(1, 32), Args::new().arg(s.chan).arg(4096u64).arg(2u32));
-    sync(&s.g0, "port_put_signal");
+    s.push_puts(2, 4096);
     let deadline = Instant::now() + Duration::from_secs(10);
     while s.proxy.is_running() {
         assert!(Instant::now() < deadline, "proxy did not stop on a bad request");

@@ -21,7 +21,8 @@ use std::time::Instant;
 use mscclpp_device::channel::memory::MemoryChannel;
 use mscclpp_device::packet::{LL16Packet, packet_bytes};
 use mscclpp_device::sync::DeviceSyncer;
-use mscclpp_host::bootstrap::{self, BootstrapConfig, EnvSnapshot, launcher};
+use mscclpp_host::bootstrap::BootstrapConfig;
+use mscclpp_host::bootstrap::launcher::{self, Role};
 use mscclpp_host::comm::{Communicator, MemoryChannels};
 use mscclpp_host::{Args, Bootstrap, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
 
@@ -37,32 +38,14 @@ const SIZES: [usize; 3] = [8 << 10, SMALL_MAX, LARGE];
 const DEFAULT_RANKS: usize = 2;
 
 fn main() -> ExitCode {
-    if let Some(outcome) = bootstrap::maybe_launch_from_args() {
-        return launched(outcome);
-    }
-    let env = EnvSnapshot::capture();
-    match BootstrapConfig::from_env(&env) {
-        Ok(Some(cfg)) => run_rank(&cfg),
-        Ok(None) => {
-            println!("allreduce example: starting {DEFAULT_RANKS} ranks on this machine (or: --ranks N, mpirun -np N)");
-            let args: Vec<_> = std::env::args_os().skip(1).collect();
-            launched(launcher::deadline_from_env(&env).and_then(|d| bootstrap::launch(DEFAULT_RANKS, args, d)))
-        }
-        Err(e) => {
-            println!("allreduce example: RESULT FAILED: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// The launcher's verdict: it fails when any rank exited non-zero.
-fn launched(outcome: Result<()>) -> ExitCode {
-    match outcome {
-        Ok(()) => {
-            println!("allreduce example: every rank exited 0");
+    // `--ranks N`: launch N ranks; mpirun or launcher variables: be a rank; neither: launch 2.
+    match launcher::role(DEFAULT_RANKS) {
+        Ok(Role::Rank(cfg)) => run_rank(&cfg),
+        Ok(Role::Launched { ranks, outcome: Ok(()) }) => {
+            println!("allreduce example: all {ranks} ranks exited 0 (run with --ranks N or under mpirun -np N)");
             ExitCode::SUCCESS
         }
-        Err(e) => {
+        Ok(Role::Launched { outcome: Err(e), .. }) | Err(e) => {
             println!("allreduce example: RESULT FAILED: {e}");
             ExitCode::FAILURE
         }

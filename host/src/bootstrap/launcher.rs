@@ -441,6 +441,48 @@ pub fn maybe_launch_from_args() -> Option<Result<()>> {
     Some(deadline_from_env(&env).and_then(|d| launch(ranks, rest, d)))
 }
 
+/// How this process takes part in a run ([`role`]).
+#[derive(Debug)]
+pub enum Role {
+    /// A rank of a run (started by mpirun, Slurm, PMI or the built-in launcher): connect with
+    /// this configuration.
+    Rank(super::BootstrapConfig),
+    /// This process was the launcher of a run of `ranks` copies of itself, now over.
+    Launched {
+        /// How many ranks it started.
+        ranks: usize,
+        /// `Ok` when every rank exited with status 0 before the deadline.
+        outcome: Result<()>,
+    },
+}
+
+/// The usual `main` of a multi-rank program: with `--ranks N` among the arguments, starts N
+/// copies of this executable and waits for them; in a rank's environment, returns the rank's
+/// configuration; with neither (started by hand), starts `default_ranks` copies. The deadline of
+/// a launch comes from [`ENV_LAUNCH_DEADLINE`].
+///
+/// ```no_run
+/// use mscclpp_host::bootstrap::{Bootstrap, launcher::{Role, role}};
+/// match role(2)? {
+///     Role::Rank(cfg) => { let boot = Bootstrap::connect(&cfg)?; /* ... */ }
+///     Role::Launched { ranks, outcome } => outcome?,
+/// }
+/// # Ok::<(), mscclpp_host::Error>(())
+/// ```
+pub fn role(default_ranks: usize) -> Result<Role> {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if let Some((ranks, _)) = ranks_from_args(&args)? {
+        let outcome = maybe_launch_from_args().unwrap_or_else(|| Err(Error::Launch("--ranks vanished".into())));
+        return Ok(Role::Launched { ranks, outcome });
+    }
+    let env = EnvSnapshot::capture();
+    if let Some(cfg) = super::BootstrapConfig::from_env(&env)? {
+        return Ok(Role::Rank(cfg));
+    }
+    let outcome = deadline_from_env(&env).and_then(|d| launch(default_ranks, args, d));
+    Ok(Role::Launched { ranks: default_ranks, outcome })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -102,7 +102,7 @@ use std::time::{Duration, Instant};
 
 pub use env::{BootstrapConfig, EnvSnapshot, RankInfo, RankSource};
 pub use frame::{FrameFault, Token};
-pub use launcher::{Launcher, launch, maybe_launch_from_args};
+pub use launcher::{Launcher, Role, launch, maybe_launch_from_args, role};
 
 use crate::error::{Error, Result};
 use frame::{Frame, Kind};
