@@ -105,18 +105,7 @@ fn main() {
             grp.bench_function("peer/cuMemcpyPeer", |b| {
                 b.iter_custom(|iters| {
                     let t = bench::time_on_stream(g0, g0.stream(), iters, || {
-                        // SAFETY: both buffers hold BYTES bytes; contexts valid.
-                        let r = unsafe {
-                            cudarc::driver::sys::cuMemcpyPeerAsync(
-                                peer.addr(),
-                                g1.context().cu_ctx(),
-                                src.addr(),
-                                g0.context().cu_ctx(),
-                                BYTES,
-                                g0.stream().cu_stream(),
-                            )
-                        };
-                        r.result().unwrap();
+                        bench::memcpy_peer(&peer, &src, BYTES);
                     });
                     bench::record("peer/cuMemcpyPeer", BYTES as u64, iters, t, None);
                     t

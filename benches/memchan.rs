@@ -29,18 +29,7 @@ fn put_bandwidth(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     grp.bench_function("put/cuMemcpyPeer", |b| {
         b.iter_custom(|iters| {
             let t = bench::time_on_stream(g0, g0.stream(), iters, || {
-                // SAFETY: both buffers hold BYTES bytes; contexts valid.
-                let r = unsafe {
-                    cudarc::driver::sys::cuMemcpyPeerAsync(
-                        dst.addr(),
-                        g1.context().cu_ctx(),
-                        src.addr(),
-                        g0.context().cu_ctx(),
-                        BYTES,
-                        g0.stream().cu_stream(),
-                    )
-                };
-                r.result().unwrap();
+                bench::memcpy_peer(&dst, &src, BYTES);
             });
             bench::record("put/cuMemcpyPeer", BYTES as u64, iters, t, None);
             t

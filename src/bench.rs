@@ -7,7 +7,26 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use cudarc::driver::CudaStream;
-use mscclpp_host::Gpu;
+use mscclpp_host::{DeviceBuffer, Gpu};
+
+/// Enqueues `cuMemcpyPeerAsync` of `bytes` from `src` to `dst` (on another GPU) on `src`'s GPU
+/// stream: the driver's peer copy, the baseline of the peer-bandwidth benches.
+pub fn memcpy_peer(dst: &DeviceBuffer, src: &DeviceBuffer, bytes: usize) {
+    assert!(bytes <= dst.len() && bytes <= src.len(), "peer copy of {bytes} bytes beyond a buffer");
+    let (gd, gs) = (dst.gpu(), src.gpu());
+    // SAFETY: both ranges lie inside live buffers (checked), each in its own GPU's context.
+    let r = unsafe {
+        cudarc::driver::sys::cuMemcpyPeerAsync(
+            dst.addr(),
+            gd.context().cu_ctx(),
+            src.addr(),
+            gs.context().cu_ctx(),
+            bytes,
+            gs.stream().cu_stream(),
+        )
+    };
+    r.result().unwrap();
+}
 
 /// Times `iters` repetitions of `work` on `stream` with CUDA events (the host only enqueues).
 /// Returns the total GPU time.

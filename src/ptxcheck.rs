@@ -6,6 +6,32 @@ use std::path::Path;
 
 use crate::checks::Check;
 
+/// Whether ptxas and cuobjdump are there for the SASS checks. When not, says so loudly, records
+/// the skip under `test`, and panics if `MSCCLPP_RS_REQUIRE_PTXAS=1` (CI: the checks must run).
+pub fn tools_or_skip(test: &str) -> bool {
+    let ok = nvptx_builder::find_tool("ptxas").is_some() && nvptx_builder::find_tool("cuobjdump").is_some();
+    if !ok {
+        let msg = "ptxas/cuobjdump NOT FOUND: the SASS half of the PTX checks did not run \
+                   (install nvidia-cuda-nvcc and nvidia-cuda-cuobjdump into .venv-tools, or set PTXAS/CUOBJDUMP)";
+        eprintln!("\n!!!!!!!! {msg}\n");
+        crate::testing::record_skip(test, msg);
+        if std::env::var("MSCCLPP_RS_REQUIRE_PTXAS").is_ok_and(|v| v == "1") {
+            panic!("{msg}");
+        }
+    }
+    ok
+}
+
+/// The SASS of the harness's sm_90 kernel module, by function, or `None` (skip recorded under
+/// `test`) without the tools; see [`tools_or_skip`].
+pub fn main_sass_or_skip(test: &str) -> Option<BTreeMap<String, String>> {
+    if !tools_or_skip(test) {
+        return None;
+    }
+    let asm = nvptx_builder::assemble(&crate::ptx_path(false), "sm_90").expect("ptxas/cuobjdump");
+    Some(sass_functions(&asm.sass))
+}
+
 /// The body (between the braces) of every `.entry` in a PTX module, by kernel name.
 pub fn entries(ptx: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();

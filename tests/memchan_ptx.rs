@@ -80,12 +80,7 @@ fn put_signal_kernel_has_the_barrier_release_and_acquire() {
 
 #[test]
 fn copy_sass_uses_128_bit_accesses() {
-    if nvptx_builder::find_tool("ptxas").is_none() || nvptx_builder::find_tool("cuobjdump").is_none() {
-        mscclpp_rs::testing::record_skip("memchan_ptx::sass", "ptxas/cuobjdump not found");
-        return;
-    }
-    let asm = nvptx_builder::assemble(&mscclpp_rs::ptx_path(false), "sm_90").expect("ptxas/cuobjdump");
-    let funcs = ptxcheck::sass_functions(&asm.sass);
+    let Some(funcs) = ptxcheck::main_sass_or_skip("memchan_ptx::sass") else { return };
     let put = &funcs["memchan_put"];
     assert!(put.matches("LDG.E.128 ").count() >= 4 && put.matches("STG.E.128 ").count() >= 4, "{put}");
     let ll16 = &funcs["packet_pingpong_bench_ll16"];

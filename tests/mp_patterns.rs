@@ -325,6 +325,17 @@ fn ints<T: bytemuck::Pod>(seed: u64, rank: usize, what: u64, n: usize) -> Vec<T>
     v
 }
 
+/// The wrapping i32 sum over ranks `0..n` of every rank's `ints(seed, r, what, n_elems)`.
+fn rank_sum(seed: u64, n: usize, what: u64, elems: usize) -> Vec<i32> {
+    let mut want = vec![0i32; elems];
+    for r in 0..n {
+        for (w, x) in want.iter_mut().zip(ints::<i32>(seed, r, what, elems)) {
+            *w = w.wrapping_add(x);
+        }
+    }
+    want
+}
+
 fn upload<T: bytemuck::Pod>(g: &Arc<Gpu>, v: &[T]) -> Result<DeviceBuffer, String> {
     DeviceBuffer::from_slice(g, v).map_err(e2s)
 }
@@ -406,12 +417,7 @@ fn multi_source_combine(c: &Ctx) -> PhaseResult {
         LaunchConfig::new(g.info().sm_count, 256).shared(smem),
         Args::new().arg(table.addr()).arg(n as u32).arg(out.addr()).arg((elems * 4) as u64).arg(tile),
     )?;
-    let mut want = vec![0i32; elems];
-    for r in 0..n {
-        for (w, x) in want.iter_mut().zip(ints::<i32>(c.seed, r, 11, elems)) {
-            *w = w.wrapping_add(x);
-        }
-    }
+    let want = rank_sum(c.seed, n, 11, elems);
     same("combined sum", &out.to_vec::<i32>().map_err(e2s)?, &want)?;
     barrier(c)
 }
@@ -652,12 +658,7 @@ fn allreduce_small(c: &Ctx) -> PhaseResult {
         LaunchConfig::new(64, 256),
         Args::new().arg(slots.addr()).arg(n as u32).arg(elems as u32).arg(out.addr()),
     )?;
-    let mut want = vec![0i32; elems];
-    for r in 0..n {
-        for (w, x) in want.iter_mut().zip(ints::<i32>(c.seed, r, 15, elems)) {
-            *w = w.wrapping_add(x);
-        }
-    }
+    let want = rank_sum(c.seed, n, 15, elems);
     same("small allreduce", &out.to_vec::<i32>().map_err(e2s)?, &want)?;
     barrier(c)
 }
@@ -694,12 +695,7 @@ fn allreduce_large(c: &Ctx) -> PhaseResult {
             .arg(tile)
             .arg(done.addr()),
     )?;
-    let mut want = vec![0i32; elems];
-    for r in 0..n {
-        for (w, x) in want.iter_mut().zip(ints::<i32>(c.seed, r, 16, elems)) {
-            *w = w.wrapping_add(x);
-        }
-    }
+    let want = rank_sum(c.seed, n, 16, elems);
     same("large allreduce", &out.to_vec::<i32>().map_err(e2s)?, &want)?;
     barrier(c)
 }

@@ -8,20 +8,6 @@ use std::path::Path;
 use mscclpp_rs::checks::{all_checks, sm90_checks, sm100a_checks};
 use mscclpp_rs::ptxcheck;
 
-fn ptxas_available() -> bool {
-    let ok = nvptx_builder::find_tool("ptxas").is_some() && nvptx_builder::find_tool("cuobjdump").is_some();
-    if !ok {
-        let msg = "ptxas/cuobjdump NOT FOUND: the SASS half of the PTX checks did not run \
-                   (install nvidia-cuda-nvcc and nvidia-cuda-cuobjdump into .venv-tools, or set PTXAS/CUOBJDUMP)";
-        eprintln!("\n!!!!!!!! {msg}\n");
-        mscclpp_rs::testing::record_skip("ptx_checks::sass", msg);
-        if std::env::var("MSCCLPP_RS_REQUIRE_PTXAS").is_ok_and(|v| v == "1") {
-            panic!("{msg}");
-        }
-    }
-    ok
-}
-
 #[test]
 fn every_check_kernel_holds_its_instruction() {
     let entries = ptxcheck::entries(mscclpp_rs::PTX);
@@ -45,7 +31,7 @@ fn sm100a_forms_only_in_the_sm100a_module() {
 
 #[test]
 fn module_assembles_and_sass_holds_the_opcodes() {
-    if !ptxas_available() {
+    if !ptxcheck::tools_or_skip("ptx_checks::sass") {
         return;
     }
     for checked in [false, true] {
@@ -61,7 +47,7 @@ fn module_assembles_and_sass_holds_the_opcodes() {
 
 #[test]
 fn sm100a_module_assembles_and_sass_holds_the_opcodes() {
-    if !ptxas_available() {
+    if !ptxcheck::tools_or_skip("ptx_checks::sass") {
         return;
     }
     let asm = nvptx_builder::assemble(&mscclpp_rs::ptx_sm100a_path(), "sm_100a").expect("ptxas/cuobjdump");
@@ -101,7 +87,7 @@ fn checked_build_differs_only_by_assertions() {
 
 #[test]
 fn proxy_atomic_add_kernel_assembles() {
-    if !ptxas_available() {
+    if !ptxcheck::tools_or_skip("ptx_checks::sass") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("mscclpp-rs-proxy-{}", std::process::id()));

@@ -70,12 +70,7 @@ fn barrier_kernel_uses_both_orderings() {
 
 #[test]
 fn allreduce_sass_holds_the_multicast_accesses() {
-    if nvptx_builder::find_tool("ptxas").is_none() || nvptx_builder::find_tool("cuobjdump").is_none() {
-        mscclpp_rs::testing::record_skip("switch_ptx::sass", "ptxas/cuobjdump not found");
-        return;
-    }
-    let asm = nvptx_builder::assemble(&mscclpp_rs::ptx_path(false), "sm_90").expect("ptxas/cuobjdump");
-    let funcs = ptxcheck::sass_functions(&asm.sass);
+    let Some(funcs) = ptxcheck::main_sass_or_skip("switch_ptx::sass") else { return };
     let f = &funcs["switch_allreduce_f32x4"];
     for op in ["LDGMC.E.ADD.F32x4.RN.STRONG.SYS", "STG.E.128.STRONG.SYS", "REDG.E.ADD.64.STRONG.SYS", "MEMBAR.ALL.SYS"]
     {

@@ -35,6 +35,21 @@ unsafe fn at(table: *const u64, r: u32) -> GlobalPtr<u8> {
     GlobalPtr::from_addr(unsafe { *table.add(r as usize) })
 }
 
+/// The wrapping sum of word `i` over the `world` per-rank slices of `words` words in `buf` (a
+/// pipeline stage holding one tile from every rank).
+///
+/// # Safety
+/// `buf` points to `world * words` readable i32 and `i < words`.
+#[inline(always)]
+unsafe fn sum_over_ranks(buf: *const i32, world: u32, words: u32, i: u32) -> i32 {
+    let mut s = 0i32;
+    for r in 0..world {
+        // SAFETY: `r * words + i < world * words` (caller's contract).
+        s = s.wrapping_add(unsafe { *buf.add((r * words + i) as usize) });
+    }
+    s
+}
+
 kernels! {
     /// Staged dispatch: block `p` bulk-copies this rank's slice `p` of `send` into receive slot
     /// `me` of rank `p`, waits for the stores, signals rank `p`, then waits for rank `p`'s signal.
@@ -77,11 +92,7 @@ kernels! {
             let base = (tile_of(j) * tile as u64 / 4) as usize;
             let mut i = sreg::tid_x();
             while i < words {
-                let mut s = 0i32;
-                for r in 0..world {
-                    s = s.wrapping_add(*buf.add((r * words + i) as usize));
-                }
-                *out.add(base + i as usize) = s;
+                *out.add(base + i as usize) = sum_over_ranks(buf, world, words, i);
                 i += sreg::ntid_x();
             }
             // Every thread is done with this stage before it is refilled.
@@ -225,11 +236,7 @@ kernels! {
             let res = result.cast::<i32>().as_generic();
             let mut i = sreg::tid_x();
             while i < words {
-                let mut s = 0i32;
-                for r in 0..world {
-                    s = s.wrapping_add(*buf.add((r * words + i) as usize));
-                }
-                *res.add(i as usize) = s;
+                *res.add(i as usize) = sum_over_ranks(buf, world, words, i);
                 i += sreg::ntid_x();
             }
             // Partner: the bulk stores below read the result through the async proxy.
