@@ -4,7 +4,7 @@
 # built-in launcher, the report and the benches; prints a short table last. Logs go to $OUT (the
 # device tool's output folder) when set.
 #   bash .gpu/run.sh                  everything
-#   bash .gpu/run.sh unit mp          only those groups (unit, mp, example, report, bench)
+#   bash .gpu/run.sh unit mp          only those groups (unit, mp, example, report, bench, coll)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
 # Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150), MSCCLPP_RS_MP_MODES
 # (default "mpirun2 launcher2 launcher4"), MSCCLPP_RS_PHASES (comma list of mp_patterns phases).
@@ -19,7 +19,7 @@ export MSCCLPP_RS_SKIP_LOG="$out/skips.log"
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset MSCCLPP_RS_ALLOW_MULTICAST
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(unit mp example report bench)
+[ ${#want[@]} -eq 0 ] && want=(unit mp example report bench coll)
 selected() { # $1 group, $2 name
   for w in "${want[@]}"; do [ "$w" = "$1" ] && return 0; case "$2" in "$w"*) return 0 ;; esac; done
   return 1
@@ -27,6 +27,7 @@ selected() { # $1 group, $2 name
 echo "commit $(cat "$here/commit" 2>/dev/null)"
 nvidia-smi --query-gpu=index,name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv 2>&1
 rows=()
+failed=0
 run() { # name, command...
   local name=$1; shift
   local t0=$EPOCHREALTIME
@@ -36,7 +37,7 @@ run() { # name, command...
   local res=$(grep -E '^test result:' "$out/$name.log" | tail -1)
   [ -z "$res" ] && res=$(grep -E 'RESULT|verdict' "$out/$name.log" | tail -1)
   rows+=("$(printf '%-28s rc=%-3s %6ss  %s' "$name" "$rc" "$dt" "$res")")
-  if [ $rc -ne 0 ]; then echo "---- $name failed (rc=$rc), last lines:"; tail -n 40 "$out/$name.log"; fi
+  if [ $rc -ne 0 ]; then failed=$((failed + 1)); echo "---- $name failed (rc=$rc), last lines:"; tail -n 40 "$out/$name.log"; fi
 }
 for t in "$here"/bin/unit_*; do
   [ -e "$t" ] || continue; n=$(basename "$t"); selected unit "$n" && run "$n" "$t" --test-threads=1
@@ -67,8 +68,19 @@ selected report report && run report "$here/bin/report"
 for b in "$here"/bin/bench_*; do
   [ -e "$b" ] || continue; n=$(basename "$b"); selected bench "$n" && run "$n" "$b" --bench
 done
+# The collectives against NCCL (the same binary under mpirun and the launcher; NCCL from
+# MSCCLPP_RS_NCCL, else the system's libnccl.so.2).
+if [ -e "$here/bin/coll_bench" ] && selected coll coll_bench; then
+  run coll_bench-mpirun2 mpirun --allow-run-as-root -np 2 -x MSCCLPP_RS_REQUIRE_GPU -x MSCCLPP_RS_BENCH_OUT \
+    -x MSCCLPP_RS_NCCL -x MSCCLPP_RS_BENCH_SIZES -x MSCCLPP_RS_BENCH_OPS -x MSCCLPP_RS_BENCH_ALGOS \
+    -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/coll_bench"
+  [ -n "${MSCCLPP_RS_COLL_LAUNCHER:-}" ] && run coll_bench-launcher2 "$here/bin/coll_bench" --ranks 2
+fi
 echo
+for b in "$out"/coll_bench-*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -v 'RESULT' "$b"; }; done
 for b in "$out"/bench_*.log; do [ -e "$b" ] && sed -n '/^== /,/^$/p' "$b"; done
 [ -s "$out/skips.log" ] && { echo "skipped:"; cat "$out/skips.log"; }
 echo "== summary =="
 printf '%s\n' "${rows[@]}"
+# Non-zero when anything failed, so a caller cannot mistake a failed run for a pass.
+[ $failed -eq 0 ] || { echo "$failed run(s) failed"; exit 1; }

@@ -188,6 +188,9 @@ pub const CHECKS: &[Check] = &[
     c("globaltimer", &["mov.u64", "%globaltimer"], &["SR_GLOBALTIMERLO"]),
     c("clock64", &["mov.u64", "%clock64"], &["SR_CLOCKLO"]),
     c("dynamic_smem_size", &["%dynamic_smem_size"], &[]),
+    // arith
+    c("add_rn_f16x2", &["add.rn.f16x2"], &["HADD2"]),
+    c("add_rn_bf16x2", &["add.rn.bf16x2"], &["HADD2.BF16"]),
     // misc
     c("trap", &["trap;"], &["BPT.TRAP"]),
     c("nanosleep", &["nanosleep.u32"], &["NANOSLEEP"]),

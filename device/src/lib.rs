@@ -16,6 +16,7 @@ pub mod abi;
 pub mod atomic;
 pub mod bulk;
 pub mod channel;
+pub mod collective;
 pub mod copy;
 pub mod fifo;
 pub mod multimem;

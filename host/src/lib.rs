@@ -36,6 +36,9 @@ pub mod semaphore;
 pub mod shm;
 
 pub use bootstrap::Bootstrap;
+/// The CUDA driver bindings this crate is built on (streams, events, graphs), re-exported so that
+/// programs use the same version.
+pub use cudarc;
 pub use error::{Error, Result};
 pub use gpu::Gpu;
 pub use launch::{Args, LaunchConfig};

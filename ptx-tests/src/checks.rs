@@ -1,7 +1,7 @@
 //! One small kernel per instruction wrapper: `check_<wrapper>`. The CPU-side checks find each
 //! kernel's body in the PTX and its function in the SASS.
 
-use mscclpp_device::ptx::{atom_red, cp_async_bulk as cp, fence, ld_st, mbarrier as mb, misc, print, smem, sreg};
+use mscclpp_device::ptx::{arith, atom_red, cp_async_bulk as cp, fence, ld_st, mbarrier as mb, misc, print, smem, sreg};
 
 /// Defines `#[no_mangle] extern "ptx-kernel"` functions whose bodies are unsafe blocks.
 #[macro_export]
@@ -219,4 +219,10 @@ kernels! {
         *p.add(4) = ld_st::ld_volatile_global_v4_u32(p).iter().fold(0, |a, b| a ^ b);
     }
     fn check_st_volatile_global_v4_u32(p: *mut u32) { ld_st::st_volatile_global_v4_u32(p.add(4), [*p, 1, 2, 3]); }
+}
+
+// Packed half-precision sums: p[0], p[1] in, p[2] out.
+kernels! {
+    fn check_add_rn_f16x2(p: *mut u32) { *p.add(2) = arith::add_rn_f16x2(*p, *p.add(1)); }
+    fn check_add_rn_bf16x2(p: *mut u32) { *p.add(2) = arith::add_rn_bf16x2(*p, *p.add(1)); }
 }

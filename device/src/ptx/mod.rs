@@ -12,6 +12,7 @@
 //! Every public wrapper here has a check kernel in `ptx-tests` and an expectation in the root
 //! crate's `checks` table; a coverage test fails when one is missing.
 
+pub mod arith;
 pub mod atom_red;
 pub mod cp_async_bulk;
 pub mod fence;

@@ -1,0 +1,84 @@
+//! The kernels of `mscclpp-collectives`: one entry point per (operation, algorithm, element
+//! type), each a thin call of the device-callable collective in `mscclpp_device::collective`.
+//!
+//! Every kernel takes `(handle: Collective, input, output, bytes: u64, budget: SpinBudget)`.
+#![no_std]
+#![feature(abi_ptx)]
+
+use mscclpp_device::collective::{Algorithm, Bf16, Collective, F16, F32, I32, U32};
+use mscclpp_device::poll::SpinBudget;
+use mscclpp_device::ptr::GlobalPtr;
+
+macro_rules! kernels {
+    ($($name:ident => $op:ident::<$ty:ty>($algo:ident);)*) => { $(
+        /// See the crate documentation.
+        ///
+        /// # Safety
+        /// Launched by `mscclpp_collectives::Collectives` on every rank with the same grid,
+        /// a valid handle and buffers (the device-callable function's contract).
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            h: Collective,
+            input: GlobalPtr<u8>,
+            output: GlobalPtr<u8>,
+            bytes: u64,
+            budget: SpinBudget,
+        ) {
+            // SAFETY: forwarded from the launch contract.
+            unsafe { h.$op::<$ty>(Algorithm::$algo, input, output, bytes, budget) }
+        }
+    )* };
+}
+
+macro_rules! gather_kernels {
+    ($($name:ident => $algo:ident;)*) => { $(
+        /// See the crate documentation.
+        ///
+        /// # Safety
+        /// As for the other kernels.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            h: Collective,
+            input: GlobalPtr<u8>,
+            output: GlobalPtr<u8>,
+            bytes: u64,
+            budget: SpinBudget,
+        ) {
+            // SAFETY: forwarded from the launch contract.
+            unsafe { h.allgather(Algorithm::$algo, input, output, bytes, budget) }
+        }
+    )* };
+}
+
+kernels! {
+    allreduce_oneshot_f32 => allreduce::<F32>(OneShotLl);
+    allreduce_oneshot_f16 => allreduce::<F16>(OneShotLl);
+    allreduce_oneshot_bf16 => allreduce::<Bf16>(OneShotLl);
+    allreduce_oneshot_i32 => allreduce::<I32>(OneShotLl);
+    allreduce_oneshot_u32 => allreduce::<U32>(OneShotLl);
+    allreduce_twoshot_f32 => allreduce::<F32>(TwoShotLl);
+    allreduce_twoshot_f16 => allreduce::<F16>(TwoShotLl);
+    allreduce_twoshot_bf16 => allreduce::<Bf16>(TwoShotLl);
+    allreduce_twoshot_i32 => allreduce::<I32>(TwoShotLl);
+    allreduce_twoshot_u32 => allreduce::<U32>(TwoShotLl);
+    allreduce_pipelined_f32 => allreduce::<F32>(Pipelined);
+    allreduce_pipelined_f16 => allreduce::<F16>(Pipelined);
+    allreduce_pipelined_bf16 => allreduce::<Bf16>(Pipelined);
+    allreduce_pipelined_i32 => allreduce::<I32>(Pipelined);
+    allreduce_pipelined_u32 => allreduce::<U32>(Pipelined);
+    reduce_scatter_oneshot_f32 => reduce_scatter::<F32>(OneShotLl);
+    reduce_scatter_oneshot_f16 => reduce_scatter::<F16>(OneShotLl);
+    reduce_scatter_oneshot_bf16 => reduce_scatter::<Bf16>(OneShotLl);
+    reduce_scatter_oneshot_i32 => reduce_scatter::<I32>(OneShotLl);
+    reduce_scatter_oneshot_u32 => reduce_scatter::<U32>(OneShotLl);
+    reduce_scatter_pipelined_f32 => reduce_scatter::<F32>(Pipelined);
+    reduce_scatter_pipelined_f16 => reduce_scatter::<F16>(Pipelined);
+    reduce_scatter_pipelined_bf16 => reduce_scatter::<Bf16>(Pipelined);
+    reduce_scatter_pipelined_i32 => reduce_scatter::<I32>(Pipelined);
+    reduce_scatter_pipelined_u32 => reduce_scatter::<U32>(Pipelined);
+}
+
+gather_kernels! {
+    allgather_oneshot => OneShotLl;
+    allgather_pipelined => Pipelined;
+}

@@ -1,0 +1,635 @@
+//! Allreduce, allgather and reduce-scatter among the GPUs of one machine, built on the
+//! mscclpp-rs primitives.
+//!
+//! ```text
+//!  Communicator (bootstrap + GPU)  ──►  Collectives::new: every rank allocates a scratch buffer,
+//!                                       exchanges it (CUDA IPC) and loads the kernels
+//!  collectives.allreduce(&send, &recv, count, DataType::F32, ReduceOp::Sum, stream)
+//!        └─ picks an algorithm by size, launches one kernel on `stream` (graph-capturable)
+//!  collectives.handle()  ──►  a `Collective` for your own kernels: call
+//!        `handle.allreduce::<F32>(algorithm, input, output, bytes, budget)` inside them
+//! ```
+//!
+//! The algorithms and the device-side state are described in
+//! [`mscclpp_device::collective`]. Which one runs for which size is [`Collectives::plan`]:
+//!
+//! | operation | up to | algorithm |
+//! | --- | --- | --- |
+//! | allreduce | [`Thresholds::allreduce_one_shot`] | one-shot LL packets |
+//! | allreduce | [`Thresholds::allreduce_two_shot`] (more than 2 ranks) | two-shot LL packets |
+//! | allreduce | larger | pipelined over every SM |
+//! | allgather, reduce-scatter | [`Thresholds::gather_one_shot`] (bytes per rank) | one-shot LL |
+//! | allgather, reduce-scatter | larger | pipelined, acknowledged slots |
+//!
+//! Every call is collective: all ranks make the same calls, in the same order, with the same
+//! counts and types (as with NCCL). Buffers are plain device memory of this rank's GPU; they need
+//! not be shared with the other ranks, because data moves through the exchanged scratch buffers.
+//! Operations on one stream run in order; operations need no host synchronisation between them.
+//!
+//! [`nccl`] loads NCCL at run time for the side-by-side benchmark (`coll-bench`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaStream};
+use mscclpp_device::collective::{Algorithm, Collective, STATE_HEADER_BYTES};
+use mscclpp_device::poll::SpinBudget;
+use mscclpp_device::ptr::GlobalPtr;
+use mscclpp_host::comm::{Communicator, PeerBuffers};
+use mscclpp_host::{Args, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
+
+pub mod nccl;
+pub mod reference;
+pub mod runner;
+
+pub use mscclpp_device::collective::Algorithm as CollectiveAlgorithm;
+
+/// The PTX of the collective kernels (built from `kernels/` by this crate's build script).
+pub const PTX: &str = include_str!(env!("MSCCLPP_COLLECTIVES_PTX"));
+
+/// Element types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DataType {
+    /// `f32`.
+    F32,
+    /// IEEE half precision (`half::f16`).
+    F16,
+    /// bfloat16 (`half::bf16`).
+    Bf16,
+    /// `i32` (wrapping sums).
+    I32,
+    /// `u32` (wrapping sums).
+    U32,
+    /// `f64`: accepted by NCCL, not (yet) by these collectives; asking for it is an error.
+    F64,
+}
+
+impl DataType {
+    /// The types the collectives support.
+    pub const SUPPORTED: [DataType; 5] = [DataType::F32, DataType::F16, DataType::Bf16, DataType::I32, DataType::U32];
+    /// Bytes of one element.
+    pub const fn bytes(self) -> usize {
+        match self {
+            DataType::F16 | DataType::Bf16 => 2,
+            DataType::F32 | DataType::I32 | DataType::U32 => 4,
+            DataType::F64 => 8,
+        }
+    }
+    /// The name used in kernel names and tables.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DataType::F32 => "f32",
+            DataType::F16 => "f16",
+            DataType::Bf16 => "bf16",
+            DataType::I32 => "i32",
+            DataType::U32 => "u32",
+            DataType::F64 => "f64",
+        }
+    }
+    fn check(self) -> Result<()> {
+        if Self::SUPPORTED.contains(&self) {
+            Ok(())
+        } else {
+            Err(Error::Unsupported(format!(
+                "collectives: element type {} (supported: f32, f16, bf16, i32, u32)",
+                self.name()
+            )))
+        }
+    }
+}
+
+/// Reduction operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// Sum (in rank order, so every rank gets the same bits).
+    Sum,
+    /// Maximum: not supported yet; asking for it is an error.
+    Max,
+}
+
+impl ReduceOp {
+    fn check(self) -> Result<()> {
+        match self {
+            ReduceOp::Sum => Ok(()),
+            other => Err(Error::Unsupported(format!("collectives: reduction {other:?} (only Sum is implemented)"))),
+        }
+    }
+}
+
+/// The three operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// Every rank gets the sum of every rank's buffer.
+    AllReduce,
+    /// Every rank gets every rank's chunk, in rank order.
+    AllGather,
+    /// Rank r gets the sum of every rank's chunk r.
+    ReduceScatter,
+}
+
+impl Operation {
+    /// `"allreduce"`, `"allgather"`, `"reduce_scatter"` (as in the kernel names).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Operation::AllReduce => "allreduce",
+            Operation::AllGather => "allgather",
+            Operation::ReduceScatter => "reduce_scatter",
+        }
+    }
+}
+
+/// Size limits (bytes) between the algorithms; see the crate documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Thresholds {
+    /// Largest allreduce (bytes per rank) sent one-shot as LL packets.
+    pub allreduce_one_shot: u64,
+    /// Largest allreduce sent two-shot as LL packets (only with more than two ranks: with two,
+    /// both send the same bytes and one-shot has one hop less).
+    pub allreduce_two_shot: u64,
+    /// Largest allgather / reduce-scatter chunk (bytes per rank) sent as LL packets.
+    pub gather_one_shot: u64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Self { allreduce_one_shot: 256 << 10, allreduce_two_shot: 1 << 20, gather_one_shot: 64 << 10 }
+    }
+}
+
+/// How a [`Collectives`] is built. Every rank must use the same values.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// Most blocks one operation uses (default: the GPU's SM count, one block per SM).
+    pub max_blocks: Option<u32>,
+    /// Bytes of one LL slot (default 1 MiB: one-shot messages up to 512 KiB).
+    pub ll_slot_bytes: u64,
+    /// Bytes of one pipelined slot (default 64 KiB up to 4 ranks, 32 KiB above).
+    pub chunk_bytes: Option<u64>,
+    /// How long any wait inside a kernel may last before the kernel traps with a message.
+    pub budget: SpinBudget,
+    /// The size limits between the algorithms.
+    pub thresholds: Thresholds,
+    /// Run this algorithm whenever it can carry the operation (benchmarks, tests).
+    pub force: Option<Algorithm>,
+    /// Threads per block (default: 512, or fewer when a kernel's registers allow fewer).
+    pub threads: Option<u32>,
+    /// Blocks of every operation (default: chosen by size).
+    pub blocks: Option<u32>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            max_blocks: None,
+            ll_slot_bytes: 1 << 20,
+            chunk_bytes: None,
+            budget: SpinBudget::from_millis(20_000),
+            thresholds: Thresholds::default(),
+            force: None,
+            threads: None,
+            blocks: None,
+        }
+    }
+}
+
+impl Config {
+    /// The default configuration with the tuning knobs read from the environment:
+    /// `MSCCLPP_RS_COLL_ALGO` (`oneshot`, `twoshot`, `pipelined`), `MSCCLPP_RS_COLL_THREADS`,
+    /// `MSCCLPP_RS_COLL_BLOCKS`, `MSCCLPP_RS_COLL_CHUNK` (bytes).
+    pub fn from_env() -> Result<Self> {
+        let mut c = Self::default();
+        let num = |name: &str| -> Result<Option<u64>> {
+            match std::env::var(name) {
+                Ok(v) => v
+                    .parse::<u64>()
+                    .map(Some)
+                    .map_err(|_| Error::InvalidArgument(format!("{name}={v:?} is not a number"))),
+                Err(_) => Ok(None),
+            }
+        };
+        if let Ok(a) = std::env::var("MSCCLPP_RS_COLL_ALGO") {
+            c.force = Some(parse_algorithm(&a)?);
+        }
+        c.threads = num("MSCCLPP_RS_COLL_THREADS")?.map(|v| v as u32);
+        c.blocks = num("MSCCLPP_RS_COLL_BLOCKS")?.map(|v| v as u32);
+        c.chunk_bytes = num("MSCCLPP_RS_COLL_CHUNK")?;
+        Ok(c)
+    }
+}
+
+/// Parses `oneshot`, `twoshot` or `pipelined`.
+pub fn parse_algorithm(s: &str) -> Result<Algorithm> {
+    Algorithm::ALL.into_iter().find(|a| a.name() == s).ok_or_else(|| {
+        Error::InvalidArgument(format!("unknown collective algorithm {s:?} (oneshot, twoshot, pipelined)"))
+    })
+}
+
+/// What one operation will launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// Blocks of the grid.
+    pub blocks: u32,
+    /// Threads per block.
+    pub threads: u32,
+}
+
+/// The collectives of one rank: scratch memory shared with the other ranks, the device state,
+/// and the loaded kernels. Built collectively by every rank ([`Collectives::new`]).
+pub struct Collectives {
+    gpu: Arc<Gpu>,
+    handle: Collective,
+    config: Config,
+    functions: HashMap<String, (CudaFunction, u32)>,
+    // Drop order: the mappings of the peers' scratch close before this rank's memory is freed.
+    _peers: PeerBuffers,
+    _table: DeviceBuffer,
+    state: DeviceBuffer,
+    _scratch: DeviceBuffer,
+}
+
+impl std::fmt::Debug for Collectives {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collectives")
+            .field("handle", &self.handle)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Collectives {
+    /// Builds the collectives with [`Config::from_env`]. Every rank calls it at the same point.
+    pub fn new(comm: &Communicator) -> Result<Self> {
+        Self::with_config(comm, Config::from_env()?)
+    }
+
+    /// Builds the collectives with `config` (the same on every rank). Every rank calls it at the
+    /// same point. All ranks must run on one machine (their GPUs joined by NVLink or PCIe peer
+    /// access).
+    pub fn with_config(comm: &Communicator, config: Config) -> Result<Self> {
+        let gpu = comm.gpu().clone();
+        let boot = comm.bootstrap();
+        let n = comm.world_size();
+        if boot.info().local_size != n {
+            return Err(Error::Unsupported(format!(
+                "collectives: all {n} ranks must be on one machine ({} are on this one)",
+                boot.info().local_size
+            )));
+        }
+        let chunk = config.chunk_bytes.unwrap_or(if n <= 4 { 64 << 10 } else { 32 << 10 });
+        if chunk == 0 || !chunk.is_multiple_of(16) {
+            return Err(Error::InvalidArgument(format!(
+                "collectives: chunk_bytes {chunk} is not a positive multiple of 16"
+            )));
+        }
+        if config.ll_slot_bytes == 0 || !config.ll_slot_bytes.is_multiple_of(16) {
+            return Err(Error::InvalidArgument(format!(
+                "collectives: ll_slot_bytes {} is not a positive multiple of 16",
+                config.ll_slot_bytes
+            )));
+        }
+        let own_blocks = config.max_blocks.unwrap_or(gpu.info().sm_count).max(1);
+        // Every rank must agree on the layout: take the smallest block count, check the rest.
+        let mine = [own_blocks as u64, chunk, config.ll_slot_bytes];
+        let all = boot.all_gather_pod(&mine)?;
+        let max_blocks = all.iter().map(|v| v[0]).min().unwrap_or(1) as u32;
+        if let Some(r) = all.iter().position(|v| v[1..] != mine[1..]) {
+            return Err(Error::InvalidArgument(format!(
+                "collectives: rank {r} uses chunk/LL slot sizes {:?}, this rank {:?}",
+                &all[r][1..],
+                &mine[1..]
+            )));
+        }
+        let mut handle = Collective {
+            scratch: GlobalPtr::null(),
+            peers: GlobalPtr::null(),
+            state: GlobalPtr::null(),
+            ll_bytes: config.ll_slot_bytes,
+            chunk_bytes: chunk,
+            rank: comm.rank() as u32,
+            n_ranks: n as u32,
+            max_blocks,
+            _pad: 0,
+        };
+        let total = handle.scratch_bytes();
+        let scratch = DeviceBuffer::exportable_filled(&gpu, total as usize, 0)?;
+        let peers = comm.exchange(&scratch)?;
+        if let Some(r) = (0..n).find(|&r| peers.len(r) != total) {
+            return Err(Error::InvalidArgument(format!(
+                "collectives: rank {r} has {} bytes of scratch, this rank {total}",
+                peers.len(r)
+            )));
+        }
+        let table = DeviceBuffer::from_slice(&gpu, peers.addrs())?;
+        let mut state = vec![0u64; (handle.state_bytes() / 8) as usize];
+        state[0] = 1; // the first epoch; the per-block words start at 0, so nothing waits
+        let _ = STATE_HEADER_BYTES;
+        let state = DeviceBuffer::from_slice(&gpu, &state)?;
+        handle.scratch = scratch.ptr();
+        handle.peers = table.ptr();
+        handle.state = state.ptr();
+        let mut functions = HashMap::new();
+        for op in [Operation::AllReduce, Operation::AllGather, Operation::ReduceScatter] {
+            for algo in Algorithm::ALL {
+                for dt in DataType::SUPPORTED {
+                    if let Some(name) = kernel_name(op, algo, dt) {
+                        if functions.contains_key(&name) {
+                            continue;
+                        }
+                        let f = gpu.function(PTX, &name)?;
+                        let max = max_threads(&f)?;
+                        functions.insert(name, (f, max));
+                    }
+                }
+            }
+        }
+        // Nobody launches before every rank has its scratch mapped and zeroed.
+        boot.barrier()?;
+        Ok(Self { gpu, handle, config, functions, _peers: peers, _table: table, state, _scratch: scratch })
+    }
+
+    /// The device handle, for kernels that call the collectives themselves (see
+    /// [`mscclpp_device::collective::Collective::allreduce`]). Valid while `self` lives.
+    pub fn handle(&self) -> Collective {
+        self.handle
+    }
+
+    /// The GPU of this rank.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// This rank's operation counter on the GPU (1 + the operations completed so far); reads
+    /// device memory, ordered after the GPU's own stream.
+    pub fn epoch(&self) -> Result<u64> {
+        let mut e = [0u64];
+        self.state.read(0, &mut e)?;
+        Ok(e[0])
+    }
+
+    /// The algorithm and grid an operation of `bytes` (per rank: the allreduce buffer, the
+    /// allgather input, the reduce-scatter output) would use.
+    pub fn plan(&self, op: Operation, bytes: u64) -> Plan {
+        let h = &self.handle;
+        let n = h.n_ranks as u64;
+        let t = &self.config.thresholds;
+        let one = h.ll_one_shot_capacity();
+        let two = h.ll_two_shot_capacity();
+        let fits = |a: Algorithm| match (op, a) {
+            (_, Algorithm::Pipelined) => true,
+            (_, Algorithm::OneShotLl) => bytes <= one,
+            (Operation::AllReduce, Algorithm::TwoShotLl) => bytes <= two,
+            _ => false,
+        };
+        let algorithm = match self.config.force {
+            Some(a) if fits(a) => a,
+            _ => match op {
+                Operation::AllReduce if bytes <= t.allreduce_one_shot.min(one) => Algorithm::OneShotLl,
+                Operation::AllReduce if n > 2 && bytes <= t.allreduce_two_shot.min(two) => Algorithm::TwoShotLl,
+                Operation::AllGather | Operation::ReduceScatter if bytes <= t.gather_one_shot.min(one) => {
+                    Algorithm::OneShotLl
+                }
+                _ => Algorithm::Pipelined,
+            },
+        };
+        let limit = self.kernel_limit(op, algorithm);
+        let threads = self.config.threads.unwrap_or(512).min(limit).max(32) / 32 * 32;
+        let max_blocks = h.max_blocks as u64;
+        let blocks = self.config.blocks.map(|b| b as u64).unwrap_or_else(|| match algorithm {
+            // One LL packet (8 bytes) per thread; a shard for the two-shot form.
+            Algorithm::OneShotLl => bytes.div_ceil(8).div_ceil(threads as u64),
+            Algorithm::TwoShotLl => bytes.div_ceil(8).div_ceil(n).div_ceil(threads as u64),
+            // A block per 64 KiB of traffic toward each peer, at least one piece per round.
+            Algorithm::Pipelined => {
+                let per_peer = if op == Operation::AllReduce { bytes / n } else { bytes };
+                per_peer.div_ceil(h.chunk_bytes.min(64 << 10))
+            }
+        });
+        Plan { algorithm, blocks: blocks.clamp(1, max_blocks) as u32, threads }
+    }
+
+    /// The most threads per block the slowest kernel of this (operation, algorithm) allows.
+    fn kernel_limit(&self, op: Operation, algo: Algorithm) -> u32 {
+        DataType::SUPPORTED
+            .iter()
+            .filter_map(|&dt| kernel_name(op, algo, dt).and_then(|n| self.functions.get(&n)).map(|f| f.1))
+            .min()
+            .unwrap_or(32)
+    }
+
+    fn enqueue(
+        &self,
+        op: Operation,
+        dtype: DataType,
+        (input, output): (u64, u64),
+        bytes: u64,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        if stream.context().cu_ctx() != self.gpu.context().cu_ctx() {
+            return Err(Error::InvalidArgument(format!(
+                "collectives: the stream belongs to another GPU than this rank's GPU {}",
+                self.gpu.ordinal()
+            )));
+        }
+        let plan = self.plan(op, bytes);
+        let name = kernel_name(op, plan.algorithm, dtype).unwrap_or_default();
+        let (f, _) =
+            self.functions.get(&name).ok_or_else(|| Error::Unsupported(format!("collectives: no kernel {name}")))?;
+        let mut args = Args::new()
+            .arg(self.handle)
+            .arg(GlobalPtr::<u8>::from_addr(input))
+            .arg(GlobalPtr::<u8>::from_addr(output))
+            .arg(bytes)
+            .arg(self.config.budget);
+        let cfg = LaunchConfig::new(plan.blocks, plan.threads);
+        // SAFETY: the kernel takes (Collective, ptr, ptr, u64, SpinBudget) as passed; the buffers
+        // were checked to hold the bytes the operation touches on this rank's GPU; the scratch,
+        // peer table and state live as long as `self`; every rank launches the same plan (same
+        // sizes and configuration, checked at construction).
+        unsafe { mscclpp_host::launch::launch_on(&self.gpu, stream, f, cfg, &mut args) }
+    }
+
+    fn check_buffer(&self, what: &str, buf: &DeviceBuffer, bytes: u64) -> Result<()> {
+        if buf.gpu().ordinal() != self.gpu.ordinal() {
+            return Err(Error::InvalidArgument(format!(
+                "collectives: the {what} buffer is on GPU {}, this rank uses GPU {}",
+                buf.gpu().ordinal(),
+                self.gpu.ordinal()
+            )));
+        }
+        if (buf.len() as u64) < bytes {
+            return Err(Error::InvalidArgument(format!(
+                "collectives: the {what} buffer holds {} bytes, the operation needs {bytes}",
+                buf.len()
+            )));
+        }
+        Ok(())
+    }
+
+    fn bytes(count: usize, dtype: DataType, ranks: usize) -> Result<u64> {
+        dtype.check()?;
+        (count as u64)
+            .checked_mul(dtype.bytes() as u64)
+            .and_then(|b| b.checked_mul(ranks as u64).map(|_| b))
+            .ok_or_else(|| Error::InvalidArgument(format!("collectives: {count} elements overflow")))
+    }
+
+    /// Allreduce of `count` elements: every rank's `recv` gets the sum over ranks of `send`.
+    /// `send` and `recv` may be the same buffer (in place). Enqueued on `stream` (of this rank's
+    /// GPU); returns without waiting.
+    pub fn allreduce(
+        &self,
+        send: &DeviceBuffer,
+        recv: &DeviceBuffer,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        op.check()?;
+        let bytes = Self::bytes(count, dtype, 1)?;
+        self.check_buffer("send", send, bytes)?;
+        self.check_buffer("receive", recv, bytes)?;
+        self.enqueue(Operation::AllReduce, dtype, (send.addr(), recv.addr()), bytes, stream)
+    }
+
+    /// Allgather of `count` elements per rank: `recv` (`n_ranks * count` elements) gets rank q's
+    /// `send` at element `q * count`. `send` must not overlap `recv` (see
+    /// [`Collectives::allgather_in_place`]).
+    pub fn allgather(
+        &self,
+        send: &DeviceBuffer,
+        recv: &DeviceBuffer,
+        count: usize,
+        dtype: DataType,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let n = self.handle.n_ranks as usize;
+        let bytes = Self::bytes(count, dtype, n)?;
+        self.check_buffer("send", send, bytes)?;
+        self.check_buffer("receive", recv, bytes * n as u64)?;
+        if send.addr() == recv.addr() {
+            return Err(Error::InvalidArgument(
+                "collectives: allgather with send == recv; use allgather_in_place".into(),
+            ));
+        }
+        self.enqueue(Operation::AllGather, dtype, (send.addr(), recv.addr()), bytes, stream)
+    }
+
+    /// In-place allgather: this rank's chunk is already at element `rank * count` of `buf`.
+    pub fn allgather_in_place(
+        &self,
+        buf: &DeviceBuffer,
+        count: usize,
+        dtype: DataType,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let n = self.handle.n_ranks as usize;
+        let bytes = Self::bytes(count, dtype, n)?;
+        self.check_buffer("receive", buf, bytes * n as u64)?;
+        let input = buf.addr() + self.handle.rank as u64 * bytes;
+        self.enqueue(Operation::AllGather, dtype, (input, buf.addr()), bytes, stream)
+    }
+
+    /// Reduce-scatter of `count` elements per rank: `recv` (`count` elements) gets the sum over
+    /// ranks of their `send` chunk `rank` (elements `rank * count ..`). `send` must not overlap
+    /// `recv` (see [`Collectives::reduce_scatter_in_place`]).
+    pub fn reduce_scatter(
+        &self,
+        send: &DeviceBuffer,
+        recv: &DeviceBuffer,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        op.check()?;
+        let n = self.handle.n_ranks as usize;
+        let bytes = Self::bytes(count, dtype, n)?;
+        self.check_buffer("send", send, bytes * n as u64)?;
+        self.check_buffer("receive", recv, bytes)?;
+        if send.addr() == recv.addr() {
+            return Err(Error::InvalidArgument(
+                "collectives: reduce_scatter with send == recv; use reduce_scatter_in_place".into(),
+            ));
+        }
+        self.enqueue(Operation::ReduceScatter, dtype, (send.addr(), recv.addr()), bytes, stream)
+    }
+
+    /// In-place reduce-scatter: the result lands at element `rank * count` of `buf`.
+    pub fn reduce_scatter_in_place(
+        &self,
+        buf: &DeviceBuffer,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        op.check()?;
+        let n = self.handle.n_ranks as usize;
+        let bytes = Self::bytes(count, dtype, n)?;
+        self.check_buffer("send", buf, bytes * n as u64)?;
+        let output = buf.addr() + self.handle.rank as u64 * bytes;
+        self.enqueue(Operation::ReduceScatter, dtype, (buf.addr(), output), bytes, stream)
+    }
+}
+
+/// The kernel of (operation, algorithm, type), if there is one (allgather kernels are untyped;
+/// two-shot exists for allreduce only).
+pub fn kernel_name(op: Operation, algo: Algorithm, dtype: DataType) -> Option<String> {
+    match (op, algo) {
+        (Operation::AllGather, Algorithm::TwoShotLl) => None,
+        (Operation::ReduceScatter, Algorithm::TwoShotLl) => None,
+        (Operation::AllGather, a) => Some(format!("allgather_{}", a.name())),
+        (o, a) => Some(format!("{}_{}_{}", o.name(), a.name(), dtype.name())),
+    }
+}
+
+/// The most threads per block a kernel can be launched with (its registers decide).
+fn max_threads(f: &CudaFunction) -> Result<u32> {
+    let mut v = 0i32;
+    // SAFETY: `v` is an out-parameter; the function handle is live (held by the module cache).
+    let r = unsafe {
+        cudarc::driver::sys::cuFuncGetAttribute(
+            &mut v,
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+            f.cu_function(),
+        )
+    };
+    r.result().map_err(|e| Error::Driver { context: "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)".into(), source: e })?;
+    Ok(v.max(32) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_exist_in_the_ptx() {
+        for op in [Operation::AllReduce, Operation::AllGather, Operation::ReduceScatter] {
+            for a in Algorithm::ALL {
+                for dt in DataType::SUPPORTED {
+                    if let Some(name) = kernel_name(op, a, dt) {
+                        assert!(PTX.contains(&format!(".entry {name}(")), "{name} missing from the PTX");
+                    }
+                }
+            }
+        }
+        assert_eq!(kernel_name(Operation::AllGather, Algorithm::TwoShotLl, DataType::F32), None);
+    }
+
+    #[test]
+    fn unsupported_requests_are_errors() {
+        assert!(matches!(DataType::F64.check(), Err(Error::Unsupported(_))));
+        assert!(matches!(ReduceOp::Max.check(), Err(Error::Unsupported(_))));
+        assert!(Collectives::bytes(usize::MAX, DataType::F32, 1).is_err());
+        assert!(Collectives::bytes(1 << 40, DataType::F32, 1 << 30).is_err());
+        assert_eq!(Collectives::bytes(3, DataType::F16, 2).unwrap(), 6);
+        assert!(parse_algorithm("fast").is_err());
+        assert_eq!(parse_algorithm("twoshot").unwrap(), Algorithm::TwoShotLl);
+    }
+}

@@ -1,0 +1,57 @@
+//! The `main` of a multi-rank program over the collectives (the tests and the benchmark): runs
+//! under `mpirun`, Slurm or the built-in launcher (`--ranks N`; started by hand it launches
+//! `default_ranks` copies of itself), opens this rank's GPU and a [`Communicator`], and prints
+//! `RESULT ok` or `RESULT FAILED` per rank.
+//!
+//! Without a GPU every rank prints why it skipped and the run succeeds, unless
+//! `MSCCLPP_RS_REQUIRE_GPU=1`.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use mscclpp_host::bootstrap::launcher::{self, Role};
+use mscclpp_host::comm::Communicator;
+use mscclpp_host::{Bootstrap, Gpu, Result};
+
+/// Runs `body` on every rank with its communicator; see the module documentation.
+pub fn main(name: &str, default_ranks: usize, body: impl FnOnce(&Communicator) -> Result<()>) -> ExitCode {
+    let cfg = match launcher::role(default_ranks) {
+        Ok(Role::Rank(cfg)) => cfg,
+        Ok(Role::Launched { ranks, outcome: Ok(()) }) => {
+            println!("{name}: RESULT ok (all {ranks} ranks)");
+            return ExitCode::SUCCESS;
+        }
+        Ok(Role::Launched { outcome: Err(e), .. }) | Err(e) => {
+            println!("{name}: RESULT FAILED: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let r = cfg.rank.rank;
+    let run = || -> Result<bool> {
+        let boot = Arc::new(Bootstrap::connect(&cfg)?);
+        let inventory = mscclpp_host::gpu::inventory();
+        let counts = boot.all_gather_pod(&(inventory.devices.len() as u64))?;
+        if counts.contains(&0) {
+            let why = inventory.reason.unwrap_or_else(|| "another rank has no GPU".into());
+            if std::env::var("MSCCLPP_RS_REQUIRE_GPU").as_deref() == Ok("1") {
+                return Err(mscclpp_host::Error::NoDriver(why));
+            }
+            println!("{name}: rank {r}: GPU-SKIP: {why}");
+            return Ok(false);
+        }
+        let gpu = Gpu::open(cfg.rank.gpu_index(inventory.devices.len()).unwrap_or(0))?;
+        let comm = Communicator::new(boot, gpu);
+        body(&comm)?;
+        Ok(true)
+    };
+    match run() {
+        Ok(ran) => {
+            println!("{name}: rank {r}: RESULT ok{}", if ran { "" } else { " (skipped: no GPU)" });
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("{name}: rank {r}: RESULT FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

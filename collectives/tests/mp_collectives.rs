@@ -1,0 +1,247 @@
+//! Correctness of the collectives among N ranks, one process per rank: every operation, element
+//! type and algorithm on fresh random data against a host reference (sums in rank order, bit for
+//! bit), counts that are not multiples of 16 bytes and odd counts, in place and out of place,
+//! back-to-back operations on different buffers with no host synchronisation, and 1,000 replays
+//! of a CUDA graph checked after.
+//!
+//! ```sh
+//! cargo test --release -p mscclpp-collectives --test mp_collectives   # 2 ranks (launcher)
+//! target/release/deps/mp_collectives-... --ranks 4
+//! mpirun -np 2 target/release/deps/mp_collectives-...
+//! ```
+//! `MSCCLPP_RS_SEED` repeats a run's data. Without GPUs every rank prints a GPU-SKIP line.
+
+use std::process::ExitCode;
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use mscclpp_collectives::reference::{count_wrong, random_input, sum_in_order};
+use mscclpp_collectives::{CollectiveAlgorithm as Algorithm, Collectives, Config, DataType, Operation, ReduceOp};
+use mscclpp_host::comm::Communicator;
+use mscclpp_host::{DeviceBuffer, Error, Result};
+
+fn main() -> ExitCode {
+    mscclpp_collectives::runner::main("mp_collectives", 2, run)
+}
+
+/// Element counts: odd, not multiples of 16 bytes, around the algorithms' limits, and large
+/// enough for several pipelined rounds.
+const COUNTS: [usize; 8] = [1, 3, 1001, 4099, 65_537, 262_147, 1_048_579, 2_500_001];
+
+struct Case {
+    op: Operation,
+    dtype: DataType,
+    count: usize,
+    in_place: bool,
+}
+
+fn fail(what: String) -> Error {
+    Error::InvalidArgument(what)
+}
+
+/// Fills the buffers of one case and returns (send, recv, expected result on this rank).
+fn prepare(c: &Case, comm: &Communicator, seed: u64) -> Result<(DeviceBuffer, Option<DeviceBuffer>, Vec<u8>)> {
+    let (n, me) = (comm.world_size(), comm.rank());
+    let gpu = comm.gpu();
+    let w = c.dtype.bytes();
+    let input_count = match c.op {
+        Operation::AllReduce | Operation::AllGather => c.count,
+        Operation::ReduceScatter => c.count * n,
+    };
+    let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(c.dtype, input_count, seed, r)).collect();
+    let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+    let expected = match c.op {
+        Operation::AllReduce => sum_in_order(c.dtype, &refs),
+        Operation::AllGather => inputs.concat(),
+        Operation::ReduceScatter => {
+            let b = c.count * w;
+            let shards: Vec<&[u8]> = refs.iter().map(|x| &x[me * b..(me + 1) * b]).collect();
+            sum_in_order(c.dtype, &shards)
+        }
+    };
+    let poison = 0xa5u8;
+    let mine = &inputs[me];
+    Ok(match (c.op, c.in_place) {
+        (Operation::AllGather, true) => {
+            // My chunk in place, every other byte poisoned.
+            let mut all = vec![poison; n * c.count * w];
+            all[me * c.count * w..(me + 1) * c.count * w].copy_from_slice(mine);
+            (DeviceBuffer::from_slice(gpu, &all)?, None, expected)
+        }
+        (_, true) => (DeviceBuffer::from_slice(gpu, mine)?, None, expected),
+        (op, false) => {
+            let out = match op {
+                Operation::AllGather => n * c.count * w,
+                _ => c.count * w,
+            };
+            (DeviceBuffer::from_slice(gpu, mine)?, Some(DeviceBuffer::filled(gpu, out, poison)?), expected)
+        }
+    })
+}
+
+fn enqueue(coll: &Collectives, c: &Case, send: &DeviceBuffer, recv: Option<&DeviceBuffer>) -> Result<()> {
+    let s = coll.gpu().stream();
+    match (c.op, recv) {
+        (Operation::AllReduce, r) => coll.allreduce(send, r.unwrap_or(send), c.count, c.dtype, ReduceOp::Sum, s),
+        (Operation::AllGather, Some(r)) => coll.allgather(send, r, c.count, c.dtype, s),
+        (Operation::AllGather, None) => coll.allgather_in_place(send, c.count, c.dtype, s),
+        (Operation::ReduceScatter, Some(r)) => coll.reduce_scatter(send, r, c.count, c.dtype, ReduceOp::Sum, s),
+        (Operation::ReduceScatter, None) => coll.reduce_scatter_in_place(send, c.count, c.dtype, ReduceOp::Sum, s),
+    }
+}
+
+/// The bytes of the result on this rank.
+fn result(c: &Case, comm: &Communicator, send: &DeviceBuffer, recv: Option<&DeviceBuffer>) -> Result<Vec<u8>> {
+    let b = c.count * c.dtype.bytes();
+    Ok(match (c.op, recv) {
+        (_, Some(r)) => r.to_vec::<u8>()?,
+        (Operation::ReduceScatter, None) => send.to_vec::<u8>()?[comm.rank() * b..(comm.rank() + 1) * b].to_vec(),
+        (_, None) => send.to_vec::<u8>()?,
+    })
+}
+
+fn check(c: &Case, what: &str, got: &[u8], want: &[u8]) -> Result<()> {
+    let wrong = count_wrong(c.dtype, got, want);
+    if wrong > 0 {
+        let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0) / c.dtype.bytes();
+        return Err(fail(format!(
+            "{what}: {wrong} of {} elements wrong (first at element {first})",
+            want.len() / c.dtype.bytes()
+        )));
+    }
+    Ok(())
+}
+
+fn run(comm: &Communicator) -> Result<()> {
+    let me = comm.rank();
+    let own_seed: u64 =
+        std::env::var("MSCCLPP_RS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random::<u64>);
+    let seed = comm.bootstrap().all_gather_pod(&own_seed)?[0];
+    if me == 0 {
+        println!("mp_collectives: {} ranks, seed {seed} (MSCCLPP_RS_SEED={seed} repeats this run)", comm.world_size());
+    }
+    // One communicator per algorithm, forced where it fits, plus the automatic choice and one
+    // with few blocks and small slots, so the pipelined forms run many rounds.
+    let configs: Vec<(&str, Config)> = vec![
+        ("auto", Config::default()),
+        ("oneshot", Config { force: Some(Algorithm::OneShotLl), ..Config::default() }),
+        ("twoshot", Config { force: Some(Algorithm::TwoShotLl), ..Config::default() }),
+        ("pipelined", Config { force: Some(Algorithm::Pipelined), ..Config::default() }),
+        (
+            "pipelined-2-blocks",
+            Config { force: Some(Algorithm::Pipelined), blocks: Some(2), chunk_bytes: Some(4096), ..Config::default() },
+        ),
+    ];
+    let colls = configs.iter().map(|(_, cfg)| Collectives::with_config(comm, *cfg)).collect::<Result<Vec<_>>>()?;
+    let mut n_cases = 0usize;
+    let mut case_seed = seed;
+    for (ci, coll) in colls.iter().enumerate() {
+        for op in [Operation::AllReduce, Operation::AllGather, Operation::ReduceScatter] {
+            for dtype in DataType::SUPPORTED {
+                for (k, &count) in COUNTS.iter().enumerate() {
+                    // Large counts for two element types only, to keep the run short.
+                    if count > 300_000 && !matches!(dtype, DataType::F32 | DataType::Bf16) {
+                        continue;
+                    }
+                    // Allgather moves bytes: every type is the same kernel; two suffice.
+                    if op == Operation::AllGather && !matches!(dtype, DataType::F32 | DataType::F16) {
+                        continue;
+                    }
+                    let in_place = (k + ci) % 2 == 1;
+                    let c = Case { op, dtype, count, in_place };
+                    let plan = coll.plan(op, (count * dtype.bytes()) as u64);
+                    case_seed = case_seed.wrapping_add(1);
+                    let (send, recv, want) = prepare(&c, comm, case_seed)?;
+                    enqueue(coll, &c, &send, recv.as_ref())?;
+                    coll.gpu().synchronize()?;
+                    let got = result(&c, comm, &send, recv.as_ref())?;
+                    let what = format!(
+                        "{} {} count {count} {} [{} -> {:?}, {} blocks x {}]",
+                        op.name(),
+                        dtype.name(),
+                        if in_place { "in place" } else { "out of place" },
+                        configs[ci].0,
+                        plan.algorithm.name(),
+                        plan.blocks,
+                        plan.threads
+                    );
+                    check(&c, &what, &got, &want)?;
+                    n_cases += 1;
+                }
+            }
+        }
+    }
+    println!("mp_collectives: rank {me}: {n_cases} operation cases ok (every algorithm, type, odd counts, in place)");
+    back_to_back(comm, &colls[0], seed ^ 0x55)?;
+    graph_replays(comm, &colls[0], seed ^ 0xaa)?;
+    Ok(())
+}
+
+/// Many operations of every kind and size on different buffers, enqueued with no host
+/// synchronisation between them, checked after one synchronise.
+fn back_to_back(comm: &Communicator, coll: &Collectives, seed: u64) -> Result<()> {
+    let mut pending = vec![];
+    let mut s = seed;
+    for round in 0..4 {
+        for (i, &count) in [7usize, 5000, 70_001, 600_003].iter().enumerate() {
+            for op in [Operation::AllReduce, Operation::AllGather, Operation::ReduceScatter] {
+                let dtype = [DataType::F32, DataType::Bf16, DataType::I32, DataType::F16][(i + round) % 4];
+                let c = Case { op, dtype, count, in_place: (i + round) % 3 == 0 };
+                s = s.wrapping_add(1);
+                let (send, recv, want) = prepare(&c, comm, s)?;
+                enqueue(coll, &c, &send, recv.as_ref())?;
+                pending.push((c, send, recv, want));
+            }
+        }
+    }
+    coll.gpu().synchronize()?;
+    for (c, send, recv, want) in &pending {
+        let got = result(c, comm, send, recv.as_ref())?;
+        check(c, &format!("back-to-back {} {} count {}", c.op.name(), c.dtype.name(), c.count), &got, want)?;
+    }
+    println!("mp_collectives: rank {}: {} back-to-back operations ok (one synchronise)", comm.rank(), pending.len());
+    Ok(())
+}
+
+/// A CUDA graph of three operations (small and large allreduce, an allgather) replayed 1,000
+/// times; the results and the device's operation counter are checked after.
+fn graph_replays(comm: &Communicator, coll: &Collectives, seed: u64) -> Result<()> {
+    const REPLAYS: u64 = 1000;
+    let cases = [
+        Case { op: Operation::AllReduce, dtype: DataType::F32, count: 999, in_place: false },
+        Case { op: Operation::AllReduce, dtype: DataType::Bf16, count: 3_000_001, in_place: false },
+        Case { op: Operation::AllGather, dtype: DataType::F32, count: 100_003, in_place: false },
+    ];
+    let mut bufs = vec![];
+    for (i, c) in cases.iter().enumerate() {
+        bufs.push(prepare(c, comm, seed.wrapping_add(i as u64))?);
+    }
+    let stream = coll.gpu().stream();
+    let before = coll.epoch()?;
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(|e| Error::Driver { context: "beginning a graph capture".into(), source: e })?;
+    let captured = cases.iter().zip(&bufs).try_for_each(|(c, (send, recv, _))| enqueue(coll, c, send, recv.as_ref()));
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .map_err(|e| Error::Driver { context: "ending a graph capture".into(), source: e })?;
+    captured?;
+    let graph = graph.ok_or_else(|| fail("the capture produced no graph".into()))?;
+    for _ in 0..REPLAYS {
+        graph.launch().map_err(|e| Error::Driver { context: "launching a graph".into(), source: e })?;
+    }
+    coll.gpu().synchronize()?;
+    for (c, (send, recv, want)) in cases.iter().zip(&bufs) {
+        let got = result(c, comm, send, recv.as_ref())?;
+        check(c, &format!("graph replay {} {} count {}", c.op.name(), c.dtype.name(), c.count), &got, want)?;
+    }
+    let after = coll.epoch()?;
+    if after - before != REPLAYS * cases.len() as u64 {
+        return Err(fail(format!(
+            "the device's operation counter advanced by {} over {REPLAYS} replays of {} operations",
+            after - before,
+            cases.len()
+        )));
+    }
+    println!("mp_collectives: rank {}: {REPLAYS} graph replays of {} operations ok", comm.rank(), cases.len());
+    Ok(())
+}

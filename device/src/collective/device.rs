@@ -1,0 +1,868 @@
+//! The device side of the collectives (nvptx64 only). See the module documentation of
+//! [`crate::collective`] for the algorithms, the epoch and the rules for callers.
+
+use super::*;
+use crate::atomic::{self, AcqRel, Acquire, Gpu, Relaxed, Release, Sys};
+use crate::copy::{Threads, copy, copy_widest};
+use crate::device_assert;
+use crate::packet::LL16Packet;
+use crate::poll::{SpinBudget, spin_until};
+use crate::ptr::GlobalPtr;
+use crate::ptx::{ld_st, misc::barrier_sync, sreg};
+
+/// One 8-byte word of `bytes` at `p` (word `i`): a single load when the word is whole and
+/// aligned, else byte by byte with zeros past the end.
+///
+/// # Safety
+/// `p` valid global memory for `bytes` bytes.
+#[inline(always)]
+unsafe fn load_word(p: GlobalPtr<u8>, i: u64, bytes: u64) -> u64 {
+    let at = p.byte_add((8 * i) as usize);
+    if 8 * i + 8 <= bytes && at.is_aligned_to(8) {
+        // SAFETY: the word lies inside the range and is aligned.
+        return unsafe { ld_st::ld_global_u64(at.as_ptr().cast()) };
+    }
+    let n = (bytes - 8 * i).min(8);
+    let mut w = 0u64;
+    for j in 0..n {
+        // SAFETY: byte j of the word lies inside the range.
+        w |= (unsafe { at.as_ptr().add(j as usize).read() } as u64) << (8 * j);
+    }
+    w
+}
+
+/// Stores word `i` of `bytes` at `p`: one store when whole and aligned, else only the bytes
+/// inside the range.
+///
+/// # Safety
+/// `p` valid global memory for `bytes` bytes.
+#[inline(always)]
+unsafe fn store_word(p: GlobalPtr<u8>, i: u64, bytes: u64, w: u64) {
+    let at = p.byte_add((8 * i) as usize);
+    if 8 * i + 8 <= bytes && at.is_aligned_to(8) {
+        // SAFETY: the word lies inside the range and is aligned.
+        unsafe { ld_st::st_global_u64(at.as_ptr().cast(), w) };
+        return;
+    }
+    let n = (bytes - 8 * i).min(8);
+    for j in 0..n {
+        // SAFETY: byte j of the word lies inside the range.
+        unsafe { at.as_ptr().add(j as usize).write((w >> (8 * j)) as u8) };
+    }
+}
+
+/// Lane-wise sum of two 8-byte words of elements.
+#[inline(always)]
+fn add64<E: Element>(a: u64, b: u64) -> u64 {
+    E::add32(a as u32, b as u32) as u64 | (E::add32((a >> 32) as u32, (b >> 32) as u32) as u64) << 32
+}
+
+/// Lane-wise sum of two 16-byte vectors of elements.
+#[inline(always)]
+fn add128<E: Element>(a: [u32; 4], b: [u32; 4]) -> [u32; 4] {
+    [E::add32(a[0], b[0]), E::add32(a[1], b[1]), E::add32(a[2], b[2]), E::add32(a[3], b[3])]
+}
+
+/// Waits until the 64-bit flag at `p` reaches `target` (acquire, system scope: the writes the
+/// sender released with the flag are visible afterwards).
+///
+/// # Safety
+/// `p` valid global memory, 8-aligned.
+#[inline(always)]
+unsafe fn wait_flag(p: GlobalPtr<u64>, target: u64, budget: SpinBudget, name: &'static str) {
+    // SAFETY: forwarded from the caller. Partner: the sender's `raise_flag`.
+    spin_until(budget, name, || unsafe { atomic::load::<Acquire, Sys, u64>(p.as_ptr()) } >= target);
+}
+
+/// Publishes `value` in the 64-bit flag at `p` (release, system scope). Called by one thread
+/// after a CTA barrier, so every write the block made before the barrier is released with it.
+///
+/// # Safety
+/// `p` valid global memory, 8-aligned; only this rank's block writes it.
+#[inline(always)]
+unsafe fn raise_flag(p: GlobalPtr<u64>, value: u64) {
+    // SAFETY: forwarded from the caller. Partner: the receiver's `wait_flag`.
+    unsafe { atomic::store::<Release, Sys, u64>(p.as_ptr(), value) };
+}
+
+impl Collective {
+    /// Rank `q`'s scratch as mapped on this GPU.
+    #[inline(always)]
+    fn peer_scratch(&self, q: u32) -> GlobalPtr<u8> {
+        // SAFETY: the peer table holds `n_ranks` addresses (the handle comes from the host).
+        GlobalPtr::from_addr(unsafe { self.peers.add(q as usize).as_ptr().read() })
+    }
+
+    /// LL slot (`half`, `region`, `sender`) in rank `owner`'s scratch, as packets.
+    #[inline(always)]
+    fn ll_slot(&self, owner: u32, half: u64, region: u64, sender: u32) -> GlobalPtr<LL16Packet> {
+        let base = if owner == self.rank { self.scratch } else { self.peer_scratch(owner) };
+        base.byte_add(self.ll_offset(half, region, sender) as usize).cast()
+    }
+
+    /// Starts an operation: waits until every block of the previous one has finished (the epoch
+    /// moved past the one this block last used) and returns the new operation's epoch. Every
+    /// thread of every block calls it.
+    ///
+    /// # Safety
+    /// The handle comes from the host; the rules of the module documentation hold.
+    #[inline(always)]
+    pub unsafe fn begin(&self, budget: SpinBudget) -> u64 {
+        let b = sreg::ctaid_x();
+        device_assert!(
+            sreg::nctaid_x() <= self.max_blocks,
+            "collective: the grid has more blocks than the communicator's max_blocks"
+        );
+        let epoch = self.state.as_ptr();
+        if sreg::tid_x() == 0 {
+            let last = self.state.byte_add((STATE_HEADER_BYTES + 8 * b as u64) as usize).as_ptr();
+            // SAFETY: the state buffer holds the header and one word per block. Only this thread
+            // writes `last` (in `end`). Partner of the acquire: the release in `end`.
+            unsafe {
+                let mine = atomic::load::<Relaxed, Gpu, u64>(last);
+                spin_until(budget, "Collective::begin (previous operation unfinished)\0", || {
+                    atomic::load::<Acquire, Gpu, u64>(epoch) != mine
+                });
+            }
+        }
+        barrier_sync();
+        // SAFETY: as above; the epoch cannot move again before this block calls `end`.
+        unsafe { atomic::load::<Acquire, Gpu, u64>(epoch) }
+    }
+
+    /// Ends an operation of epoch `e`: the last block of the grid to arrive advances the epoch.
+    ///
+    /// # Safety
+    /// As for [`Collective::begin`], with the epoch it returned.
+    #[inline(always)]
+    pub unsafe fn end(&self, e: u64) {
+        barrier_sync();
+        if sreg::tid_x() == 0 {
+            let b = sreg::ctaid_x();
+            let epoch = self.state.as_ptr();
+            let last = self.state.byte_add((STATE_HEADER_BYTES + 8 * b as u64) as usize).as_ptr();
+            let exit = self.state.byte_add(8).cast::<u32>().as_ptr();
+            // SAFETY: words of the state buffer. Release: this block is done with epoch `e`.
+            // Acquire: the arrivals before this one. Partner: the other blocks' increments.
+            unsafe {
+                atomic::store::<Relaxed, Gpu, u64>(last, e);
+                let old = atomic::fetch_add::<AcqRel, Gpu, u32>(exit, 1);
+                if old == sreg::nctaid_x() - 1 {
+                    atomic::store::<Relaxed, Gpu, u32>(exit, 0);
+                    // Partner: the acquire loads of the epoch in `begin`.
+                    atomic::store::<Release, Gpu, u64>(epoch, e + 1);
+                }
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- LL building blocks
+
+    /// One-shot LL allreduce body (no begin/end): `output = sum over ranks of input`, `bytes`
+    /// each, shared by the threads of `t`.
+    ///
+    /// # Safety
+    /// Epoch `e` from [`Collective::begin`]; `input` and `output` valid for `bytes` (they may be
+    /// the same); `bytes` at most [`Collective::ll_one_shot_capacity`]; every thread of `t` calls
+    /// it with the same arguments, on every rank.
+    #[inline(always)]
+    pub unsafe fn allreduce_ll_body<E: Element>(
+        &self,
+        e: u64,
+        input: GlobalPtr<u8>,
+        output: GlobalPtr<u8>,
+        bytes: u64,
+        t: Threads,
+        budget: SpinBudget,
+    ) {
+        let (n, me) = (self.n_ranks, self.rank);
+        let (flag, half) = (ll_flag(e), e & 1);
+        let words = bytes.div_ceil(8);
+        device_assert!(words * LL_PACKET_BYTES <= self.ll_bytes, "allreduce (LL): message larger than the LL slot");
+        let mut i = t.index as u64;
+        while i < words {
+            // SAFETY: word i lies in the input; packet i lies in every peer's slot (checked size).
+            unsafe {
+                let w = load_word(input, i, bytes);
+                for p in 0..n {
+                    if p != me {
+                        self.ll_slot(p, half, 0, me).add(i as usize).write(w, flag);
+                    }
+                }
+            }
+            i += t.count as u64;
+        }
+        let mut i = t.index as u64;
+        while i < words {
+            // SAFETY: as above, for this rank's own slots.
+            unsafe {
+                let own = load_word(input, i, bytes);
+                let mut acc = 0u64;
+                for q in 0..n {
+                    let v = if q == me { own } else { self.ll_slot(me, half, 0, q).add(i as usize).read(flag, budget) };
+                    acc = if q == 0 { v } else { add64::<E>(acc, v) };
+                }
+                store_word(output, i, bytes, acc);
+            }
+            i += t.count as u64;
+        }
+    }
+
+    /// Two-shot LL allreduce body: shard p of the input goes to rank p as packets, rank p sums
+    /// it and sends the sum to every rank as packets.
+    ///
+    /// # Safety
+    /// As for [`Collective::allreduce_ll_body`], with `bytes` at most
+    /// [`Collective::ll_two_shot_capacity`].
+    #[inline(always)]
+    pub unsafe fn allreduce_ll2_body<E: Element>(
+        &self,
+        e: u64,
+        input: GlobalPtr<u8>,
+        output: GlobalPtr<u8>,
+        bytes: u64,
+        t: Threads,
+        budget: SpinBudget,
+    ) {
+        let (n, me) = (self.n_ranks, self.rank);
+        let (flag, half) = (ll_flag(e), e & 1);
+        let words = bytes.div_ceil(8);
+        device_assert!(
+            words.div_ceil(n as u64) * LL_PACKET_BYTES <= self.ll_bytes,
+            "allreduce (two-shot LL): shard larger than the LL slot"
+        );
+        let step = t.count as u64;
+        // Shot 1: shard p to rank p.
+        for p in 0..n {
+            if p == me {
+                continue;
+            }
+            let (s, end) = split(words, n as u64, p as u64);
+            let mut j = t.index as u64;
+            while s + j < end {
+                // SAFETY: word s + j lies in the input, packet j in the slot (checked size).
+                unsafe { self.ll_slot(p, half, 0, me).add(j as usize).write(load_word(input, s + j, bytes), flag) };
+                j += step;
+            }
+        }
+        // Sum my shard in rank order, keep it, and send it to everyone.
+        let (s, end) = split(words, n as u64, me as u64);
+        let mut j = t.index as u64;
+        while s + j < end {
+            // SAFETY: as above.
+            unsafe {
+                let own = load_word(input, s + j, bytes);
+                let mut acc = 0u64;
+                for q in 0..n {
+                    let v = if q == me { own } else { self.ll_slot(me, half, 0, q).add(j as usize).read(flag, budget) };
+                    acc = if q == 0 { v } else { add64::<E>(acc, v) };
+                }
+                store_word(output, s + j, bytes, acc);
+                for p in 0..n {
+                    if p != me {
+                        self.ll_slot(p, half, 1, me).add(j as usize).write(acc, flag);
+                    }
+                }
+            }
+            j += step;
+        }
+        // Shot 2: every other shard's sum from its owner.
+        for q in 0..n {
+            if q == me {
+                continue;
+            }
+            let (s, end) = split(words, n as u64, q as u64);
+            let mut j = t.index as u64;
+            while s + j < end {
+                // SAFETY: as above.
+                unsafe {
+                    store_word(output, s + j, bytes, self.ll_slot(me, half, 1, q).add(j as usize).read(flag, budget))
+                };
+                j += step;
+            }
+        }
+    }
+
+    /// One-shot LL allgather body: `output[q * bytes ..][.. bytes]` = rank q's `input`.
+    ///
+    /// # Safety
+    /// As for [`Collective::allreduce_ll_body`]; `output` valid for `n_ranks * bytes`; `input`
+    /// may be `output + rank * bytes` (in place), and must not overlap `output` otherwise.
+    #[inline(always)]
+    pub unsafe fn allgather_ll_body(
+        &self,
+        e: u64,
+        input: GlobalPtr<u8>,
+        output: GlobalPtr<u8>,
+        bytes: u64,
+        t: Threads,
+        budget: SpinBudget,
+    ) {
+        let (n, me) = (self.n_ranks, self.rank);
+        let (flag, half) = (ll_flag(e), e & 1);
+        let words = bytes.div_ceil(8);
+        device_assert!(words * LL_PACKET_BYTES <= self.ll_bytes, "allgather (LL): message larger than the LL slot");
+        let mine = output.byte_add((me as u64 * bytes) as usize);
+        let in_place = mine == input;
+        let mut i = t.index as u64;
+        while i < words {
+            // SAFETY: word i lies in the input and in my part of the output; packet i in the slots.
+            unsafe {
+                let w = load_word(input, i, bytes);
+                for p in 0..n {
+                    if p != me {
+                        self.ll_slot(p, half, 0, me).add(i as usize).write(w, flag);
+                    }
+                }
+                if !in_place {
+                    store_word(mine, i, bytes, w);
+                }
+            }
+            i += t.count as u64;
+        }
+        for q in 0..n {
+            if q == me {
+                continue;
+            }
+            let theirs = output.byte_add((q as u64 * bytes) as usize);
+            let mut i = t.index as u64;
+            while i < words {
+                // SAFETY: as above.
+                unsafe {
+                    store_word(theirs, i, bytes, self.ll_slot(me, half, 0, q).add(i as usize).read(flag, budget))
+                };
+                i += t.count as u64;
+            }
+        }
+    }
+
+    /// One-shot LL reduce-scatter body: `output` (`bytes`) = sum over ranks q of rank q's
+    /// `input[rank * bytes ..][.. bytes]`.
+    ///
+    /// # Safety
+    /// As for [`Collective::allreduce_ll_body`]; `input` valid for `n_ranks * bytes`; `output`
+    /// may be `input + rank * bytes` (in place), and must not overlap `input` otherwise.
+    #[inline(always)]
+    pub unsafe fn reduce_scatter_ll_body<E: Element>(
+        &self,
+        e: u64,
+        input: GlobalPtr<u8>,
+        output: GlobalPtr<u8>,
+        bytes: u64,
+        t: Threads,
+        budget: SpinBudget,
+    ) {
+        let (n, me) = (self.n_ranks, self.rank);
+        let (flag, half) = (ll_flag(e), e & 1);
+        let words = bytes.div_ceil(8);
+        device_assert!(words * LL_PACKET_BYTES <= self.ll_bytes, "reduce-scatter (LL): shard larger than the LL slot");
+        for p in 0..n {
+            if p == me {
+                continue;
+            }
+            let shard = input.byte_add((p as u64 * bytes) as usize);
+            let mut i = t.index as u64;
+            while i < words {
+                // SAFETY: word i lies in shard p; packet i in the slot.
+                unsafe { self.ll_slot(p, half, 0, me).add(i as usize).write(load_word(shard, i, bytes), flag) };
+                i += t.count as u64;
+            }
+        }
+        let own_shard = input.byte_add((me as u64 * bytes) as usize);
+        let mut i = t.index as u64;
+        while i < words {
+            // SAFETY: as above.
+            unsafe {
+                let own = load_word(own_shard, i, bytes);
+                let mut acc = 0u64;
+                for q in 0..n {
+                    let v = if q == me { own } else { self.ll_slot(me, half, 0, q).add(i as usize).read(flag, budget) };
+                    acc = if q == 0 { v } else { add64::<E>(acc, v) };
+                }
+                store_word(output, i, bytes, acc);
+            }
+            i += t.count as u64;
+        }
+    }
+
+    // ---------------------------------------------------------------- pipelined blocks
+
+    /// This block's part `[lo, hi)` (in 16-byte vectors) of shard `p` of `vecs` vectors.
+    #[inline(always)]
+    fn block_part(&self, vecs: u64, p: u32, b: u32, nb: u32) -> (u64, u64) {
+        let (s, e) = split(vecs, self.n_ranks as u64, p as u64);
+        let (lo, hi) = split(e - s, nb as u64, b as u64);
+        (s + lo, s + hi)
+    }
+
+    /// Piece `k` (in vectors) of the range `[lo, hi)`, `cv` vectors per piece (may be empty).
+    #[inline(always)]
+    fn piece((lo, hi): (u64, u64), k: u64, cv: u64) -> (u64, u64) {
+        let a = (lo + k * cv).min(hi);
+        (a, (a + cv).min(hi))
+    }
+
+    /// Pipelined allreduce body over all blocks of the grid (each block a part of every shard,
+    /// in rounds through its own slots), for the whole 16-byte vectors of the message; the last
+    /// `bytes % 16` bytes go through the one-shot LL body in block 0.
+    ///
+    /// # Safety
+    /// As for [`Collective::allreduce_ll_body`] (any `bytes`), called by every thread of every
+    /// block; `input` and `output` 16-byte aligned.
+    #[inline(always)]
+    pub unsafe fn allreduce_pipelined_body<E: Element>(
+        &self,
+        e: u64,
+        input: GlobalPtr<u8>,
+        output: GlobalPtr<u8>,
+        bytes: u64,
+        budget: SpinBudget,
+    ) {
+        device_assert!(
+            input.is_aligned_to(16) && output.is_aligned_to(16),
+            "allreduce (pipelined): buffers not 16-byte aligned"
+        );
+        let (n, me) = (self.n_ranks, self.rank);
+        let (b, nb) = (sreg::ctaid_x(), sreg::nctaid_x());
+        let t = Threads::block();
+        let tid = t.index;
+        let vecs = bytes / 16;
+        let cv = self.chunk_bytes / 16;
+        let mut rounds = 0;
+        for p in 0..n {
+            let (lo, hi) = self.block_part(vecs, p, b, nb);
+            rounds = rounds.max((hi - lo).div_ceil(cv));
+        }
+        device_assert!(rounds < (1 << ROUND_BITS) - 1, "allreduce (pipelined): too many rounds");
+        let own_flag =
+            |q: u32, phase: u64| self.scratch.byte_add(self.flag_allreduce_offset(b, q, phase) as usize).cast::<u64>();
+        let peer_flag = |p: u32, phase: u64| {
+            self.peer_scratch(p).byte_add(self.flag_allreduce_offset(b, me, phase) as usize).cast::<u64>()
+        };
+        // F(j): the owners' sums of round j, from my AG slots into the output.
+        let copy_out = |j: u64| {
+            if tid < n && tid != me {
+                // SAFETY: my flag word for peer `tid`. Partner: the peer's raise after D(j).
+                unsafe { wait_flag(own_flag(tid, 1), round_flag(e, j + 1), budget, "allreduce: AG flag\0") };
+            }
+            barrier_sync();
+            for q in 0..n {
+                if q == me {
+                    continue;
+                }
+                let (lo, hi) = Self::piece(self.block_part(vecs, q, b, nb), j, cv);
+                let src = self.scratch.byte_add(self.data_allreduce_offset(b, q, 1, j & 1) as usize);
+                // SAFETY: the piece lies in the output and in the slot (at most cv vectors).
+                unsafe { copy::<16>(output.byte_add((lo * 16) as usize), src, (hi - lo) * 16, t) };
+            }
+        };
+        for k in 0..rounds {
+            let slot = k & 1;
+            // A(k): input piece k of shard p into rank p's RS slot.
+            for p in 0..n {
+                if p == me {
+                    continue;
+                }
+                let (lo, hi) = Self::piece(self.block_part(vecs, p, b, nb), k, cv);
+                let dst = self.peer_scratch(p).byte_add(self.data_allreduce_offset(b, me, 0, slot) as usize);
+                // SAFETY: the piece lies in the input and in the slot.
+                unsafe { copy::<16>(dst, input.byte_add((lo * 16) as usize), (hi - lo) * 16, t) };
+            }
+            barrier_sync();
+            if tid < n && tid != me {
+                // SAFETY: my flag word in peer `tid`'s scratch.
+                unsafe { raise_flag(peer_flag(tid, 0), round_flag(e, k + 1)) };
+            }
+            if k >= 1 {
+                copy_out(k - 1);
+            }
+            if tid < n && tid != me {
+                // SAFETY: as in copy_out. Partner: the peer's raise after its A(k).
+                unsafe { wait_flag(own_flag(tid, 0), round_flag(e, k + 1), budget, "allreduce: RS flag\0") };
+            }
+            barrier_sync();
+            // D(k): sum piece k of my shard in rank order; write it and push it to every peer.
+            let (lo, hi) = Self::piece(self.block_part(vecs, me, b, nb), k, cv);
+            let mut v = lo + tid as u64;
+            while v < hi {
+                let off = (v - lo) * 16;
+                // SAFETY: vector v lies in the input and output; `off` in every slot.
+                unsafe {
+                    let own = ld_st::ld_global_v4_u32(input.byte_add((v * 16) as usize).as_ptr().cast());
+                    let mut acc = [0u32; 4];
+                    for q in 0..n {
+                        let x = if q == me {
+                            own
+                        } else {
+                            let s = self.scratch.byte_add((self.data_allreduce_offset(b, q, 0, slot) + off) as usize);
+                            ld_st::ld_global_v4_u32(s.as_ptr().cast())
+                        };
+                        acc = if q == 0 { x } else { add128::<E>(acc, x) };
+                    }
+                    ld_st::st_global_v4_u32(output.byte_add((v * 16) as usize).as_ptr().cast(), acc);
+                    for p in 0..n {
+                        if p != me {
+                            let d = self
+                                .peer_scratch(p)
+                                .byte_add((self.data_allreduce_offset(b, me, 1, slot) + off) as usize);
+                            ld_st::st_global_v4_u32(d.as_ptr().cast(), acc);
+                        }
+                    }
+                }
+                v += t.count as u64;
+            }
+            barrier_sync();
+            if tid < n && tid != me {
+                // SAFETY: as above.
+                unsafe { raise_flag(peer_flag(tid, 1), round_flag(e, k + 1)) };
+            }
+        }
+        if rounds > 0 {
+            copy_out(rounds - 1);
+        }
+        let tail = bytes - vecs * 16;
+        if tail > 0 && b == 0 {
+            let at = (vecs * 16) as usize;
+            // SAFETY: the tail lies in both buffers and fits any LL slot (under 16 bytes).
+            unsafe { self.allreduce_ll_body::<E>(e, input.byte_add(at), output.byte_add(at), tail, t, budget) };
+        }
+    }
+
+    /// Waits (thread `p` for peer `p`) until every peer has consumed the slot that round `k`
+    /// of epoch `e` reuses, then synchronises the block.
+    ///
+    /// # Safety
+    /// Called by every thread of the block; flags of this block.
+    #[inline(always)]
+    unsafe fn wait_slot_free(&self, e: u64, k: u64, b: u32, budget: SpinBudget) {
+        let tid = sreg::tid_x();
+        if tid < self.n_ranks && tid != self.rank {
+            let ack = self.scratch.byte_add(self.flag_gather_offset(b, tid, 1) as usize).cast::<u64>();
+            if k >= 2 {
+                // SAFETY: my ack word for peer `tid`. Partner: the peer's ack after round k - 2.
+                unsafe { wait_flag(ack, round_flag(e, k - 1), budget, "collective: slot ack\0") };
+            } else {
+                spin_until(budget, "collective: previous operation's acks\0", || {
+                    // SAFETY: as above.
+                    slots_free_at_start(unsafe { atomic::load::<Acquire, Sys, u64>(ack.as_ptr()) }, e)
+                });
+            }
+        }
+        barrier_sync();
+    }
+
+    /// Waits (thread `q` for peer `q`) for the data flag of round `j`, then synchronises.
+    ///
+    /// # Safety
+    /// As for `wait_slot_free`.
+    #[inline(always)]
+    unsafe fn wait_data(&self, e: u64, j: u64, b: u32, budget: SpinBudget) {
+        let tid = sreg::tid_x();
+        if tid < self.n_ranks && tid != self.rank {
+            let f = self.scratch.byte_add(self.flag_gather_offset(b, tid, 0) as usize).cast::<u64>();
+            // SAFETY: my data flag for peer `tid`. Partner: the peer's raise after its push.
+            unsafe { wait_flag(f, round_flag(e, j + 1), budget, "collective: data flag\0") };
+        }
+        barrier_sync();
+    }
+
+    /// Raises flag `phase` (0 data, 1 ack) of this block toward every peer (thread `p` for
+    /// peer `p`), after a barrier.
+    ///
+    /// # Safety
+    /// Called by every thread of the block.
+    #[inline(always)]
+    unsafe fn raise_gather(&self, b: u32, phase: u64, value: u64) {
+        barrier_sync();
+        let tid = sreg::tid_x();
+        if tid < self.n_ranks && tid != self.rank {
+            let f = self.peer_scratch(tid).byte_add(self.flag_gather_offset(b, self.rank, phase) as usize).cast();
+            // SAFETY: my flag word in peer `tid`'s scratch.
+            unsafe { raise_flag(f, value) };
+        }
+    }
+
+    /// This block's part `[lo, hi)` in bytes of a `bytes`-long range split in 16-byte units.
+    #[inline(always)]
+    fn byte_part(bytes: u64, b: u32, nb: u32) -> (u64, u64) {
+        let (lo, hi) = split(bytes.div_ceil(16), nb as u64, b as u64);
+        ((lo * 16).min(bytes), (hi * 16).min(bytes))
+    }
+
+    /// Pipelined allgather body over all blocks: `output[q * bytes ..][.. bytes]` = rank q's
+    /// `input`, each block streaming a part of the chunk through two slots per peer, which the
+    /// receivers acknowledge.
+    ///
+    /// # Safety
+    /// As for [`Collective::allgather_ll_body`] (any `bytes`), called by every thread of every
+    /// block.
+    #[inline(always)]
+    pub unsafe fn allgather_pipelined_body(
+        &self,
+        e: u64,
+        input: GlobalPtr<u8>,
+        output: GlobalPtr<u8>,
+        bytes: u64,
+        budget: SpinBudget,
+    ) {
+        let (n, me) = (self.n_ranks, self.rank);
+        let (b, nb) = (sreg::ctaid_x(), sreg::nctaid_x());
+        let t = Threads::block();
+        let part = Self::byte_part(bytes, b, nb);
+        let c = self.chunk_bytes;
+        let rounds = (part.1 - part.0).div_ceil(c);
+        device_assert!(rounds < (1 << ROUND_BITS) - 1, "allgather (pipelined): too many rounds");
+        let mine = output.byte_add((me as u64 * bytes) as usize);
+        let in_place = mine == input;
+        let piece = |k: u64| {
+            let a = (part.0 + k * c).min(part.1);
+            (a, (a + c).min(part.1))
+        };
+        let consume = |j: u64| {
+            // SAFETY: block-wide calls; the slots and pieces lie in their buffers.
+            unsafe {
+                self.wait_data(e, j, b, budget);
+                let (lo, hi) = piece(j);
+                for q in 0..n {
+                    if q != me {
+                        let src = self.scratch.byte_add(self.data_gather_offset(b, q, j & 1) as usize);
+                        copy_widest(output.byte_add((q as u64 * bytes + lo) as usize), src, hi - lo, t);
+                    }
+                }
+                let ack = if j + 1 == rounds { done_flag(e) } else { round_flag(e, j + 1) };
+                self.raise_gather(b, 1, ack);
+            }
+        };
+        for k in 0..rounds {
+            // SAFETY: block-wide; my slots in the peers' scratch, my pieces of the buffers.
+            unsafe {
+                self.wait_slot_free(e, k, b, budget);
+                let (lo, hi) = piece(k);
+                for p in 0..n {
+                    if p != me {
+                        let dst = self.peer_scratch(p).byte_add(self.data_gather_offset(b, me, k & 1) as usize);
+                        copy_widest(dst, input.byte_add(lo as usize), hi - lo, t);
+                    }
+                }
+                if !in_place {
+                    copy_widest(mine.byte_add(lo as usize), input.byte_add(lo as usize), hi - lo, t);
+                }
+                self.raise_gather(b, 0, round_flag(e, k + 1));
+            }
+            if k >= 1 {
+                consume(k - 1);
+            }
+        }
+        if rounds > 0 {
+            consume(rounds - 1);
+        }
+    }
+
+    /// Sums, in rank order, `len` bytes of `own` (this rank's contribution) and of rank q's
+    /// data at `slot(q)` into `dst`, shared by the threads of `t`.
+    ///
+    /// # Safety
+    /// Every range valid for `len` bytes and aligned to the element; the slots 16-byte aligned.
+    #[inline(always)]
+    unsafe fn sum_into<E: Element>(
+        &self,
+        dst: GlobalPtr<u8>,
+        own: GlobalPtr<u8>,
+        slot: impl Fn(u32) -> GlobalPtr<u8>,
+        len: u64,
+        t: Threads,
+    ) {
+        let (n, me) = (self.n_ranks, self.rank);
+        if dst.is_aligned_to(16) && own.is_aligned_to(16) && len.is_multiple_of(16) {
+            let mut v = t.index as u64;
+            while v < len / 16 {
+                let off = (v * 16) as usize;
+                // SAFETY: vector v lies in every range (caller's contract).
+                unsafe {
+                    let mut acc = [0u32; 4];
+                    for q in 0..n {
+                        let src = if q == me { own } else { slot(q) };
+                        let x = ld_st::ld_global_v4_u32(src.byte_add(off).as_ptr().cast());
+                        acc = if q == 0 { x } else { add128::<E>(acc, x) };
+                    }
+                    ld_st::st_global_v4_u32(dst.byte_add(off).as_ptr().cast(), acc);
+                }
+                v += t.count as u64;
+            }
+            return;
+        }
+        // Any alignment: one element at a time (zero-extended lanes add like whole words).
+        let mut i = t.index as u64;
+        while i < len / E::BYTES {
+            let off = (i * E::BYTES) as usize;
+            // SAFETY: element i lies in every range, aligned to its size.
+            unsafe {
+                let load = |p: GlobalPtr<u8>| -> u32 {
+                    if E::BYTES == 4 {
+                        p.byte_add(off).cast::<u32>().as_ptr().read()
+                    } else {
+                        p.byte_add(off).cast::<u16>().as_ptr().read() as u32
+                    }
+                };
+                let mut acc = 0u32;
+                for q in 0..n {
+                    let x = load(if q == me { own } else { slot(q) });
+                    acc = if q == 0 { x } else { E::add32(acc, x) };
+                }
+                if E::BYTES == 4 {
+                    dst.byte_add(off).cast::<u32>().as_ptr().write(acc);
+                } else {
+                    dst.byte_add(off).cast::<u16>().as_ptr().write(acc as u16);
+                }
+            }
+            i += t.count as u64;
+        }
+    }
+
+    /// Pipelined reduce-scatter body over all blocks: `output` (`bytes`) = sum over ranks q of
+    /// rank q's `input[rank * bytes ..][.. bytes]`.
+    ///
+    /// # Safety
+    /// As for [`Collective::reduce_scatter_ll_body`] (any `bytes`, a multiple of the element
+    /// size), called by every thread of every block.
+    #[inline(always)]
+    pub unsafe fn reduce_scatter_pipelined_body<E: Element>(
+        &self,
+        e: u64,
+        input: GlobalPtr<u8>,
+        output: GlobalPtr<u8>,
+        bytes: u64,
+        budget: SpinBudget,
+    ) {
+        let (n, me) = (self.n_ranks, self.rank);
+        let (b, nb) = (sreg::ctaid_x(), sreg::nctaid_x());
+        let t = Threads::block();
+        let part = Self::byte_part(bytes, b, nb);
+        let c = self.chunk_bytes;
+        let rounds = (part.1 - part.0).div_ceil(c);
+        device_assert!(rounds < (1 << ROUND_BITS) - 1, "reduce-scatter (pipelined): too many rounds");
+        let piece = |k: u64| {
+            let a = (part.0 + k * c).min(part.1);
+            (a, (a + c).min(part.1))
+        };
+        let consume = |j: u64| {
+            // SAFETY: block-wide calls; the slots and pieces lie in their buffers.
+            unsafe {
+                self.wait_data(e, j, b, budget);
+                let (lo, hi) = piece(j);
+                let own = input.byte_add((me as u64 * bytes + lo) as usize);
+                let slot = |q: u32| self.scratch.byte_add(self.data_gather_offset(b, q, j & 1) as usize);
+                self.sum_into::<E>(output.byte_add(lo as usize), own, slot, hi - lo, t);
+                let ack = if j + 1 == rounds { done_flag(e) } else { round_flag(e, j + 1) };
+                self.raise_gather(b, 1, ack);
+            }
+        };
+        for k in 0..rounds {
+            // SAFETY: block-wide; my slots in the peers' scratch, my pieces of the buffers.
+            unsafe {
+                self.wait_slot_free(e, k, b, budget);
+                let (lo, hi) = piece(k);
+                for p in 0..n {
+                    if p != me {
+                        let dst = self.peer_scratch(p).byte_add(self.data_gather_offset(b, me, k & 1) as usize);
+                        copy_widest(dst, input.byte_add((p as u64 * bytes + lo) as usize), hi - lo, t);
+                    }
+                }
+                self.raise_gather(b, 0, round_flag(e, k + 1));
+            }
+            if k >= 1 {
+                consume(k - 1);
+            }
+        }
+        if rounds > 0 {
+            consume(rounds - 1);
+        }
+    }
+
+    // ---------------------------------------------------------------- whole operations
+
+    /// Allreduce (sum of `E`) of `bytes` bytes from `input` into `output` (they may be the same
+    /// buffer) with the given algorithm, begin and end included: the device-callable form.
+    ///
+    /// # Safety
+    /// The handle comes from the host; every block of a 1-D co-resident grid of at most
+    /// `max_blocks` blocks calls it with the same arguments, on every rank, in the same order
+    /// as every other collective call; `input` and `output` valid for `bytes` on this GPU and
+    /// 16-byte aligned; `bytes` a multiple of the element size and within the algorithm's
+    /// capacity ([`Collective::ll_one_shot_capacity`], [`Collective::ll_two_shot_capacity`];
+    /// the pipelined algorithm has none).
+    #[inline(always)]
+    pub unsafe fn allreduce<E: Element>(
+        &self,
+        algorithm: Algorithm,
+        input: GlobalPtr<u8>,
+        output: GlobalPtr<u8>,
+        bytes: u64,
+        budget: SpinBudget,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            let e = self.begin(budget);
+            match algorithm {
+                Algorithm::OneShotLl => self.allreduce_ll_body::<E>(e, input, output, bytes, Threads::grid(), budget),
+                Algorithm::TwoShotLl => self.allreduce_ll2_body::<E>(e, input, output, bytes, Threads::grid(), budget),
+                Algorithm::Pipelined => self.allreduce_pipelined_body::<E>(e, input, output, bytes, budget),
+            }
+            self.end(e);
+        }
+    }
+
+    /// Allgather of `bytes` per rank: `output[q * bytes ..][.. bytes]` = rank q's `input`; the
+    /// device-callable form (two-shot means pipelined here).
+    ///
+    /// # Safety
+    /// As for [`Collective::allreduce`]; `output` valid for `n_ranks * bytes`; `input` is
+    /// `output + rank * bytes` (in place) or does not overlap `output`; any `bytes`.
+    #[inline(always)]
+    pub unsafe fn allgather(
+        &self,
+        algorithm: Algorithm,
+        input: GlobalPtr<u8>,
+        output: GlobalPtr<u8>,
+        bytes: u64,
+        budget: SpinBudget,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            let e = self.begin(budget);
+            match algorithm {
+                Algorithm::OneShotLl => self.allgather_ll_body(e, input, output, bytes, Threads::grid(), budget),
+                _ => self.allgather_pipelined_body(e, input, output, bytes, budget),
+            }
+            self.end(e);
+        }
+    }
+
+    /// Reduce-scatter (sum of `E`) of `bytes` per rank: `output` = sum over ranks q of rank q's
+    /// `input[rank * bytes ..][.. bytes]`; the device-callable form.
+    ///
+    /// # Safety
+    /// As for [`Collective::allreduce`]; `input` valid for `n_ranks * bytes`; `output` is
+    /// `input + rank * bytes` (in place) or does not overlap `input`.
+    #[inline(always)]
+    pub unsafe fn reduce_scatter<E: Element>(
+        &self,
+        algorithm: Algorithm,
+        input: GlobalPtr<u8>,
+        output: GlobalPtr<u8>,
+        bytes: u64,
+        budget: SpinBudget,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            let e = self.begin(budget);
+            match algorithm {
+                Algorithm::OneShotLl => {
+                    self.reduce_scatter_ll_body::<E>(e, input, output, bytes, Threads::grid(), budget)
+                }
+                _ => self.reduce_scatter_pipelined_body::<E>(e, input, output, bytes, budget),
+            }
+            self.end(e);
+        }
+    }
+}
