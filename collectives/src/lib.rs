@@ -17,7 +17,8 @@
 //! | --- | --- | --- |
 //! | allreduce | [`Thresholds::allreduce_one_shot`] | one-shot LL packets |
 //! | allreduce | [`Thresholds::allreduce_two_shot`] (more than 2 ranks) | two-shot LL packets |
-//! | allreduce | larger | pipelined over every SM |
+//! | allreduce | larger, 2 ranks | direct: the whole buffer streamed to the peer, summed locally |
+//! | allreduce | larger, more ranks | pipelined reduce-scatter + allgather over every SM |
 //! | allgather, reduce-scatter | [`Thresholds::gather_one_shot`] (bytes per rank) | one-shot LL |
 //! | allgather, reduce-scatter | larger | pipelined, acknowledged slots |
 //!
@@ -32,7 +33,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaStream};
-use mscclpp_device::collective::{Algorithm, Collective, STATE_HEADER_BYTES};
+use mscclpp_device::collective::{Algorithm, Collective};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_host::comm::{Communicator, PeerBuffers};
@@ -143,8 +144,8 @@ impl Operation {
 pub struct Thresholds {
     /// Largest allreduce (bytes per rank) sent one-shot as LL packets.
     pub allreduce_one_shot: u64,
-    /// Largest allreduce sent two-shot as LL packets (only with more than two ranks: with two,
-    /// both send the same bytes and one-shot has one hop less).
+    /// Largest allreduce sent two-shot as LL packets (more than two ranks; with two, both
+    /// forms send the same bytes and one-shot has one hop less).
     pub allreduce_two_shot: u64,
     /// Largest allgather / reduce-scatter chunk (bytes per rank) sent as LL packets.
     pub gather_one_shot: u64,
@@ -152,7 +153,7 @@ pub struct Thresholds {
 
 impl Default for Thresholds {
     fn default() -> Self {
-        Self { allreduce_one_shot: 256 << 10, allreduce_two_shot: 1 << 20, gather_one_shot: 64 << 10 }
+        Self { allreduce_one_shot: 1 << 20, allreduce_two_shot: 2 << 20, gather_one_shot: 1 << 20 }
     }
 }
 
@@ -161,9 +162,9 @@ impl Default for Thresholds {
 pub struct Config {
     /// Most blocks one operation uses (default: the GPU's SM count, one block per SM).
     pub max_blocks: Option<u32>,
-    /// Bytes of one LL slot (default 1 MiB: one-shot messages up to 512 KiB).
+    /// Bytes of one LL slot (default 2 MiB: one-shot messages up to 1 MiB).
     pub ll_slot_bytes: u64,
-    /// Bytes of one pipelined slot (default 64 KiB up to 4 ranks, 32 KiB above).
+    /// Bytes of one pipelined slot (default 128 KiB up to 4 ranks, 32 KiB above).
     pub chunk_bytes: Option<u64>,
     /// How long any wait inside a kernel may last before the kernel traps with a message.
     pub budget: SpinBudget,
@@ -175,19 +176,27 @@ pub struct Config {
     pub threads: Option<u32>,
     /// Blocks of every operation (default: chosen by size).
     pub blocks: Option<u32>,
+    /// The pipelined forms give each block about this many bytes toward each peer (default
+    /// 16 KiB), up to `max_blocks` blocks.
+    pub block_bytes: u64,
+    /// The pipelined forms cut each block's part into at least this many rounds (default 1:
+    /// every round costs a flag's round trip, measured slower than bigger pieces).
+    pub min_rounds: u32,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Self {
             max_blocks: None,
-            ll_slot_bytes: 1 << 20,
+            ll_slot_bytes: 2 << 20,
             chunk_bytes: None,
             budget: SpinBudget::from_millis(20_000),
             thresholds: Thresholds::default(),
             force: None,
             threads: None,
             blocks: None,
+            block_bytes: 16 << 10,
+            min_rounds: 1,
         }
     }
 }
@@ -195,7 +204,8 @@ impl Default for Config {
 impl Config {
     /// The default configuration with the tuning knobs read from the environment:
     /// `MSCCLPP_RS_COLL_ALGO` (`oneshot`, `twoshot`, `pipelined`), `MSCCLPP_RS_COLL_THREADS`,
-    /// `MSCCLPP_RS_COLL_BLOCKS`, `MSCCLPP_RS_COLL_CHUNK` (bytes).
+    /// `MSCCLPP_RS_COLL_BLOCKS`, `MSCCLPP_RS_COLL_CHUNK` (bytes), `MSCCLPP_RS_COLL_BLOCK_BYTES`,
+    /// `MSCCLPP_RS_COLL_ROUNDS`.
     pub fn from_env() -> Result<Self> {
         let mut c = Self::default();
         let num = |name: &str| -> Result<Option<u64>> {
@@ -213,6 +223,12 @@ impl Config {
         c.threads = num("MSCCLPP_RS_COLL_THREADS")?.map(|v| v as u32);
         c.blocks = num("MSCCLPP_RS_COLL_BLOCKS")?.map(|v| v as u32);
         c.chunk_bytes = num("MSCCLPP_RS_COLL_CHUNK")?;
+        if let Some(v) = num("MSCCLPP_RS_COLL_BLOCK_BYTES")? {
+            c.block_bytes = v.max(1);
+        }
+        if let Some(v) = num("MSCCLPP_RS_COLL_ROUNDS")? {
+            c.min_rounds = v as u32;
+        }
         Ok(c)
     }
 }
@@ -277,7 +293,7 @@ impl Collectives {
                 boot.info().local_size
             )));
         }
-        let chunk = config.chunk_bytes.unwrap_or(if n <= 4 { 64 << 10 } else { 32 << 10 });
+        let chunk = config.chunk_bytes.unwrap_or(if n <= 4 { 128 << 10 } else { 32 << 10 });
         if chunk == 0 || !chunk.is_multiple_of(16) {
             return Err(Error::InvalidArgument(format!(
                 "collectives: chunk_bytes {chunk} is not a positive multiple of 16"
@@ -291,12 +307,12 @@ impl Collectives {
         }
         let own_blocks = config.max_blocks.unwrap_or(gpu.info().sm_count).max(1);
         // Every rank must agree on the layout: take the smallest block count, check the rest.
-        let mine = [own_blocks as u64, chunk, config.ll_slot_bytes];
+        let mine = [own_blocks as u64, chunk, config.ll_slot_bytes, config.min_rounds as u64];
         let all = boot.all_gather_pod(&mine)?;
         let max_blocks = all.iter().map(|v| v[0]).min().unwrap_or(1) as u32;
         if let Some(r) = all.iter().position(|v| v[1..] != mine[1..]) {
             return Err(Error::InvalidArgument(format!(
-                "collectives: rank {r} uses chunk/LL slot sizes {:?}, this rank {:?}",
+                "collectives: rank {r} uses chunk, LL slot and round settings {:?}, this rank {:?}",
                 &all[r][1..],
                 &mine[1..]
             )));
@@ -310,7 +326,7 @@ impl Collectives {
             rank: comm.rank() as u32,
             n_ranks: n as u32,
             max_blocks,
-            _pad: 0,
+            min_rounds: config.min_rounds,
         };
         let total = handle.scratch_bytes();
         let scratch = DeviceBuffer::exportable_filled(&gpu, total as usize, 0)?;
@@ -322,10 +338,8 @@ impl Collectives {
             )));
         }
         let table = DeviceBuffer::from_slice(&gpu, peers.addrs())?;
-        let mut state = vec![0u64; (handle.state_bytes() / 8) as usize];
-        state[0] = 1; // the first epoch; the per-block words start at 0, so nothing waits
-        let _ = STATE_HEADER_BYTES;
-        let state = DeviceBuffer::from_slice(&gpu, &state)?;
+        // Every block's epoch starts at 1 (0 would make the first LL flag the empty marker).
+        let state = DeviceBuffer::from_slice(&gpu, &vec![1u64; (handle.state_bytes() / 8) as usize])?;
         handle.scratch = scratch.ptr();
         handle.peers = table.ptr();
         handle.state = state.ptr();
@@ -364,7 +378,7 @@ impl Collectives {
     /// device memory, ordered after the GPU's own stream.
     pub fn epoch(&self) -> Result<u64> {
         let mut e = [0u64];
-        self.state.read(0, &mut e)?;
+        self.state.read(0, &mut e)?; // block 0's counter; all are equal between operations
         Ok(e[0])
     }
 
@@ -380,6 +394,7 @@ impl Collectives {
             (_, Algorithm::Pipelined) => true,
             (_, Algorithm::OneShotLl) => bytes <= one,
             (Operation::AllReduce, Algorithm::TwoShotLl) => bytes <= two,
+            (Operation::AllReduce, Algorithm::Direct) => true,
             _ => false,
         };
         let algorithm = match self.config.force {
@@ -387,6 +402,8 @@ impl Collectives {
             _ => match op {
                 Operation::AllReduce if bytes <= t.allreduce_one_shot.min(one) => Algorithm::OneShotLl,
                 Operation::AllReduce if n > 2 && bytes <= t.allreduce_two_shot.min(two) => Algorithm::TwoShotLl,
+                // Two ranks: streaming the whole buffer costs the same traffic as two-shot, in one hop.
+                Operation::AllReduce if n <= 2 => Algorithm::Direct,
                 Operation::AllGather | Operation::ReduceScatter if bytes <= t.gather_one_shot.min(one) => {
                     Algorithm::OneShotLl
                 }
@@ -400,11 +417,12 @@ impl Collectives {
             // One LL packet (8 bytes) per thread; a shard for the two-shot form.
             Algorithm::OneShotLl => bytes.div_ceil(8).div_ceil(threads as u64),
             Algorithm::TwoShotLl => bytes.div_ceil(8).div_ceil(n).div_ceil(threads as u64),
-            // A block per 64 KiB of traffic toward each peer, at least one piece per round.
+            // A block per `block_bytes` of traffic toward each peer.
             Algorithm::Pipelined => {
                 let per_peer = if op == Operation::AllReduce { bytes / n } else { bytes };
-                per_peer.div_ceil(h.chunk_bytes.min(64 << 10))
+                per_peer.div_ceil(self.config.block_bytes)
             }
+            Algorithm::Direct => bytes.div_ceil(self.config.block_bytes),
         });
         Plan { algorithm, blocks: blocks.clamp(1, max_blocks) as u32, threads }
     }
@@ -582,8 +600,7 @@ impl Collectives {
 /// two-shot exists for allreduce only).
 pub fn kernel_name(op: Operation, algo: Algorithm, dtype: DataType) -> Option<String> {
     match (op, algo) {
-        (Operation::AllGather, Algorithm::TwoShotLl) => None,
-        (Operation::ReduceScatter, Algorithm::TwoShotLl) => None,
+        (Operation::AllGather | Operation::ReduceScatter, Algorithm::TwoShotLl | Algorithm::Direct) => None,
         (Operation::AllGather, a) => Some(format!("allgather_{}", a.name())),
         (o, a) => Some(format!("{}_{}_{}", o.name(), a.name(), dtype.name())),
     }

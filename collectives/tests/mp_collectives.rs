@@ -130,6 +130,11 @@ fn run(comm: &Communicator) -> Result<()> {
             "pipelined-2-blocks",
             Config { force: Some(Algorithm::Pipelined), blocks: Some(2), chunk_bytes: Some(4096), ..Config::default() },
         ),
+        ("direct", Config { force: Some(Algorithm::Direct), ..Config::default() }),
+        (
+            "direct-3-blocks",
+            Config { force: Some(Algorithm::Direct), blocks: Some(3), chunk_bytes: Some(4096), ..Config::default() },
+        ),
     ];
     let colls = configs.iter().map(|(_, cfg)| Collectives::with_config(comm, *cfg)).collect::<Result<Vec<_>>>()?;
     let mut n_cases = 0usize;

@@ -66,6 +66,11 @@ kernels! {
     allreduce_pipelined_bf16 => allreduce::<Bf16>(Pipelined);
     allreduce_pipelined_i32 => allreduce::<I32>(Pipelined);
     allreduce_pipelined_u32 => allreduce::<U32>(Pipelined);
+    allreduce_direct_f32 => allreduce::<F32>(Direct);
+    allreduce_direct_f16 => allreduce::<F16>(Direct);
+    allreduce_direct_bf16 => allreduce::<Bf16>(Direct);
+    allreduce_direct_i32 => allreduce::<I32>(Direct);
+    allreduce_direct_u32 => allreduce::<U32>(Direct);
     reduce_scatter_oneshot_f32 => reduce_scatter::<F32>(OneShotLl);
     reduce_scatter_oneshot_f16 => reduce_scatter::<F16>(OneShotLl);
     reduce_scatter_oneshot_bf16 => reduce_scatter::<Bf16>(OneShotLl);

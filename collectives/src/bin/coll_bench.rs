@@ -8,7 +8,7 @@
 //! MSCCLPP_RS_BENCH_SIZES=1024,1048576 ...    # sizes in bytes (default 1 KiB .. 1 GiB, x4)
 //! MSCCLPP_RS_NCCL=/path/libnccl.so.2 ...     # which NCCL (default: the loader's libnccl.so.2)
 //! MSCCLPP_RS_BENCH_OPS=allreduce,allgather   # which operations
-//! MSCCLPP_RS_BENCH_ALGOS=1                   # also time every allreduce algorithm (crossovers)
+//! MSCCLPP_RS_BENCH_ALGOS=1                   # also time every algorithm that fits (crossovers)
 //! ```
 //! Sizes follow nccl-tests: the allreduce buffer, the allgather output and the reduce-scatter
 //! input. busbw: allreduce `2(n-1)/n * size / t`, allgather and reduce-scatter `(n-1)/n * size / t`.
@@ -262,7 +262,7 @@ fn run(comm: &Communicator) -> Result<()> {
                 let algbw = |us: f64| total as f64 / us / 1e3;
                 let mut extra = String::new();
                 for (a, c) in &forced {
-                    if op != Operation::AllReduce || c.plan(op, per_rank).algorithm != *a {
+                    if c.plan(op, per_rank).algorithm != *a {
                         continue;
                     }
                     let f = measure(comm, Who::Ours(c), op, dt, &b, total)?;

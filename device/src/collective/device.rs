@@ -100,60 +100,47 @@ impl Collective {
         base.byte_add(self.ll_offset(half, region, sender) as usize).cast()
     }
 
-    /// Starts an operation: waits until every block of the previous one has finished (the epoch
-    /// moved past the one this block last used) and returns the new operation's epoch. Every
-    /// thread of every block calls it.
+    /// Starts an operation: returns its epoch (this block's counter). Every thread of every
+    /// block calls it.
     ///
     /// # Safety
     /// The handle comes from the host; the rules of the module documentation hold.
     #[inline(always)]
-    pub unsafe fn begin(&self, budget: SpinBudget) -> u64 {
-        let b = sreg::ctaid_x();
+    pub unsafe fn begin(&self) -> u64 {
         device_assert!(
             sreg::nctaid_x() <= self.max_blocks,
             "collective: the grid has more blocks than the communicator's max_blocks"
         );
-        let epoch = self.state.as_ptr();
-        if sreg::tid_x() == 0 {
-            let last = self.state.byte_add((STATE_HEADER_BYTES + 8 * b as u64) as usize).as_ptr();
-            // SAFETY: the state buffer holds the header and one word per block. Only this thread
-            // writes `last` (in `end`). Partner of the acquire: the release in `end`.
-            unsafe {
-                let mine = atomic::load::<Relaxed, Gpu, u64>(last);
-                spin_until(budget, "Collective::begin (previous operation unfinished)\0", || {
-                    atomic::load::<Acquire, Gpu, u64>(epoch) != mine
-                });
-            }
-        }
-        barrier_sync();
-        // SAFETY: as above; the epoch cannot move again before this block calls `end`.
-        unsafe { atomic::load::<Acquire, Gpu, u64>(epoch) }
+        // SAFETY: one counter per block. It was last written by this block's `end` (before a
+        // CTA barrier) or by an earlier launch, which the stream order completed.
+        unsafe { self.state.add(sreg::ctaid_x() as usize).as_ptr().read() }
     }
 
-    /// Ends an operation of epoch `e`: the last block of the grid to arrive advances the epoch.
+    /// Ends an operation of epoch `e`: every block advances its counter, block 0 also those of
+    /// the blocks this grid does not have, so all stay equal.
     ///
     /// # Safety
     /// As for [`Collective::begin`], with the epoch it returned.
     #[inline(always)]
     pub unsafe fn end(&self, e: u64) {
+        // Every thread has read the counter (in `begin`) before it moves.
         barrier_sync();
-        if sreg::tid_x() == 0 {
-            let b = sreg::ctaid_x();
-            let epoch = self.state.as_ptr();
-            let last = self.state.byte_add((STATE_HEADER_BYTES + 8 * b as u64) as usize).as_ptr();
-            let exit = self.state.byte_add(8).cast::<u32>().as_ptr();
-            // SAFETY: words of the state buffer. Release: this block is done with epoch `e`.
-            // Acquire: the arrivals before this one. Partner: the other blocks' increments.
-            unsafe {
-                atomic::store::<Relaxed, Gpu, u64>(last, e);
-                let old = atomic::fetch_add::<AcqRel, Gpu, u32>(exit, 1);
-                if old == sreg::nctaid_x() - 1 {
-                    atomic::store::<Relaxed, Gpu, u32>(exit, 0);
-                    // Partner: the acquire loads of the epoch in `begin`.
-                    atomic::store::<Release, Gpu, u64>(epoch, e + 1);
+        let (t, b, nb) = (sreg::tid_x(), sreg::ctaid_x(), sreg::nctaid_x());
+        // SAFETY: counters of this grid's blocks; each written by one thread.
+        unsafe {
+            if t == 0 {
+                self.state.add(b as usize).as_ptr().write(e + 1);
+            }
+            if b == 0 {
+                let mut j = nb + t;
+                while j < self.max_blocks {
+                    self.state.add(j as usize).as_ptr().write(e + 1);
+                    j += sreg::ntid_x();
                 }
             }
         }
+        // A later call in the same kernel reads the new counter.
+        barrier_sync();
     }
 
     // ---------------------------------------------------------------- LL building blocks
@@ -427,12 +414,13 @@ impl Collective {
         let t = Threads::block();
         let tid = t.index;
         let vecs = bytes / 16;
-        let cv = self.chunk_bytes / 16;
-        let mut rounds = 0;
+        let mut longest = 0;
         for p in 0..n {
             let (lo, hi) = self.block_part(vecs, p, b, nb);
-            rounds = rounds.max((hi - lo).div_ceil(cv));
+            longest = longest.max(hi - lo);
         }
+        let cv = self.piece_bytes(longest * 16) / 16;
+        let rounds = longest.div_ceil(cv);
         device_assert!(rounds < (1 << ROUND_BITS) - 1, "allreduce (pipelined): too many rounds");
         let own_flag =
             |q: u32, phase: u64| self.scratch.byte_add(self.flag_allreduce_offset(b, q, phase) as usize).cast::<u64>();
@@ -609,7 +597,7 @@ impl Collective {
         let (b, nb) = (sreg::ctaid_x(), sreg::nctaid_x());
         let t = Threads::block();
         let part = Self::byte_part(bytes, b, nb);
-        let c = self.chunk_bytes;
+        let c = self.piece_bytes(part.1 - part.0);
         let rounds = (part.1 - part.0).div_ceil(c);
         device_assert!(rounds < (1 << ROUND_BITS) - 1, "allgather (pipelined): too many rounds");
         let mine = output.byte_add((me as u64 * bytes) as usize);
@@ -734,11 +722,52 @@ impl Collective {
         bytes: u64,
         budget: SpinBudget,
     ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.reduce_streamed::<E>(e, input, output, bytes, bytes, budget) }
+    }
+
+    /// One-shot pipelined allreduce body over all blocks: every rank streams its whole input to
+    /// every peer through the acknowledged slots and sums locally, so the data crosses one hop
+    /// and nothing is copied out afterwards. `(n_ranks - 1) * bytes` leave each rank: the best
+    /// large-message form for two ranks, where two-shot sends the same bytes in two hops.
+    ///
+    /// # Safety
+    /// As for [`Collective::allreduce_ll_body`] (any `bytes`, a multiple of the element size),
+    /// called by every thread of every block.
+    #[inline(always)]
+    pub unsafe fn allreduce_direct_body<E: Element>(
+        &self,
+        e: u64,
+        input: GlobalPtr<u8>,
+        output: GlobalPtr<u8>,
+        bytes: u64,
+        budget: SpinBudget,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.reduce_streamed::<E>(e, input, output, bytes, 0, budget) }
+    }
+
+    /// The streamed reduction behind reduce-scatter (`stride` = `bytes`: rank p gets the sum of
+    /// the ranks' chunks p) and the direct allreduce (`stride` = 0: every rank gets the sum of
+    /// the whole buffers): rank p receives `input[p * stride ..][.. bytes]` from every rank.
+    ///
+    /// # Safety
+    /// As for [`Collective::reduce_scatter_pipelined_body`].
+    #[inline(always)]
+    unsafe fn reduce_streamed<E: Element>(
+        &self,
+        e: u64,
+        input: GlobalPtr<u8>,
+        output: GlobalPtr<u8>,
+        bytes: u64,
+        stride: u64,
+        budget: SpinBudget,
+    ) {
         let (n, me) = (self.n_ranks, self.rank);
         let (b, nb) = (sreg::ctaid_x(), sreg::nctaid_x());
         let t = Threads::block();
         let part = Self::byte_part(bytes, b, nb);
-        let c = self.chunk_bytes;
+        let c = self.piece_bytes(part.1 - part.0);
         let rounds = (part.1 - part.0).div_ceil(c);
         device_assert!(rounds < (1 << ROUND_BITS) - 1, "reduce-scatter (pipelined): too many rounds");
         let piece = |k: u64| {
@@ -750,7 +779,7 @@ impl Collective {
             unsafe {
                 self.wait_data(e, j, b, budget);
                 let (lo, hi) = piece(j);
-                let own = input.byte_add((me as u64 * bytes + lo) as usize);
+                let own = input.byte_add((me as u64 * stride + lo) as usize);
                 let slot = |q: u32| self.scratch.byte_add(self.data_gather_offset(b, q, j & 1) as usize);
                 self.sum_into::<E>(output.byte_add(lo as usize), own, slot, hi - lo, t);
                 let ack = if j + 1 == rounds { done_flag(e) } else { round_flag(e, j + 1) };
@@ -765,7 +794,7 @@ impl Collective {
                 for p in 0..n {
                     if p != me {
                         let dst = self.peer_scratch(p).byte_add(self.data_gather_offset(b, me, k & 1) as usize);
-                        copy_widest(dst, input.byte_add((p as u64 * bytes + lo) as usize), hi - lo, t);
+                        copy_widest(dst, input.byte_add((p as u64 * stride + lo) as usize), hi - lo, t);
                     }
                 }
                 self.raise_gather(b, 0, round_flag(e, k + 1));
@@ -790,7 +819,7 @@ impl Collective {
     /// as every other collective call; `input` and `output` valid for `bytes` on this GPU and
     /// 16-byte aligned; `bytes` a multiple of the element size and within the algorithm's
     /// capacity ([`Collective::ll_one_shot_capacity`], [`Collective::ll_two_shot_capacity`];
-    /// the pipelined algorithm has none).
+    /// the pipelined and direct algorithms have none).
     #[inline(always)]
     pub unsafe fn allreduce<E: Element>(
         &self,
@@ -802,18 +831,19 @@ impl Collective {
     ) {
         // SAFETY: forwarded from the caller.
         unsafe {
-            let e = self.begin(budget);
+            let e = self.begin();
             match algorithm {
                 Algorithm::OneShotLl => self.allreduce_ll_body::<E>(e, input, output, bytes, Threads::grid(), budget),
                 Algorithm::TwoShotLl => self.allreduce_ll2_body::<E>(e, input, output, bytes, Threads::grid(), budget),
                 Algorithm::Pipelined => self.allreduce_pipelined_body::<E>(e, input, output, bytes, budget),
+                Algorithm::Direct => self.allreduce_direct_body::<E>(e, input, output, bytes, budget),
             }
             self.end(e);
         }
     }
 
     /// Allgather of `bytes` per rank: `output[q * bytes ..][.. bytes]` = rank q's `input`; the
-    /// device-callable form (two-shot means pipelined here).
+    /// device-callable form (two-shot and direct mean pipelined here).
     ///
     /// # Safety
     /// As for [`Collective::allreduce`]; `output` valid for `n_ranks * bytes`; `input` is
@@ -829,7 +859,7 @@ impl Collective {
     ) {
         // SAFETY: forwarded from the caller.
         unsafe {
-            let e = self.begin(budget);
+            let e = self.begin();
             match algorithm {
                 Algorithm::OneShotLl => self.allgather_ll_body(e, input, output, bytes, Threads::grid(), budget),
                 _ => self.allgather_pipelined_body(e, input, output, bytes, budget),
@@ -855,7 +885,7 @@ impl Collective {
     ) {
         // SAFETY: forwarded from the caller.
         unsafe {
-            let e = self.begin(budget);
+            let e = self.begin();
             match algorithm {
                 Algorithm::OneShotLl => {
                     self.reduce_scatter_ll_body::<E>(e, input, output, bytes, Threads::grid(), budget)

@@ -26,15 +26,24 @@
 //!                Two slots suffice: A(k) reuses the slot of round k-2, which the peer finished
 //!                reading before it sent AG(k-2) (waited for in F(k-2)); D(k) reuses the AG slot
 //!                of round k-2, which the peer copied out (F(k-2)) before its A(k) (waited for).
+//!  direct        every block streams its part of the whole buffer to every peer through two
+//!                acknowledged slots and sums locally: one hop, (N-1) * bytes out per rank.
+//!                For two ranks that is the same traffic as two-shot with one hop and no copy.
 //! ```
 //!
 //! Allgather and reduce-scatter use the one-shot LL block for small sizes and, above, a
-//! pipelined block in which the receiver acknowledges every consumed slot.
+//! pipelined block in which the receiver acknowledges every consumed slot (the direct allreduce
+//! shares it): a sender reuses a slot only after the acknowledgement of the round that last
+//! filled it, and at the start of an operation only after the receiver acknowledged the whole
+//! previous operation of this family (or has already started this one).
 //!
-//! **Per-operation state lives on the GPU**: an operation counter (the *epoch*) in this rank's
-//! state buffer. Every call starts by reading it and ends with the last block of the grid
-//! advancing it, so the flags of operation `e` can never be mistaken for those of another, and
-//! launches need no new host-side values (CUDA-graph capturable). LL packets carry the low 32
+//! **Per-operation state lives on the GPU**: an operation counter (the *epoch*) per block in this
+//! rank's state buffer, all equal between operations. Every call starts with each block reading
+//! its own counter and ends with each block advancing it (block 0 also advances the counters of
+//! the blocks the grid does not have), so the flags of operation `e` can never be mistaken for
+//! those of another, no block waits for another to start, and launches need no new host-side
+//! values (CUDA-graph capturable). Every LL packet of a slot is written and read by the same
+//! grid thread in every form, so a block only ever meets packets whose previous reader it is. LL packets carry the low 32
 //! bits of the epoch (never 0) and alternate between two halves of the packet region by its
 //! parity; pipelined flags carry `epoch << 24 | round`.
 //!
@@ -46,9 +55,8 @@
 //! Sums are computed in rank order (`x0 + x1 + ... + xN-1`, each addition rounded), so every
 //! rank gets the same bits, and so does a host reference that adds in the same order.
 
-/// Bytes of the state buffer's header (the epoch and the exit counter); the per-block words
-/// follow.
-pub const STATE_HEADER_BYTES: u64 = 64;
+/// The smallest piece a pipelined round moves when `min_rounds` asks for more rounds.
+pub const MIN_PIECE_BYTES: u64 = 8 << 10;
 
 /// Round numbers take the low 24 bits of a pipelined flag; the epoch the bits above.
 pub const ROUND_BITS: u32 = 24;
@@ -66,8 +74,8 @@ pub struct Collective {
     /// `n_ranks` addresses: rank q's scratch as mapped on this GPU (this rank's own entry is
     /// `scratch`).
     pub peers: crate::ptr::GlobalPtr<u64>,
-    /// This rank's state: the epoch (u64, starts at 1), the exit counter (u32), then at
-    /// [`STATE_HEADER_BYTES`] one u64 per block: the last epoch that block took part in.
+    /// This rank's state: one u64 epoch per block (`max_blocks` of them, all 1 at creation and
+    /// equal between operations).
     pub state: crate::ptr::GlobalPtr<u64>,
     /// Bytes of one LL slot (one sender's packets in one half of one region); a multiple of 16.
     pub ll_bytes: u64,
@@ -79,8 +87,10 @@ pub struct Collective {
     pub n_ranks: u32,
     /// Most blocks a call may use (the flags and slots exist for this many).
     pub max_blocks: u32,
-    /// Zero.
-    pub _pad: u32,
+    /// The pipelined forms cut each block's part into at least this many rounds (smaller
+    /// pieces than a slot, so that sending, summing and copying out overlap), as long as a
+    /// piece stays at least [`MIN_PIECE_BYTES`].
+    pub min_rounds: u32,
 }
 static_assertions::assert_eq_size!(Collective, [u64; 7]);
 // SAFETY: repr(C) of pointers and integers, no implicit padding (asserted by size), Pod.
@@ -126,7 +136,17 @@ impl Collective {
     }
     /// Bytes of the state buffer.
     pub const fn state_bytes(&self) -> u64 {
-        STATE_HEADER_BYTES + 8 * self.max_blocks as u64
+        8 * self.max_blocks as u64
+    }
+    /// Bytes of one pipelined round's piece for a block part of `part` bytes: a slot, or less so
+    /// that the part takes `min_rounds` rounds, but not below [`MIN_PIECE_BYTES`]; a multiple of
+    /// 16.
+    pub const fn piece_bytes(&self, part: u64) -> u64 {
+        let rounds = if self.min_rounds == 0 { 1 } else { self.min_rounds as u64 };
+        let want = part.div_ceil(rounds).div_ceil(16) * 16;
+        let floor = if MIN_PIECE_BYTES < self.chunk_bytes { MIN_PIECE_BYTES } else { self.chunk_bytes };
+        let p = if want > floor { want } else { floor };
+        if p < self.chunk_bytes { p } else { self.chunk_bytes }
     }
     /// Largest message (bytes per rank) the one-shot LL path carries.
     pub const fn ll_one_shot_capacity(&self) -> u64 {
@@ -196,19 +216,25 @@ pub enum Algorithm {
     OneShotLl = 0,
     /// Reduce-scatter then allgather, both as LL packets (allreduce only).
     TwoShotLl = 1,
-    /// Every block streams its part through two slots per peer with 64-bit flags.
+    /// Reduce-scatter then allgather: every block streams its part of every shard through two
+    /// slots per peer with 64-bit flags.
     Pipelined = 2,
+    /// Every rank streams its whole buffer to every peer through acknowledged slots and sums
+    /// locally (allreduce only): one hop, `(N - 1) * bytes` out per rank, nothing copied out.
+    Direct = 3,
 }
 
 impl Algorithm {
     /// Every algorithm.
-    pub const ALL: [Algorithm; 3] = [Algorithm::OneShotLl, Algorithm::TwoShotLl, Algorithm::Pipelined];
-    /// A short name (`"oneshot"`, `"twoshot"`, `"pipelined"`), as in the kernels' names.
+    pub const ALL: [Algorithm; 4] = [Algorithm::OneShotLl, Algorithm::TwoShotLl, Algorithm::Pipelined, Algorithm::Direct];
+    /// A short name (`"oneshot"`, `"twoshot"`, `"pipelined"`, `"direct"`), as in the kernels'
+    /// names.
     pub const fn name(self) -> &'static str {
         match self {
             Algorithm::OneShotLl => "oneshot",
             Algorithm::TwoShotLl => "twoshot",
             Algorithm::Pipelined => "pipelined",
+            Algorithm::Direct => "direct",
         }
     }
 }
@@ -333,7 +359,7 @@ mod tests {
             rank: 0,
             n_ranks: n,
             max_blocks: blocks,
-            _pad: 0,
+            min_rounds: 4,
         }
     }
 
@@ -383,6 +409,11 @@ mod tests {
         let words = cap / 8;
         assert!(words.div_ceil(2) <= h.ll_bytes / 16);
         assert_eq!(split(10, 3, 0), (0, 3));
+        // Pieces: a quarter of the part, at least 8 KiB, at most a slot, multiples of 16.
+        assert_eq!(h.piece_bytes(64 << 10), 16 << 10);
+        assert_eq!(h.piece_bytes(4 << 20), 64 << 10);
+        assert_eq!(h.piece_bytes(1000), 8 << 10);
+        assert_eq!(h.piece_bytes(100_001) % 16, 0);
         assert_eq!(split(10, 3, 2), (6, 10));
     }
 
