@@ -81,15 +81,20 @@ impl std::fmt::Debug for HostCounter {
     }
 }
 
+/// Checks that a u64 counter at byte `offset` lies inside a buffer of `len` bytes and is
+/// 8-aligned. The end is computed with checked arithmetic: an offset close to `usize::MAX` must
+/// not wrap around and pass the bound.
+fn check_counter_offset(offset: usize, len: usize) -> Result<()> {
+    match offset.checked_add(8) {
+        Some(end) if offset.is_multiple_of(8) && end <= len => Ok(()),
+        _ => Err(Error::InvalidArgument(format!("host counter at offset {offset} of a {len}-byte pinned buffer"))),
+    }
+}
+
 impl HostCounter {
     /// The u64 at byte `offset` of `buf` (8-aligned, inside the buffer).
     pub fn pinned(buf: Arc<PinnedBuffer>, offset: usize) -> Result<Self> {
-        if offset % 8 != 0 || offset + 8 > buf.len() {
-            return Err(Error::InvalidArgument(format!(
-                "host counter at offset {offset} of a {}-byte pinned buffer",
-                buf.len()
-            )));
-        }
+        check_counter_offset(offset, buf.len())?;
         // SAFETY: inside the buffer (checked), which `_owner` keeps alive.
         let word = unsafe { buf.host_ptr().add(offset) }.cast::<AtomicU64>().cast_const();
         Ok(Self { word, _owner: buf })
@@ -464,5 +469,22 @@ impl Worker {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_counter_offset;
+
+    #[test]
+    fn counter_offset_is_bounded_without_wrapping() {
+        assert!(check_counter_offset(0, 8).is_ok());
+        assert!(check_counter_offset(8, 16).is_ok());
+        assert!(check_counter_offset(8, 15).is_err());
+        assert!(check_counter_offset(4, 64).is_err());
+        // `offset + 8` wraps to 0 here: the bound must still reject it (and not overflow).
+        assert!(check_counter_offset(usize::MAX - 7, 64).is_err());
+        assert!(check_counter_offset(usize::MAX - 7, usize::MAX).is_err());
+        assert!(check_counter_offset(usize::MAX, usize::MAX).is_err());
     }
 }
