@@ -245,11 +245,11 @@ mod device {
             && let Err(e) = validate(dst, src, bytes as u64)
         {
             crate::poll::fail(match e {
-                BulkArgError::DstMisaligned => "bulk copy destination is not 16-byte aligned\0",
-                BulkArgError::SrcMisaligned => "bulk copy source is not 16-byte aligned\0",
-                BulkArgError::ZeroSize => "bulk copy size is zero\0",
-                BulkArgError::SizeNotMultipleOf16 => "bulk copy size is not a multiple of 16 bytes\0",
-                BulkArgError::SizeTooLarge => "bulk copy size does not fit in 32 bits\0",
+                BulkArgError::DstMisaligned => c"bulk copy destination is not 16-byte aligned",
+                BulkArgError::SrcMisaligned => c"bulk copy source is not 16-byte aligned",
+                BulkArgError::ZeroSize => c"bulk copy size is zero",
+                BulkArgError::SizeNotMultipleOf16 => c"bulk copy size is not a multiple of 16 bytes",
+                BulkArgError::SizeTooLarge => c"bulk copy size does not fit in 32 bits",
             });
         }
     }
@@ -342,7 +342,7 @@ mod device {
             let p = *phase & 1;
             let addr = self.addr();
             // SAFETY: forwarded from the caller.
-            spin_until(budget, "BulkBarrier::wait\0", || unsafe { mb::mbarrier_try_wait_parity(addr, p) });
+            spin_until(budget, c"BulkBarrier::wait", || unsafe { mb::mbarrier_try_wait_parity(addr, p) });
             *phase = p ^ 1;
         }
     }

@@ -89,22 +89,22 @@ pub enum TriggerError {
 }
 
 impl TriggerError {
-    /// A NUL-terminated description (printable from the device).
-    pub const fn message(self) -> &'static str {
+    /// A description as a C string (printable from the device).
+    pub const fn message(self) -> &'static core::ffi::CStr {
         match self {
-            Self::SizeTooLarge => "proxy trigger: size does not fit in 32 bits\0",
-            Self::SrcOffsetTooLarge => "proxy trigger: source offset does not fit in 32 bits\0",
-            Self::DstOffsetTooLarge => "proxy trigger: destination offset does not fit in 32 bits\0",
-            Self::MemoryIdTooLarge => "proxy trigger: memory id above 511\0",
-            Self::SemaphoreIdTooLarge => "proxy trigger: semaphore id above 1023\0",
-            Self::BadType => "proxy trigger: type bits outside Data|Flag|Sync\0",
+            Self::SizeTooLarge => c"proxy trigger: size does not fit in 32 bits",
+            Self::SrcOffsetTooLarge => c"proxy trigger: source offset does not fit in 32 bits",
+            Self::DstOffsetTooLarge => c"proxy trigger: destination offset does not fit in 32 bits",
+            Self::MemoryIdTooLarge => c"proxy trigger: memory id above 511",
+            Self::SemaphoreIdTooLarge => c"proxy trigger: semaphore id above 1023",
+            Self::BadType => c"proxy trigger: type bits outside Data|Flag|Sync",
         }
     }
 }
 
 impl core::fmt::Display for TriggerError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.message().trim_end_matches('\0'))
+        f.write_str(self.message().to_str().unwrap_or("proxy trigger: invalid"))
     }
 }
 
@@ -253,7 +253,7 @@ mod device {
 
     struct Budgeted {
         budget: SpinBudget,
-        name: &'static str,
+        name: &'static core::ffi::CStr,
     }
     impl Waiter for Budgeted {
         #[inline(always)]
@@ -262,29 +262,42 @@ mod device {
         }
     }
 
-    impl proto::ProducerMem for FifoDeviceHandle {
+    /// The producer facade of a handle. Built only inside the `unsafe` methods of
+    /// [`FifoDeviceHandle`], whose contract is that the handle describes a live FIFO: a handle
+    /// itself is plain data that safe code can fill with any addresses.
+    struct Producer<'a>(&'a FifoDeviceHandle);
+
+    // SAFETY: a `Producer` exists only inside `FifoDeviceHandle::{push, poll, sync}`, whose
+    // callers guarantee that the handle was built by the host for this GPU: `size` is the ring's
+    // power-of-two slot count, the ring, head, tail and cache addresses are valid for the
+    // accesses below, and each method uses the ordering the trait asks for.
+    unsafe impl proto::ProducerMem for Producer<'_> {
+        #[inline(always)]
+        fn size(&self) -> u64 {
+            self.0.size as u64
+        }
         #[inline(always)]
         fn fetch_add_head(&self) -> u64 {
             // SAFETY: `head` is this GPU's counter (handle built by the host).
-            unsafe { crate::ptx::atom_red::atom_relaxed_gpu_global_add_u64(self.head.as_ptr(), 1) }
+            unsafe { crate::ptx::atom_red::atom_relaxed_gpu_global_add_u64(self.0.head.as_ptr(), 1) }
         }
         #[inline(always)]
         fn tail_cache(&self) -> u64 {
             // Partner: the release max in `refresh_tail` (any producer of this GPU).
             // SAFETY: as above.
-            unsafe { atomic::load::<Acquire, Gpu, u64>(self.tail_cache.as_ptr()) }
+            unsafe { atomic::load::<Acquire, Gpu, u64>(self.0.tail_cache.as_ptr()) }
         }
         #[inline(always)]
         fn load_tail(&self) -> u64 {
             // Partner: the consumer's release store of the tail (host `store_tail`).
             // SAFETY: `tail` is mapped host memory.
-            unsafe { atomic::load::<Acquire, Sys, u64>(self.tail.as_ptr()) }
+            unsafe { atomic::load::<Acquire, Sys, u64>(self.0.tail.as_ptr()) }
         }
         #[inline(always)]
         fn raise_cache(&self, tail: u64) {
             // Partner: the acquire load in `tail_cache`.
             // SAFETY: `tail_cache` is this GPU's memory.
-            unsafe { crate::ptx::atom_red::atom_release_gpu_global_max_u64(self.tail_cache.as_ptr(), tail) };
+            unsafe { crate::ptx::atom_red::atom_release_gpu_global_max_u64(self.0.tail_cache.as_ptr(), tail) };
         }
         #[inline(always)]
         fn publish(&self, slot: u64, w0: u64, w1: u64) {
@@ -293,7 +306,7 @@ mod device {
             // SAFETY: `slot < size`; the ring is 16-byte aligned mapped host memory.
             unsafe {
                 crate::ptx::ld_st::st_release_sys_global_v2_u64(
-                    self.triggers.add(slot as usize).as_ptr().cast(),
+                    self.0.triggers.add(slot as usize).as_ptr().cast(),
                     w0,
                     w1,
                 )
@@ -310,7 +323,7 @@ mod device {
         /// running (or the wait will time out).
         #[inline(always)]
         pub unsafe fn push(&self, trigger: ProxyTrigger, budget: SpinBudget) -> u64 {
-            proto::push(self, self.size as u64, trigger, &mut Budgeted { budget, name: "Fifo::push\0" })
+            proto::push(&Producer(self), trigger, &mut Budgeted { budget, name: c"Fifo::push" })
         }
 
         /// Whether the consumer has handled position `pos`.
@@ -319,7 +332,7 @@ mod device {
         /// As for [`FifoDeviceHandle::push`].
         #[inline(always)]
         pub unsafe fn poll(&self, pos: u64) -> bool {
-            proto::poll(self, pos)
+            proto::poll(&Producer(self), pos)
         }
 
         /// Waits until the consumer has handled position `pos` (traps if `budget` runs out).
@@ -328,7 +341,7 @@ mod device {
         /// As for [`FifoDeviceHandle::push`].
         #[inline(always)]
         pub unsafe fn sync(&self, pos: u64, budget: SpinBudget) {
-            proto::sync(self, pos, &mut Budgeted { budget, name: "Fifo::sync\0" });
+            proto::sync(&Producer(self), pos, &mut Budgeted { budget, name: c"Fifo::sync" });
         }
     }
 }

@@ -44,7 +44,14 @@ pub const CHECKS: bool = cfg!(any(debug_assertions, feature = "checks"));
 macro_rules! device_assert {
     ($cond:expr, $msg:literal) => {
         if $crate::CHECKS && !($cond) {
-            $crate::poll::fail(concat!($msg, "\0"));
+            $crate::poll::fail(
+                const {
+                    match ::core::ffi::CStr::from_bytes_with_nul(::core::concat!($msg, "\0").as_bytes()) {
+                        ::core::result::Result::Ok(c) => c,
+                        ::core::result::Result::Err(_) => ::core::panic!("device_assert!: the message contains a NUL"),
+                    }
+                },
+            );
         }
     };
 }

@@ -102,9 +102,9 @@ pub trait Packet: sealed::Sealed + bytemuck::Pod {
     type Payload: Copy + Default + PartialEq + core::fmt::Debug;
     /// Bytes of data per packet (8 or 4); a packet takes twice that in the packet buffer.
     const PAYLOAD_BYTES: u64;
-    /// The name a timed-out read prints (NUL-terminated).
+    /// The name a timed-out read prints.
     #[doc(hidden)]
-    const READ_NAME: &'static str;
+    const READ_NAME: &'static core::ffi::CStr;
 
     /// One volatile store of the whole packet.
     ///
@@ -139,7 +139,7 @@ pub trait Packet: sealed::Sealed + bytemuck::Pod {
 impl Packet for LL16Packet {
     type Payload = u64;
     const PAYLOAD_BYTES: u64 = 8;
-    const READ_NAME: &'static str = "LL16Packet::read\0";
+    const READ_NAME: &'static core::ffi::CStr = c"LL16Packet::read";
 
     #[cfg(target_arch = "nvptx64")]
     #[inline(always)]
@@ -173,7 +173,7 @@ impl Packet for LL16Packet {
 impl Packet for LL8Packet {
     type Payload = u32;
     const PAYLOAD_BYTES: u64 = 4;
-    const READ_NAME: &'static str = "LL8Packet::read\0";
+    const READ_NAME: &'static core::ffi::CStr = c"LL8Packet::read";
 
     #[cfg(target_arch = "nvptx64")]
     #[inline(always)]
@@ -252,7 +252,7 @@ mod device {
             });
             match got {
                 Some(v) => v,
-                None => crate::poll::fail("packet read returned without data\0"),
+                None => crate::poll::fail(c"packet read returned without data"),
             }
         }
 

@@ -77,7 +77,7 @@ mod device {
         inbound: GlobalPtr<u64>,
         target: u64,
         budget: SpinBudget,
-        name: &'static str,
+        name: &'static core::ffi::CStr,
     ) {
         spin_until(budget, name, || {
             // Partner: the signaller's release store (device) or the proxy's stream write (host).
@@ -99,7 +99,7 @@ mod device {
         inbound: GlobalPtr<u64>,
         expected: GlobalPtr<u64>,
         budget: SpinBudget,
-        name: &'static str,
+        name: &'static core::ffi::CStr,
     ) {
         // `expected` is private to the one thread using this handle: plain accesses (L1-cacheable;
         // L1 does not outlive a launch, so the next launch reads the value back from memory).
@@ -180,7 +180,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn wait(&self, budget: SpinBudget) {
             // SAFETY: forwarded.
-            unsafe { wait_inbound::<true>(self.inbound, self.expected, budget, "MemoryDevice2DeviceSemaphore::wait\0") }
+            unsafe { wait_inbound::<true>(self.inbound, self.expected, budget, c"MemoryDevice2DeviceSemaphore::wait") }
         }
 
         /// Waits for the next signal with relaxed loads (pair with explicit fences).
@@ -195,7 +195,7 @@ mod device {
                     self.inbound,
                     self.expected,
                     budget,
-                    "MemoryDevice2DeviceSemaphore::relaxed_wait\0",
+                    c"MemoryDevice2DeviceSemaphore::relaxed_wait",
                 )
             }
         }
@@ -278,7 +278,7 @@ mod device {
         pub unsafe fn wait(&mut self, budget: SpinBudget) {
             self.expected = self.expected.wrapping_add(1);
             // SAFETY: this side's inbound counter (caller's contract).
-            unsafe { wait_until::<true>(self.handle.inbound, self.expected, budget, "CachedMemorySemaphore::wait\0") }
+            unsafe { wait_until::<true>(self.handle.inbound, self.expected, budget, c"CachedMemorySemaphore::wait") }
         }
 
         /// As [`MemoryDevice2DeviceSemaphore::relaxed_wait`] (pair with explicit fences).
@@ -290,7 +290,7 @@ mod device {
             self.expected = self.expected.wrapping_add(1);
             // SAFETY: as for `wait`.
             unsafe {
-                wait_until::<false>(self.handle.inbound, self.expected, budget, "CachedMemorySemaphore::relaxed_wait\0")
+                wait_until::<false>(self.handle.inbound, self.expected, budget, c"CachedMemorySemaphore::relaxed_wait")
             }
         }
     }
@@ -325,7 +325,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn wait(&self, budget: SpinBudget) {
             // SAFETY: forwarded.
-            unsafe { wait_inbound::<true>(self.inbound, self.expected, budget, "Host2DeviceSemaphore::wait\0") }
+            unsafe { wait_inbound::<true>(self.inbound, self.expected, budget, c"Host2DeviceSemaphore::wait") }
         }
     }
 }

@@ -157,7 +157,7 @@ mod device {
             // SAFETY: forwarded from the caller.
             let target = unsafe { self.next_target() };
             let flag = self.local_flag.as_ptr();
-            spin_until(budget, "SwitchSemaphore::wait\0", || {
+            spin_until(budget, c"SwitchSemaphore::wait", || {
                 // ACQUIRE: pairs with the multimem.red.release.sys of `signal` on every member.
                 // SAFETY: the caller guarantees `local_flag` is this device's copy of the counter.
                 reached(unsafe { ld_st::ld_acquire_sys_u64(flag) }, target)
@@ -174,7 +174,7 @@ mod device {
             // SAFETY: forwarded from the caller.
             let target = unsafe { self.next_target() };
             let flag = self.local_flag.as_ptr();
-            spin_until(budget, "SwitchSemaphore::relaxed_wait\0", || {
+            spin_until(budget, c"SwitchSemaphore::relaxed_wait", || {
                 // SAFETY: the caller guarantees `local_flag` is this device's copy of the counter.
                 reached(unsafe { ld_st::ld_relaxed_sys_u64(flag) }, target)
             });

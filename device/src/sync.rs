@@ -103,7 +103,7 @@ mod device {
                         // fence after their polls.
                         atomic::store::<Release, Gpu, u32>(generation, g.wrapping_add(1));
                     } else {
-                        spin_until(budget, "DeviceSyncer::sync\0", || {
+                        spin_until(budget, c"DeviceSyncer::sync", || {
                             atomic::load::<Relaxed, Gpu, u32>(generation) != g
                         });
                         // Partner: the last arriver's release store of the generation.
@@ -134,7 +134,7 @@ mod device {
             unsafe {
                 let ticket = atomic::fetch_add::<Relaxed, Gpu, u32>(tickets, 1);
                 let sem = DeviceSemaphore::new(atomic::load::<Relaxed, Gpu, u32>(permits));
-                spin_until(budget, "DeviceSemaphore::acquire\0", || {
+                spin_until(budget, c"DeviceSemaphore::acquire", || {
                     // Partner: the release add in `release`.
                     sem.admits(ticket, atomic::load::<Acquire, Gpu, u32>(released))
                 });

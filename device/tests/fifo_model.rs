@@ -56,7 +56,12 @@ impl Ring {
     }
 }
 
-impl ProducerMem for Ring {
+// SAFETY: every method touches the ring's own atomics; slots index a Vec of `size()` entries
+// (bounds-checked), and each method has the ordering the trait asks for.
+unsafe impl ProducerMem for Ring {
+    fn size(&self) -> u64 {
+        self.slots.len() as u64
+    }
     fn fetch_add_head(&self) -> u64 {
         self.head.fetch_add(1, Ordering::Relaxed)
     }
@@ -83,7 +88,11 @@ impl ProducerMem for Ring {
     }
 }
 
-impl ConsumerMem for Ring {
+// SAFETY: as for `ProducerMem`.
+unsafe impl ConsumerMem for Ring {
+    fn size(&self) -> u64 {
+        self.slots.len() as u64
+    }
     fn read_slot(&self, slot: u64) -> (u64, u64) {
         let s = &self.slots[slot as usize];
         let w1 = s.1.load(Ordering::Acquire);
@@ -154,12 +163,12 @@ fn run(size: usize, producers: u64, per_producer: u64) {
             let r = ring.clone();
             thread::spawn(move || {
                 for i in 0..per_producer {
-                    proto::push(&*r, size as u64, trigger(p, i), &mut Wait { ring: &r });
+                    proto::push(&*r, trigger(p, i), &mut Wait { ring: &r });
                 }
             })
         })
         .collect();
-    let mut consumer = Consumer::new(size as u64);
+    let mut consumer = Consumer::new();
     let mut next = vec![0u64; producers as usize];
     for _ in 0..producers * per_producer {
         let t = next_trigger(&ring, &consumer);

@@ -47,6 +47,19 @@ use crate::shm::SharedHostMemory;
 /// Bytes of one semaphore slot: inbound, expected, outbound, padding.
 const SLOT: usize = 32;
 
+/// Checks that slot `slot` (`SLOT` bytes at `slot * SLOT`) lies inside rank `peer`'s counter
+/// buffer of `len` bytes, as the peer reported it: a peer that claims a short buffer must not
+/// get this rank writing past its end.
+fn check_slot(peer: usize, len: u64, slot: usize) -> Result<()> {
+    let end = slot.checked_add(1).and_then(|s| s.checked_mul(SLOT)).and_then(|e| u64::try_from(e).ok());
+    match end {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(Error::InvalidArgument(format!(
+            "rank {peer}'s semaphore buffer of {len} bytes has no slot {slot} ({SLOT} bytes each)"
+        ))),
+    }
+}
+
 /// A bootstrap plus the GPU this rank uses.
 #[derive(Clone)]
 pub struct Communicator {
@@ -339,6 +352,9 @@ impl Communicator {
         let me = self.rank();
         let storage = DeviceBuffer::exportable_filled(&self.gpu, n * SLOT, 0)?;
         let remote = self.exchange(&storage)?;
+        for p in (0..n).filter(|&p| p != me) {
+            check_slot(p, remote.len(p), me)?;
+        }
         let handles = (0..n)
             .map(|p| {
                 (p != me).then(|| MemoryDevice2DeviceSemaphore {
@@ -472,6 +488,7 @@ impl Communicator {
                 ids.push(None);
                 continue;
             }
+            check_slot(p, sems.len(p), me)?;
             let dst_id = b.add_memory(MemoryRegion { base: dsts.addr(p), bytes: dsts.len(p) })?;
             // Rank p waits for this rank's signals in its slot `me`.
             let sem_id = match &host {
@@ -548,4 +565,19 @@ struct HostCounters {
     own: Arc<SharedHostMemory>,
     own_device: u64,
     peers: Vec<Option<Arc<SharedHostMemory>>>,
+}
+
+#[cfg(test)]
+mod slot_tests {
+    use super::{SLOT, check_slot};
+
+    #[test]
+    fn semaphore_slots_must_lie_inside_the_peer_buffer() {
+        assert!(check_slot(1, 4 * SLOT as u64, 3).is_ok());
+        assert!(check_slot(1, 4 * SLOT as u64, 4).is_err());
+        assert!(check_slot(1, 4 * SLOT as u64 - 1, 3).is_err());
+        assert!(check_slot(1, 0, 0).is_err());
+        assert!(check_slot(1, u64::MAX, usize::MAX).is_err());
+        assert!(check_slot(1, u64::MAX, usize::MAX / SLOT).is_err());
+    }
 }

@@ -31,10 +31,17 @@ impl std::fmt::Debug for Fifo {
 
 struct HostView<'a> {
     ring: *const AtomicU64,
+    size: u64,
     tail: &'a AtomicU64,
 }
 
-impl ConsumerMem for HostView<'_> {
+// SAFETY: a `HostView` is built only by `host_view` from a `Fifo`'s own buffers: `ring` holds
+// `size` (a power of two, checked in `Fifo::new`) 16-byte triggers of pinned memory that outlive
+// the view, and `tail` is that FIFO's tail word. The orderings are the trait's.
+unsafe impl ConsumerMem for HostView<'_> {
+    fn size(&self) -> u64 {
+        self.size
+    }
     fn read_slot(&self, slot: u64) -> (u64, u64) {
         // SAFETY: `slot < size`; the ring holds 2 * size aligned u64 words in pinned memory that
         // lives as long as the Fifo. The GPU writes it with 16-byte release stores.
@@ -51,10 +58,10 @@ impl ConsumerMem for HostView<'_> {
     }
 }
 
-fn host_view<'a>(ring: &'a PinnedBuffer, tail: &'a PinnedBuffer) -> HostView<'a> {
+fn host_view<'a>(ring: &'a PinnedBuffer, size: u32, tail: &'a PinnedBuffer) -> HostView<'a> {
     // SAFETY: the tail buffer is 64 bytes of pinned memory, 8-aligned, living as long as `tail`.
     let tail = unsafe { AtomicU64::from_ptr(tail.host_ptr().cast()) };
-    HostView { ring: ring.host_ptr().cast(), tail }
+    HostView { ring: ring.host_ptr().cast(), size: size as u64, tail }
 }
 
 impl Fifo {
@@ -67,7 +74,7 @@ impl Fifo {
         let tail = PinnedBuffer::zeroed(gpu, 64)?;
         // head and tail cache, zeroed, on the producers' GPU.
         let counters = DeviceBuffer::filled(gpu, 16, 0)?;
-        Ok(Self { ring, tail, counters, size, consumer: Consumer::new(size as u64) })
+        Ok(Self { ring, tail, counters, size, consumer: Consumer::new() })
     }
 
     /// The number of slots.
@@ -91,12 +98,12 @@ impl Fifo {
     /// The trigger at the consumer's position, if published (not consumed: call
     /// [`Fifo::complete`] once it is handled).
     pub fn peek(&self) -> Option<ProxyTrigger> {
-        self.consumer.peek(&host_view(&self.ring, &self.tail))
+        self.consumer.peek(&host_view(&self.ring, self.size, &self.tail))
     }
 
     /// Marks the current trigger handled and frees its slot.
     pub fn complete(&mut self) {
-        let view = host_view(&self.ring, &self.tail);
+        let view = host_view(&self.ring, self.size, &self.tail);
         self.consumer.complete(&view);
     }
 

@@ -43,6 +43,32 @@ pub struct ExportedMemory {
 static_assertions::assert_eq_size!(ExportedMemory, [u8; 96]);
 
 impl ExportedMemory {
+    /// Checks the sizes a peer claims before anything is mapped: the buffer
+    /// `offset..offset + bytes` must lie inside the allocation of `allocation_bytes`, every sum
+    /// computed without wrapping, and every size must fit this process's address space. The
+    /// values come from another process and are not trusted.
+    pub fn validate(&self) -> Result<()> {
+        let end = self.offset.checked_add(self.bytes).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "exported buffer at offset {} of {} bytes: the end overflows 64 bits",
+                self.offset, self.bytes
+            ))
+        })?;
+        if end > self.allocation_bytes {
+            return Err(Error::InvalidArgument(format!(
+                "exported buffer {}..{end} lies outside its allocation of {} bytes",
+                self.offset, self.allocation_bytes
+            )));
+        }
+        if usize::try_from(self.allocation_bytes).is_err() {
+            return Err(Error::InvalidArgument(format!(
+                "exported allocation of {} bytes does not fit this process's address space",
+                self.allocation_bytes
+            )));
+        }
+        Ok(())
+    }
+
     /// Exports `buf`, which must be exportable ([`DeviceBuffer::alloc_exportable`]).
     pub fn of(buf: &DeviceBuffer) -> Result<Self> {
         if !buf.is_exportable() {
@@ -69,6 +95,21 @@ impl ExportedMemory {
             ordinal: buf.gpu().ordinal() as u32,
         })
     }
+}
+
+/// Checks a peer's (already [validated](ExportedMemory::validate)) claim against the range the
+/// driver mapped: `base` must be the start of the range `range_base..range_base + range_size`,
+/// and the buffer `offset..offset + bytes` must lie inside it.
+fn check_mapped_range(exported: &ExportedMemory, base: u64, range_base: u64, range_size: u64) -> Result<()> {
+    let end = exported.offset.checked_add(exported.bytes);
+    if range_base != base || end.is_none_or(|end| end > range_size) {
+        return Err(Error::InvalidArgument(format!(
+            "imported buffer at offset {} of {} bytes is not inside the mapped range of {range_size} bytes \
+             (the peer claimed an allocation of {} bytes)",
+            exported.offset, exported.bytes, exported.allocation_bytes
+        )));
+    }
+    Ok(())
 }
 
 /// One opened IPC handle. The driver maps a given handle once per context, so every buffer of
@@ -116,14 +157,7 @@ impl ImportedMemory {
                 "a process cannot import its own CUDA IPC handle; use the buffer directly".into(),
             ));
         }
-        if exported.offset + exported.bytes > exported.allocation_bytes {
-            return Err(Error::InvalidArgument(format!(
-                "exported buffer {}..{} lies outside its allocation of {} bytes",
-                exported.offset,
-                exported.offset + exported.bytes,
-                exported.allocation_bytes
-            )));
-        }
+        exported.validate()?;
         let key = (gpu.ordinal(), exported.handle);
         let mut cache = mappings().lock().unwrap_or_else(|e| e.into_inner());
         let mapping = match cache.get(&key).and_then(Weak::upgrade) {
@@ -151,7 +185,16 @@ impl ImportedMemory {
                 m
             }
         };
-        let addr = mapping.base + exported.offset;
+        // The claim is checked against what the driver actually mapped, not only against the
+        // peer's own allocation size: the mapped range must cover the whole buffer.
+        let (mut range_base, mut range_size) = (0u64, 0usize);
+        // SAFETY: `mapping.base` is the start of a live mapping in this context; both are out-params.
+        let r = unsafe { sys::cuMemGetAddressRange_v2(&mut range_base, &mut range_size, mapping.base) };
+        check(r, || "finding the range of an imported mapping".into())?;
+        check_mapped_range(exported, mapping.base, range_base, range_size as u64)?;
+        let addr = mapping.base.checked_add(exported.offset).ok_or_else(|| {
+            Error::InvalidArgument(format!("imported buffer at offset {} overflows the address space", exported.offset))
+        })?;
         Ok(Self { mapping, addr, bytes: exported.bytes })
     }
     /// The mapped address (valid on this process's GPU).
@@ -171,6 +214,36 @@ impl ImportedMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn claim(bytes: u64, offset: u64, allocation_bytes: u64) -> ExportedMemory {
+        ExportedMemory { handle: [0; 64], bytes, offset, allocation_bytes, pid: 7, ordinal: 0 }
+    }
+
+    #[test]
+    fn hostile_sizes_are_rejected_before_any_driver_call() {
+        assert!(claim(4096, 512, 1 << 21).validate().is_ok());
+        assert!(claim(0, 0, 0).validate().is_ok());
+        assert!(claim(1 << 21, 0, 1 << 21).validate().is_ok());
+        // Outside the allocation.
+        assert!(claim(4096, (1 << 21) - 4095, 1 << 21).validate().is_err());
+        // offset + bytes wraps to a small number: must not pass.
+        assert!(claim(u64::MAX, 1, 1 << 21).validate().is_err());
+        assert!(claim(2, u64::MAX, 1 << 21).validate().is_err());
+        assert!(claim(u64::MAX, u64::MAX, u64::MAX).validate().is_err());
+        assert!(claim(1 << 63, 1 << 63, 1 << 21).validate().is_err());
+    }
+
+    #[test]
+    fn the_claim_is_checked_against_the_mapped_range() {
+        let e = claim(4096, 512, 1 << 21);
+        assert!(check_mapped_range(&e, 0x1000, 0x1000, 1 << 21).is_ok());
+        assert!(check_mapped_range(&e, 0x1000, 0x1000, 4608).is_ok());
+        // The driver mapped less than the peer claimed.
+        assert!(check_mapped_range(&e, 0x1000, 0x1000, 4096).is_err());
+        // The base is not the start of the mapped range.
+        assert!(check_mapped_range(&e, 0x2000, 0x1000, 1 << 21).is_err());
+        assert!(check_mapped_range(&claim(u64::MAX, 1, u64::MAX), 0, 0, u64::MAX).is_err());
+    }
 
     #[test]
     fn exported_layout_round_trips_as_bytes() {

@@ -2,15 +2,31 @@
 //!
 //! **Creating multicast objects on a shared machine can put its GPUs out of service**, so
 //! nothing in this module reaches the driver without a [`MulticastPermit`], and the only way to
-//! get one is [`multicast_allowed`], which looks at nothing but the environment and refuses when
+//! get one is [`multicast_allowed_by_env`], which looks at nothing but the environment and refuses when
 //!
-//! * `NCCL_NVLS_ENABLE` is `0` (or `false`/`no`/`off`),
-//! * `NVSHMEM_DISABLE_NVLS` or `TORCH_SYMM_MEM_DISABLE_MULTICAST` is set to anything but
-//!   `0`/`false`/`no`/`off`/empty,
+//! * `NCCL_NVLS_ENABLE` is set to anything but a clear "on" (`1`, `true`, `yes` or `on`, any
+//!   case, surrounding spaces ignored): `0`, `00`, `2`, the empty string and a value that is
+//!   not UTF-8 all count as off,
+//! * `NVSHMEM_DISABLE_NVLS` or `TORCH_SYMM_MEM_DISABLE_MULTICAST` is set to anything but a clear
+//!   "no" (`0`, `false`, `no` or `off`): again the empty string and non-UTF-8 values disable,
 //! * or, otherwise, `MSCCLPP_RS_ALLOW_MULTICAST` is not exactly `1` (explicit opt-in).
 //!
-//! Every public entry point takes the environment (or the permit) and runs the guard first,
-//! before any argument check or driver call.
+//! Variables are read with [`std::env::var_os`], so a value that is not valid UTF-8 is seen (and
+//! refuses) instead of passing for unset. The public entry points read this process's
+//! environment and run the guard first, before any argument check or driver call; the variants
+//! that take an environment snapshot are private to the crate (its tests use them), so no caller
+//! can hand the guard a made-up environment.
+//!
+//! ```compile_fail,E0603
+//! // The snapshot form of the guard is not public: a permit cannot be had from a made-up
+//! // environment.
+//! let _ = mscclpp_host::nvls::multicast_allowed(|_| Some("1".into()));
+//! ```
+//!
+//! ```compile_fail,E0624
+//! use mscclpp_host::nvls::MulticastBuffer;
+//! let _ = MulticastBuffer::create(&[], 1 << 21, |_| Some("1".into()));
+//! ```
 //!
 //! What [`MulticastBuffer::create`] does for a group of GPUs of this process:
 //!
@@ -31,6 +47,7 @@
 //! processes (the multicast handle exported as a POSIX fd to the other ranks) build on the same
 //! steps once the bootstrap can pass file descriptors.
 
+use std::ffi::{OsStr, OsString};
 use std::sync::Arc;
 
 use cudarc::driver::sys;
@@ -43,47 +60,53 @@ use crate::gpu::Gpu;
 pub const ALLOW_VAR: &str = "MSCCLPP_RS_ALLOW_MULTICAST";
 
 /// Variables through which other libraries' users (and the shared GPU machines) turn NVLS off.
-/// Each one, when it says "off", makes [`multicast_allowed`] refuse.
+/// Each one, unless it clearly leaves NVLS on, makes [`multicast_allowed_by_env`] refuse.
 pub const DISABLE_VARS: [&str; 3] = ["NCCL_NVLS_ENABLE", "NVSHMEM_DISABLE_NVLS", "TORCH_SYMM_MEM_DISABLE_MULTICAST"];
 
-/// Proof that the multicast guard passed. Only [`multicast_allowed`] makes one; every function
+/// Proof that the multicast guard passed. Only [`multicast_allowed_by_env`] makes one; every function
 /// that reaches the driver takes it.
 #[derive(Debug)]
 pub struct MulticastPermit {
     _private: (),
 }
 
-fn falsy(v: &str) -> bool {
-    matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false" | "no" | "off")
+/// Whether a variable's value clearly says "on".
+fn clearly_on(v: &OsStr) -> bool {
+    v.to_str().is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
 }
 
-/// The multicast guard: a pure function of an environment snapshot (`env(name)` is the value of
-/// variable `name`, if set). Makes no driver call. See the module docs for the rules.
-pub fn multicast_allowed(env: impl Fn(&str) -> Option<String>) -> Result<MulticastPermit> {
+/// Whether a variable's value clearly says "off" / "no".
+fn clearly_off(v: &OsStr) -> bool {
+    v.to_str().is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "false" | "no" | "off"))
+}
+
+/// The multicast guard over an environment snapshot (`env(name)` is the value of variable
+/// `name`, if set). Makes no driver call. See the module docs for the rules.
+pub(crate) fn multicast_allowed(env: impl Fn(&str) -> Option<OsString>) -> Result<MulticastPermit> {
     let refuse = |why: String| Err(Error::Unsupported(format!("NVLink multicast refused: {why}")));
     if let Some(v) = env("NCCL_NVLS_ENABLE")
-        && falsy(&v)
-        && !v.trim().is_empty()
+        && !clearly_on(&v)
     {
-        return refuse(format!("NCCL_NVLS_ENABLE={v} turns NVLS off"));
+        return refuse(format!("NCCL_NVLS_ENABLE={} turns NVLS off (only 1/true/yes/on keep it on)", v.display()));
     }
     for var in ["NVSHMEM_DISABLE_NVLS", "TORCH_SYMM_MEM_DISABLE_MULTICAST"] {
         if let Some(v) = env(var)
-            && !falsy(&v)
+            && !clearly_off(&v)
         {
-            return refuse(format!("{var}={v} turns multicast off"));
+            return refuse(format!("{var}={} turns multicast off (only 0/false/no/off leave it on)", v.display()));
         }
     }
     match env(ALLOW_VAR) {
-        Some(v) if v.trim() == "1" => Ok(MulticastPermit { _private: () }),
-        Some(v) => refuse(format!("{ALLOW_VAR}={v}; set it to 1 to opt in")),
+        Some(v) if v.to_str().is_some_and(|v| v.trim() == "1") => Ok(MulticastPermit { _private: () }),
+        Some(v) => refuse(format!("{ALLOW_VAR}={}; set it to 1 to opt in", v.display())),
         None => refuse(format!("{ALLOW_VAR} is not set; set it to 1 to opt in")),
     }
 }
 
-/// [`multicast_allowed`] over this process's environment.
+/// The multicast guard over this process's environment: the only public way to get a
+/// [`MulticastPermit`]. Makes no driver call. See the module docs for the rules.
 pub fn multicast_allowed_by_env() -> Result<MulticastPermit> {
-    multicast_allowed(|name| std::env::var(name).ok())
+    multicast_allowed(|name| std::env::var_os(name))
 }
 
 /// A driver allocation handle (`CUmemGenericAllocationHandle`).
@@ -302,23 +325,34 @@ impl std::fmt::Debug for MulticastBuffer {
 }
 
 impl MulticastBuffer {
-    /// Creates a multicast buffer of at least `bytes` per GPU over `gpus`, if the guard allows
-    /// it under `env` (checked first, before anything else; see the module docs).
-    pub fn create(gpus: &[Arc<Gpu>], bytes: usize, env: impl Fn(&str) -> Option<String>) -> Result<Self> {
+    /// [`create_by_env`](Self::create_by_env) under an environment snapshot (crate-private:
+    /// tests only).
+    pub(crate) fn create(gpus: &[Arc<Gpu>], bytes: usize, env: impl Fn(&str) -> Option<OsString>) -> Result<Self> {
         let permit = multicast_allowed(env)?;
         let driver = CudaNvls { gpus };
         let layout = setup(&permit, &driver, gpus.len(), bytes)?;
         Ok(Self { gpus: gpus.to_vec(), layout })
     }
 
-    /// [`create`](Self::create) under this process's environment.
+    /// Creates a multicast buffer of at least `bytes` per GPU over `gpus`, if the guard allows
+    /// it under this process's environment (checked first, before anything else; see the
+    /// module docs).
     pub fn create_by_env(gpus: &[Arc<Gpu>], bytes: usize) -> Result<Self> {
-        Self::create(gpus, bytes, |name| std::env::var(name).ok())
+        Self::create(gpus, bytes, |name| std::env::var_os(name))
     }
 
     /// What `gpu` offers for multicast in a group of `n_devices`, if the guard allows it under
-    /// `env` (checked first).
-    pub fn support(gpu: &Arc<Gpu>, n_devices: usize, env: impl Fn(&str) -> Option<String>) -> Result<MulticastSupport> {
+    /// this process's environment (checked first).
+    pub fn support_by_env(gpu: &Arc<Gpu>, n_devices: usize) -> Result<MulticastSupport> {
+        Self::support(gpu, n_devices, |name| std::env::var_os(name))
+    }
+
+    /// [`support_by_env`](Self::support_by_env) under an environment snapshot (crate-private).
+    pub(crate) fn support(
+        gpu: &Arc<Gpu>,
+        n_devices: usize,
+        env: impl Fn(&str) -> Option<OsString>,
+    ) -> Result<MulticastSupport> {
         let permit = multicast_allowed(env)?;
         let gpus = [gpu.clone()];
         query_support(&permit, &CudaNvls { gpus: &gpus }, 0, n_devices)
@@ -534,8 +568,13 @@ mod tests {
 
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> + use<> {
+        let m: HashMap<String, OsString> = pairs.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
+        move |k| m.get(k).cloned()
+    }
+
+    fn env_os(pairs: &[(&str, OsString)]) -> impl Fn(&str) -> Option<OsString> + use<> {
+        let m: HashMap<String, OsString> = pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
         move |k| m.get(k).cloned()
     }
 
@@ -607,10 +646,46 @@ mod tests {
             refusal(multicast_allowed(env(&[(k, v), (ALLOW_VAR, "1")])));
         }
         // Values that leave NVLS on.
-        for (k, v) in [("NCCL_NVLS_ENABLE", "2"), ("NCCL_NVLS_ENABLE", ""), ("NVSHMEM_DISABLE_NVLS", "false")] {
+        for (k, v) in [
+            ("NCCL_NVLS_ENABLE", "1"),
+            ("NCCL_NVLS_ENABLE", " TRUE "),
+            ("NCCL_NVLS_ENABLE", "on"),
+            ("NCCL_NVLS_ENABLE", "Yes"),
+            ("NVSHMEM_DISABLE_NVLS", "false"),
+            ("NVSHMEM_DISABLE_NVLS", "0"),
+            ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "Off"),
+        ] {
             assert!(multicast_allowed(env(&[(k, v), (ALLOW_VAR, "1")])).is_ok(), "{k}={v}");
         }
         assert!(DISABLE_VARS.iter().all(|v| !v.is_empty()));
+    }
+
+    #[test]
+    fn guard_treats_anything_not_clearly_on_as_off() {
+        // Present but not a clear "on": NVLS is off.
+        for v in ["0", "00", "2", "", "  ", "enable", "-1", "0x1", "1 1"] {
+            let m = refusal(multicast_allowed(env(&[("NCCL_NVLS_ENABLE", v), (ALLOW_VAR, "1")])));
+            assert!(m.contains("NCCL_NVLS_ENABLE"), "NCCL_NVLS_ENABLE={v:?}: {m}");
+        }
+        // A disable variable present with anything but a clear "no" disables, the empty string too.
+        for var in ["NVSHMEM_DISABLE_NVLS", "TORCH_SYMM_MEM_DISABLE_MULTICAST"] {
+            for v in ["", "1", "00x", "disable"] {
+                let m = refusal(multicast_allowed(env(&[(var, v), (ALLOW_VAR, "1")])));
+                assert!(m.contains(var), "{var}={v:?}: {m}");
+            }
+        }
+    }
+
+    #[test]
+    fn guard_sees_values_that_are_not_utf8() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = || OsString::from_vec(vec![b'1', 0xff, 0xfe]);
+        for var in DISABLE_VARS {
+            let m = refusal(multicast_allowed(env_os(&[(var, bad()), (ALLOW_VAR, "1".into())])));
+            assert!(m.contains(var), "{var}: {m}");
+        }
+        let m = refusal(multicast_allowed(env_os(&[(ALLOW_VAR, bad())])));
+        assert!(m.contains(ALLOW_VAR), "{m}");
     }
 
     /// Records every driver call; can fail one named call.
@@ -688,7 +763,7 @@ mod tests {
 
     /// The generic entry point the public one wraps: guard first, then setup.
     fn create_with<D: NvlsDriver>(
-        env: impl Fn(&str) -> Option<String>,
+        env: impl Fn(&str) -> Option<OsString>,
         d: &D,
         n: usize,
         bytes: usize,

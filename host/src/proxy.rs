@@ -81,15 +81,38 @@ impl std::fmt::Debug for HostCounter {
     }
 }
 
+/// The device address of `offset..offset + bytes` of registered memory `id`, checked to lie inside
+/// it (the values come from a GPU trigger and are not trusted).
+fn resolve(memories: &[MemoryRegion], id: u32, offset: u32, bytes: u64, what: &str) -> Result<u64> {
+    let m = memories
+        .get(id as usize)
+        .ok_or_else(|| Error::InvalidArgument(format!("{what} memory id {id} is not registered")))?;
+    let end = u64::from(offset).checked_add(bytes);
+    match end {
+        Some(end) if end <= m.bytes => m.base.checked_add(u64::from(offset)).ok_or_else(|| {
+            Error::InvalidArgument(format!("{what} offset {offset} overflows memory {id} at {:#x}", m.base))
+        }),
+        _ => Err(Error::InvalidArgument(format!(
+            "{what} range {offset}..+{bytes} outside memory {id} of {} bytes",
+            m.bytes
+        ))),
+    }
+}
+
+/// Checks that a u64 counter at byte `offset` lies inside a buffer of `len` bytes and is
+/// 8-aligned. The end is computed with checked arithmetic: an offset close to `usize::MAX` must
+/// not wrap around and pass the bound.
+fn check_counter_offset(offset: usize, len: usize) -> Result<()> {
+    match offset.checked_add(8) {
+        Some(end) if offset.is_multiple_of(8) && end <= len => Ok(()),
+        _ => Err(Error::InvalidArgument(format!("host counter at offset {offset} of a {len}-byte pinned buffer"))),
+    }
+}
+
 impl HostCounter {
     /// The u64 at byte `offset` of `buf` (8-aligned, inside the buffer).
     pub fn pinned(buf: Arc<PinnedBuffer>, offset: usize) -> Result<Self> {
-        if offset % 8 != 0 || offset + 8 > buf.len() {
-            return Err(Error::InvalidArgument(format!(
-                "host counter at offset {offset} of a {}-byte pinned buffer",
-                buf.len()
-            )));
-        }
+        check_counter_offset(offset, buf.len())?;
         // SAFETY: inside the buffer (checked), which `_owner` keeps alive.
         let word = unsafe { buf.host_ptr().add(offset) }.cast::<AtomicU64>().cast_const();
         Ok(Self { word, _owner: buf })
@@ -383,18 +406,7 @@ impl Worker {
     }
 
     fn memory(&self, id: u32, offset: u32, bytes: u64, what: &str) -> Result<u64> {
-        let m = self
-            .memories
-            .get(id as usize)
-            .ok_or_else(|| Error::InvalidArgument(format!("{what} memory id {id} is not registered")))?;
-        if offset as u64 + bytes > m.bytes {
-            return Err(Error::InvalidArgument(format!(
-                "{what} range {offset}..{} outside memory {id} of {} bytes",
-                offset as u64 + bytes,
-                m.bytes
-            )));
-        }
-        Ok(m.base + offset as u64)
+        resolve(&self.memories, id, offset, bytes, what)
     }
 
     fn execute(&mut self, req: Request) -> Result<()> {
@@ -464,5 +476,73 @@ impl Worker {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MemoryRegion, check_counter_offset, resolve};
+    use mscclpp_device::fifo::{MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any 128 bits the GPU may leave in a slot decode without panicking to fields in range,
+        /// and the proxy's bounds check accepts only ranges inside a registered memory.
+        #[test]
+        fn arbitrary_triggers_decode_and_resolve_safely(
+            fst: u64,
+            snd: u64,
+            regions in proptest::collection::vec((any::<u64>(), any::<u64>()), 0..4),
+        ) {
+            let memories: Vec<MemoryRegion> = regions
+                .iter()
+                .map(|&(base, bytes)| MemoryRegion { base: base.min(u64::MAX - bytes), bytes })
+                .collect();
+            let check = |id: u32, offset: u32, bytes: u64| {
+                if let Ok(addr) = resolve(&memories, id, offset, bytes, "test") {
+                    let m = memories[id as usize];
+                    assert!(addr >= m.base && addr - m.base + bytes <= m.bytes);
+                }
+            };
+            match (ProxyTrigger { fst, snd }).decode() {
+                Request::Transfer { kind: k, size, src_offset, dst_offset, src_memory, dst_memory, semaphore } => {
+                    prop_assert!(k != 0 && k & !(kind::DATA | kind::FLAG | kind::SYNC) == 0);
+                    prop_assert!(src_memory <= MAX_MEMORY_ID && dst_memory <= MAX_MEMORY_ID);
+                    prop_assert!(semaphore <= MAX_SEMAPHORE_ID);
+                    // What decodes re-encodes to the same request.
+                    let again = ProxyTrigger::transfer(
+                        k, size as u64, src_offset as u64, dst_offset as u64, src_memory, dst_memory, semaphore,
+                    );
+                    prop_assert_eq!(again.map(|t| t.decode()), Ok((ProxyTrigger { fst, snd }).decode()));
+                    check(src_memory, src_offset, size as u64);
+                    check(dst_memory, dst_offset, size as u64);
+                }
+                Request::AtomicAdd { dst_offset, dst_memory, .. } => {
+                    prop_assert!(dst_memory <= MAX_MEMORY_ID);
+                    check(dst_memory, dst_offset, 8);
+                }
+            }
+        }
+
+        #[test]
+        fn resolve_never_wraps(base: u64, bytes: u64, offset: u32, len: u64) {
+            let m = [MemoryRegion { base, bytes }];
+            if let Ok(addr) = resolve(&m, 0, offset, len, "test") {
+                prop_assert!(u64::from(offset).checked_add(len).is_some_and(|end| end <= bytes));
+                prop_assert_eq!(Some(addr), base.checked_add(u64::from(offset)));
+            }
+        }
+    }
+
+    #[test]
+    fn counter_offset_is_bounded_without_wrapping() {
+        assert!(check_counter_offset(0, 8).is_ok());
+        assert!(check_counter_offset(8, 16).is_ok());
+        assert!(check_counter_offset(8, 15).is_err());
+        assert!(check_counter_offset(4, 64).is_err());
+        // `offset + 8` wraps to 0 here: the bound must still reject it (and not overflow).
+        assert!(check_counter_offset(usize::MAX - 7, 64).is_err());
+        assert!(check_counter_offset(usize::MAX - 7, usize::MAX).is_err());
+        assert!(check_counter_offset(usize::MAX, usize::MAX).is_err());
     }
 }

@@ -188,7 +188,7 @@ fn no_rank_zero_is_a_named_timeout() -> Check {
 fn a_rank_with_a_foreign_token_is_turned_away() -> Check {
     // Rank 3 fails at once; the grace must outlast the others' 2 s timeout.
     let run = launch("stranger", 2.0, Duration::from_secs(60), Duration::from_secs(10));
-    let want = "[rank 3] rank 3: error: rank 3: rendezvous: connection to rank 0 lost: closed during the rendezvous";
+    let want = "[rank 3] rank 3: error: rank 3: rendezvous: rejected frame: wrong session token";
     ensure(run.has(want), || format!("no line {want:?}"))?;
     ensure(
         run.has("[rank 0] rank 0: error: rank 0: rendezvous: timed out after 2 s waiting for rank 3 to join"),

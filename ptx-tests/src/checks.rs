@@ -72,9 +72,9 @@ kernels! {
     fn check_dynamic_smem_base(p: *mut u32) { *p = smem::dynamic_smem_base(); }
     fn check_cvta_shared_u64(p: *mut u64) { *p = smem::cvta_shared_u64(*(p as *const u32)) as u64; }
     fn check_cvta_to_shared_u64(p: *mut u64) { *(p as *mut u32) = smem::cvta_to_shared_u64(*p as *const u8); }
-    fn check_print_failure(p: *mut u32) { if *p == 1 { print::print_failure("check\0", "file.rs", 7); } }
-    fn check_print_timeout(p: *mut u32) { if *p == 1 { print::print_timeout("check\0", 5); } }
-    fn check_print_panic(p: *mut u32) { if *p == 1 { print::print_panic("file.rs", 7, Some("m")); } }
+    fn check_print_failure(p: *mut u32) { if *p == 1 { print::print_failure(c"check", c"file.rs", 7); } }
+    fn check_print_timeout(p: *mut u32) { if *p == 1 { print::print_timeout(c"check", 5); } }
+    fn check_print_panic(p: *mut u32) { if *p == 1 { print::print_panic(c"file.rs", 7, c"m"); } }
 }
 
 // mbarrier: p[0] is the barrier's shared address, p[1] a count or byte total.

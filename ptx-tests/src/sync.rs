@@ -78,7 +78,7 @@ kernels! {
             // Partner: the host thread's acquire load.
             atomic::store::<Release, Sys, u64>(to_host, r);
             // Partner: the host thread's release store.
-            spin_until(BUDGET, "raw_host_roundtrip\0", || atomic::load::<Acquire, Sys, u64>(from_host) >= r);
+            spin_until(BUDGET, c"raw_host_roundtrip", || atomic::load::<Acquire, Sys, u64>(from_host) >= r);
         }
     }
 
@@ -162,9 +162,9 @@ kernels! {
         for r in 1..=rounds as u64 {
             if first != 0 {
                 atomic::store::<Release, Sys, u64>(peer_flag, base + r);
-                spin_until(BUDGET, "raw_flag_pingpong\0", || atomic::load::<Acquire, Sys, u64>(my_flag) >= base + r);
+                spin_until(BUDGET, c"raw_flag_pingpong", || atomic::load::<Acquire, Sys, u64>(my_flag) >= base + r);
             } else {
-                spin_until(BUDGET, "raw_flag_pingpong\0", || atomic::load::<Acquire, Sys, u64>(my_flag) >= base + r);
+                spin_until(BUDGET, c"raw_flag_pingpong", || atomic::load::<Acquire, Sys, u64>(my_flag) >= base + r);
                 atomic::store::<Release, Sys, u64>(peer_flag, base + r);
             }
         }

@@ -72,8 +72,9 @@ mod device {
         }
 
         #[inline(always)]
-        fn local<V>(&self, index: usize) -> GlobalPtr<V> {
-            // SAFETY: this rank's own entry of the table.
+        unsafe fn local<V>(&self, index: usize) -> GlobalPtr<V> {
+            // SAFETY: the caller guarantees the handle was built by the host, so the table holds
+            // `n_ranks` addresses and `rank < n_ranks`: this rank's own entry is readable.
             GlobalPtr::from_ptr(unsafe { self.copy_of::<V>(self.rank, index) })
         }
 

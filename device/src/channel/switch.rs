@@ -281,12 +281,28 @@ switch_elem! {
 /// What an algorithm needs of a switch channel; implemented by [`SwitchChannel`] (NVLink
 /// multicast) and by [`super::emulated_switch::EmulatedSwitchChannel`] (peer pointers), so one
 /// kernel body serves both.
-#[cfg(target_arch = "nvptx64")]
+///
+/// The trait is declared on every target (so host documentation and checks see it); its
+/// implementations exist only on nvptx64. Every method that reads the handle's memory is
+/// `unsafe`, [`SwitchGroup::local`] included: the emulated channel finds this rank's copy through
+/// its table of peer addresses, a read that only a handle built by the host makes valid.
+///
+/// ```compile_fail,E0133
+/// use mscclpp_device::channel::switch::SwitchGroup;
+/// // `local` may dereference the handle's tables: calling it needs `unsafe`.
+/// fn first<C: SwitchGroup>(c: &C) {
+///     let _ = c.local::<u32>(0);
+/// }
+/// ```
 pub trait SwitchGroup: Copy {
     /// Whole elements of type `V` in the buffer.
     fn elements<V>(&self) -> u64;
     /// This rank's own copy of element `index`.
-    fn local<V>(&self, index: usize) -> GlobalPtr<V>;
+    ///
+    /// # Safety
+    /// The handle must have been built by the host for this rank (the emulated channel reads
+    /// its address table here); `index` in bounds.
+    unsafe fn local<V>(&self, index: usize) -> GlobalPtr<V>;
     /// The sum over every rank of element `index`.
     ///
     /// # Safety
@@ -326,7 +342,7 @@ impl SwitchGroup for SwitchChannel {
         self.len_of::<V>()
     }
     #[inline(always)]
-    fn local<V>(&self, index: usize) -> GlobalPtr<V> {
+    unsafe fn local<V>(&self, index: usize) -> GlobalPtr<V> {
         SwitchChannel::local(self, index)
     }
     #[inline(always)]

@@ -13,12 +13,60 @@
 //! a zeroed ring reads as empty for lap 0, and a slot still holding the previous lap's trigger
 //! has the other parity, so the consumer never needs to clear slots. A producer may overwrite a
 //! slot only once the consumer has moved the tail past the slot's previous occupant.
+//!
+//! [`push`], [`poll`] and [`sync`] are safe functions; what makes them sound is that
+//! [`ProducerMem`] and [`ConsumerMem`] are `unsafe` traits. Safe code cannot hand them a facade
+//! over arbitrary addresses:
+//!
+//! ```compile_fail,E0200
+//! use mscclpp_device::protocol::fifo::ProducerMem;
+//! struct Anywhere(u64);
+//! impl ProducerMem for Anywhere {
+//!     fn size(&self) -> u64 { 1 }
+//!     fn fetch_add_head(&self) -> u64 { 0 }
+//!     fn tail_cache(&self) -> u64 { 0 }
+//!     fn load_tail(&self) -> u64 { 0 }
+//!     fn raise_cache(&self, _: u64) {}
+//!     fn publish(&self, slot: u64, w0: u64, _: u64) {
+//!         // Would write anywhere from safe code.
+//!         unsafe { *((self.0 + slot) as *mut u64) = w0 }
+//!     }
+//! }
+//! ```
+//!
+//! ```compile_fail,E0200
+//! use mscclpp_device::protocol::fifo::ConsumerMem;
+//! struct Anywhere(u64);
+//! impl ConsumerMem for Anywhere {
+//!     fn size(&self) -> u64 { 1 }
+//!     fn read_slot(&self, slot: u64) -> (u64, u64) { unsafe { (*((self.0 + slot) as *const u64), 0) } }
+//!     fn store_tail(&self, _: u64) {}
+//! }
+//! ```
 
 use super::Waiter;
 use crate::fifo::{COMMIT_BIT, ProxyTrigger};
 
 /// The producer's view of the FIFO's memory.
-pub trait ProducerMem {
+///
+/// The protocol functions ([`push`], [`poll`], [`sync`]) are safe to call, so the obligation
+/// sits here: only a value that really describes a live FIFO may implement this trait.
+///
+/// # Safety
+/// An implementation promises, for as long as the value is reachable:
+/// * [`ProducerMem::size`] returns the same power of two (at least 1) on every call, the number
+///   of slots of the ring;
+/// * every method may be called from any thread of the producers at any time, with any
+///   arguments allowed here ([`ProducerMem::publish`] with any `slot < size()`), and touches
+///   only memory that is valid for those accesses (the head, tail, cache and ring of one FIFO);
+/// * the orderings stated on each method hold.
+///
+/// A plain handle that safe code can build with arbitrary addresses (such as a zeroed
+/// [`crate::fifo::FifoDeviceHandle`]) must therefore not implement it; wrap it in a type that
+/// only an `unsafe` constructor produces instead.
+pub unsafe trait ProducerMem {
+    /// The number of slots (a power of two, constant).
+    fn size(&self) -> u64;
     /// Atomically takes the next position (`head++`), returning it.
     fn fetch_add_head(&self) -> u64;
     /// The producer-side cached copy of the tail (may lag the real tail). Must be an *acquire*
@@ -31,14 +79,22 @@ pub trait ProducerMem {
     /// Raises the cache to `tail` with a *release* read-modify-write (the partner of
     /// [`ProducerMem::tail_cache`]'s acquire). Called once per wait, not per poll.
     fn raise_cache(&self, tail: u64);
-    /// Publishes `(w0, w1)` in slot `slot` so that a consumer that observes `w1` (acquire) also
-    /// observes `w0` (release). On the GPU: one 16-byte release store.
+    /// Publishes `(w0, w1)` in slot `slot` (`slot < size()`) so that a consumer that observes
+    /// `w1` (acquire) also observes `w0` (release). On the GPU: one 16-byte release store.
     fn publish(&self, slot: u64, w0: u64, w1: u64);
 }
 
 /// The consumer's view of the FIFO's memory.
-pub trait ConsumerMem {
-    /// Reads slot `slot`: word 1 first (acquire), then word 0.
+///
+/// # Safety
+/// An implementation promises that [`ConsumerMem::size`] returns the same power of two (at
+/// least 1) on every call, that [`ConsumerMem::read_slot`] is sound for every `slot < size()`,
+/// that [`ConsumerMem::store_tail`] is sound at any time, and that both touch only the ring and
+/// tail of one live FIFO with the orderings stated on each method.
+pub unsafe trait ConsumerMem {
+    /// The number of slots (a power of two, constant).
+    fn size(&self) -> u64;
+    /// Reads slot `slot` (`slot < size()`): word 1 first (acquire), then word 0.
     fn read_slot(&self, slot: u64) -> (u64, u64);
     /// Publishes the tail (release): triggers before it are handled and their slots free.
     fn store_tail(&self, tail: u64);
@@ -52,7 +108,8 @@ pub const fn commit_bit(pos: u64, size: u64) -> u64 {
 
 /// Pushes `trigger` (its bit 63 is replaced by the commit bit) and returns its position.
 #[inline(always)]
-pub fn push<M: ProducerMem, W: Waiter>(m: &M, size: u64, trigger: ProxyTrigger, waiter: &mut W) -> u64 {
+pub fn push<M: ProducerMem, W: Waiter>(m: &M, trigger: ProxyTrigger, waiter: &mut W) -> u64 {
+    let size = m.size();
     let pos = m.fetch_add_head();
     // The slot is free once the consumer has handled position pos - size.
     if pos >= m.tail_cache().wrapping_add(size) {
@@ -84,17 +141,16 @@ pub fn sync<M: ProducerMem, W: Waiter>(m: &M, pos: u64, waiter: &mut W) {
     waiter.wait_until(|| pos < m.load_tail());
 }
 
-/// The consumer's position in the ring.
+/// The consumer's position in the ring (the ring's size comes from its [`ConsumerMem`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Consumer {
     pos: u64,
-    size: u64,
 }
 
 impl Consumer {
-    /// A consumer at position 0 of a ring of `size` slots (a power of two).
-    pub const fn new(size: u64) -> Self {
-        Self { pos: 0, size }
+    /// A consumer at position 0.
+    pub const fn new() -> Self {
+        Self { pos: 0 }
     }
 
     /// The position of the next trigger to pop.
@@ -106,8 +162,9 @@ impl Consumer {
     /// Does not advance: call [`Consumer::complete`] once it is handled.
     #[inline(always)]
     pub fn peek<M: ConsumerMem>(&self, m: &M) -> Option<ProxyTrigger> {
-        let (w0, w1) = m.read_slot(self.pos & (self.size - 1));
-        (w1 & COMMIT_BIT == commit_bit(self.pos, self.size)).then_some(ProxyTrigger { fst: w0, snd: w1 & !COMMIT_BIT })
+        let size = m.size();
+        let (w0, w1) = m.read_slot(self.pos & (size - 1));
+        (w1 & COMMIT_BIT == commit_bit(self.pos, size)).then_some(ProxyTrigger { fst: w0, snd: w1 & !COMMIT_BIT })
     }
 
     /// Marks the current trigger handled: advances and publishes the tail, freeing its slot.
@@ -129,7 +186,12 @@ mod tests {
         cache: Cell<u64>,
         slots: RefCell<Vec<(u64, u64)>>,
     }
-    impl ProducerMem for Ring {
+    // SAFETY: a single-threaded test ring; `publish` and `read_slot` index a Vec of `size()`
+    // slots (bounds-checked).
+    unsafe impl ProducerMem for Ring {
+        fn size(&self) -> u64 {
+            self.slots.borrow().len() as u64
+        }
         fn fetch_add_head(&self) -> u64 {
             let h = self.head.get();
             self.head.set(h + 1);
@@ -148,7 +210,11 @@ mod tests {
             self.slots.borrow_mut()[slot as usize] = (w0, w1);
         }
     }
-    impl ConsumerMem for Ring {
+    // SAFETY: as above.
+    unsafe impl ConsumerMem for Ring {
+        fn size(&self) -> u64 {
+            self.slots.borrow().len() as u64
+        }
         fn read_slot(&self, slot: u64) -> (u64, u64) {
             self.slots.borrow()[slot as usize]
         }
@@ -167,12 +233,12 @@ mod tests {
     fn zeroed_ring_is_empty_and_laps_alternate_parity() {
         let r =
             Ring { head: Cell::new(0), tail: Cell::new(0), cache: Cell::new(0), slots: RefCell::new(vec![(0, 0); 4]) };
-        let mut c = Consumer::new(4);
+        let mut c = Consumer::new();
         assert_eq!(c.peek(&r), None);
         for lap in 0..3u64 {
             for i in 0..4u64 {
                 let t = ProxyTrigger { fst: lap * 10 + i, snd: 7 | COMMIT_BIT };
-                let pos = push(&r, 4, t, &mut NoWait);
+                let pos = push(&r, t, &mut NoWait);
                 assert_eq!(pos, lap * 4 + i);
                 assert_eq!(r.slots.borrow()[i as usize].1 & COMMIT_BIT != 0, lap % 2 == 0);
             }

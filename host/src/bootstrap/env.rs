@@ -192,6 +192,9 @@ impl RankInfo {
         if self.world_size == 0 {
             return bad("world size is 0".into());
         }
+        if self.world_size > MAX_WORLD_SIZE {
+            return bad(format!("world size {} is above the limit of {MAX_WORLD_SIZE}", self.world_size));
+        }
         if self.rank >= self.world_size {
             return bad(format!("rank {} is not below the world size {}", self.rank, self.world_size));
         }
@@ -284,6 +287,14 @@ pub fn derived_port(job_id: &str) -> u16 {
     DERIVED_PORT_BASE + (stable_hash(b"mscclpp-rs port", job_id.as_bytes()) % u64::from(DERIVED_PORT_SPAN)) as u16
 }
 
+/// Whether `host:port` names a loopback address: an IP literal in 127.0.0.0/8 or `::1`, or
+/// `localhost`. Any other name counts as not loopback (no name lookup here).
+pub fn is_loopback_addr(addr: &str) -> bool {
+    let Some((host, _port)) = addr.trim().rsplit_once(':') else { return false };
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Everything [`Bootstrap::connect`](super::Bootstrap::connect) needs.
 #[derive(Clone, Debug)]
 pub struct BootstrapConfig {
@@ -293,13 +304,25 @@ pub struct BootstrapConfig {
     pub addr: String,
     /// Whether `addr` was derived from the job identifier rather than given.
     pub addr_derived: bool,
-    /// The session token every frame carries.
+    /// The session token (it never travels: frames carry a tag derived from it, and the
+    /// rendezvous proves knowledge of it by challenge-response).
     pub token: Token,
     /// Timeout of the rendezvous as a whole and of every later operation.
     pub timeout: Duration,
     /// Largest payload accepted in one frame (and sent: larger sends are refused).
     pub max_frame: usize,
+    /// Bytes of point-to-point messages one peer may have queued here unread (a single message
+    /// is always accepted). A peer that sends more loses its connection with an error that says
+    /// so, instead of growing this process's memory without bound.
+    pub max_queued: usize,
 }
+
+/// Default [`BootstrapConfig::max_queued`]: 64 MiB per peer.
+pub const DEFAULT_MAX_QUEUED: usize = 64 << 20;
+
+/// The largest world size accepted (ranks travel as 32-bit numbers; the full mesh needs a socket
+/// and a thread per peer, so far fewer is practical).
+pub const MAX_WORLD_SIZE: usize = 65536;
 
 impl BootstrapConfig {
     /// A configuration with the default timeout and frame limit.
@@ -311,7 +334,14 @@ impl BootstrapConfig {
             token,
             timeout: DEFAULT_TIMEOUT,
             max_frame: DEFAULT_MAX_FRAME,
+            max_queued: DEFAULT_MAX_QUEUED,
         }
+    }
+
+    /// Replaces the cap on unread messages per peer.
+    pub fn with_max_queued(mut self, max_queued: usize) -> Self {
+        self.max_queued = max_queued;
+        self
     }
 
     /// Replaces the timeout.
@@ -380,9 +410,24 @@ impl BootstrapConfig {
         };
         let token = match env.get(ENV_TOKEN) {
             Some(t) => Token::from_hex(t).map_err(|e| Error::RankEnv(format!("{ENV_TOKEN}: {e}")))?,
+            None if rank.world_size > 1 && !is_loopback_addr(&addr) => {
+                return Err(Error::RankEnv(format!(
+                    "{ENV_BOOTSTRAP}={addr} is not a loopback address, and a token derived from the job id can be \
+                     computed by anyone who can read the job's environment: set {ENV_TOKEN} to the same 32 random hex \
+                     digits on every rank (for example from `openssl rand -hex 16`)"
+                )));
+            }
             None => Token::derive(job.as_deref().unwrap_or(&addr)),
         };
-        Ok(Some(Self { rank, addr, addr_derived, token, timeout, max_frame: DEFAULT_MAX_FRAME }))
+        Ok(Some(Self {
+            rank,
+            addr,
+            addr_derived,
+            token,
+            timeout,
+            max_frame: DEFAULT_MAX_FRAME,
+            max_queued: DEFAULT_MAX_QUEUED,
+        }))
     }
 }
 
@@ -570,6 +615,9 @@ mod tests {
         let multi = e.clone().with("OMPI_COMM_WORLD_SIZE", "4");
         assert!(BootstrapConfig::from_env(&multi).unwrap_err().to_string().contains("several machines"));
         let given = multi.with("MSCCLPP_RS_BOOTSTRAP", "node0:29500");
+        // ... and, not being loopback, an explicit token.
+        assert!(BootstrapConfig::from_env(&given).unwrap_err().to_string().contains("MSCCLPP_RS_TOKEN"));
+        let given = given.with("MSCCLPP_RS_TOKEN", Token::random().to_hex());
         let c = BootstrapConfig::from_env(&given).unwrap().unwrap();
         assert_eq!((c.addr.as_str(), c.addr_derived), ("node0:29500", false));
         // No job identifier at all.
@@ -583,5 +631,34 @@ mod tests {
         // One rank needs no address.
         let one = BootstrapConfig::from_env(&env(&[("MSCCLPP_RS_RANK", "0"), ("MSCCLPP_RS_WORLD_SIZE", "1")]));
         assert!(one.unwrap().is_some());
+    }
+
+    #[test]
+    fn non_loopback_needs_an_explicit_token() {
+        let base = env(&[("MSCCLPP_RS_RANK", "0"), ("MSCCLPP_RS_WORLD_SIZE", "2")]);
+        for addr in ["10.1.2.3:29500", "0.0.0.0:29500", "node0:29500", "[::]:29500", "[fe80::1]:7"] {
+            let e = BootstrapConfig::from_env(&base.clone().with(ENV_BOOTSTRAP, addr)).unwrap_err().to_string();
+            assert!(e.contains(ENV_TOKEN) && e.contains("not a loopback address") && e.contains("hex"), "{addr}: {e}");
+            let t = Token::random();
+            let ok = BootstrapConfig::from_env(&base.clone().with(ENV_BOOTSTRAP, addr).with(ENV_TOKEN, t.to_hex()));
+            assert_eq!(ok.unwrap().unwrap().token, t, "{addr}");
+        }
+        for addr in ["127.0.0.1:29500", "127.8.0.1:1", "localhost:29500", "[::1]:29500"] {
+            assert!(BootstrapConfig::from_env(&base.clone().with(ENV_BOOTSTRAP, addr)).is_ok(), "{addr}");
+        }
+        assert!(!is_loopback_addr("127.0.0.1"));
+    }
+
+    #[test]
+    fn world_size_is_capped() {
+        for size in ["65537", "1000000000000", "18446744073709551615"] {
+            let e = RankInfo::from_env(&env(&[("MSCCLPP_RS_RANK", "0"), ("MSCCLPP_RS_WORLD_SIZE", size)]));
+            assert!(e.unwrap_err().to_string().contains("above the limit"), "{size}");
+        }
+        let ok = RankInfo::from_env(&env(&[("MSCCLPP_RS_RANK", "0"), ("MSCCLPP_RS_WORLD_SIZE", "65536")]));
+        assert_eq!(ok.unwrap().unwrap().world_size, MAX_WORLD_SIZE);
+        let info =
+            RankInfo { rank: 0, world_size: usize::MAX, local_rank: 0, local_size: 1, source: RankSource::Launcher };
+        assert!(info.check("test").is_err());
     }
 }

@@ -3,14 +3,19 @@
 //! ```text
 //!  offset  size  field
 //!       0     4  magic  b"MRSB"
-//!       4     1  version (1)
+//!       4     1  version (2)
 //!       5     1  kind   (Kind as u8)
 //!       6     2  reserved, zero
 //!       8     8  payload length, u64 little endian
 //!      16     8  sequence number, u64 little endian
-//!      24    16  session token
+//!      24    16  session tag: HMAC-SHA256(token, "mscclpp-rs frame tag v2"), first 16 bytes
 //!      40     -  payload (length bytes)
 //! ```
+//!
+//! The token itself never travels. The tag lets a reader drop another job's stream on its first
+//! header, but it is no credential: it cannot be turned back into the token, and joining a
+//! session takes the challenge-response of the rendezvous ([`Token::prove`]), which needs the
+//! token and fresh nonces from both sides.
 //!
 //! The reader checks magic, version, token, kind and length, in that order, before it allocates
 //! anything for the payload: a foreign or corrupt stream is rejected on its header, and a length
@@ -21,12 +26,16 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
 use crate::error::{Error, Result};
 
 /// The first four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"MRSB";
-/// The wire format version this crate speaks.
-pub const VERSION: u8 = 1;
+/// The wire format version this crate speaks (2: session tag and challenge-response instead of
+/// the token in clear).
+pub const VERSION: u8 = 2;
 /// Size of the fixed header in bytes.
 pub const HEADER_LEN: usize = 40;
 /// Default largest payload accepted (64 MiB).
@@ -34,7 +43,8 @@ pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 /// Payload bytes allocated up front before any arrive; the buffer then doubles as data comes.
 const FIRST_CHUNK: usize = 64 << 10;
 
-/// The 128-bit session token every frame carries.
+/// The 128-bit session secret. It never travels: frames carry a tag derived from it
+/// ([`Token::frame_tag`]) and the rendezvous proves knowledge of it ([`Token::prove`]).
 ///
 /// With the built-in launcher it is random and handed to the ranks in `MSCCLPP_RS_TOKEN`. Under
 /// `mpirun` or `srun` it is derived from the job identifier all ranks share (see
@@ -87,7 +97,43 @@ impl Token {
     pub fn to_hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
+
+    fn mac(&self, parts: &[&[u8]]) -> Hmac<Sha256> {
+        // HMAC pads a key shorter than the hash's 64-byte block with zeros: the same key, given
+        // whole (no fallible length check).
+        let mut key = [0u8; 64];
+        key[..16].copy_from_slice(&self.0);
+        let mut m = <Hmac<Sha256> as KeyInit>::new(&key.into());
+        for p in parts {
+            // Each part is length-prefixed so that different splits never give the same input.
+            m.update(&(p.len() as u64).to_le_bytes());
+            m.update(p);
+        }
+        m
+    }
+
+    /// The tag every frame header carries instead of the token (see the module docs).
+    pub fn frame_tag(&self) -> [u8; 16] {
+        let full = self.mac(&[b"mscclpp-rs frame tag v2"]).finalize().into_bytes();
+        let mut tag = [0u8; 16];
+        tag.copy_from_slice(&full[..16]);
+        tag
+    }
+
+    /// A proof of knowing the token over `parts` (role, nonces, payload):
+    /// HMAC-SHA256(token, parts), each part length-prefixed.
+    pub fn prove(&self, parts: &[&[u8]]) -> [u8; PROOF_LEN] {
+        self.mac(parts).finalize().into_bytes().into()
+    }
+
+    /// Whether `proof` is [`Token::prove`] of `parts`, compared in constant time.
+    pub fn verify(&self, parts: &[&[u8]], proof: &[u8]) -> bool {
+        self.mac(parts).verify_slice(proof).is_ok()
+    }
 }
+
+/// Bytes of a [`Token::prove`] proof.
+pub const PROOF_LEN: usize = 32;
 
 /// A hash that is the same in every process, build and Rust version (unlike `DefaultHasher`):
 /// FNV-1a over `domain` then `data`, finished with the SplitMix64 mixer so that nearby inputs
@@ -121,6 +167,9 @@ pub enum Kind {
     Barrier = 6,
     /// A point-to-point message.
     Message = 7,
+    /// The accepting side of a new connection to the connecting side: a fresh nonce that the
+    /// hello or connect must answer with a proof of the token.
+    Challenge = 8,
 }
 
 impl Kind {
@@ -134,6 +183,7 @@ impl Kind {
             5 => Kind::AllGather,
             6 => Kind::Barrier,
             7 => Kind::Message,
+            8 => Kind::Challenge,
             _ => return None,
         })
     }
@@ -148,6 +198,7 @@ impl Kind {
             Kind::AllGather => "all_gather",
             Kind::Barrier => "barrier",
             Kind::Message => "send",
+            Kind::Challenge => "challenge",
         }
     }
 }
@@ -171,7 +222,7 @@ pub enum FrameFault {
     BadMagic([u8; 4]),
     /// Another version of the wire format.
     BadVersion(u8),
-    /// The frame carries another session's token (another job, or a stray connection).
+    /// The frame carries another session's tag (another job, or a stray connection).
     WrongToken,
     /// Unknown message kind.
     UnknownKind(u8),
@@ -223,7 +274,7 @@ fn header(token: &Token, kind: Kind, seq: u64, len: usize) -> [u8; HEADER_LEN] {
     h[5] = kind as u8;
     h[8..16].copy_from_slice(&(len as u64).to_le_bytes());
     h[16..24].copy_from_slice(&seq.to_le_bytes());
-    h[24..40].copy_from_slice(&token.0);
+    h[24..40].copy_from_slice(&token.frame_tag());
     h
 }
 
@@ -288,7 +339,7 @@ pub fn read_frame<R: Read + ?Sized>(r: &mut R, token: &Token, max: usize) -> Res
     if h[4] != VERSION {
         return Err(Error::Frame(FrameFault::BadVersion(h[4])));
     }
-    if h[24..40] != token.0 {
+    if h[24..40] != token.frame_tag() {
         return Err(Error::Frame(FrameFault::WrongToken));
     }
     let kind = Kind::from_u8(h[5]).ok_or(Error::Frame(FrameFault::UnknownKind(h[5])))?;
@@ -410,7 +461,7 @@ mod tests {
         #[test]
         fn codec_round_trip(
             frames in proptest::collection::vec(
-                (1u8..=7, any::<u64>(), proptest::collection::vec(any::<u8>(), 0..300)), 0..8),
+                (1u8..=8, any::<u64>(), proptest::collection::vec(any::<u8>(), 0..300)), 0..8),
             cut in any::<prop::sample::Index>(),
         ) {
             let mut wire = Vec::new();

@@ -16,10 +16,11 @@
 //!
 //! ```text
 //!  rendezvous                               afterwards
-//!  rank r>0 --Hello(r, listen addr)--> 0      every pair (i, j) has its own connection:
-//!  rank r>0 <--Welcome----------------- 0     0 --- 1
-//!  (all joined) rank r <--Table-------- 0     | \ / |
-//!  rank j --Connect(j)--> rank i, i < j       | / \ |
+//!  rank r>0 <--Challenge(nonce)-------- 0     every pair (i, j) has its own connection:
+//!  rank r>0 --Hello(r, listen, proof)-> 0     0 --- 1
+//!  rank r>0 <--Welcome(proof)---------- 0     | \ / |
+//!  (all joined) rank r <--Table-------- 0     | / \ |
+//!  rank j <-Challenge / Connect(j) / Welcome-> rank i, i < j
 //!  barrier over the mesh                      3 --- 2
 //! ```
 //!
@@ -72,14 +73,34 @@
 //! on several machines must set the address. A derived token only keeps apart jobs that meet by
 //! accident: anyone who can read the job's environment can compute it.
 //!
-//! # Frames and tokens
+//! # Frames, tokens and the handshake
 //!
-//! Every frame carries the session token and its kind, and its length is checked against
-//! [`BootstrapConfig::max_frame`] before anything is allocated (see [`frame`]). During the
-//! rendezvous a connection that sends a foreign or malformed frame is dropped and the rendezvous
-//! goes on (a stray process from another job must not take ours down); the number of such
-//! rejections appears in the timeout message if the rendezvous then fails. After the rendezvous a
-//! bad frame ends that peer's connection with the reason.
+//! Every frame carries its kind and a tag derived from the session token (never the token
+//! itself), and its length is checked against [`BootstrapConfig::max_frame`] before anything is
+//! allocated (see [`frame`]). Every new connection starts with a challenge-response in both
+//! directions: the accepting side sends a fresh nonce, the connecting side answers with its own
+//! nonce and an HMAC-SHA256 under the token over both nonces and its introduction, and the
+//! accepting side's welcome carries its own HMAC over the nonces. So a process joins only if it
+//! knows the token, a rank talks only to a process that knows it, and what crosses the network
+//! reveals neither the token nor a reusable proof. A token derived from a job id is public to
+//! anyone who can read the job's environment, so [`BootstrapConfig::from_env`] refuses a
+//! non-loopback address unless `MSCCLPP_RS_TOKEN` is set explicitly.
+//!
+//! During the rendezvous a connection that sends a foreign or malformed frame, fails the
+//! challenge or stays silent is dropped and the rendezvous goes on (a stray process from another
+//! job must not take ours down). Pending handshakes are read concurrently, one short-lived thread
+//! each, up to 128 at once (beyond that the oldest is dropped), and each gets 2 s: idle or slow
+//! connections do not delay the real ranks. The number of rejections, and the last reason,
+//! appear in the timeout message if the rendezvous then fails. After the rendezvous a bad frame
+//! ends that peer's connection with the reason.
+//!
+//! # Bounded memory
+//!
+//! A peer's unread point-to-point messages may take at most [`BootstrapConfig::max_queued`]
+//! bytes here (64 MiB by default; one message alone is always accepted), and at most two of its
+//! collective frames may wait (the protocol never needs more). A peer that sends beyond either
+//! bound loses its connection, and the next receive from it says why. World sizes above
+//! [`env::MAX_WORLD_SIZE`] are refused before anything is allocated.
 //!
 //! # Rules of use
 //!
@@ -107,9 +128,18 @@ pub use launcher::{Launcher, Role, launch, maybe_launch_from_args, role};
 use crate::error::{Error, Result};
 use frame::{Frame, Kind};
 
-/// How long a freshly accepted connection may take to introduce itself before it is dropped as a
-/// stray (bounded by the rendezvous deadline too).
-const HANDSHAKE_WAIT: Duration = Duration::from_secs(10);
+/// How long a freshly accepted connection may take to answer the challenge before it is dropped
+/// as a stray (bounded by the rendezvous deadline too). Real ranks answer at once.
+const HANDSHAKE_WAIT: Duration = Duration::from_secs(2);
+/// Handshakes read at once, each on its own short-lived thread. At the cap the oldest pending
+/// handshake is dropped to make room, so a flood of idle connections cannot lock real ranks out.
+const MAX_PENDING_HANDSHAKES: usize = 128;
+/// Stack of a handshake thread (it reads one small frame).
+const HANDSHAKE_STACK: usize = 256 << 10;
+/// How often the accept loop looks at finished handshakes while no connection arrives.
+const ACCEPT_SLICE: Duration = Duration::from_millis(10);
+/// Bytes of a challenge nonce.
+const NONCE_LEN: usize = 32;
 /// Largest hello / connect payload accepted (a rank number, a world size and an address).
 const HELLO_MAX: usize = 1024;
 /// The smallest frame limit that still carries the rendezvous.
@@ -194,7 +224,7 @@ impl Bootstrap {
 
     fn start(cfg: &BootstrapConfig, streams: Vec<Option<TcpStream>>) -> Result<Self> {
         let n = cfg.rank.world_size;
-        let inbox = Arc::new(Inbox::new(n));
+        let inbox = Arc::new(Inbox::new(n, cfg.max_queued));
         let mut links = Vec::with_capacity(n);
         let mut readers = Vec::new();
         let io = |peer: usize| {
@@ -369,8 +399,10 @@ impl Bootstrap {
         };
         let step = format!("send #{} to rank {peer}", seq + 1);
         if peer == self.info.rank {
-            self.inbox.push(peer, Frame { kind: Kind::Message, seq, payload: data.to_vec() });
-            return Ok(());
+            return self
+                .inbox
+                .push(peer, Frame { kind: Kind::Message, seq, payload: data.to_vec() })
+                .map_err(|why| self.fail(&step, Error::InvalidArgument(why)));
         }
         self.write(&step, peer, Kind::Message, seq, data)
     }
@@ -487,13 +519,23 @@ fn is_timeout(e: &io::Error) -> bool {
 #[derive(Default)]
 struct Slot {
     frames: VecDeque<Frame>,
+    /// Payload bytes of the queued point-to-point messages.
+    message_bytes: usize,
+    /// Queued collective frames.
+    collectives: usize,
     /// Why the connection ended, once it has.
     lost: Option<String>,
 }
 
+/// Collective frames one peer may have queued: the one this rank is waiting for and the next (a
+/// peer cannot start a collective after that without this rank's contribution to the previous).
+const MAX_QUEUED_COLLECTIVES: usize = 2;
+
 struct Inbox {
     slots: Mutex<Vec<Slot>>,
     arrived: Condvar,
+    /// Cap on [`Slot::message_bytes`] (one message alone is always accepted).
+    max_queued: usize,
 }
 
 enum Waited {
@@ -509,15 +551,42 @@ fn is_collective(k: Kind) -> bool {
 }
 
 impl Inbox {
-    fn new(n: usize) -> Self {
-        Self { slots: Mutex::new((0..n).map(|_| Slot::default()).collect()), arrived: Condvar::new() }
+    fn new(n: usize, max_queued: usize) -> Self {
+        Self { slots: Mutex::new((0..n).map(|_| Slot::default()).collect()), arrived: Condvar::new(), max_queued }
     }
 
-    fn push(&self, peer: usize, f: Frame) {
-        if let Some(slot) = lock(&self.slots).get_mut(peer) {
-            slot.frames.push_back(f);
+    /// Queues `f` from `peer`, or refuses it (with the reason) when the peer has too much unread:
+    /// more than `max_queued` bytes of messages, or more collectives than the protocol allows.
+    fn push(&self, peer: usize, f: Frame) -> std::result::Result<(), String> {
+        let mut slots = lock(&self.slots);
+        let Some(slot) = slots.get_mut(peer) else { return Err("no such rank".into()) };
+        if is_collective(f.kind) {
+            if slot.collectives >= MAX_QUEUED_COLLECTIVES {
+                return Err(format!(
+                    "rank {peer} sent a {} (collective #{}) while {MAX_QUEUED_COLLECTIVES} earlier collectives were \
+                     still unread (ranks must call the same collectives in the same order)",
+                    f.kind.name(),
+                    f.seq
+                ));
+            }
+            slot.collectives += 1;
+        } else {
+            let total = slot.message_bytes.saturating_add(f.payload.len());
+            if slot.message_bytes > 0 && total > self.max_queued {
+                return Err(format!(
+                    "rank {peer} has {} bytes of unread messages queued here and sent {} more, over the {}-byte \
+                     limit (receive them, or raise BootstrapConfig::max_queued)",
+                    slot.message_bytes,
+                    f.payload.len(),
+                    self.max_queued
+                ));
+            }
+            slot.message_bytes = total;
         }
+        slot.frames.push_back(f);
+        drop(slots);
         self.arrived.notify_all();
+        Ok(())
     }
 
     fn lose(&self, peer: usize, why: String) {
@@ -539,6 +608,11 @@ impl Inbox {
             let Some(slot) = slots.get_mut(peer) else { return Waited::Lost("no such rank".into()) };
             let hit = slot.frames.iter().position(|f| f.seq == seq && is_collective(f.kind) == is_collective(kind));
             if let Some(f) = hit.and_then(|i| slot.frames.remove(i)) {
+                if is_collective(f.kind) {
+                    slot.collectives -= 1;
+                } else {
+                    slot.message_bytes -= f.payload.len();
+                }
                 return if f.kind == kind { Waited::Got(f) } else { Waited::Mismatch(f.kind) };
             }
             if let Some(why) = &slot.lost {
@@ -556,7 +630,15 @@ impl Inbox {
 fn reader_loop(peer: usize, mut stream: TcpStream, token: Token, max: usize, inbox: &Inbox) {
     loop {
         match frame::read_frame(&mut stream, &token, max) {
-            Ok(Some(f)) if matches!(f.kind, Kind::AllGather | Kind::Barrier | Kind::Message) => inbox.push(peer, f),
+            Ok(Some(f)) if matches!(f.kind, Kind::AllGather | Kind::Barrier | Kind::Message) => {
+                if let Err(why) = inbox.push(peer, f) {
+                    // Stop reading: the connection ends here, and receives from this peer fail
+                    // with the reason once the frames already queued are taken.
+                    let _ = stream.shutdown(Shutdown::Both);
+                    inbox.lose(peer, why);
+                    return;
+                }
+            }
             Ok(Some(f)) => {
                 inbox.lose(peer, format!("unexpected {} frame after the rendezvous", f.kind.name()));
                 return;
@@ -655,20 +737,15 @@ impl Rejected {
     }
 }
 
-/// Accepts one connection before `deadline`, waiting with poll(2) (no busy loop).
-fn accept_until(
-    listener: &TcpListener,
-    deadline: Instant,
-    after: Duration,
-    waiting_for: impl Fn() -> String,
-) -> Result<(TcpStream, SocketAddr)> {
+/// Accepts one connection if one arrives before `until`, waiting with poll(2) (no busy loop).
+fn accept_within(listener: &TcpListener, until: Instant) -> Result<Option<(TcpStream, SocketAddr)>> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let io = |context: &str, source| Error::Io { context: context.into(), source };
     listener.set_nonblocking(true).map_err(|e| io("making the listener non-blocking", e))?;
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(Error::Timeout { after, waiting_for: waiting_for() });
+            return Ok(None);
         }
         // Round up so that a sub-millisecond remainder does not become a zero (spinning) timeout.
         let ms = left.as_millis().saturating_add(1);
@@ -684,7 +761,7 @@ fn accept_until(
             Ok((s, from)) => {
                 s.set_nonblocking(false).map_err(|e| io("configuring an accepted connection", e))?;
                 s.set_nodelay(true).map_err(|e| io("configuring an accepted connection", e))?;
-                return Ok((s, from));
+                return Ok(Some((s, from)));
             }
             // The connection went away between poll and accept, or a signal: wait again.
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
@@ -692,6 +769,208 @@ fn accept_until(
             Err(e) => return Err(io("accepting a connection", e)),
         }
     }
+}
+
+/// A connection whose introduction passed the challenge.
+struct Introduced {
+    stream: TcpStream,
+    from: SocketAddr,
+    intro: Intro,
+    /// The two nonces, for the accepting side's own proof in the welcome.
+    nonces: Nonces,
+}
+
+#[derive(Clone, Copy)]
+struct Nonces {
+    server: [u8; NONCE_LEN],
+    client: [u8; NONCE_LEN],
+}
+
+fn nonce() -> [u8; NONCE_LEN] {
+    use rand::RngExt;
+    rand::rng().random()
+}
+
+/// The connecting side's proof over the challenge, its own nonce and its introduction.
+fn client_proof(token: &Token, kind: Kind, n: &Nonces, intro: &[u8]) -> [u8; frame::PROOF_LEN] {
+    token.prove(&[b"mscclpp-rs client", &[kind as u8], &n.server, &n.client, intro])
+}
+
+/// The accepting side's proof, sent in the welcome: it knows the token too.
+fn server_proof(token: &Token, kind: Kind, n: &Nonces) -> [u8; frame::PROOF_LEN] {
+    token.prove(&[b"mscclpp-rs server", &[kind as u8], &n.server, &n.client])
+}
+
+/// What a handshake thread reports: its id, and the introduced connection or why it was dropped.
+type HandshakeOutcome = (u64, std::result::Result<Introduced, (SocketAddr, String)>);
+
+struct PendingHandshake {
+    id: u64,
+    /// A handle on the socket, to end the handshake's read when it is evicted or abandoned.
+    stream: TcpStream,
+}
+
+/// The accepting side of the rendezvous: accepts connections and reads their introductions
+/// concurrently (one short-lived thread per pending connection, at most
+/// [`MAX_PENDING_HANDSHAKES`]), so idle or slow strays cost no real rank any time.
+struct HandshakeGate<'a> {
+    listener: &'a TcpListener,
+    token: Token,
+    kind: Kind,
+    tx: std::sync::mpsc::Sender<HandshakeOutcome>,
+    rx: std::sync::mpsc::Receiver<HandshakeOutcome>,
+    pending: VecDeque<PendingHandshake>,
+    next_id: u64,
+    rejected: Rejected,
+}
+
+impl<'a> HandshakeGate<'a> {
+    fn new(listener: &'a TcpListener, token: Token, kind: Kind) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        Self { listener, token, kind, tx, rx, pending: VecDeque::new(), next_id: 0, rejected: Rejected::default() }
+    }
+
+    /// The next connection that proved the token, before `deadline`; strays are counted in
+    /// `rejected` and skipped. On timeout, `waiting` says what was awaited.
+    fn next(
+        &mut self,
+        deadline: Instant,
+        after: Duration,
+        waiting: impl Fn(&Rejected) -> String,
+    ) -> Result<Introduced> {
+        loop {
+            while let Ok((id, outcome)) = self.rx.try_recv() {
+                self.pending.retain(|p| p.id != id);
+                match outcome {
+                    Ok(i) => return Ok(i),
+                    Err((from, why)) => self.rejected.add(from, why),
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout { after, waiting_for: waiting(&self.rejected) });
+            }
+            let Some((stream, from)) = accept_within(self.listener, deadline.min(now + ACCEPT_SLICE))? else {
+                continue;
+            };
+            if self.pending.len() >= MAX_PENDING_HANDSHAKES
+                && let Some(oldest) = self.pending.pop_front()
+            {
+                // Its thread sees the end of the stream and reports it as rejected.
+                let _ = oldest.stream.shutdown(Shutdown::Both);
+            }
+            let handle = match stream.try_clone() {
+                Ok(h) => h,
+                Err(e) => {
+                    self.rejected.add(from, format!("could not keep the connection: {e}"));
+                    continue;
+                }
+            };
+            let id = self.next_id;
+            self.next_id += 1;
+            let (tx, token, kind) = (self.tx.clone(), self.token, self.kind);
+            let hs_deadline = deadline.min(Instant::now() + HANDSHAKE_WAIT);
+            let spawned = std::thread::Builder::new()
+                .name("bootstrap-handshake".into())
+                .stack_size(HANDSHAKE_STACK)
+                .spawn(move || {
+                    let outcome = accept_handshake(stream, from, &token, kind, hs_deadline).map_err(|why| (from, why));
+                    let _ = tx.send((id, outcome));
+                });
+            match spawned {
+                Ok(_) => self.pending.push_back(PendingHandshake { id, stream: handle }),
+                Err(e) => self.rejected.add(from, format!("no thread for its handshake: {e}")),
+            }
+        }
+    }
+}
+
+impl Drop for HandshakeGate<'_> {
+    fn drop(&mut self) {
+        // End the reads of strays still pending: their threads finish at once.
+        for p in self.pending.drain(..) {
+            let _ = p.stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// The accepting side's half of the handshake, on its own thread: sends a challenge, reads the
+/// introduction of `kind` and checks its proof. `Err(reason)` drops the connection as a stray.
+fn accept_handshake(
+    stream: TcpStream,
+    from: SocketAddr,
+    token: &Token,
+    kind: Kind,
+    deadline: Instant,
+) -> std::result::Result<Introduced, String> {
+    let server = nonce();
+    let mut w = Deadlined { stream: &stream, deadline };
+    frame::write_frame(&mut w, token, Kind::Challenge, 0, &server).map_err(|e| {
+        if is_timeout(&e) {
+            "timed out sending the challenge".to_string()
+        } else {
+            format!("sending the challenge: {e}")
+        }
+    })?;
+    let mut r = Deadlined { stream: &stream, deadline };
+    let f = match frame::read_frame(&mut r, token, HELLO_MAX) {
+        Ok(Some(f)) if f.kind == kind => f,
+        Ok(Some(f)) => return Err(format!("sent {} instead of {}", f.kind.name(), kind.name())),
+        Ok(None) => return Err(format!("closed without a {} (a wrong session token, or not a rank)", kind.name())),
+        Err(Error::Io { source, .. }) if is_timeout(&source) => {
+            return Err(format!("timed out: no {} within {} ms", kind.name(), HANDSHAKE_WAIT.as_millis()));
+        }
+        Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::ConnectionReset => {
+            return Err(format!("reset without a {} (a wrong session token, or not a rank)", kind.name()));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let p = &f.payload;
+    if p.len() < NONCE_LEN + frame::PROOF_LEN {
+        return Err(format!("malformed {}", kind.name()));
+    }
+    let (client_nonce, rest) = p.split_at(NONCE_LEN);
+    let (proof, intro_bytes) = rest.split_at(frame::PROOF_LEN);
+    let mut client = [0u8; NONCE_LEN];
+    client.copy_from_slice(client_nonce);
+    let nonces = Nonces { server, client };
+    if !token.verify(&[b"mscclpp-rs client", &[kind as u8], &nonces.server, &nonces.client, intro_bytes], proof) {
+        return Err("wrong session token (failed the challenge)".into());
+    }
+    let intro = Intro::decode(intro_bytes).ok_or_else(|| format!("malformed {}", kind.name()))?;
+    Ok(Introduced { stream, from, intro, nonces })
+}
+
+/// The connecting side's half: reads the challenge, sends the introduction of `kind` with its
+/// proof, and checks the accepting side's proof in the welcome.
+fn connect_handshake(
+    stream: &TcpStream,
+    cfg: &BootstrapConfig,
+    kind: Kind,
+    intro: &[u8],
+    deadline: Instant,
+    peer: usize,
+) -> Result<()> {
+    let what = format!("the challenge of rank {peer}");
+    let challenge = expect(stream, cfg, Kind::Challenge, NONCE_LEN, deadline, peer, &what)?;
+    let server: [u8; NONCE_LEN] = challenge
+        .payload
+        .as_slice()
+        .try_into()
+        .map_err(|_| Error::Protocol(format!("rank {peer} sent a malformed challenge")))?;
+    let nonces = Nonces { server, client: nonce() };
+    let mut payload = Vec::with_capacity(NONCE_LEN + frame::PROOF_LEN + intro.len());
+    payload.extend_from_slice(&nonces.client);
+    payload.extend_from_slice(&client_proof(&cfg.token, kind, &nonces, intro));
+    payload.extend_from_slice(intro);
+    send_frame(stream, cfg, kind, &payload, deadline, peer)?;
+    let welcome = expect(stream, cfg, Kind::Welcome, frame::PROOF_LEN, deadline, peer, "the welcome")?;
+    if !cfg.token.verify(&[b"mscclpp-rs server", &[kind as u8], &nonces.server, &nonces.client], &welcome.payload) {
+        return Err(Error::Protocol(format!(
+            "rank {peer} did not prove the session token in its welcome (another job on this address?)"
+        )));
+    }
+    Ok(())
 }
 
 /// Connects to `addr`, retrying until `deadline` (the other side may not listen yet).
@@ -727,8 +1006,10 @@ struct Intro {
 impl Intro {
     fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(8 + self.listen.len());
-        v.extend_from_slice(&(self.rank as u32).to_le_bytes());
-        v.extend_from_slice(&(self.world as u32).to_le_bytes());
+        // Ranks and world sizes are capped far below u32::MAX (`env::MAX_WORLD_SIZE`); an
+        // impossible value is sent as u32::MAX, which every receiver rejects.
+        v.extend_from_slice(&u32::try_from(self.rank).unwrap_or(u32::MAX).to_le_bytes());
+        v.extend_from_slice(&u32::try_from(self.world).unwrap_or(u32::MAX).to_le_bytes());
         v.extend_from_slice(self.listen.as_bytes());
         v
     }
@@ -789,8 +1070,8 @@ fn expect(
 
 fn closed(peer: usize, kind: Kind, what: &str, extra: String) -> Error {
     let why = match kind {
-        // Rank 0 drops a hello with a foreign token without a word.
-        Kind::Welcome => format!("a wrong session token, or rank {peer} failed"),
+        // The accepting side drops an introduction that fails its challenge without a word.
+        Kind::Welcome | Kind::Challenge => format!("a wrong session token, or rank {peer} failed"),
         _ => format!("rank {peer} failed or gave up"),
     };
     Error::PeerLost { peer, detail: format!("closed during the rendezvous, before {what} ({why}){extra}") }
@@ -814,18 +1095,6 @@ fn send_frame(
     })
 }
 
-/// Reads the introduction on a freshly accepted connection; `Err(reason)` drops it as a stray.
-fn read_intro(stream: &TcpStream, cfg: &BootstrapConfig, kind: Kind, deadline: Instant) -> Result<Intro, String> {
-    let deadline = deadline.min(Instant::now() + HANDSHAKE_WAIT);
-    let mut r = Deadlined { stream, deadline };
-    match frame::read_frame(&mut r, &cfg.token, HELLO_MAX) {
-        Ok(Some(f)) if f.kind == kind => Intro::decode(&f.payload).ok_or_else(|| format!("malformed {}", kind.name())),
-        Ok(Some(f)) => Err(format!("sent {} instead of {}", f.kind.name(), kind.name())),
-        Ok(None) => Err(format!("closed without a {}", kind.name())),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 fn root_rendezvous(cfg: &BootstrapConfig, deadline: Instant) -> Result<Vec<Option<TcpStream>>> {
     let n = cfg.rank.world_size;
     let addr = resolve(&cfg.addr)?;
@@ -838,17 +1107,10 @@ fn root_rendezvous(cfg: &BootstrapConfig, deadline: Instant) -> Result<Vec<Optio
     })?;
     let mut streams: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
     let mut addrs = vec![String::new(); n];
-    let mut rejected = Rejected::default();
+    let mut gate = HandshakeGate::new(&listener, cfg.token, Kind::Hello);
     while !missing(&streams, 1..n).is_empty() {
-        let waiting = || format!("{} to join at {addr}{}", ranks_list(&missing(&streams, 1..n)), rejected.note());
-        let (stream, from) = accept_until(&listener, deadline, cfg.timeout, waiting)?;
-        let hello = match read_intro(&stream, cfg, Kind::Hello, deadline) {
-            Ok(h) => h,
-            Err(why) => {
-                rejected.add(from, why);
-                continue;
-            }
-        };
+        let waiting = |r: &Rejected| format!("{} to join at {addr}{}", ranks_list(&missing(&streams, 1..n)), r.note());
+        let Introduced { stream, from, intro: hello, nonces } = gate.next(deadline, cfg.timeout, waiting)?;
         if hello.world != n {
             return Err(Error::Protocol(format!(
                 "the process at {from} says it is rank {} of {}, but rank 0 has a world of {n}",
@@ -861,13 +1123,15 @@ fn root_rendezvous(cfg: &BootstrapConfig, deadline: Instant) -> Result<Vec<Optio
         if streams[hello.rank].is_some() {
             return Err(Error::Protocol(format!("two processes claim rank {} (the second at {from})", hello.rank)));
         }
-        if let Err(e) = send_frame(&stream, cfg, Kind::Welcome, &[], deadline, hello.rank) {
-            rejected.add(from, e.to_string());
+        let proof = server_proof(&cfg.token, Kind::Hello, &nonces);
+        if let Err(e) = send_frame(&stream, cfg, Kind::Welcome, &proof, deadline, hello.rank) {
+            gate.rejected.add(from, e.to_string());
             continue;
         }
         addrs[hello.rank] = hello.listen;
         streams[hello.rank] = Some(stream);
     }
+    drop(gate);
     let table = encode_table(&addrs);
     for (peer, s) in streams.iter().enumerate().skip(1) {
         if let Some(s) = s {
@@ -892,8 +1156,7 @@ fn leaf_rendezvous(cfg: &BootstrapConfig, deadline: Instant) -> Result<Vec<Optio
         TcpListener::bind((local_ip, 0)).map_err(|e| io(&format!("listening on {local_ip} for other ranks"), e))?;
     let listen = listener.local_addr().map_err(|e| io("reading the listening address", e))?;
     let hello = Intro { rank: me, world: n, listen: listen.to_string() };
-    send_frame(&root, cfg, Kind::Hello, &hello.encode(), deadline, 0)?;
-    expect(&root, cfg, Kind::Welcome, 0, deadline, 0, "the welcome")?;
+    connect_handshake(&root, cfg, Kind::Hello, &hello.encode(), deadline, 0)?;
     let table = expect(&root, cfg, Kind::Table, cfg.max_frame, deadline, 0, "the address table")?;
     let table = decode_table(&table.payload, n).ok_or_else(|| Error::Protocol("malformed address table".into()))?;
 
@@ -904,20 +1167,13 @@ fn leaf_rendezvous(cfg: &BootstrapConfig, deadline: Instant) -> Result<Vec<Optio
         let addr: SocketAddr =
             a.parse().map_err(|_| Error::Protocol(format!("address table: bad address {a:?} for rank {peer}")))?;
         let s = connect_until(addr, deadline, cfg.timeout, &format!("rank {peer} at {addr}"))?;
-        send_frame(&s, cfg, Kind::Connect, &intro, deadline, peer)?;
+        connect_handshake(&s, cfg, Kind::Connect, &intro, deadline, peer)?;
         streams[peer] = Some(s);
     }
-    let mut rejected = Rejected::default();
+    let mut gate = HandshakeGate::new(&listener, cfg.token, Kind::Connect);
     while !missing(&streams, me + 1..n).is_empty() {
-        let waiting = || format!("{} to connect{}", ranks_list(&missing(&streams, me + 1..n)), rejected.note());
-        let (stream, from) = accept_until(&listener, deadline, cfg.timeout, waiting)?;
-        let intro = match read_intro(&stream, cfg, Kind::Connect, deadline) {
-            Ok(i) => i,
-            Err(why) => {
-                rejected.add(from, why);
-                continue;
-            }
-        };
+        let waiting = |r: &Rejected| format!("{} to connect{}", ranks_list(&missing(&streams, me + 1..n)), r.note());
+        let Introduced { stream, from, intro, nonces } = gate.next(deadline, cfg.timeout, waiting)?;
         if intro.world != n || intro.rank <= me || intro.rank >= n {
             return Err(Error::Protocol(format!(
                 "the process at {from} connected as rank {} of {}; expected a rank in {}..{n}",
@@ -929,6 +1185,8 @@ fn leaf_rendezvous(cfg: &BootstrapConfig, deadline: Instant) -> Result<Vec<Optio
         if streams[intro.rank].is_some() {
             return Err(Error::Protocol(format!("rank {} connected twice", intro.rank)));
         }
+        let proof = server_proof(&cfg.token, Kind::Connect, &nonces);
+        send_frame(&stream, cfg, Kind::Welcome, &proof, deadline, intro.rank)?;
         streams[intro.rank] = Some(stream);
     }
     Ok(streams)

@@ -1,5 +1,6 @@
 //! In-process tests: every rank is a thread, all on loopback.
 
+use super::env::MAX_WORLD_SIZE;
 use super::*;
 use std::thread;
 
@@ -217,6 +218,7 @@ fn missing_ranks_are_listed_by_rank_zero() {
 fn stray_connections_are_rejected_and_the_rendezvous_goes_on() {
     let cfgs = configs(2, Duration::from_secs(20));
     let addr: SocketAddr = cfgs[0].addr.parse().unwrap();
+    let token = cfgs[0].token;
     let c0 = cfgs[0].clone();
     let root = thread::spawn(move || Bootstrap::connect(&c0));
     // Strays: another job's token, then garbage, then a header claiming a huge frame.
@@ -224,11 +226,14 @@ fn stray_connections_are_rejected_and_the_rendezvous_goes_on() {
         let mut s =
             connect_until(addr, Instant::now() + Duration::from_secs(10), Duration::from_secs(10), "rank 0").unwrap();
         s.write_all(&bytes).unwrap();
-        // Rank 0 drops the connection: we see the end of the stream, no welcome.
+        // Rank 0 challenges, then drops the connection: we see the end of the stream, no welcome.
         let mut buf = Vec::new();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let _ = s.read_to_end(&mut buf);
-        assert!(buf.is_empty());
+        let mut r = &buf[..];
+        let first = frame::read_frame(&mut r, &token, 64).unwrap().unwrap();
+        assert_eq!(first.kind, Kind::Challenge);
+        assert!(r.is_empty(), "rank 0 sent more than a challenge to a stray");
     };
     let hello = Intro { rank: 1, world: 2, listen: "127.0.0.1:1".into() }.encode();
     stray(frame::encode(&Token([1; 16]), Kind::Hello, 0, &hello));
@@ -250,8 +255,9 @@ fn wrong_token_ranks_do_not_meet() {
     let root = thread::spawn(move || Bootstrap::connect(&c0));
     let e1 = Bootstrap::connect(&cfgs[1]).unwrap_err().to_string();
     let e0 = root.join().unwrap().unwrap_err().to_string();
-    assert!(e1.contains("rank 1: rendezvous: connection to rank 0 lost: closed during the rendezvous"), "{e1}");
-    assert!(e0.contains("waiting for rank 1 to join") && e0.contains("wrong session token"), "{e0}");
+    // Rank 1 rejects rank 0's challenge on its tag; rank 0 sees a connection closed unanswered.
+    assert!(e1.contains("rank 1: rendezvous: rejected frame: wrong session token"), "{e1}");
+    assert!(e0.contains("waiting for rank 1 to join") && e0.contains("without a hello (a wrong session token"), "{e0}");
 }
 
 #[test]
@@ -279,8 +285,7 @@ fn a_bad_frame_after_the_rendezvous_ends_that_connection() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let s = connect_until(c1.addr.parse().unwrap(), deadline, c1.timeout, "rank 0").unwrap();
     let hello = Intro { rank: 1, world: 2, listen: "127.0.0.1:9".into() };
-    send_frame(&s, c1, Kind::Hello, &hello.encode(), deadline, 0).unwrap();
-    expect(&s, c1, Kind::Welcome, 0, deadline, 0, "welcome").unwrap();
+    connect_handshake(&s, c1, Kind::Hello, &hello.encode(), deadline, 0).unwrap();
     expect(&s, c1, Kind::Table, 1 << 20, deadline, 0, "table").unwrap();
     let mut w = &s;
     frame::write_frame(&mut w, &c1.token, Kind::Barrier, 0, &[]).unwrap();
@@ -360,4 +365,173 @@ fn absurd_timeouts() {
     b.barrier().unwrap();
     b.send(0, b"x").unwrap();
     assert_eq!(b.recv(0).unwrap(), b"x");
+}
+
+/// Bytes read through it are also kept, to inspect what a peer sent.
+struct Tee<'a> {
+    stream: &'a TcpStream,
+    seen: Vec<u8>,
+}
+
+impl Read for Tee<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = (&mut &*self.stream).read(buf)?;
+        self.seen.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn the_token_never_travels_and_a_fake_rank_zero_is_refused() {
+    // A fake rank 0 that knows the frame tag (it can be read off the wire) but not the token:
+    // it challenges rank 1, records everything rank 1 sends, and answers with a made-up proof.
+    let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let token = Token::random();
+    let cfg = BootstrapConfig::new(RankInfo::single_node(1, 2).unwrap(), addr.to_string(), token)
+        .with_timeout(Duration::from_secs(5));
+    let leaf = thread::spawn(move || Bootstrap::connect(&cfg).map(drop));
+    let (s, _) = listener.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    frame::write_frame(&mut &s, &token, Kind::Challenge, 0, &[7; NONCE_LEN]).unwrap();
+    let mut tee = Tee { stream: &s, seen: Vec::new() };
+    let hello = frame::read_frame(&mut tee, &token, HELLO_MAX).unwrap().unwrap();
+    assert_eq!(hello.kind, Kind::Hello);
+    assert!(hello.payload.len() > NONCE_LEN + frame::PROOF_LEN);
+    frame::write_frame(&mut &s, &token, Kind::Welcome, 0, &[0; frame::PROOF_LEN]).unwrap();
+    let e = leaf.join().unwrap().unwrap_err().to_string();
+    assert!(e.contains("did not prove the session token"), "{e}");
+    let _ = tee.read_to_end(&mut Vec::new());
+    assert!(!tee.seen.is_empty());
+    assert!(!contains(&tee.seen, &token.0), "the token went over the wire");
+    assert!(!contains(&tee.seen, token.to_hex().as_bytes()), "the token went over the wire (hex)");
+}
+
+#[test]
+fn a_client_without_the_token_is_refused() {
+    let cfgs = configs(2, Duration::from_secs(20));
+    let addr: SocketAddr = cfgs[0].addr.parse().unwrap();
+    let token = cfgs[0].token;
+    let c0 = cfgs[0].clone();
+    let root = thread::spawn(move || Bootstrap::connect(&c0));
+    // A client with the right frame tag (say, read off the wire) proves with another token.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let s = connect_until(addr, deadline, Duration::from_secs(10), "rank 0").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let challenge = frame::read_frame(&mut &s, &token, 64).unwrap().unwrap();
+    assert_eq!(challenge.kind, Kind::Challenge);
+    let nonces = Nonces { server: challenge.payload.as_slice().try_into().unwrap(), client: [1; NONCE_LEN] };
+    let intro = Intro { rank: 1, world: 2, listen: "127.0.0.1:9".into() }.encode();
+    let mut payload = nonces.client.to_vec();
+    payload.extend_from_slice(&client_proof(&Token::random(), Kind::Hello, &nonces, &intro));
+    payload.extend_from_slice(&intro);
+    frame::write_frame(&mut &s, &token, Kind::Hello, 0, &payload).unwrap();
+    // Refused: the connection ends without a welcome.
+    assert_eq!(frame::read_frame(&mut &s, &token, 64).unwrap(), None);
+    // The real rank 1 still joins.
+    let leaf = Bootstrap::connect(&cfgs[1]).unwrap();
+    let root = root.join().unwrap().unwrap();
+    leaf.send(0, b"hi").unwrap();
+    assert_eq!(root.recv(1).unwrap(), b"hi");
+}
+
+#[test]
+fn idle_and_garbage_connections_do_not_stall_the_rendezvous() {
+    let cfgs = configs(3, Duration::from_secs(20));
+    let addr: SocketAddr = cfgs[0].addr.parse().unwrap();
+    let c0 = cfgs[0].clone();
+    let root = thread::spawn(move || Bootstrap::connect(&c0));
+    // More idle connections than handshakes are read at once, and some garbage, all before any
+    // real rank: the first ones are evicted to make room, the garbage is rejected at once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut strays = Vec::new();
+    for i in 0..MAX_PENDING_HANDSHAKES + 30 {
+        let mut s = connect_until(addr, deadline, Duration::from_secs(10), "rank 0").unwrap();
+        if i % 8 == 0 {
+            s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        }
+        strays.push(s);
+    }
+    let start = Instant::now();
+    let leaves: Vec<_> =
+        cfgs[1..].iter().cloned().map(|c| thread::spawn(move || Bootstrap::connect(&c).map(|b| b.rank()))).collect();
+    for l in leaves {
+        l.join().unwrap().unwrap();
+    }
+    root.join().unwrap().unwrap();
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(1), "the rendezvous took {took:?} behind {} stray connections", strays.len());
+}
+
+#[test]
+fn unread_messages_are_capped() {
+    let cfgs: Vec<_> = configs(2, Duration::from_secs(10)).into_iter().map(|c| c.with_max_queued(1 << 20)).collect();
+    let c1 = cfgs[1].clone();
+    let sender = thread::spawn(move || {
+        let b = Bootstrap::connect(&c1)?;
+        for _ in 0..8 {
+            b.send(0, &vec![1u8; 256 << 10])?;
+        }
+        b.barrier()
+    });
+    let b = Bootstrap::connect(&cfgs[0]).unwrap();
+    // The fifth message would put 1.25 MiB unread: the connection ends there, with the reason.
+    let e = b.barrier().unwrap_err().to_string();
+    assert!(e.contains("unread messages") && e.contains("1048576-byte limit"), "{e}");
+    for _ in 0..4 {
+        assert_eq!(b.recv(1).unwrap().len(), 256 << 10);
+    }
+    let e = b.recv(1).unwrap_err().to_string();
+    assert!(e.contains("unread messages"), "{e}");
+    drop(b);
+    let _ = sender.join().unwrap();
+    // Messages to oneself count the same way.
+    let one = BootstrapConfig::new(RankInfo::single_node(0, 1).unwrap(), "", Token::random()).with_max_queued(100);
+    let b = Bootstrap::connect(&one).unwrap();
+    b.send(0, &[0; 300]).unwrap();
+    let e = b.send(0, &[0; 1]).unwrap_err().to_string();
+    assert!(e.contains("unread messages"), "{e}");
+    assert_eq!(b.recv(0).unwrap().len(), 300);
+    b.send(0, &[0; 100]).unwrap();
+}
+
+#[test]
+fn a_peer_far_ahead_in_collectives_is_cut_off() {
+    // Rank 1 is played by hand: it joins, then sends barrier frames for collectives 0, 1 and 2
+    // without waiting for rank 0's: at most two may be queued.
+    let cfgs = configs(2, Duration::from_secs(10));
+    let c0 = cfgs[0].clone();
+    let root = thread::spawn(move || {
+        let b = Bootstrap::connect(&c0)?;
+        thread::sleep(Duration::from_millis(200));
+        b.barrier()?;
+        b.barrier()
+    });
+    let c1 = &cfgs[1];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let s = connect_until(c1.addr.parse().unwrap(), deadline, c1.timeout, "rank 0").unwrap();
+    let hello = Intro { rank: 1, world: 2, listen: "127.0.0.1:9".into() };
+    connect_handshake(&s, c1, Kind::Hello, &hello.encode(), deadline, 0).unwrap();
+    expect(&s, c1, Kind::Table, 1 << 20, deadline, 0, "table").unwrap();
+    for seq in 0..4 {
+        frame::write_frame(&mut &s, &c1.token, Kind::Barrier, seq, &[]).unwrap();
+    }
+    let e = root.join().unwrap().unwrap_err().to_string();
+    assert!(e.contains("earlier collectives were still unread"), "{e}");
+}
+
+#[test]
+fn absurd_world_sizes_are_errors() {
+    for n in [MAX_WORLD_SIZE + 1, 1_000_000_000_000, usize::MAX] {
+        assert!(RankInfo::single_node(0, n).unwrap_err().to_string().contains("above the limit"), "{n}");
+        let mut cfg = BootstrapConfig::new(RankInfo::single_node(0, 1).unwrap(), "127.0.0.1:1", Token::random());
+        cfg.rank.world_size = n;
+        cfg.rank.local_size = 1;
+        let e = Bootstrap::connect(&cfg).unwrap_err().to_string();
+        assert!(e.contains("above the limit"), "{n}: {e}");
+    }
 }
