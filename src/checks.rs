@@ -189,13 +189,15 @@ pub const CHECKS: &[Check] = &[
     c("clock64", &["mov.u64", "%clock64"], &["SR_CLOCKLO"]),
     c("dynamic_smem_size", &["%dynamic_smem_size"], &[]),
     // arith
-    c("add_rn_f16x2", &["add.rn.f16x2"], &["HADD2"]),
-    c("add_rn_bf16x2", &["add.rn.bf16x2"], &["HADD2.BF16"]),
+    c("add_rn_f16x2", &["add.rn.f16x2"], &["HFMA2.MMA"]), // a + b as fma(a, 1, b)
+    c("add_rn_bf16x2", &["add.rn.bf16x2"], &["HFMA2.MMA.BF16_V2"]),
     // misc
     c("trap", &["trap;"], &["BPT.TRAP"]),
     c("nanosleep", &["nanosleep.u32"], &["NANOSLEEP"]),
     c("bar_sync", &["bar.sync 0;"], &["BAR.SYNC"]),
     c("barrier_sync", &["barrier.sync 0;"], &["BAR.SYNC"]),
+    c("griddepcontrol_wait", &["griddepcontrol.wait;"], &["ACQBULK"]),
+    c("griddepcontrol_launch_dependents", &["griddepcontrol.launch_dependents;"], &["PREEXIT"]),
     // fence
     c("fence_proxy_async_shared_cta", &["fence.proxy.async.shared::cta;"], &["FENCE.VIEW.ASYNC.S"]),
     c("fence_mbarrier_init_release_cluster", &["fence.mbarrier_init.release.cluster;"], &[]),

@@ -179,6 +179,9 @@ pub struct Config {
     /// The pipelined forms give each block about this many bytes toward each peer (default
     /// 16 KiB), up to `max_blocks` blocks.
     pub block_bytes: u64,
+    /// Launch with programmatic stream serialization, so a kernel's launch overlaps the end of
+    /// the kernel before it (default on; `MSCCLPP_RS_COLL_PDL=0` turns it off).
+    pub overlap: bool,
     /// The pipelined forms cut each block's part into at least this many rounds (default 1:
     /// every round costs a flag's round trip, measured slower than bigger pieces).
     pub min_rounds: u32,
@@ -196,6 +199,7 @@ impl Default for Config {
             threads: None,
             blocks: None,
             block_bytes: 16 << 10,
+            overlap: true,
             min_rounds: 1,
         }
     }
@@ -205,7 +209,7 @@ impl Config {
     /// The default configuration with the tuning knobs read from the environment:
     /// `MSCCLPP_RS_COLL_ALGO` (`oneshot`, `twoshot`, `pipelined`), `MSCCLPP_RS_COLL_THREADS`,
     /// `MSCCLPP_RS_COLL_BLOCKS`, `MSCCLPP_RS_COLL_CHUNK` (bytes), `MSCCLPP_RS_COLL_BLOCK_BYTES`,
-    /// `MSCCLPP_RS_COLL_ROUNDS`.
+    /// `MSCCLPP_RS_COLL_ROUNDS`, `MSCCLPP_RS_COLL_PDL`.
     pub fn from_env() -> Result<Self> {
         let mut c = Self::default();
         let num = |name: &str| -> Result<Option<u64>> {
@@ -225,6 +229,9 @@ impl Config {
         c.chunk_bytes = num("MSCCLPP_RS_COLL_CHUNK")?;
         if let Some(v) = num("MSCCLPP_RS_COLL_BLOCK_BYTES")? {
             c.block_bytes = v.max(1);
+        }
+        if let Some(v) = num("MSCCLPP_RS_COLL_PDL")? {
+            c.overlap = v != 0;
         }
         if let Some(v) = num("MSCCLPP_RS_COLL_ROUNDS")? {
             c.min_rounds = v as u32;
@@ -467,8 +474,15 @@ impl Collectives {
         // SAFETY: the kernel takes (Collective, ptr, ptr, u64, SpinBudget) as passed; the buffers
         // were checked to hold the bytes the operation touches on this rank's GPU; the scratch,
         // peer table and state live as long as `self`; every rank launches the same plan (same
-        // sizes and configuration, checked at construction).
-        unsafe { mscclpp_host::launch::launch_on(&self.gpu, stream, f, cfg, &mut args) }
+        // sizes and configuration, checked at construction). The kernels wait for the previous
+        // grid (`Collective::begin`) before their first memory access, so they may overlap it.
+        unsafe {
+            if self.config.overlap {
+                mscclpp_host::launch::launch_overlapped_on(&self.gpu, stream, f, cfg, &mut args)
+            } else {
+                mscclpp_host::launch::launch_on(&self.gpu, stream, f, cfg, &mut args)
+            }
+        }
     }
 
     fn check_buffer(&self, what: &str, buf: &DeviceBuffer, bytes: u64) -> Result<()> {

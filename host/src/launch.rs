@@ -167,6 +167,47 @@ pub unsafe fn launch_cooperative_on(
     .ctx(|| format!("cooperative launch of {blocks} blocks"))
 }
 
+/// [`launch_on`], allowed to overlap the kernel before it on `stream` (programmatic stream
+/// serialization, sm_90): this kernel may be scheduled while the previous one still runs, and
+/// must execute `griddepcontrol.wait` (`mscclpp_device::ptx::misc::griddepcontrol_wait`) before
+/// it touches memory the previous kernel uses. Kernels of `mscclpp_device::collective` do.
+///
+/// # Safety
+/// As for [`launch_on`]; the kernel waits as described before its first memory access that
+/// depends on earlier work on the stream.
+pub unsafe fn launch_overlapped_on(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    func: &CudaFunction,
+    cfg: LaunchConfig,
+    args: &mut Args,
+) -> Result<()> {
+    use cudarc::driver::sys;
+    prepare(gpu, func, cfg)?;
+    // SAFETY: a plain C struct of integers and a union of plain values; all-zero is valid.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let (g, b) = (cfg.grid, cfg.block);
+    let lc = sys::CUlaunchConfig {
+        gridDimX: g.0,
+        gridDimY: g.1,
+        gridDimZ: g.2,
+        blockDimX: b.0,
+        blockDimY: b.1,
+        blockDimZ: b.2,
+        sharedMemBytes: cfg.shared_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: the configuration and attribute live across the call; the argument pointers are
+    // the caller's (see `launch_on`).
+    unsafe { sys::cuLaunchKernelEx(&lc, func.cu_function(), args.ptrs.as_mut_ptr(), std::ptr::null_mut()) }
+        .result()
+        .ctx(|| format!("launching an overlapped kernel with grid {g:?}, block {b:?}"))
+}
+
 impl Gpu {
     /// Launches kernel `name` of module `ptx` on this GPU's default stream.
     ///

@@ -65,6 +65,8 @@ kernels! {
 kernels! {
     fn check_trap(p: *mut u32) { if *p == 7 { misc::trap() } }
     fn check_nanosleep(p: *mut u32) { misc::nanosleep(*p); }
+    fn check_griddepcontrol_wait(p: *mut u32) { misc::griddepcontrol_wait(); *p = 1; }
+    fn check_griddepcontrol_launch_dependents(p: *mut u32) { *p = 1; misc::griddepcontrol_launch_dependents(); }
     fn check_bar_sync(p: *mut u32) { *p = 1; misc::bar_sync(); }
     fn check_barrier_sync(p: *mut u32) { *p = 1; misc::barrier_sync(); }
     fn check_fence_proxy_async_shared_cta(p: *mut u32) { *p = 1; fence::fence_proxy_async_shared_cta(); }

@@ -2,13 +2,14 @@
 //! [`crate::collective`] for the algorithms, the epoch and the rules for callers.
 
 use super::*;
-use crate::atomic::{self, AcqRel, Acquire, Gpu, Relaxed, Release, Sys};
+use crate::atomic::{self, Acquire, Release, Sys};
 use crate::copy::{Threads, copy, copy_widest};
 use crate::device_assert;
 use crate::packet::LL16Packet;
 use crate::poll::{SpinBudget, spin_until};
 use crate::ptr::GlobalPtr;
-use crate::ptx::{ld_st, misc::barrier_sync, sreg};
+use crate::ptx::misc::{barrier_sync, griddepcontrol_launch_dependents, griddepcontrol_wait};
+use crate::ptx::{ld_st, sreg};
 
 /// One 8-byte word of `bytes` at `p` (word `i`): a single load when the word is whole and
 /// aligned, else byte by byte with zeros past the end.
@@ -69,7 +70,7 @@ fn add128<E: Element>(a: [u32; 4], b: [u32; 4]) -> [u32; 4] {
 /// # Safety
 /// `p` valid global memory, 8-aligned.
 #[inline(always)]
-unsafe fn wait_flag(p: GlobalPtr<u64>, target: u64, budget: SpinBudget, name: &'static str) {
+unsafe fn wait_flag(p: GlobalPtr<u64>, target: u64, budget: SpinBudget, name: &'static core::ffi::CStr) {
     // SAFETY: forwarded from the caller. Partner: the sender's `raise_flag`.
     spin_until(budget, name, || unsafe { atomic::load::<Acquire, Sys, u64>(p.as_ptr()) } >= target);
 }
@@ -101,7 +102,9 @@ impl Collective {
     }
 
     /// Starts an operation: returns its epoch (this block's counter). Every thread of every
-    /// block calls it.
+    /// block calls it. A kernel launched to overlap the one before it on the stream
+    /// (programmatic stream serialization) waits here until that kernel has finished and its
+    /// writes are visible, and lets the kernel after it be scheduled.
     ///
     /// # Safety
     /// The handle comes from the host; the rules of the module documentation hold.
@@ -111,8 +114,11 @@ impl Collective {
             sreg::nctaid_x() <= self.max_blocks,
             "collective: the grid has more blocks than the communicator's max_blocks"
         );
+        griddepcontrol_wait();
+        griddepcontrol_launch_dependents();
         // SAFETY: one counter per block. It was last written by this block's `end` (before a
-        // CTA barrier) or by an earlier launch, which the stream order completed.
+        // CTA barrier) or by an earlier launch, which the stream order (or the wait above)
+        // completed.
         unsafe { self.state.add(sreg::ctaid_x() as usize).as_ptr().read() }
     }
 
@@ -431,7 +437,7 @@ impl Collective {
         let copy_out = |j: u64| {
             if tid < n && tid != me {
                 // SAFETY: my flag word for peer `tid`. Partner: the peer's raise after D(j).
-                unsafe { wait_flag(own_flag(tid, 1), round_flag(e, j + 1), budget, "allreduce: AG flag\0") };
+                unsafe { wait_flag(own_flag(tid, 1), round_flag(e, j + 1), budget, c"allreduce: AG flag") };
             }
             barrier_sync();
             for q in 0..n {
@@ -466,7 +472,7 @@ impl Collective {
             }
             if tid < n && tid != me {
                 // SAFETY: as in copy_out. Partner: the peer's raise after its A(k).
-                unsafe { wait_flag(own_flag(tid, 0), round_flag(e, k + 1), budget, "allreduce: RS flag\0") };
+                unsafe { wait_flag(own_flag(tid, 0), round_flag(e, k + 1), budget, c"allreduce: RS flag") };
             }
             barrier_sync();
             // D(k): sum piece k of my shard in rank order; write it and push it to every peer.
@@ -528,9 +534,9 @@ impl Collective {
             let ack = self.scratch.byte_add(self.flag_gather_offset(b, tid, 1) as usize).cast::<u64>();
             if k >= 2 {
                 // SAFETY: my ack word for peer `tid`. Partner: the peer's ack after round k - 2.
-                unsafe { wait_flag(ack, round_flag(e, k - 1), budget, "collective: slot ack\0") };
+                unsafe { wait_flag(ack, round_flag(e, k - 1), budget, c"collective: slot ack") };
             } else {
-                spin_until(budget, "collective: previous operation's acks\0", || {
+                spin_until(budget, c"collective: previous operation's acks", || {
                     // SAFETY: as above.
                     slots_free_at_start(unsafe { atomic::load::<Acquire, Sys, u64>(ack.as_ptr()) }, e)
                 });
@@ -549,7 +555,7 @@ impl Collective {
         if tid < self.n_ranks && tid != self.rank {
             let f = self.scratch.byte_add(self.flag_gather_offset(b, tid, 0) as usize).cast::<u64>();
             // SAFETY: my data flag for peer `tid`. Partner: the peer's raise after its push.
-            unsafe { wait_flag(f, round_flag(e, j + 1), budget, "collective: data flag\0") };
+            unsafe { wait_flag(f, round_flag(e, j + 1), budget, c"collective: data flag") };
         }
         barrier_sync();
     }

@@ -33,3 +33,22 @@ pub fn barrier_sync() {
     // SAFETY: a CTA barrier; every thread of the CTA must reach it (caller's contract in callers).
     unsafe { asm!("barrier.sync 0;", options(nostack)) };
 }
+
+/// `griddepcontrol.wait;` (PTX 7.8, sm_90): waits until every grid this one depends on through
+/// programmatic stream serialization has completed and its memory operations are visible. Returns
+/// at once in a grid launched without that dependency.
+#[inline(always)]
+pub fn griddepcontrol_wait() {
+    // SAFETY: a wait on the preceding grids; it orders memory like a grid completion.
+    unsafe { asm!("griddepcontrol.wait;", options(nostack)) };
+}
+
+/// `griddepcontrol.launch_dependents;` (PTX 7.8, sm_90): lets the grid that depends on this one
+/// through programmatic stream serialization be scheduled once every block of this grid has
+/// executed it (or exited). It orders no memory: the dependent still waits with
+/// [`griddepcontrol_wait`].
+#[inline(always)]
+pub fn griddepcontrol_launch_dependents() {
+    // SAFETY: a scheduling hint; no memory access.
+    unsafe { asm!("griddepcontrol.launch_dependents;", options(nostack)) };
+}
