@@ -17,8 +17,8 @@
 //! | --- | --- | --- |
 //! | allreduce | [`Thresholds::allreduce_one_shot`] | one-shot LL packets |
 //! | allreduce | [`Thresholds::allreduce_two_shot`] (more than 2 ranks) | two-shot LL packets |
-//! | allreduce | larger, 2 ranks | direct: the whole buffer streamed to the peer, summed locally |
-//! | allreduce | larger, more ranks | pipelined reduce-scatter + allgather over every SM |
+//! | allreduce | [`Thresholds::allreduce_direct`] (2 ranks) | direct: the whole buffer streamed to the peer, summed locally |
+//! | allreduce | larger | pipelined reduce-scatter + allgather over every SM |
 //! | allgather, reduce-scatter | [`Thresholds::gather_one_shot`] (bytes per rank) | one-shot LL |
 //! | allgather, reduce-scatter | larger | pipelined, acknowledged slots |
 //!
@@ -147,13 +147,15 @@ pub struct Thresholds {
     /// Largest allreduce sent two-shot as LL packets (more than two ranks; with two, both
     /// forms send the same bytes and one-shot has one hop less).
     pub allreduce_two_shot: u64,
+    /// Largest allreduce streamed whole to the peer (two ranks only).
+    pub allreduce_direct: u64,
     /// Largest allgather / reduce-scatter chunk (bytes per rank) sent as LL packets.
     pub gather_one_shot: u64,
 }
 
 impl Default for Thresholds {
     fn default() -> Self {
-        Self { allreduce_one_shot: 1 << 20, allreduce_two_shot: 2 << 20, gather_one_shot: 1 << 20 }
+        Self { allreduce_one_shot: 1 << 20, allreduce_two_shot: 2 << 20, allreduce_direct: 4 << 20, gather_one_shot: 1 << 20 }
     }
 }
 
@@ -409,8 +411,9 @@ impl Collectives {
             _ => match op {
                 Operation::AllReduce if bytes <= t.allreduce_one_shot.min(one) => Algorithm::OneShotLl,
                 Operation::AllReduce if n > 2 && bytes <= t.allreduce_two_shot.min(two) => Algorithm::TwoShotLl,
-                // Two ranks: streaming the whole buffer costs the same traffic as two-shot, in one hop.
-                Operation::AllReduce if n <= 2 => Algorithm::Direct,
+                // Two ranks: streaming the whole buffer costs the same traffic as two-shot, in one
+                // hop; measured faster up to a few MiB, where two-shot's pipeline takes over.
+                Operation::AllReduce if n <= 2 && bytes <= t.allreduce_direct => Algorithm::Direct,
                 Operation::AllGather | Operation::ReduceScatter if bytes <= t.gather_one_shot.min(one) => {
                     Algorithm::OneShotLl
                 }

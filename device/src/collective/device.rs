@@ -64,6 +64,68 @@ fn add128<E: Element>(a: [u32; 4], b: [u32; 4]) -> [u32; 4] {
     [E::add32(a[0], b[0]), E::add32(a[1], b[1]), E::add32(a[2], b[2]), E::add32(a[3], b[3])]
 }
 
+/// How many 16-byte vectors one thread keeps in flight in [`sum_vectors`].
+const SUM_UNROLL: u64 = 4;
+
+/// Sums `vecs` 16-byte vectors of the `n` ranks' data in rank order (`src(q)`, vector `i` at
+/// byte `16 * i`) and stores the sum to every non-null `dst(p)`, p in `0..n`, shared by the
+/// threads of `t`, [`SUM_UNROLL`] vectors per thread in flight (the loads of all ranks are
+/// issued before the first sum).
+///
+/// # Safety
+/// Every `src(q)` valid for `16 * vecs` bytes of reads, every non-null `dst(p)` for writes,
+/// all 16-byte aligned.
+#[inline(always)]
+unsafe fn sum_vectors<E: Element>(
+    n: u32,
+    src: impl Fn(u32) -> GlobalPtr<u8>,
+    dst: impl Fn(u32) -> GlobalPtr<u8>,
+    vecs: u64,
+    t: Threads,
+) {
+    let step = t.count as u64;
+    let at = |p: GlobalPtr<u8>, v: u64| p.byte_add((v * 16) as usize).as_ptr().cast::<u32>();
+    let mut v = t.index as u64;
+    while v + (SUM_UNROLL - 1) * step < vecs {
+        let mut acc = [[0u32; 4]; SUM_UNROLL as usize];
+        for q in 0..n {
+            let s = src(q);
+            // SAFETY: vectors v + u * step lie in the range (loop condition).
+            let x: [[u32; 4]; SUM_UNROLL as usize] =
+                core::array::from_fn(|u| unsafe { ld_st::ld_global_v4_u32(at(s, v + u as u64 * step)) });
+            for (a, x) in acc.iter_mut().zip(x) {
+                *a = if q == 0 { x } else { add128::<E>(*a, x) };
+            }
+        }
+        for p in 0..n {
+            let d = dst(p);
+            if !d.is_null() {
+                for (u, a) in acc.iter().enumerate() {
+                    // SAFETY: as above, for the destination.
+                    unsafe { ld_st::st_global_v4_u32(at(d, v + u as u64 * step), *a) };
+                }
+            }
+        }
+        v += SUM_UNROLL * step;
+    }
+    while v < vecs {
+        let mut acc = [0u32; 4];
+        for q in 0..n {
+            // SAFETY: vector v lies in the range.
+            let x = unsafe { ld_st::ld_global_v4_u32(at(src(q), v)) };
+            acc = if q == 0 { x } else { add128::<E>(acc, x) };
+        }
+        for p in 0..n {
+            let d = dst(p);
+            if !d.is_null() {
+                // SAFETY: as above.
+                unsafe { ld_st::st_global_v4_u32(at(d, v), acc) };
+            }
+        }
+        v += step;
+    }
+}
+
 /// Waits until the 64-bit flag at `p` reaches `target` (acquire, system scope: the writes the
 /// sender released with the flag are visible afterwards).
 ///
@@ -477,34 +539,22 @@ impl Collective {
             barrier_sync();
             // D(k): sum piece k of my shard in rank order; write it and push it to every peer.
             let (lo, hi) = Self::piece(self.block_part(vecs, me, b, nb), k, cv);
-            let mut v = lo + tid as u64;
-            while v < hi {
-                let off = (v - lo) * 16;
-                // SAFETY: vector v lies in the input and output; `off` in every slot.
-                unsafe {
-                    let own = ld_st::ld_global_v4_u32(input.byte_add((v * 16) as usize).as_ptr().cast());
-                    let mut acc = [0u32; 4];
-                    for q in 0..n {
-                        let x = if q == me {
-                            own
-                        } else {
-                            let s = self.scratch.byte_add((self.data_allreduce_offset(b, q, 0, slot) + off) as usize);
-                            ld_st::ld_global_v4_u32(s.as_ptr().cast())
-                        };
-                        acc = if q == 0 { x } else { add128::<E>(acc, x) };
-                    }
-                    ld_st::st_global_v4_u32(output.byte_add((v * 16) as usize).as_ptr().cast(), acc);
-                    for p in 0..n {
-                        if p != me {
-                            let d = self
-                                .peer_scratch(p)
-                                .byte_add((self.data_allreduce_offset(b, me, 1, slot) + off) as usize);
-                            ld_st::st_global_v4_u32(d.as_ptr().cast(), acc);
-                        }
-                    }
+            let src = |q: u32| {
+                if q == me {
+                    input.byte_add((lo * 16) as usize)
+                } else {
+                    self.scratch.byte_add(self.data_allreduce_offset(b, q, 0, slot) as usize)
                 }
-                v += t.count as u64;
-            }
+            };
+            let dst = |p: u32| {
+                if p == me {
+                    output.byte_add((lo * 16) as usize)
+                } else {
+                    self.peer_scratch(p).byte_add(self.data_allreduce_offset(b, me, 1, slot) as usize)
+                }
+            };
+            // SAFETY: the piece lies in the input and output, and in every slot.
+            unsafe { sum_vectors::<E>(n, src, dst, hi - lo, t) };
             barrier_sync();
             if tid < n && tid != me {
                 // SAFETY: as above.
@@ -668,21 +718,10 @@ impl Collective {
     ) {
         let (n, me) = (self.n_ranks, self.rank);
         if dst.is_aligned_to(16) && own.is_aligned_to(16) && len.is_multiple_of(16) {
-            let mut v = t.index as u64;
-            while v < len / 16 {
-                let off = (v * 16) as usize;
-                // SAFETY: vector v lies in every range (caller's contract).
-                unsafe {
-                    let mut acc = [0u32; 4];
-                    for q in 0..n {
-                        let src = if q == me { own } else { slot(q) };
-                        let x = ld_st::ld_global_v4_u32(src.byte_add(off).as_ptr().cast());
-                        acc = if q == 0 { x } else { add128::<E>(acc, x) };
-                    }
-                    ld_st::st_global_v4_u32(dst.byte_add(off).as_ptr().cast(), acc);
-                }
-                v += t.count as u64;
-            }
+            let src = |q: u32| if q == me { own } else { slot(q) };
+            // SAFETY: every vector lies in every range (caller's contract); only this rank's
+            // output is written.
+            unsafe { sum_vectors::<E>(n, src, |p| if p == me { dst } else { GlobalPtr::null() }, len / 16, t) };
             return;
         }
         // Any alignment: one element at a time (zero-extended lanes add like whole words).
