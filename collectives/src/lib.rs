@@ -421,7 +421,14 @@ impl Collectives {
             },
         };
         let limit = self.kernel_limit(op, algorithm);
-        let threads = self.config.threads.unwrap_or(512).min(limit).max(32) / 32 * 32;
+        // LL forms: small messages gain from more, smaller blocks (more SMs issue packets at
+        // once), large ones from bigger blocks; measured on H200 (see NOTES.md).
+        let default_threads = match algorithm {
+            Algorithm::OneShotLl | Algorithm::TwoShotLl if bytes <= 64 << 10 => 256,
+            Algorithm::OneShotLl | Algorithm::TwoShotLl => 1024,
+            _ => 512,
+        };
+        let threads = self.config.threads.unwrap_or(default_threads).min(limit).max(32) / 32 * 32;
         let max_blocks = h.max_blocks as u64;
         let blocks = self.config.blocks.map(|b| b as u64).unwrap_or_else(|| match algorithm {
             // One LL packet (8 bytes) per thread; a shard for the two-shot form.

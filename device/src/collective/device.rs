@@ -86,23 +86,35 @@ unsafe fn sum_vectors<E: Element>(
     let step = t.count as u64;
     let at = |p: GlobalPtr<u8>, v: u64| p.byte_add((v * 16) as usize).as_ptr().cast::<u32>();
     let mut v = t.index as u64;
+    // Four named vectors (not an array, which the compiler would put on the stack).
     while v + (SUM_UNROLL - 1) * step < vecs {
-        let mut acc = [[0u32; 4]; SUM_UNROLL as usize];
+        let (mut a0, mut a1, mut a2, mut a3) = ([0u32; 4], [0u32; 4], [0u32; 4], [0u32; 4]);
         for q in 0..n {
             let s = src(q);
-            // SAFETY: vectors v + u * step lie in the range (loop condition).
-            let x: [[u32; 4]; SUM_UNROLL as usize] =
-                core::array::from_fn(|u| unsafe { ld_st::ld_global_v4_u32(at(s, v + u as u64 * step)) });
-            for (a, x) in acc.iter_mut().zip(x) {
-                *a = if q == 0 { x } else { add128::<E>(*a, x) };
+            // SAFETY: vectors v + u * step, u < 4, lie in the range (loop condition).
+            let (x0, x1, x2, x3) = unsafe {
+                (
+                    ld_st::ld_global_v4_u32(at(s, v)),
+                    ld_st::ld_global_v4_u32(at(s, v + step)),
+                    ld_st::ld_global_v4_u32(at(s, v + 2 * step)),
+                    ld_st::ld_global_v4_u32(at(s, v + 3 * step)),
+                )
+            };
+            if q == 0 {
+                (a0, a1, a2, a3) = (x0, x1, x2, x3);
+            } else {
+                (a0, a1, a2, a3) = (add128::<E>(a0, x0), add128::<E>(a1, x1), add128::<E>(a2, x2), add128::<E>(a3, x3));
             }
         }
         for p in 0..n {
             let d = dst(p);
             if !d.is_null() {
-                for (u, a) in acc.iter().enumerate() {
-                    // SAFETY: as above, for the destination.
-                    unsafe { ld_st::st_global_v4_u32(at(d, v + u as u64 * step), *a) };
+                // SAFETY: as above, for the destination.
+                unsafe {
+                    ld_st::st_global_v4_u32(at(d, v), a0);
+                    ld_st::st_global_v4_u32(at(d, v + step), a1);
+                    ld_st::st_global_v4_u32(at(d, v + 2 * step), a2);
+                    ld_st::st_global_v4_u32(at(d, v + 3 * step), a3);
                 }
             }
         }
