@@ -155,7 +155,12 @@ pub struct Thresholds {
 
 impl Default for Thresholds {
     fn default() -> Self {
-        Self { allreduce_one_shot: 1 << 20, allreduce_two_shot: 2 << 20, allreduce_direct: 4 << 20, gather_one_shot: 1 << 20 }
+        Self {
+            allreduce_one_shot: 1 << 20,
+            allreduce_two_shot: 2 << 20,
+            allreduce_direct: 4 << 20,
+            gather_one_shot: 1 << 20,
+        }
     }
 }
 

@@ -226,7 +226,8 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm.
-    pub const ALL: [Algorithm; 4] = [Algorithm::OneShotLl, Algorithm::TwoShotLl, Algorithm::Pipelined, Algorithm::Direct];
+    pub const ALL: [Algorithm; 4] =
+        [Algorithm::OneShotLl, Algorithm::TwoShotLl, Algorithm::Pipelined, Algorithm::Direct];
     /// A short name (`"oneshot"`, `"twoshot"`, `"pipelined"`, `"direct"`), as in the kernels'
     /// names.
     pub const fn name(self) -> &'static str {

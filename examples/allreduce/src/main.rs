@@ -1,5 +1,7 @@
-//! Allgather and allreduce (f32 sum) among N ranks, one process and one GPU per rank, over
-//! memory channels: LL packets for small messages, `put` + signal for large ones. Every rank
+//! Allgather and allreduce (f32 sum) among N ranks, one process and one GPU per rank, three ways:
+//! hand-written kernels over memory channels (LL packets for small messages, `put` + signal for
+//! large ones); the `mscclpp-collectives` library called from the host; and the library's
+//! device-callable allreduce inside a kernel of our own, fused with elementwise work. Every rank
 //! checks every result against a host reference; the run fails on any mismatch.
 //!
 //! ```text
@@ -137,6 +139,7 @@ fn rank_main(cfg: &BootstrapConfig, boot: &Arc<Bootstrap>) -> Result<Outcome> {
         ok &= ex.allgather(bytes)?;
         ok &= ex.allreduce(bytes)?;
     }
+    ok &= library_collectives(&comm, seed)?;
     // Every rank's kernels have finished (each waited for its GPU before the last report's
     // all-gather), so the channels and buffers may go, in that order.
     Ok(if ok { Outcome::Ok } else { Outcome::Mismatch })
@@ -308,4 +311,91 @@ impl Rng {
     fn floats(&mut self, n: usize) -> Vec<f32> {
         (0..n).map(|_| (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).collect()
     }
+}
+
+/// The same operations through `mscclpp-collectives`: from the host (one call per operation,
+/// the library picks the algorithm by size), and from inside `scale_allreduce_shift`, a kernel
+/// of this example that computes `sum over ranks of (alpha * x) + beta` in one launch.
+fn library_collectives(comm: &Communicator, seed: u64) -> Result<bool> {
+    use mscclpp_collectives::reference::{count_wrong, random_input, sum_in_order};
+    use mscclpp_collectives::{Collectives, DataType, Operation, ReduceOp};
+    let (me, n) = (comm.rank(), comm.world_size());
+    let gpu = comm.gpu();
+    let coll = Collectives::new(comm)?;
+    let syncer = DeviceBuffer::filled(gpu, size_of::<DeviceSyncer>(), 0)?;
+    let (alpha, beta) = (0.5f32, 1.25f32);
+    let mut ok = true;
+    for count in [2048usize, 65_536, 4 << 20] {
+        let bytes = 4 * count;
+        let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(DataType::F32, count, seed ^ bytes as u64, r)).collect();
+        let send = DeviceBuffer::from_slice(gpu, &inputs[me])?;
+        let recv = DeviceBuffer::filled(gpu, bytes, 0xA5)?;
+        // From the host: enqueue on the GPU's stream, then wait for it.
+        let start = Instant::now();
+        coll.allreduce(&send, &recv, count, DataType::F32, ReduceOp::Sum, gpu.stream())?;
+        gpu.synchronize()?;
+        let us = start.elapsed().as_secs_f64() * 1e6;
+        let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+        let bad = count_wrong(DataType::F32, &recv.to_vec::<u8>()?, &sum_in_order(DataType::F32, &refs));
+        let plan = coll.plan(Operation::AllReduce, bytes as u64);
+        ok &= report(comm, "allreduce", bytes, &format!("library, {}", plan.algorithm.name()), us, bad)?;
+
+        // From the device: the plan's grid, launched cooperatively (the kernel's grid barriers
+        // need every block resident), 256 threads a block.
+        let tmp = DeviceBuffer::alloc(gpu, bytes)?;
+        let args = Args::new()
+            .arg(coll.handle())
+            .arg(plan.algorithm as u32)
+            .arg(syncer.ptr::<DeviceSyncer>())
+            .arg(send.ptr::<f32>())
+            .arg(tmp.ptr::<f32>())
+            .arg(recv.ptr::<f32>())
+            .arg(count as u64)
+            .arg(alpha)
+            .arg(beta);
+        recv.fill(0xA5)?;
+        let start = Instant::now();
+        // SAFETY: the arguments match the kernel; every buffer holds `count` floats and outlives
+        // the synchronise below; every rank launches the same grid.
+        unsafe { gpu.launch_cooperative(PTX, "scale_allreduce_shift", LaunchConfig::new(plan.blocks, 256), args)? };
+        gpu.synchronize()?;
+        let us = start.elapsed().as_secs_f64() * 1e6;
+        let scaled: Vec<Vec<u8>> = inputs
+            .iter()
+            .map(|v| {
+                let x: &[f32] = bytemuck::cast_slice(v);
+                bytemuck::cast_slice(&x.iter().map(|x| alpha * x).collect::<Vec<f32>>()).to_vec()
+            })
+            .collect();
+        let refs: Vec<&[u8]> = scaled.iter().map(|v| v.as_slice()).collect();
+        let sum = sum_in_order(DataType::F32, &refs);
+        let want: Vec<f32> = bytemuck::cast_slice::<u8, f32>(&sum).iter().map(|s| s + beta).collect();
+        let bad = count_wrong(DataType::F32, &recv.to_vec::<u8>()?, bytemuck::cast_slice(&want));
+        ok &= report(comm, "allreduce", bytes, "fused in a kernel", us, bad)?;
+    }
+    // Allgather from the host.
+    let count = 100_003;
+    let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(DataType::F32, count, seed ^ 77, r)).collect();
+    let send = DeviceBuffer::from_slice(gpu, &inputs[me])?;
+    let recv = DeviceBuffer::filled(gpu, n * 4 * count, 0xA5)?;
+    let start = Instant::now();
+    coll.allgather(&send, &recv, count, DataType::F32, gpu.stream())?;
+    gpu.synchronize()?;
+    let us = start.elapsed().as_secs_f64() * 1e6;
+    let bad = count_wrong(DataType::F32, &recv.to_vec::<u8>()?, &inputs.concat());
+    ok &= report(comm, "allgather", 4 * count, "library", us, bad)?;
+    Ok(ok)
+}
+
+/// Prints one line per operation on rank 0 (the slowest rank's time, every rank's verdict);
+/// returns whether this rank's result was right.
+fn report(comm: &Communicator, what: &str, bytes: usize, how: &str, us: f64, bad: usize) -> Result<bool> {
+    let all = comm.bootstrap().all_gather_pod(&[us, bad as f64])?;
+    if comm.rank() == 0 {
+        let slowest = all.iter().map(|v| v[0]).fold(0.0, f64::max);
+        let wrong: f64 = all.iter().map(|v| v[1]).sum();
+        let verdict = if wrong == 0.0 { "ok".to_string() } else { format!("{wrong} WRONG") };
+        println!("rank 0: {what:<10} {bytes:>10} B  {how:<24} {slowest:>9.1} us  {verdict}");
+    }
+    Ok(bad == 0)
 }

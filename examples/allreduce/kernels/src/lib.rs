@@ -11,12 +11,16 @@
 //!   synchronises its GPU and joins a bootstrap barrier between two operations, so no rank's
 //!   next `put` overwrites a scratch area a peer is still reading.
 //!
+//! The last kernel, `scale_allreduce_shift`, calls the library's device-callable allreduce
+//! (`mscclpp_device::collective`) between two elementwise steps of its own, in one launch.
+//!
 //! Reductions add the ranks' values in rank order (rank 0's + rank 1's + ...), so every rank, and
 //! the host's reference, get the same bits.
 #![no_std]
 #![feature(abi_ptx)]
 
 use mscclpp_device::channel::memory::MemoryChannel;
+use mscclpp_device::collective::{Algorithm, Collective, F32};
 use mscclpp_device::copy::Threads;
 use mscclpp_device::packet::LL16Packet;
 use mscclpp_device::poll::SpinBudget;
@@ -222,6 +226,56 @@ pub unsafe extern "ptx-kernel" fn allreduce_put(
             });
             *values.add(i) = sum;
             i += t.count as usize;
+        }
+    }
+}
+
+/// The device-callable collective, fused with elementwise work in one launch:
+/// `out = sum over ranks of (alpha * x) + beta`. `coll` is the handle of the host's
+/// `mscclpp_collectives::Collectives`, `algorithm` its plan's algorithm (0 one-shot LL,
+/// 1 two-shot LL, 2 pipelined, 3 direct); `tmp` and `out` hold `n` floats; `syncer` is a zeroed
+/// grid barrier. Launched cooperatively with the plan's grid on every rank.
+///
+/// # Safety
+/// As for `Collective::allreduce`; the grid is co-resident (cooperative launch).
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "ptx-kernel" fn scale_allreduce_shift(
+    coll: Collective,
+    algorithm: u32,
+    syncer: GlobalPtr<DeviceSyncer>,
+    x: GlobalPtr<f32>,
+    tmp: GlobalPtr<f32>,
+    out: GlobalPtr<f32>,
+    n: u64,
+    alpha: f32,
+    beta: f32,
+) {
+    let t = Threads::grid();
+    let algorithm = match algorithm {
+        0 => Algorithm::OneShotLl,
+        1 => Algorithm::TwoShotLl,
+        3 => Algorithm::Direct,
+        _ => Algorithm::Pipelined,
+    };
+    // SAFETY: the host's contract above: every pointer holds `n` floats of this GPU.
+    unsafe {
+        // Before the collective: scale this rank's input.
+        let mut i = t.index as u64;
+        while i < n {
+            tmp.add(i as usize).as_ptr().write(alpha * x.add(i as usize).as_ptr().read());
+            i += t.count as u64;
+        }
+        // The collective reads any element from any block: every block's writes first.
+        syncer.sync(sreg::nctaid_x(), BUDGET);
+        coll.allreduce::<F32>(algorithm, tmp.cast(), out.cast(), 4 * n, BUDGET);
+        // And every block's share of the sum before the elementwise step after it.
+        syncer.sync(sreg::nctaid_x(), BUDGET);
+        let mut i = t.index as u64;
+        while i < n {
+            let p = out.add(i as usize).as_ptr();
+            p.write(p.read() + beta);
+            i += t.count as u64;
         }
     }
 }
