@@ -1,0 +1,89 @@
+//! The collective kernels on the CPU: every kernel the host library launches is in the PTX,
+//! assembles for sm_90, and its SASS holds what its algorithm and element type imply: the wait
+//! on the previous grid and the early launch of the next (programmatic stream serialization), the
+//! LL16 packet accesses (128-bit system-scope volatile stores and loads) or the 64-bit
+//! release/acquire flags of the pipelined forms, the element type's sum, and no local-memory
+//! loads (a value kept on the stack in a hot loop shows up as `LDL`).
+
+use mscclpp_collectives::{CollectiveAlgorithm as Algorithm, DataType, Operation, PTX, kernel_name};
+use mscclpp_rs::ptxcheck;
+
+/// Every (kernel, operation, algorithm, type) the library can launch.
+fn kernels() -> Vec<(String, Operation, Algorithm, DataType)> {
+    let mut out: Vec<(String, Operation, Algorithm, DataType)> = vec![];
+    for op in [Operation::AllReduce, Operation::AllGather, Operation::ReduceScatter] {
+        for a in Algorithm::ALL {
+            for dt in DataType::SUPPORTED {
+                if let Some(name) = kernel_name(op, a, dt)
+                    && !out.iter().any(|(n, ..)| *n == name)
+                {
+                    out.push((name, op, a, dt));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_kernel_is_in_the_ptx() {
+    let entries = ptxcheck::entries(PTX);
+    let ks = kernels();
+    assert_eq!(ks.len(), 32, "3 allreduce algorithms x 5 types + direct x 5, 2 allgather, 2 reduce-scatter x 5");
+    for (name, ..) in &ks {
+        assert!(entries.contains_key(name), "{name} is not an entry of the collectives' PTX");
+    }
+    assert!(PTX.contains(".target sm_90"));
+}
+
+#[test]
+fn kernels_assemble_and_sass_matches_the_algorithm() {
+    if !ptxcheck::tools_or_skip("collectives_sass") {
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("mscclpp-collectives-{}.ptx", std::process::id()));
+    std::fs::write(&path, PTX).expect("writing the PTX");
+    let asm = nvptx_builder::assemble(&path, "sm_90").expect("ptxas/cuobjdump");
+    let _ = std::fs::remove_file(&path);
+    let funcs = ptxcheck::sass_functions(&asm.sass);
+    let mut problems = vec![];
+    for (name, _op, algo, dt) in kernels() {
+        let Some(sass) = funcs.get(&name) else {
+            problems.push(format!("{name}: no SASS function"));
+            continue;
+        };
+        let ops = ptxcheck::opcodes(sass);
+        let has = |op: &str| ops.contains(&op);
+        let mut want = vec!["ACQBULK", "PREEXIT", "BAR.SYNC.DEFER_BLOCKING"];
+        match algo {
+            Algorithm::OneShotLl | Algorithm::TwoShotLl => {
+                want.extend(["STG.E.128.STRONG.SYS", "LDG.E.128.STRONG.SYS"])
+            }
+            Algorithm::Pipelined | Algorithm::Direct => {
+                want.extend(["ST.E.64.STRONG.SYS", "LD.E.64.STRONG.SYS", "MEMBAR.ALL.SYS"])
+            }
+        }
+        for w in want {
+            if !has(w) {
+                problems.push(format!("{name}: SASS lacks {w}"));
+            }
+        }
+        if let Some(l) = ops.iter().find(|o| o.starts_with("LDL")) {
+            problems.push(format!("{name}: local-memory load {l} (a value spilled or kept on the stack)"));
+        }
+        // The element type's sum (allgather moves bytes only). ptxas turns add.rn.f16x2 into
+        // HADD2 or fma(a, 1, b) (`HFMA2.MMA Rd, Ra, 1, 1, Rb`), add.rn.bf16x2 into the BF16_V2 fma.
+        let f16_add = has("HADD2") || sass.lines().any(|l| l.contains("HFMA2.MMA R") && l.contains(", 1, 1, "));
+        let sum_ok = match (name.starts_with("allgather"), dt) {
+            (true, _) => true,
+            (false, DataType::F32) => has("FADD"),
+            (false, DataType::F16) => f16_add,
+            (false, DataType::Bf16) => has("HFMA2.MMA.BF16_V2"),
+            (false, _) => !has("FADD") && !has("HFMA2.MMA.BF16_V2") && !f16_add,
+        };
+        if !sum_ok {
+            problems.push(format!("{name}: SASS does not hold the {} sum", dt.name()));
+        }
+    }
+    assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+}
