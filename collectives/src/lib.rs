@@ -500,29 +500,19 @@ impl Collectives {
         }
     }
 
-    fn check_buffer(&self, what: &str, buf: &DeviceBuffer, bytes: u64) -> Result<()> {
-        if buf.gpu().ordinal() != self.gpu.ordinal() {
-            return Err(Error::InvalidArgument(format!(
-                "collectives: the {what} buffer is on GPU {}, this rank uses GPU {}",
-                buf.gpu().ordinal(),
+    fn check_gpu(&self, bufs: &[&DeviceBuffer]) -> Result<()> {
+        match bufs.iter().find(|b| b.gpu().ordinal() != self.gpu.ordinal()) {
+            Some(b) => Err(Error::InvalidArgument(format!(
+                "collectives: a buffer is on GPU {}, this rank uses GPU {}",
+                b.gpu().ordinal(),
                 self.gpu.ordinal()
-            )));
+            ))),
+            None => Ok(()),
         }
-        if (buf.len() as u64) < bytes {
-            return Err(Error::InvalidArgument(format!(
-                "collectives: the {what} buffer holds {} bytes, the operation needs {bytes}",
-                buf.len()
-            )));
-        }
-        Ok(())
     }
 
-    fn bytes(count: usize, dtype: DataType, ranks: usize) -> Result<u64> {
-        dtype.check()?;
-        (count as u64)
-            .checked_mul(dtype.bytes() as u64)
-            .and_then(|b| b.checked_mul(ranks as u64).map(|_| b))
-            .ok_or_else(|| Error::InvalidArgument(format!("collectives: {count} elements overflow")))
+    fn ranks(&self) -> usize {
+        self.handle.n_ranks as usize
     }
 
     /// Allreduce of `count` elements: every rank's `recv` gets the sum over ranks of `send`.
@@ -537,15 +527,14 @@ impl Collectives {
         op: ReduceOp,
         stream: &CudaStream,
     ) -> Result<()> {
-        op.check()?;
-        let bytes = Self::bytes(count, dtype, 1)?;
-        self.check_buffer("send", send, bytes)?;
-        self.check_buffer("receive", recv, bytes)?;
+        self.check_gpu(&[send, recv])?;
+        let lens = (send.len(), (send.addr() != recv.addr()).then_some(recv.len()));
+        let bytes = check_request(Operation::AllReduce, count, dtype, Some(op), self.ranks(), lens)?;
         self.enqueue(Operation::AllReduce, dtype, (send.addr(), recv.addr()), bytes, stream)
     }
 
     /// Allgather of `count` elements per rank: `recv` (`n_ranks * count` elements) gets rank q's
-    /// `send` at element `q * count`. `send` must not overlap `recv` (see
+    /// `send` at element `q * count`. `send` and `recv` must be different buffers (see
     /// [`Collectives::allgather_in_place`]).
     pub fn allgather(
         &self,
@@ -555,15 +544,14 @@ impl Collectives {
         dtype: DataType,
         stream: &CudaStream,
     ) -> Result<()> {
-        let n = self.handle.n_ranks as usize;
-        let bytes = Self::bytes(count, dtype, n)?;
-        self.check_buffer("send", send, bytes)?;
-        self.check_buffer("receive", recv, bytes * n as u64)?;
+        self.check_gpu(&[send, recv])?;
         if send.addr() == recv.addr() {
             return Err(Error::InvalidArgument(
                 "collectives: allgather with send == recv; use allgather_in_place".into(),
             ));
         }
+        let bytes =
+            check_request(Operation::AllGather, count, dtype, None, self.ranks(), (send.len(), Some(recv.len())))?;
         self.enqueue(Operation::AllGather, dtype, (send.addr(), recv.addr()), bytes, stream)
     }
 
@@ -575,16 +563,15 @@ impl Collectives {
         dtype: DataType,
         stream: &CudaStream,
     ) -> Result<()> {
-        let n = self.handle.n_ranks as usize;
-        let bytes = Self::bytes(count, dtype, n)?;
-        self.check_buffer("receive", buf, bytes * n as u64)?;
+        self.check_gpu(&[buf])?;
+        let bytes = check_request(Operation::AllGather, count, dtype, None, self.ranks(), (buf.len(), None))?;
         let input = buf.addr() + self.handle.rank as u64 * bytes;
         self.enqueue(Operation::AllGather, dtype, (input, buf.addr()), bytes, stream)
     }
 
     /// Reduce-scatter of `count` elements per rank: `recv` (`count` elements) gets the sum over
-    /// ranks of their `send` chunk `rank` (elements `rank * count ..`). `send` must not overlap
-    /// `recv` (see [`Collectives::reduce_scatter_in_place`]).
+    /// ranks of their `send` chunk `rank` (elements `rank * count ..`). `send` and `recv` must
+    /// be different buffers (see [`Collectives::reduce_scatter_in_place`]).
     pub fn reduce_scatter(
         &self,
         send: &DeviceBuffer,
@@ -594,16 +581,14 @@ impl Collectives {
         op: ReduceOp,
         stream: &CudaStream,
     ) -> Result<()> {
-        op.check()?;
-        let n = self.handle.n_ranks as usize;
-        let bytes = Self::bytes(count, dtype, n)?;
-        self.check_buffer("send", send, bytes * n as u64)?;
-        self.check_buffer("receive", recv, bytes)?;
+        self.check_gpu(&[send, recv])?;
         if send.addr() == recv.addr() {
             return Err(Error::InvalidArgument(
                 "collectives: reduce_scatter with send == recv; use reduce_scatter_in_place".into(),
             ));
         }
+        let lens = (send.len(), Some(recv.len()));
+        let bytes = check_request(Operation::ReduceScatter, count, dtype, Some(op), self.ranks(), lens)?;
         self.enqueue(Operation::ReduceScatter, dtype, (send.addr(), recv.addr()), bytes, stream)
     }
 
@@ -616,13 +601,52 @@ impl Collectives {
         op: ReduceOp,
         stream: &CudaStream,
     ) -> Result<()> {
-        op.check()?;
-        let n = self.handle.n_ranks as usize;
-        let bytes = Self::bytes(count, dtype, n)?;
-        self.check_buffer("send", buf, bytes * n as u64)?;
+        self.check_gpu(&[buf])?;
+        let bytes = check_request(Operation::ReduceScatter, count, dtype, Some(op), self.ranks(), (buf.len(), None))?;
         let output = buf.addr() + self.handle.rank as u64 * bytes;
         self.enqueue(Operation::ReduceScatter, dtype, (buf.addr(), output), bytes, stream)
     }
+}
+
+/// The checks of one operation that need no GPU: the element type and the reduction are
+/// implemented, the sizes do not overflow, and the buffers hold what the operation touches.
+/// `lens` is (send bytes, receive bytes), the receive length `None` when the operation is in
+/// place (one buffer for both). Returns the operation's bytes per rank (the allreduce buffer, the
+/// allgather input, the reduce-scatter output).
+pub fn check_request(
+    op: Operation,
+    count: usize,
+    dtype: DataType,
+    reduce: Option<ReduceOp>,
+    ranks: usize,
+    (send_len, recv_len): (usize, Option<usize>),
+) -> Result<u64> {
+    dtype.check()?;
+    if let Some(r) = reduce {
+        r.check()?;
+    }
+    let overflow = || Error::InvalidArgument(format!("collectives: {count} elements of {} overflow", dtype.name()));
+    let bytes = (count as u64).checked_mul(dtype.bytes() as u64).ok_or_else(overflow)?;
+    let all = bytes.checked_mul(ranks as u64).ok_or_else(overflow)?;
+    let (input, output) = match op {
+        Operation::AllReduce => (bytes, bytes),
+        Operation::AllGather => (bytes, all),
+        Operation::ReduceScatter => (all, bytes),
+    };
+    let short = |what: &str, has: usize, needs: u64| {
+        Err(Error::InvalidArgument(format!(
+            "collectives: {} of {count} {} per rank: the {what} buffer holds {has} bytes, the operation needs {needs}",
+            op.name(),
+            dtype.name()
+        )))
+    };
+    match recv_len {
+        None if (send_len as u64) < input.max(output) => return short("in-place", send_len, input.max(output)),
+        Some(_) if (send_len as u64) < input => return short("send", send_len, input),
+        Some(r) if (r as u64) < output => return short("receive", r, output),
+        _ => {}
+    }
+    Ok(bytes)
 }
 
 /// The kernel of (operation, algorithm, type), if there is one (allgather kernels are untyped;
@@ -670,11 +694,30 @@ mod tests {
 
     #[test]
     fn unsupported_requests_are_errors() {
-        assert!(matches!(DataType::F64.check(), Err(Error::Unsupported(_))));
-        assert!(matches!(ReduceOp::Max.check(), Err(Error::Unsupported(_))));
-        assert!(Collectives::bytes(usize::MAX, DataType::F32, 1).is_err());
-        assert!(Collectives::bytes(1 << 40, DataType::F32, 1 << 30).is_err());
-        assert_eq!(Collectives::bytes(3, DataType::F16, 2).unwrap(), 6);
+        use Operation::*;
+        let req = check_request;
+        assert!(matches!(req(AllReduce, 4, DataType::F64, None, 2, (64, None)), Err(Error::Unsupported(_))));
+        assert!(matches!(
+            req(AllReduce, 4, DataType::F32, Some(ReduceOp::Max), 2, (64, None)),
+            Err(Error::Unsupported(_))
+        ));
+        assert!(req(AllReduce, usize::MAX, DataType::F32, None, 1, (64, None)).is_err());
+        assert!(req(AllGather, 1 << 40, DataType::F32, None, 1 << 30, (usize::MAX, Some(usize::MAX))).is_err());
+        // Odd counts of 2-byte elements: 6 bytes per rank.
+        assert_eq!(req(AllReduce, 3, DataType::F16, Some(ReduceOp::Sum), 2, (6, Some(6))).unwrap(), 6);
+        // Allgather: the receive buffer holds every rank's chunk; in place, the one buffer does.
+        assert_eq!(req(AllGather, 5, DataType::F32, None, 4, (20, Some(80))).unwrap(), 20);
+        let e = req(AllGather, 5, DataType::F32, None, 4, (20, Some(79))).unwrap_err().to_string();
+        assert!(e.contains("receive buffer holds 79 bytes, the operation needs 80"), "{e}");
+        assert!(req(AllGather, 5, DataType::F32, None, 4, (79, None)).is_err());
+        assert!(req(AllGather, 5, DataType::F32, None, 4, (80, None)).is_ok());
+        // Reduce-scatter: the send buffer holds every rank's chunk.
+        assert!(req(ReduceScatter, 5, DataType::Bf16, Some(ReduceOp::Sum), 3, (29, Some(10))).is_err());
+        assert!(req(ReduceScatter, 5, DataType::Bf16, Some(ReduceOp::Sum), 3, (30, Some(10))).is_ok());
+        assert!(req(ReduceScatter, 5, DataType::Bf16, Some(ReduceOp::Sum), 3, (30, Some(9))).is_err());
+        assert!(req(AllReduce, 7, DataType::I32, Some(ReduceOp::Sum), 2, (27, Some(28))).is_err());
+        // Zero elements: nothing to check, nothing launched.
+        assert_eq!(req(AllReduce, 0, DataType::U32, Some(ReduceOp::Sum), 2, (0, None)).unwrap(), 0);
         assert!(parse_algorithm("fast").is_err());
         assert_eq!(parse_algorithm("twoshot").unwrap(), Algorithm::TwoShotLl);
     }
