@@ -532,7 +532,10 @@ impl Communicator {
     fn host_counters(&self) -> Result<HostCounters> {
         let n = self.world_size();
         let me = self.rank();
-        let name = format!("mscclpp-rs-{}-{}-{:016x}", std::process::id(), me, rand::random::<u64>());
+        // Files left by ranks of earlier runs that died before unlinking theirs. Best effort: a
+        // failure here leaves them, and does not stop this run.
+        let _ = crate::shm::remove_stale_files();
+        let name = format!("{}{}-{}-{:016x}", crate::shm::NAME_PREFIX, std::process::id(), me, rand::random::<u64>());
         let mut own = SharedHostMemory::create(&name, n * 8)?;
         own.register(&self.gpu)?;
         let own_device =
