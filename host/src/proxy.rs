@@ -18,9 +18,17 @@
 //! after each request; for a Sync, only after the stream has drained.
 //!
 //! A failed request (bad memory id, range outside a memory, driver error) stops the proxy and is
-//! kept: [`ProxyService::check`] and [`ProxyService::stop`] return it. Kernels waiting on the proxy
-//! then run out of their spin budget and trap; nothing hangs. Dropping the service stops and joins
-//! the thread.
+//! kept: [`ProxyService::check`] and [`ProxyService::stop`] return it (a dropped service writes it
+//! to stderr). Kernels waiting on the proxy then run out of their spin budget and trap; nothing
+//! hangs. Whether it stops on an error or because it was told to, the thread first waits for its
+//! stream (no copy stays in flight into memory that is about to be unmapped) and writes every
+//! host signal still waiting for its copies; a kernel that keeps pushing, or a stream that does
+//! not complete, within the drain timeout makes the stop return an error instead of blocking.
+//! Dropping the service stops and joins the thread.
+//!
+//! While the FIFO is empty the thread spins for a short while, then sleeps in growing steps up to
+//! a cap ([`IdlePolicy`]), so an idle proxy does not hold a core; [`ProxyBuilder::pin_to_cpu`]
+//! keeps it on one CPU.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -344,16 +352,7 @@ impl ProxyBuilder {
 
     /// Creates the FIFO and starts the proxy thread.
     pub fn start(self) -> Result<ProxyService> {
-        let affinity = match self.cpu {
-            Some(cpu) => {
-                let mut set = CpuSet::new();
-                set.set(cpu).map_err(|_| {
-                    Error::InvalidArgument(format!("proxy CPU {cpu}: at most {} CPUs are supported", CpuSet::count()))
-                })?;
-                Some((cpu, set))
-            }
-            None => None,
-        };
+        let affinity = self.cpu.map(|cpu| cpu_set(cpu).map(|set| (cpu, set))).transpose()?;
         let fifo = Fifo::new(&self.gpu, self.fifo_size)?;
         let handle = fifo.device_handle();
         let stream = self.gpu.new_stream()?;
@@ -394,17 +393,31 @@ impl ProxyBuilder {
 fn setup_thread(gpu: &Gpu, affinity: Option<(usize, CpuSet)>) -> Result<()> {
     gpu.bind()?;
     if let Some((cpu, set)) = affinity {
-        // Pid 0: the calling thread.
-        sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| Error::Io {
-            context: format!("pinning the proxy thread to CPU {cpu}"),
-            source: std::io::Error::from(e),
-        })?;
+        pin_current_thread(cpu, &set)?;
     }
     // 1 us of slack instead of the default 50 us (Linux): a sleep of a few microseconds stays
     // short. Only this thread is affected; a failure only lengthens the sleeps.
     // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches no memory of ours.
     let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
     Ok(())
+}
+
+/// The CPU set holding only `cpu`.
+fn cpu_set(cpu: usize) -> Result<CpuSet> {
+    let mut set = CpuSet::new();
+    set.set(cpu).map_err(|_| {
+        Error::InvalidArgument(format!("proxy CPU {cpu}: at most {} CPUs are supported", CpuSet::count()))
+    })?;
+    Ok(set)
+}
+
+/// Restricts the calling thread to the CPUs of `set` (which holds `cpu`).
+fn pin_current_thread(cpu: usize, set: &CpuSet) -> Result<()> {
+    // Pid 0: the calling thread.
+    sched_setaffinity(Pid::from_raw(0), set).map_err(|e| Error::Io {
+        context: format!("pinning the proxy thread to CPU {cpu}"),
+        source: std::io::Error::from(e),
+    })
 }
 
 /// A running proxy. Drop stops it and joins its thread, then frees the FIFO: drop it only once
@@ -1113,6 +1126,31 @@ mod tests {
         assert!(e.contains("still had work in flight"), "{e}");
         // Its copy never completed: the signal must not be written.
         assert_eq!(counter, 0);
+    }
+
+    #[test]
+    fn pinning_applies_to_the_calling_thread_and_bad_cpus_are_refused() {
+        use nix::sched::{CpuSet, sched_getaffinity};
+        use nix::unistd::Pid;
+        assert!(super::cpu_set(CpuSet::count()).unwrap_err().to_string().contains("proxy CPU"));
+        // Pin a fresh thread to the first CPU this process may use.
+        let allowed = sched_getaffinity(Pid::from_raw(0)).unwrap();
+        let cpu = (0..CpuSet::count()).find(|&c| allowed.is_set(c).unwrap_or(false)).unwrap();
+        let got = std::thread::spawn(move || {
+            super::pin_current_thread(cpu, &super::cpu_set(cpu).unwrap()).unwrap();
+            sched_getaffinity(Pid::from_raw(0)).unwrap()
+        })
+        .join()
+        .unwrap();
+        let on: Vec<usize> = (0..CpuSet::count()).filter(|&c| got.is_set(c).unwrap_or(false)).collect();
+        assert_eq!(on, vec![cpu]);
+        // A CPU outside the allowed set is an error, not a panic.
+        if let Some(bad) = (0..CpuSet::count()).find(|&c| !allowed.is_set(c).unwrap_or(true)) {
+            let r = std::thread::spawn(move || super::pin_current_thread(bad, &super::cpu_set(bad).unwrap()))
+                .join()
+                .unwrap();
+            assert!(r.is_err());
+        }
     }
 
     #[test]
