@@ -260,6 +260,29 @@ impl Backoff {
     }
 }
 
+/// The settings of a proxy thread that a caller may choose when the proxy is built for them (for
+/// example by [`crate::comm::Communicator::port_channels_with`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProxyOptions {
+    /// How the thread waits while the FIFO is empty.
+    pub idle: IdlePolicy,
+    /// The CPU to pin the thread to ([`ProxyBuilder::pin_to_cpu`]), if any.
+    pub cpu: Option<usize>,
+    /// The drain timeout ([`ProxyBuilder::drain_timeout`]); `None`: [`DEFAULT_DRAIN_TIMEOUT`].
+    pub drain_timeout: Option<Duration>,
+}
+
+impl ProxyOptions {
+    /// Applies the options to a builder.
+    pub fn apply(self, b: ProxyBuilder) -> ProxyBuilder {
+        let b = b.idle_policy(self.idle).drain_timeout(self.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT));
+        match self.cpu {
+            Some(cpu) => b.pin_to_cpu(cpu),
+            None => b,
+        }
+    }
+}
+
 /// Collects what a proxy serves, then starts it.
 pub struct ProxyBuilder {
     gpu: Arc<Gpu>,
