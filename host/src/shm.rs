@@ -21,6 +21,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use cudarc::driver::sys::{self, CUdeviceptr};
 use nix::errno::Errno;
@@ -69,8 +70,14 @@ fn process_alive(pid: i32) -> bool {
     !matches!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH))
 }
 
+/// How old a file of a process that seems dead must be before it is removed. A process in another
+/// pid namespace sharing this `/dev/shm` looks dead from here; its file lives only for the few
+/// seconds between creation and unlink, so an old file is a stale one.
+pub const STALE_AGE: Duration = Duration::from_secs(300);
+
 /// Removes the files of `dir` named like this crate's shared-memory files whose creating process
-/// no longer exists and which belong to this user. Returns how many were removed.
+/// no longer exists, which belong to this user and were last modified at least [`STALE_AGE`] ago.
+/// Returns how many were removed.
 fn remove_stale_in(dir: &Path) -> Result<usize> {
     let entries = std::fs::read_dir(dir).map_err(io_err(format!("listing {}", dir.display())))?;
     let me = euid();
@@ -86,6 +93,10 @@ fn remove_stale_in(dir: &Path) -> Result<usize> {
         if !meta.file_type().is_file() || meta.uid() != me {
             continue;
         }
+        let age = meta.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok());
+        if age.is_none_or(|a| a < STALE_AGE) {
+            continue;
+        }
         if std::fs::remove_file(entry.path()).is_ok() {
             removed += 1;
         }
@@ -94,8 +105,8 @@ fn remove_stale_in(dir: &Path) -> Result<usize> {
 }
 
 /// Removes the shared-memory files left in `/dev/shm` by processes of this user that died before
-/// unlinking them (names `mscclpp-rs-{pid}-{rank}-{random}` whose `pid` no longer exists).
-/// Returns how many were removed. A process id reused by a live process keeps its file: stale
+/// unlinking them (names `mscclpp-rs-{pid}-{rank}-{random}` whose `pid` no longer exists, left
+/// unmodified for [`STALE_AGE`]). Returns how many were removed. A process id reused by a live process keeps its file: stale
 /// files are never mistaken for live ones, at worst a stale one stays until a later run.
 pub fn remove_stale_files() -> Result<usize> {
     remove_stale_in(Path::new(DIR))
@@ -396,7 +407,17 @@ mod tests {
         let _guard = Cleanup(PathBuf::from(DIR).join(&dead_name));
         // Forget the value without unlinking, as a crash would.
         std::mem::forget(stale);
+        // A file of a dead pid that is still young may belong to another pid namespace: kept.
+        let young_name = name(dead);
+        let _young = SharedHostMemory::create(&young_name, 8).unwrap();
+        let old = SystemTime::now() - STALE_AGE - Duration::from_secs(60);
+        let age = |n: &str| {
+            let f = OpenOptions::new().write(true).open(PathBuf::from(DIR).join(n)).unwrap();
+            f.set_modified(old).unwrap();
+        };
+        age(&dead_name);
         let _kept = SharedHostMemory::create(&live_name, 8).unwrap();
+        age(&live_name);
         // A file that only looks similar is never touched.
         let other = Cleanup(PathBuf::from(DIR).join(format!("{NAME_PREFIX}test-{dead}-x")));
         std::fs::write(&other.0, b"x").unwrap();
@@ -407,6 +428,7 @@ mod tests {
             assert!(!PathBuf::from(DIR).join(&dead_name).exists(), "stale file of pid {dead} kept");
         }
         assert!(PathBuf::from(DIR).join(&live_name).exists(), "a live process's file was removed");
+        assert!(PathBuf::from(DIR).join(&young_name).exists(), "a young file was removed");
         assert!(other.0.exists());
     }
 
