@@ -66,6 +66,19 @@ pub fn all_checks() -> impl Iterator<Item = &'static Check> {
     sm90_checks().chain(sm100a_checks())
 }
 
+/// Kernels of `ptx-tests` (in its `checks` module) that use a CTA barrier in divergent code, with
+/// the number of barriers in their source. Their PTX and their SASS must hold exactly that many
+/// barrier instructions: a compiler that copies a barrier into both arms of a branch (legal for
+/// an ordinary call, undefined for `bar.sync`, which is `barrier.sync.aligned`) shows up as one
+/// more.
+pub const BARRIER_COUNTS: &[(&str, usize)] = &[
+    // `if leader { init } bar_sync(); if leader { use }`: threading the second test through the
+    // first is what copies the barrier.
+    ("divergent_bar_sync", 1),
+    // The same pattern around `DeviceSyncer::sync` (two barriers inside).
+    ("divergent_device_syncer", 2),
+];
+
 /// The general wrappers' expectations (sm_90 module).
 pub const CHECKS: &[Check] = &[
     // ld_st
@@ -194,7 +207,7 @@ pub const CHECKS: &[Check] = &[
     // misc
     c("trap", &["trap;"], &["BPT.TRAP"]),
     c("nanosleep", &["nanosleep.u32"], &["NANOSLEEP"]),
-    c("bar_sync", &["bar.sync 0;"], &["BAR.SYNC"]),
+    c("bar_sync", &["bar.sync"], &["BAR.SYNC"]), // the convergent intrinsic: `bar.sync\t0;`
     c("barrier_sync", &["barrier.sync 0;"], &["BAR.SYNC"]),
     c("griddepcontrol_wait", &["griddepcontrol.wait;"], &["ACQBULK"]),
     c("griddepcontrol_launch_dependents", &["griddepcontrol.launch_dependents;"], &["PREEXIT"]),

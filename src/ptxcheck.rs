@@ -106,6 +106,42 @@ pub fn opcodes(text: &str) -> Vec<&str> {
         .collect()
 }
 
+/// The CTA barrier instructions (`bar.sync`, `barrier.sync`, with or without `.aligned`, and the
+/// `barrier.cta` spellings) of a PTX body.
+pub fn ptx_barriers(body: &str) -> usize {
+    instructions(body)
+        .iter()
+        .filter(|l| {
+            // Drop a guard predicate (`@%p1 bar.sync 0;`).
+            let l = match l.strip_prefix('@') {
+                Some(guarded) => guarded.split_once(char::is_whitespace).map_or("", |(_, rest)| rest.trim_start()),
+                None => l,
+            };
+            ["bar.sync", "barrier.sync", "bar.cta.sync", "barrier.cta.sync"]
+                .iter()
+                .any(|b| l.strip_prefix(b).is_some_and(|r| r.starts_with(['.', ' ', '\t'])))
+        })
+        .count()
+}
+
+/// The CTA barrier instructions of a SASS function's instruction text: `BAR.SYNC*` with an
+/// immediate barrier id (`BAR.SYNC.DEFER_BLOCKING 0x0`). A non-aligned `barrier.sync` that a warp
+/// may reach diverged also gets a slow path from ptxas (`BRA.DIV` to a `WARPSYNC` and a
+/// `BAR.SYNC` with register operands); that copy is the assembler's, one per barrier, and is not
+/// counted.
+pub fn sass_barriers(text: &str) -> usize {
+    text.lines()
+        .filter(|l| {
+            let mut w = l.split_whitespace();
+            let mut op = w.next().unwrap_or("");
+            if op.starts_with('@') {
+                op = w.next().unwrap_or("");
+            }
+            op.starts_with("BAR.SYNC") && w.next().is_some_and(|id| id.starts_with("0x"))
+        })
+        .count()
+}
+
 /// How long a check kernel's body may be (instructions): wrappers must inline to a few lines.
 pub const MAX_CHECK_BODY: usize = 60;
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use mscclpp_rs::checks::{all_checks, sm90_checks, sm100a_checks};
+use mscclpp_rs::checks::{BARRIER_COUNTS, all_checks, sm90_checks, sm100a_checks};
 use mscclpp_rs::ptxcheck;
 
 #[test]
@@ -42,6 +42,7 @@ fn module_assembles_and_sass_holds_the_opcodes() {
         let funcs = ptxcheck::sass_functions(&asm.sass);
         let problems: Vec<String> = sm90_checks().flat_map(|c| ptxcheck::check_sass(c, &funcs)).collect();
         assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+        barriers_in_divergent_code_are_not_duplicated_in_sass(&funcs);
     }
 }
 
@@ -98,4 +99,35 @@ fn proxy_atomic_add_kernel_assembles() {
     let funcs = ptxcheck::sass_functions(&asm.sass);
     let f = funcs.get("mscclpp_proxy_atomic_add").expect("kernel in SASS");
     assert!(f.contains("REDG.E.ADD.64.STRONG.SYS"), "{f}");
+}
+
+#[test]
+fn barriers_in_divergent_code_are_not_duplicated_in_ptx() {
+    let entries = ptxcheck::entries(mscclpp_rs::PTX);
+    for &(kernel, want) in BARRIER_COUNTS {
+        let body = entries.get(kernel).unwrap_or_else(|| panic!("{kernel}: no such .entry in the PTX"));
+        let got = ptxcheck::ptx_barriers(body);
+        assert_eq!(got, want, "{kernel}: {got} barrier instructions for {want} in the source:\n{body}");
+    }
+}
+
+/// The SASS half of the divergent-barrier check, run on the module that
+/// `module_assembles_and_sass_holds_the_opcodes` assembles (the assembler's files are per module
+/// path: a second test assembling the same file at the same time would race with it).
+fn barriers_in_divergent_code_are_not_duplicated_in_sass(funcs: &std::collections::BTreeMap<String, String>) {
+    for &(kernel, want) in BARRIER_COUNTS {
+        let text = funcs.get(kernel).unwrap_or_else(|| panic!("{kernel}: no such function in the SASS"));
+        let got = ptxcheck::sass_barriers(text);
+        assert_eq!(got, want, "{kernel}: {got} BAR.SYNC for {want} barriers in the source:\n{text}");
+    }
+}
+
+#[test]
+fn barrier_counting_sees_every_spelling() {
+    let body = "\tbar.sync \t0;\n\tbarrier.sync 0;\n\t@%p1 bar.sync 1;\n\tbarrier.sync.aligned 0;\n\
+                \tbar.red.popc.u32 %r1, 0, %p1;\n\tbar.arrive 1, 64;\n// bar.sync 0;\n";
+    assert_eq!(ptxcheck::ptx_barriers(body), 4);
+    let sass =
+        "BAR.SYNC.DEFER_BLOCKING 0x0\n@P0 BAR.SYNC 0x1\nBAR.ARV 0x1, 0x40\nBAR.SYNC.DEFER_BLOCKING R13, R13\nEXIT\n";
+    assert_eq!(ptxcheck::sass_barriers(sass), 2);
 }

@@ -218,6 +218,26 @@ fn port_put_with_signal_gpu0_to_gpu1() {
 }
 
 #[test]
+fn proxy_error_delivers_the_host_signals_of_earlier_puts() {
+    let Some(gpus) = gpus_or_skip("proxy_error_delivers_the_host_signals_of_earlier_puts", 2) else { return };
+    let (count, chunk) = (8usize, 1 << 20);
+    let data = testing::random_bytes(count * chunk);
+    let s = port_setup_with(&gpus, &data, count * chunk, true);
+    // count valid put + signal, then one past the end of both memories: the proxy stops at it,
+    // after waiting for the valid copies and writing their signals.
+    s.push_puts(count + 1, chunk);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.proxy.is_running() {
+        assert!(Instant::now() < deadline, "proxy did not stop on a bad request");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let e = s.proxy.check().unwrap_err().to_string();
+    assert!(e.contains("outside memory") && e.contains(&format!("position {count}")), "{e}");
+    assert_eq!(s.counts().0, count as u64, "signals of the valid puts");
+    assert_same("data of the valid puts", &s.dst.to_vec::<u8>().unwrap(), &data);
+}
+
+#[test]
 fn proxy_stop_delivers_pending_host_signals() {
     let Some(gpus) = gpus_or_skip("proxy_stop_delivers_pending_host_signals", 2) else { return };
     let (count, chunk) = (32usize, 64 << 10);

@@ -5,12 +5,12 @@
 //!
 //! ```text
 //!  DeviceSyncer::sync(n, budget), every thread of each of the n blocks:
-//!    bar.sync                                  block's writes before the barrier done (CTA)
+//!    barrier.sync                              block's writes before the barrier done (CTA)
 //!    leader: g = generation                    (the round this block is in)
 //!            old = atom.acq_rel.gpu.inc count  (wraps to 0 at n - 1: ready for the next round)
 //!            old == n - 1 ?  st.release.gpu generation = g + 1        (last to arrive)
 //!                         :  spin until generation != g; fence.acq_rel.gpu
-//!    bar.sync                                  every thread of the block may now read
+//!    barrier.sync                              every thread of the block may now read
 //! ```
 //!
 //! The increments form a chain (each acquires the previous one), so the last arriver has seen
@@ -72,7 +72,7 @@ mod device {
     use crate::atomic::{self, Acquire, Gpu, Relaxed, Release};
     use crate::poll::{SpinBudget, spin_until};
     use crate::ptr::GlobalPtr;
-    use crate::ptx::{atom_red, misc::bar_sync, sreg};
+    use crate::ptx::{atom_red, misc::barrier_sync, sreg};
 
     impl GlobalPtr<DeviceSyncer> {
         /// Waits until all `num_blocks` blocks of the grid have called `sync` (the same number of
@@ -85,8 +85,10 @@ mod device {
         /// before its first use; all `num_blocks` blocks are co-resident (cooperative launch).
         #[inline(always)]
         pub unsafe fn sync(self, num_blocks: u32, budget: SpinBudget) {
-            // The block's threads finish their writes before the leader arrives for them.
-            bar_sync();
+            // The block's threads finish their writes before the leader arrives for them. The
+            // caller's code before may be divergent (a leader-only write): the non-aligned
+            // barrier is correct however the warps arrive.
+            barrier_sync();
             if num_blocks > 1 && sreg::tid_x() == 0 {
                 let count = self.cast::<u32>().as_ptr();
                 let generation = self.cast::<u32>().add(1).as_ptr();
@@ -95,7 +97,7 @@ mod device {
                 // load (it has release order).
                 unsafe {
                     let g = atomic::load::<Relaxed, Gpu, u32>(generation);
-                    // Release: this block's writes (gathered by bar.sync) before the arrival.
+                    // Release: this block's writes (gathered by the barrier) before the arrival.
                     // Acquire: the arrivals before this one. Partner: the other blocks' increments.
                     let old = atom_red::atom_acq_rel_gpu_inc_u32(count, num_blocks - 1);
                     if old == num_blocks - 1 {
@@ -111,8 +113,9 @@ mod device {
                     }
                 }
             }
-            // The leader's acquire covers the block's other threads from here on.
-            bar_sync();
+            // The leader's acquire covers the block's other threads from here on. Lanes of the
+            // leader's warp arrive here while the leader still spins: non-aligned barrier.
+            barrier_sync();
         }
     }
 
@@ -120,7 +123,7 @@ mod device {
         /// Takes one permit, waiting (in ticket order) until one is free; acquire order: the
         /// writes of the thread that released the permit are visible afterwards. Traps with a
         /// message if no permit comes within `budget`. Called by one thread (guard a block's
-        /// work with `bar.sync` on both sides).
+        /// work with a CTA barrier on both sides).
         ///
         /// # Safety
         /// `self` points to a `DeviceSemaphore` in global memory initialised with

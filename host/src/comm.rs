@@ -41,7 +41,7 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::ipc::{ExportedMemory, ImportedMemory};
 use crate::memory::DeviceBuffer;
-use crate::proxy::{HostCounter, MemoryRegion, ProxyBuilder, ProxyService};
+use crate::proxy::{HostCounter, MemoryRegion, ProxyBuilder, ProxyOptions, ProxyService};
 use crate::shm::SharedHostMemory;
 
 /// Bytes of one semaphore slot: inbound, expected, outbound, padding.
@@ -474,13 +474,24 @@ impl Communicator {
     /// call for a signal on its own. Otherwise they are in the receiver's GPU memory, written by
     /// the proxy's stream.
     pub fn port_channels(&self, src: &DeviceBuffer, dst: &DeviceBuffer) -> Result<PortChannels> {
+        self.port_channels_with(src, dst, ProxyOptions::default())
+    }
+
+    /// [`Self::port_channels`] with a proxy thread configured by `options` (its idle policy, the
+    /// CPU it is pinned to, its drain timeout).
+    pub fn port_channels_with(
+        &self,
+        src: &DeviceBuffer,
+        dst: &DeviceBuffer,
+        options: ProxyOptions,
+    ) -> Result<PortChannels> {
         let n = self.world_size();
         let me = self.rank();
         let storage = DeviceBuffer::exportable_filled(&self.gpu, n * SLOT, 0)?;
         let sems = self.exchange(&storage)?;
         let dsts = self.exchange(dst)?;
         let host = if self.boot.info().local_size == n { Some(self.host_counters()?) } else { None };
-        let mut b = ProxyBuilder::new(&self.gpu);
+        let mut b = options.apply(ProxyBuilder::new(&self.gpu));
         let src_id = b.add_memory(MemoryRegion { base: src.addr(), bytes: src.len() as u64 })?;
         let mut ids = Vec::with_capacity(n);
         for p in 0..n {
@@ -532,7 +543,10 @@ impl Communicator {
     fn host_counters(&self) -> Result<HostCounters> {
         let n = self.world_size();
         let me = self.rank();
-        let name = format!("mscclpp-rs-{}-{}-{:016x}", std::process::id(), me, rand::random::<u64>());
+        // Files left by ranks of earlier runs that died before unlinking theirs. Best effort: a
+        // failure here leaves them, and does not stop this run.
+        let _ = crate::shm::remove_stale_files();
+        let name = format!("{}{}-{}-{:016x}", crate::shm::NAME_PREFIX, std::process::id(), me, rand::random::<u64>());
         let mut own = SharedHostMemory::create(&name, n * 8)?;
         own.register(&self.gpu)?;
         let own_device =

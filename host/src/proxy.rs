@@ -18,17 +18,29 @@
 //! after each request; for a Sync, only after the stream has drained.
 //!
 //! A failed request (bad memory id, range outside a memory, driver error) stops the proxy and is
-//! kept: [`ProxyService::check`] and [`ProxyService::stop`] return it. Kernels waiting on the proxy
-//! then run out of their spin budget and trap; nothing hangs. Dropping the service stops and joins
-//! the thread.
+//! kept: [`ProxyService::check`] and [`ProxyService::stop`] return it (a dropped service writes it
+//! to stderr). Kernels waiting on the proxy then run out of their spin budget and trap; nothing
+//! hangs. Whether it stops on an error or because it was told to, the thread first waits for its
+//! stream (no copy stays in flight into memory that is about to be unmapped) and writes every
+//! host signal still waiting for its copies; a kernel that keeps pushing, or a stream that does
+//! not complete, within the drain timeout makes the stop return an error instead of blocking.
+//! Dropping the service stops and joins the thread.
+//!
+//! While the FIFO is empty the thread spins for a short while, then sleeps in growing steps up to
+//! a cap ([`IdlePolicy`]), so an idle proxy does not hold a core; [`ProxyBuilder::pin_to_cpu`]
+//! keeps it on one CPU.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
-use mscclpp_device::fifo::{FifoDeviceHandle, MAX_MEMORY_ID, MAX_SEMAPHORE_ID, Request, kind};
+use mscclpp_device::fifo::{FifoDeviceHandle, MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
+use nix::libc;
+use nix::sched::{CpuSet, sched_setaffinity};
+use nix::unistd::Pid;
 
 use crate::error::{DriverContext, Error, Result, check};
 use crate::fifo::{DEFAULT_FIFO_SIZE, Fifo};
@@ -149,23 +161,179 @@ enum Target {
     Host(HostCounter),
 }
 
+/// How the proxy thread waits when the FIFO is empty: it spins for [`IdlePolicy::spin`] after the
+/// last trigger (a burst of port-channel operations is served at spin latency), then sleeps in
+/// steps that double from [`IdlePolicy::min_sleep`] up to [`IdlePolicy::max_sleep`]. An idle proxy
+/// thus costs a few wake-ups per millisecond instead of a core, and a trigger pushed while it
+/// sleeps waits at most about `max_sleep` (plus the scheduler's wake-up time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdlePolicy {
+    /// How long to spin after the last trigger before the first sleep.
+    pub spin: Duration,
+    /// The first sleep.
+    pub min_sleep: Duration,
+    /// The longest sleep (bounds the wake-up latency of an idle proxy).
+    pub max_sleep: Duration,
+}
+
+impl Default for IdlePolicy {
+    fn default() -> Self {
+        Self {
+            spin: Duration::from_micros(100),
+            min_sleep: Duration::from_micros(1),
+            max_sleep: Duration::from_micros(50),
+        }
+    }
+}
+
+impl IdlePolicy {
+    /// A policy that never sleeps (spins, yielding the core now and then): the lowest latency,
+    /// one core per proxy for as long as it runs.
+    pub fn always_spin() -> Self {
+        Self { spin: Duration::MAX, min_sleep: Duration::ZERO, max_sleep: Duration::ZERO }
+    }
+
+    /// What to do after `idle_for` without a trigger, when `sleeps` sleeps were taken since the
+    /// last one.
+    pub fn action(&self, idle_for: Duration, sleeps: u32) -> IdleAction {
+        if idle_for < self.spin {
+            return IdleAction::Spin;
+        }
+        // min_sleep * 2^sleeps, capped (saturating: a long idle time stays at the cap).
+        let factor = 1u32.checked_shl(sleeps.min(31)).unwrap_or(u32::MAX);
+        let step = self.min_sleep.saturating_mul(factor).min(self.max_sleep);
+        if step.is_zero() { IdleAction::Yield } else { IdleAction::Sleep(step) }
+    }
+}
+
+/// One step of the idle loop ([`IdlePolicy::action`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleAction {
+    /// Poll again at once.
+    Spin,
+    /// Give the core to another thread, then poll.
+    Yield,
+    /// Sleep this long, then poll.
+    Sleep(Duration),
+}
+
+/// The idle state of the proxy loop: when the last trigger came and how many sleeps followed.
+#[derive(Debug)]
+struct Backoff {
+    policy: IdlePolicy,
+    since: Option<Instant>,
+    sleeps: u32,
+    spins: u32,
+}
+
+impl Backoff {
+    fn new(policy: IdlePolicy) -> Self {
+        Self { policy, since: None, sleeps: 0, spins: 0 }
+    }
+
+    /// Work arrived: the next idle period starts with spinning again.
+    fn reset(&mut self) {
+        self.since = None;
+        self.sleeps = 0;
+    }
+
+    /// Waits one idle step.
+    fn wait(&mut self) {
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        match self.policy.action(now.saturating_duration_since(since), self.sleeps) {
+            IdleAction::Spin => {
+                // A yield now and then, so an oversubscribed machine still makes progress.
+                self.spins = self.spins.wrapping_add(1);
+                if self.spins.is_multiple_of(4096) {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            IdleAction::Yield => std::thread::yield_now(),
+            IdleAction::Sleep(d) => {
+                self.sleeps = self.sleeps.saturating_add(1);
+                std::thread::sleep(d);
+            }
+        }
+    }
+}
+
+/// The settings of a proxy thread that a caller may choose when the proxy is built for them (for
+/// example by [`crate::comm::Communicator::port_channels_with`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProxyOptions {
+    /// How the thread waits while the FIFO is empty.
+    pub idle: IdlePolicy,
+    /// The CPU to pin the thread to ([`ProxyBuilder::pin_to_cpu`]), if any.
+    pub cpu: Option<usize>,
+    /// The drain timeout ([`ProxyBuilder::drain_timeout`]); `None`: [`DEFAULT_DRAIN_TIMEOUT`].
+    pub drain_timeout: Option<Duration>,
+}
+
+impl ProxyOptions {
+    /// Applies the options to a builder.
+    pub fn apply(self, b: ProxyBuilder) -> ProxyBuilder {
+        let b = b.idle_policy(self.idle).drain_timeout(self.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT));
+        match self.cpu {
+            Some(cpu) => b.pin_to_cpu(cpu),
+            None => b,
+        }
+    }
+}
+
 /// Collects what a proxy serves, then starts it.
 pub struct ProxyBuilder {
     gpu: Arc<Gpu>,
     fifo_size: u32,
     memories: Vec<MemoryRegion>,
     semaphores: Vec<Target>,
+    idle: IdlePolicy,
+    cpu: Option<usize>,
+    drain_timeout: Duration,
 }
+
+/// How long stopping waits by default for the kernels' last triggers and the stream.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl ProxyBuilder {
     /// A proxy for kernels running on `gpu`.
     pub fn new(gpu: &Arc<Gpu>) -> Self {
-        Self { gpu: gpu.clone(), fifo_size: DEFAULT_FIFO_SIZE, memories: Vec::new(), semaphores: Vec::new() }
+        Self {
+            gpu: gpu.clone(),
+            fifo_size: DEFAULT_FIFO_SIZE,
+            memories: Vec::new(),
+            semaphores: Vec::new(),
+            idle: IdlePolicy::default(),
+            cpu: None,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+        }
     }
 
     /// The FIFO size (a power of two; default 512).
     pub fn fifo_size(mut self, size: u32) -> Self {
         self.fifo_size = size;
+        self
+    }
+
+    /// How the thread waits while the FIFO is empty (default: [`IdlePolicy::default`]).
+    pub fn idle_policy(mut self, policy: IdlePolicy) -> Self {
+        self.idle = policy;
+        self
+    }
+
+    /// Runs the proxy thread on CPU `cpu` only (`sched_setaffinity`); [`Self::start`] fails if
+    /// the CPU does not exist or is not allowed to this process.
+    pub fn pin_to_cpu(mut self, cpu: usize) -> Self {
+        self.cpu = Some(cpu);
+        self
+    }
+
+    /// The longest a stop waits for triggers still arriving and for the stream's work to complete
+    /// (default [`DEFAULT_DRAIN_TIMEOUT`]); past it the stop returns an error instead of blocking.
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = timeout;
         self
     }
 
@@ -207,6 +375,7 @@ impl ProxyBuilder {
 
     /// Creates the FIFO and starts the proxy thread.
     pub fn start(self) -> Result<ProxyService> {
+        let affinity = self.cpu.map(|cpu| cpu_set(cpu).map(|set| (cpu, set))).transpose()?;
         let fifo = Fifo::new(&self.gpu, self.fifo_size)?;
         let handle = fifo.device_handle();
         let stream = self.gpu.new_stream()?;
@@ -214,29 +383,69 @@ impl ProxyBuilder {
         let atomic_add = self.gpu.function(ATOMIC_ADD_PTX, "mscclpp_proxy_atomic_add")?;
         let stop = Arc::new(AtomicBool::new(false));
         let error = Arc::new(Mutex::new(None));
-        let worker = Worker {
-            gpu: self.gpu.clone(),
-            fifo,
-            stream,
-            atomic_add,
-            memories: self.memories,
-            semaphores: self.semaphores.into_iter().map(|t| (t, 0)).collect(),
-            marks: PinnedBuffer::zeroed(&self.gpu, 8)?,
-            marks_issued: 0,
-            unmarked_work: false,
-            pending: VecDeque::new(),
-        };
+        let engine =
+            CudaEngine { gpu: self.gpu.clone(), stream, atomic_add, marks: PinnedBuffer::zeroed(&self.gpu, 8)? };
+        let core = Core::new(engine, self.memories, self.semaphores, self.drain_timeout);
+        let worker = Worker { fifo, core };
         let (s, e) = (stop.clone(), error.clone());
+        let (idle, gpu) = (self.idle, self.gpu.clone());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
         let thread = std::thread::Builder::new()
             .name(format!("mscclpp-proxy-gpu{}", self.gpu.ordinal()))
-            .spawn(move || worker.run(&s, &e))
+            .spawn(move || {
+                let ready = setup_thread(&gpu, affinity);
+                let ok = ready.is_ok();
+                let _ = ready_tx.send(ready);
+                worker.run(ok, idle, &s, &e)
+            })
             .map_err(|source| Error::Io { context: "starting the proxy thread".into(), source })?;
-        Ok(ProxyService { fifo: handle, stop, error, thread: Some(thread), parked: None })
+        let mut service = ProxyService { fifo: handle, stop, error, thread: Some(thread), parked: None };
+        let ready = ready_rx.recv().unwrap_or_else(|_| Err(Error::Proxy("proxy thread ended at start".into())));
+        if let Err(e) = ready {
+            service.shutdown();
+            // The thread stored nothing else: this error is the whole story.
+            let _ = service.error.lock().unwrap_or_else(|p| p.into_inner()).take();
+            return Err(e);
+        }
+        Ok(service)
     }
 }
 
+/// Binds the proxy thread to its GPU, pins it to its CPU if asked, and shortens its timer slack so
+/// that its idle sleeps last what they ask for.
+fn setup_thread(gpu: &Gpu, affinity: Option<(usize, CpuSet)>) -> Result<()> {
+    gpu.bind()?;
+    if let Some((cpu, set)) = affinity {
+        pin_current_thread(cpu, &set)?;
+    }
+    // 1 us of slack instead of the default 50 us (Linux): a sleep of a few microseconds stays
+    // short. Only this thread is affected; a failure only lengthens the sleeps.
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches no memory of ours.
+    let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
+    Ok(())
+}
+
+/// The CPU set holding only `cpu`.
+fn cpu_set(cpu: usize) -> Result<CpuSet> {
+    let mut set = CpuSet::new();
+    set.set(cpu).map_err(|_| {
+        Error::InvalidArgument(format!("proxy CPU {cpu}: at most {} CPUs are supported", CpuSet::count()))
+    })?;
+    Ok(set)
+}
+
+/// Restricts the calling thread to the CPUs of `set` (which holds `cpu`).
+fn pin_current_thread(cpu: usize, set: &CpuSet) -> Result<()> {
+    // Pid 0: the calling thread.
+    sched_setaffinity(Pid::from_raw(0), set).map_err(|e| Error::Io {
+        context: format!("pinning the proxy thread to CPU {cpu}"),
+        source: std::io::Error::from(e),
+    })
+}
+
 /// A running proxy. Drop stops it and joins its thread, then frees the FIFO: drop it only once
-/// no kernel uses its channels any more.
+/// no kernel uses its channels any more. An error nobody collected with [`ProxyService::check`]
+/// or [`ProxyService::stop`] is written to stderr when the service is dropped.
 pub struct ProxyService {
     fifo: FifoDeviceHandle,
     stop: Arc<AtomicBool>,
@@ -271,14 +480,19 @@ impl ProxyService {
         self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 
-    /// Stops the thread, joins it, and returns the error it hit, if any.
+    /// Stops the thread, joins it, and returns the error it hit, if any. The thread first serves
+    /// the triggers already pushed, then waits for the stream (so no copy is in flight once this
+    /// returns) and delivers every pending host signal; a kernel still pushing, or a stream not
+    /// done, after the drain timeout ([`ProxyBuilder::drain_timeout`]) makes this return an error
+    /// instead of blocking.
     pub fn stop(mut self) -> Result<()> {
         self.shutdown();
         self.check()
     }
 
-    /// Stops and joins the thread but keeps the FIFO's memory until the service is dropped:
-    /// kernels pushing afterwards are not served and their waits run out of budget.
+    /// Stops and joins the thread (as [`Self::stop`]) but keeps the FIFO's memory until the
+    /// service is dropped: kernels pushing afterwards are not served and their waits run out of
+    /// budget. An error stays for [`Self::check`].
     pub fn stop_serving(&mut self) {
         self.shutdown();
     }
@@ -300,109 +514,237 @@ impl ProxyService {
 impl Drop for ProxyService {
     fn drop(&mut self) {
         self.shutdown();
+        let e = self.error.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(e) = e {
+            let _ = report_dropped(&mut std::io::stderr(), &e);
+        }
     }
 }
 
-struct Worker {
-    gpu: Arc<Gpu>,
-    fifo: Fifo,
-    stream: Arc<cudarc::driver::CudaStream>,
-    atomic_add: cudarc::driver::CudaFunction,
-    memories: Vec<MemoryRegion>,
-    /// (where the counter is, signals sent so far).
-    semaphores: Vec<(Target, u64)>,
-    /// Completion marks: the stream writes mark n here once the work before it has completed.
-    marks: PinnedBuffer,
-    /// Marks submitted so far.
+/// Writes the error a dropped [`ProxyService`] still held (nobody else will see it).
+fn report_dropped(out: &mut impl std::io::Write, e: &Error) -> std::io::Result<()> {
+    writeln!(out, "mscclpp-rs: proxy dropped with an unreported error: {e}")
+}
+
+/// What the proxy needs from the GPU: enqueueing work on its stream, completion marks, and waiting
+/// for the stream. [`CudaEngine`] drives a CUDA stream; the tests use a fake.
+trait Engine {
+    /// Enqueues a copy of `bytes` bytes from `src` to `dst` (device addresses).
+    fn copy(&mut self, dst: u64, src: u64, bytes: usize) -> Result<()>;
+    /// Enqueues a write of `value` to the u64 at device address `addr`, after the work before it
+    /// (with a memory barrier, so its reader sees that work first).
+    fn write_device(&mut self, addr: u64, value: u64) -> Result<()>;
+    /// Enqueues adding `value` to the u64 at device address `addr`.
+    fn atomic_add(&mut self, addr: u64, value: u64) -> Result<()>;
+    /// Enqueues completion mark `mark` (the marks word takes that value once the work before it
+    /// has completed).
+    fn place_mark(&mut self, mark: u64) -> Result<()>;
+    /// The last completion mark the stream has passed.
+    fn marks_done(&self) -> u64;
+    /// Whether all enqueued work has completed (does not block).
+    fn is_idle(&mut self) -> Result<bool>;
+}
+
+/// Where triggers come from: the FIFO (a fake in the tests).
+trait Triggers {
+    /// The trigger at the consumer's position, if published.
+    fn peek(&self) -> Option<ProxyTrigger>;
+    /// Marks the current trigger handled.
+    fn complete(&mut self);
+    /// Triggers handled so far.
+    fn position(&self) -> u64;
+}
+
+impl Triggers for Fifo {
+    fn peek(&self) -> Option<ProxyTrigger> {
+        Fifo::peek(self)
+    }
+    fn complete(&mut self) {
+        Fifo::complete(self)
+    }
+    fn position(&self) -> u64 {
+        Fifo::position(self)
+    }
+}
+
+/// Host-counter signals waiting for the copies before them: the order-keeping part of the proxy,
+/// apart from the GPU.
+///
+/// Work enqueued since the last mark makes the next host signal place a new mark first; the
+/// signal is written at once if nothing is pending and the stream has passed every mark, else it
+/// waits (in request order) for its mark.
+#[derive(Debug, Default)]
+struct PendingSignals {
+    /// Marks placed so far.
     marks_issued: u64,
-    /// Whether work was submitted since the last mark.
+    /// Whether work was enqueued since the last mark.
     unmarked_work: bool,
-    /// Host-counter writes waiting for a mark: (mark, semaphore index, value), in request order.
+    /// (mark, semaphore index, value), in request order.
     pending: VecDeque<(u64, usize, u64)>,
 }
 
-// SAFETY: the worker's CUDA handles are used only by the proxy thread after the move.
-unsafe impl Send for Worker {}
-
-impl Worker {
-    /// Serves until told to stop or a request fails; returns itself so the FIFO memory outlives
-    /// the thread.
-    fn run(mut self, stop: &AtomicBool, error: &Mutex<Option<Error>>) -> Self {
-        if let Err(e) = self.gpu.bind() {
-            *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-            return self;
-        }
-        self.serve(stop, error);
-        self
+impl PendingSignals {
+    /// Work was enqueued on the stream.
+    fn work(&mut self) {
+        self.unmarked_work = true;
     }
 
-    fn serve(&mut self, stop: &AtomicBool, error: &Mutex<Option<Error>>) {
-        let mut idle: u32 = 0;
-        loop {
-            if !self.pending.is_empty() {
-                self.retire(self.marks_done());
-            }
-            match self.fifo.peek() {
-                Some(t) => {
-                    idle = 0;
-                    let pos = self.fifo.position();
-                    if let Err(e) = self.execute(t.decode()) {
-                        *error.lock().unwrap_or_else(|p| p.into_inner()) =
-                            Some(Error::Proxy(format!("GPU {} FIFO position {pos}: {e}", self.gpu.ordinal())));
-                        return;
-                    }
-                    self.fifo.complete();
-                }
-                None => {
-                    if stop.load(Ordering::Acquire) {
-                        // Signals still waiting for their copies are delivered, not dropped.
-                        if !self.pending.is_empty() {
-                            match self.stream.synchronize() {
-                                Ok(()) => self.retire(u64::MAX),
-                                Err(e) => {
-                                    *error.lock().unwrap_or_else(|p| p.into_inner()) =
-                                        Some(Error::Proxy(format!("draining the proxy stream at stop: {e}")))
-                                }
-                            }
-                        }
-                        return;
-                    }
-                    if !self.pending.is_empty() {
-                        // A signal is waiting for its copy: keep polling the marks.
-                        idle = 0;
-                        continue;
-                    }
-                    // Spin briefly (lowest latency), then yield the core.
-                    idle = idle.saturating_add(1);
-                    if idle < 4096 {
-                        std::hint::spin_loop();
-                    } else {
-                        std::thread::yield_now();
-                    }
-                }
-            }
+    /// The mark to place before a host signal, if work was enqueued since the last one. The mark
+    /// counts as placed: if placing it fails, the proxy stops and drains by waiting for the
+    /// whole stream instead.
+    fn mark_for_signal(&mut self) -> Option<u64> {
+        if !self.unmarked_work {
+            return None;
+        }
+        self.unmarked_work = false;
+        self.marks_issued += 1;
+        Some(self.marks_issued)
+    }
+
+    /// A host signal after [`Self::mark_for_signal`]: `Some` to write at once, `None` if it waits.
+    fn signal(&mut self, sem: usize, value: u64, marks_done: u64) -> Option<(usize, u64)> {
+        if self.pending.is_empty() && marks_done >= self.marks_issued {
+            Some((sem, value))
+        } else {
+            self.pending.push_back((self.marks_issued, sem, value));
+            None
         }
     }
 
-    /// The last completion mark the stream has passed.
-    fn marks_done(&self) -> u64 {
-        // SAFETY: 8 bytes of pinned memory owned by this worker, 8-aligned.
-        let w = unsafe { AtomicU64::from_ptr(self.marks.host_ptr().cast()) };
-        // Partner: the stream's write of the mark, after the copies (with a memory barrier).
-        w.load(Ordering::Acquire)
-    }
-
-    /// Writes the pending host counters whose mark is at most `done`, in order.
-    fn retire(&mut self, done: u64) {
+    /// Hands the waiting signals whose mark is at most `done` to `deliver`, in order.
+    fn retire(&mut self, done: u64, mut deliver: impl FnMut(usize, u64)) {
         while let Some(&(mark, sem, value)) = self.pending.front() {
             if mark > done {
                 break;
             }
-            if let Target::Host(c) = &self.semaphores[sem].0 {
-                c.store(value);
-            }
+            deliver(sem, value);
             self.pending.pop_front();
         }
+    }
+
+    /// The stream has completed everything: every waiting signal goes out.
+    fn retire_all(&mut self, deliver: impl FnMut(usize, u64)) {
+        self.retire(u64::MAX, deliver);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+/// The proxy's logic over an [`Engine`]: executes requests, keeps host signals in order, and
+/// drains at the end.
+struct Core<E> {
+    engine: E,
+    memories: Vec<MemoryRegion>,
+    /// (where the counter is, signals sent so far).
+    semaphores: Vec<(Target, u64)>,
+    signals: PendingSignals,
+    drain_timeout: Duration,
+}
+
+/// Why a proxy loop ended.
+#[derive(Debug)]
+enum Ended {
+    /// Told to stop, with the FIFO empty.
+    Stopped,
+    /// A request failed, or the drain ran past its deadline.
+    Failed(Error),
+}
+
+impl<E: Engine> Core<E> {
+    fn new(engine: E, memories: Vec<MemoryRegion>, semaphores: Vec<Target>, drain_timeout: Duration) -> Self {
+        Self {
+            engine,
+            memories,
+            semaphores: semaphores.into_iter().map(|t| (t, 0)).collect(),
+            signals: PendingSignals::default(),
+            drain_timeout,
+        }
+    }
+
+    fn deliver(semaphores: &[(Target, u64)], sem: usize, value: u64) {
+        if let Some((Target::Host(c), _)) = semaphores.get(sem) {
+            c.store(value);
+        }
+    }
+
+    /// Writes the pending host signals whose copies have completed.
+    fn poll_signals(&mut self) {
+        if !self.signals.is_empty() {
+            let done = self.engine.marks_done();
+            let sems = &self.semaphores;
+            self.signals.retire(done, |s, v| Self::deliver(sems, s, v));
+        }
+    }
+
+    /// Serves `fifo` until `stop` is set and the FIFO is empty, or a request fails, then drains
+    /// ([`Self::finish`]). Returns the first error. Once `stop` is seen, triggers still arriving
+    /// are served only until the drain deadline.
+    fn serve(&mut self, fifo: &mut impl Triggers, stop: &AtomicBool, idle: &mut Backoff, gpu: &str) -> Option<Error> {
+        let mut deadline: Option<Instant> = None;
+        let ended = loop {
+            self.poll_signals();
+            if deadline.is_none() && stop.load(Ordering::Acquire) {
+                deadline = Some(Instant::now() + self.drain_timeout);
+            }
+            match fifo.peek() {
+                Some(t) => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        break Ended::Failed(Error::Proxy(format!(
+                            "{gpu}: kernels still pushing triggers {} after the proxy was told to stop; \
+                             stopped at FIFO position {}",
+                            crate::error::fmt_duration(self.drain_timeout),
+                            fifo.position()
+                        )));
+                    }
+                    idle.reset();
+                    let pos = fifo.position();
+                    if let Err(e) = self.execute(t.decode()) {
+                        break Ended::Failed(Error::Proxy(format!("{gpu} FIFO position {pos}: {e}")));
+                    }
+                    fifo.complete();
+                }
+                None if deadline.is_some() => break Ended::Stopped,
+                // A signal is waiting for its copy: keep polling the marks.
+                None if !self.signals.is_empty() => std::hint::spin_loop(),
+                None => idle.wait(),
+            }
+        };
+        // On error as at stop: nothing may stay in flight, nothing pending may be dropped.
+        let drained = self.finish(Instant::now() + self.drain_timeout, gpu);
+        match (ended, drained) {
+            (Ended::Failed(e), Err(d)) => Some(Error::Proxy(format!("{e}; then {d}"))),
+            (Ended::Failed(e), Ok(())) => Some(e),
+            (Ended::Stopped, Err(d)) => Some(d),
+            (Ended::Stopped, Ok(())) => None,
+        }
+    }
+
+    /// Waits (until `deadline`) for the stream to complete everything enqueued, then writes every
+    /// pending host signal. Past the deadline, only the signals whose marks the stream has passed
+    /// are written, and the result is an error.
+    fn finish(&mut self, deadline: Instant, gpu: &str) -> Result<()> {
+        let waited = loop {
+            match self.engine.is_idle() {
+                Ok(true) => break Ok(()),
+                Ok(false) if Instant::now() >= deadline => {
+                    break Err(Error::Proxy(format!(
+                        "{gpu}: the proxy stream still had work in flight {} after the stop",
+                        crate::error::fmt_duration(self.drain_timeout)
+                    )));
+                }
+                Ok(false) => std::thread::yield_now(),
+                Err(e) => break Err(Error::Proxy(format!("{gpu}: draining the proxy stream: {e}"))),
+            }
+        };
+        let sems = &self.semaphores;
+        if waited.is_ok() {
+            self.signals.retire_all(|s, v| Self::deliver(sems, s, v));
+        } else {
+            self.signals.retire(self.engine.marks_done(), |s, v| Self::deliver(sems, s, v));
+        }
+        waited
     }
 
     fn memory(&self, id: u32, offset: u32, bytes: u64, what: &str) -> Result<u64> {
@@ -410,58 +752,46 @@ impl Worker {
     }
 
     fn execute(&mut self, req: Request) -> Result<()> {
-        let s = self.stream.cu_stream();
         match req {
             Request::Transfer { kind: k, size, src_offset, dst_offset, src_memory, dst_memory, semaphore } => {
                 if k & kind::DATA != 0 && size > 0 {
                     let src = self.memory(src_memory, src_offset, size as u64, "source")?;
                     let dst = self.memory(dst_memory, dst_offset, size as u64, "destination")?;
-                    // SAFETY: both ranges lie inside registered memories valid in this context.
-                    unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, size as usize, s) }
-                        .ctx(|| format!("copying {size} bytes"))?;
-                    self.unmarked_work = true;
+                    self.engine.copy(dst, src, size as usize)?;
+                    self.signals.work();
                 }
-                let flag = if k & kind::FLAG != 0 {
+                if k & kind::FLAG != 0 {
                     let (target, sent) = self
                         .semaphores
                         .get_mut(semaphore as usize)
                         .ok_or_else(|| Error::InvalidArgument(format!("semaphore id {semaphore} is not registered")))?;
                     *sent += 1;
-                    Some((target.clone(), *sent))
-                } else {
-                    None
-                };
-                match flag {
-                    None => {}
-                    Some((Target::Device(addr), value)) => {
-                        // Stream-ordered after the copies above; the default flags include a memory
-                        // barrier, so the peer sees the data before the counter (partner: the peer's
-                        // acquire load in Host2DeviceSemaphore::wait).
-                        // SAFETY: the address was registered as a mapped u64 counter.
-                        let r = unsafe { sys::cuStreamWriteValue64_v2(s, addr, value, 0) };
-                        check(r, || format!("signalling semaphore {semaphore}"))?;
-                    }
-                    Some((Target::Host(c), value)) => {
-                        if self.unmarked_work {
-                            // Mark the stream after the work so far; the write waits for the mark.
-                            self.marks_issued += 1;
-                            // SAFETY: the marks word is this worker's device-mapped pinned memory.
-                            let r = unsafe {
-                                sys::cuStreamWriteValue64_v2(s, self.marks.device_addr(), self.marks_issued, 0)
-                            };
-                            check(r, || "placing a completion mark".into())?;
-                            self.unmarked_work = false;
+                    let value = *sent;
+                    match target {
+                        // Stream-ordered after the copies above (partner: the peer's acquire
+                        // load in Host2DeviceSemaphore::wait).
+                        Target::Device(addr) => {
+                            let addr = *addr;
+                            self.engine.write_device(addr, value)?;
                         }
-                        if self.pending.is_empty() && self.marks_done() >= self.marks_issued {
-                            c.store(value);
-                        } else {
-                            self.pending.push_back((self.marks_issued, semaphore as usize, value));
+                        Target::Host(_) => {
+                            if let Some(mark) = self.signals.mark_for_signal() {
+                                self.engine.place_mark(mark)?;
+                            }
+                            let done = self.engine.marks_done();
+                            if let Some((s, v)) = self.signals.signal(semaphore as usize, value, done) {
+                                Self::deliver(&self.semaphores, s, v);
+                            }
                         }
                     }
                 }
                 if k & kind::SYNC != 0 {
-                    self.stream.synchronize().ctx(|| "draining the proxy stream".into())?;
-                    self.retire(u64::MAX);
+                    // Partner of the kernel's wait for the tail: publish only once complete.
+                    while !self.engine.is_idle().map_err(|e| Error::Proxy(format!("draining the proxy stream: {e}")))? {
+                        std::hint::spin_loop();
+                    }
+                    let sems = &self.semaphores;
+                    self.signals.retire_all(|s, v| Self::deliver(sems, s, v));
                 }
             }
             Request::AtomicAdd { value, dst_offset, dst_memory } => {
@@ -469,21 +799,102 @@ impl Worker {
                     return Err(Error::InvalidArgument(format!("atomic add at unaligned offset {dst_offset}")));
                 }
                 let dst = self.memory(dst_memory, dst_offset, 8, "atomic add")?;
-                let mut args = Args::new().arg(dst).arg(value);
-                // SAFETY: the kernel takes (u64 address, u64 value); the address is a registered u64.
-                unsafe { launch_on(&self.gpu, &self.stream, &self.atomic_add, LaunchConfig::new(1, 1), &mut args) }?;
-                self.unmarked_work = true;
+                self.engine.atomic_add(dst, value)?;
+                self.signals.work();
             }
         }
         Ok(())
     }
 }
 
+/// The CUDA side of the proxy: one non-blocking stream of the proxy's GPU.
+struct CudaEngine {
+    gpu: Arc<Gpu>,
+    stream: Arc<cudarc::driver::CudaStream>,
+    atomic_add: cudarc::driver::CudaFunction,
+    /// Completion marks: the stream writes mark n here once the work before it has completed.
+    marks: PinnedBuffer,
+}
+
+impl Engine for CudaEngine {
+    fn copy(&mut self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        // SAFETY: both ranges lie inside registered memories valid in this context (`resolve`).
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }
+            .ctx(|| format!("copying {bytes} bytes"))
+    }
+
+    fn write_device(&mut self, addr: u64, value: u64) -> Result<()> {
+        // Default flags: the write waits for the earlier work and includes a memory barrier.
+        // SAFETY: the address was registered as a mapped u64 counter.
+        let r = unsafe { sys::cuStreamWriteValue64_v2(self.stream.cu_stream(), addr, value, 0) };
+        check(r, || format!("signalling the semaphore at {addr:#x}"))
+    }
+
+    fn atomic_add(&mut self, addr: u64, value: u64) -> Result<()> {
+        let mut args = Args::new().arg(addr).arg(value);
+        // SAFETY: the kernel takes (u64 address, u64 value); the address is a registered u64.
+        unsafe { launch_on(&self.gpu, &self.stream, &self.atomic_add, LaunchConfig::new(1, 1), &mut args) }
+    }
+
+    fn place_mark(&mut self, mark: u64) -> Result<()> {
+        // SAFETY: the marks word is this engine's device-mapped pinned memory.
+        let r = unsafe { sys::cuStreamWriteValue64_v2(self.stream.cu_stream(), self.marks.device_addr(), mark, 0) };
+        check(r, || "placing a completion mark".into())
+    }
+
+    fn marks_done(&self) -> u64 {
+        // SAFETY: 8 bytes of pinned memory owned by this engine, 8-aligned.
+        let w = unsafe { AtomicU64::from_ptr(self.marks.host_ptr().cast()) };
+        // Partner: the stream's write of the mark, after the copies (with a memory barrier).
+        w.load(Ordering::Acquire)
+    }
+
+    fn is_idle(&mut self) -> Result<bool> {
+        // SAFETY: the stream is this engine's, alive as long as it.
+        let r = unsafe { sys::cuStreamQuery(self.stream.cu_stream()) };
+        match r {
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            r => check(r, || "querying the proxy stream".into()).map(|()| true),
+        }
+    }
+}
+
+struct Worker {
+    fifo: Fifo,
+    core: Core<CudaEngine>,
+}
+
+// SAFETY: the worker's CUDA handles are used only by the proxy thread after the move (and by the
+// joining thread once the proxy thread has ended).
+unsafe impl Send for Worker {}
+
+impl Worker {
+    /// Serves until told to stop or a request fails (unless the thread's setup failed: `ready`
+    /// false); returns itself so the FIFO memory outlives the thread.
+    fn run(mut self, ready: bool, idle: IdlePolicy, stop: &AtomicBool, error: &Mutex<Option<Error>>) -> Self {
+        if ready {
+            let gpu = format!("GPU {}", self.core.engine.gpu.ordinal());
+            if let Some(e) = self.core.serve(&mut self.fifo, stop, &mut Backoff::new(idle), &gpu) {
+                *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            }
+        }
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::{
+        Backoff, Core, Engine, HostCounter, IdleAction, IdlePolicy, PendingSignals, Target, Triggers, report_dropped,
+    };
     use super::{MemoryRegion, check_counter_offset, resolve};
+    use crate::error::{Error, Result};
     use mscclpp_device::fifo::{MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
     use proptest::prelude::*;
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
 
     proptest! {
         /// Any 128 bits the GPU may leave in a slot decode without panicking to fields in range,
@@ -544,5 +955,288 @@ mod tests {
         assert!(check_counter_offset(usize::MAX - 7, 64).is_err());
         assert!(check_counter_offset(usize::MAX - 7, usize::MAX).is_err());
         assert!(check_counter_offset(usize::MAX, usize::MAX).is_err());
+    }
+
+    /// The stream of the fake engine: enqueued operations complete when the test says so
+    /// (`complete_one`) or when the proxy queries the stream (never when `stuck`); marks and
+    /// device writes take effect as they complete.
+    #[derive(Default)]
+    struct FakeEngine {
+        in_flight: VecDeque<Op>,
+        marks_done: u64,
+        device_writes: Vec<(u64, u64)>,
+        copies_done: usize,
+        stuck: bool,
+    }
+
+    #[derive(Debug)]
+    enum Op {
+        Copy,
+        Write(u64, u64),
+        Mark(u64),
+    }
+
+    impl FakeEngine {
+        fn complete_one(&mut self) {
+            match self.in_flight.pop_front() {
+                Some(Op::Copy) => self.copies_done += 1,
+                Some(Op::Write(a, v)) => self.device_writes.push((a, v)),
+                Some(Op::Mark(m)) => self.marks_done = m,
+                None => {}
+            }
+        }
+    }
+
+    impl Engine for FakeEngine {
+        fn copy(&mut self, _dst: u64, _src: u64, _bytes: usize) -> Result<()> {
+            self.in_flight.push_back(Op::Copy);
+            Ok(())
+        }
+        fn write_device(&mut self, addr: u64, value: u64) -> Result<()> {
+            self.in_flight.push_back(Op::Write(addr, value));
+            Ok(())
+        }
+        fn atomic_add(&mut self, _addr: u64, _value: u64) -> Result<()> {
+            self.in_flight.push_back(Op::Copy);
+            Ok(())
+        }
+        fn place_mark(&mut self, mark: u64) -> Result<()> {
+            self.in_flight.push_back(Op::Mark(mark));
+            Ok(())
+        }
+        fn marks_done(&self) -> u64 {
+            self.marks_done
+        }
+        fn is_idle(&mut self) -> Result<bool> {
+            while !self.stuck && !self.in_flight.is_empty() {
+                self.complete_one();
+            }
+            Ok(self.in_flight.is_empty())
+        }
+    }
+
+    /// A FIFO fed by the test; `forever` is pushed again and again after the queue (a kernel
+    /// that never stops pushing).
+    #[derive(Default)]
+    struct FakeFifo {
+        queue: VecDeque<ProxyTrigger>,
+        forever: Option<ProxyTrigger>,
+        position: u64,
+    }
+
+    impl Triggers for FakeFifo {
+        fn peek(&self) -> Option<ProxyTrigger> {
+            self.queue.front().copied().or(self.forever)
+        }
+        fn complete(&mut self) {
+            self.queue.pop_front();
+            self.position += 1;
+        }
+        fn position(&self) -> u64 {
+            self.position
+        }
+    }
+
+    const A: MemoryRegion = MemoryRegion { base: 0x10_0000, bytes: 4096 };
+    const B: MemoryRegion = MemoryRegion { base: 0x20_0000, bytes: 4096 };
+
+    /// A core with memories A (0) and B (1), a host semaphore (0) and a device one (1).
+    fn core(engine: FakeEngine, timeout: Duration) -> (Core<FakeEngine>, Arc<AtomicU64>) {
+        let word = Arc::new(AtomicU64::new(0));
+        // SAFETY: the word is 8-aligned and lives as long as its owner, the Arc itself.
+        let counter = unsafe { HostCounter::from_raw(word.as_ptr(), word.clone()) };
+        let sems = vec![Target::Host(counter), Target::Device(0x30_0000)];
+        (Core::new(engine, vec![A, B], sems, timeout), word)
+    }
+
+    fn transfer(k: u8, src_memory: u32, semaphore: u32) -> ProxyTrigger {
+        ProxyTrigger::transfer(k, 64, 0, 128, src_memory, 1, semaphore).unwrap()
+    }
+
+    fn serve(core: &mut Core<FakeEngine>, fifo: &mut FakeFifo, stop: bool) -> Option<Error> {
+        let stop = AtomicBool::new(stop);
+        core.serve(fifo, &stop, &mut Backoff::new(IdlePolicy::default()), "GPU 0")
+    }
+
+    /// Runs `f` on a thread and fails the test if it has not returned within 20 s (instead of
+    /// hanging the test run).
+    fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(20)).expect("the proxy's stop blocked instead of returning an error")
+    }
+
+    #[test]
+    fn an_error_drains_the_stream_and_delivers_earlier_signals() {
+        let (mut core, counter) = core(FakeEngine::default(), Duration::from_secs(5));
+        let mut fifo = FakeFifo::default();
+        // A valid copy + host signal (waits for its copy), then a copy from an unknown memory.
+        fifo.queue.push_back(transfer(kind::DATA | kind::FLAG, 0, 0));
+        fifo.queue.push_back(transfer(kind::DATA, 7, 0));
+        let e = serve(&mut core, &mut fifo, false).expect("the bad request is reported").to_string();
+        assert!(e.contains("FIFO position 1") && e.contains("memory id 7"), "{e}");
+        assert_eq!(counter.load(Ordering::Acquire), 1, "the valid copy's signal was dropped");
+        assert!(core.engine.in_flight.is_empty(), "work left in flight after the error");
+        assert_eq!(core.engine.copies_done, 1);
+    }
+
+    #[test]
+    fn stop_waits_for_copies_even_without_pending_host_signals() {
+        let (mut core, counter) = core(FakeEngine::default(), Duration::from_secs(5));
+        let mut fifo = FakeFifo::default();
+        // A copy signalled through the device semaphore: no host signal is pending at stop.
+        fifo.queue.push_back(transfer(kind::DATA | kind::FLAG, 0, 1));
+        fifo.queue.push_back(transfer(kind::DATA, 0, 0));
+        assert!(serve(&mut core, &mut fifo, true).is_none());
+        assert_eq!(fifo.position, 2, "triggers pushed before the stop are served");
+        assert!(core.engine.in_flight.is_empty(), "copies still in flight when stop returned");
+        assert_eq!(core.engine.copies_done, 2);
+        assert_eq!(core.engine.device_writes, vec![(0x30_0000, 1)]);
+        assert_eq!(counter.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn host_signals_wait_for_their_copies_and_keep_their_order() {
+        let (mut core, counter) = core(FakeEngine::default(), Duration::from_secs(5));
+        // No copy in flight: written at once, without a mark.
+        core.execute(transfer(kind::FLAG, 0, 0).decode()).unwrap();
+        assert_eq!(counter.load(Ordering::Acquire), 1);
+        assert!(core.engine.in_flight.is_empty());
+        // After a copy: a mark, and the signal waits for it; a second signal queues behind.
+        core.execute(transfer(kind::DATA | kind::FLAG, 0, 0).decode()).unwrap();
+        core.execute(transfer(kind::FLAG, 0, 0).decode()).unwrap();
+        assert_eq!(counter.load(Ordering::Acquire), 1);
+        core.engine.complete_one(); // the copy
+        core.poll_signals();
+        assert_eq!(counter.load(Ordering::Acquire), 1, "delivered before its copy completed");
+        core.engine.complete_one(); // the mark
+        core.poll_signals();
+        assert_eq!(counter.load(Ordering::Acquire), 3);
+        // Sync: everything completes before it returns.
+        core.execute(transfer(kind::DATA | kind::FLAG | kind::SYNC, 0, 0).decode()).unwrap();
+        assert_eq!(counter.load(Ordering::Acquire), 4);
+        assert!(core.engine.in_flight.is_empty());
+    }
+
+    #[test]
+    fn stop_is_bounded_when_a_kernel_keeps_pushing() {
+        let (e, counter, served, in_flight) = bounded(|| {
+            let (mut core, counter) = core(FakeEngine::default(), Duration::from_millis(50));
+            let mut fifo = FakeFifo { forever: Some(transfer(kind::DATA | kind::FLAG, 0, 0)), ..Default::default() };
+            let e = serve(&mut core, &mut fifo, true).map(|e| e.to_string());
+            (e, counter.load(Ordering::Acquire), fifo.position, core.engine.in_flight.len())
+        });
+        let e = e.expect("an error when the drain runs out of time");
+        assert!(e.contains("still pushing"), "{e}");
+        assert!(served > 0);
+        // What was served before the deadline is complete and signalled.
+        assert_eq!(in_flight, 0);
+        assert_eq!(counter, served);
+    }
+
+    #[test]
+    fn stop_is_bounded_when_the_stream_never_completes() {
+        let (e, counter) = bounded(|| {
+            let engine = FakeEngine { stuck: true, ..Default::default() };
+            let (mut core, counter) = core(engine, Duration::from_millis(50));
+            let mut fifo = FakeFifo::default();
+            fifo.queue.push_back(transfer(kind::DATA | kind::FLAG, 0, 0));
+            (serve(&mut core, &mut fifo, true).map(|e| e.to_string()), counter.load(Ordering::Acquire))
+        });
+        let e = e.expect("an error when the stream does not complete in time");
+        assert!(e.contains("still had work in flight"), "{e}");
+        // Its copy never completed: the signal must not be written.
+        assert_eq!(counter, 0);
+    }
+
+    #[test]
+    fn pinning_applies_to_the_calling_thread_and_bad_cpus_are_refused() {
+        use nix::sched::{CpuSet, sched_getaffinity};
+        use nix::unistd::Pid;
+        assert!(super::cpu_set(CpuSet::count()).unwrap_err().to_string().contains("proxy CPU"));
+        // Pin a fresh thread to the first CPU this process may use.
+        let allowed = sched_getaffinity(Pid::from_raw(0)).unwrap();
+        let cpu = (0..CpuSet::count()).find(|&c| allowed.is_set(c).unwrap_or(false)).unwrap();
+        let got = std::thread::spawn(move || {
+            super::pin_current_thread(cpu, &super::cpu_set(cpu).unwrap()).unwrap();
+            sched_getaffinity(Pid::from_raw(0)).unwrap()
+        })
+        .join()
+        .unwrap();
+        let on: Vec<usize> = (0..CpuSet::count()).filter(|&c| got.is_set(c).unwrap_or(false)).collect();
+        assert_eq!(on, vec![cpu]);
+        // A CPU outside the allowed set is an error, not a panic.
+        if let Some(bad) = (0..CpuSet::count()).find(|&c| !allowed.is_set(c).unwrap_or(true)) {
+            let r = std::thread::spawn(move || super::pin_current_thread(bad, &super::cpu_set(bad).unwrap()))
+                .join()
+                .unwrap();
+            assert!(r.is_err());
+        }
+    }
+
+    #[test]
+    fn a_dropped_error_is_written_out() {
+        let mut out = Vec::new();
+        report_dropped(&mut out, &Error::Proxy("GPU 0 FIFO position 3: boom".into())).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.contains("unreported error") && s.contains("boom"), "{s}");
+    }
+
+    #[test]
+    fn pending_signals_retire_in_order_up_to_the_mark() {
+        let mut p = PendingSignals::default();
+        assert_eq!(p.mark_for_signal(), None);
+        assert_eq!(p.signal(0, 1, 0), Some((0, 1)));
+        p.work();
+        assert_eq!(p.mark_for_signal(), Some(1));
+        assert_eq!(p.signal(0, 2, 0), None);
+        // Nothing new since mark 1, but an earlier signal waits: this one queues behind it.
+        assert_eq!(p.mark_for_signal(), None);
+        assert_eq!(p.signal(1, 1, 1), None);
+        p.work();
+        assert_eq!(p.mark_for_signal(), Some(2));
+        assert_eq!(p.signal(0, 3, 1), None);
+        let mut got = Vec::new();
+        p.retire(0, |s, v| got.push((s, v)));
+        assert!(got.is_empty());
+        p.retire(1, |s, v| got.push((s, v)));
+        assert_eq!(got, vec![(0, 2), (1, 1)]);
+        p.retire_all(|s, v| got.push((s, v)));
+        assert_eq!(got, vec![(0, 2), (1, 1), (0, 3)]);
+        assert!(p.is_empty());
+    }
+
+    #[test]
+    fn idle_policy_spins_then_sleeps_in_capped_doubling_steps() {
+        let p = IdlePolicy::default();
+        let us = Duration::from_micros;
+        assert_eq!(p.action(us(0), 0), IdleAction::Spin);
+        assert_eq!(p.action(us(99), 0), IdleAction::Spin);
+        let steps: Vec<_> = (0..10).map(|n| p.action(us(100), n)).collect();
+        let expect = [1, 2, 4, 8, 16, 32, 50, 50, 50, 50].map(|u| IdleAction::Sleep(us(u)));
+        assert_eq!(steps, expect);
+        // Never longer than the cap, whatever the counts (no overflow).
+        for n in [31, 32, 63, 64, u32::MAX] {
+            assert_eq!(p.action(Duration::MAX, n), IdleAction::Sleep(us(50)));
+        }
+        let huge = IdlePolicy { spin: Duration::ZERO, min_sleep: Duration::MAX, max_sleep: us(80) };
+        assert_eq!(huge.action(us(1), 5), IdleAction::Sleep(us(80)));
+        // Spinning forever never sleeps; a zero step yields instead.
+        assert_eq!(IdlePolicy::always_spin().action(Duration::from_secs(3600), 9), IdleAction::Spin);
+        let zero = IdlePolicy { spin: Duration::ZERO, min_sleep: Duration::ZERO, max_sleep: us(50) };
+        assert_eq!(zero.action(us(5), 3), IdleAction::Yield);
+        // The wake-up cost of an idle proxy is bounded by the cap: the sum of the steps until
+        // the cap grows, then the cap per step.
+        let mut b = Backoff::new(IdlePolicy { spin: Duration::ZERO, ..p });
+        let t = Instant::now();
+        for _ in 0..20 {
+            b.wait();
+        }
+        assert_eq!(b.sleeps, 20);
+        assert!(t.elapsed() >= us(1 + 2 + 4 + 8 + 16 + 32 + 14 * 50));
+        b.reset();
+        assert_eq!((b.sleeps, b.since), (0, None));
     }
 }

@@ -7,21 +7,110 @@
 //! it mapped, [`SharedHostMemory::unlink`] removes the name (the mappings stay), so nothing is
 //! left in `/dev/shm` even when a process later dies. A value that still owns its name removes it
 //! on drop.
+//!
+//! `/dev/shm` is shared by every user of the machine, so a name is not trusted: the creator makes
+//! the file with `O_EXCL` and mode 0600; [`SharedHostMemory::open`] refuses a symbolic link
+//! (`O_NOFOLLOW`) and checks, on the opened descriptor, that it is a regular file owned by this
+//! user, with mode 0600 and exactly the expected size. A process that dies between creating its
+//! file and unlinking it leaves the file behind; [`remove_stale_files`] deletes such files (the
+//! names embed the creator's process id, see [`stale_owner`]) and runs before a new one is made.
 
 use std::fs::{File, OpenOptions};
 use std::num::NonZeroUsize;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use cudarc::driver::sys::{self, CUdeviceptr};
+use nix::errno::Errno;
+use nix::libc;
 use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
 
 use crate::error::{Error, Result, check};
 use crate::gpu::Gpu;
 
 const DIR: &str = "/dev/shm";
+
+/// The prefix of the names this crate gives its files: `mscclpp-rs-{pid}-{rank}-{random}`.
+pub const NAME_PREFIX: &str = "mscclpp-rs-";
+
+/// The only mode the files may have: read and write for the owner.
+const MODE: u32 = 0o600;
+
+/// The effective user id of this process.
+fn euid() -> u32 {
+    // SAFETY: `geteuid` has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The creator's process id if `name` has the form `mscclpp-rs-{pid}-{rank}-{hex}` (the names
+/// [`remove_stale_files`] may remove), else `None`.
+pub fn stale_owner(name: &str) -> Option<i32> {
+    let mut parts = name.strip_prefix(NAME_PREFIX)?.split('-');
+    let (pid, rank, random) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if parts.next().is_some()
+        || !digits(pid)
+        || !digits(rank)
+        || random.is_empty()
+        || !random.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return None;
+    }
+    pid.parse::<i32>().ok().filter(|&p| p > 0)
+}
+
+/// Whether a process with id `pid` exists (signal 0 probes without sending anything; `EPERM`
+/// means it exists but belongs to another user).
+fn process_alive(pid: i32) -> bool {
+    !matches!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH))
+}
+
+/// How old a file of a process that seems dead must be before it is removed. A process in another
+/// pid namespace sharing this `/dev/shm` looks dead from here; its file lives only for the few
+/// seconds between creation and unlink, so an old file is a stale one.
+pub const STALE_AGE: Duration = Duration::from_secs(300);
+
+/// Removes the files of `dir` named like this crate's shared-memory files whose creating process
+/// no longer exists, which belong to this user and were last modified at least [`STALE_AGE`] ago.
+/// Returns how many were removed.
+fn remove_stale_in(dir: &Path) -> Result<usize> {
+    let entries = std::fs::read_dir(dir).map_err(io_err(format!("listing {}", dir.display())))?;
+    let me = euid();
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(stale_owner) else { continue };
+        if process_alive(pid) {
+            continue;
+        }
+        // `symlink_metadata` does not follow a link: only our own plain files are removed.
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
+        if !meta.file_type().is_file() || meta.uid() != me {
+            continue;
+        }
+        let age = meta.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok());
+        if age.is_none_or(|a| a < STALE_AGE) {
+            continue;
+        }
+        if std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes the shared-memory files left in `/dev/shm` by processes of this user that died before
+/// unlinking them (names `mscclpp-rs-{pid}-{rank}-{random}` whose `pid` no longer exists, left
+/// unmodified for [`STALE_AGE`]). Returns how many were removed. A process id reused by a live process keeps its file: stale
+/// files are never mistaken for live ones, at worst a stale one stays until a later run.
+pub fn remove_stale_files() -> Result<usize> {
+    remove_stale_in(Path::new(DIR))
+}
 
 /// A mapping of a shared host-memory file; see the module documentation.
 pub struct SharedHostMemory {
@@ -70,11 +159,16 @@ impl SharedHostMemory {
             .read(true)
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(MODE)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(io_err(format!("creating shared memory {}", path.display())))?;
         // From here on the name is ours: errors below remove it (drop of `mem`, or by hand).
-        let grown = file.set_len(bytes as u64).map_err(io_err(format!("sizing shared memory {}", path.display())));
+        // The mode is set again on the descriptor: the umask may have cleared bits at creation.
+        let grown = file
+            .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(MODE))
+            .and_then(|()| file.set_len(bytes as u64))
+            .map_err(io_err(format!("sizing shared memory {}", path.display())));
         match grown.and_then(|()| map(&file, bytes, name)) {
             Ok(host) => Ok(Self { host, bytes, name: name.into(), owned_path: Some(path), registered: None }),
             Err(e) => {
@@ -84,18 +178,20 @@ impl SharedHostMemory {
         }
     }
 
-    /// Maps the existing file `name`, which must hold at least `bytes` bytes.
+    /// Maps the existing file `name` of exactly `bytes` bytes. The file must be a regular file (a
+    /// symbolic link is refused, not followed) owned by this process's user with mode 0600.
     pub fn open(name: &str, bytes: usize) -> Result<Self> {
         let path = check_name(name)?;
+        // O_NONBLOCK: opening a FIFO planted under the name must not block (it is refused below).
         let file = OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&path)
-            .map_err(io_err(format!("opening shared memory {}", path.display())))?;
-        let len = file.metadata().map_err(io_err(format!("reading the size of {}", path.display())))?.len();
-        if len < bytes as u64 {
-            return Err(Error::InvalidArgument(format!("shared memory {name} has {len} bytes, not {bytes}")));
-        }
+            .map_err(io_err(format!("opening shared memory {} (a symbolic link is refused)", path.display())))?;
+        // fstat on the descriptor: what is checked is what gets mapped.
+        let meta = file.metadata().map_err(io_err(format!("reading the attributes of {}", path.display())))?;
+        check_opened(name, &meta, bytes)?;
         let host = map(&file, bytes, name)?;
         Ok(Self { host, bytes, name: name.into(), owned_path: None, registered: None })
     }
@@ -152,6 +248,29 @@ impl SharedHostMemory {
     pub fn is_empty(&self) -> bool {
         self.bytes == 0
     }
+}
+
+/// Checks the attributes of an opened shared-memory file: a regular file of this user, mode 0600,
+/// exactly `bytes` long.
+fn check_opened(name: &str, meta: &std::fs::Metadata, bytes: usize) -> Result<()> {
+    if !meta.file_type().is_file() {
+        return Err(Error::InvalidArgument(format!("shared memory {name} is not a regular file")));
+    }
+    if meta.uid() != euid() {
+        return Err(Error::InvalidArgument(format!(
+            "shared memory {name} belongs to user {}, not to this process's user {}",
+            meta.uid(),
+            euid()
+        )));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode != MODE {
+        return Err(Error::InvalidArgument(format!("shared memory {name} has mode {mode:o}, not {MODE:o}")));
+    }
+    if meta.len() != bytes as u64 {
+        return Err(Error::InvalidArgument(format!("shared memory {name} has {} bytes, not {bytes}", meta.len())));
+    }
+    Ok(())
 }
 
 fn map(file: &File, bytes: usize, name: &str) -> Result<NonNull<u8>> {
@@ -223,5 +342,111 @@ mod tests {
             assert!(SharedHostMemory::create(bad, 8).unwrap_err().to_string().contains("shared memory name"), "{bad}");
         }
         assert!(SharedHostMemory::create(&unique("zero"), 0).unwrap_err().to_string().contains("zero bytes"));
+    }
+
+    /// Removes the path when dropped (the tests' own files, whatever the assertions do).
+    struct Cleanup(PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_symbolic_link_is_refused_and_its_target_untouched() {
+        let target = Cleanup(std::env::temp_dir().join(unique("target")));
+        std::fs::write(&target.0, [0x5a_u8; 64]).unwrap();
+        let name = unique("link");
+        let link = Cleanup(PathBuf::from(DIR).join(&name));
+        std::os::unix::fs::symlink(&target.0, &link.0).unwrap();
+        // The target is a 64-byte file of ours: only the link stands in the way.
+        std::fs::set_permissions(&target.0, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let e = SharedHostMemory::open(&name, 64).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(SharedHostMemory::create(&name, 64).is_err(), "create must not follow the link either");
+        assert_eq!(std::fs::read(&target.0).unwrap(), vec![0x5a_u8; 64]);
+    }
+
+    #[test]
+    fn wrong_size_or_mode_or_type_is_refused() {
+        let name = unique("size");
+        let mut own = SharedHostMemory::create(&name, 64).unwrap();
+        let path = PathBuf::from(DIR).join(&name);
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o7777, 0o600);
+        for bytes in [8, 63, 65, 4096] {
+            let e = SharedHostMemory::open(&name, bytes).unwrap_err().to_string();
+            assert!(e.contains("has 64 bytes"), "{bytes}: {e}");
+        }
+        SharedHostMemory::open(&name, 64).unwrap();
+        for mode in [0o644, 0o666, 0o640, 0o601, 0o700] {
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+            let e = SharedHostMemory::open(&name, 64).unwrap_err().to_string();
+            assert!(e.contains(&format!("mode {mode:o}")), "{mode:o}: {e}");
+        }
+        own.unlink().unwrap();
+        // A directory under the name is not a regular file.
+        let dir_name = unique("dir");
+        let dir = PathBuf::from(DIR).join(&dir_name);
+        std::fs::create_dir(&dir).unwrap();
+        let r = SharedHostMemory::open(&dir_name, 64);
+        std::fs::remove_dir(&dir).unwrap();
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn stale_files_of_dead_processes_are_removed_live_ones_kept() {
+        // A process that has exited (and was reaped): its id is free.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let live = std::process::id();
+        let name = |pid: u32| format!("{NAME_PREFIX}{pid}-3-{:016x}", rand::random::<u64>());
+        let (dead_name, live_name) = (name(dead), name(live));
+        assert_eq!(stale_owner(&dead_name), Some(dead as i32));
+        let stale = SharedHostMemory::create(&dead_name, 8).unwrap();
+        let _guard = Cleanup(PathBuf::from(DIR).join(&dead_name));
+        // Forget the value without unlinking, as a crash would.
+        std::mem::forget(stale);
+        // A file of a dead pid that is still young may belong to another pid namespace: kept.
+        let young_name = name(dead);
+        let _young = SharedHostMemory::create(&young_name, 8).unwrap();
+        let old = SystemTime::now() - STALE_AGE - Duration::from_secs(60);
+        let age = |n: &str| {
+            let f = OpenOptions::new().write(true).open(PathBuf::from(DIR).join(n)).unwrap();
+            f.set_modified(old).unwrap();
+        };
+        age(&dead_name);
+        let _kept = SharedHostMemory::create(&live_name, 8).unwrap();
+        age(&live_name);
+        // A file that only looks similar is never touched.
+        let other = Cleanup(PathBuf::from(DIR).join(format!("{NAME_PREFIX}test-{dead}-x")));
+        std::fs::write(&other.0, b"x").unwrap();
+        let removed = remove_stale_files().unwrap();
+        // Unless the id was reused in between (then the file stays: the safe side).
+        if !process_alive(dead as i32) {
+            assert!(removed >= 1);
+            assert!(!PathBuf::from(DIR).join(&dead_name).exists(), "stale file of pid {dead} kept");
+        }
+        assert!(PathBuf::from(DIR).join(&live_name).exists(), "a live process's file was removed");
+        assert!(PathBuf::from(DIR).join(&young_name).exists(), "a young file was removed");
+        assert!(other.0.exists());
+    }
+
+    #[test]
+    fn stale_owner_parses_only_our_names() {
+        assert_eq!(stale_owner("mscclpp-rs-1234-0-00ff00ff00ff00ff"), Some(1234));
+        assert_eq!(stale_owner("mscclpp-rs-1234-17-abc"), Some(1234));
+        for bad in [
+            "mscclpp-rs-test-share-1-ab",
+            "mscclpp-rs-0-0-ab",
+            "mscclpp-rs-1234-0",
+            "mscclpp-rs-1234-0-xyz",
+            "mscclpp-rs-1234-0-ab-cd",
+            "mscclpp-rs--0-ab",
+            "other-1234-0-ab",
+            "mscclpp-rs-99999999999-0-ab",
+        ] {
+            assert_eq!(stale_owner(bad), None, "{bad}");
+        }
     }
 }

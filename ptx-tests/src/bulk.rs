@@ -3,7 +3,7 @@
 use mscclpp_device::bulk::{self, BulkBarrier, BulkPipeline, BulkReduceOp, op};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::{GlobalPtr, SharedPtr, dynamic_shared};
-use mscclpp_device::ptx::{misc::bar_sync, sreg};
+use mscclpp_device::ptx::{misc::barrier_sync, sreg};
 
 use crate::kernels;
 
@@ -43,7 +43,7 @@ kernels! {
                 bulk::bulk_load(buf.byte_add((i * tile_bytes) as usize), *srcs.add(i as usize), tile_bytes, bar);
             }
         }
-        bar_sync();
+        barrier_sync();
         let mut phase = 0;
         bar.wait(&mut phase, BUDGET);
         let words = (n * tile_bytes / 4) as usize;
@@ -61,7 +61,7 @@ kernels! {
         let (bar, tile) = layout();
         let leader = sreg::tid_x() == 0;
         if leader { bar.init(1); }
-        bar_sync();
+        barrier_sync();
         let mut phase = 0;
         for k in 0..phases {
             let off = (k as usize) * tile_bytes as usize;
@@ -76,7 +76,7 @@ kernels! {
                 bulk::bulk_store_wait_source::<0>();
             }
             // Nobody may arm the barrier's next phase before every thread saw this one complete.
-            bar_sync();
+            barrier_sync();
         }
         if leader { bulk::bulk_store_wait::<0>(); }
     }
@@ -93,7 +93,7 @@ kernels! {
             if k >= 2 {
                 // Buffer k % 2 was the source of tile k - 2: at most one newer group may still read.
                 if leader { bulk::bulk_store_wait_source::<1>(); }
-                bar_sync();
+                barrier_sync();
             }
             let g = buf.as_generic();
             let mut i = sreg::tid_x() as usize;
@@ -103,7 +103,7 @@ kernels! {
             }
             // Partner: the bulk store below reads these generic writes through the async proxy.
             bulk::bulk_fence();
-            bar_sync();
+            barrier_sync();
             if leader {
                 bulk::bulk_store(dst.add(k as usize * words), buf, tile_bytes);
                 bulk::bulk_store_commit();

@@ -1,7 +1,9 @@
 //! One small kernel per instruction wrapper: `check_<wrapper>`. The CPU-side checks find each
 //! kernel's body in the PTX and its function in the SASS.
 
-use mscclpp_device::ptx::{arith, atom_red, cp_async_bulk as cp, fence, ld_st, mbarrier as mb, misc, print, smem, sreg};
+use mscclpp_device::ptx::{
+    arith, atom_red, cp_async_bulk as cp, fence, ld_st, mbarrier as mb, misc, print, smem, sreg,
+};
 
 /// Defines `#[no_mangle] extern "ptx-kernel"` functions whose bodies are unsafe blocks.
 #[macro_export]
@@ -227,4 +229,31 @@ kernels! {
 kernels! {
     fn check_add_rn_f16x2(p: *mut u32) { *p.add(2) = arith::add_rn_f16x2(*p, *p.add(1)); }
     fn check_add_rn_bf16x2(p: *mut u32) { *p.add(2) = arith::add_rn_bf16x2(*p, *p.add(1)); }
+}
+
+// CTA barriers in divergent code: the documented pattern `if leader { init } barrier(); if leader
+// { use }`. The compiler may thread the second branch through the first by copying the barrier
+// into both arms; a `.aligned` barrier copied there is undefined behaviour (the warp arrives at two
+// different barrier instructions). The SASS check counts the BAR.SYNC instructions: exactly one per
+// source barrier. `p[0]` decides the leader so nothing folds.
+kernels! {
+    fn divergent_bar_sync(p: *mut u32) {
+        let leader = sreg::tid_x() == *p;
+        if leader {
+            *p.add(1) = 1;
+        }
+        misc::bar_sync();
+        if leader {
+            *p.add(2) = *p.add(3);
+        }
+    }
+    fn divergent_device_syncer(s: mscclpp_device::ptr::GlobalPtr<mscclpp_device::sync::DeviceSyncer>, p: *mut u32) {
+        if sreg::tid_x() == 0 {
+            *p = 1;
+        }
+        s.sync(*p.add(1), mscclpp_device::poll::SpinBudget::DEFAULT);
+        if sreg::tid_x() == 0 {
+            *p.add(2) = *p.add(3);
+        }
+    }
 }

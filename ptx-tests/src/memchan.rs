@@ -6,7 +6,7 @@ use mscclpp_device::copy::{self, Threads};
 use mscclpp_device::packet::{LL8Packet, LL16Packet, Packet};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
-use mscclpp_device::ptx::{atom_red, misc::bar_sync, sreg};
+use mscclpp_device::ptx::{atom_red, misc::barrier_sync, sreg};
 use mscclpp_device::sync::{DeviceSemaphore, DeviceSyncer};
 
 use crate::kernels;
@@ -191,13 +191,13 @@ kernels! {
         let send = || {
             chan.put(bytes, 0, bytes, t);
             // Every thread's stores before thread 0's release signal.
-            bar_sync();
+            barrier_sync();
             if t.index == 0 { chan.signal(); }
         };
         let recv = || {
             if t.index == 0 { chan.wait(BUDGET); }
             // Thread 0's acquire before any thread touches the message.
-            bar_sync();
+            barrier_sync();
         };
         for _ in 0..rounds {
             if first != 0 { send(); recv(); } else { recv(); send(); }
@@ -277,12 +277,12 @@ kernels! {
                     i += t.count;
                 }
                 // Every thread's stores before thread 0's release signal.
-                bar_sync();
+                barrier_sync();
                 if t.index == 0 { chan.signal(); }
             } else {
                 if t.index == 0 { chan.wait(BUDGET); }
                 // Thread 0's acquire before any thread reads.
-                bar_sync();
+                barrier_sync();
                 let mut i = t.index;
                 while i < n {
                     if *local.add(i as usize) != val(r, i, 0) { bad += 1; }

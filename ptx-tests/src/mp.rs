@@ -9,7 +9,7 @@ use mscclpp_device::bulk::{self, BulkPipeline};
 use mscclpp_device::channel::port::PortChannel;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::{GlobalPtr, dynamic_shared};
-use mscclpp_device::ptx::{misc::bar_sync, misc::barrier_sync, sreg};
+use mscclpp_device::ptx::{misc::barrier_sync, sreg};
 use mscclpp_device::semaphore::MemoryDevice2DeviceSemaphore;
 
 use crate::kernels;
@@ -69,7 +69,7 @@ kernels! {
     fn mp_combine(srcs: *const u64, world: u32, out: *mut i32, bytes: u64, tile: u32) {
         let leader = sreg::tid_x() == 0;
         let pipe = BulkPipeline::<2>::new(dynamic_shared(), world * tile, leader);
-        bar_sync();
+        barrier_sync();
         let all = bytes.div_ceil(tile as u64);
         let (b, g) = (sreg::ctaid_x() as u64, sreg::nctaid_x() as u64);
         let count = if b < all { (all - b).div_ceil(g) as u32 } else { 0 };
@@ -96,7 +96,7 @@ kernels! {
                 i += sreg::ntid_x();
             }
             // Every thread is done with this stage before it is refilled.
-            bar_sync();
+            barrier_sync();
             if leader && j + 2 < count {
                 bulk::bulk_fence();
                 issue(j + 2);
@@ -209,7 +209,7 @@ kernels! {
         let leader = sreg::tid_x() == 0;
         let pipe = BulkPipeline::<2>::new(dynamic_shared(), world * tile, leader);
         let result = dynamic_shared::<u8>().byte_add(BulkPipeline::<2>::smem_bytes(world * tile) as usize);
-        bar_sync();
+        barrier_sync();
         let chunk = bytes / world as u64;
         let off = me as u64 * chunk;
         let all = chunk.div_ceil(tile as u64);
@@ -231,7 +231,7 @@ kernels! {
             let buf = pipe.wait(j, BUDGET).cast::<i32>().as_generic();
             // The result tile is free once the previous tile's stores have read it.
             if leader { bulk::bulk_store_wait_source::<0>(); }
-            bar_sync();
+            barrier_sync();
             let words = len_of(j) / 4;
             let res = result.cast::<i32>().as_generic();
             let mut i = sreg::tid_x();
@@ -241,7 +241,7 @@ kernels! {
             }
             // Partner: the bulk stores below read the result through the async proxy.
             bulk::bulk_fence();
-            bar_sync();
+            barrier_sync();
             if leader {
                 for r in 0..world {
                     bulk::bulk_store(at(outs, r).byte_add(pos(j) as usize), result, len_of(j));

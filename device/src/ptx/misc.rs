@@ -19,15 +19,26 @@ pub fn nanosleep(ns: u32) {
 
 /// `bar.sync 0;` (PTX 1.0): barrier over all threads of the CTA, orders their shared and global
 /// memory accesses.
+///
+/// Built on the compiler's barrier intrinsic (`__syncthreads`), not on inline assembly: LLVM
+/// knows the intrinsic is *convergent* and never copies it into the arms of a branch. An inline
+/// `bar.sync` is an ordinary call to LLVM, which may duplicate it into both arms of
+/// `if leader { .. } bar_sync(); if leader { .. }` to skip the second test; `bar.sync` is
+/// `barrier.sync.aligned`, and a warp reaching two different aligned barrier instructions is
+/// undefined behaviour. Use it where every thread of each warp reaches the barrier together
+/// (uniform code); after code in which some threads may still be spinning or lag behind
+/// (independent thread scheduling), use [`barrier_sync`].
 #[inline(always)]
 pub fn bar_sync() {
     // SAFETY: a CTA barrier; every thread of the CTA must reach it (caller's contract in callers).
-    unsafe { asm!("bar.sync 0;", options(nostack)) };
+    unsafe { core::arch::nvptx::_syncthreads() };
 }
 
 /// `barrier.sync 0;` (PTX 6.0, sm_70): the CTA barrier without `.aligned`, for code where the
 /// threads of a warp may reach it at different times (after a divergent spin-wait). `bar.sync`
-/// is `barrier.sync.aligned` and is undefined when a warp arrives diverged.
+/// is `barrier.sync.aligned` and is undefined when a warp arrives diverged. Being inline assembly
+/// it may be duplicated into the arms of a branch by the compiler; without `.aligned` that stays
+/// correct, since every thread still arrives at barrier 0 exactly once.
 #[inline(always)]
 pub fn barrier_sync() {
     // SAFETY: a CTA barrier; every thread of the CTA must reach it (caller's contract in callers).
