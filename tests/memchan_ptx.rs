@@ -57,14 +57,16 @@ fn packets_travel_in_one_volatile_access() {
 fn grid_barrier_orders_arrival_release_and_acquire() {
     let ins = body("grid_barrier_check");
     let (bar, inc, rel, fence) = (
-        first(&ins, "bar.sync 0;"),
+        first(&ins, "barrier.sync 0;"),
         first(&ins, "atom.acq_rel.gpu.inc.u32"),
         first(&ins, "st.release.gpu.u32"),
         first(&ins, "fence.acq_rel.gpu;"),
     );
     assert!(bar < inc, "the CTA barrier gathers the block's writes before the arrival");
+    // Non-aligned barriers: the leader reaches the second one after a divergent spin.
+    assert!(!ins.iter().any(|l| l.starts_with("bar.sync")), "an aligned barrier after divergent code");
     assert!(inc < rel && inc < fence, "release / acquire of the generation after the arrival");
-    assert!(count(&ins, "bar.sync 0;") >= 2, "a CTA barrier after the leader's wait");
+    assert!(count(&ins, "barrier.sync 0;") >= 2, "a CTA barrier after the leader's wait");
     assert_only_expiry_calls("grid_barrier_check", &ins);
 }
 
@@ -72,7 +74,7 @@ fn grid_barrier_orders_arrival_release_and_acquire() {
 fn put_signal_kernel_has_the_barrier_release_and_acquire() {
     // (The order is the source's; the blocks' layout in the PTX text does not follow it.)
     let ins = body("put_signal_pingpong");
-    for text in ["st.global.v4.u32", "bar.sync 0;", "st.release.sys.global.u64", "ld.acquire.sys.u64"] {
+    for text in ["st.global.v4.u32", "barrier.sync 0;", "st.release.sys.global.u64", "ld.acquire.sys.u64"] {
         first(&ins, text);
     }
     assert_only_expiry_calls("put_signal_pingpong", &ins);
