@@ -29,7 +29,7 @@ pub mod switch;
 pub mod sync;
 pub mod vec;
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 pub mod ptx;
 
 #[cfg(all(target_arch = "nvptx64", feature = "panic-handler"))]
