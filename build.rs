@@ -26,9 +26,13 @@ fn main() {
                 panic!("ptxas rejected {file}: {e}");
             }
         } else if std::env::var("MSCCLPP_RS_REQUIRE_PTXAS").is_ok_and(|v| v == "1") {
-            panic!("ptxas/cuobjdump not found and MSCCLPP_RS_REQUIRE_PTXAS=1: run `./x setup` (or set PTXAS/CUOBJDUMP)");
+            panic!(
+                "ptxas/cuobjdump not found and MSCCLPP_RS_REQUIRE_PTXAS=1: run `./x setup` (or set PTXAS/CUOBJDUMP)"
+            );
         } else {
-            println!("cargo:warning=ptxas/cuobjdump not found: {file} was not assembled at build time (`./x setup` installs them)");
+            println!(
+                "cargo:warning=ptxas/cuobjdump not found: {file} was not assembled at build time (`./x setup` installs them)"
+            );
         }
     }
     println!("cargo:rerun-if-changed=build.rs");
