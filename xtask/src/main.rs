@@ -114,7 +114,7 @@ fn cargo(dir: &Path, args: &[&str], extra: &[String], env: &[(&str, &str)]) -> R
     run(&mut cmd)
 }
 
-/// The test command: what `scripts/test.sh` has always run.
+/// The test command (also `scripts/test.sh`).
 fn test(root: &Path, extra: &[String]) -> Result<()> {
     cargo(root, &["test", "--workspace", "--all-targets"], extra, &[])?;
     cargo(root, &["test", "--workspace", "--doc"], &[], &[])?;
