@@ -1,7 +1,9 @@
 //! One small kernel per instruction wrapper: `check_<wrapper>`. The CPU-side checks find each
 //! kernel's body in the PTX and its function in the SASS.
 
-use mscclpp_device::ptx::{arith, atom_red, cp_async_bulk as cp, fence, ld_st, mbarrier as mb, misc, print, smem, sreg};
+use mscclpp_device::ptx::{
+    arith, atom_red, cp_async_bulk as cp, fence, ld_st, mbarrier as mb, misc, print, smem, sreg,
+};
 
 /// Defines `#[no_mangle] extern "ptx-kernel"` functions whose bodies are unsafe blocks.
 #[macro_export]
