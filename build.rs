@@ -1,6 +1,7 @@
 //! Builds the device programs in `ptx-tests/` to PTX (plain, with device-side argument checks, and
 //! for sm_100a with the fp8 multimem forms) and, when `ptxas` is installed, assembles each one for
-//! its architecture so that a PTX error fails the build.
+//! its architecture so that a PTX error fails the build (and fails it when the tools are missing
+//! under `MSCCLPP_RS_REQUIRE_PTXAS=1`). It never downloads anything: `./x setup` installs the tools.
 
 use std::path::PathBuf;
 
@@ -24,9 +25,16 @@ fn main() {
             if let Err(e) = nvptx_builder::assemble(&dst, cpu) {
                 panic!("ptxas rejected {file}: {e}");
             }
+        } else if std::env::var("MSCCLPP_RS_REQUIRE_PTXAS").is_ok_and(|v| v == "1") {
+            panic!(
+                "ptxas/cuobjdump not found and MSCCLPP_RS_REQUIRE_PTXAS=1: run `./x setup` (or set PTXAS/CUOBJDUMP)"
+            );
         } else {
-            println!("cargo:warning=ptxas/cuobjdump not found: {file} was not assembled at build time");
+            println!(
+                "cargo:warning=ptxas/cuobjdump not found: {file} was not assembled at build time (`./x setup` installs them)"
+            );
         }
     }
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=MSCCLPP_RS_REQUIRE_PTXAS");
 }

@@ -12,7 +12,7 @@ pub fn tools_or_skip(test: &str) -> bool {
     let ok = nvptx_builder::find_tool("ptxas").is_some() && nvptx_builder::find_tool("cuobjdump").is_some();
     if !ok {
         let msg = "ptxas/cuobjdump NOT FOUND: the SASS half of the PTX checks did not run \
-                   (install nvidia-cuda-nvcc and nvidia-cuda-cuobjdump into .venv-tools, or set PTXAS/CUOBJDUMP)";
+                   (`./x setup` installs them into .venv-tools, or set PTXAS/CUOBJDUMP)";
         eprintln!("\n!!!!!!!! {msg}\n");
         crate::testing::record_skip(test, msg);
         if std::env::var("MSCCLPP_RS_REQUIRE_PTXAS").is_ok_and(|v| v == "1") {

@@ -378,7 +378,7 @@ impl Collectives {
     }
 
     /// The device handle, for kernels that call the collectives themselves (see
-    /// [`mscclpp_device::collective::Collective::allreduce`]). Valid while `self` lives.
+    /// [`Collective::allreduce`](mscclpp_device::collective::Collective)). Valid while `self` lives.
     pub fn handle(&self) -> Collective {
         self.handle
     }

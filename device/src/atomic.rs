@@ -95,33 +95,33 @@ pub trait Word: Copy + sealed::Sealed {
     ///
     /// # Safety
     /// `p` valid and aligned.
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn load(p: *const Self, o: OrderId, s: ScopeId) -> Self;
     /// Scoped store.
     ///
     /// # Safety
     /// `p` valid and aligned.
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn store(p: *mut Self, v: Self, o: OrderId, s: ScopeId);
     /// Scoped fetch-add.
     ///
     /// # Safety
     /// `p` valid and aligned.
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn fetch_add(p: *mut Self, v: Self, o: OrderId, s: ScopeId) -> Self;
     /// Scoped reduction add.
     ///
     /// # Safety
     /// `p` valid and aligned.
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn red_add(p: *mut Self, v: Self, o: OrderId, s: ScopeId);
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 #[allow(clippy::unnecessary_cast)] // the same body as the signed impl below
 impl Word for u32 {
     #[inline(always)]
@@ -195,7 +195,7 @@ impl Word for u32 {
         }
     }
 }
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 impl Word for i32 {
     // Two's complement: the signed forms are the unsigned instructions on the same bits.
     #[inline(always)]
@@ -219,7 +219,7 @@ impl Word for i32 {
         unsafe { <u32 as Word>::red_add(p.cast(), v as u32, o, s) }
     }
 }
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 #[allow(clippy::unnecessary_cast)] // the same body as the signed impl below
 impl Word for u64 {
     #[inline(always)]
@@ -293,7 +293,7 @@ impl Word for u64 {
         }
     }
 }
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 impl Word for i64 {
     // Two's complement: the signed forms are the unsigned instructions on the same bits.
     #[inline(always)]
@@ -318,13 +318,13 @@ impl Word for i64 {
     }
 }
 
-#[cfg(not(target_arch = "nvptx64"))]
+#[cfg(not(any(target_arch = "nvptx64", doc)))]
 impl Word for u32 {}
-#[cfg(not(target_arch = "nvptx64"))]
+#[cfg(not(any(target_arch = "nvptx64", doc)))]
 impl Word for i32 {}
-#[cfg(not(target_arch = "nvptx64"))]
+#[cfg(not(any(target_arch = "nvptx64", doc)))]
 impl Word for u64 {}
-#[cfg(not(target_arch = "nvptx64"))]
+#[cfg(not(any(target_arch = "nvptx64", doc)))]
 impl Word for i64 {}
 impl sealed::Sealed for u32 {}
 impl sealed::Sealed for i32 {}
@@ -335,7 +335,7 @@ impl sealed::Sealed for i64 {}
 ///
 /// # Safety
 /// `p` must be valid for reads and naturally aligned; concurrent writers must use atomics.
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 #[inline(always)]
 pub unsafe fn load<O: LoadOrder, S: Scope, T: Word>(p: *const T) -> T {
     // SAFETY: forwarded from the caller.
@@ -346,7 +346,7 @@ pub unsafe fn load<O: LoadOrder, S: Scope, T: Word>(p: *const T) -> T {
 ///
 /// # Safety
 /// `p` must be valid for writes and naturally aligned.
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 #[inline(always)]
 pub unsafe fn store<O: StoreOrder, S: Scope, T: Word>(p: *mut T, v: T) {
     // SAFETY: forwarded from the caller.
@@ -357,7 +357,7 @@ pub unsafe fn store<O: StoreOrder, S: Scope, T: Word>(p: *mut T, v: T) {
 ///
 /// # Safety
 /// `p` must be valid for reads and writes and naturally aligned.
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 #[inline(always)]
 pub unsafe fn fetch_add<O: RmwOrder, S: Scope, T: Word>(p: *mut T, v: T) -> T {
     // SAFETY: forwarded from the caller.
@@ -368,7 +368,7 @@ pub unsafe fn fetch_add<O: RmwOrder, S: Scope, T: Word>(p: *mut T, v: T) -> T {
 ///
 /// # Safety
 /// `p` must be valid for reads and writes and naturally aligned.
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 #[inline(always)]
 pub unsafe fn red_add<O: StoreOrder, S: Scope, T: Word>(p: *mut T, v: T) {
     // SAFETY: forwarded from the caller.
@@ -376,7 +376,7 @@ pub unsafe fn red_add<O: StoreOrder, S: Scope, T: Word>(p: *mut T, v: T) {
 }
 
 /// A fence with order `O` (`AcqRel`, or `SeqCst` through [`fence_sc`]) at scope `S`.
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 #[inline(always)]
 pub fn fence_acq_rel<S: Scope>() {
     use crate::ptx::fence::*;
@@ -388,7 +388,7 @@ pub fn fence_acq_rel<S: Scope>() {
 }
 
 /// A sequentially consistent fence (`fence.sc`) at scope `S`.
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 #[inline(always)]
 pub fn fence_sc<S: Scope>() {
     use crate::ptx::fence::*;
@@ -400,7 +400,7 @@ pub fn fence_sc<S: Scope>() {
 }
 
 /// The async-proxy fence for shared memory (`fence.proxy.async.shared::cta`).
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 #[inline(always)]
 pub fn fence_proxy_async_shared() {
     crate::ptx::fence::fence_proxy_async_shared_cta();

@@ -17,7 +17,7 @@
 //! consumer reads a tile that is still being written. [`SharedPtr::<BulkBarrier>::arrive_and_expect`]
 //! with the batch total, issued before the copies, is the safe form.
 //!
-//! Addresses are typed ([`SharedPtr`] vs [`GlobalPtr`]), must be 16-byte aligned, and sizes must be
+//! Addresses are typed ([`SharedPtr`] vs [`GlobalPtr`](crate::ptr::GlobalPtr)), must be 16-byte aligned, and sizes must be
 //! non-zero multiples of 16. Debug builds (or feature `checks`) verify this on the device and trap;
 //! host code validates with [`validate`] before launch.
 
@@ -132,7 +132,7 @@ pub trait BulkReduceOp<T>: sealed::Sealed<T> {
     ///
     /// # Safety
     /// As for [`bulk_reduce_store`].
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn issue(dst: *mut u8, src: u32, bytes: u32);
 }
@@ -142,7 +142,7 @@ macro_rules! reduce_pairs {
         impl sealed::Sealed<$t> for op::$op {}
         impl BulkReduceOp<$t> for op::$op {
             const PTX: &'static str = $ptx;
-            #[cfg(target_arch = "nvptx64")]
+            #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn issue(dst: *mut u8, src: u32, bytes: u32) {
                 // SAFETY: forwarded from the caller.
@@ -232,7 +232,7 @@ impl<const N: usize> BulkPipeline<N> {
     }
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
     use crate::poll::{SpinBudget, spin_until};
@@ -614,7 +614,7 @@ mod device {
     }
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 pub use device::*;
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ impl Threads {
     }
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 impl Threads {
     /// The calling thread within its (1-D) block.
     #[inline(always)]
@@ -73,14 +73,14 @@ pub trait Element: sealed::Sealed {
     ///
     /// # Safety
     /// `p` valid for the element's size in the global state space and aligned to it.
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn load(p: *const u8) -> Self::Value;
     /// One store of an element.
     ///
     /// # Safety
     /// As for `load`, for writes.
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn store(p: *mut u8, v: Self::Value);
 }
@@ -90,13 +90,13 @@ macro_rules! widths {
         impl sealed::Sealed for Width<$w> {}
         impl Element for Width<$w> {
             type Value = $v;
-            #[cfg(target_arch = "nvptx64")]
+            #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn load(p: *const u8) -> $v {
                 // SAFETY: forwarded from the caller.
                 unsafe { crate::ptx::ld_st::$ld(p.cast::<$elem>()) }
             }
-            #[cfg(target_arch = "nvptx64")]
+            #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn store(p: *mut u8, v: $v) {
                 // SAFETY: forwarded from the caller.
@@ -138,7 +138,7 @@ pub const fn widest_split(dst: u64, src: u64, bytes: u64) -> (u64, u64) {
     (if head < bytes { head } else { bytes }, w)
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
     use crate::device_assert;
@@ -255,7 +255,7 @@ mod device {
     }
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 pub use device::*;
 
 #[cfg(test)]

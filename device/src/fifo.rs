@@ -244,7 +244,7 @@ static_assertions::const_assert_eq!(core::mem::offset_of!(FifoDeviceHandle, size
 // SAFETY: repr(C), no padding (asserted), addresses and integers only.
 unsafe impl DeviceAbi for FifoDeviceHandle {}
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
     use crate::atomic::{self, Acquire, Gpu, Sys};

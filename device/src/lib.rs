@@ -1,16 +1,78 @@
-//! GPU communication primitives for Rust kernels compiled to `nvptx64-nvidia-cuda`.
+//! GPU communication primitives for Rust kernels compiled to `nvptx64-nvidia-cuda`, in the spirit
+//! of MSCCL++'s device API: Hopper bulk copies, scoped atomics, semaphores between GPUs, the
+//! trigger FIFO to a host proxy, memory / port / switch channels, LL packets and multimem
+//! reductions, every wait bounded.
+//!
+//! # Two targets
 //!
 //! The crate is `#![no_std]` and builds for two targets:
 //!
 //! * **nvptx64** (through `nvptx-builder`): everything, including the instruction wrappers in
 //!   [`ptx`] and the device-side methods of every handle.
 //! * **the host**: the `#[repr(C)]` handle types, encodings and the target-independent protocol
-//!   logic, so that host code builds handles with exactly the layout the GPU reads.
+//!   logic, so that host code (`mscclpp-host`) builds handles with exactly the layout the GPU reads.
 //!
-//! All inline assembly lives in [`ptx`] (only on nvptx64): one thin wrapper per instruction form.
-//! Everything else composes those wrappers.
+//! This documentation shows both: items that exist only in device code (the [`ptx`] module,
+//! methods such as [`SharedPtr::<BulkBarrier>::init`](ptr::SharedPtr) or
+//! [`MemoryChannel::put`](channel::memory::MemoryChannel), functions such as
+//! [`bulk::bulk_load`]) are compiled for nvptx64 only and say so where it matters.
+//!
+//! # Writing a kernel
+//!
+//! Kernels live in a crate of their own, `crate-type = ["cdylib"]`, with a nightly toolchain that
+//! has `rust-src`; the host crate's build script turns it into PTX with
+//! `nvptx_builder::Builder::new("kernels").build()`. The repository's README shows a complete
+//! project (kernel crate, host crate, build script). A kernel takes handles by value:
+//!
+//! ```ignore
+//! #![no_std]
+//! #![feature(abi_ptx)]
+//! use mscclpp_device::channel::memory::MemoryChannel;
+//! use mscclpp_device::copy::Threads;
+//! use mscclpp_device::poll::SpinBudget;
+//! use mscclpp_device::ptr::GlobalPtr;
+//!
+//! /// Copies `bytes` of my buffer to the peer of `chan`, then tells it the data is there.
+//! #[unsafe(no_mangle)]
+//! pub unsafe extern "ptx-kernel" fn send(chan: GlobalPtr<MemoryChannel>, bytes: u64) {
+//!     let t = Threads::grid();
+//!     unsafe {
+//!         let chan = chan.as_ptr().read();
+//!         chan.put(0, 0, bytes, t); // every thread of the grid copies its share over NVLink
+//!         // ... a grid barrier (sync::DeviceSyncer) so that every share is written, then:
+//!         if t.index == 0 {
+//!             chan.signal(); // release: the peer's wait() returns after this
+//!         }
+//!     }
+//! }
+//! ```
+//!
+//! # Where things are
+//!
+//! * [`ptr`]: typed addresses ([`ptr::GlobalPtr`], [`ptr::SharedPtr`], [`ptr::MultimemPtr`]) and
+//!   the dynamic shared-memory window.
+//! * [`bulk`]: Hopper bulk copies with [`bulk::BulkBarrier`] and the N-stage [`bulk::BulkPipeline`].
+//! * [`atomic`]: scoped atomics, with order and scope as type parameters.
+//! * [`semaphore`], [`fifo`], [`channel`]: semaphores between GPUs and with the host, the trigger
+//!   FIFO to the host proxy, and the memory, port and switch channels built on them.
+//! * [`packet`], [`copy`], [`sync`], [`multimem`], [`switch`], [`collective`]: LL packets,
+//!   cooperative copies, grid barriers, NVLink SHARP forms, and device-callable collectives.
+//! * [`poll`]: [`poll::SpinBudget`], the bound on every wait: when it runs out the kernel prints
+//!   which wait and executes `trap;`, so a lost signal fails the launch instead of hanging it.
+//!
+//! # Safety and checks
+//!
+//! Device methods that touch memory are `unsafe`: each says in `# Safety` what the caller
+//! guarantees (addresses, alignment, which threads call it). With debug builds or the `checks`
+//! feature, arguments are also checked on the device ([`device_assert!`]). Feature
+//! `panic-handler` (default) provides the kernel crate's panic handler (prints the location,
+//! then `trap;`); feature `sm100a` adds the fp8 multimem forms.
+//!
+//! All inline assembly lives in [`ptx`] (only on nvptx64): one thin wrapper per instruction form,
+//! each checked against ptxas and the SASS it produces. Everything else composes those wrappers.
 #![cfg_attr(not(test), no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch, stdarch_nvptx))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod abi;
 pub mod atomic;
@@ -29,7 +91,7 @@ pub mod switch;
 pub mod sync;
 pub mod vec;
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 pub mod ptx;
 
 #[cfg(all(target_arch = "nvptx64", feature = "panic-handler"))]

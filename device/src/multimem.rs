@@ -45,7 +45,7 @@
 //! (f16/bf16 sums accumulated in f32) and, with feature `sm100a`, fp8 loads with
 //! [`multimem_ld_reduce_acc_f16`].
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 use crate::ptr::MultimemPtr;
 #[allow(unused_imports)]
 use crate::vec::*;
@@ -71,7 +71,7 @@ pub trait LdReduce<V>: sealed::LdReduce<V> {
     ///
     /// # Safety
     /// As for [`multimem_ld_reduce`].
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn ld_reduce(ptr: MultimemPtr<V>) -> V;
 }
@@ -84,7 +84,7 @@ pub trait LdReduceAcquire<V>: sealed::LdReduceAcquire<V> {
     ///
     /// # Safety
     /// As for [`multimem_ld_reduce_acquire`].
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn ld_reduce_acquire(ptr: MultimemPtr<V>) -> V;
 }
@@ -97,7 +97,7 @@ pub trait LdReduceAccF32: sealed::LdReduceAccF32<Self> + Sized {
     ///
     /// # Safety
     /// As for [`multimem_ld_reduce_acc_f32`].
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn ld_reduce_acc_f32(ptr: MultimemPtr<Self>) -> Self;
 }
@@ -110,7 +110,7 @@ pub trait LdReduceAccF16: sealed::LdReduceAccF16<Self> + Sized {
     ///
     /// # Safety
     /// As for [`multimem_ld_reduce_acc_f16`].
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn ld_reduce_acc_f16(ptr: MultimemPtr<Self>) -> Self;
 }
@@ -123,7 +123,7 @@ pub trait Store: sealed::Store + Sized {
     ///
     /// # Safety
     /// As for [`multimem_st`].
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn st(ptr: MultimemPtr<Self>, value: Self);
 }
@@ -136,7 +136,7 @@ pub trait StoreRelease: sealed::StoreRelease + Sized {
     ///
     /// # Safety
     /// As for [`multimem_st_release`].
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn st_release(ptr: MultimemPtr<Self>, value: Self);
 }
@@ -149,7 +149,7 @@ pub trait Red<V>: sealed::Red<V> {
     ///
     /// # Safety
     /// As for [`multimem_red`].
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn red(ptr: MultimemPtr<V>, value: V);
 }
@@ -162,7 +162,7 @@ pub trait RedRelease<V>: sealed::RedRelease<V> {
     ///
     /// # Safety
     /// As for [`multimem_red_release`].
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn red_release(ptr: MultimemPtr<V>, value: V);
 }
@@ -174,7 +174,7 @@ macro_rules! op_pairs {
         impl sealed::$tr<$t> for op::$op {}
         impl $tr<$t> for op::$op {
             const PTX: &'static str = $ptx;
-            #[cfg(target_arch = "nvptx64")]
+            #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn $method(ptr: MultimemPtr<$t>) -> $t {
                 // SAFETY: forwarded from the caller.
@@ -186,7 +186,7 @@ macro_rules! op_pairs {
         impl sealed::$tr<$t> for op::$op {}
         impl $tr<$t> for op::$op {
             const PTX: &'static str = $ptx;
-            #[cfg(target_arch = "nvptx64")]
+            #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn $method(ptr: MultimemPtr<$t>, value: $t) {
                 // SAFETY: forwarded from the caller.
@@ -200,7 +200,7 @@ macro_rules! op_pairs {
         impl sealed::$tr<$t> for op::$op {}
         impl $tr<$t> for op::$op {
             const PTX: &'static str = $ptx;
-            #[cfg(target_arch = "nvptx64")]
+            #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn $method(ptr: MultimemPtr<$t>) -> $t {
                 // SAFETY: forwarded from the caller; same size and alignment as `$u`.
@@ -212,7 +212,7 @@ macro_rules! op_pairs {
         impl sealed::$tr<$t> for op::$op {}
         impl $tr<$t> for op::$op {
             const PTX: &'static str = $ptx;
-            #[cfg(target_arch = "nvptx64")]
+            #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn $method(ptr: MultimemPtr<$t>, value: $t) {
                 // SAFETY: forwarded from the caller; same size and alignment as `$u`.
@@ -228,7 +228,7 @@ macro_rules! type_impls {
         impl sealed::$tr<$t> for $t {}
         impl $tr for $t {
             const PTX: &'static str = $ptx;
-            #[cfg(target_arch = "nvptx64")]
+            #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn $method(ptr: MultimemPtr<$t>) -> $t {
                 // SAFETY: forwarded from the caller.
@@ -240,7 +240,7 @@ macro_rules! type_impls {
         impl sealed::$tr for $t {}
         impl $tr for $t {
             const PTX: &'static str = $ptx;
-            #[cfg(target_arch = "nvptx64")]
+            #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn $method(ptr: MultimemPtr<$t>, value: $t) {
                 // SAFETY: forwarded from the caller.
@@ -455,7 +455,7 @@ type_impls! { store Store::st;
     E5m2x16 => multimem_st_relaxed_sys_v4_e5m2x4, "v4.e5m2x4";
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
 
@@ -548,5 +548,5 @@ mod device {
     }
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 pub use device::*;

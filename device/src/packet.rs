@@ -110,28 +110,28 @@ pub trait Packet: sealed::Sealed + bytemuck::Pod {
     ///
     /// # Safety
     /// `p` valid for the packet in the global state space and aligned to it.
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn store(p: *mut Self, data: Self::Payload, flag: u32);
     /// One volatile load of the whole packet; the data if every flag equals `flag`.
     ///
     /// # Safety
     /// As for `store`, for reads.
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn load(p: *const Self, flag: u32) -> Option<Self::Payload>;
     /// A plain load of one payload from a data buffer.
     ///
     /// # Safety
     /// `p` valid for `PAYLOAD_BYTES` in the global state space and aligned to it.
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn load_payload(p: *const u8) -> Self::Payload;
     /// A plain store of one payload into a data buffer.
     ///
     /// # Safety
     /// As for `load_payload`, for writes.
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn store_payload(p: *mut u8, v: Self::Payload);
 }
@@ -141,7 +141,7 @@ impl Packet for LL16Packet {
     const PAYLOAD_BYTES: u64 = 8;
     const READ_NAME: &'static core::ffi::CStr = c"LL16Packet::read";
 
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[inline(always)]
     unsafe fn store(p: *mut Self, data: u64, flag: u32) {
         // SAFETY: forwarded from the caller.
@@ -149,20 +149,20 @@ impl Packet for LL16Packet {
             crate::ptx::ld_st::st_volatile_global_v4_u32(p.cast(), [data as u32, flag, (data >> 32) as u32, flag])
         }
     }
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[inline(always)]
     unsafe fn load(p: *const Self, flag: u32) -> Option<u64> {
         // SAFETY: forwarded from the caller.
         let [d1, f1, d2, f2] = unsafe { crate::ptx::ld_st::ld_volatile_global_v4_u32(p.cast()) };
         LL16Packet { data1: d1, flag1: f1, data2: d2, flag2: f2 }.data_if(flag)
     }
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[inline(always)]
     unsafe fn load_payload(p: *const u8) -> u64 {
         // SAFETY: forwarded from the caller.
         unsafe { crate::ptx::ld_st::ld_global_u64(p.cast()) }
     }
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[inline(always)]
     unsafe fn store_payload(p: *mut u8, v: u64) {
         // SAFETY: forwarded from the caller.
@@ -175,26 +175,26 @@ impl Packet for LL8Packet {
     const PAYLOAD_BYTES: u64 = 4;
     const READ_NAME: &'static core::ffi::CStr = c"LL8Packet::read";
 
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[inline(always)]
     unsafe fn store(p: *mut Self, data: u32, flag: u32) {
         // SAFETY: forwarded from the caller.
         unsafe { crate::ptx::ld_st::st_volatile_global_v2_u32(p.cast(), [data, flag]) }
     }
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[inline(always)]
     unsafe fn load(p: *const Self, flag: u32) -> Option<u32> {
         // SAFETY: forwarded from the caller.
         let [data, f] = unsafe { crate::ptx::ld_st::ld_volatile_global_v2_u32(p.cast()) };
         LL8Packet { data, flag: f }.data_if(flag)
     }
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[inline(always)]
     unsafe fn load_payload(p: *const u8) -> u32 {
         // SAFETY: forwarded from the caller.
         unsafe { crate::ptx::ld_st::ld_global_u32(p.cast()) }
     }
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[inline(always)]
     unsafe fn store_payload(p: *mut u8, v: u32) {
         // SAFETY: forwarded from the caller.
@@ -207,7 +207,7 @@ pub const fn packet_bytes<P: Packet>(bytes: u64) -> u64 {
     bytes / P::PAYLOAD_BYTES * core::mem::size_of::<P>() as u64
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
     use crate::copy::Threads;
@@ -323,7 +323,7 @@ mod device {
     }
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 pub use device::*;
 
 #[cfg(test)]

@@ -137,7 +137,7 @@ pub fn nul_terminated<'a, const N: usize>(s: &str, buf: &'a mut [u8; N]) -> &'a 
 /// Spins until `cond()` returns true or `budget` runs out; on expiry prints `name` and traps.
 ///
 /// `name` is a C string literal (`c"BulkBarrier::wait"`).
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 #[inline(always)]
 pub fn spin_until(budget: SpinBudget, name: &'static CStr, mut cond: impl FnMut() -> bool) {
     if cond() {
@@ -159,7 +159,7 @@ pub fn spin_until(budget: SpinBudget, name: &'static CStr, mut cond: impl FnMut(
     }
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 #[cold]
 #[inline(never)]
 fn expired(name: &'static CStr, elapsed_ns: u64) -> ! {

@@ -169,20 +169,20 @@ mod tests {
 }
 
 /// The start of this launch's dynamic shared memory (128-byte aligned), as a typed address.
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 #[inline(always)]
 pub fn dynamic_shared<T>() -> SharedPtr<T> {
     SharedPtr::from_addr(crate::ptx::smem::dynamic_smem_base())
 }
 
 /// Bytes of dynamic shared memory this launch was given.
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 #[inline(always)]
 pub fn dynamic_shared_bytes() -> u32 {
     crate::ptx::sreg::dynamic_smem_size()
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 impl<T> SharedPtr<T> {
     /// The generic pointer of this shared address, for ordinary loads and stores.
     #[inline(always)]

@@ -62,10 +62,10 @@ static_assertions::assert_eq_size!(Host2DeviceSemaphore, [u64; 2]);
 // SAFETY: repr(C) of two 8-byte addresses.
 unsafe impl DeviceAbi for Host2DeviceSemaphore {}
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 pub use device::CachedMemorySemaphore;
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
     use crate::atomic::{self, Acquire, Relaxed, Sys};

@@ -94,7 +94,7 @@ impl SwitchSemaphore {
     }
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
     use crate::poll::{SpinBudget, spin_until};

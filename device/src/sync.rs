@@ -66,7 +66,7 @@ impl DeviceSemaphore {
     }
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
     use crate::atomic::{self, Acquire, Gpu, Relaxed, Release};

@@ -1,7 +1,7 @@
 //! Model checks of the trigger FIFO protocol (`mscclpp_device::protocol::fifo`), the same code
 //! the GPU runs, over CPU atomics:
 //!
-//! * with `--cfg loom` (see scripts/test.sh): every interleaving, within loom's bounds, of two
+//! * with `--cfg loom` (see `./x test`): every interleaving, within loom's bounds, of two
 //!   producers pushing more triggers than the ring holds and one consumer popping in order;
 //! * without loom: a stress run with real threads.
 //!

@@ -19,6 +19,40 @@
 //!   builds semaphores and memory, port and switch channels between ranks.
 //!
 //! Every fallible call returns the one [`Error`] type.
+//!
+//! # Getting started
+//!
+//! Kernels are written with `mscclpp-device` in a crate of their own and built to PTX by the host
+//! crate's build script (`nvptx-builder`); the repository's README shows the whole project. The
+//! host side opens a GPU, allocates memory and launches with typed arguments:
+//!
+//! ```no_run
+//! use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig};
+//! # const PTX: &str = "";
+//! // const PTX: &str = include_str!(env!("KERNELS_PTX")); // set by build.rs
+//!
+//! # fn main() -> mscclpp_host::Result<()> {
+//! let inventory = mscclpp_host::gpu::inventory(); // never fails: no GPU comes with a reason
+//! if inventory.devices.is_empty() {
+//!     println!("no GPU: {}", inventory.reason.unwrap_or_default());
+//!     return Ok(());
+//! }
+//! let gpu = Gpu::open(0)?;
+//! let src = DeviceBuffer::from_slice(&gpu, &[7u8; 4096])?;
+//! let dst = DeviceBuffer::alloc(&gpu, 4096)?;
+//! let args = Args::new().arg(dst.ptr::<u8>()).arg(src.ptr::<u8>()).arg(4096u32);
+//! // SAFETY: `copy_tile` takes (GlobalPtr<u8>, GlobalPtr<u8>, u32) and this shared memory.
+//! unsafe { gpu.launch(PTX, "copy_tile", LaunchConfig::new(1, 32).shared(128 + 4096), args)? };
+//! gpu.synchronize()?;
+//! assert_eq!(dst.to_vec::<u8>()?, vec![7u8; 4096]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Between ranks (one process per GPU, under `mpirun`, Slurm or the built-in launcher),
+//! [`Bootstrap`] connects the processes and a [`comm::Communicator`] shares memory and builds
+//! the channels whose handles the kernels take. [`cudarc`] is re-exported for streams, events and
+//! graphs, so that programs use the version this crate is built with.
 
 pub mod bootstrap;
 pub mod bulk;

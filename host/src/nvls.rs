@@ -28,7 +28,7 @@
 //! let _ = MulticastBuffer::create(&[], 1 << 21, |_| Some("1".into()));
 //! ```
 //!
-//! What [`MulticastBuffer::create`] does for a group of GPUs of this process:
+//! What `MulticastBuffer::create` does for a group of GPUs of this process:
 //!
 //! ```text
 //!  guard ─► each GPU: CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED

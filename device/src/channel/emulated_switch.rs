@@ -8,7 +8,7 @@
 //!  signal/wait:  multimem.red on a counter   memory semaphores with every other rank
 //! ```
 //!
-//! Both implement [`SwitchGroup`], so an algorithm written once against it runs on either; the
+//! Both implement [`SwitchGroup`](crate::channel::switch::SwitchGroup), so an algorithm written once against it runs on either; the
 //! host picks the kind (`mscclpp_host::comm::Communicator::switch_channels`). The emulation moves
 //! n times the bytes the switch would (every rank reads every copy), so it is a correctness
 //! stand-in, not a performance one. `store_reduce` has no emulation (it would need one remote
@@ -49,7 +49,7 @@ impl EmulatedSwitchChannel {
     }
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
     use crate::channel::switch::{SwitchElem, SwitchGroup};

@@ -64,7 +64,7 @@ impl MemoryChannel {
     }
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
     use crate::copy::{Threads, copy_widest};

@@ -38,7 +38,7 @@ static_assertions::const_assert_eq!(core::mem::offset_of!(PortChannel, semaphore
 // SAFETY: repr(C), no implicit padding (asserted), addresses and integers only.
 unsafe impl DeviceAbi for PortChannel {}
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
     use crate::fifo::{ProxyTrigger, TriggerError, kind};

@@ -76,7 +76,7 @@ impl SwitchChannel {
     }
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
     use crate::device_assert;
@@ -210,14 +210,14 @@ pub trait SwitchElem: Copy + bytemuck::Pod {
     ///
     /// # Safety
     /// As for [`crate::multimem::multimem_ld_reduce`].
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn mc_reduce(ptr: MultimemPtr<Self>) -> Self;
     /// `multimem.st` at `ptr`.
     ///
     /// # Safety
     /// As for [`crate::multimem::multimem_st`].
-    #[cfg(target_arch = "nvptx64")]
+    #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
     unsafe fn mc_store(ptr: MultimemPtr<Self>, value: Self);
 }
@@ -230,13 +230,13 @@ macro_rules! switch_elem {
                 let ($a, $b) = (self, other);
                 $add
             }
-            #[cfg(target_arch = "nvptx64")]
+            #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn mc_reduce(ptr: MultimemPtr<Self>) -> Self {
                 // SAFETY: forwarded from the caller.
                 unsafe { crate::multimem::multimem_ld_reduce::<$t, crate::multimem::op::Add>(ptr) }
             }
-            #[cfg(target_arch = "nvptx64")]
+            #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn mc_store(ptr: MultimemPtr<Self>, value: Self) {
                 // SAFETY: forwarded from the caller.
@@ -335,7 +335,7 @@ pub trait SwitchGroup: Copy {
     unsafe fn relaxed_wait(&self, budget: crate::poll::SpinBudget);
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 impl SwitchGroup for SwitchChannel {
     #[inline(always)]
     fn elements<V>(&self) -> u64 {

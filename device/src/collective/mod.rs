@@ -342,7 +342,7 @@ impl Element for Bf16 {
     }
 }
 
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(target_arch = "nvptx64", doc))]
 mod device;
 
 #[cfg(test)]

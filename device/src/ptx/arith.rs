@@ -1,6 +1,6 @@
 //! Packed half-precision arithmetic (the sums of the collectives).
 
-use core::arch::asm;
+use super::asm;
 
 /// `add.rn.f16x2 d, a, b;` (PTX 4.2, sm_53): lane-wise sum of two pairs of IEEE half-precision
 /// values, each rounded to nearest even. Lane 0 is in bits 0..16.

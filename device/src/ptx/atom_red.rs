@@ -1,7 +1,7 @@
 //! Atomic read-modify-write (`atom`) and reductions without result (`red`) with explicit memory
 //! order and scope, on generic addresses.
 
-use core::arch::asm;
+use super::asm;
 
 macro_rules! atom_add {
     ($( $(#[$doc:meta])* pub unsafe fn $name:ident($t:ty, $reg:ident) = $op:literal; )*) => { $(

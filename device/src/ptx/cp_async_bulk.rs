@@ -1,6 +1,6 @@
 //! Bulk copies by the Tensor Memory Accelerator (non-tensor `cp.async.bulk` forms).
 
-use core::arch::asm;
+use super::asm;
 
 /// `cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [dst], [src], size, [bar];`
 /// (PTX 8.6, sm_90): copies `bytes` from global memory to shared memory; completion is counted

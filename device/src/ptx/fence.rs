@@ -1,6 +1,6 @@
 //! Memory and proxy fences.
 
-use core::arch::asm;
+use super::asm;
 
 /// `fence.proxy.async.shared::cta;` (PTX 8.0, sm_90): orders this thread's generic-proxy accesses
 /// to shared memory against the async proxy (the bulk-copy engine), in both directions.

@@ -7,7 +7,7 @@
 //! FIFO, the plain 4/8/16-byte accesses of the cooperative copies, and the volatile 8/16-byte
 //! accesses of the LL packets.
 
-use core::arch::asm;
+use super::asm;
 
 macro_rules! scoped_loads {
     ($( $(#[$doc:meta])* pub fn $name:ident($t:ty, $reg:ident) = $op:literal; )*) => { $(

@@ -1,6 +1,6 @@
 //! `mbarrier` on shared memory (`.shared::cta`, 8-byte objects).
 
-use core::arch::asm;
+use super::asm;
 
 /// `mbarrier.init.shared::cta.b64 [a], count;` (PTX 7.0, sm_80)
 ///

@@ -1,6 +1,6 @@
 //! Control instructions.
 
-use core::arch::asm;
+use super::asm;
 
 /// `trap;` (PTX 1.0): aborts the kernel; the host's next synchronize reports a launch failure.
 #[inline(always)]

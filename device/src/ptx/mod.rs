@@ -11,6 +11,11 @@
 //!
 //! Every public wrapper here has a check kernel in `ptx-tests` and an expectation in the root
 //! crate's `checks` table; a coverage test fails when one is missing.
+//!
+//! The module is compiled for nvptx64 only. Documentation built for any other target (as docs.rs
+//! builds it) sees it too, through `cfg(doc)`: there `asm!`, `global_asm!` and the nvptx intrinsics
+//! are replaced by placeholders, so no nvptx assembly is ever parsed or compiled for the host, and
+//! rustdoc, which generates no code, renders the signatures and docs unchanged.
 
 pub mod arith;
 pub mod atom_red;
@@ -23,3 +28,38 @@ pub mod multimem;
 pub mod print;
 pub mod smem;
 pub mod sreg;
+
+#[cfg(target_arch = "nvptx64")]
+use core::arch::{asm, global_asm, nvptx};
+#[cfg(not(target_arch = "nvptx64"))]
+use host_doc::{asm, global_asm, nvptx};
+
+/// Placeholders for documentation builds on other targets (`cfg(doc)`); never compiled to code.
+#[cfg(not(target_arch = "nvptx64"))]
+mod host_doc {
+    macro_rules! asm {
+        ($($t:tt)*) => {
+            ::core::unreachable!("nvptx64 only")
+        };
+    }
+    macro_rules! global_asm {
+        ($($t:tt)*) => {};
+    }
+    pub(crate) use {asm, global_asm};
+
+    /// The special-register intrinsics of `core::arch::nvptx`.
+    pub(crate) mod nvptx {
+        pub(crate) unsafe fn _thread_idx_x() -> i32 {
+            unreachable!("nvptx64 only")
+        }
+        pub(crate) unsafe fn _block_dim_x() -> i32 {
+            unreachable!("nvptx64 only")
+        }
+        pub(crate) unsafe fn _block_idx_x() -> i32 {
+            unreachable!("nvptx64 only")
+        }
+        pub(crate) unsafe fn _grid_dim_x() -> i32 {
+            unreachable!("nvptx64 only")
+        }
+    }
+}

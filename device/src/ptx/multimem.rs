@@ -30,7 +30,7 @@
 //! `.release` store/reduction (or a release fence before a relaxed one) by another thread at
 //! `.sys` scope; the partner of each use is named where it is used (`crate::switch`).
 
-use core::arch::asm;
+use super::asm;
 
 #[allow(unused_imports)]
 use crate::ptr::MultimemPtr;

@@ -1,6 +1,6 @@
 //! The dynamic shared-memory window and conversions between shared and generic addresses.
 
-use core::arch::{asm, global_asm};
+use super::{asm, global_asm};
 
 // The launch's dynamic shared memory. One declaration for every kernel that links this crate; the
 // host sets its size at launch (above 48 KiB after raising the function's limit).

@@ -1,30 +1,30 @@
 //! Special registers.
 
-use core::arch::asm;
+use super::{asm, nvptx};
 
 /// `%tid.x` (PTX 1.0).
 #[inline(always)]
 pub fn tid_x() -> u32 {
     // SAFETY: reading a special register has no preconditions.
-    unsafe { core::arch::nvptx::_thread_idx_x() as u32 }
+    unsafe { nvptx::_thread_idx_x() as u32 }
 }
 /// `%ntid.x` (PTX 1.0).
 #[inline(always)]
 pub fn ntid_x() -> u32 {
     // SAFETY: reading a special register has no preconditions.
-    unsafe { core::arch::nvptx::_block_dim_x() as u32 }
+    unsafe { nvptx::_block_dim_x() as u32 }
 }
 /// `%ctaid.x` (PTX 1.0).
 #[inline(always)]
 pub fn ctaid_x() -> u32 {
     // SAFETY: reading a special register has no preconditions.
-    unsafe { core::arch::nvptx::_block_idx_x() as u32 }
+    unsafe { nvptx::_block_idx_x() as u32 }
 }
 /// `%nctaid.x` (PTX 1.0).
 #[inline(always)]
 pub fn nctaid_x() -> u32 {
     // SAFETY: reading a special register has no preconditions.
-    unsafe { core::arch::nvptx::_grid_dim_x() as u32 }
+    unsafe { nvptx::_grid_dim_x() as u32 }
 }
 
 /// `mov.u32 d, %laneid;` (PTX 1.3).

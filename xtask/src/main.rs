@@ -1,0 +1,332 @@
+//! The project's set-up and task runner: `cargo xtask <command>` (or `./x <command>`, which first
+//! installs the pinned toolchain when it is missing).
+//!
+//! Every command starts with the set-up: the components named in `rust-toolchain.toml`
+//! (`rustup toolchain install`, a no-op when they are there) and the CUDA assembler tools `ptxas`,
+//! `cuobjdump` and `nvdisasm`. Tools already found (`PTXAS`, `CUOBJDUMP`, `NVDISASM`, `PATH`, or
+//! `.venv-tools/`) are used as they are; otherwise they are installed once from PyPI (packages
+//! `nvidia-cuda-nvcc`, `nvidia-cuda-cuobjdump`, `nvidia-cuda-nvdisasm`) into a virtualenv in
+//! `.venv-tools/`, where the build scripts and the PTX/SASS checks find them. Cargo build scripts
+//! never download anything; only this set-up does.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// The tools the PTX/SASS checks use, and the PyPI package of each.
+const TOOLS: [(&str, &str); 3] =
+    [("ptxas", "nvidia-cuda-nvcc"), ("cuobjdump", "nvidia-cuda-cuobjdump"), ("nvdisasm", "nvidia-cuda-nvdisasm")];
+
+/// Where the tools are installed, relative to the repository root.
+const VENV: &str = ".venv-tools";
+
+/// The quickstart example: the files of the README's "Using the crates from your own project",
+/// relative to `examples/quickstart/`.
+const QUICKSTART_FILES: [&str; 5] =
+    ["Cargo.toml", "build.rs", "src/main.rs", "kernels/Cargo.toml", "kernels/src/lib.rs"];
+
+const USAGE: &str = "\
+usage: cargo xtask <command> [args]   (or ./x <command> [args])
+
+  report [args]      set-up, then the main job: cargo run --release [args]
+                     (builds the kernels, assembles them, prints the report)
+  test [args]        set-up, then every test: cargo test --workspace --all-targets [args],
+                     the doc tests, and the loom model checks of the FIFO
+  gpu-bundle         set-up, then scripts/gpu-build.sh (executables for a GPU machine in .gpu/)
+  quickstart         checks that examples/quickstart/ is the README's code, builds it as the
+                     README says next to this checkout, and runs it (it skips without a GPU)
+  setup              only the set-up: the pinned toolchain's components and ptxas, cuobjdump
+                     and nvdisasm (from PyPI into .venv-tools/ when they are missing)
+";
+
+type Result<T> = std::result::Result<T, String>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((cmd, rest)) = args.split_first() else {
+        eprint!("{USAGE}");
+        return ExitCode::FAILURE;
+    };
+    let root = root();
+    let result = match cmd.as_str() {
+        "setup" => setup(&root),
+        "report" => setup(&root).and_then(|()| cargo(&root, &["run", "--release"], rest, &[])),
+        "test" => setup(&root).and_then(|()| test(&root, rest)),
+        "gpu-bundle" => {
+            setup(&root).and_then(|()| run(Command::new("bash").arg("scripts/gpu-build.sh").current_dir(&root)))
+        }
+        "quickstart" => quickstart(&root),
+        "help" | "-h" | "--help" => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        other => Err(format!("unknown command `{other}`\n\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask {cmd}: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The repository root (the parent of this crate).
+fn root() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    dir.parent().unwrap_or(dir).to_path_buf()
+}
+
+fn say(msg: impl AsRef<str>) {
+    println!("xtask: {}", msg.as_ref());
+}
+
+/// Runs a command, inheriting the terminal; fails with the command line when it fails.
+fn run(cmd: &mut Command) -> Result<()> {
+    // Variables that `cargo run` set for this program; they describe the xtask crate, not the
+    // packages the command builds.
+    for v in
+        ["CARGO_MANIFEST_DIR", "CARGO_MANIFEST_PATH", "CARGO_PRIMARY_PACKAGE", "CARGO_CRATE_NAME", "CARGO_BIN_NAME"]
+    {
+        cmd.env_remove(v);
+    }
+    let status = cmd.status().map_err(|e| format!("could not start {cmd:?}: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("{cmd:?} failed ({status})")) }
+}
+
+/// The cargo that runs this program (the pinned toolchain's).
+fn cargo_bin() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+/// `cargo <args> <extra>` in `dir`, with the given environment.
+fn cargo(dir: &Path, args: &[&str], extra: &[String], env: &[(&str, &str)]) -> Result<()> {
+    let mut cmd = Command::new(cargo_bin());
+    cmd.args(args).args(extra).current_dir(dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut shown = format!("cargo {}", args.join(" "));
+    for e in extra {
+        let _ = write!(shown, " {e}");
+    }
+    say(format!("running {shown}"));
+    run(&mut cmd)
+}
+
+/// The test command (also `scripts/test.sh`).
+fn test(root: &Path, extra: &[String]) -> Result<()> {
+    cargo(root, &["test", "--workspace", "--all-targets"], extra, &[])?;
+    cargo(root, &["test", "--workspace", "--doc"], &[], &[])?;
+    // Model checks of the FIFO protocol under loom, in a target directory of their own: `--cfg
+    // loom` changes every crate.
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let loom = target.join("loom");
+    let loom = loom.to_string_lossy();
+    cargo(
+        root,
+        &["test", "-p", "mscclpp-device", "--test", "fifo_model", "--release", "--target-dir", &loom],
+        &[],
+        &[("RUSTFLAGS", "--cfg loom")],
+    )
+}
+
+/// The set-up: toolchain components, then the CUDA assembler tools.
+fn setup(root: &Path) -> Result<()> {
+    toolchain(root)?;
+    tools(root)
+}
+
+/// `rustup toolchain install` reads `rust-toolchain.toml` and adds whatever is missing (the
+/// toolchain itself is there: it runs this program). Quiet unless it fails.
+fn toolchain(root: &Path) -> Result<()> {
+    let channel = std::fs::read_to_string(root.join("rust-toolchain.toml"))
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                let v = l.trim().strip_prefix("channel")?.trim_start().strip_prefix('=')?;
+                Some(v.trim().trim_matches('"').to_string())
+            })
+        })
+        .unwrap_or_else(|| "(rust-toolchain.toml)".into());
+    match Command::new("rustup").arg("toolchain").arg("install").current_dir(root).output() {
+        Ok(out) if out.status.success() => {
+            say(format!("toolchain {channel} with rust-src, rustfmt, clippy (rust-toolchain.toml): ready"));
+            Ok(())
+        }
+        Ok(out) => Err(format!(
+            "`rustup toolchain install` failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )),
+        // Without rustup the toolchain came from elsewhere; the build says if it lacks something.
+        Err(_) => {
+            say(format!("rustup not found; using the toolchain that runs cargo (the project pins {channel})"));
+            Ok(())
+        }
+    }
+}
+
+/// Finds ptxas, cuobjdump and nvdisasm, installing them from PyPI into `.venv-tools/` when one
+/// is missing.
+fn tools(root: &Path) -> Result<()> {
+    // find_tool also looks in the .venv-tools of the current directory and its ancestors.
+    std::env::set_current_dir(root).map_err(|e| format!("cd {}: {e}", root.display()))?;
+    let missing: Vec<&str> =
+        TOOLS.iter().filter(|(t, _)| nvptx_builder::find_tool(t).is_none()).map(|(t, _)| *t).collect();
+    if !missing.is_empty() {
+        install_tools(root, &missing)?;
+    }
+    for (t, _) in TOOLS {
+        let Some(p) = nvptx_builder::find_tool(t) else {
+            return Err(format!("{t} still not found after installing it into {VENV}/"));
+        };
+        let shown = p.strip_prefix(root).unwrap_or(&p).display().to_string();
+        if t == "ptxas" {
+            let version = Command::new(&p)
+                .arg("--version")
+                .output()
+                .ok()
+                .and_then(|o| {
+                    String::from_utf8_lossy(&o.stdout).lines().find(|l| l.contains("release")).map(str::to_string)
+                })
+                .unwrap_or_default();
+            say(format!("{t}: {shown} ({version})"));
+        } else {
+            say(format!("{t}: {shown}"));
+        }
+    }
+    Ok(())
+}
+
+fn install_tools(root: &Path, missing: &[&str]) -> Result<()> {
+    let packages: Vec<&str> = TOOLS.iter().map(|(_, p)| *p).collect();
+    say(format!(
+        "{} not found: installing {} from PyPI into {VENV}/ (first run only; about 150 MB)",
+        missing.join(", "),
+        packages.join(", ")
+    ));
+    let venv = root.join(VENV);
+    let pip = venv.join("bin").join("pip");
+    if !venv.join("bin").join("python").exists() {
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+        say(format!("creating the virtualenv: {python} -m venv {VENV}"));
+        run(Command::new(&python).args(["-m", "venv"]).arg(&venv)).map_err(|e| {
+            format!(
+                "{e}\n(python3 with the venv module is needed, or set PTXAS, CUOBJDUMP and NVDISASM to installed tools)"
+            )
+        })?;
+    }
+    say("installing with pip (quiet)");
+    run(Command::new(&pip).args(["install", "--quiet", "--upgrade", "pip"]))?;
+    run(Command::new(&pip).args(["install", "--quiet"]).args(&packages))
+        .map_err(|e| format!("{e}\n(pip needs to reach PyPI; or set PTXAS, CUOBJDUMP and NVDISASM to installed tools)"))
+}
+
+/// The quickstart example: compares it with the README, lays it out as the README says (the
+/// project next to a checkout named `mscclpp-rs`), builds it and runs it.
+fn quickstart(root: &Path) -> Result<()> {
+    let example = root.join("examples").join("quickstart");
+    let readme = std::fs::read_to_string(root.join("README.md")).map_err(|e| format!("reading README.md: {e}"))?;
+    let blocks = readme_blocks(&readme);
+    for f in QUICKSTART_FILES {
+        let file =
+            std::fs::read_to_string(example.join(f)).map_err(|e| format!("reading examples/quickstart/{f}: {e}"))?;
+        match blocks.iter().find(|(name, _)| name == f) {
+            None => return Err(format!("the README shows no block for {f} (its first line names the file)")),
+            Some((_, text)) if *text != file => {
+                return Err(format!("examples/quickstart/{f} differs from the README's block for it; keep them equal"));
+            }
+            Some(_) => {}
+        }
+    }
+    say("examples/quickstart/ is the README's code");
+
+    // target/quickstart/{mscclpp-rs -> this checkout, my-project/ = examples/quickstart/}
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let base = root.join("target").join("quickstart");
+    let project = base.join("my-project");
+    let _ = std::fs::remove_dir_all(&project);
+    std::fs::create_dir_all(&base).map_err(|e| format!("creating {}: {e}", base.display()))?;
+    let link = base.join("mscclpp-rs");
+    if std::fs::symlink_metadata(&link).is_err() {
+        std::os::unix::fs::symlink(root, &link).map_err(|e| format!("linking {}: {e}", link.display()))?;
+    }
+    for f in QUICKSTART_FILES.iter().chain(&["rust-toolchain.toml"]) {
+        let dst = project.join(f);
+        if let Some(d) = dst.parent() {
+            std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+        }
+        let src = if *f == "rust-toolchain.toml" { root.join(f) } else { example.join(f) };
+        std::fs::copy(&src, &dst).map_err(|e| format!("copying {}: {e}", src.display()))?;
+    }
+    // This workspace's lock file as a start, so that both builds resolve the versions tested
+    // here without asking the registry.
+    for dir in [&project, &project.join("kernels")] {
+        let _ = std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock"));
+    }
+    // A target directory next to the workspace's, kept between runs.
+    let qt = target.join("quickstart-target");
+    let qt = qt.to_string_lossy();
+    say(format!("building the README's project in {}", project.strip_prefix(root).unwrap_or(&project).display()));
+    cargo(&project, &["build", "--target-dir", &qt], &[], &[])?;
+    cargo(&project, &["run", "--target-dir", &qt], &[], &[])
+}
+
+/// The fenced code blocks of a Markdown text whose first line is a comment naming a file of the
+/// quickstart example (`// src/main.rs`, `# kernels/Cargo.toml`), as (file, whole text).
+fn readme_blocks(md: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut lines = md.lines();
+    while let Some(line) = lines.next() {
+        if !line.starts_with("```") || line.len() == 3 {
+            continue;
+        }
+        let mut body: Vec<&str> = Vec::new();
+        for l in lines.by_ref() {
+            if l.starts_with("```") {
+                break;
+            }
+            body.push(l);
+        }
+        let Some(first) = body.first() else { continue };
+        let name = first.strip_prefix("// ").or_else(|| first.strip_prefix("# "));
+        if let Some(name) = name.and_then(|n| n.split_whitespace().next())
+            && QUICKSTART_FILES.contains(&name)
+        {
+            let mut text = body.join("\n");
+            text.push('\n');
+            out.push((name.to_string(), text));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_named_blocks() {
+        let md = "x\n```toml\n# kernels/Cargo.toml (the kernel crate)\n[package]\n```\n```rust\n// src/main.rs\nfn main() {}\n```\n```sh\nls\n```\n";
+        assert_eq!(
+            readme_blocks(md),
+            vec![
+                ("kernels/Cargo.toml".into(), "# kernels/Cargo.toml (the kernel crate)\n[package]\n".into()),
+                ("src/main.rs".into(), "// src/main.rs\nfn main() {}\n".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn readme_matches_the_quickstart_example() {
+        let root = root();
+        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let blocks = readme_blocks(&readme);
+        for f in QUICKSTART_FILES {
+            let file = std::fs::read_to_string(root.join("examples/quickstart").join(f)).unwrap();
+            let block = blocks.iter().find(|(n, _)| n == f).map(|(_, t)| t.as_str());
+            assert_eq!(block, Some(file.as_str()), "README block for {f}");
+        }
+    }
+}
