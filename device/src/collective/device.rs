@@ -873,7 +873,8 @@ impl Collective {
     /// # Safety
     /// The handle comes from the host; every block of a 1-D co-resident grid of at most
     /// `max_blocks` blocks calls it with the same arguments, on every rank, in the same order
-    /// as every other collective call; `input` and `output` valid for `bytes` on this GPU and
+    /// as every other collective call; a collective call earlier in the same kernel is
+    /// separated from this one by a grid barrier; `input` and `output` valid for `bytes` on this GPU and
     /// 16-byte aligned; `bytes` a multiple of the element size and within the algorithm's
     /// capacity ([`Collective::ll_one_shot_capacity`], [`Collective::ll_two_shot_capacity`];
     /// the pipelined and direct algorithms have none).

@@ -7,7 +7,7 @@
 //! always moves by *pushing*: a rank writes into its peers' scratch with plain NVLink stores and
 //! reads only its own memory, so the users' input and output buffers never need to be shared.
 //!
-//! Three building blocks, chosen by size (the host picks; device code may call any of them):
+//! Four building blocks, chosen by size (the host picks; device code may call any of them):
 //!
 //! ```text
 //!  one-shot LL   every rank writes its whole input as LL16 packets into every peer's scratch,
@@ -38,19 +38,23 @@
 //! previous operation of this family (or has already started this one).
 //!
 //! **Per-operation state lives on the GPU**: an operation counter (the *epoch*) per block in this
-//! rank's state buffer, all equal between operations. Every call starts with each block reading
-//! its own counter and ends with each block advancing it (block 0 also advances the counters of
-//! the blocks the grid does not have), so the flags of operation `e` can never be mistaken for
-//! those of another, no block waits for another to start, and launches need no new host-side
-//! values (CUDA-graph capturable). Every LL packet of a slot is written and read by the same
-//! grid thread in every form, so a block only ever meets packets whose previous reader it is. LL packets carry the low 32
-//! bits of the epoch (never 0) and alternate between two halves of the packet region by its
-//! parity; pipelined flags carry `epoch << 24 | round`.
+//! rank's state buffer. Every call starts with each block reading its own counter and ends with
+//! each block advancing it; block 0 also advances the counters of the blocks the grid does not
+//! have, so all counters stay equal and every block of every rank tags operation `e` alike. No
+//! block waits for another to start, and launches need no new host-side values (CUDA-graph
+//! capturable). LL packets carry the low 32 bits of the epoch (never 0) and alternate between
+//! two halves of the packet region by its parity: a rank writes operation `e + 2`'s packets into
+//! a half only after it received the peers' packets of `e + 1`, which they send only after they
+//! finished operation `e` (the previous kernel completed, or, inside one kernel, the grid barrier
+//! the rules below ask for). Pipelined flags carry `epoch << 24 | round`.
 //!
 //! **Rules for device callers** (each function's `# Safety` repeats them): every block of a 1-D,
 //! co-resident grid (at most one block per SM is always safe) calls the same functions with the
 //! same arguments on every rank, in the same order; grids may differ between calls but not
-//! between ranks; at most `max_blocks` blocks; inputs, outputs and sizes as documented.
+//! between ranks; at most `max_blocks` blocks; inputs, outputs and sizes as documented. Two
+//! collective calls in one kernel are separated by a grid barrier (e.g.
+//! [`DeviceSyncer`](crate::sync::DeviceSyncer)): every block of this rank has finished the first
+//! before any block starts the second. Between kernels the stream order does this.
 //!
 //! Sums are computed in rank order (`x0 + x1 + ... + xN-1`, each addition rounded), so every
 //! rank gets the same bits, and so does a host reference that adds in the same order.
