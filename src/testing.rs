@@ -143,7 +143,14 @@ pub fn assert_same<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: 
 /// A test whose body must trap: in the parent, skips without `need` GPUs, runs the test again as
 /// a child process and asserts that the child succeeded (it saw the launch fail) and that its
 /// output holds every text of `expect`; in the child, runs `child` on the GPUs.
-pub fn trap_test(name: &str, need: usize, child: impl FnOnce(&[Arc<Gpu>]), expect: &[&str]) {
+pub fn trap_test(
+    name: &str,
+    need: usize,
+    child: impl FnOnce(&[Arc<Gpu>]),
+    expect: &[&str],
+    device: DeviceMessage,
+    (blocks, threads): (u32, u32),
+) {
     if is_child(name) {
         let gpus = all_gpus().unwrap();
         child(&gpus);
@@ -158,6 +165,9 @@ pub fn trap_test(name: &str, need: usize, child: impl FnOnce(&[Arc<Gpu>]), expec
     for e in expect {
         assert!(text.contains(e), "missing `{e}` in:\n{text}");
     }
+    if let Err(e) = check_device_messages(&text, device, blocks, threads) {
+        panic!("{e}");
+    }
 }
 
 /// In a [`trap_test`] child: the GPU's work must fail (the kernel trapped) within 5 s of `start`.
@@ -165,4 +175,134 @@ pub fn expect_trap(g: &Arc<Gpu>, start: std::time::Instant) {
     let e = g.synchronize().expect_err("the kernel must trap");
     println!("CHILD-SAW after {:?}: {e}", start.elapsed());
     assert!(start.elapsed() < std::time::Duration::from_secs(5), "trap took {:?}", start.elapsed());
+}
+
+/// What a kernel's trap must have printed (see [`check_device_messages`]).
+#[derive(Clone, Copy, Debug)]
+pub enum DeviceMessage<'a> {
+    /// `mscclpp-device: wait NAME timed out after N ns (block B, thread T)`, with N at least
+    /// `budget_ns`.
+    Timeout {
+        /// The wait's name.
+        name: &'a str,
+        /// The spin budget the kernel was given.
+        budget_ns: u64,
+    },
+    /// `mscclpp-device: MSG at FILE:LINE (block B, thread T)`, the file ending in `file`.
+    Failure {
+        /// The message.
+        msg: &'a str,
+        /// The end of the caller's file path (the kernel's source, not the library's).
+        file: &'a str,
+    },
+    /// `mscclpp-device: panic at FILE:LINE: MSG`, the file ending in `file`.
+    Panic {
+        /// The end of the panicking code's file path.
+        file: &'a str,
+        /// Text the message contains.
+        msg: &'a str,
+    },
+}
+
+/// `(file, line)` of `FILE:LINE`, the file a Rust source path.
+fn file_line(s: &str) -> Option<(&str, u32)> {
+    let (file, line) = s.rsplit_once(':')?;
+    let line: u32 = line.parse().ok()?;
+    (file.ends_with(".rs") && line > 0 && file.chars().all(|c| c.is_ascii_graphic())).then_some((file, line))
+}
+
+/// `(block, thread)` of `(block B, thread T)`.
+fn block_thread(s: &str) -> Option<(u32, u32)> {
+    let s = s.strip_prefix("(block ")?.strip_suffix(')')?;
+    let (b, t) = s.split_once(", thread ")?;
+    Some((b.parse().ok()?, t.parse().ok()?))
+}
+
+/// Checks the device's printed messages in `text` (a child's output): every `mscclpp-device:`
+/// line is one of the three forms, whole, with the block below `blocks` and the thread below
+/// `threads`, a `file.rs:line` location with a line above 0, and at least one line is `want`.
+/// Returns what is wrong.
+pub fn check_device_messages(text: &str, want: DeviceMessage, blocks: u32, threads: u32) -> Result<(), String> {
+    let mut found = false;
+    for line in text.lines().filter_map(|l| l.split_once("mscclpp-device: ").map(|(_, m)| m)) {
+        let in_grid = |bt: Option<(u32, u32)>| bt.is_some_and(|(b, t)| b < blocks && t < threads);
+        if let Some(rest) = line.strip_prefix("wait ") {
+            let (name, rest) = rest.split_once(" timed out after ").ok_or(format!("malformed wait line: {line}"))?;
+            let (ns, rest) = rest.split_once(" ns ").ok_or(format!("malformed wait line: {line}"))?;
+            let ns: u64 = ns.parse().map_err(|_| format!("elapsed time is not a number: {line}"))?;
+            if !in_grid(block_thread(rest)) {
+                return Err(format!("block/thread missing or outside the grid: {line}"));
+            }
+            if let DeviceMessage::Timeout { name: n, budget_ns } = want
+                && n == name
+            {
+                if ns < budget_ns {
+                    return Err(format!("timed out after {ns} ns, before its budget of {budget_ns} ns: {line}"));
+                }
+                found = true;
+            }
+        } else if let Some(rest) = line.strip_prefix("panic at ") {
+            let (loc, msg) = rest.split_once(": ").ok_or(format!("malformed panic line: {line}"))?;
+            let (file, _) = file_line(loc).ok_or(format!("no file.rs:line location: {line}"))?;
+            if let DeviceMessage::Panic { file: f, msg: m } = want
+                && file.ends_with(f)
+                && msg.contains(m)
+            {
+                found = true;
+            }
+        } else {
+            let (msg, rest) = line.rsplit_once(" at ").ok_or(format!("unrecognised device message: {line}"))?;
+            let (loc, bt) = rest.split_once(' ').ok_or(format!("malformed failure line: {line}"))?;
+            let (file, _) = file_line(loc).ok_or(format!("no file.rs:line location: {line}"))?;
+            if !in_grid(block_thread(bt)) {
+                return Err(format!("block/thread missing or outside the grid: {line}"));
+            }
+            if let DeviceMessage::Failure { msg: m, file: f } = want
+                && msg == m
+            {
+                if !file.ends_with(f) {
+                    return Err(format!("the location names {file}, not the caller's {f}: {line}"));
+                }
+                found = true;
+            }
+        }
+    }
+    if found { Ok(()) } else { Err(format!("no device message {want:?} in:\n{text}")) }
+}
+
+#[cfg(test)]
+mod device_message_tests {
+    use super::{DeviceMessage, check_device_messages};
+
+    const T: DeviceMessage = DeviceMessage::Timeout { name: "LL16Packet::read", budget_ns: 20_000_000 };
+
+    #[test]
+    fn whole_lines_pass() {
+        let text = "x\nmscclpp-device: wait LL16Packet::read timed out after 20000512 ns (block 0, thread 31)\n";
+        assert_eq!(check_device_messages(text, T, 1, 32), Ok(()));
+        let f = "mscclpp-device: bulk copy size is zero at ptx-tests/src/bulk.rs:40 (block 1, thread 0)";
+        let want = DeviceMessage::Failure { msg: "bulk copy size is zero", file: "ptx-tests/src/bulk.rs" };
+        assert_eq!(check_device_messages(f, want, 2, 32), Ok(()));
+        let p = "mscclpp-device: panic at ptx-tests/src/checks.rs:12: index out of bounds";
+        assert_eq!(check_device_messages(p, DeviceMessage::Panic { file: "checks.rs", msg: "index" }, 1, 1), Ok(()));
+    }
+
+    #[test]
+    fn garbage_and_wrong_fields_fail() {
+        // What an H200 printed when the location went through `%.*s`.
+        let garbage = "mscclpp-device: bulk copy size is not a multiple of 16 bytes at \u{fffd}+\u{fffd}\u{7f}:0 \
+                       (block 0, thread 2829065216)";
+        let want = DeviceMessage::Failure { msg: "bulk copy size is not a multiple of 16 bytes", file: "bulk.rs" };
+        assert!(check_device_messages(garbage, want, 1, 32).is_err());
+        // The library's own file instead of the kernel's call site.
+        let lib = "mscclpp-device: bulk copy size is zero at device/src/bulk.rs:247 (block 0, thread 0)";
+        let want = DeviceMessage::Failure { msg: "bulk copy size is zero", file: "ptx-tests/src/bulk.rs" };
+        assert!(check_device_messages(lib, want, 1, 32).unwrap_err().contains("not the caller"));
+        // Early timeout, thread outside the block, missing message.
+        let early = "mscclpp-device: wait LL16Packet::read timed out after 100 ns (block 0, thread 0)";
+        assert!(check_device_messages(early, T, 1, 32).is_err());
+        let far = "mscclpp-device: wait LL16Packet::read timed out after 30000000 ns (block 0, thread 32)";
+        assert!(check_device_messages(far, T, 1, 32).is_err());
+        assert!(check_device_messages("nothing printed", T, 1, 32).is_err());
+    }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig};
-use mscclpp_rs::testing::{self, POISON, assert_same, gpus_or_skip};
+use mscclpp_rs::testing::{self, DeviceMessage, POISON, assert_same, gpus_or_skip};
 use mscclpp_rs::{PTX, PTX_CHECKED};
 
 fn launch(g: &Arc<Gpu>, ptx: &'static str, name: &str, cfg: LaunchConfig, args: Args) {
@@ -291,7 +291,13 @@ fn bulk_misaligned_size_traps_in_a_checked_build() {
     let out = testing::run_child(NAME);
     let text = testing::output_text(&out);
     assert!(out.status.success(), "child failed:\n{text}");
-    assert!(text.contains("bulk copy size is not a multiple of 16 bytes"), "no device message:\n{text}");
+    // The whole line: the message, the kernel's own call site (the copies are #[track_caller]),
+    // a block and thread inside the launch.
+    let want =
+        DeviceMessage::Failure { msg: "bulk copy size is not a multiple of 16 bytes", file: "ptx-tests/src/bulk.rs" };
+    if let Err(e) = testing::check_device_messages(&text, want, 1, 32) {
+        panic!("{e}");
+    }
     assert!(text.contains("CHILD-SAW") && text.contains("LAUNCH_FAILED"), "no launch failure seen:\n{text}");
 }
 
@@ -318,7 +324,10 @@ fn bulk_wait_that_never_completes_traps_within_its_budget() {
     let out = testing::run_child(NAME);
     let text = testing::output_text(&out);
     assert!(out.status.success(), "child failed:\n{text}");
-    assert!(text.contains("wait BulkBarrier::wait timed out"), "no timeout message:\n{text}");
+    let want = DeviceMessage::Timeout { name: "BulkBarrier::wait", budget_ns: 50_000_000 };
+    if let Err(e) = testing::check_device_messages(&text, want, 1, 32) {
+        panic!("{e}");
+    }
     assert!(text.contains("LAUNCH_FAILED"), "no launch failure:\n{text}");
 }
 

@@ -11,7 +11,7 @@ use mscclpp_device::sync::{DeviceSemaphore, DeviceSyncer};
 use mscclpp_host::channel::{MemoryChannelStorage, memory_channel_pair};
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig};
 use mscclpp_rs::PTX;
-use mscclpp_rs::testing::{self, POISON, assert_same, expect_trap, gpus_or_skip, trap_test};
+use mscclpp_rs::testing::{self, DeviceMessage, POISON, assert_same, expect_trap, gpus_or_skip, trap_test};
 
 fn launch(g: &Arc<Gpu>, name: &str, cfg: LaunchConfig, args: Args) {
     // SAFETY: each call site passes the kernel's parameters in order with matching types; the
@@ -335,7 +335,9 @@ fn packet_read_never_satisfied_traps_within_its_budget() {
             launch(&g[0], "packet_read_timeout", LaunchConfig::new(1, 32), args);
             expect_trap(&g[0], t);
         },
-        &["wait LL16Packet::read timed out", "LAUNCH_FAILED"],
+        &["LAUNCH_FAILED"],
+        DeviceMessage::Timeout { name: "LL16Packet::read", budget_ns: 20_000_000 },
+        (1, 32),
     );
 }
 
@@ -351,6 +353,8 @@ fn grid_barrier_missing_block_traps_within_its_budget() {
             launch(&g[0], "grid_barrier_timeout", LaunchConfig::new(2, 64), args);
             expect_trap(&g[0], t);
         },
-        &["wait DeviceSyncer::sync timed out", "LAUNCH_FAILED"],
+        &["LAUNCH_FAILED"],
+        DeviceMessage::Timeout { name: "DeviceSyncer::sync", budget_ns: 20_000_000 },
+        (2, 64),
     );
 }

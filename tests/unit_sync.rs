@@ -12,7 +12,7 @@ use mscclpp_host::proxy::{HostCounter, MemoryRegion, ProxyBuilder};
 use mscclpp_host::semaphore::{MemorySemaphorePair, SemaphoreStorage};
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig, PinnedBuffer, channel};
 use mscclpp_rs::PTX;
-use mscclpp_rs::testing::{self, POISON, assert_same, expect_trap, gpus_or_skip, trap_test};
+use mscclpp_rs::testing::{self, DeviceMessage, POISON, assert_same, expect_trap, gpus_or_skip, trap_test};
 
 fn launch(g: &Arc<Gpu>, name: &str, cfg: LaunchConfig, args: Args) {
     // SAFETY: each call site passes the kernel's parameters in order with matching types; the
@@ -331,7 +331,27 @@ fn semaphore_wait_never_signalled_traps() {
             );
             expect_trap(&g[0], t);
         },
-        &["wait MemoryDevice2DeviceSemaphore::wait timed out", "LAUNCH_FAILED"],
+        &["LAUNCH_FAILED"],
+        DeviceMessage::Timeout { name: "MemoryDevice2DeviceSemaphore::wait", budget_ns: 20_000_000 },
+        (1, 32),
+    );
+}
+
+#[test]
+fn bounds_check_panic_prints_its_location_and_traps() {
+    trap_test(
+        "bounds_check_panic_prints_its_location_and_traps",
+        1,
+        |g| {
+            let out = DeviceBuffer::filled(&g[0], 4, 0).unwrap();
+            let t = Instant::now();
+            launch(&g[0], "panic_out_of_bounds", LaunchConfig::new(1, 1), Args::new().arg(out.ptr::<u32>()).arg(7u32));
+            expect_trap(&g[0], t);
+        },
+        &["LAUNCH_FAILED"],
+        // The message of a bounds check is formatted, which the device does not print.
+        DeviceMessage::Panic { file: "ptx-tests/src/sync.rs", msg: "formatted message not printed" },
+        (1, 1),
     );
 }
 
@@ -350,7 +370,9 @@ fn fifo_sync_with_stopped_proxy_traps() {
             launch(&g[0], "fifo_sync_timeout", LaunchConfig::new(1, 32), Args::new().arg(fifo).arg(20_000_000i64));
             expect_trap(&g[0], t);
         },
-        &["wait Fifo::sync timed out", "LAUNCH_FAILED"],
+        &["LAUNCH_FAILED"],
+        DeviceMessage::Timeout { name: "Fifo::sync", budget_ns: 20_000_000 },
+        (1, 32),
     );
 }
 
@@ -366,7 +388,9 @@ fn port_flush_with_stopped_proxy_traps() {
             launch(&s.g0, "port_flush_timeout", LaunchConfig::new(1, 32), Args::new().arg(s.chan).arg(20_000_000i64));
             expect_trap(&s.g0, t);
         },
-        &["wait Fifo::sync timed out", "LAUNCH_FAILED"],
+        &["LAUNCH_FAILED"],
+        DeviceMessage::Timeout { name: "Fifo::sync", budget_ns: 20_000_000 },
+        (1, 32),
     );
 }
 

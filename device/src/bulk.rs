@@ -239,7 +239,10 @@ mod device {
     use crate::ptr::GlobalPtr;
     use crate::ptx::{cp_async_bulk as cp, fence, mbarrier as mb};
 
+    /// Traps with a message naming the caller's caller: every public copy below is
+    /// `#[track_caller]`, so the location printed is the kernel's call site.
     #[inline(always)]
+    #[track_caller]
     fn check(dst: u64, src: u64, bytes: u32) {
         if crate::CHECKS
             && let Err(e) = validate(dst, src, bytes as u64)
@@ -361,6 +364,7 @@ mod device {
     /// Both ranges valid; 16-byte aligned addresses, `bytes` a non-zero multiple of 16; `bar`
     /// initialised and expecting these bytes in its current phase.
     #[inline(always)]
+    #[track_caller]
     pub unsafe fn bulk_load<T>(dst: SharedPtr<T>, src: GlobalPtr<T>, bytes: u32, bar: SharedPtr<BulkBarrier>) {
         check(dst.addr() as u64, src.addr(), bytes);
         // SAFETY: forwarded from the caller; arguments checked above in checked builds.
@@ -372,6 +376,7 @@ mod device {
     /// # Safety
     /// As for [`bulk_load`].
     #[inline(always)]
+    #[track_caller]
     pub unsafe fn bulk_load_with_policy<T>(
         dst: SharedPtr<T>,
         src: GlobalPtr<T>,
@@ -393,6 +398,7 @@ mod device {
     /// writes to the source must be fenced with [`bulk_fence`] before this call, and the source
     /// must stay unchanged until [`bulk_store_wait_source`] covers the group.
     #[inline(always)]
+    #[track_caller]
     pub unsafe fn bulk_store<T>(dst: GlobalPtr<T>, src: SharedPtr<T>, bytes: u32) {
         check(dst.addr(), src.addr() as u64, bytes);
         // SAFETY: forwarded from the caller.
@@ -404,6 +410,7 @@ mod device {
     /// # Safety
     /// As for [`bulk_store`].
     #[inline(always)]
+    #[track_caller]
     pub unsafe fn bulk_store_with_policy<T>(dst: GlobalPtr<T>, src: SharedPtr<T>, bytes: u32, policy: L2Policy) {
         check(dst.addr(), src.addr() as u64, bytes);
         let p = policy_bits(policy);
@@ -418,6 +425,7 @@ mod device {
     /// # Safety
     /// As for [`bulk_store`]; both ranges hold `T`s.
     #[inline(always)]
+    #[track_caller]
     pub unsafe fn bulk_reduce_store<T, Op: BulkReduceOp<T>>(dst: GlobalPtr<T>, src: SharedPtr<T>, bytes: u32) {
         check(dst.addr(), src.addr() as u64, bytes);
         // SAFETY: forwarded from the caller.
@@ -458,6 +466,7 @@ mod device {
     /// # Safety
     /// 16-byte aligned `src`, `bytes` a non-zero multiple of 16.
     #[inline(always)]
+    #[track_caller]
     pub unsafe fn bulk_prefetch_l2<T>(src: GlobalPtr<T>, bytes: u32) {
         check(src.addr(), src.addr(), bytes);
         // SAFETY: forwarded from the caller.

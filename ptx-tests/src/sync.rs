@@ -171,6 +171,12 @@ kernels! {
     }
 
     /// Waits on a semaphore that is never signalled, with a `budget_ns` budget: must trap.
+    /// Reads element `i` of a four-element array: an index of 4 or more fails the bounds check,
+    /// and the device crate's panic handler prints the location and traps.
+    fn panic_out_of_bounds(p: *mut u32, i: u32) {
+        let a = [1u32, 2, 3, 4];
+        *p = a[i as usize];
+    }
     fn sem_wait_timeout(sem: MemoryDevice2DeviceSemaphore, budget_ns: i64) {
         if sreg::tid_x() != 0 { return; }
         sem.wait(SpinBudget::from_nanos(budget_ns));
