@@ -64,7 +64,6 @@ for e in "$here"/bin/example_*; do
     run "$n-launcher2" "$e" --ranks 2
   fi
 done
-selected report report && run report "$here/bin/report"
 for b in "$here"/bin/bench_*; do
   [ -e "$b" ] || continue; n=$(basename "$b"); selected bench "$n" && run "$n" "$b" --bench
 done
@@ -76,6 +75,8 @@ if [ -e "$here/bin/coll_bench" ] && selected coll coll_bench; then
     -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/coll_bench"
   [ -n "${MSCCLPP_RS_COLL_LAUNCHER:-}" ] && run coll_bench-launcher2 "$here/bin/coll_bench" --ranks 2
 fi
+# The report last: it renders the collectives' results that coll_bench just wrote.
+selected report report && run report "$here/bin/report"
 echo
 for b in "$out"/coll_bench-*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -v 'RESULT' "$b"; }; done
 for b in "$out"/bench_*.log; do [ -e "$b" ] && sed -n '/^== /,/^$/p' "$b"; done

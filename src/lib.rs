@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod checks;
 pub mod ptxcheck;
+pub mod report;
 pub mod testing;
 
 /// The device programs (`ptx-tests/`), release build for sm_90, PTX ISA 8.6.
