@@ -19,7 +19,9 @@ const RECORDED: &str = include_str!("../docs/results/collectives-2xH200.jsonl");
 
 fn main() -> ExitCode {
     let mut failed = false;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/report");
+    // Relative to where the report runs (the repository root for `./x report`).
+    let dir =
+        std::path::PathBuf::from(std::env::var_os("MSCCLPP_RS_REPORT_DIR").unwrap_or_else(|| "target/report".into()));
     let mut md = String::from("# mscclpp-rs report\n");
     println!("mscclpp-rs report\n");
     failed |= !report_table("sm_90", &mscclpp_rs::ptx_path(false), PTX, checks::sm90_checks(), &mut md);
