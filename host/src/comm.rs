@@ -36,7 +36,7 @@ use mscclpp_device::packet::LL16Packet;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::semaphore::{Host2DeviceSemaphore, MemoryDevice2DeviceSemaphore};
 
-use crate::bootstrap::Bootstrap;
+use crate::bootstrap::{Bootstrap, BootstrapExt};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::ipc::{ExportedMemory, ImportedMemory};
@@ -45,10 +45,11 @@ use crate::proxy::{HostCounter, MemoryRegion, ProxyBuilder, ProxyOptions, ProxyS
 use crate::semaphore::SemaphoreSlot;
 use crate::shm::SharedHostMemory;
 
-/// A bootstrap plus the GPU this rank uses.
+/// A bootstrap (any [`Bootstrap`]: [`crate::bootstrap::TcpBootstrap`] or one of the program's
+/// own) plus the GPU this rank uses.
 #[derive(Clone)]
 pub struct Communicator {
-    boot: Arc<Bootstrap>,
+    boot: Arc<dyn Bootstrap>,
     gpu: Arc<Gpu>,
 }
 
@@ -276,7 +277,7 @@ pub enum SwitchChannels {
 
 impl Communicator {
     /// A communicator over `boot` for this rank's `gpu`.
-    pub fn new(boot: Arc<Bootstrap>, gpu: Arc<Gpu>) -> Self {
+    pub fn new(boot: Arc<dyn Bootstrap>, gpu: Arc<Gpu>) -> Self {
         Self { boot, gpu }
     }
     /// This rank.
@@ -288,7 +289,7 @@ impl Communicator {
         self.boot.world_size()
     }
     /// The bootstrap.
-    pub fn bootstrap(&self) -> &Arc<Bootstrap> {
+    pub fn bootstrap(&self) -> &Arc<dyn Bootstrap> {
         &self.boot
     }
     /// This rank's GPU.

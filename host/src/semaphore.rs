@@ -186,7 +186,7 @@ mod tests {
         assert_eq!((SemaphoreSlot::INBOUND, SemaphoreSlot::EXPECTED, SemaphoreSlot::OUTBOUND), (0, 8, 16));
         // `SemaphoreStorage::read` reads inbound and expected as two adjacent words.
         assert_eq!(SemaphoreSlot::EXPECTED, SemaphoreSlot::INBOUND + 8);
-        assert!(SemaphoreSlot::OUTBOUND + 8 <= SemaphoreSlot::BYTES);
+        const { assert!(SemaphoreSlot::OUTBOUND + 8 <= SemaphoreSlot::BYTES) };
     }
 
     #[test]

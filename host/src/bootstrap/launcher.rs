@@ -414,7 +414,7 @@ pub fn deadline_from_env(env: &EnvSnapshot) -> Result<Duration> {
 ///             }
 ///         };
 ///     }
-///     // ... this process is a rank: Bootstrap::from_env() ...
+///     // ... this process is a rank: TcpBootstrap::from_env() ...
 ///     std::process::ExitCode::SUCCESS
 /// }
 /// ```
@@ -462,9 +462,9 @@ pub enum Role {
 /// a launch comes from [`ENV_LAUNCH_DEADLINE`].
 ///
 /// ```no_run
-/// use mscclpp_host::bootstrap::{Bootstrap, launcher::{Role, role}};
+/// use mscclpp_host::bootstrap::{TcpBootstrap, launcher::{Role, role}};
 /// match role(2)? {
-///     Role::Rank(cfg) => { let boot = Bootstrap::connect(&cfg)?; /* ... */ }
+///     Role::Rank(cfg) => { let boot = TcpBootstrap::connect(&cfg)?; /* ... */ }
 ///     Role::Launched { ranks, outcome } => outcome?,
 /// }
 /// # Ok::<(), mscclpp_host::Error>(())
