@@ -18,20 +18,23 @@ enum Stream {
     Collective,
 }
 
-/// Queues shared by all ranks: (from, to, stream) -> messages in order.
+/// (from, to, stream): one ordered queue.
+type Key = (usize, usize, Stream);
+
+/// Queues shared by all ranks: messages in order per key.
 #[derive(Default)]
 struct Hub {
-    queues: Mutex<HashMap<(usize, usize, Stream), VecDeque<Vec<u8>>>>,
+    queues: Mutex<HashMap<Key, VecDeque<Vec<u8>>>>,
     arrived: Condvar,
 }
 
 impl Hub {
-    fn put(&self, key: (usize, usize, Stream), data: Vec<u8>) {
+    fn put(&self, key: Key, data: Vec<u8>) {
         self.queues.lock().unwrap().entry(key).or_default().push_back(data);
         self.arrived.notify_all();
     }
 
-    fn take(&self, key: (usize, usize, Stream), rank: usize) -> Result<Vec<u8>> {
+    fn take(&self, key: Key, rank: usize) -> Result<Vec<u8>> {
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut q = self.queues.lock().unwrap();
         loop {
