@@ -158,7 +158,8 @@ impl PortChannels {
     pub fn proxy(&self) -> &ProxyService {
         &self.proxy
     }
-    /// Stops the proxy and returns the first error it hit, if any.
+    /// Stops the proxy and returns the first error it hit, if any (unless
+    /// [`ProxyService::check`] already took it).
     pub fn stop(self) -> Result<()> {
         let Self { proxy, .. } = self;
         proxy.stop()

@@ -201,21 +201,22 @@ pub trait BootstrapExt: Bootstrap {
     /// [`all_gather`](Bootstrap::all_gather) of one plain value per rank.
     fn all_gather_pod<T: bytemuck::Pod>(&self, value: &T) -> Result<Vec<T>> {
         let parts = self.all_gather(bytemuck::bytes_of(value))?;
-        decode_pods(&parts).map_err(|cause| self.typed_failure("all_gather_pod", cause))
+        decode_pods(&parts).map_err(|cause| typed_failure(self.rank(), "all_gather_pod", cause))
     }
     /// [`all_gather`](Bootstrap::all_gather) of a slice of plain values per rank (lengths may
     /// differ).
     fn all_gather_pod_slice<T: bytemuck::Pod>(&self, values: &[T]) -> Result<Vec<Vec<T>>> {
         let parts = self.all_gather(bytemuck::cast_slice(values))?;
-        decode_pod_slices(&parts).map_err(|cause| self.typed_failure("all_gather_pod_slice", cause))
-    }
-    #[doc(hidden)]
-    fn typed_failure(&self, step: &str, cause: Error) -> Error {
-        Error::Bootstrap { rank: self.rank(), step: step.to_string(), cause: Box::new(cause) }
+        decode_pod_slices(&parts).map_err(|cause| typed_failure(self.rank(), "all_gather_pod_slice", cause))
     }
 }
 
 impl<B: Bootstrap + ?Sized> BootstrapExt for B {}
+
+/// A typed all-gather's failure on `rank`, named by `step`.
+fn typed_failure(rank: usize, step: &str, cause: Error) -> Error {
+    Error::Bootstrap { rank, step: step.to_string(), cause: Box::new(cause) }
+}
 
 /// One value per contribution.
 fn decode_pods<T: bytemuck::Pod>(parts: &[Vec<u8>]) -> Result<Vec<T>> {
