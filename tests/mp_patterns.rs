@@ -29,7 +29,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use mscclpp_host::bootstrap::launcher::{self, Role};
-use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig};
+use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, BootstrapExt, TcpBootstrap};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig};
 use rand::rngs::StdRng;
@@ -40,7 +40,7 @@ const DEFAULT_RANKS: usize = 4;
 
 /// What a phase gets.
 struct Ctx<'a> {
-    boot: &'a Arc<Bootstrap>,
+    boot: &'a Arc<TcpBootstrap>,
     /// A seed every rank agrees on (rank 0's, `MSCCLPP_RS_SEED` when set).
     seed: u64,
     /// This rank's GPU ordinal (`local_rank % gpu_count`), `None` without GPUs.
@@ -97,7 +97,7 @@ fn main() -> ExitCode {
 
 fn run_rank(cfg: &BootstrapConfig) -> ExitCode {
     let r = cfg.rank.rank;
-    let boot = match Bootstrap::connect(cfg) {
+    let boot = match TcpBootstrap::connect(cfg) {
         Ok(b) => Arc::new(b),
         Err(e) => {
             println!("rank {r}: bootstrap ... FAILED: {e}");

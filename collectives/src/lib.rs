@@ -37,7 +37,7 @@ use mscclpp_device::collective::{Algorithm, Collective};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_host::comm::{Communicator, PeerBuffers};
-use mscclpp_host::{Args, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
+use mscclpp_host::{Args, BootstrapExt, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
 
 pub mod nccl;
 pub mod reference;

@@ -9,7 +9,7 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 
 use cudarc::driver::CudaStream;
 use libloading::Library;
-use mscclpp_host::{Bootstrap, Error, Gpu, Result};
+use mscclpp_host::{Bootstrap, BootstrapExt, Error, Gpu, Result};
 
 use crate::{DataType, ReduceOp};
 
@@ -114,7 +114,7 @@ impl Nccl {
     }
 
     /// A communicator over the ranks of `boot`, this rank on `gpu`. Every rank calls it.
-    pub fn communicator<'a>(&'a self, boot: &Bootstrap, gpu: &Gpu) -> Result<NcclComm<'a>> {
+    pub fn communicator<'a>(&'a self, boot: &dyn Bootstrap, gpu: &Gpu) -> Result<NcclComm<'a>> {
         let mut id = UniqueId { internal: [0; 128] };
         if boot.rank() == 0 {
             // SAFETY: `id` is an out-parameter.

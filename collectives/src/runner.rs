@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use mscclpp_host::bootstrap::launcher::{self, Role};
 use mscclpp_host::comm::Communicator;
-use mscclpp_host::{Bootstrap, Gpu, Result};
+use mscclpp_host::{BootstrapExt, Gpu, Result, TcpBootstrap};
 
 /// Runs `body` on every rank with its communicator; see the module documentation.
 pub fn main(name: &str, default_ranks: usize, body: impl FnOnce(&Communicator) -> Result<()>) -> ExitCode {
@@ -28,7 +28,7 @@ pub fn main(name: &str, default_ranks: usize, body: impl FnOnce(&Communicator) -
     };
     let r = cfg.rank.rank;
     let run = || -> Result<bool> {
-        let boot = Arc::new(Bootstrap::connect(&cfg)?);
+        let boot = Arc::new(TcpBootstrap::connect(&cfg)?);
         let inventory = mscclpp_host::gpu::inventory();
         let counts = boot.all_gather_pod(&(inventory.devices.len() as u64))?;
         if counts.contains(&0) {

@@ -17,7 +17,7 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use mscclpp_collectives::reference::{count_wrong, random_input, sum_in_order};
 use mscclpp_collectives::{CollectiveAlgorithm as Algorithm, Collectives, Config, DataType, Operation, ReduceOp};
 use mscclpp_host::comm::Communicator;
-use mscclpp_host::{DeviceBuffer, Error, Result};
+use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
 
 fn main() -> ExitCode {
     mscclpp_collectives::runner::main("mp_collectives", 2, run)

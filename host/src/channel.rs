@@ -3,7 +3,7 @@
 use mscclpp_device::channel::memory::MemoryChannel;
 use mscclpp_device::channel::port::PortChannel;
 use mscclpp_device::ptr::GlobalPtr;
-use mscclpp_device::semaphore::MemoryDevice2DeviceSemaphore;
+use mscclpp_device::semaphore::{Host2DeviceSemaphore, MemoryDevice2DeviceSemaphore};
 
 use crate::error::Result;
 use crate::memory::DeviceBuffer;
@@ -20,9 +20,23 @@ pub fn port_channel(
     src: MemoryId,
     local: &SemaphoreStorage,
 ) -> PortChannel {
+    port_channel_from(proxy, semaphore, dst, src, local.host_to_device())
+}
+
+/// The one constructor of port channel handles: [`port_channel`] and the cross-process builder
+/// ([`crate::comm::Communicator::port_channels`]) both call it. `wait_on` is the semaphore this
+/// side waits on (its inbound counter may be in GPU memory or in registered host memory);
+/// the other arguments are as for [`port_channel`].
+pub fn port_channel_from(
+    proxy: &ProxyService,
+    semaphore: SemaphoreId,
+    dst: MemoryId,
+    src: MemoryId,
+    wait_on: Host2DeviceSemaphore,
+) -> PortChannel {
     PortChannel {
         fifo: proxy.fifo_handle(),
-        semaphore: local.host_to_device(),
+        semaphore: wait_on,
         semaphore_id: semaphore.0,
         dst_memory_id: dst.0,
         src_memory_id: src.0,

@@ -36,34 +36,20 @@ use mscclpp_device::packet::LL16Packet;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::semaphore::{Host2DeviceSemaphore, MemoryDevice2DeviceSemaphore};
 
-use crate::bootstrap::Bootstrap;
+use crate::bootstrap::{Bootstrap, BootstrapExt};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::ipc::{ExportedMemory, ImportedMemory};
 use crate::memory::DeviceBuffer;
 use crate::proxy::{HostCounter, MemoryRegion, ProxyBuilder, ProxyOptions, ProxyService};
+use crate::semaphore::SemaphoreSlot;
 use crate::shm::SharedHostMemory;
 
-/// Bytes of one semaphore slot: inbound, expected, outbound, padding.
-const SLOT: usize = 32;
-
-/// Checks that slot `slot` (`SLOT` bytes at `slot * SLOT`) lies inside rank `peer`'s counter
-/// buffer of `len` bytes, as the peer reported it: a peer that claims a short buffer must not
-/// get this rank writing past its end.
-fn check_slot(peer: usize, len: u64, slot: usize) -> Result<()> {
-    let end = slot.checked_add(1).and_then(|s| s.checked_mul(SLOT)).and_then(|e| u64::try_from(e).ok());
-    match end {
-        Some(end) if end <= len => Ok(()),
-        _ => Err(Error::InvalidArgument(format!(
-            "rank {peer}'s semaphore buffer of {len} bytes has no slot {slot} ({SLOT} bytes each)"
-        ))),
-    }
-}
-
-/// A bootstrap plus the GPU this rank uses.
+/// A bootstrap (any [`Bootstrap`]: [`crate::bootstrap::TcpBootstrap`] or one of the program's
+/// own) plus the GPU this rank uses.
 #[derive(Clone)]
 pub struct Communicator {
-    boot: Arc<Bootstrap>,
+    boot: Arc<dyn Bootstrap>,
     gpu: Arc<Gpu>,
 }
 
@@ -172,7 +158,8 @@ impl PortChannels {
     pub fn proxy(&self) -> &ProxyService {
         &self.proxy
     }
-    /// Stops the proxy and returns the first error it hit, if any.
+    /// Stops the proxy and returns the first error it hit, if any (unless
+    /// [`ProxyService::check`] already took it).
     pub fn stop(self) -> Result<()> {
         let Self { proxy, .. } = self;
         proxy.stop()
@@ -291,7 +278,7 @@ pub enum SwitchChannels {
 
 impl Communicator {
     /// A communicator over `boot` for this rank's `gpu`.
-    pub fn new(boot: Arc<Bootstrap>, gpu: Arc<Gpu>) -> Self {
+    pub fn new(boot: Arc<dyn Bootstrap>, gpu: Arc<Gpu>) -> Self {
         Self { boot, gpu }
     }
     /// This rank.
@@ -303,7 +290,7 @@ impl Communicator {
         self.boot.world_size()
     }
     /// The bootstrap.
-    pub fn bootstrap(&self) -> &Arc<Bootstrap> {
+    pub fn bootstrap(&self) -> &Arc<dyn Bootstrap> {
         &self.boot
     }
     /// This rank's GPU.
@@ -350,18 +337,17 @@ impl Communicator {
     pub fn memory_semaphores(&self) -> Result<MemorySemaphores> {
         let n = self.world_size();
         let me = self.rank();
-        let storage = DeviceBuffer::exportable_filled(&self.gpu, n * SLOT, 0)?;
+        let storage = DeviceBuffer::exportable_filled(&self.gpu, SemaphoreSlot::array_bytes(n)?, 0)?;
         let remote = self.exchange(&storage)?;
         for p in (0..n).filter(|&p| p != me) {
-            check_slot(p, remote.len(p), me)?;
+            SemaphoreSlot::check_within(p, remote.len(p), me)?;
         }
+        // Slot p here is this rank's side toward p; rank p's side toward this rank is its slot `me`.
         let handles = (0..n)
             .map(|p| {
-                (p != me).then(|| MemoryDevice2DeviceSemaphore {
-                    inbound: storage.ptr::<u8>().byte_add(p * SLOT).cast(),
-                    remote_inbound: remote.ptr::<u8>(p).byte_add(me * SLOT).cast(),
-                    expected: storage.ptr::<u8>().byte_add(p * SLOT + 8).cast(),
-                    outbound: storage.ptr::<u8>().byte_add(p * SLOT + 16).cast(),
+                (p != me).then(|| {
+                    let remote_inbound = SemaphoreSlot::at(remote.addr(p), me).inbound();
+                    SemaphoreSlot::at(storage.addr(), p).device_to_device(remote_inbound)
                 })
             })
             .collect();
@@ -487,7 +473,7 @@ impl Communicator {
     ) -> Result<PortChannels> {
         let n = self.world_size();
         let me = self.rank();
-        let storage = DeviceBuffer::exportable_filled(&self.gpu, n * SLOT, 0)?;
+        let storage = DeviceBuffer::exportable_filled(&self.gpu, SemaphoreSlot::array_bytes(n)?, 0)?;
         let sems = self.exchange(&storage)?;
         let dsts = self.exchange(dst)?;
         let host = if self.boot.info().local_size == n { Some(self.host_counters()?) } else { None };
@@ -499,18 +485,18 @@ impl Communicator {
                 ids.push(None);
                 continue;
             }
-            check_slot(p, sems.len(p), me)?;
+            SemaphoreSlot::check_within(p, sems.len(p), me)?;
             let dst_id = b.add_memory(MemoryRegion { base: dsts.addr(p), bytes: dsts.len(p) })?;
             // Rank p waits for this rank's signals in its slot `me`.
             let sem_id = match &host {
                 Some(h) => {
-                    let peer = h.peers[p].clone().ok_or_else(|| Error::Proxy(format!("no counters of rank {p}")))?;
+                    let peer = h.peers[p].clone().ok_or_else(|| Error::proxy(format!("no counters of rank {p}")))?;
                     // SAFETY: word `me` of rank p's n counters (page-aligned mapping), which only
                     // this rank's proxy writes; the Arc it gets keeps the mapping alive.
                     let counter = unsafe { HostCounter::from_raw(peer.host_ptr().cast::<u64>().add(me), peer) };
                     b.add_host_semaphore(counter)?
                 }
-                None => b.add_semaphore(sems.addr(p) + (me * SLOT) as u64)?,
+                None => b.add_semaphore(SemaphoreSlot::at(sems.addr(p), me).inbound().addr())?,
             };
             ids.push(Some((dst_id, sem_id)));
         }
@@ -519,19 +505,17 @@ impl Communicator {
             .iter()
             .enumerate()
             .map(|(p, ids)| {
-                ids.map(|(dst_id, sem_id)| PortChannel {
-                    fifo: proxy.fifo_handle(),
-                    semaphore: Host2DeviceSemaphore {
-                        inbound: match &host {
-                            Some(h) => GlobalPtr::from_addr(h.own_device + (p * 8) as u64),
-                            None => storage.ptr::<u8>().byte_add(p * SLOT).cast(),
+                ids.map(|(dst_id, sem_id)| {
+                    let slot = SemaphoreSlot::at(storage.addr(), p);
+                    let wait_on = match &host {
+                        // The inbound word lives in shared host memory; `expected` stays in the slot.
+                        Some(h) => Host2DeviceSemaphore {
+                            inbound: GlobalPtr::from_addr(h.own_device + (p * 8) as u64),
+                            expected: slot.expected(),
                         },
-                        expected: storage.ptr::<u8>().byte_add(p * SLOT + 8).cast(),
-                    },
-                    semaphore_id: sem_id.0,
-                    dst_memory_id: dst_id.0,
-                    src_memory_id: src_id.0,
-                    _pad: 0,
+                        None => slot.host_to_device(),
+                    };
+                    crate::channel::port_channel_from(&proxy, sem_id, dst_id, src_id, wait_on)
                 })
             })
             .collect();
@@ -549,8 +533,7 @@ impl Communicator {
         let name = format!("{}{}-{}-{:016x}", crate::shm::NAME_PREFIX, std::process::id(), me, rand::random::<u64>());
         let mut own = SharedHostMemory::create(&name, n * 8)?;
         own.register(&self.gpu)?;
-        let own_device =
-            own.device_addr().ok_or_else(|| Error::Proxy("registered memory without an address".into()))?;
+        let own_device = own.device_addr().ok_or_else(|| Error::proxy("registered memory without an address"))?;
         let names = self.boot.all_gather(name.as_bytes())?;
         let mut peers = Vec::with_capacity(n);
         for (r, other) in names.iter().enumerate() {
@@ -559,7 +542,7 @@ impl Communicator {
                 continue;
             }
             let other = std::str::from_utf8(other)
-                .map_err(|_| Error::Proxy(format!("rank {r} sent a shared-memory name that is not UTF-8")))?;
+                .map_err(|_| Error::proxy(format!("rank {r} sent a shared-memory name that is not UTF-8")))?;
             let m = SharedHostMemory::open(other, n * 8).map_err(|e| Error::Bootstrap {
                 rank: me,
                 step: format!("opening rank {r}'s port-channel counters"),
@@ -583,7 +566,13 @@ struct HostCounters {
 
 #[cfg(test)]
 mod slot_tests {
-    use super::{SLOT, check_slot};
+    use crate::semaphore::SemaphoreSlot;
+
+    const SLOT: usize = SemaphoreSlot::BYTES;
+
+    fn check_slot(peer: usize, len: u64, slot: usize) -> crate::Result<()> {
+        SemaphoreSlot::check_within(peer, len, slot)
+    }
 
     #[test]
     fn semaphore_slots_must_lie_inside_the_peer_buffer() {

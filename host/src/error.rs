@@ -3,7 +3,10 @@
 use cudarc::driver::DriverError;
 
 /// Every error the host runtime reports. Each carries enough context to say what was being done.
+///
+/// New variants may be added: a `match` needs a wildcard arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The CUDA driver library could not be loaded (no GPU driver on this machine).
     #[error("no CUDA driver: {0}")]
@@ -24,8 +27,24 @@ pub enum Error {
     #[error("unsupported: {0}")]
     Unsupported(String),
     /// The host proxy failed while executing a request (it stops at the first failure).
-    #[error("proxy: {0}")]
-    Proxy(String),
+    /// Displays as `proxy: {context}`, followed by `: {source}` when there is a source.
+    #[error("proxy: {context}{}", source.as_ref().map(|s| format!(": {s}")).unwrap_or_default())]
+    Proxy {
+        /// What the proxy was doing, e.g. `GPU 0 FIFO position 3`.
+        context: String,
+        /// The error that stopped it, where there is one.
+        #[source]
+        source: Option<Box<Error>>,
+    },
+    /// NVLink multicast was refused by the guard ([`crate::nvls::multicast_allowed_by_env`])
+    /// before any driver call: `variable` is the environment variable that decided.
+    #[error("NVLink multicast refused: {reason}")]
+    MulticastRefused {
+        /// The variable that turned multicast off, or the opt-in variable when it was not set to 1.
+        variable: &'static str,
+        /// Why, with the variable's value.
+        reason: String,
+    },
     /// An operating-system call failed.
     #[error("{context}: {source}")]
     Io {
@@ -74,9 +93,11 @@ pub enum Error {
     /// or inconsistent.
     #[error("rank environment: {0}")]
     RankEnv(String),
-    /// The built-in launcher or one of the ranks it started failed.
+    /// The built-in process launcher ([`crate::bootstrap::launcher`]) or one of the ranks it
+    /// started failed. (Kernel launches fail with [`Error::Driver`] or
+    /// [`Error::InvalidArgument`].)
     #[error("launcher: {0}")]
-    Launch(String),
+    Launcher(String),
 }
 
 /// `Result` with [`Error`].
@@ -110,6 +131,16 @@ pub(crate) fn fmt_duration(d: std::time::Duration) -> String {
 }
 
 impl Error {
+    /// A proxy failure without an underlying error.
+    pub(crate) fn proxy(context: impl Into<String>) -> Self {
+        Error::Proxy { context: context.into(), source: None }
+    }
+
+    /// A proxy failure caused by `source`.
+    pub(crate) fn proxy_from(context: impl Into<String>, source: Error) -> Self {
+        Error::Proxy { context: context.into(), source: Some(Box::new(source)) }
+    }
+
     /// The innermost error under any [`Error::Bootstrap`] wrappers (the cause without the rank and
     /// step), for matching on what went wrong.
     pub fn root_cause(&self) -> &Error {
@@ -123,5 +154,31 @@ impl Error {
     /// Whether this is a driver error with the given code.
     pub fn is_driver(&self, code: cudarc::driver::sys::cudaError_enum) -> bool {
         matches!(self, Error::Driver { source, .. } if source.0 == code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+    use std::error::Error as _;
+
+    #[test]
+    fn proxy_errors_display_and_chain_their_source() {
+        let plain = Error::proxy("proxy thread panicked");
+        assert_eq!(plain.to_string(), "proxy: proxy thread panicked");
+        assert!(plain.source().is_none());
+        let e = Error::proxy_from("GPU 0 FIFO position 3", Error::InvalidArgument("boom".into()));
+        assert_eq!(e.to_string(), "proxy: GPU 0 FIFO position 3: invalid argument: boom");
+        assert_eq!(e.source().map(|s| s.to_string()).as_deref(), Some("invalid argument: boom"));
+    }
+
+    #[test]
+    fn multicast_refusal_and_launcher_display() {
+        let e = Error::MulticastRefused {
+            variable: "NCCL_NVLS_ENABLE",
+            reason: "NCCL_NVLS_ENABLE=0 turns NVLS off".into(),
+        };
+        assert_eq!(e.to_string(), "NVLink multicast refused: NCCL_NVLS_ENABLE=0 turns NVLS off");
+        assert_eq!(Error::Launcher("rank 1 failed".into()).to_string(), "launcher: rank 1 failed");
     }
 }

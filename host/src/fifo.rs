@@ -53,7 +53,7 @@ unsafe impl ConsumerMem for HostView<'_> {
         }
     }
     fn store_tail(&self, tail: u64) {
-        // Partner: the producers' acquire load of the tail (`refresh_tail`).
+        // Partner: the producers' acquire load of the tail (device `load_tail`).
         self.tail.store(tail, Ordering::Release);
     }
 }

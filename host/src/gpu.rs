@@ -162,8 +162,8 @@ impl Gpu {
     }
 
     /// Waits for all work on the default stream, but at most `timeout`: a kernel that neither
-    /// finishes nor traps (a wait with an unbounded budget, say) becomes an error here instead of
-    /// a hang of the host. The kernel keeps running; the context should not be reused.
+    /// finishes nor traps (a wait with an unbounded budget, say) becomes an [`Error::Timeout`] here
+    /// instead of a hang of the host. The kernel keeps running; the context should not be reused.
     pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<()> {
         self.bind()?;
         let ev = self.ctx.new_event(None).ctx(|| "creating an event".into())?;
@@ -178,10 +178,13 @@ impl Gpu {
                 }
             }
             if std::time::Instant::now() > deadline {
-                return Err(Error::Unsupported(format!(
-                    "GPU {} work still running after {timeout:?} (a kernel that neither finishes nor traps)",
-                    self.ordinal()
-                )));
+                return Err(Error::Timeout {
+                    after: timeout,
+                    waiting_for: format!(
+                        "GPU {} work to finish (a kernel that neither finishes nor traps)",
+                        self.ordinal()
+                    ),
+                });
             }
             std::thread::sleep(std::time::Duration::from_micros(200));
         }

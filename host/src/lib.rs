@@ -50,7 +50,7 @@
 //! ```
 //!
 //! Between ranks (one process per GPU, under `mpirun`, Slurm or the built-in launcher),
-//! [`Bootstrap`] connects the processes and a [`comm::Communicator`] shares memory and builds
+//! [`TcpBootstrap`] (or the program's own [`Bootstrap`]) connects the processes and a [`comm::Communicator`] shares memory and builds
 //! the channels whose handles the kernels take. [`cudarc`] is re-exported for streams, events and
 //! graphs, so that programs use the version this crate is built with.
 
@@ -69,7 +69,7 @@ pub mod proxy;
 pub mod semaphore;
 pub mod shm;
 
-pub use bootstrap::Bootstrap;
+pub use bootstrap::{Bootstrap, BootstrapExt, TcpBootstrap};
 /// The CUDA driver bindings this crate is built on (streams, events, graphs), re-exported so that
 /// programs use the same version.
 pub use cudarc;

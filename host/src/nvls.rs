@@ -83,23 +83,26 @@ fn clearly_off(v: &OsStr) -> bool {
 /// The multicast guard over an environment snapshot (`env(name)` is the value of variable
 /// `name`, if set). Makes no driver call. See the module docs for the rules.
 pub(crate) fn multicast_allowed(env: impl Fn(&str) -> Option<OsString>) -> Result<MulticastPermit> {
-    let refuse = |why: String| Err(Error::Unsupported(format!("NVLink multicast refused: {why}")));
+    let refuse = |variable: &'static str, reason: String| Err(Error::MulticastRefused { variable, reason });
     if let Some(v) = env("NCCL_NVLS_ENABLE")
         && !clearly_on(&v)
     {
-        return refuse(format!("NCCL_NVLS_ENABLE={} turns NVLS off (only 1/true/yes/on keep it on)", v.display()));
+        return refuse(
+            "NCCL_NVLS_ENABLE",
+            format!("NCCL_NVLS_ENABLE={} turns NVLS off (only 1/true/yes/on keep it on)", v.display()),
+        );
     }
     for var in ["NVSHMEM_DISABLE_NVLS", "TORCH_SYMM_MEM_DISABLE_MULTICAST"] {
         if let Some(v) = env(var)
             && !clearly_off(&v)
         {
-            return refuse(format!("{var}={} turns multicast off (only 0/false/no/off leave it on)", v.display()));
+            return refuse(var, format!("{var}={} turns multicast off (only 0/false/no/off leave it on)", v.display()));
         }
     }
     match env(ALLOW_VAR) {
         Some(v) if v.to_str().is_some_and(|v| v.trim() == "1") => Ok(MulticastPermit { _private: () }),
-        Some(v) => refuse(format!("{ALLOW_VAR}={}; set it to 1 to opt in", v.display())),
-        None => refuse(format!("{ALLOW_VAR} is not set; set it to 1 to opt in")),
+        Some(v) => refuse(ALLOW_VAR, format!("{ALLOW_VAR}={}; set it to 1 to opt in", v.display())),
+        None => refuse(ALLOW_VAR, format!("{ALLOW_VAR} is not set; set it to 1 to opt in")),
     }
 }
 
@@ -578,9 +581,14 @@ mod tests {
         move |k| m.get(k).cloned()
     }
 
+    /// The refusal's message (the variable is checked against the message: the message names it).
     fn refusal(r: Result<MulticastPermit>) -> String {
         match r {
-            Err(Error::Unsupported(m)) => m,
+            Err(e @ Error::MulticastRefused { variable, .. }) => {
+                let m = e.to_string();
+                assert!(m.contains(variable), "the refusal names {variable}: {m}");
+                m
+            }
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
@@ -776,11 +784,17 @@ mod tests {
     fn refused_setup_makes_no_driver_call() {
         let fake = Fake::default();
         let r = create_with(env(&[("NCCL_NVLS_ENABLE", "0"), (ALLOW_VAR, "1")]), &fake, 2, 1 << 20);
-        assert!(matches!(r, Err(Error::Unsupported(ref m)) if m.contains("NCCL_NVLS_ENABLE=0")), "{r:?}");
+        assert!(
+            matches!(r, Err(Error::MulticastRefused { variable: "NCCL_NVLS_ENABLE", ref reason }) if reason.contains("NCCL_NVLS_ENABLE=0")),
+            "{r:?}"
+        );
         assert!(fake.calls.borrow().is_empty(), "driver calls after a refusal: {:?}", fake.calls.borrow());
         // Not opted in: refused the same way.
         let r = create_with(env(&[]), &fake, 2, 1 << 20);
-        assert!(matches!(r, Err(Error::Unsupported(ref m)) if m.contains(ALLOW_VAR)), "{r:?}");
+        assert!(
+            matches!(r, Err(Error::MulticastRefused { variable: ALLOW_VAR, ref reason }) if reason.contains(ALLOW_VAR)),
+            "{r:?}"
+        );
         assert!(fake.calls.borrow().is_empty());
     }
 
@@ -790,9 +804,15 @@ mod tests {
         // would give a different error than the guard's.
         let e = MulticastBuffer::create(&[], 1 << 21, env(&[("NCCL_NVLS_ENABLE", "0"), (ALLOW_VAR, "1")]))
             .expect_err("must be refused");
-        assert!(matches!(&e, Error::Unsupported(m) if m.contains("NCCL_NVLS_ENABLE=0")), "{e}");
+        assert!(
+            matches!(&e, Error::MulticastRefused { variable: "NCCL_NVLS_ENABLE", reason } if reason.contains("NCCL_NVLS_ENABLE=0")),
+            "{e}"
+        );
         let e = MulticastBuffer::create(&[], 0, env(&[("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")])).unwrap_err();
-        assert!(matches!(&e, Error::Unsupported(m) if m.contains("TORCH_SYMM_MEM_DISABLE_MULTICAST")), "{e}");
+        assert!(
+            matches!(&e, Error::MulticastRefused { variable: "TORCH_SYMM_MEM_DISABLE_MULTICAST", reason } if reason.contains("TORCH_SYMM_MEM_DISABLE_MULTICAST")),
+            "{e}"
+        );
     }
 
     #[test]

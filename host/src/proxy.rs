@@ -400,7 +400,7 @@ impl ProxyBuilder {
             })
             .map_err(|source| Error::Io { context: "starting the proxy thread".into(), source })?;
         let mut service = ProxyService { fifo: handle, stop, error, thread: Some(thread), parked: None };
-        let ready = ready_rx.recv().unwrap_or_else(|_| Err(Error::Proxy("proxy thread ended at start".into())));
+        let ready = ready_rx.recv().unwrap_or_else(|_| Err(Error::proxy("proxy thread ended at start")));
         if let Err(e) = ready {
             service.shutdown();
             // The thread stored nothing else: this error is the whole story.
@@ -467,7 +467,9 @@ impl ProxyService {
         self.fifo
     }
 
-    /// The first error the proxy hit, if any (the proxy stops at it).
+    /// The first error the proxy hit, if any (the proxy stops at it). The error is taken: it is
+    /// reported once, so a later `check`, or [`Self::stop`], returns `Ok` unless the proxy
+    /// failed again.
     pub fn check(&self) -> Result<()> {
         match self.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
             Some(e) => Err(e),
@@ -480,7 +482,8 @@ impl ProxyService {
         self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 
-    /// Stops the thread, joins it, and returns the error it hit, if any. The thread first serves
+    /// Stops the thread, joins it, and returns the error it hit, if any (one that [`Self::check`]
+    /// already returned is not returned again). The thread first serves
     /// the triggers already pushed, then waits for the stream (so no copy is in flight once this
     /// returns) and delivers every pending host signal; a kernel still pushing, or a stream not
     /// done, after the drain timeout ([`ProxyBuilder::drain_timeout`]) makes this return an error
@@ -503,8 +506,7 @@ impl ProxyService {
             match t.join() {
                 Ok(w) => self.parked = Some(w),
                 Err(_) => {
-                    *self.error.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some(Error::Proxy("proxy thread panicked".into()))
+                    *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(Error::proxy("proxy thread panicked"))
                 }
             }
         }
@@ -691,7 +693,7 @@ impl<E: Engine> Core<E> {
             match fifo.peek() {
                 Some(t) => {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
-                        break Ended::Failed(Error::Proxy(format!(
+                        break Ended::Failed(Error::proxy(format!(
                             "{gpu}: kernels still pushing triggers {} after the proxy was told to stop; \
                              stopped at FIFO position {}",
                             crate::error::fmt_duration(self.drain_timeout),
@@ -701,7 +703,7 @@ impl<E: Engine> Core<E> {
                     idle.reset();
                     let pos = fifo.position();
                     if let Err(e) = self.execute(t.decode()) {
-                        break Ended::Failed(Error::Proxy(format!("{gpu} FIFO position {pos}: {e}")));
+                        break Ended::Failed(Error::proxy_from(format!("{gpu} FIFO position {pos}"), e));
                     }
                     fifo.complete();
                 }
@@ -714,7 +716,7 @@ impl<E: Engine> Core<E> {
         // On error as at stop: nothing may stay in flight, nothing pending may be dropped.
         let drained = self.finish(Instant::now() + self.drain_timeout, gpu);
         match (ended, drained) {
-            (Ended::Failed(e), Err(d)) => Some(Error::Proxy(format!("{e}; then {d}"))),
+            (Ended::Failed(e), Err(d)) => Some(Error::proxy(format!("{e}; then {d}"))),
             (Ended::Failed(e), Ok(())) => Some(e),
             (Ended::Stopped, Err(d)) => Some(d),
             (Ended::Stopped, Ok(())) => None,
@@ -729,13 +731,13 @@ impl<E: Engine> Core<E> {
             match self.engine.is_idle() {
                 Ok(true) => break Ok(()),
                 Ok(false) if Instant::now() >= deadline => {
-                    break Err(Error::Proxy(format!(
+                    break Err(Error::proxy(format!(
                         "{gpu}: the proxy stream still had work in flight {} after the stop",
                         crate::error::fmt_duration(self.drain_timeout)
                     )));
                 }
                 Ok(false) => std::thread::yield_now(),
-                Err(e) => break Err(Error::Proxy(format!("{gpu}: draining the proxy stream: {e}"))),
+                Err(e) => break Err(Error::proxy_from(format!("{gpu}: draining the proxy stream"), e)),
             }
         };
         let sems = &self.semaphores;
@@ -787,7 +789,7 @@ impl<E: Engine> Core<E> {
                 }
                 if k & kind::SYNC != 0 {
                     // Partner of the kernel's wait for the tail: publish only once complete.
-                    while !self.engine.is_idle().map_err(|e| Error::Proxy(format!("draining the proxy stream: {e}")))? {
+                    while !self.engine.is_idle().map_err(|e| Error::proxy_from("draining the proxy stream", e))? {
                         std::hint::spin_loop();
                     }
                     let sems = &self.semaphores;
@@ -1179,7 +1181,7 @@ mod tests {
     #[test]
     fn a_dropped_error_is_written_out() {
         let mut out = Vec::new();
-        report_dropped(&mut out, &Error::Proxy("GPU 0 FIFO position 3: boom".into())).unwrap();
+        report_dropped(&mut out, &Error::proxy_from("GPU 0 FIFO position 3", Error::proxy("boom"))).unwrap();
         let s = String::from_utf8(out).unwrap();
         assert!(s.contains("unreported error") && s.contains("boom"), "{s}");
     }

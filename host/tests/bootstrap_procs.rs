@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use mscclpp_host::bootstrap::env::ENV_TIMEOUT;
-use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, EnvSnapshot, Launcher, Token};
+use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, BootstrapExt, EnvSnapshot, Launcher, TcpBootstrap, Token};
 
 const RANKS: usize = 4;
 
@@ -46,7 +46,7 @@ fn rank_main(mut cfg: BootstrapConfig) -> ExitCode {
         _ => {}
     }
     let outcome = (|| -> mscclpp_host::Result<()> {
-        let mut b = Bootstrap::connect(&cfg)?;
+        let mut b = TcpBootstrap::connect(&cfg)?;
         match scenario.as_str() {
             "ok" | "late_root" => {
                 let all = b.all_gather(&contribution(me))?;

@@ -202,7 +202,7 @@ fn run(comm: &Communicator) -> Result<()> {
         vec![]
     };
     let nccl = Nccl::load()?;
-    let nc = nccl.communicator(comm.bootstrap(), comm.gpu())?;
+    let nc = nccl.communicator(comm.bootstrap().as_ref(), comm.gpu())?;
     let mut out = std::env::var_os("MSCCLPP_RS_BENCH_OUT")
         .filter(|_| me == 0)
         .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());

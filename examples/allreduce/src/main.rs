@@ -26,7 +26,7 @@ use mscclpp_device::sync::DeviceSyncer;
 use mscclpp_host::bootstrap::BootstrapConfig;
 use mscclpp_host::bootstrap::launcher::{self, Role};
 use mscclpp_host::comm::{Communicator, MemoryChannels};
-use mscclpp_host::{Args, Bootstrap, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
+use mscclpp_host::{Args, Bootstrap, BootstrapExt, DeviceBuffer, Error, Gpu, LaunchConfig, Result, TcpBootstrap};
 
 const PTX: &str = include_str!(env!("ALLREDUCE_KERNELS_PTX"));
 
@@ -66,8 +66,8 @@ enum Outcome {
 
 fn run_rank(cfg: &BootstrapConfig) -> ExitCode {
     let r = cfg.rank.rank;
-    let outcome = Bootstrap::connect(cfg).and_then(|boot| {
-        let boot = Arc::new(boot);
+    let outcome = TcpBootstrap::connect(cfg).and_then(|boot| {
+        let boot: Arc<dyn Bootstrap> = Arc::new(boot);
         // On an error the bootstrap is dropped on the way out: its connections close, and ranks
         // waiting on this one fail with "connection to rank r lost" instead of waiting on.
         rank_main(cfg, &boot)
@@ -100,7 +100,7 @@ fn run_rank(cfg: &BootstrapConfig) -> ExitCode {
 
 /// One rank's run: agree on the seed and on whether every rank has a GPU, set up the channels,
 /// then every operation at every size.
-fn rank_main(cfg: &BootstrapConfig, boot: &Arc<Bootstrap>) -> Result<Outcome> {
+fn rank_main(cfg: &BootstrapConfig, boot: &Arc<dyn Bootstrap>) -> Result<Outcome> {
     let (me, n) = (boot.rank(), boot.world_size());
     if n < 2 {
         return Err(Error::InvalidArgument(format!("the example needs at least 2 ranks, not {n}")));

@@ -295,7 +295,7 @@ pub fn is_loopback_addr(addr: &str) -> bool {
     host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Everything [`Bootstrap::connect`](super::Bootstrap::connect) needs.
+/// Everything [`TcpBootstrap::connect`](super::TcpBootstrap::connect) needs.
 #[derive(Clone, Debug)]
 pub struct BootstrapConfig {
     /// Where this process sits.

@@ -367,6 +367,62 @@ pub fn read_frame<R: Read + ?Sized>(r: &mut R, token: &Token, max: usize) -> Res
     Ok(Some(Frame { kind, seq, payload }))
 }
 
+// ---------------------------------------------------------------------------------------------
+// Rendezvous payloads.
+
+/// Hello (rank to rank 0) and Connect (rank to a lower rank) payload.
+pub(crate) struct Intro {
+    /// The sender's rank.
+    pub(crate) rank: usize,
+    /// The sender's world size.
+    pub(crate) world: usize,
+    /// Where the sender listens for higher ranks (empty in a Connect).
+    pub(crate) listen: String,
+}
+
+impl Intro {
+    /// The payload bytes.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(8 + self.listen.len());
+        // Ranks and world sizes are capped far below u32::MAX (`super::env::MAX_WORLD_SIZE`); an
+        // impossible value is sent as u32::MAX, which every receiver rejects.
+        v.extend_from_slice(&u32::try_from(self.rank).unwrap_or(u32::MAX).to_le_bytes());
+        v.extend_from_slice(&u32::try_from(self.world).unwrap_or(u32::MAX).to_le_bytes());
+        v.extend_from_slice(self.listen.as_bytes());
+        v
+    }
+
+    /// Reads a payload; `None` when it is malformed.
+    pub(crate) fn decode(p: &[u8]) -> Option<Self> {
+        let rank = u32::from_le_bytes(p.get(0..4)?.try_into().ok()?) as usize;
+        let world = u32::from_le_bytes(p.get(4..8)?.try_into().ok()?) as usize;
+        let listen = std::str::from_utf8(p.get(8..)?).ok()?.to_string();
+        Some(Self { rank, world, listen })
+    }
+}
+
+/// The address table rank 0 sends every rank: each address as a u16 length and its bytes, in rank
+/// order.
+pub(crate) fn encode_table(addrs: &[String]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for a in addrs {
+        v.extend_from_slice(&(a.len() as u16).to_le_bytes());
+        v.extend_from_slice(a.as_bytes());
+    }
+    v
+}
+
+/// Reads an address table of exactly `n` addresses; `None` when it is malformed.
+pub(crate) fn decode_table(mut p: &[u8], n: usize) -> Option<Vec<String>> {
+    let mut out = Vec::with_capacity(n.min(4096));
+    while !p.is_empty() {
+        let len = u16::from_le_bytes(p.get(0..2)?.try_into().ok()?) as usize;
+        out.push(std::str::from_utf8(p.get(2..2 + len)?).ok()?.to_string());
+        p = &p[2 + len..];
+    }
+    (out.len() == n).then_some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -167,7 +167,7 @@ impl Launcher {
                             break;
                         }
                     }
-                    return Err(Error::Launch(format!("starting rank {rank} ({}): {e}", self.exe.display())));
+                    return Err(Error::Launcher(format!("starting rank {rank} ({}): {e}", self.exe.display())));
                 }
             };
             for (pipe, is_err) in [
@@ -260,12 +260,12 @@ impl Launcher {
         match (failed.first(), deadline_hit) {
             (None, false) => Ok(()),
             (None, true) => {
-                Err(Error::Launch(format!("{n} ranks of {} after {elapsed}{killed_note}", self.exe.display())))
+                Err(Error::Launcher(format!("{n} ranks of {} after {elapsed}{killed_note}", self.exe.display())))
             }
             (Some(&first), _) => {
                 let others: Vec<usize> = failed[1..].to_vec();
                 let also = if others.is_empty() { String::new() } else { format!("; then {}", who(&others)) };
-                Err(Error::Launch(format!("{} failed first, after {elapsed}{also}{killed_note}", who(&[first]))))
+                Err(Error::Launcher(format!("{} failed first, after {elapsed}{also}{killed_note}", who(&[first]))))
             }
         }
     }
@@ -414,7 +414,7 @@ pub fn deadline_from_env(env: &EnvSnapshot) -> Result<Duration> {
 ///             }
 ///         };
 ///     }
-///     // ... this process is a rank: Bootstrap::from_env() ...
+///     // ... this process is a rank: TcpBootstrap::from_env() ...
 ///     std::process::ExitCode::SUCCESS
 /// }
 /// ```
@@ -428,7 +428,7 @@ pub fn maybe_launch_from_args() -> Option<Result<()>> {
     let env = EnvSnapshot::capture();
     match RankInfo::from_env(&env) {
         Ok(Some(info)) => {
-            return Some(Err(Error::Launch(format!(
+            return Some(Err(Error::Launcher(format!(
                 "--ranks {ranks} given, but this process is already rank {} of {} (started by the {}); drop --ranks",
                 info.rank,
                 info.world_size,
@@ -462,9 +462,9 @@ pub enum Role {
 /// a launch comes from [`ENV_LAUNCH_DEADLINE`].
 ///
 /// ```no_run
-/// use mscclpp_host::bootstrap::{Bootstrap, launcher::{Role, role}};
+/// use mscclpp_host::bootstrap::{TcpBootstrap, launcher::{Role, role}};
 /// match role(2)? {
-///     Role::Rank(cfg) => { let boot = Bootstrap::connect(&cfg)?; /* ... */ }
+///     Role::Rank(cfg) => { let boot = TcpBootstrap::connect(&cfg)?; /* ... */ }
 ///     Role::Launched { ranks, outcome } => outcome?,
 /// }
 /// # Ok::<(), mscclpp_host::Error>(())
@@ -472,7 +472,7 @@ pub enum Role {
 pub fn role(default_ranks: usize) -> Result<Role> {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     if let Some((ranks, _)) = ranks_from_args(&args)? {
-        let outcome = maybe_launch_from_args().unwrap_or_else(|| Err(Error::Launch("--ranks vanished".into())));
+        let outcome = maybe_launch_from_args().unwrap_or_else(|| Err(Error::Launcher("--ranks vanished".into())));
         return Ok(Role::Launched { ranks, outcome });
     }
     let env = EnvSnapshot::capture();

@@ -1,7 +1,12 @@
 //! In-process tests: every rank is a thread, all on loopback.
 
 use super::env::MAX_WORLD_SIZE;
+use super::frame::{self, Intro, Kind, decode_table, encode_table};
+use super::rendezvous::*;
 use super::*;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::thread;
 
 fn free_port() -> u16 {
@@ -21,7 +26,7 @@ fn run<T: Send + 'static>(
     n: usize,
     timeout: Duration,
     root_delay: Duration,
-    f: impl Fn(Bootstrap) -> Result<T> + Send + Sync + 'static,
+    f: impl Fn(TcpBootstrap) -> Result<T> + Send + Sync + 'static,
 ) -> Vec<Result<T>> {
     let f = Arc::new(f);
     let handles: Vec<_> = configs(n, timeout)
@@ -34,7 +39,7 @@ fn run<T: Send + 'static>(
                 }
                 // A generous rendezvous (a loaded machine may be slow to start threads), then the
                 // timeout under test.
-                let mut b = Bootstrap::connect(&cfg.clone().with_timeout(Duration::from_secs(30)))?;
+                let mut b = TcpBootstrap::connect(&cfg.clone().with_timeout(Duration::from_secs(30)))?;
                 b.set_timeout(cfg.timeout)?;
                 f(b)
             })
@@ -83,7 +88,7 @@ fn root_may_start_late() {
 #[test]
 fn one_rank_world() {
     let cfg = BootstrapConfig::new(RankInfo::single_node(0, 1).unwrap(), "", Token::random());
-    let b = Bootstrap::connect(&cfg).unwrap();
+    let b = TcpBootstrap::connect(&cfg).unwrap();
     assert_eq!(b.all_gather(b"x").unwrap(), vec![b"x".to_vec()]);
     b.barrier().unwrap();
     b.send(0, b"self").unwrap();
@@ -196,7 +201,7 @@ fn recv_times_out_and_can_be_retried() {
 fn no_root_is_a_named_timeout() {
     let cfg = &configs(2, Duration::from_millis(300))[1];
     let t = Instant::now();
-    let e = Bootstrap::connect(cfg).unwrap_err().to_string();
+    let e = TcpBootstrap::connect(cfg).unwrap_err().to_string();
     assert!(
         e.starts_with(&format!("rank 1: rendezvous: timed out after 300 ms waiting for rank 0 at {}", cfg.addr)),
         "{e}"
@@ -208,8 +213,8 @@ fn no_root_is_a_named_timeout() {
 fn missing_ranks_are_listed_by_rank_zero() {
     let cfgs = configs(4, Duration::from_secs(2));
     let c1 = cfgs[1].clone();
-    let joiner = thread::spawn(move || Bootstrap::connect(&c1).map(drop));
-    let e = Bootstrap::connect(&cfgs[0]).unwrap_err().to_string();
+    let joiner = thread::spawn(move || TcpBootstrap::connect(&c1).map(drop));
+    let e = TcpBootstrap::connect(&cfgs[0]).unwrap_err().to_string();
     assert!(e.contains("timed out after 2 s waiting for ranks 2 and 3 to join"), "{e}");
     assert!(joiner.join().unwrap().is_err());
 }
@@ -220,7 +225,7 @@ fn stray_connections_are_rejected_and_the_rendezvous_goes_on() {
     let addr: SocketAddr = cfgs[0].addr.parse().unwrap();
     let token = cfgs[0].token;
     let c0 = cfgs[0].clone();
-    let root = thread::spawn(move || Bootstrap::connect(&c0));
+    let root = thread::spawn(move || TcpBootstrap::connect(&c0));
     // Strays: another job's token, then garbage, then a header claiming a huge frame.
     let stray = |bytes: Vec<u8>| {
         let mut s =
@@ -241,7 +246,7 @@ fn stray_connections_are_rejected_and_the_rendezvous_goes_on() {
     let mut huge = frame::encode(&cfgs[0].token, Kind::Hello, 0, b"");
     huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
     stray(huge);
-    let leaf = Bootstrap::connect(&cfgs[1]).unwrap();
+    let leaf = TcpBootstrap::connect(&cfgs[1]).unwrap();
     let root = root.join().unwrap().unwrap();
     leaf.send(0, b"hi").unwrap();
     assert_eq!(root.recv(1).unwrap(), b"hi");
@@ -252,8 +257,8 @@ fn wrong_token_ranks_do_not_meet() {
     let mut cfgs = configs(2, Duration::from_secs(2));
     cfgs[1].token = Token::random();
     let c0 = cfgs[0].clone();
-    let root = thread::spawn(move || Bootstrap::connect(&c0));
-    let e1 = Bootstrap::connect(&cfgs[1]).unwrap_err().to_string();
+    let root = thread::spawn(move || TcpBootstrap::connect(&c0));
+    let e1 = TcpBootstrap::connect(&cfgs[1]).unwrap_err().to_string();
     let e0 = root.join().unwrap().unwrap_err().to_string();
     // Rank 1 rejects rank 0's challenge on its tag; rank 0 sees a connection closed unanswered.
     assert!(e1.contains("rank 1: rendezvous: rejected frame: wrong session token"), "{e1}");
@@ -278,7 +283,7 @@ fn a_bad_frame_after_the_rendezvous_ends_that_connection() {
     let cfgs = configs(2, Duration::from_secs(10));
     let c0 = cfgs[0].clone();
     let root = thread::spawn(move || {
-        let b = Bootstrap::connect(&c0)?;
+        let b = TcpBootstrap::connect(&c0)?;
         b.recv(1)
     });
     let c1 = &cfgs[1];
@@ -349,17 +354,17 @@ fn table_and_intro_codecs() {
 #[test]
 fn bootstrap_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
-    check::<Bootstrap>();
+    check::<TcpBootstrap>();
 }
 
 #[test]
 fn absurd_timeouts() {
     let cfg = BootstrapConfig::new(RankInfo::single_node(0, 1).unwrap(), "", Token::random());
-    assert!(Bootstrap::connect(&cfg.clone().with_timeout(Duration::ZERO)).is_err());
+    assert!(TcpBootstrap::connect(&cfg.clone().with_timeout(Duration::ZERO)).is_err());
     let mut bad = cfg.clone();
     bad.rank.rank = 3;
-    assert!(Bootstrap::connect(&bad).unwrap_err().to_string().contains("rank 3 is not below the world size 1"));
-    let mut b = Bootstrap::connect(&cfg.with_timeout(Duration::MAX)).unwrap();
+    assert!(TcpBootstrap::connect(&bad).unwrap_err().to_string().contains("rank 3 is not below the world size 1"));
+    let mut b = TcpBootstrap::connect(&cfg.with_timeout(Duration::MAX)).unwrap();
     assert!(b.set_timeout(Duration::ZERO).is_err());
     b.set_timeout(Duration::from_secs(1)).unwrap();
     b.barrier().unwrap();
@@ -394,7 +399,7 @@ fn the_token_never_travels_and_a_fake_rank_zero_is_refused() {
     let token = Token::random();
     let cfg = BootstrapConfig::new(RankInfo::single_node(1, 2).unwrap(), addr.to_string(), token)
         .with_timeout(Duration::from_secs(5));
-    let leaf = thread::spawn(move || Bootstrap::connect(&cfg).map(drop));
+    let leaf = thread::spawn(move || TcpBootstrap::connect(&cfg).map(drop));
     let (s, _) = listener.accept().unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     frame::write_frame(&mut &s, &token, Kind::Challenge, 0, &[7; NONCE_LEN]).unwrap();
@@ -417,7 +422,7 @@ fn a_client_without_the_token_is_refused() {
     let addr: SocketAddr = cfgs[0].addr.parse().unwrap();
     let token = cfgs[0].token;
     let c0 = cfgs[0].clone();
-    let root = thread::spawn(move || Bootstrap::connect(&c0));
+    let root = thread::spawn(move || TcpBootstrap::connect(&c0));
     // A client with the right frame tag (say, read off the wire) proves with another token.
     let deadline = Instant::now() + Duration::from_secs(10);
     let s = connect_until(addr, deadline, Duration::from_secs(10), "rank 0").unwrap();
@@ -433,7 +438,7 @@ fn a_client_without_the_token_is_refused() {
     // Refused: the connection ends without a welcome.
     assert_eq!(frame::read_frame(&mut &s, &token, 64).unwrap(), None);
     // The real rank 1 still joins.
-    let leaf = Bootstrap::connect(&cfgs[1]).unwrap();
+    let leaf = TcpBootstrap::connect(&cfgs[1]).unwrap();
     let root = root.join().unwrap().unwrap();
     leaf.send(0, b"hi").unwrap();
     assert_eq!(root.recv(1).unwrap(), b"hi");
@@ -444,7 +449,7 @@ fn idle_and_garbage_connections_do_not_stall_the_rendezvous() {
     let cfgs = configs(3, Duration::from_secs(20));
     let addr: SocketAddr = cfgs[0].addr.parse().unwrap();
     let c0 = cfgs[0].clone();
-    let root = thread::spawn(move || Bootstrap::connect(&c0));
+    let root = thread::spawn(move || TcpBootstrap::connect(&c0));
     // More idle connections than handshakes are read at once, and some garbage, all before any
     // real rank: the first ones are evicted to make room, the garbage is rejected at once.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -458,7 +463,7 @@ fn idle_and_garbage_connections_do_not_stall_the_rendezvous() {
     }
     let start = Instant::now();
     let leaves: Vec<_> =
-        cfgs[1..].iter().cloned().map(|c| thread::spawn(move || Bootstrap::connect(&c).map(|b| b.rank()))).collect();
+        cfgs[1..].iter().cloned().map(|c| thread::spawn(move || TcpBootstrap::connect(&c).map(|b| b.rank()))).collect();
     for l in leaves {
         l.join().unwrap().unwrap();
     }
@@ -472,13 +477,13 @@ fn unread_messages_are_capped() {
     let cfgs: Vec<_> = configs(2, Duration::from_secs(10)).into_iter().map(|c| c.with_max_queued(1 << 20)).collect();
     let c1 = cfgs[1].clone();
     let sender = thread::spawn(move || {
-        let b = Bootstrap::connect(&c1)?;
+        let b = TcpBootstrap::connect(&c1)?;
         for _ in 0..8 {
             b.send(0, &vec![1u8; 256 << 10])?;
         }
         b.barrier()
     });
-    let b = Bootstrap::connect(&cfgs[0]).unwrap();
+    let b = TcpBootstrap::connect(&cfgs[0]).unwrap();
     // The fifth message would put 1.25 MiB unread: the connection ends there, with the reason.
     let e = b.barrier().unwrap_err().to_string();
     assert!(e.contains("unread messages") && e.contains("1048576-byte limit"), "{e}");
@@ -491,7 +496,7 @@ fn unread_messages_are_capped() {
     let _ = sender.join().unwrap();
     // Messages to oneself count the same way.
     let one = BootstrapConfig::new(RankInfo::single_node(0, 1).unwrap(), "", Token::random()).with_max_queued(100);
-    let b = Bootstrap::connect(&one).unwrap();
+    let b = TcpBootstrap::connect(&one).unwrap();
     b.send(0, &[0; 300]).unwrap();
     let e = b.send(0, &[0; 1]).unwrap_err().to_string();
     assert!(e.contains("unread messages"), "{e}");
@@ -506,7 +511,7 @@ fn a_peer_far_ahead_in_collectives_is_cut_off() {
     let cfgs = configs(2, Duration::from_secs(10));
     let c0 = cfgs[0].clone();
     let root = thread::spawn(move || {
-        let b = Bootstrap::connect(&c0)?;
+        let b = TcpBootstrap::connect(&c0)?;
         thread::sleep(Duration::from_millis(200));
         b.barrier()?;
         b.barrier()
@@ -531,7 +536,7 @@ fn absurd_world_sizes_are_errors() {
         let mut cfg = BootstrapConfig::new(RankInfo::single_node(0, 1).unwrap(), "127.0.0.1:1", Token::random());
         cfg.rank.world_size = n;
         cfg.rank.local_size = 1;
-        let e = Bootstrap::connect(&cfg).unwrap_err().to_string();
+        let e = TcpBootstrap::connect(&cfg).unwrap_err().to_string();
         assert!(e.contains("above the limit"), "{n}: {e}");
     }
 }
