@@ -550,7 +550,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
     }
 
     // End of the kernel: remote writes into outputs must be ordered before the rank finishes.
-    for (r, rp) in p.ranks.iter().enumerate() {
+    for r in 0..p.ranks.len() {
         let mut end = vec![0u32; nt];
         for (th, &(tr, _)) in threads.iter().enumerate() {
             if tr == r {
@@ -566,7 +566,6 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                 }
             }
         }
-        let _ = rp;
     }
     if errors.is_empty() { Ok(CheckReport { ops: executed, sync_pairs, threadblocks: nt }) } else { Err(errors) }
 }
