@@ -189,7 +189,13 @@ fn scratch(op: &'static str, role: &'static str, c: &Chunk) -> Result<(), PlanEr
     Ok(())
 }
 
-fn p2p(p: &Program, op: &'static str, channel: usize, kinds: &[ChannelType], rank: usize) -> Result<(usize, usize), PlanError> {
+fn p2p(
+    p: &Program,
+    op: &'static str,
+    channel: usize,
+    kinds: &[ChannelType],
+    rank: usize,
+) -> Result<(usize, usize), PlanError> {
     let ch = p.channels.get(channel);
     let ok = ch.filter(|c| kinds.contains(&c.channel_type())).and_then(|c| c.endpoints());
     let (src, dst) = ok.ok_or(PlanError::WrongChannel { op, channel, expected: kinds[0] })?;
@@ -363,13 +369,23 @@ impl Program {
         Ok(())
     }
 
-    fn p2p_channel(&mut self, op: &'static str, dst_rank: usize, src_rank: usize, port: bool) -> Result<usize, PlanError> {
+    fn p2p_channel(
+        &mut self,
+        op: &'static str,
+        dst_rank: usize,
+        src_rank: usize,
+        port: bool,
+    ) -> Result<usize, PlanError> {
         self.check_rank(op, src_rank)?;
         self.check_rank(op, dst_rank)?;
         if src_rank == dst_rank {
             return Err(PlanError::SelfChannel { op, rank: src_rank });
         }
-        self.channels.push(if port { Channel::Port { src_rank, dst_rank } } else { Channel::Memory { src_rank, dst_rank } });
+        self.channels.push(if port {
+            Channel::Port { src_rank, dst_rank }
+        } else {
+            Channel::Memory { src_rank, dst_rank }
+        });
         Ok(self.channels.len() - 1)
     }
 
@@ -451,7 +467,13 @@ impl MemoryChannel {
         p.add_op(self.src_rank, tb, OpKind::PutPackets { channel: self.id, dst, src })
     }
     /// Forwards packets from the local scratch `src` to the peer's scratch `dst`.
-    pub fn read_put_packets(&self, p: &mut Program, dst: Chunk, src: Chunk, tb: impl Into<Tb>) -> Result<(), PlanError> {
+    pub fn read_put_packets(
+        &self,
+        p: &mut Program,
+        dst: Chunk,
+        src: Chunk,
+        tb: impl Into<Tb>,
+    ) -> Result<(), PlanError> {
         p.add_op(self.src_rank, tb, OpKind::ReadPutPackets { channel: self.id, dst, src })
     }
     /// `local_dst = op(local_src, remote_srcs...)` (the destination defaults to `local_src`).
@@ -465,7 +487,11 @@ impl MemoryChannel {
         reduce_op: ReduceOp,
     ) -> Result<(), PlanError> {
         let local_dst = local_dst.unwrap_or(local_src);
-        p.add_op(self.src_rank, tb, OpKind::ChannelReduce { channel: self.id, local_src, remote_srcs, local_dst, reduce_op })
+        p.add_op(
+            self.src_rank,
+            tb,
+            OpKind::ChannelReduce { channel: self.id, local_src, remote_srcs, local_dst, reduce_op },
+        )
     }
     /// Signals the peer.
     pub fn signal(&self, p: &mut Program, tb: usize, data_sync: SyncType, relaxed: bool) -> Result<(), PlanError> {
@@ -498,7 +524,13 @@ impl PortChannel {
         p.add_op(self.src_rank, tb, OpKind::PutWithSignal { channel: self.id, dst, src })
     }
     /// Put, signal and flush.
-    pub fn put_with_signal_and_flush(&self, p: &mut Program, dst: Chunk, src: Chunk, tb: usize) -> Result<(), PlanError> {
+    pub fn put_with_signal_and_flush(
+        &self,
+        p: &mut Program,
+        dst: Chunk,
+        src: Chunk,
+        tb: usize,
+    ) -> Result<(), PlanError> {
         p.add_op(self.src_rank, tb, OpKind::PutWithSignalAndFlush { channel: self.id, dst, src })
     }
     /// Packets through the proxy into the peer's scratch.

@@ -112,7 +112,10 @@ pub enum CheckError {
     },
     /// Several thread blocks signal (or wait on) one semaphore, so which signal a wait
     /// consumes depends on timing.
-    #[error("{channel_type} channel rank {from} -> rank {to} (#{ordinal}): {role} from several thread blocks: {}", list(ops))]
+    #[error(
+        "{channel_type} channel rank {from} -> rank {to} (#{ordinal}): {role} from several thread blocks: {}",
+        list(ops)
+    )]
     AmbiguousPairing {
         /// Transport.
         channel_type: ChannelType,
@@ -265,9 +268,10 @@ fn covered(written: &[(Option<TbgInfo>, Vec<u32>)], part: Option<TbgInfo>) -> bo
         return true;
     }
     // A whole read is covered when some group wrote all of its slices.
-    written.iter().filter_map(|(w, _)| *w).any(|g| {
-        (0..g.size).all(|i| written.iter().any(|(w, _)| *w == Some(TbgInfo { index: i, size: g.size })))
-    })
+    written
+        .iter()
+        .filter_map(|(w, _)| *w)
+        .any(|g| (0..g.size).all(|i| written.iter().any(|(w, _)| *w == Some(TbgInfo { index: i, size: g.size }))))
 }
 
 /// Reads and writes of an operation: (chunk, write?, packet?).
@@ -345,7 +349,12 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
         return Err(errors);
     }
     let ord = ordinals(p);
-    let oref = |r: usize, t: usize, i: usize| OpRef { rank: r, tb: t, index: i, what: describe(p, &p.ranks[r].threadblocks[t][i]) };
+    let oref = |r: usize, t: usize, i: usize| OpRef {
+        rank: r,
+        tb: t,
+        index: i,
+        what: describe(p, &p.ranks[r].threadblocks[t][i]),
+    };
 
     // 1. Static matching of signals and waits per semaphore.
     let mut sigs: HashMap<SemKey, Vec<OpRef>> = HashMap::new();
@@ -373,7 +382,14 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
         let w = waits.get(k).cloned().unwrap_or_default();
         let (channel_type, from, to, ordinal) = *k;
         if s.len() != w.len() {
-            errors.push(CheckError::UnmatchedSignals { channel_type, from, to, ordinal, signals: s.clone(), waits: w.clone() });
+            errors.push(CheckError::UnmatchedSignals {
+                channel_type,
+                from,
+                to,
+                ordinal,
+                signals: s.clone(),
+                waits: w.clone(),
+            });
         }
         sync_pairs += s.len().min(w.len());
         for (role, ops) in [("signals", &s), ("waits", &w)] {
@@ -388,12 +404,8 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
     }
 
     // 2 + 3. Symbolic execution with vector clocks.
-    let threads: Vec<(usize, usize)> = p
-        .ranks
-        .iter()
-        .enumerate()
-        .flat_map(|(r, rp)| (0..rp.threadblocks.len()).map(move |t| (r, t)))
-        .collect();
+    let threads: Vec<(usize, usize)> =
+        p.ranks.iter().enumerate().flat_map(|(r, rp)| (0..rp.threadblocks.len()).map(move |t| (r, t))).collect();
     let nt = threads.len();
     let mut pc = vec![0usize; nt];
     let mut clock: Vec<Vec<u32>> = (0..nt).map(|_| vec![0; nt]).collect();
@@ -439,11 +451,8 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                     }
                 }
                 for u in &packet_reads {
-                    let ws: Vec<Vec<u32>> = packets[u]
-                        .iter()
-                        .filter(|(w, _)| parts_overlap(*w, op.tbg))
-                        .map(|(_, c)| c.clone())
-                        .collect();
+                    let ws: Vec<Vec<u32>> =
+                        packets[u].iter().filter(|(w, _)| parts_overlap(*w, op.tbg)).map(|(_, c)| c.clone()).collect();
                     for c in ws {
                         join(&mut clock[th], &c);
                     }
@@ -464,9 +473,15 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                                 let hint = if u.rank != b.op.rank || u.rank != r {
                                     ": a remote write is visible only after a signal (fenced) ordered after it and a wait (fenced) ordered before the other access, or through packets".to_string()
                                 } else {
-                                    ": accesses by different thread blocks need a synchronization between them".to_string()
+                                    ": accesses by different thread blocks need a synchronization between them"
+                                        .to_string()
                                 };
-                                errors.push(CheckError::Race { location: u, first: b.op.clone(), second: me.clone(), hint });
+                                errors.push(CheckError::Race {
+                                    location: u,
+                                    first: b.op.clone(),
+                                    second: me.clone(),
+                                    hint,
+                                });
                             }
                         }
                         list.push(Access { thread: th, epoch, write, part: op.tbg, op: me.clone() });
@@ -487,9 +502,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                     }
                 }
                 match op.kind {
-                    OpKind::Put { channel, src, .. }
-                        if p.channels[channel].channel_type() == ChannelType::Port =>
-                    {
+                    OpKind::Put { channel, src, .. } if p.channels[channel].channel_type() == ChannelType::Port => {
                         pending.extend(unit_chunks(src).map(|u| (r, channel, u, me.clone())));
                     }
                     OpKind::PutWithSignal { channel, src, .. } | OpKind::PutPackets { channel, src, .. }
@@ -506,9 +519,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                         OpKind::Signal { data_sync, relaxed, .. } => data_sync.before() && !relaxed,
                         _ => true,
                     };
-                    sems.entry(sem_keys(p, &ord, c).0)
-                        .or_default()
-                        .push_back(publishes.then(|| clock[th].clone()));
+                    sems.entry(sem_keys(p, &ord, c).0).or_default().push_back(publishes.then(|| clock[th].clone()));
                 }
                 pc[th] += 1;
                 progressed = true;

@@ -25,7 +25,15 @@ pub fn allreduce_packets(n: usize) -> Result<Program, PlanError> {
         }
         let others = peers(n, r).map(|(_, q)| Chunk::scratch(r, q * n, n)).collect();
         let rank = p.rank(r)?;
-        rank.reduce(&mut p, Chunk::input(r, 0, n), others, &reducers, Some(Chunk::output(r, 0, n)), ReduceOp::Sum, true)?;
+        rank.reduce(
+            &mut p,
+            Chunk::input(r, 0, n),
+            others,
+            &reducers,
+            Some(Chunk::output(r, 0, n)),
+            ReduceOp::Sum,
+            true,
+        )?;
     }
     Ok(p)
 }

@@ -167,8 +167,27 @@ struct MTbg {
 }
 
 const SUPPORTED: &[&str] = &[
-    "nop", "signal", "wait", "rlxsignal", "rlxwait", "flush", "put", "get", "ppkt", "rppkt", "pws", "pwsf", "copy",
-    "cpkt", "upkt", "re", "repkt", "rre", "res", "respkt", "rres",
+    "nop",
+    "signal",
+    "wait",
+    "rlxsignal",
+    "rlxwait",
+    "flush",
+    "put",
+    "get",
+    "ppkt",
+    "rppkt",
+    "pws",
+    "pwsf",
+    "copy",
+    "cpkt",
+    "upkt",
+    "re",
+    "repkt",
+    "rre",
+    "res",
+    "respkt",
+    "rres",
 ];
 
 fn channel_type(s: &str) -> Option<ChannelType> {
@@ -361,7 +380,13 @@ pub fn read(text: &str) -> Result<Program, ReadError> {
                             for peer in peers {
                                 let channel = chan(0, Some(peer))?;
                                 let remote_srcs = remotes.iter().filter(|c| c.rank == peer).copied().collect();
-                                kinds.push(OpKind::ChannelReduce { channel, local_src: acc, remote_srcs, local_dst: dst, reduce_op });
+                                kinds.push(OpKind::ChannelReduce {
+                                    channel,
+                                    local_src: acc,
+                                    remote_srcs,
+                                    local_dst: dst,
+                                    reduce_op,
+                                });
                                 acc = dst;
                             }
                         } else {
@@ -390,7 +415,12 @@ pub fn read(text: &str) -> Result<Program, ReadError> {
                 }
                 for kind in kinds {
                     let o = Op { kind, tbg };
-                    validate_op(&p, g.id, &o).map_err(|error| ReadError::Invalid { gpu: g.id, tb: tb.id, index, error })?;
+                    validate_op(&p, g.id, &o).map_err(|error| ReadError::Invalid {
+                        gpu: g.id,
+                        tb: tb.id,
+                        index,
+                        error,
+                    })?;
                     let tbs = &mut p.ranks[g.id].threadblocks;
                     if tbs.len() <= tb.id {
                         tbs.resize_with(tb.id + 1, Vec::new);
