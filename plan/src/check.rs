@@ -219,6 +219,9 @@ pub fn describe(p: &Program, op: &Op) -> String {
 /// Semaphore: (transport, signalling rank, waiting rank, ordinal).
 type SemKey = (ChannelType, usize, usize, usize);
 
+/// Packet writes of one chunk: slice written and the writer's clock.
+type PacketWrites = Vec<(Option<TbgInfo>, Vec<u32>)>;
+
 /// Ordinal of each point-to-point channel among those of its type and endpoints.
 fn ordinals(p: &Program) -> Vec<usize> {
     let mut seen: HashMap<(ChannelType, usize, usize), usize> = HashMap::new();
@@ -263,7 +266,7 @@ fn parts_overlap(a: Option<TbgInfo>, b: Option<TbgInfo>) -> bool {
 }
 
 /// Whether the packet writes `written` cover a read of slice `part`.
-fn covered(written: &[(Option<TbgInfo>, Vec<u32>)], part: Option<TbgInfo>) -> bool {
+fn covered(written: &PacketWrites, part: Option<TbgInfo>) -> bool {
     if written.iter().any(|(w, _)| w.is_none() || (part.is_some() && *w == part)) {
         return true;
     }
@@ -410,7 +413,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
     let mut pc = vec![0usize; nt];
     let mut clock: Vec<Vec<u32>> = (0..nt).map(|_| vec![0; nt]).collect();
     let mut sems: HashMap<SemKey, VecDeque<Option<Vec<u32>>>> = HashMap::new();
-    let mut packets: HashMap<Chunk, Vec<(Option<TbgInfo>, Vec<u32>)>> = HashMap::new();
+    let mut packets: HashMap<Chunk, PacketWrites> = HashMap::new();
     let mut mem: HashMap<Chunk, Vec<Access>> = HashMap::new();
     // Unflushed port puts: (rank, channel, source unit chunk, put).
     let mut pending: Vec<(usize, usize, Chunk, OpRef)> = Vec::new();

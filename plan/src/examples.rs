@@ -47,16 +47,13 @@ pub fn allreduce_packets(n: usize) -> Result<Program, PlanError> {
 /// waits for the peers' chunks.
 pub fn allreduce_two_shot(n: usize) -> Result<Program, PlanError> {
     let mut p = Program::new("allreduce_two_shot", "allreduce", n, n, n, n);
-    let mut first = vec![Vec::new(); n];
-    let mut second = vec![Vec::new(); n];
-    for r in 0..n {
-        for (_, q) in peers(n, r) {
-            first[r].push(p.memory_channel(q, r)?);
-        }
-    }
-    for r in 0..n {
-        for (_, q) in peers(n, r) {
-            second[r].push(p.memory_channel(q, r)?);
+    // All first-phase channels are declared before the second-phase ones, so that the k-th
+    // channel from r to q pairs with the k-th from q to r in both phases.
+    let mut first = Vec::new();
+    let mut second = Vec::new();
+    for set in [&mut first, &mut second] {
+        for r in 0..n {
+            set.push(peers(n, r).map(|(_, q)| p.memory_channel(q, r)).collect::<Result<Vec<_>, _>>()?);
         }
     }
     for r in 0..n {

@@ -468,12 +468,11 @@ impl Gen {
     fn program(&mut self) -> Program {
         let n = 1 + self.next(4);
         let mut p = Program::new(format!("random{}", self.0 % 1000), "test \"quoted\" \u{e9}", n, 0, 0, 0);
-        for r in 0..n {
-            p.ranks[r].input_chunks = self.next(1000);
-            p.ranks[r].output_chunks = self.next(1000);
-            p.ranks[r].scratch_chunks = self.next(1000);
-            p.ranks[r].threadblocks =
-                (0..self.next(4)).map(|_| (0..self.next(6)).map(|_| self.op()).collect()).collect();
+        for rank in &mut p.ranks {
+            rank.input_chunks = self.next(1000);
+            rank.output_chunks = self.next(1000);
+            rank.scratch_chunks = self.next(1000);
+            rank.threadblocks = (0..self.next(4)).map(|_| (0..self.next(6)).map(|_| self.op()).collect()).collect();
         }
         for _ in 0..self.next(6) {
             p.channels.push(match self.next(3) {
