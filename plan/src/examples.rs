@@ -1,4 +1,4 @@
-//! Example plans written with the builder. Each is accepted by [`crate::check`] for any
+//! Example plans written with the builder. Each is accepted by [`crate::check()`] for any
 //! number of ranks from 2 up; the tests check 2, 4 and 8.
 //!
 //! Chunk `i` of a buffer is the `i`-th of `n` equal parts of the message; thread blocks are

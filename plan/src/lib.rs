@@ -8,7 +8,7 @@
 //!   [`SwitchChannel`], [`Rank`]) form a builder that mirrors the DSL's operations and
 //!   parameters and rejects the DSL's errors at build time with a [`PlanError`] naming the
 //!   operation;
-//! - [`check`] proves, before anything runs, that signals and waits match, that the plan cannot
+//! - [`check()`] proves, before anything runs, that signals and waits match, that the plan cannot
 //!   deadlock and that no chunk is accessed without the synchronization that orders it after
 //!   the write it depends on (see the [`check`](mod@check) module for the model);
 //! - plans serialize to and from JSON ([`Program::to_json`], [`Program::from_json`]) and

@@ -211,7 +211,7 @@ fn buffer_type(s: &str) -> Option<BufferType> {
 /// Resolved operand: a chunk and whether it is remote.
 type Operand = (Chunk, bool);
 
-/// Imports an MSCCL++ execution plan. The result still has to pass [`crate::check`].
+/// Imports an MSCCL++ execution plan. The result still has to pass [`crate::check()`].
 pub fn read(text: &str) -> Result<Program, ReadError> {
     let m: MPlan = serde_json::from_str(text)?;
     let n = m.gpus.iter().map(|g| g.id + 1).max().unwrap_or(0);

@@ -435,7 +435,7 @@ impl Program {
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a plan always serializes")
     }
-    /// Parses a plan written by [`Program::to_json`]. It is not checked; call [`crate::check`].
+    /// Parses a plan written by [`Program::to_json`]. It is not checked; call [`crate::check()`].
     pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
         serde_json::from_str(text)
     }
