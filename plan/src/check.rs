@@ -219,8 +219,8 @@ pub fn describe(p: &Program, op: &Op) -> String {
 /// Semaphore: (transport, signalling rank, waiting rank, ordinal).
 type SemKey = (ChannelType, usize, usize, usize);
 
-/// Packet writes of one chunk: slice written and the writer's clock.
-type PacketWrites = Vec<(Option<TbgInfo>, Vec<u32>)>;
+/// Packet writes of one chunk: the slice each wrote.
+type PacketWrites = Vec<Option<TbgInfo>>;
 
 /// Ordinal of each point-to-point channel among those of its type and endpoints.
 fn ordinals(p: &Program) -> Vec<usize> {
@@ -254,6 +254,7 @@ struct Access {
     thread: usize,
     epoch: u32,
     write: bool,
+    packet: bool,
     part: Option<TbgInfo>,
     op: OpRef,
 }
@@ -267,14 +268,14 @@ fn parts_overlap(a: Option<TbgInfo>, b: Option<TbgInfo>) -> bool {
 
 /// Whether the packet writes `written` cover a read of slice `part`.
 fn covered(written: &PacketWrites, part: Option<TbgInfo>) -> bool {
-    if written.iter().any(|(w, _)| w.is_none() || (part.is_some() && *w == part)) {
+    if written.iter().any(|w| w.is_none() || (part.is_some() && *w == part)) {
         return true;
     }
-    // A whole read is covered when some group wrote all of its slices.
+    // A read is covered when some group wrote all of its slices.
     written
         .iter()
-        .filter_map(|(w, _)| *w)
-        .any(|g| (0..g.size).all(|i| written.iter().any(|(w, _)| *w == Some(TbgInfo { index: i, size: g.size }))))
+        .filter_map(|w| *w)
+        .any(|g| (0..g.size).all(|i| written.contains(&Some(TbgInfo { index: i, size: g.size }))))
 }
 
 /// Reads and writes of an operation: (chunk, write?, packet?).
@@ -406,12 +407,23 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
         return Err(errors);
     }
 
-    // 2 + 3. Symbolic execution with vector clocks.
+    // 2 + 3. Symbolic execution with vector clocks. Clock entries 0..nt are the thread blocks;
+    // each port channel also has a proxy lane, which performs that channel's transfers and
+    // signals in the order they were requested.
     let threads: Vec<(usize, usize)> =
         p.ranks.iter().enumerate().flat_map(|(r, rp)| (0..rp.threadblocks.len()).map(move |t| (r, t))).collect();
     let nt = threads.len();
+    let lanes: HashMap<usize, usize> = p
+        .channels
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.channel_type() == ChannelType::Port)
+        .enumerate()
+        .map(|(k, (c, _))| (c, nt + k))
+        .collect();
+    let nc = nt + lanes.len();
     let mut pc = vec![0usize; nt];
-    let mut clock: Vec<Vec<u32>> = (0..nt).map(|_| vec![0; nt]).collect();
+    let mut clock: Vec<Vec<u32>> = (0..nc).map(|_| vec![0; nc]).collect();
     let mut sems: HashMap<SemKey, VecDeque<Option<Vec<u32>>>> = HashMap::new();
     let mut packets: HashMap<Chunk, PacketWrites> = HashMap::new();
     let mut mem: HashMap<Chunk, Vec<Access>> = HashMap::new();
@@ -453,28 +465,45 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                         join(&mut clock[th], &c);
                     }
                 }
-                for u in &packet_reads {
-                    let ws: Vec<Vec<u32>> =
-                        packets[u].iter().filter(|(w, _)| parts_overlap(*w, op.tbg)).map(|(_, c)| c.clone()).collect();
-                    for c in ws {
-                        join(&mut clock[th], &c);
-                    }
-                }
                 clock[th][th] += 1;
-                let epoch = clock[th][th];
+                // A port channel's transfers and signals are handed to its lane, which starts
+                // them after everything the thread block did so far.
+                let lane = op.kind.channel().and_then(|c| lanes.get(&c).copied());
+                let transfer = lane.is_some()
+                    && matches!(
+                        op.kind,
+                        OpKind::Put { .. }
+                            | OpKind::PutPackets { .. }
+                            | OpKind::PutWithSignal { .. }
+                            | OpKind::PutWithSignalAndFlush { .. }
+                    );
+                let via_lane = lane.filter(|_| transfer || signals(&op.kind));
+                if let Some(l) = via_lane {
+                    let c = clock[th].clone();
+                    join(&mut clock[l], &c);
+                    clock[l][l] += 1;
+                }
                 for &(c, write, packet) in &acc {
+                    let actor = match via_lane {
+                        Some(l) if write && transfer => l,
+                        _ => th,
+                    };
+                    let epoch = clock[actor][actor];
                     for u in unit_chunks(c) {
                         let list = mem.entry(u).or_default();
                         for b in list.iter() {
-                            if b.thread != th
+                            // A packet read waited for the packet writes it reads.
+                            let packet_pair = !write && packet && b.write && b.packet;
+                            if b.thread != actor
                                 && (write || b.write)
+                                && !packet_pair
                                 && parts_overlap(b.part, op.tbg)
-                                && b.epoch > clock[th][b.thread]
+                                && b.epoch > clock[actor][b.thread]
                                 && errors.len() < MAX_ERRORS
                                 && reported.insert((b.op.clone(), me.clone()))
                             {
                                 let hint = if u.rank != b.op.rank || u.rank != r {
-                                    ": a remote write is visible only after a signal (fenced) ordered after it and a wait (fenced) ordered before the other access, or through packets".to_string()
+                                    ": a remote write is visible only after a fenced signal ordered after it (for a port channel, a signal on that channel or anything after a flush) and a fenced wait ordered before the other access, or to a packet read".to_string()
                                 } else {
                                     ": accesses by different thread blocks need a synchronization between them"
                                         .to_string()
@@ -487,9 +516,9 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                                 });
                             }
                         }
-                        list.push(Access { thread: th, epoch, write, part: op.tbg, op: me.clone() });
+                        list.push(Access { thread: actor, epoch, write, packet, part: op.tbg, op: me.clone() });
                         if write && packet {
-                            packets.entry(u).or_default().push((op.tbg, clock[th].clone()));
+                            packets.entry(u).or_default().push(op.tbg);
                         }
                         if write && u.rank == r {
                             for (_, _, src, put) in pending.iter().filter(|x| x.0 == r && x.2 == u) {
@@ -505,16 +534,22 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                     }
                 }
                 match op.kind {
-                    OpKind::Put { channel, src, .. } if p.channels[channel].channel_type() == ChannelType::Port => {
-                        pending.extend(unit_chunks(src).map(|u| (r, channel, u, me.clone())));
-                    }
-                    OpKind::PutWithSignal { channel, src, .. } | OpKind::PutPackets { channel, src, .. }
-                        if p.channels[channel].channel_type() == ChannelType::Port =>
+                    OpKind::Put { channel, src, .. }
+                    | OpKind::PutWithSignal { channel, src, .. }
+                    | OpKind::PutPackets { channel, src, .. }
+                        if lanes.contains_key(&channel) =>
                     {
                         pending.extend(unit_chunks(src).map(|u| (r, channel, u, me.clone())));
                     }
-                    OpKind::Flush { channel, .. } => pending.retain(|x| !(x.0 == r && x.1 == channel)),
                     _ => {}
+                }
+                // A flush returns once the lane has finished: the thread block now knows its effects.
+                if matches!(op.kind, OpKind::Flush { .. } | OpKind::PutWithSignalAndFlush { .. })
+                    && let (Some(c), Some(l)) = (op.kind.channel(), lane)
+                {
+                    pending.retain(|x| !(x.0 == r && x.1 == c));
+                    let lc = clock[l].clone();
+                    join(&mut clock[th], &lc);
                 }
                 if signals(&op.kind) {
                     let c = op.kind.channel().expect("signals use a channel");
@@ -522,7 +557,8 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                         OpKind::Signal { data_sync, relaxed, .. } => data_sync.before() && !relaxed,
                         _ => true,
                     };
-                    sems.entry(sem_keys(p, &ord, c).0).or_default().push_back(publishes.then(|| clock[th].clone()));
+                    let from = via_lane.unwrap_or(th);
+                    sems.entry(sem_keys(p, &ord, c).0).or_default().push_back(publishes.then(|| clock[from].clone()));
                 }
                 pc[th] += 1;
                 progressed = true;
@@ -565,7 +601,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
 
     // End of the kernel: remote writes into outputs must be ordered before the rank finishes.
     for r in 0..p.ranks.len() {
-        let mut end = vec![0u32; nt];
+        let mut end = vec![0u32; nc];
         for (th, &(tr, _)) in threads.iter().enumerate() {
             if tr == r {
                 join(&mut end, &clock[th]);

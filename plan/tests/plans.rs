@@ -643,3 +643,44 @@ fn mscclpp_reader_rejects_what_it_does_not_model() {
     let e = mscclpp_json::read("{}").unwrap_err();
     assert!(e.to_string().starts_with("not an MSCCL++ execution plan"), "{e}");
 }
+
+/// A port channel's transfer is done by its proxy: a memory-channel signal issued after the
+/// put does not publish it, unless the port channel was flushed first.
+#[test]
+fn port_put_is_published_only_by_its_channel_or_a_flush() {
+    let build = |flush: bool| {
+        let mut p = Program::new("port_then_memory", "test", 2, 1, 2, 0);
+        let port = p.port_channel(1, 0).unwrap();
+        let mem = p.memory_channel(1, 0).unwrap();
+        let back = p.memory_channel(0, 1).unwrap();
+        port.put(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+        if flush {
+            port.flush(&mut p, 0, SyncType::Both).unwrap();
+        }
+        mem.signal(&mut p, 0, SyncType::Both, false).unwrap();
+        back.wait(&mut p, 0, SyncType::Both, false).unwrap();
+        let r1 = p.rank(1).unwrap();
+        r1.copy(&mut p, Chunk::output(1, 1, 1), Chunk::output(1, 0, 1), 0).unwrap();
+        p
+    };
+    let (_, m) = rejected(&build(false));
+    assert!(m.contains("race on rank 1 output[0..1]: rank 0 tb 0 op 0 (put rank 0 input[0..1] -> rank 1 output[0..1] on port channel 0"), "{m}");
+    check(&build(true)).unwrap();
+}
+
+/// Packets order only their own data: a plain put before a packet write is not visible to
+/// the reader of the packets.
+#[test]
+fn packets_do_not_publish_earlier_writes() {
+    let mut p = Program::new("packets_order", "test", 2, 1, 2, 1);
+    let ch = p.memory_channel(1, 0).unwrap();
+    ch.put(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+    ch.put_packets(&mut p, Chunk::scratch(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+    let r1 = p.rank(1).unwrap();
+    r1.unpack_packets(&mut p, Chunk::output(1, 1, 1), Chunk::scratch(1, 0, 1), 0).unwrap();
+    r1.copy(&mut p, Chunk::input(1, 0, 1), Chunk::output(1, 0, 1), 0).unwrap();
+    let (_, m) = rejected(&p);
+    assert!(m.contains("race on rank 1 output[0..1]: rank 0 tb 0 op 0 (put"), "{m}");
+    assert!(m.contains("rank 1 tb 0 op 1 (copy rank 1 output[0..1] -> rank 1 input[0..1])"), "{m}");
+    assert!(!m.contains("scratch"), "the packet read itself is ordered: {m}");
+}
