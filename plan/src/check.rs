@@ -17,15 +17,26 @@
 //! never blocks. Enabling is monotone, so the order chosen does not change whether the plan
 //! completes; if no thread block can move and some are unfinished, the plan deadlocks.
 //!
-//! Along the way each thread carries a vector clock. A signal with a fence before it (and not
-//! relaxed) publishes its clock; a wait with a fence after it (and not relaxed) joins the clock
-//! of the signal it consumed; a packet read joins the clocks of the packet writes it reads.
-//! Every access to a chunk (reads and writes, local or remote, including a port channel's puts,
-//! which the proxy orders before later signals on the same channel) is compared with the
-//! earlier accesses of that chunk: two accesses from different thread blocks, at least one a
-//! write, that are not ordered by the clocks are a race. Thread-block-group slices with
-//! different indices are disjoint. At the end, every write into a rank's output buffer must be
-//! ordered before the end of that rank (the join of its thread blocks), or the collective could
+//! Along the way, the checker tracks for every thread block the set of operations known to
+//! have happened before its current point (a happens-before relation over operations, the
+//! operation-level form of vector clocks):
+//!
+//! - program order: a thread block knows its own earlier operations;
+//! - signals: a signal with a fence before it (and not relaxed) carries the signaller's set; a
+//!   wait with a fence after it (and not relaxed) adds the set of the signal it consumed;
+//! - port channels: a proxy lane per channel performs its puts and signals in the order they
+//!   were requested. A port put's remote write is known to the lane, hence to the peer after a
+//!   signal on that channel, but to the issuing thread block only after a `flush` (so a memory
+//!   channel signal after an unflushed port put does not publish it);
+//! - packets order only their data: a packet read adds the packet-writing operation and its data
+//!   ancestors (the operations that produced the values it sent, through packets or memory), not
+//!   the writer's other earlier operations, since packets carry no fence.
+//!
+//! Every access to a chunk (reads and writes, local or remote) is compared with the earlier
+//! accesses of that chunk: two accesses by different operations, at least one a write, where
+//! the earlier one is not known to the later one's thread block (or lane), are a race.
+//! Thread-block-group slices with different indices are disjoint. At the end, every write into a
+//! rank's output buffer must be known to some thread block of that rank, or the collective could
 //! return before the data arrived. A port put's local source must not be overwritten before a
 //! `flush` of that channel (or a `put_with_signal_and_flush`).
 
@@ -219,8 +230,28 @@ pub fn describe(p: &Program, op: &Op) -> String {
 /// Semaphore: (transport, signalling rank, waiting rank, ordinal).
 type SemKey = (ChannelType, usize, usize, usize);
 
-/// Packet writes of one chunk: the slice each wrote.
-type PacketWrites = Vec<Option<TbgInfo>>;
+/// Packet writes of one chunk: the slice each wrote and its data ancestors.
+type PacketWrites = Vec<(Option<TbgInfo>, Hb)>;
+
+/// A set of operations (bit `i`: operation `i`, bit `m + i`: the asynchronous transfer of
+/// port operation `i`, `m` the number of operations).
+#[derive(Clone, Debug, Default)]
+struct Hb(Vec<u64>);
+
+impl Hb {
+    fn new(bits: usize) -> Self {
+        Hb(vec![0; bits.div_ceil(64)])
+    }
+    fn insert(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+    fn contains(&self, i: usize) -> bool {
+        self.0[i / 64] >> (i % 64) & 1 == 1
+    }
+    fn join(&mut self, o: &Hb) {
+        self.0.iter_mut().zip(&o.0).for_each(|(a, b)| *a |= *b);
+    }
+}
 
 /// Ordinal of each point-to-point channel among those of its type and endpoints.
 fn ordinals(p: &Program) -> Vec<usize> {
@@ -251,10 +282,8 @@ fn signals(kind: &OpKind) -> bool {
 }
 
 struct Access {
-    thread: usize,
-    epoch: u32,
+    id: usize,
     write: bool,
-    packet: bool,
     part: Option<TbgInfo>,
     op: OpRef,
 }
@@ -268,14 +297,14 @@ fn parts_overlap(a: Option<TbgInfo>, b: Option<TbgInfo>) -> bool {
 
 /// Whether the packet writes `written` cover a read of slice `part`.
 fn covered(written: &PacketWrites, part: Option<TbgInfo>) -> bool {
-    if written.iter().any(|w| w.is_none() || (part.is_some() && *w == part)) {
+    if written.iter().any(|(w, _)| w.is_none() || (part.is_some() && *w == part)) {
         return true;
     }
     // A read is covered when some group wrote all of its slices.
     written
         .iter()
-        .filter_map(|w| *w)
-        .any(|g| (0..g.size).all(|i| written.contains(&Some(TbgInfo { index: i, size: g.size }))))
+        .filter_map(|(w, _)| *w)
+        .any(|g| (0..g.size).all(|i| written.iter().any(|(w, _)| *w == Some(TbgInfo { index: i, size: g.size }))))
 }
 
 /// Reads and writes of an operation: (chunk, write?, packet?).
@@ -407,12 +436,18 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
         return Err(errors);
     }
 
-    // 2 + 3. Symbolic execution with vector clocks. Clock entries 0..nt are the thread blocks;
-    // each port channel also has a proxy lane, which performs that channel's transfers and
-    // signals in the order they were requested.
+    // 2 + 3. Symbolic execution, tracking happens-before sets. Entries 0..nt are the thread
+    // blocks; each port channel also has a proxy lane, which performs that channel's transfers
+    // and signals in the order they were requested.
     let threads: Vec<(usize, usize)> =
         p.ranks.iter().enumerate().flat_map(|(r, rp)| (0..rp.threadblocks.len()).map(move |t| (r, t))).collect();
     let nt = threads.len();
+    let mut first_id = Vec::with_capacity(nt);
+    let mut m = 0;
+    for &(r, t) in &threads {
+        first_id.push(m);
+        m += p.ranks[r].threadblocks[t].len();
+    }
     let lanes: HashMap<usize, usize> = p
         .channels
         .iter()
@@ -421,17 +456,17 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
         .enumerate()
         .map(|(k, (c, _))| (c, nt + k))
         .collect();
-    let nc = nt + lanes.len();
     let mut pc = vec![0usize; nt];
-    let mut clock: Vec<Vec<u32>> = (0..nc).map(|_| vec![0; nc]).collect();
-    let mut sems: HashMap<SemKey, VecDeque<Option<Vec<u32>>>> = HashMap::new();
+    let mut know: Vec<Hb> = (0..nt + lanes.len()).map(|_| Hb::new(2 * m)).collect();
+    let mut sems: HashMap<SemKey, VecDeque<Option<Hb>>> = HashMap::new();
     let mut packets: HashMap<Chunk, PacketWrites> = HashMap::new();
+    // Data ancestors of the last write of each chunk.
+    let mut data: HashMap<Chunk, Hb> = HashMap::new();
     let mut mem: HashMap<Chunk, Vec<Access>> = HashMap::new();
     // Unflushed port puts: (rank, channel, source unit chunk, put).
     let mut pending: Vec<(usize, usize, Chunk, OpRef)> = Vec::new();
     let mut reported: HashSet<(OpRef, OpRef)> = HashSet::new();
     let mut executed = 0;
-    let join = |a: &mut Vec<u32>, b: &[u32]| a.iter_mut().zip(b).for_each(|(x, y)| *x = (*x).max(*y));
 
     loop {
         let mut progressed = false;
@@ -456,16 +491,36 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                 // Execute.
                 executed += 1;
                 let me = oref(r, t, i);
+                let x = first_id[th] + i;
                 if let OpKind::Wait { channel, data_sync, relaxed } = op.kind {
                     let token = sems.get_mut(&sem_keys(p, &ord, channel).1).and_then(|q| q.pop_front()).flatten();
                     if let Some(c) = token
                         && data_sync.after()
                         && !relaxed
                     {
-                        join(&mut clock[th], &c);
+                        know[th].join(&c);
                     }
                 }
-                clock[th][th] += 1;
+                // Data ancestors: what produced the values this operation reads.
+                let mut anc = Hb::new(2 * m);
+                anc.insert(x);
+                for &(c, write, packet) in &acc {
+                    if write {
+                        continue;
+                    }
+                    for u in unit_chunks(c) {
+                        if packet {
+                            for (w, d) in &packets[&u] {
+                                if parts_overlap(*w, op.tbg) {
+                                    anc.join(d);
+                                    know[th].join(d);
+                                }
+                            }
+                        } else if let Some(d) = data.get(&u) {
+                            anc.join(d);
+                        }
+                    }
+                }
                 // A port channel's transfers and signals are handed to its lane, which starts
                 // them after everything the thread block did so far.
                 let lane = op.kind.channel().and_then(|c| lanes.get(&c).copied());
@@ -478,32 +533,33 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                             | OpKind::PutWithSignalAndFlush { .. }
                     );
                 let via_lane = lane.filter(|_| transfer || signals(&op.kind));
-                if let Some(l) = via_lane {
-                    let c = clock[th].clone();
-                    join(&mut clock[l], &c);
-                    clock[l][l] += 1;
+                if transfer {
+                    anc.insert(m + x);
                 }
                 for &(c, write, packet) in &acc {
-                    let actor = match via_lane {
-                        Some(l) if write && transfer => l,
-                        _ => th,
+                    // (id of the access, the knowledge of whoever performs it)
+                    let (id, actor) = match via_lane {
+                        Some(l) if write && transfer => (m + x, l),
+                        _ => (x, th),
                     };
-                    let epoch = clock[actor][actor];
+                    if actor != th {
+                        let k = know[th].clone();
+                        know[actor].join(&k);
+                        know[actor].insert(x);
+                    }
                     for u in unit_chunks(c) {
                         let list = mem.entry(u).or_default();
                         for b in list.iter() {
-                            // A packet read waited for the packet writes it reads.
-                            let packet_pair = !write && packet && b.write && b.packet;
-                            if b.thread != actor
+                            if b.id != id
+                                && b.id != x
                                 && (write || b.write)
-                                && !packet_pair
                                 && parts_overlap(b.part, op.tbg)
-                                && b.epoch > clock[actor][b.thread]
+                                && !know[actor].contains(b.id)
                                 && errors.len() < MAX_ERRORS
                                 && reported.insert((b.op.clone(), me.clone()))
                             {
                                 let hint = if u.rank != b.op.rank || u.rank != r {
-                                    ": a remote write is visible only after a fenced signal ordered after it (for a port channel, a signal on that channel or anything after a flush) and a fenced wait ordered before the other access, or to a packet read".to_string()
+                                    ": a remote write is visible only after a fenced signal ordered after it (for a port channel, a signal on that channel or anything after a flush) and a fenced wait ordered before the other access, or to a packet read of it".to_string()
                                 } else {
                                     ": accesses by different thread blocks need a synchronization between them"
                                         .to_string()
@@ -516,9 +572,12 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                                 });
                             }
                         }
-                        list.push(Access { thread: actor, epoch, write, packet, part: op.tbg, op: me.clone() });
-                        if write && packet {
-                            packets.entry(u).or_default().push(op.tbg);
+                        list.push(Access { id, write, part: op.tbg, op: me.clone() });
+                        if write {
+                            data.insert(u, anc.clone());
+                            if packet {
+                                packets.entry(u).or_default().push((op.tbg, anc.clone()));
+                            }
                         }
                         if write && u.rank == r {
                             for (_, _, src, put) in pending.iter().filter(|x| x.0 == r && x.2 == u) {
@@ -532,7 +591,11 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                             }
                         }
                     }
+                    if actor != th {
+                        know[actor].insert(id);
+                    }
                 }
+                know[th].insert(x);
                 match op.kind {
                     OpKind::Put { channel, src, .. }
                     | OpKind::PutWithSignal { channel, src, .. }
@@ -548,8 +611,8 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                     && let (Some(c), Some(l)) = (op.kind.channel(), lane)
                 {
                     pending.retain(|x| !(x.0 == r && x.1 == c));
-                    let lc = clock[l].clone();
-                    join(&mut clock[th], &lc);
+                    let k = know[l].clone();
+                    know[th].join(&k);
                 }
                 if signals(&op.kind) {
                     let c = op.kind.channel().expect("signals use a channel");
@@ -557,8 +620,15 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                         OpKind::Signal { data_sync, relaxed, .. } => data_sync.before() && !relaxed,
                         _ => true,
                     };
-                    let from = via_lane.unwrap_or(th);
-                    sems.entry(sem_keys(p, &ord, c).0).or_default().push_back(publishes.then(|| clock[from].clone()));
+                    let from = match via_lane {
+                        Some(l) => {
+                            let k = know[th].clone();
+                            know[l].join(&k);
+                            l
+                        }
+                        None => th,
+                    };
+                    sems.entry(sem_keys(p, &ord, c).0).or_default().push_back(publishes.then(|| know[from].clone()));
                 }
                 pc[th] += 1;
                 progressed = true;
@@ -599,19 +669,19 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
         return Err(errors);
     }
 
-    // End of the kernel: remote writes into outputs must be ordered before the rank finishes.
+    // End of the kernel: remote writes into outputs must be known to the rank before it finishes.
     for r in 0..p.ranks.len() {
-        let mut end = vec![0u32; nc];
+        let mut end = Hb::new(2 * m);
         for (th, &(tr, _)) in threads.iter().enumerate() {
             if tr == r {
-                join(&mut end, &clock[th]);
+                end.join(&know[th]);
             }
         }
         let mut locs: Vec<&Chunk> = mem.keys().filter(|c| c.rank == r && c.buffer == BufferType::Output).collect();
         locs.sort_by_key(|c| c.index);
         for u in locs {
             for a in &mem[u] {
-                if a.write && a.epoch > end[a.thread] && errors.len() < MAX_ERRORS {
+                if a.write && !end.contains(a.id) && errors.len() < MAX_ERRORS {
                     errors.push(CheckError::UnobservedWrite { location: *u, write: a.op.clone(), rank: r });
                 }
             }

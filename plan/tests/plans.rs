@@ -684,3 +684,37 @@ fn packets_do_not_publish_earlier_writes() {
     assert!(m.contains("rank 1 tb 0 op 1 (copy rank 1 output[0..1] -> rank 1 input[0..1])"), "{m}");
     assert!(!m.contains("scratch"), "the packet read itself is ordered: {m}");
 }
+
+/// Packets carry data dependencies: rank 1 answers with packets computed from rank 0's
+/// packets, so when another thread block of rank 0 receives the answer, rank 0's read of the
+/// source is over and the source may be overwritten (the in-place packet allreduce pattern).
+/// If the answer does not depend on rank 0's packets, the same overwrite is a race.
+#[test]
+fn packet_data_dependencies_order_an_in_place_update() {
+    let build = |dependent: bool| {
+        let mut p = Program::new("in_place_packets", "test", 2, 1, 1, 2);
+        let c01 = p.memory_channel(1, 0).unwrap();
+        let c10 = p.memory_channel(0, 1).unwrap();
+        c01.put_packets(&mut p, Chunk::scratch(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+        let r1 = p.rank(1).unwrap();
+        r1.reduce(
+            &mut p,
+            Chunk::input(1, 0, 1),
+            vec![Chunk::scratch(1, 0, 1)],
+            0,
+            Some(Chunk::output(1, 0, 1)),
+            ReduceOp::Sum,
+            true,
+        )
+        .unwrap();
+        let answer = if dependent { Chunk::output(1, 0, 1) } else { Chunk::input(1, 0, 1) };
+        c10.put_packets(&mut p, Chunk::scratch(0, 1, 1), answer, 0).unwrap();
+        let r0 = p.rank(0).unwrap();
+        r0.unpack_packets(&mut p, Chunk::input(0, 0, 1), Chunk::scratch(0, 1, 1), 1).unwrap();
+        p
+    };
+    check(&build(true)).unwrap();
+    let (_, m) = rejected(&build(false));
+    assert!(m.contains("race on rank 0 input[0..1]: rank 0 tb 0 op 0 (put_packets"), "{m}");
+    assert!(m.contains("rank 0 tb 1 op 0 (unpack_packets rank 0 scratch[1..2] -> rank 0 input[0..1])"), "{m}");
+}
