@@ -1,5 +1,5 @@
 //! The checker: signal matching, a symbolic execution that finds deadlocks, and a
-//! happens-before (vector clock) analysis that finds data races.
+//! happens-before analysis that finds data races.
 //!
 //! # Model
 //!
@@ -208,9 +208,12 @@ pub fn describe(p: &Program, op: &Op) -> String {
         | OpKind::Get { channel, dst, src }
         | OpKind::PutPackets { channel, dst, src }
         | OpKind::ReadPutPackets { channel, dst, src } => format!("{n} {src} -> {dst} on {}", ch(*channel)),
-        OpKind::Signal { channel, .. } | OpKind::Wait { channel, .. } | OpKind::Flush { channel, .. } => {
-            format!("{n} on {}", ch(*channel))
+        OpKind::Signal { channel, data_sync, relaxed } | OpKind::Wait { channel, data_sync, relaxed } => {
+            let relaxed = if *relaxed { "relaxed " } else { "" };
+            let sync = if *data_sync == SyncType::Both { String::new() } else { format!(", data_sync {data_sync:?}") };
+            format!("{relaxed}{n} on {}{sync}", ch(*channel))
         }
+        OpKind::Flush { channel, .. } => format!("{n} on {}", ch(*channel)),
         OpKind::ChannelReduce { channel, local_src, local_dst, .. } => {
             format!("{n} {local_src} + remote -> {local_dst} on {}", ch(*channel))
         }
