@@ -1,0 +1,694 @@
+//! The checker: signal matching, a symbolic execution that finds deadlocks, and a
+//! happens-before analysis that finds data races.
+//!
+//! # Model
+//!
+//! Every thread block of every rank is a sequential thread. Each point-to-point channel
+//! `src -> dst` (the `k`-th of its type between those two ranks, in declaration order) is paired
+//! with the `k`-th channel `dst -> src` of the same type; a signal on one adds a token to the
+//! semaphore that waits on the other consume. Tokens are consumed in order, so for the pairing
+//! to be well defined the checker requires that one thread block signals and one thread block
+//! waits on each semaphore (MSCCL++ also gives each thread block its own channel instance).
+//!
+//! The simulation repeatedly runs every thread block as far as it can. A wait is enabled when
+//! an unconsumed token is there; an operation that reads packets (`unpack_packets`,
+//! `read_put_packets`, `reduce` with packets) is enabled when every chunk it reads has been
+//! written by a packet write. Everything else (puts, gets, copies, flushes, switch operations)
+//! never blocks. Enabling is monotone, so the order chosen does not change whether the plan
+//! completes; if no thread block can move and some are unfinished, the plan deadlocks.
+//!
+//! Along the way, the checker tracks for every thread block the set of operations known to
+//! have happened before its current point (a happens-before relation over operations, the
+//! operation-level form of vector clocks):
+//!
+//! - program order: a thread block knows its own earlier operations;
+//! - signals: a signal with a fence before it (and not relaxed) carries the signaller's set; a
+//!   wait with a fence after it (and not relaxed) adds the set of the signal it consumed;
+//! - port channels: a proxy lane per channel performs its puts and signals in the order they
+//!   were requested. A port put's remote write is known to the lane, hence to the peer after a
+//!   signal on that channel, but to the issuing thread block only after a `flush` (so a memory
+//!   channel signal after an unflushed port put does not publish it);
+//! - packets order only their data: a packet read adds the packet-writing operation and its data
+//!   ancestors (the operations that produced the values it sent, through packets or memory), not
+//!   the writer's other earlier operations, since packets carry no fence.
+//!
+//! Every access to a chunk (reads and writes, local or remote) is compared with the earlier
+//! accesses of that chunk: two accesses by different operations, at least one a write, where
+//! the earlier one is not known to the later one's thread block (or lane), are a race.
+//! Thread-block-group slices with different indices are disjoint. At the end, every write into a
+//! rank's output buffer must be known to some thread block of that rank, or the collective could
+//! return before the data arrived. A port put's local source must not be overwritten before a
+//! `flush` of that channel (or a `put_with_signal_and_flush`).
+
+use crate::builder::{PlanError, validate_op};
+use crate::plan::*;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use thiserror::Error;
+
+/// Identifies one operation of a plan.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct OpRef {
+    /// Rank.
+    pub rank: usize,
+    /// Thread block.
+    pub tb: usize,
+    /// Position in the thread block's list.
+    pub index: usize,
+    /// Short description (name, channel, chunks).
+    pub what: String,
+}
+
+impl fmt::Display for OpRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank {} tb {} op {} ({})", self.rank, self.tb, self.index, self.what)
+    }
+}
+
+/// A thread block that cannot proceed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocked {
+    /// The operation it is stuck on.
+    pub op: OpRef,
+    /// What it waits for.
+    pub waiting_for: String,
+}
+
+impl fmt::Display for Blocked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} waits for {}", self.op, self.waiting_for)
+    }
+}
+
+fn list<T: fmt::Display>(items: &[T]) -> String {
+    if items.is_empty() {
+        return "none".into();
+    }
+    items.iter().map(|i| i.to_string()).collect::<Vec<_>>().join("; ")
+}
+
+/// A reason the checker rejects a plan.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum CheckError {
+    /// An operation breaks a build-time rule (plans read from JSON are re-validated).
+    #[error("rank {rank} tb {tb} op {index}: {error}")]
+    Invalid {
+        /// Rank.
+        rank: usize,
+        /// Thread block.
+        tb: usize,
+        /// Position.
+        index: usize,
+        /// The rule broken.
+        error: PlanError,
+    },
+    /// Signals and waits on one semaphore do not come in equal numbers.
+    #[error(
+        "{channel_type} channel rank {from} -> rank {to} (#{ordinal}): {} signal(s) but {} wait(s); signals: {}; waits: {}",
+        signals.len(), waits.len(), list(signals), list(waits)
+    )]
+    UnmatchedSignals {
+        /// Transport.
+        channel_type: ChannelType,
+        /// Signalling rank.
+        from: usize,
+        /// Waiting rank.
+        to: usize,
+        /// Which channel of this type between the two ranks.
+        ordinal: usize,
+        /// The signals.
+        signals: Vec<OpRef>,
+        /// The waits.
+        waits: Vec<OpRef>,
+    },
+    /// Several thread blocks signal (or wait on) one semaphore, so which signal a wait
+    /// consumes depends on timing.
+    #[error(
+        "{channel_type} channel rank {from} -> rank {to} (#{ordinal}): {role} from several thread blocks: {}",
+        list(ops)
+    )]
+    AmbiguousPairing {
+        /// Transport.
+        channel_type: ChannelType,
+        /// Signalling rank.
+        from: usize,
+        /// Waiting rank.
+        to: usize,
+        /// Which channel of this type between the two ranks.
+        ordinal: usize,
+        /// "signals" or "waits".
+        role: &'static str,
+        /// The operations.
+        ops: Vec<OpRef>,
+    },
+    /// No thread block can proceed.
+    #[error("deadlock: {}", list(blocked))]
+    Deadlock {
+        /// The stuck thread blocks.
+        blocked: Vec<Blocked>,
+    },
+    /// Two conflicting accesses to a chunk that nothing orders.
+    #[error("race on {location}: {first} and {second} are not ordered{hint}")]
+    Race {
+        /// Chunk concerned (one chunk).
+        location: Chunk,
+        /// Earlier access in the simulation.
+        first: OpRef,
+        /// Later access.
+        second: OpRef,
+        /// Extra explanation.
+        hint: String,
+    },
+    /// A remote write into a rank's output is not ordered before that rank finishes.
+    #[error("{write} writes {location} but rank {rank} can finish before it arrives (no wait covers it)")]
+    UnobservedWrite {
+        /// Chunk concerned.
+        location: Chunk,
+        /// The write.
+        write: OpRef,
+        /// Rank that may finish too early.
+        rank: usize,
+    },
+    /// The source of a port put is overwritten before a flush of the channel.
+    #[error("{write} overwrites {location}, the source of {put}, before a flush of its channel")]
+    SourceOverwrittenBeforeFlush {
+        /// Chunk concerned.
+        location: Chunk,
+        /// The port put.
+        put: OpRef,
+        /// The overwriting operation.
+        write: OpRef,
+    },
+}
+
+/// What a successful check found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Operations executed by the simulation.
+    pub ops: usize,
+    /// Signal/wait pairs matched.
+    pub sync_pairs: usize,
+    /// Thread blocks (all ranks).
+    pub threadblocks: usize,
+}
+
+/// Short description of an operation for messages.
+pub fn describe(p: &Program, op: &Op) -> String {
+    let ch = |c: usize| match p.channels.get(c) {
+        Some(Channel::Memory { dst_rank, .. }) => format!("memory channel {c} to rank {dst_rank}"),
+        Some(Channel::Port { dst_rank, .. }) => format!("port channel {c} to rank {dst_rank}"),
+        Some(Channel::Switch { .. }) => format!("switch channel {c}"),
+        None => format!("channel {c}"),
+    };
+    let n = op.kind.name();
+    let mut s = match &op.kind {
+        OpKind::Put { channel, dst, src }
+        | OpKind::PutWithSignal { channel, dst, src }
+        | OpKind::PutWithSignalAndFlush { channel, dst, src }
+        | OpKind::Get { channel, dst, src }
+        | OpKind::PutPackets { channel, dst, src }
+        | OpKind::ReadPutPackets { channel, dst, src } => format!("{n} {src} -> {dst} on {}", ch(*channel)),
+        OpKind::Signal { channel, data_sync, relaxed } | OpKind::Wait { channel, data_sync, relaxed } => {
+            let relaxed = if *relaxed { "relaxed " } else { "" };
+            let sync = if *data_sync == SyncType::Both { String::new() } else { format!(", data_sync {data_sync:?}") };
+            format!("{relaxed}{n} on {}{sync}", ch(*channel))
+        }
+        OpKind::Flush { channel, .. } => format!("{n} on {}", ch(*channel)),
+        OpKind::ChannelReduce { channel, local_src, local_dst, .. } => {
+            format!("{n} {local_src} + remote -> {local_dst} on {}", ch(*channel))
+        }
+        OpKind::Copy { dst, src } | OpKind::CopyPackets { dst, src } | OpKind::UnpackPackets { dst, src } => {
+            format!("{n} {src} -> {dst}")
+        }
+        OpKind::Reduce { src, others, dst, .. } => format!("{n} {src} + {} other(s) -> {dst}", others.len()),
+        OpKind::SwitchReduce { channel, dst, .. } => format!("{n} -> {dst} on {}", ch(*channel)),
+        OpKind::SwitchBroadcast { channel, src, .. } => format!("{n} {src} on {}", ch(*channel)),
+    };
+    if let Some(g) = op.tbg {
+        s += &format!(", slice {}/{}", g.index, g.size);
+    }
+    s
+}
+
+/// Semaphore: (transport, signalling rank, waiting rank, ordinal).
+type SemKey = (ChannelType, usize, usize, usize);
+
+/// Packet writes of one chunk: the slice each wrote and its data ancestors.
+type PacketWrites = Vec<(Option<TbgInfo>, Hb)>;
+
+/// A set of operations (bit `i`: operation `i`, bit `m + i`: the asynchronous transfer of
+/// port operation `i`, `m` the number of operations).
+#[derive(Clone, Debug, Default)]
+struct Hb(Vec<u64>);
+
+impl Hb {
+    fn new(bits: usize) -> Self {
+        Hb(vec![0; bits.div_ceil(64)])
+    }
+    fn insert(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+    fn contains(&self, i: usize) -> bool {
+        self.0[i / 64] >> (i % 64) & 1 == 1
+    }
+    fn join(&mut self, o: &Hb) {
+        self.0.iter_mut().zip(&o.0).for_each(|(a, b)| *a |= *b);
+    }
+}
+
+/// Ordinal of each point-to-point channel among those of its type and endpoints.
+fn ordinals(p: &Program) -> Vec<usize> {
+    let mut seen: HashMap<(ChannelType, usize, usize), usize> = HashMap::new();
+    p.channels
+        .iter()
+        .map(|c| match c.endpoints() {
+            Some((s, d)) => {
+                let e = seen.entry((c.channel_type(), s, d)).or_default();
+                *e += 1;
+                *e - 1
+            }
+            None => 0,
+        })
+        .collect()
+}
+
+/// The semaphore a signal on `channel` feeds, and the one a wait on it consumes.
+fn sem_keys(p: &Program, ord: &[usize], channel: usize) -> (SemKey, SemKey) {
+    let c = &p.channels[channel];
+    let (s, d) = c.endpoints().expect("validated point-to-point channel");
+    let t = c.channel_type();
+    ((t, s, d, ord[channel]), (t, d, s, ord[channel]))
+}
+
+fn signals(kind: &OpKind) -> bool {
+    matches!(kind, OpKind::Signal { .. } | OpKind::PutWithSignal { .. } | OpKind::PutWithSignalAndFlush { .. })
+}
+
+struct Access {
+    id: usize,
+    write: bool,
+    part: Option<TbgInfo>,
+    op: OpRef,
+}
+
+fn parts_overlap(a: Option<TbgInfo>, b: Option<TbgInfo>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) if a.size == b.size => a.index == b.index,
+        _ => true,
+    }
+}
+
+/// Whether the packet writes `written` cover a read of slice `part`.
+fn covered(written: &PacketWrites, part: Option<TbgInfo>) -> bool {
+    if written.iter().any(|(w, _)| w.is_none() || (part.is_some() && *w == part)) {
+        return true;
+    }
+    // A read is covered when some group wrote all of its slices.
+    written
+        .iter()
+        .filter_map(|(w, _)| *w)
+        .any(|g| (0..g.size).all(|i| written.iter().any(|(w, _)| *w == Some(TbgInfo { index: i, size: g.size }))))
+}
+
+/// Reads and writes of an operation: (chunk, write?, packet?).
+fn accesses(p: &Program, kind: &OpKind) -> Vec<(Chunk, bool, bool)> {
+    let mut v = Vec::new();
+    match kind {
+        OpKind::Put { dst, src, .. }
+        | OpKind::PutWithSignal { dst, src, .. }
+        | OpKind::PutWithSignalAndFlush { dst, src, .. }
+        | OpKind::Get { dst, src, .. }
+        | OpKind::Copy { dst, src } => {
+            v.push((*src, false, false));
+            v.push((*dst, true, false));
+        }
+        OpKind::PutPackets { dst, src, .. } | OpKind::CopyPackets { dst, src } => {
+            v.push((*src, false, false));
+            v.push((*dst, true, true));
+        }
+        OpKind::ReadPutPackets { dst, src, .. } => {
+            v.push((*src, false, true));
+            v.push((*dst, true, true));
+        }
+        OpKind::UnpackPackets { dst, src } => {
+            v.push((*src, false, true));
+            v.push((*dst, true, false));
+        }
+        OpKind::ChannelReduce { local_src, remote_srcs, local_dst, .. } => {
+            v.push((*local_src, false, false));
+            v.extend(remote_srcs.iter().map(|c| (*c, false, false)));
+            v.push((*local_dst, true, false));
+        }
+        OpKind::Reduce { src, others, dst, packet, .. } => {
+            v.push((*src, false, false));
+            v.extend(others.iter().map(|c| (*c, false, *packet)));
+            v.push((*dst, true, false));
+        }
+        OpKind::SwitchReduce { channel, buffer_offset, size, dst, .. } => {
+            if let Channel::Switch { ranks, buffer } = &p.channels[*channel] {
+                v.extend(ranks.iter().map(|&r| (Chunk::new(r, *buffer, *buffer_offset, *size), false, false)));
+            }
+            v.push((*dst, true, false));
+        }
+        OpKind::SwitchBroadcast { channel, src, buffer_offset, size } => {
+            v.push((*src, false, false));
+            if let Channel::Switch { ranks, buffer } = &p.channels[*channel] {
+                v.extend(ranks.iter().map(|&r| (Chunk::new(r, *buffer, *buffer_offset, *size), true, false)));
+            }
+        }
+        OpKind::Signal { .. } | OpKind::Wait { .. } | OpKind::Flush { .. } => {}
+    }
+    v
+}
+
+fn unit_chunks(c: Chunk) -> impl Iterator<Item = Chunk> {
+    (c.index..c.index + c.size).map(move |i| Chunk::new(c.rank, c.buffer, i, 1))
+}
+
+const MAX_ERRORS: usize = 32;
+
+/// Checks a plan: validity of every operation, signal/wait matching, deadlock freedom and
+/// data races. Returns every problem found (races are capped at a few dozen).
+pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
+    // 0. Re-validate (plans may come from JSON).
+    let mut errors = Vec::new();
+    for (r, rp) in p.ranks.iter().enumerate() {
+        for (t, ops) in rp.threadblocks.iter().enumerate() {
+            for (i, op) in ops.iter().enumerate() {
+                if let Err(error) = validate_op(p, r, op) {
+                    errors.push(CheckError::Invalid { rank: r, tb: t, index: i, error });
+                }
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let ord = ordinals(p);
+    let oref = |r: usize, t: usize, i: usize| OpRef {
+        rank: r,
+        tb: t,
+        index: i,
+        what: describe(p, &p.ranks[r].threadblocks[t][i]),
+    };
+
+    // 1. Static matching of signals and waits per semaphore.
+    let mut sigs: HashMap<SemKey, Vec<OpRef>> = HashMap::new();
+    let mut waits: HashMap<SemKey, Vec<OpRef>> = HashMap::new();
+    for (r, rp) in p.ranks.iter().enumerate() {
+        for (t, ops) in rp.threadblocks.iter().enumerate() {
+            for (i, op) in ops.iter().enumerate() {
+                if let Some(c) = op.kind.channel() {
+                    if signals(&op.kind) {
+                        sigs.entry(sem_keys(p, &ord, c).0).or_default().push(oref(r, t, i));
+                    }
+                    if matches!(op.kind, OpKind::Wait { .. }) {
+                        waits.entry(sem_keys(p, &ord, c).1).or_default().push(oref(r, t, i));
+                    }
+                }
+            }
+        }
+    }
+    let mut keys: Vec<SemKey> = sigs.keys().chain(waits.keys()).copied().collect();
+    keys.sort_by_key(|k| (k.1, k.2, k.3, k.0 as u8));
+    keys.dedup();
+    let mut sync_pairs = 0;
+    for k in &keys {
+        let s = sigs.get(k).cloned().unwrap_or_default();
+        let w = waits.get(k).cloned().unwrap_or_default();
+        let (channel_type, from, to, ordinal) = *k;
+        if s.len() != w.len() {
+            errors.push(CheckError::UnmatchedSignals {
+                channel_type,
+                from,
+                to,
+                ordinal,
+                signals: s.clone(),
+                waits: w.clone(),
+            });
+        }
+        sync_pairs += s.len().min(w.len());
+        for (role, ops) in [("signals", &s), ("waits", &w)] {
+            let tbs: HashSet<(usize, usize)> = ops.iter().map(|o| (o.rank, o.tb)).collect();
+            if tbs.len() > 1 {
+                errors.push(CheckError::AmbiguousPairing { channel_type, from, to, ordinal, role, ops: ops.clone() });
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+
+    // 2 + 3. Symbolic execution, tracking happens-before sets. Entries 0..nt are the thread
+    // blocks; each port channel also has a proxy lane, which performs that channel's transfers
+    // and signals in the order they were requested.
+    let threads: Vec<(usize, usize)> =
+        p.ranks.iter().enumerate().flat_map(|(r, rp)| (0..rp.threadblocks.len()).map(move |t| (r, t))).collect();
+    let nt = threads.len();
+    let mut first_id = Vec::with_capacity(nt);
+    let mut m = 0;
+    for &(r, t) in &threads {
+        first_id.push(m);
+        m += p.ranks[r].threadblocks[t].len();
+    }
+    let lanes: HashMap<usize, usize> = p
+        .channels
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.channel_type() == ChannelType::Port)
+        .enumerate()
+        .map(|(k, (c, _))| (c, nt + k))
+        .collect();
+    let mut pc = vec![0usize; nt];
+    let mut know: Vec<Hb> = (0..nt + lanes.len()).map(|_| Hb::new(2 * m)).collect();
+    let mut sems: HashMap<SemKey, VecDeque<Option<Hb>>> = HashMap::new();
+    let mut packets: HashMap<Chunk, PacketWrites> = HashMap::new();
+    // Data ancestors of the last write of each chunk.
+    let mut data: HashMap<Chunk, Hb> = HashMap::new();
+    let mut mem: HashMap<Chunk, Vec<Access>> = HashMap::new();
+    // Unflushed port puts: (rank, channel, source unit chunk, put).
+    let mut pending: Vec<(usize, usize, Chunk, OpRef)> = Vec::new();
+    let mut reported: HashSet<(OpRef, OpRef)> = HashSet::new();
+    let mut executed = 0;
+
+    loop {
+        let mut progressed = false;
+        for th in 0..nt {
+            let (r, t) = threads[th];
+            let ops = &p.ranks[r].threadblocks[t];
+            while pc[th] < ops.len() {
+                let i = pc[th];
+                let op = &ops[i];
+                let acc = accesses(p, &op.kind);
+                // Enabled?
+                if let OpKind::Wait { channel, .. } = op.kind
+                    && sems.get(&sem_keys(p, &ord, channel).1).is_none_or(|q| q.is_empty())
+                {
+                    break;
+                }
+                let packet_reads: Vec<Chunk> =
+                    acc.iter().filter(|a| !a.1 && a.2).flat_map(|a| unit_chunks(a.0)).collect();
+                if !packet_reads.iter().all(|u| packets.get(u).is_some_and(|w| covered(w, op.tbg))) {
+                    break;
+                }
+                // Execute.
+                executed += 1;
+                let me = oref(r, t, i);
+                let x = first_id[th] + i;
+                if let OpKind::Wait { channel, data_sync, relaxed } = op.kind {
+                    let token = sems.get_mut(&sem_keys(p, &ord, channel).1).and_then(|q| q.pop_front()).flatten();
+                    if let Some(c) = token
+                        && data_sync.after()
+                        && !relaxed
+                    {
+                        know[th].join(&c);
+                    }
+                }
+                // Data ancestors: what produced the values this operation reads.
+                let mut anc = Hb::new(2 * m);
+                anc.insert(x);
+                for &(c, write, packet) in &acc {
+                    if write {
+                        continue;
+                    }
+                    for u in unit_chunks(c) {
+                        if packet {
+                            for (w, d) in &packets[&u] {
+                                if parts_overlap(*w, op.tbg) {
+                                    anc.join(d);
+                                    know[th].join(d);
+                                }
+                            }
+                        } else if let Some(d) = data.get(&u) {
+                            anc.join(d);
+                        }
+                    }
+                }
+                // A port channel's transfers and signals are handed to its lane, which starts
+                // them after everything the thread block did so far.
+                let lane = op.kind.channel().and_then(|c| lanes.get(&c).copied());
+                let transfer = lane.is_some()
+                    && matches!(
+                        op.kind,
+                        OpKind::Put { .. }
+                            | OpKind::PutPackets { .. }
+                            | OpKind::PutWithSignal { .. }
+                            | OpKind::PutWithSignalAndFlush { .. }
+                    );
+                let via_lane = lane.filter(|_| transfer || signals(&op.kind));
+                if transfer {
+                    anc.insert(m + x);
+                }
+                for &(c, write, packet) in &acc {
+                    // (id of the access, the knowledge of whoever performs it)
+                    let (id, actor) = match via_lane {
+                        Some(l) if write && transfer => (m + x, l),
+                        _ => (x, th),
+                    };
+                    if actor != th {
+                        let k = know[th].clone();
+                        know[actor].join(&k);
+                        know[actor].insert(x);
+                    }
+                    for u in unit_chunks(c) {
+                        let list = mem.entry(u).or_default();
+                        for b in list.iter() {
+                            if b.id != id
+                                && b.id != x
+                                && (write || b.write)
+                                && parts_overlap(b.part, op.tbg)
+                                && !know[actor].contains(b.id)
+                                && errors.len() < MAX_ERRORS
+                                && reported.insert((b.op.clone(), me.clone()))
+                            {
+                                let hint = if u.rank != b.op.rank || u.rank != r {
+                                    ": a remote write is visible only after a fenced signal ordered after it (for a port channel, a signal on that channel or anything after a flush) and a fenced wait ordered before the other access, or to a packet read of it".to_string()
+                                } else {
+                                    ": accesses by different thread blocks need a synchronization between them"
+                                        .to_string()
+                                };
+                                errors.push(CheckError::Race {
+                                    location: u,
+                                    first: b.op.clone(),
+                                    second: me.clone(),
+                                    hint,
+                                });
+                            }
+                        }
+                        list.push(Access { id, write, part: op.tbg, op: me.clone() });
+                        if write {
+                            data.insert(u, anc.clone());
+                            if packet {
+                                packets.entry(u).or_default().push((op.tbg, anc.clone()));
+                            }
+                        }
+                        if write && u.rank == r {
+                            for (_, _, src, put) in pending.iter().filter(|x| x.0 == r && x.2 == u) {
+                                if errors.len() < MAX_ERRORS && reported.insert((put.clone(), me.clone())) {
+                                    errors.push(CheckError::SourceOverwrittenBeforeFlush {
+                                        location: *src,
+                                        put: put.clone(),
+                                        write: me.clone(),
+                                    });
+                                }
+                            }
+                        }
+                    }
+                    if actor != th {
+                        know[actor].insert(id);
+                    }
+                }
+                know[th].insert(x);
+                match op.kind {
+                    OpKind::Put { channel, src, .. }
+                    | OpKind::PutWithSignal { channel, src, .. }
+                    | OpKind::PutPackets { channel, src, .. }
+                        if lanes.contains_key(&channel) =>
+                    {
+                        pending.extend(unit_chunks(src).map(|u| (r, channel, u, me.clone())));
+                    }
+                    _ => {}
+                }
+                // A flush returns once the lane has finished: the thread block now knows its effects.
+                if matches!(op.kind, OpKind::Flush { .. } | OpKind::PutWithSignalAndFlush { .. })
+                    && let (Some(c), Some(l)) = (op.kind.channel(), lane)
+                {
+                    pending.retain(|x| !(x.0 == r && x.1 == c));
+                    let k = know[l].clone();
+                    know[th].join(&k);
+                }
+                if signals(&op.kind) {
+                    let c = op.kind.channel().expect("signals use a channel");
+                    let publishes = match op.kind {
+                        OpKind::Signal { data_sync, relaxed, .. } => data_sync.before() && !relaxed,
+                        _ => true,
+                    };
+                    let from = match via_lane {
+                        Some(l) => {
+                            let k = know[th].clone();
+                            know[l].join(&k);
+                            l
+                        }
+                        None => th,
+                    };
+                    sems.entry(sem_keys(p, &ord, c).0).or_default().push_back(publishes.then(|| know[from].clone()));
+                }
+                pc[th] += 1;
+                progressed = true;
+            }
+        }
+        if !progressed {
+            break;
+        }
+    }
+
+    let blocked: Vec<Blocked> = (0..nt)
+        .filter(|&th| pc[th] < p.ranks[threads[th].0].threadblocks[threads[th].1].len())
+        .map(|th| {
+            let (r, t) = threads[th];
+            let i = pc[th];
+            let op = &p.ranks[r].threadblocks[t][i];
+            let waiting_for = match op.kind {
+                OpKind::Wait { channel, .. } => {
+                    let peer = p.channels[channel].endpoints().map_or(0, |e| e.1);
+                    format!("a signal from rank {peer} on {} channel {channel}", p.channels[channel].channel_type())
+                }
+                _ => {
+                    let missing: Vec<String> = accesses(p, &op.kind)
+                        .iter()
+                        .filter(|a| !a.1 && a.2)
+                        .flat_map(|a| unit_chunks(a.0))
+                        .filter(|u| !packets.get(u).is_some_and(|w| covered(w, op.tbg)))
+                        .map(|u| u.to_string())
+                        .collect();
+                    format!("packets in {}", missing.join(", "))
+                }
+            };
+            Blocked { op: oref(r, t, i), waiting_for }
+        })
+        .collect();
+    if !blocked.is_empty() {
+        errors.insert(0, CheckError::Deadlock { blocked });
+        return Err(errors);
+    }
+
+    // End of the kernel: remote writes into outputs must be known to the rank before it finishes.
+    for r in 0..p.ranks.len() {
+        let mut end = Hb::new(2 * m);
+        for (th, &(tr, _)) in threads.iter().enumerate() {
+            if tr == r {
+                end.join(&know[th]);
+            }
+        }
+        let mut locs: Vec<&Chunk> = mem.keys().filter(|c| c.rank == r && c.buffer == BufferType::Output).collect();
+        locs.sort_by_key(|c| c.index);
+        for u in locs {
+            for a in &mem[u] {
+                if a.write && !end.contains(a.id) && errors.len() < MAX_ERRORS {
+                    errors.push(CheckError::UnobservedWrite { location: *u, write: a.op.clone(), rank: r });
+                }
+            }
+        }
+    }
+    if errors.is_empty() { Ok(CheckReport { ops: executed, sync_pairs, threadblocks: nt }) } else { Err(errors) }
+}

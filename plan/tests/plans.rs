@@ -1,0 +1,720 @@
+//! CPU tests of the builder, the checker, the JSON format and the MSCCL++ reader.
+
+use mscclpp_plan::builder::validate_op;
+use mscclpp_plan::check::describe;
+use mscclpp_plan::*;
+
+type Example = fn(usize) -> Result<Program, PlanError>;
+const EXAMPLES: [(&str, Example); 4] = [
+    ("allreduce_packets", examples::allreduce_packets),
+    ("allreduce_two_shot", examples::allreduce_two_shot),
+    ("allgather_memory", examples::allgather_memory),
+    ("allgather_port", examples::allgather_port),
+];
+
+fn messages(e: &[CheckError]) -> String {
+    e.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")
+}
+
+fn rejected(p: &Program) -> (Vec<CheckError>, String) {
+    let e = check(p).expect_err("the checker must reject this plan");
+    let m = messages(&e);
+    (e, m)
+}
+
+#[test]
+fn examples_pass_the_checker_for_2_4_8_ranks() {
+    for (name, build) in EXAMPLES {
+        for n in [2, 4, 8] {
+            let p = build(n).unwrap();
+            assert_eq!(p.num_ranks(), n);
+            match check(&p) {
+                Ok(r) => assert!(r.ops > 0 && r.threadblocks >= n, "{name} {n}: {r:?}"),
+                Err(e) => panic!("{name} with {n} ranks rejected:\n{}", messages(&e)),
+            }
+        }
+    }
+}
+
+#[test]
+fn signal_counts_are_reported() {
+    let p = examples::allreduce_two_shot(4).unwrap();
+    let r = check(&p).unwrap();
+    // Two phases, each a signal/wait pair per ordered pair of ranks.
+    assert_eq!(r.sync_pairs, 2 * 4 * 3);
+}
+
+/// Two ranks that each wait before signalling.
+#[test]
+fn wait_before_signal_deadlocks() {
+    let mut p = Program::new("deadlock", "test", 2, 1, 1, 0);
+    for r in 0..2 {
+        let ch = p.memory_channel(1 - r, r).unwrap();
+        ch.wait(&mut p, 0, SyncType::Both, false).unwrap();
+        ch.signal(&mut p, 0, SyncType::Both, false).unwrap();
+    }
+    let (e, m) = rejected(&p);
+    let CheckError::Deadlock { blocked } = &e[0] else { panic!("expected a deadlock, got {m}") };
+    assert_eq!(blocked.len(), 2);
+    assert!(m.contains("rank 0 tb 0 op 0 (wait on memory channel 0 to rank 1) waits for a signal from rank 1"), "{m}");
+    assert!(m.contains("rank 1 tb 0 op 0 (wait on memory channel 1 to rank 0) waits for a signal from rank 0"), "{m}");
+}
+
+/// The same exchange in the right order completes.
+#[test]
+fn signal_before_wait_completes() {
+    let mut p = Program::new("ok", "test", 2, 1, 1, 0);
+    for r in 0..2 {
+        let ch = p.memory_channel(1 - r, r).unwrap();
+        ch.signal(&mut p, 0, SyncType::Both, false).unwrap();
+        ch.wait(&mut p, 0, SyncType::Both, false).unwrap();
+    }
+    check(&p).unwrap();
+}
+
+/// Thread block 1 of rank 1 signals only after a wait that rank 0 satisfies only after its
+/// own wait on rank 1: a cycle through two thread blocks.
+#[test]
+fn cross_threadblock_cycle_deadlocks() {
+    let mut p = Program::new("cycle", "test", 2, 1, 1, 0);
+    let a = p.memory_channel(1, 0).unwrap();
+    let b = p.memory_channel(0, 1).unwrap();
+    let a2 = p.port_channel(1, 0).unwrap();
+    let b2 = p.port_channel(0, 1).unwrap();
+    a.wait(&mut p, 0, SyncType::Both, false).unwrap();
+    a2.signal(&mut p, 0, SyncType::Both).unwrap();
+    b2.wait(&mut p, 1, SyncType::Both).unwrap();
+    b.signal(&mut p, 1, SyncType::Both, false).unwrap();
+    let (e, m) = rejected(&p);
+    assert!(matches!(e[0], CheckError::Deadlock { .. }), "{m}");
+    assert!(m.contains("rank 0 tb 0 op 0"), "{m}");
+    assert!(
+        m.contains(
+            "rank 1 tb 1 op 0 (wait on port channel 3 to rank 0) waits for a signal from rank 0 on port channel 3"
+        ),
+        "{m}"
+    );
+}
+
+#[test]
+fn packet_read_without_writer_deadlocks() {
+    let mut p = Program::new("nopackets", "test", 1, 1, 1, 1);
+    let r0 = p.rank(0).unwrap();
+    r0.unpack_packets(&mut p, Chunk::output(0, 0, 1), Chunk::scratch(0, 0, 1), 0).unwrap();
+    let (_, m) = rejected(&p);
+    assert!(m.contains("deadlock: rank 0 tb 0 op 0 (unpack_packets"), "{m}");
+    assert!(m.contains("waits for packets in rank 0 scratch[0..1]"), "{m}");
+}
+
+/// Rank 0 puts into rank 1's output and signals; rank 1 reads the chunk before its wait.
+#[test]
+fn read_before_wait_is_a_race() {
+    let mut p = Program::new("race", "test", 2, 1, 2, 0);
+    let ch = p.memory_channel(1, 0).unwrap();
+    let back = p.memory_channel(0, 1).unwrap();
+    ch.put(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+    ch.signal(&mut p, 0, SyncType::Both, false).unwrap();
+    let r1 = p.rank(1).unwrap();
+    r1.copy(&mut p, Chunk::output(1, 1, 1), Chunk::output(1, 0, 1), 0).unwrap();
+    back.wait(&mut p, 0, SyncType::Both, false).unwrap();
+    let (e, m) = rejected(&p);
+    assert!(e.iter().all(|e| matches!(e, CheckError::Race { .. })), "{m}");
+    assert!(m.contains("race on rank 1 output[0..1]"), "{m}");
+    assert!(
+        m.contains("rank 0 tb 0 op 0 (put rank 0 input[0..1] -> rank 1 output[0..1] on memory channel 0 to rank 1)"),
+        "{m}"
+    );
+    assert!(m.contains("rank 1 tb 0 op 0 (copy rank 1 output[0..1] -> rank 1 output[1..2])"), "{m}");
+
+    // Reading after the wait is fine.
+    let mut p = Program::new("norace", "test", 2, 1, 2, 0);
+    let ch = p.memory_channel(1, 0).unwrap();
+    let back = p.memory_channel(0, 1).unwrap();
+    ch.put(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+    ch.signal(&mut p, 0, SyncType::Both, false).unwrap();
+    back.wait(&mut p, 0, SyncType::Both, false).unwrap();
+    let r1 = p.rank(1).unwrap();
+    r1.copy(&mut p, Chunk::output(1, 1, 1), Chunk::output(1, 0, 1), 0).unwrap();
+    check(&p).unwrap();
+}
+
+/// A signal without the fence before it (or a relaxed one) does not publish the put.
+#[test]
+fn unfenced_or_relaxed_signal_does_not_publish() {
+    for (sync, relaxed) in [(SyncType::None, false), (SyncType::After, false), (SyncType::Both, true)] {
+        let mut p = Program::new("fence", "test", 2, 1, 2, 0);
+        let ch = p.memory_channel(1, 0).unwrap();
+        let back = p.memory_channel(0, 1).unwrap();
+        ch.put(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+        ch.signal(&mut p, 0, sync, relaxed).unwrap();
+        back.wait(&mut p, 0, SyncType::Both, false).unwrap();
+        let r1 = p.rank(1).unwrap();
+        r1.copy(&mut p, Chunk::output(1, 1, 1), Chunk::output(1, 0, 1), 0).unwrap();
+        let (_, m) = rejected(&p);
+        assert!(m.contains("race on rank 1 output[0..1]") && m.contains("(put rank 0"), "{sync:?} {relaxed}: {m}");
+    }
+}
+
+#[test]
+fn missing_wait_is_rejected() {
+    // Dropping one wait from the two-shot allreduce leaves a signal unmatched.
+    let mut p = examples::allreduce_two_shot(2).unwrap();
+    let tb0 = &mut p.ranks[1].threadblocks[0];
+    let last = tb0.iter().rposition(|o| matches!(o.kind, OpKind::Wait { .. })).unwrap();
+    tb0.remove(last);
+    let (e, m) = rejected(&p);
+    assert!(matches!(e[0], CheckError::UnmatchedSignals { .. }), "{m}");
+    assert!(m.contains("memory channel rank 0 -> rank 1 (#1): 1 signal(s) but 0 wait(s)"), "{m}");
+    assert!(m.contains("signals: rank 0 tb 0 op 3 (signal on memory channel 2 to rank 1)"), "{m}");
+}
+
+#[test]
+fn put_without_any_signal_is_not_observed() {
+    let mut p = Program::new("nosignal", "test", 2, 1, 1, 0);
+    let ch = p.memory_channel(1, 0).unwrap();
+    ch.put(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+    let (e, m) = rejected(&p);
+    assert!(matches!(e[0], CheckError::UnobservedWrite { rank: 1, .. }), "{m}");
+    assert!(m.contains("rank 0 tb 0 op 0 (put rank 0 input[0..1] -> rank 1 output[0..1]"), "{m}");
+}
+
+#[test]
+fn unordered_threadblocks_of_one_rank_race() {
+    let mut p = Program::new("local", "test", 1, 1, 1, 1);
+    let r0 = p.rank(0).unwrap();
+    r0.copy(&mut p, Chunk::scratch(0, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+    r0.copy(&mut p, Chunk::output(0, 0, 1), Chunk::scratch(0, 0, 1), 1).unwrap();
+    let (_, m) = rejected(&p);
+    assert!(m.contains("race on rank 0 scratch[0..1]: rank 0 tb 0 op 0 (copy"), "{m}");
+    assert!(m.contains("rank 0 tb 1 op 0 (copy"), "{m}");
+    assert!(m.contains("different thread blocks"), "{m}");
+
+    // A thread-block group writes disjoint slices: no race among its members.
+    let mut p = Program::new("group", "test", 1, 1, 1, 0);
+    let g = ThreadBlockGroup::new(vec![0, 1, 2]).unwrap();
+    let r0 = p.rank(0).unwrap();
+    r0.copy(&mut p, Chunk::output(0, 0, 1), Chunk::input(0, 0, 1), &g).unwrap();
+    assert_eq!(p.ranks[0].threadblocks.len(), 3);
+    assert_eq!(p.ranks[0].threadblocks[2][0].tbg, Some(TbgInfo { index: 2, size: 3 }));
+    check(&p).unwrap();
+}
+
+#[test]
+fn port_source_overwritten_before_flush() {
+    let build = |flush_first: bool| {
+        let mut p = Program::new("flush", "test", 2, 1, 1, 0);
+        let ch = p.port_channel(1, 0).unwrap();
+        let back = p.port_channel(0, 1).unwrap();
+        ch.put_with_signal(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+        if flush_first {
+            ch.flush(&mut p, 0, SyncType::Both).unwrap();
+        }
+        let r0 = p.rank(0).unwrap();
+        r0.copy(&mut p, Chunk::input(0, 0, 1), Chunk::output(0, 0, 1), 0).unwrap();
+        back.wait(&mut p, 0, SyncType::Both).unwrap();
+        p
+    };
+    let (e, m) = rejected(&build(false));
+    assert!(matches!(e[0], CheckError::SourceOverwrittenBeforeFlush { .. }), "{m}");
+    assert!(
+        m.contains("rank 0 tb 0 op 1 (copy rank 0 output[0..1] -> rank 0 input[0..1]) overwrites rank 0 input[0..1]"),
+        "{m}"
+    );
+    check(&build(true)).unwrap();
+}
+
+#[test]
+fn signals_from_several_threadblocks_are_ambiguous() {
+    let mut p = Program::new("ambiguous", "test", 2, 1, 1, 0);
+    let ch = p.memory_channel(1, 0).unwrap();
+    let back = p.memory_channel(0, 1).unwrap();
+    ch.signal(&mut p, 0, SyncType::Both, false).unwrap();
+    ch.signal(&mut p, 1, SyncType::Both, false).unwrap();
+    back.wait(&mut p, 0, SyncType::Both, false).unwrap();
+    back.wait(&mut p, 0, SyncType::Both, false).unwrap();
+    let (_, m) = rejected(&p);
+    assert!(m.contains("signals from several thread blocks: rank 0 tb 0 op 0"), "{m}");
+}
+
+#[test]
+fn switch_channel_plans() {
+    // Each rank reduces its input chunk over all ranks through the switch: reads only.
+    let n = 4;
+    let mut p = Program::new("switch", "allreduce", n, n, n, n);
+    let sw = p.switch_channel((0..n).collect(), BufferType::Input).unwrap();
+    for r in 0..n {
+        sw.reduce(&mut p, r, r, 1, Chunk::output(r, r, 1), 0, ReduceOp::Sum).unwrap();
+    }
+    check(&p).unwrap();
+    // A broadcast into every scratch read on another rank without synchronization races.
+    let mut p = Program::new("switch_race", "test", 2, 1, 1, 1);
+    let sw = p.switch_channel(vec![0, 1], BufferType::Scratch).unwrap();
+    sw.broadcast(&mut p, 0, Chunk::input(0, 0, 1), 0, 1, 0).unwrap();
+    let r1 = p.rank(1).unwrap();
+    r1.copy(&mut p, Chunk::output(1, 0, 1), Chunk::scratch(1, 0, 1), 0).unwrap();
+    let (_, m) = rejected(&p);
+    assert!(m.contains("race on rank 1 scratch[0..1]") && m.contains("switch broadcast"), "{m}");
+    // Errors: a non-member and an out-of-range offset.
+    let e = sw.reduce(&mut p, 1, 0, 1, Chunk::output(1, 0, 1), 0, ReduceOp::Max);
+    assert!(e.is_ok());
+    let mut q = Program::new("switch_err", "test", 3, 1, 1, 1);
+    let sw = q.switch_channel(vec![0, 1], BufferType::Scratch).unwrap();
+    let e = sw.reduce(&mut q, 2, 0, 1, Chunk::output(2, 0, 1), 0, ReduceOp::Sum).unwrap_err();
+    assert_eq!(e.to_string(), "switch reduce: rank 2 is not a member of the switch channel");
+    let e = sw.broadcast(&mut q, 0, Chunk::input(0, 0, 1), 1, 1, 0).unwrap_err();
+    assert!(
+        e.to_string().starts_with("switch broadcast: switch buffer chunk (rank 0 scratch[1..2]) is outside"),
+        "{e}"
+    );
+}
+
+#[test]
+fn build_time_errors_name_the_operation() {
+    let mut p = Program::new("errors", "test", 2, 2, 2, 2);
+    let ch = p.memory_channel(1, 0).unwrap();
+    let port = p.port_channel(1, 0).unwrap();
+    let r0 = p.rank(0).unwrap();
+    let cases: Vec<(Result<(), PlanError>, &str)> = vec![
+        (
+            ch.put(&mut p, Chunk::output(1, 0, 1), Chunk::input(1, 0, 1), 0),
+            "put: source chunk is on rank 1 but must be on rank 0",
+        ),
+        (
+            ch.put(&mut p, Chunk::output(0, 0, 1), Chunk::input(0, 0, 1), 0),
+            "put: destination chunk is on rank 0 but must be on rank 1",
+        ),
+        (
+            ch.put(&mut p, Chunk::output(1, 0, 2), Chunk::input(0, 0, 1), 0),
+            "put: destination chunk has size 2 but must have size 1",
+        ),
+        (
+            ch.put_packets(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), 0),
+            "put_packets: destination chunk (rank 1 output[0..1]) must be in a scratch buffer",
+        ),
+        (
+            ch.read_put_packets(&mut p, Chunk::scratch(1, 0, 1), Chunk::input(0, 0, 1), 0),
+            "read_put_packets: source chunk (rank 0 input[0..1]) must be in a scratch buffer",
+        ),
+        (
+            port.put_packets(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), 0),
+            "put_packets: destination chunk (rank 1 output[0..1]) must be in a scratch buffer",
+        ),
+        (
+            ch.put(&mut p, Chunk::output(1, 1, 2), Chunk::input(0, 0, 2), 0),
+            "put: destination chunk (rank 1 output[1..3]) is outside the 2-chunk buffer or empty",
+        ),
+        (
+            ch.get(&mut p, Chunk::scratch(0, 0, 1), Chunk::input(0, 0, 1), 0),
+            "get: source chunk is on rank 0 but must be on rank 1",
+        ),
+        (
+            ch.reduce(&mut p, Chunk::input(0, 0, 1), vec![Chunk::input(0, 1, 1)], 0, None, ReduceOp::Sum),
+            "channel reduce: remote source chunk is on rank 0 but must be on rank 1",
+        ),
+        (
+            ch.reduce(&mut p, Chunk::input(0, 0, 1), vec![], 0, None, ReduceOp::Sum),
+            "channel reduce: remote source list must not be empty",
+        ),
+        (
+            r0.copy(&mut p, Chunk::output(0, 0, 1), Chunk::input(1, 0, 1), 0),
+            "copy: source chunk is on rank 1 but must be on rank 0",
+        ),
+        (
+            r0.copy_packets(&mut p, Chunk::output(0, 0, 1), Chunk::input(0, 0, 1), 0),
+            "copy_packets: destination chunk (rank 0 output[0..1]) must be in a scratch buffer",
+        ),
+        (
+            r0.unpack_packets(&mut p, Chunk::output(0, 0, 1), Chunk::input(0, 0, 1), 0),
+            "unpack_packets: source chunk (rank 0 input[0..1]) must be in a scratch buffer",
+        ),
+        (
+            r0.reduce(&mut p, Chunk::input(0, 0, 1), vec![Chunk::input(0, 1, 1)], 0, None, ReduceOp::Sum, true),
+            "reduce: other chunk (rank 0 input[1..2]) must be in a scratch buffer",
+        ),
+        (
+            r0.reduce(&mut p, Chunk::input(0, 0, 1), vec![Chunk::scratch(0, 0, 2)], 0, None, ReduceOp::Sum, false),
+            "reduce: other chunk has size 2 but must have size 1",
+        ),
+        (
+            r0.copy(&mut p, Chunk::output(0, 2, 0), Chunk::input(0, 2, 0), 0),
+            "copy: source chunk (rank 0 input[2..2]) is outside the 2-chunk buffer or empty",
+        ),
+    ];
+    for (result, message) in cases {
+        assert_eq!(result.unwrap_err().to_string(), message);
+    }
+    // Nothing was added by the failed calls.
+    assert!(p.ranks.iter().all(|r| r.threadblocks.is_empty()));
+
+    let e = p.memory_channel(2, 0).unwrap_err();
+    assert_eq!(e.to_string(), "MemoryChannel: rank 2 is out of range (the program has 2 ranks)");
+    let e = p.port_channel(1, 5).unwrap_err();
+    assert_eq!(e, PlanError::RankOutOfRange { op: "PortChannel", rank: 5, num_ranks: 2 });
+    assert!(matches!(p.memory_channel(1, 1), Err(PlanError::SelfChannel { .. })));
+    assert!(p.rank(3).is_err());
+    assert_eq!(
+        ThreadBlockGroup::new(vec![]).unwrap_err().to_string(),
+        "ThreadBlockGroup: thread-block list must not be empty"
+    );
+    // A channel used on the wrong rank (possible in hand-edited plans) is caught by validation.
+    let op = Op { kind: OpKind::Signal { channel: ch.id, data_sync: SyncType::Both, relaxed: false }, tbg: None };
+    assert_eq!(
+        validate_op(&p, 1, &op).unwrap_err().to_string(),
+        "signal: issued on rank 1, which is not the channel's source rank 0"
+    );
+    let op = Op { kind: OpKind::Flush { channel: ch.id, data_sync: SyncType::Both }, tbg: None };
+    assert_eq!(
+        validate_op(&p, 0, &op).unwrap_err().to_string(),
+        "flush: channel 0 does not exist or is not a port channel"
+    );
+    let e: &dyn std::error::Error = &PlanError::Empty { op: "x", what: "y" };
+    assert_eq!(e.to_string(), "x: y must not be empty");
+}
+
+#[test]
+fn checker_revalidates_plans_from_json() {
+    let mut p = examples::allgather_memory(2).unwrap();
+    if let OpKind::Put { dst, .. } = &mut p.ranks[0].threadblocks[1][0].kind {
+        dst.index = 7;
+    }
+    let (e, m) = rejected(&Program::from_json(&p.to_json()).unwrap());
+    assert!(matches!(e[0], CheckError::Invalid { rank: 0, tb: 1, index: 0, .. }), "{m}");
+    assert!(m.contains("put: destination chunk (rank 1 output[7..8]) is outside"), "{m}");
+}
+
+fn round_trip(p: &Program) {
+    let text = p.to_json();
+    let back = Program::from_json(&text).unwrap();
+    assert_eq!(&back, p);
+    assert_eq!(back.to_json(), text);
+}
+
+#[test]
+fn json_round_trips_the_examples() {
+    for (_, build) in EXAMPLES {
+        for n in [2, 4, 8] {
+            round_trip(&build(n).unwrap());
+        }
+    }
+}
+
+/// A tiny deterministic generator (no extra dependencies) of arbitrary, not necessarily
+/// valid, plans: every operation kind, field and option is exercised.
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self, n: usize) -> usize {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((self.0 >> 33) as usize) % n
+    }
+    fn chunk(&mut self) -> Chunk {
+        let b = [BufferType::Input, BufferType::Output, BufferType::Scratch][self.next(3)];
+        Chunk::new(self.next(4), b, self.next(100), 1 + self.next(9))
+    }
+    fn sync(&mut self) -> SyncType {
+        [SyncType::None, SyncType::Before, SyncType::After, SyncType::Both][self.next(4)]
+    }
+    fn red(&mut self) -> ReduceOp {
+        [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max][self.next(3)]
+    }
+    fn op(&mut self) -> Op {
+        let channel = self.next(6);
+        let (dst, src) = (self.chunk(), self.chunk());
+        let kind = match self.next(16) {
+            0 => OpKind::Put { channel, dst, src },
+            1 => OpKind::PutWithSignal { channel, dst, src },
+            2 => OpKind::PutWithSignalAndFlush { channel, dst, src },
+            3 => OpKind::Get { channel, dst, src },
+            4 => OpKind::PutPackets { channel, dst, src },
+            5 => OpKind::ReadPutPackets { channel, dst, src },
+            6 => OpKind::Signal { channel, data_sync: self.sync(), relaxed: self.next(2) == 1 },
+            7 => OpKind::Wait { channel, data_sync: self.sync(), relaxed: self.next(2) == 1 },
+            8 => OpKind::Flush { channel, data_sync: self.sync() },
+            9 => {
+                let k = self.next(4);
+                OpKind::ChannelReduce {
+                    channel,
+                    local_src: src,
+                    remote_srcs: (0..k).map(|_| self.chunk()).collect(),
+                    local_dst: dst,
+                    reduce_op: self.red(),
+                }
+            }
+            10 => OpKind::Copy { dst, src },
+            11 => OpKind::CopyPackets { dst, src },
+            12 => OpKind::UnpackPackets { dst, src },
+            13 => {
+                let k = self.next(4);
+                OpKind::Reduce {
+                    src,
+                    others: (0..k).map(|_| self.chunk()).collect(),
+                    dst,
+                    reduce_op: self.red(),
+                    packet: self.next(2) == 1,
+                }
+            }
+            14 => OpKind::SwitchReduce {
+                channel,
+                buffer_offset: self.next(50),
+                size: self.next(5),
+                dst,
+                reduce_op: self.red(),
+            },
+            _ => OpKind::SwitchBroadcast { channel, src, buffer_offset: self.next(50), size: self.next(5) },
+        };
+        let tbg = (self.next(3) == 0).then(|| TbgInfo { index: self.next(4), size: 1 + self.next(4) });
+        Op { kind, tbg }
+    }
+    fn program(&mut self) -> Program {
+        let n = 1 + self.next(4);
+        let mut p = Program::new(format!("random{}", self.0 % 1000), "test \"quoted\" \u{e9}", n, 0, 0, 0);
+        for rank in &mut p.ranks {
+            rank.input_chunks = self.next(1000);
+            rank.output_chunks = self.next(1000);
+            rank.scratch_chunks = self.next(1000);
+            rank.threadblocks = (0..self.next(4)).map(|_| (0..self.next(6)).map(|_| self.op()).collect()).collect();
+        }
+        for _ in 0..self.next(6) {
+            p.channels.push(match self.next(3) {
+                0 => Channel::Memory { src_rank: self.next(4), dst_rank: self.next(4) },
+                1 => Channel::Port { src_rank: self.next(4), dst_rank: self.next(4) },
+                _ => Channel::Switch {
+                    ranks: (0..self.next(4)).map(|_| self.next(8)).collect(),
+                    buffer: [BufferType::Input, BufferType::Output, BufferType::Scratch][self.next(3)],
+                },
+            });
+        }
+        p
+    }
+}
+
+#[test]
+fn json_round_trips_generated_plans() {
+    let mut g = Gen(0x5eed);
+    for _ in 0..300 {
+        round_trip(&g.program());
+    }
+}
+
+#[test]
+fn json_format_is_readable() {
+    let p = examples::allgather_port(2).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    assert_eq!(v["channels"][0], serde_json::json!({"type": "port", "src_rank": 0, "dst_rank": 1}));
+    assert_eq!(
+        v["ranks"][0]["threadblocks"][1][0],
+        serde_json::json!({
+            "op": "put_with_signal", "channel": 0,
+            "dst": {"rank": 1, "buffer": "output", "index": 0, "size": 1},
+            "src": {"rank": 0, "buffer": "input", "index": 0, "size": 1}
+        })
+    );
+    assert_eq!(describe(&p, &p.ranks[0].threadblocks[1][2]), "flush on port channel 0 to rank 1");
+}
+
+/// A two-rank plan in MSCCL++'s execution-plan schema, written by hand: rank 0 puts its input
+/// into rank 1's scratch and signals; rank 1 waits, reduces it with its input and sends the
+/// result into rank 0's output with a fused reduce-send (`res`), then signals; rank 0 waits
+/// and copies the result (as a one-block thread-block group).
+const MSCCLPP_PLAN: &str = r#"{
+  "name": "handwritten", "collective": "allreduce", "protocol": "Simple", "inplace": false,
+  "num_threads_per_block": 1024,
+  "gpus": [
+    { "id": 0, "input_chunks": 1, "output_chunks": 2, "scratch_chunks": 1,
+      "channels": [ { "channel_type": "memory", "connected_to": [1] } ],
+      "remote_buffers": [ { "rank": 1, "type": "s", "access_channel_types": ["memory"] } ],
+      "semaphores": [],
+      "threadblocks": [
+        { "id": 0,
+          "channels": [ { "channel_type": "memory", "channel_ids": [0] } ],
+          "remote_buffer_refs": [ { "access_channel_type": "memory", "remote_buffer_ids": [0] } ],
+          "ops": [
+            { "name": "put", "src_buff": [ { "type": "i", "index": 0, "size": 1 } ],
+              "dst_buff": [ { "buffer_id": 0, "index": 0, "size": 1 } ], "channel_type": "memory" },
+            { "name": "nop" },
+            { "name": "signal", "channel_ids": [0], "channel_type": "memory" },
+            { "name": "wait", "channel_ids": [0], "channel_type": "memory" },
+            { "name": "copy", "src_buff": [ { "type": "o", "index": 0, "size": 1 } ],
+              "dst_buff": [ { "type": "o", "index": 1, "size": 1 } ], "tbg_info": { "tb_id": 0, "tbg_size": 1 } }
+          ] } ] },
+    { "id": 1, "input_chunks": 1, "output_chunks": 2, "scratch_chunks": 1,
+      "channels": [ { "channel_type": "memory", "connected_to": [0] } ],
+      "remote_buffers": [ { "rank": 0, "type": "o", "access_channel_types": ["memory"] } ],
+      "semaphores": [],
+      "threadblocks": [
+        { "id": 0,
+          "channels": [ { "channel_type": "memory", "channel_ids": [0] } ],
+          "remote_buffer_refs": [ { "access_channel_type": "memory", "remote_buffer_ids": [0] } ],
+          "ops": [
+            { "name": "wait", "channel_ids": [0], "channel_type": "memory" },
+            { "name": "res", "src_buff": [ { "type": "i", "index": 0, "size": 1 }, { "type": "s", "index": 0, "size": 1 } ],
+              "dst_buff": [ { "type": "o", "index": 0, "size": 1 }, { "buffer_id": 0, "index": 0, "size": 1 } ],
+              "channel_type": "memory", "reduce_op": "max" },
+            { "name": "signal", "channel_ids": [0], "channel_type": "memory" }
+          ] } ] }
+  ]
+}"#;
+
+#[test]
+fn reads_a_mscclpp_plan() {
+    let p = mscclpp_json::read(MSCCLPP_PLAN).unwrap();
+    assert_eq!(p.name, "handwritten");
+    assert_eq!(
+        p.channels,
+        vec![Channel::Memory { src_rank: 0, dst_rank: 1 }, Channel::Memory { src_rank: 1, dst_rank: 0 }]
+    );
+    let kinds = |r: usize| p.ranks[r].threadblocks[0].iter().map(|o| o.kind.clone()).collect::<Vec<_>>();
+    let both = SyncType::Both;
+    assert_eq!(
+        kinds(0),
+        vec![
+            OpKind::Put { channel: 0, dst: Chunk::scratch(1, 0, 1), src: Chunk::input(0, 0, 1) },
+            OpKind::Signal { channel: 0, data_sync: both, relaxed: false },
+            OpKind::Wait { channel: 0, data_sync: both, relaxed: false },
+            OpKind::Copy { dst: Chunk::output(0, 1, 1), src: Chunk::output(0, 0, 1) },
+        ]
+    );
+    assert_eq!(p.ranks[0].threadblocks[0][3].tbg, Some(TbgInfo { index: 0, size: 1 }));
+    assert_eq!(
+        kinds(1),
+        vec![
+            OpKind::Wait { channel: 1, data_sync: both, relaxed: false },
+            OpKind::Reduce {
+                src: Chunk::input(1, 0, 1),
+                others: vec![Chunk::scratch(1, 0, 1)],
+                dst: Chunk::output(1, 0, 1),
+                reduce_op: ReduceOp::Max,
+                packet: false
+            },
+            OpKind::Put { channel: 1, dst: Chunk::output(0, 0, 1), src: Chunk::output(1, 0, 1) },
+            OpKind::Signal { channel: 1, data_sync: both, relaxed: false },
+        ]
+    );
+    check(&p).unwrap();
+    round_trip(&p);
+
+    // Rank 0 reading its output before the wait that covers rank 1's put is a race.
+    let racy = MSCCLPP_PLAN.replacen(
+        r#"{ "name": "wait", "channel_ids": [0], "channel_type": "memory" },
+            { "name": "copy""#,
+        r#"{ "name": "copy""#,
+        1,
+    );
+    let racy = racy.replacen(
+        r#"], "tbg_info": { "tb_id": 0, "tbg_size": 1 } }"#,
+        r#"], "tbg_info": { "tb_id": 0, "tbg_size": 1 } },
+            { "name": "wait", "channel_ids": [0], "channel_type": "memory" }"#,
+        1,
+    );
+    let p = mscclpp_json::read(&racy).unwrap();
+    let (_, m) = rejected(&p);
+    assert!(m.contains("race on rank 0 output[0..1]"), "{m}");
+    assert!(
+        m.contains("rank 1 tb 0 op 2 (put rank 1 output[0..1] -> rank 0 output[0..1] on memory channel 1 to rank 0)"),
+        "{m}"
+    );
+    assert!(m.contains("rank 0 tb 0 op 2 (copy rank 0 output[0..1] -> rank 0 output[1..2], slice 0/1)"), "{m}");
+}
+
+#[test]
+fn mscclpp_reader_rejects_what_it_does_not_model() {
+    let unsupported = MSCCLPP_PLAN.replace(r#""name": "nop""#, r#""name": "glres""#);
+    let e = mscclpp_json::read(&unsupported).unwrap_err();
+    assert_eq!(e.to_string(), r#"gpu 0 tb 0 op 1: unsupported operation "glres""#);
+    let e = mscclpp_json::read(&MSCCLPP_PLAN.replace(r#""name": "nop""#, r#""name": "sem_acquire""#)).unwrap_err();
+    assert!(matches!(e, mscclpp_json::ReadError::Unsupported { ref name, .. } if name == "sem_acquire"), "{e}");
+    let e = mscclpp_json::read(&MSCCLPP_PLAN.replacen(
+        r#""channel_type": "memory", "connected_to""#,
+        r#""channel_type": "switch", "connected_to""#,
+        1,
+    ))
+    .unwrap_err();
+    assert_eq!(e.to_string(), r#"gpu 0: unsupported channel type "switch""#);
+    // A DSL rule broken inside the file is reported with its place.
+    let e = mscclpp_json::read(&MSCCLPP_PLAN.replacen(
+        r#""index": 0, "size": 1 } ],
+              "dst_buff": [ { "buffer_id": 0"#,
+        r#""index": 0, "size": 2 } ],
+              "dst_buff": [ { "buffer_id": 0"#,
+        1,
+    ))
+    .unwrap_err();
+    assert!(e.to_string().starts_with("gpu 0 tb 0 op 0: put: "), "{e}");
+    let e = mscclpp_json::read("{}").unwrap_err();
+    assert!(e.to_string().starts_with("not an MSCCL++ execution plan"), "{e}");
+}
+
+/// A port channel's transfer is done by its proxy: a memory-channel signal issued after the
+/// put does not publish it, unless the port channel was flushed first.
+#[test]
+fn port_put_is_published_only_by_its_channel_or_a_flush() {
+    let build = |flush: bool| {
+        let mut p = Program::new("port_then_memory", "test", 2, 1, 2, 0);
+        let port = p.port_channel(1, 0).unwrap();
+        let mem = p.memory_channel(1, 0).unwrap();
+        let back = p.memory_channel(0, 1).unwrap();
+        port.put(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+        if flush {
+            port.flush(&mut p, 0, SyncType::Both).unwrap();
+        }
+        mem.signal(&mut p, 0, SyncType::Both, false).unwrap();
+        back.wait(&mut p, 0, SyncType::Both, false).unwrap();
+        let r1 = p.rank(1).unwrap();
+        r1.copy(&mut p, Chunk::output(1, 1, 1), Chunk::output(1, 0, 1), 0).unwrap();
+        p
+    };
+    let (_, m) = rejected(&build(false));
+    assert!(m.contains("race on rank 1 output[0..1]: rank 0 tb 0 op 0 (put rank 0 input[0..1] -> rank 1 output[0..1] on port channel 0"), "{m}");
+    check(&build(true)).unwrap();
+}
+
+/// Packets order only their own data: a plain put before a packet write is not visible to
+/// the reader of the packets.
+#[test]
+fn packets_do_not_publish_earlier_writes() {
+    let mut p = Program::new("packets_order", "test", 2, 1, 2, 1);
+    let ch = p.memory_channel(1, 0).unwrap();
+    ch.put(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+    ch.put_packets(&mut p, Chunk::scratch(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+    let r1 = p.rank(1).unwrap();
+    r1.unpack_packets(&mut p, Chunk::output(1, 1, 1), Chunk::scratch(1, 0, 1), 0).unwrap();
+    r1.copy(&mut p, Chunk::input(1, 0, 1), Chunk::output(1, 0, 1), 0).unwrap();
+    let (_, m) = rejected(&p);
+    assert!(m.contains("race on rank 1 output[0..1]: rank 0 tb 0 op 0 (put"), "{m}");
+    assert!(m.contains("rank 1 tb 0 op 1 (copy rank 1 output[0..1] -> rank 1 input[0..1])"), "{m}");
+    assert!(!m.contains("scratch"), "the packet read itself is ordered: {m}");
+}
+
+/// Packets carry data dependencies: rank 1 answers with packets computed from rank 0's
+/// packets, so when another thread block of rank 0 receives the answer, rank 0's read of the
+/// source is over and the source may be overwritten (the in-place packet allreduce pattern).
+/// If the answer does not depend on rank 0's packets, the same overwrite is a race.
+#[test]
+fn packet_data_dependencies_order_an_in_place_update() {
+    let build = |dependent: bool| {
+        let mut p = Program::new("in_place_packets", "test", 2, 1, 1, 2);
+        let c01 = p.memory_channel(1, 0).unwrap();
+        let c10 = p.memory_channel(0, 1).unwrap();
+        c01.put_packets(&mut p, Chunk::scratch(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+        let r1 = p.rank(1).unwrap();
+        r1.reduce(
+            &mut p,
+            Chunk::input(1, 0, 1),
+            vec![Chunk::scratch(1, 0, 1)],
+            0,
+            Some(Chunk::output(1, 0, 1)),
+            ReduceOp::Sum,
+            true,
+        )
+        .unwrap();
+        let answer = if dependent { Chunk::output(1, 0, 1) } else { Chunk::input(1, 0, 1) };
+        c10.put_packets(&mut p, Chunk::scratch(0, 1, 1), answer, 0).unwrap();
+        let r0 = p.rank(0).unwrap();
+        r0.unpack_packets(&mut p, Chunk::input(0, 0, 1), Chunk::scratch(0, 1, 1), 1).unwrap();
+        p
+    };
+    check(&build(true)).unwrap();
+    let (_, m) = rejected(&build(false));
+    assert!(m.contains("race on rank 0 input[0..1]: rank 0 tb 0 op 0 (put_packets"), "{m}");
+    assert!(m.contains("rank 0 tb 1 op 0 (unpack_packets rank 0 scratch[1..2] -> rank 0 input[0..1])"), "{m}");
+}
