@@ -476,17 +476,35 @@ mod tests {
                 prop_assert_eq!(&f.payload, p);
             }
             prop_assert_eq!(read_frame(&mut r, &T, 300).unwrap(), None);
-            // Any strict prefix that ends inside a frame is reported as truncated, never panics.
+            // A prefix cut at `at` yields exactly the frames that end at or before the cut; then a
+            // cut on a frame boundary is a clean end (`Ok(None)`), and a cut inside a frame is
+            // `Truncated`, naming the part (header or payload) and the bytes of it that arrived.
             if !wire.is_empty() {
                 let at = cut.index(wire.len());
                 let mut r = &wire[..at];
-                loop {
-                    match read_frame(&mut r, &T, 300) {
-                        Ok(Some(_)) => {}
-                        Ok(None) => break,
-                        Err(Error::Frame(FrameFault::Truncated { .. })) => break,
-                        Err(e) => prop_assert!(false, "unexpected {e}"),
+                let mut start = 0;
+                let mut whole = 0;
+                for (_, _, p) in &frames {
+                    if start + HEADER_LEN + p.len() > at {
+                        break;
                     }
+                    let f = read_frame(&mut r, &T, 300).unwrap();
+                    prop_assert_eq!(f.map(|f| f.payload), Some(p.clone()));
+                    start += HEADER_LEN + p.len();
+                    whole += 1;
+                }
+                let rest = at - start;
+                let got = read_frame(&mut r, &T, 300);
+                if rest == 0 {
+                    prop_assert!(matches!(got, Ok(None)), "cut on a boundary: {:?}", got);
+                } else {
+                    let len = frames[whole].2.len();
+                    let want = if rest < HEADER_LEN {
+                        FrameFault::Truncated { part: "header", got: rest, want: HEADER_LEN as u64 }
+                    } else {
+                        FrameFault::Truncated { part: "payload", got: rest - HEADER_LEN, want: len as u64 }
+                    };
+                    prop_assert_eq!(fault(got), want);
                 }
             }
         }
