@@ -145,21 +145,93 @@ pub fn sass_barriers(text: &str) -> usize {
 /// How long a check kernel's body may be (instructions): wrappers must inline to a few lines.
 pub const MAX_CHECK_BODY: usize = 60;
 
-/// Verifies one check against a PTX module's entries (tier 3, PTX half). Returns the problems.
-pub fn check_ptx(check: &Check, entries: &BTreeMap<String, String>) -> Vec<String> {
-    let kernel = check.kernel();
-    let Some(body) = entries.get(&kernel) else {
-        return vec![format!("{kernel}: no such .entry in the PTX")];
-    };
+/// The tokens of an instruction line or of an expected text: split at white space and at the
+/// punctuation of operand lists (`,;{}[]()`), so `ld.acquire.sys.u64 %rd1, [%rd2];` is
+/// `["ld.acquire.sys.u64", "%rd1", "%rd2"]`.
+pub fn tokens(s: &str) -> Vec<&str> {
+    s.split(|c: char| c.is_whitespace() || ",;{}[]()".contains(c)).filter(|t| !t.is_empty()).collect()
+}
+
+/// Whether one of `lines` (already tokenized) holds `want`'s tokens whole, in order and next to
+/// each other: `st.release.sys.global.u64` matches that mnemonic only, not
+/// `multimem.st.release.sys.global.u64`, and `DEPBAR.LE SB0, 0x3` needs the count as well.
+pub fn holds(lines: &[Vec<&str>], want: &str) -> bool {
+    let w = tokens(want);
+    !w.is_empty() && lines.iter().any(|l| l.windows(w.len()).any(|win| win == w.as_slice()))
+}
+
+/// The tokenized lines of a text.
+pub fn token_lines(text: &str) -> Vec<Vec<&str>> {
+    text.lines().map(tokens).filter(|t| !t.is_empty()).collect()
+}
+
+/// Whether the PTX symbol `symbol` names the Rust function `name`: equal to it, or a mangled
+/// path ending in it (`..._14mscclpp_device3ptx5print13print_failure`).
+pub fn names(symbol: &str, name: &str) -> bool {
+    symbol == name || symbol.ends_with(&format!("{}{name}", name.len()))
+}
+
+/// The body of every `.func` defined in a PTX module (declarations skipped), by symbol.
+pub fn funcs(ptx: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut lines = ptx.lines();
+    while let Some(line) = lines.next() {
+        let t = line.trim_start();
+        let Some(rest) = t.strip_prefix(".visible .func").or_else(|| t.strip_prefix(".func")) else { continue };
+        // Skip a return parameter `(.param .b32 func_retval0)`.
+        let rest = rest.trim_start();
+        let rest = if rest.starts_with('(') { rest.split_once(')').map_or("", |(_, r)| r) } else { rest };
+        let name = rest.trim_start().split(['(', ' ']).next().unwrap_or_default().to_string();
+        let mut defined = false;
+        for l in lines.by_ref() {
+            if l.trim() == "{" {
+                defined = true;
+                break;
+            }
+            if l.trim_end().ends_with(';') {
+                break;
+            }
+        }
+        if !defined {
+            continue;
+        }
+        let mut body = String::new();
+        for l in lines.by_ref() {
+            if l == "}" {
+                break;
+            }
+            body.push_str(l);
+            body.push('\n');
+        }
+        out.insert(name, body);
+    }
+    out
+}
+
+/// The problems of one check against the PTX body `body` of kernel `kernel` (tier 3, PTX half):
+/// an expected text missing (whole tokens), a forbidden text present (substring), a `call` left
+/// (or, for a check that calls, a call that does not name its callee), or a body too long.
+pub fn ptx_problems(check: &Check, kernel: &str, body: &str) -> Vec<String> {
     let mut problems = Vec::new();
     let ins = instructions(body);
+    let lines: Vec<Vec<&str>> = ins.iter().map(|l| tokens(l)).collect();
     for want in check.ptx {
-        if !ins.iter().any(|l| l.contains(want)) {
+        if !holds(&lines, want) {
             problems.push(format!("{kernel}: instruction `{want}` not in the body"));
         }
     }
-    if !check.allow_call && ins.iter().any(|l| l.starts_with("call")) {
-        problems.push(format!("{kernel}: a `call` remains (wrapper not inlined)"));
+    for bad in check.forbid {
+        if let Some(l) = ins.iter().find(|l| l.contains(bad)) {
+            problems.push(format!("{kernel}: forbidden `{bad}` in `{l}`"));
+        }
+    }
+    let calls: Vec<&&str> = ins.iter().filter(|l| l.starts_with("call")).collect();
+    match check.callee {
+        None if !calls.is_empty() => problems.push(format!("{kernel}: a `call` remains (wrapper not inlined)")),
+        Some(callee) if !calls.iter().any(|l| tokens(l).iter().any(|t| names(t, callee))) => {
+            problems.push(format!("{kernel}: no call of `{callee}` in {calls:?}"))
+        }
+        _ => {}
     }
     if ins.len() > MAX_CHECK_BODY {
         problems.push(format!("{kernel}: body has {} instructions (max {MAX_CHECK_BODY})", ins.len()));
@@ -167,45 +239,174 @@ pub fn check_ptx(check: &Check, entries: &BTreeMap<String, String>) -> Vec<Strin
     problems
 }
 
+/// The problems of one check against the SASS text `text` of kernel `kernel` (tier 3, SASS half):
+/// an expected opcode (with any operands given) missing as whole tokens, or a forbidden text
+/// present.
+pub fn sass_problems(check: &Check, kernel: &str, text: &str) -> Vec<String> {
+    let lines = token_lines(text);
+    let mut problems: Vec<String> = check
+        .sass
+        .iter()
+        .filter(|want| !holds(&lines, want))
+        .map(|want| format!("{kernel}: SASS lacks `{want}`"))
+        .collect();
+    for bad in check.forbid {
+        if let Some(l) = text.lines().find(|l| l.contains(bad)) {
+            problems.push(format!("{kernel}: forbidden `{bad}` in SASS `{l}`"));
+        }
+    }
+    problems
+}
+
+/// Verifies one check against a PTX module's entries (tier 3, PTX half). Returns the problems.
+pub fn check_ptx(check: &Check, entries: &BTreeMap<String, String>) -> Vec<String> {
+    let kernel = check.kernel();
+    match entries.get(&kernel) {
+        Some(body) => ptx_problems(check, &kernel, body),
+        None => vec![format!("{kernel}: no such .entry in the PTX")],
+    }
+}
+
 /// Verifies one check against the SASS functions (tier 3, SASS half). Returns the problems.
 pub fn check_sass(check: &Check, funcs: &BTreeMap<String, String>) -> Vec<String> {
     let kernel = check.kernel();
-    let Some(text) = funcs.get(&kernel) else {
-        return vec![format!("{kernel}: no such function in the SASS")];
-    };
-    check
-        .sass
-        .iter()
-        .filter(|want| !text.contains(*want))
-        .map(|want| format!("{kernel}: SASS lacks `{want}`"))
-        .collect()
+    match funcs.get(&kernel) {
+        Some(text) => sass_problems(check, &kernel, text),
+        None => vec![format!("{kernel}: no such function in the SASS")],
+    }
+}
+
+/// Every `.rs` file under `dir`, at any depth, sorted.
+pub fn rust_files(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let p = e?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// The public function names of the PTX wrapper modules (`pub fn` / `pub unsafe fn` /
-/// `pub const fn`, including the rows of wrapper-generating macro invocations).
+/// `pub const fn`, including the rows of wrapper-generating macro invocations), in every file
+/// under `ptx_dir`.
 pub fn public_wrappers(ptx_dir: &Path) -> std::io::Result<Vec<String>> {
     let mut names = Vec::new();
-    let mut files: Vec<_> = std::fs::read_dir(ptx_dir)?.flatten().map(|e| e.path()).collect();
-    files.sort();
-    for f in files {
-        if f.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
+    for f in rust_files(ptx_dir)? {
         let text = std::fs::read_to_string(&f)?;
         for line in text.lines() {
-            let t = line.trim_start();
-            let rest = ["pub fn ", "pub unsafe fn ", "pub const fn ", "pub const unsafe fn "]
-                .iter()
-                .find_map(|p| t.strip_prefix(p));
-            if let Some(rest) = rest {
-                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                if !name.is_empty() && !rest.starts_with('$') {
-                    names.push(name);
-                }
+            if let Some((name, _)) = pub_fn(line) {
+                names.push(name);
             }
         }
     }
     Ok(names)
+}
+
+/// The name of a public function declared on `line` and the rest of the line after the name;
+/// `None` for other lines and for macro patterns (`pub fn $name`).
+fn pub_fn(line: &str) -> Option<(String, &str)> {
+    let t = line.trim_start();
+    let rest = ["pub fn ", "pub unsafe fn ", "pub const fn ", "pub const unsafe fn "]
+        .iter()
+        .find_map(|p| t.strip_prefix(p))?;
+    let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+    (!name.is_empty()).then(|| (name.clone(), &rest[name.len()..]))
+}
+
+/// The first string literal of `text`.
+fn first_literal(text: &str) -> Option<&str> {
+    let (_, rest) = text.split_once('"')?;
+    rest.split_once('"').map(|(lit, _)| lit)
+}
+
+/// One row of a wrapper-generating macro invocation (`pub unsafe fn NAME(..) = "LITERAL";`) and
+/// the instruction mnemonic it emits: the invocation's `prefix = "..."`, or else the fixed text
+/// before `$op` in the macro's `concat!`, joined to the literal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MacroRow {
+    /// The generated wrapper.
+    pub name: String,
+    /// The instruction mnemonic of its `asm!`.
+    pub instruction: String,
+}
+
+/// Every macro row in the files under `ptx_dir`.
+pub fn macro_rows(ptx_dir: &Path) -> std::io::Result<Vec<MacroRow>> {
+    let mut rows = Vec::new();
+    for f in rust_files(ptx_dir)? {
+        let text = std::fs::read_to_string(&f)?;
+        // Fixed prefixes: `concat!("fixed.", $op, ...)` in a `macro_rules!` body.
+        let mut fixed: BTreeMap<String, String> = BTreeMap::new();
+        let mut current_macro = None;
+        for line in text.lines() {
+            if let Some(rest) = line.trim_start().strip_prefix("macro_rules! ") {
+                current_macro = Some(rest.trim_end_matches(" {").trim().to_string());
+            }
+            if let (Some(m), Some((_, args))) = (&current_macro, line.split_once("concat!(")) {
+                if let Some(lit) = args.trim_start().strip_prefix('"').and_then(|a| a.split_once('"')).map(|(l, _)| l) {
+                    if let Some(p) = lit.strip_suffix('.') {
+                        fixed.insert(m.clone(), p.to_string());
+                    }
+                }
+            }
+        }
+        let mut invocation: Option<String> = None;
+        let mut prefix: Option<String> = None;
+        for line in text.lines() {
+            let t = line.trim_start();
+            if let Some(m) = t.strip_suffix("! {") {
+                invocation = Some(m.to_string());
+                prefix = fixed.get(m).cloned();
+                continue;
+            }
+            if let Some(p) = t.strip_prefix("prefix = ") {
+                prefix = first_literal(p).map(str::to_string);
+                continue;
+            }
+            if t == "}" {
+                invocation = None;
+                prefix = None;
+                continue;
+            }
+            if invocation.is_none() {
+                continue;
+            }
+            let Some((name, rest)) = pub_fn(line) else { continue };
+            let Some((_, lit)) = rest.rsplit_once("= ") else { continue };
+            let Some(lit) = first_literal(lit) else { continue };
+            let instruction = match &prefix {
+                Some(p) => format!("{p}.{lit}"),
+                None => lit.to_string(),
+            };
+            rows.push(MacroRow { name, instruction });
+        }
+    }
+    Ok(rows)
+}
+
+/// The files under `dir` that use inline assembly (`asm!`, `global_asm!`, `naked_asm!` or
+/// `core::arch::asm`) outside comments, with the first such line.
+pub fn inline_asm_uses(dir: &Path) -> std::io::Result<Vec<(std::path::PathBuf, String)>> {
+    let mut out = Vec::new();
+    for f in rust_files(dir)? {
+        let text = std::fs::read_to_string(&f)?;
+        let hit = text.lines().find(|l| {
+            let code = l.split("//").next().unwrap_or("");
+            code.contains("asm!") || code.contains("arch::asm") || code.contains("arch::{asm")
+        });
+        if let Some(l) = hit {
+            out.push((f, l.trim().to_string()));
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -262,7 +463,8 @@ $L__BB0_1:
         assert_eq!(check_ptx(&bad, &m).len(), 1);
         let call = Check::new("k2", &[], &[]);
         assert!(check_ptx(&call, &m)[0].contains("call"));
-        assert!(check_ptx(&call.calls(), &m).is_empty());
+        assert!(check_ptx(&call.calls("f"), &m).is_empty());
+        assert!(check_ptx(&call.calls("g"), &m)[0].contains("no call of `g`"));
         assert!(check_ptx(&Check::new("nope", &[], &[]), &m)[0].contains("no such"));
     }
 
