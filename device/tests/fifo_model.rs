@@ -51,6 +51,10 @@ struct Ring {
     /// What the consumer has handled (positions + 1), written before it moves the tail: a
     /// producer whose `sync(pos)` returned must read more than `pos` here.
     handled: AtomicU64,
+    /// Set by a producer that panicked, so that the consumer stops waiting for its triggers
+    /// (real threads only; loom reports the panic itself).
+    #[cfg(not(loom))]
+    failed: std::sync::atomic::AtomicBool,
     head: AtomicU64,
     tail: AtomicU64,
     cache: AtomicU64,
@@ -70,6 +74,8 @@ impl Ring {
         Self {
             words,
             handled: AtomicU64::new(0),
+            #[cfg(not(loom))]
+            failed: std::sync::atomic::AtomicBool::new(false),
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
             cache: AtomicU64::new(0),
@@ -179,6 +185,7 @@ fn next_trigger(ring: &Ring, consumer: &Consumer) -> ProxyTrigger {
         if let Some(t) = consumer.peek(ring) {
             return t;
         }
+        assert!(!ring.failed.load(Ordering::Relaxed), "a producer failed");
         thread::yield_now();
     }
 }
@@ -187,6 +194,18 @@ fn next_trigger(ring: &Ring, consumer: &Consumer) -> ProxyTrigger {
 fn trigger(p: u64, i: u64) -> ProxyTrigger {
     let v = (p << 20) | i;
     ProxyTrigger { fst: v, snd: v }
+}
+
+/// Marks the ring failed when a producer thread unwinds.
+#[cfg(not(loom))]
+struct FailFlag<'a>(&'a Ring);
+#[cfg(not(loom))]
+impl Drop for FailFlag<'_> {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.0.failed.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// `producers` threads push `per_producer` triggers each into a ring of `size` slots, with the
@@ -198,6 +217,8 @@ fn run(size: usize, producers: u64, per_producer: u64, words: Words, sync: bool)
         .map(|p| {
             let r = ring.clone();
             thread::spawn(move || {
+                #[cfg(not(loom))]
+                let _flag = FailFlag(&r);
                 for i in 0..per_producer {
                     let pos = proto::push(&*r, trigger(p, i), &mut Wait { ring: &r });
                     if sync {
