@@ -350,12 +350,11 @@ pub fn macro_rows(ptx_dir: &Path) -> std::io::Result<Vec<MacroRow>> {
             if let Some(rest) = line.trim_start().strip_prefix("macro_rules! ") {
                 current_macro = Some(rest.trim_end_matches(" {").trim().to_string());
             }
-            if let (Some(m), Some((_, args))) = (&current_macro, line.split_once("concat!(")) {
-                if let Some(lit) = args.trim_start().strip_prefix('"').and_then(|a| a.split_once('"')).map(|(l, _)| l) {
-                    if let Some(p) = lit.strip_suffix('.') {
-                        fixed.insert(m.clone(), p.to_string());
-                    }
-                }
+            if let (Some(m), Some((_, args))) = (&current_macro, line.split_once("concat!("))
+                && let Some(lit) = args.trim_start().strip_prefix('"').and_then(|a| a.split_once('"')).map(|(l, _)| l)
+                && let Some(p) = lit.strip_suffix('.')
+            {
+                fixed.insert(m.clone(), p.to_string());
             }
         }
         let mut invocation: Option<String> = None;

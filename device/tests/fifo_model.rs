@@ -42,7 +42,8 @@ use mscclpp_device::protocol::fifo::{self as proto, Consumer, ConsumerMem, Produ
 enum Words {
     /// Word 0, then word 1 (the word the consumer acquires).
     ZeroFirst,
-    /// Word 1, then word 0.
+    /// Word 1, then word 0 (only the loom model runs it: with real threads it tears at random).
+    #[cfg_attr(not(loom), allow(dead_code))]
     OneFirst,
 }
 
