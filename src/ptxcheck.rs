@@ -652,7 +652,7 @@ $L__BB0_1:
     #[test]
     fn check_reports_missing_text_and_calls() {
         let e = entries(PTX);
-        let ok = Check::new("", &["mbarrier.try_wait.parity"], &[]);
+        let ok = Check::new("", &["mbarrier.try_wait.parity.shared::cta.b64"], &[]);
         let mut ok1 = ok;
         ok1.wrapper = "k1";
         // kernel names are check_<wrapper>; build a map under that name
@@ -662,6 +662,11 @@ $L__BB0_1:
         assert!(check_ptx(&ok1, &m).is_empty());
         let bad = Check::new("k1", &["cp.async.bulk"], &[]);
         assert_eq!(check_ptx(&bad, &m).len(), 1);
+        // Whole tokens: a prefix of the mnemonic is not the instruction.
+        let prefix = Check::new("k1", &["mbarrier.try_wait.parity"], &[]);
+        assert_eq!(check_ptx(&prefix, &m).len(), 1);
+        let forbidden = Check::new("k1", &["mbarrier.try_wait.parity.shared::cta.b64"], &[]).forbid(&["selp"]);
+        assert!(check_ptx(&forbidden, &m)[0].contains("forbidden `selp`"));
         let call = Check::new("k2", &[], &[]);
         assert!(check_ptx(&call, &m)[0].contains("call"));
         assert!(check_ptx(&call.calls("f"), &m).is_empty());
