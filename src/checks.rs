@@ -99,18 +99,18 @@ pub const BARRIER_COUNTS: &[(&str, usize)] = &[
 /// The general wrappers' expectations (sm_90 module).
 pub const CHECKS: &[Check] = &[
     // ld_st
-    c("ld_relaxed_cta_u32", &["ld.relaxed.cta.u32"], &["LD.E.STRONG.SM"]).forbid(&["CCTL.IVALL"]),
-    c("ld_relaxed_gpu_u32", &["ld.relaxed.gpu.u32"], &["LD.E.STRONG.GPU"]).forbid(&["CCTL.IVALL"]),
-    c("ld_relaxed_sys_u32", &["ld.relaxed.sys.u32"], &["LD.E.STRONG.SYS"]).forbid(&["CCTL.IVALL"]),
-    c("ld_acquire_cta_u32", &["ld.acquire.cta.u32"], &["LD.E.STRONG.SM"]),
-    c("ld_acquire_gpu_u32", &["ld.acquire.gpu.u32"], &["LD.E.STRONG.GPU", "CCTL.IVALL"]),
-    c("ld_acquire_sys_u32", &["ld.acquire.sys.u32"], &["LD.E.STRONG.SYS", "CCTL.IVALL"]),
-    c("ld_relaxed_cta_u64", &["ld.relaxed.cta.u64"], &["LD.E.64.STRONG.SM"]).forbid(&["CCTL.IVALL"]),
-    c("ld_relaxed_gpu_u64", &["ld.relaxed.gpu.u64"], &["LD.E.64.STRONG.GPU"]).forbid(&["CCTL.IVALL"]),
-    c("ld_relaxed_sys_u64", &["ld.relaxed.sys.u64"], &["LD.E.64.STRONG.SYS"]).forbid(&["CCTL.IVALL"]),
-    c("ld_acquire_cta_u64", &["ld.acquire.cta.u64"], &["LD.E.64.STRONG.SM"]),
-    c("ld_acquire_gpu_u64", &["ld.acquire.gpu.u64"], &["LD.E.64.STRONG.GPU", "CCTL.IVALL"]),
-    c("ld_acquire_sys_u64", &["ld.acquire.sys.u64"], &["LD.E.64.STRONG.SYS", "CCTL.IVALL"]),
+    c("ld_relaxed_cta_u32", &["ld.relaxed.cta.u32"], &["LD.E.STRONG.SM"]).forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("ld_relaxed_gpu_u32", &["ld.relaxed.gpu.u32"], &["LD.E.STRONG.GPU"]).forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("ld_relaxed_sys_u32", &["ld.relaxed.sys.u32"], &["LD.E.STRONG.SYS"]).forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("ld_acquire_cta_u32", &["ld.acquire.cta.u32"], &["LD.E.STRONG.SM"]).forbid(&["MEMBAR"]),
+    c("ld_acquire_gpu_u32", &["ld.acquire.gpu.u32"], &["LD.E.STRONG.GPU", "CCTL.IVALL"]).forbid(&["MEMBAR"]),
+    c("ld_acquire_sys_u32", &["ld.acquire.sys.u32"], &["LD.E.STRONG.SYS", "CCTL.IVALL"]).forbid(&["MEMBAR"]),
+    c("ld_relaxed_cta_u64", &["ld.relaxed.cta.u64"], &["LD.E.64.STRONG.SM"]).forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("ld_relaxed_gpu_u64", &["ld.relaxed.gpu.u64"], &["LD.E.64.STRONG.GPU"]).forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("ld_relaxed_sys_u64", &["ld.relaxed.sys.u64"], &["LD.E.64.STRONG.SYS"]).forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("ld_acquire_cta_u64", &["ld.acquire.cta.u64"], &["LD.E.64.STRONG.SM"]).forbid(&["MEMBAR"]),
+    c("ld_acquire_gpu_u64", &["ld.acquire.gpu.u64"], &["LD.E.64.STRONG.GPU", "CCTL.IVALL"]).forbid(&["MEMBAR"]),
+    c("ld_acquire_sys_u64", &["ld.acquire.sys.u64"], &["LD.E.64.STRONG.SYS", "CCTL.IVALL"]).forbid(&["MEMBAR"]),
     c("ld_volatile_u32", &["ld.volatile.u32"], &["LD.E.STRONG.SYS"]).forbid(&["CCTL.IVALL", "MEMBAR"]),
     c("ld_volatile_u64", &["ld.volatile.u64"], &["LD.E.64.STRONG.SYS"]).forbid(&["CCTL.IVALL", "MEMBAR"]),
     c("st_relaxed_cta_u32", &["st.relaxed.cta.u32"], &["ST.E.STRONG.SM"]).forbid(&["MEMBAR"]),
@@ -128,24 +128,40 @@ pub const CHECKS: &[Check] = &[
     c("st_volatile_u32", &["st.volatile.u32"], &["ST.E.STRONG.SYS"]).forbid(&["CCTL.IVALL", "MEMBAR"]),
     c("st_volatile_u64", &["st.volatile.u64"], &["ST.E.64.STRONG.SYS"]).forbid(&["CCTL.IVALL", "MEMBAR"]),
     // atom_red, fences, 16-byte accesses
-    c("atom_relaxed_cta_add_u32", &["atom.relaxed.cta.add.u32"], &["ATOM.E.ADD.STRONG.SM"]).forbid(&["CCTL.IVALL"]),
-    c("atom_relaxed_cta_add_u64", &["atom.relaxed.cta.add.u64"], &["ATOM.E.ADD.64.STRONG.SM"]).forbid(&["CCTL.IVALL"]),
-    c("atom_relaxed_gpu_add_u32", &["atom.relaxed.gpu.add.u32"], &["ATOM.E.ADD.STRONG.GPU"]).forbid(&["CCTL.IVALL"]),
-    c("atom_relaxed_gpu_add_u64", &["atom.relaxed.gpu.add.u64"], &["ATOM.E.ADD.64.STRONG.GPU"]).forbid(&["CCTL.IVALL"]),
-    c("atom_relaxed_sys_add_u32", &["atom.relaxed.sys.add.u32"], &["ATOM.E.ADD.STRONG.SYS"]).forbid(&["CCTL.IVALL"]),
-    c("atom_relaxed_sys_add_u64", &["atom.relaxed.sys.add.u64"], &["ATOM.E.ADD.64.STRONG.SYS"]).forbid(&["CCTL.IVALL"]),
-    c("atom_acquire_cta_add_u32", &["atom.acquire.cta.add.u32"], &["ATOM.E.ADD.STRONG.SM"]),
-    c("atom_acquire_cta_add_u64", &["atom.acquire.cta.add.u64"], &["ATOM.E.ADD.64.STRONG.SM"]),
-    c("atom_acquire_gpu_add_u32", &["atom.acquire.gpu.add.u32"], &["CCTL.IVALL", "ATOM.E.ADD.STRONG.GPU"]),
-    c("atom_acquire_gpu_add_u64", &["atom.acquire.gpu.add.u64"], &["CCTL.IVALL", "ATOM.E.ADD.64.STRONG.GPU"]),
-    c("atom_acquire_sys_add_u32", &["atom.acquire.sys.add.u32"], &["CCTL.IVALL", "ATOM.E.ADD.STRONG.SYS"]),
-    c("atom_acquire_sys_add_u64", &["atom.acquire.sys.add.u64"], &["CCTL.IVALL", "ATOM.E.ADD.64.STRONG.SYS"]),
-    c("atom_release_cta_add_u32", &["atom.release.cta.add.u32"], &["MEMBAR.ALL.CTA", "ATOM.E.ADD.STRONG.SM"]),
-    c("atom_release_cta_add_u64", &["atom.release.cta.add.u64"], &["MEMBAR.ALL.CTA", "ATOM.E.ADD.64.STRONG.SM"]),
-    c("atom_release_gpu_add_u32", &["atom.release.gpu.add.u32"], &["MEMBAR.ALL.GPU", "ATOM.E.ADD.STRONG.GPU"]),
-    c("atom_release_gpu_add_u64", &["atom.release.gpu.add.u64"], &["MEMBAR.ALL.GPU", "ATOM.E.ADD.64.STRONG.GPU"]),
-    c("atom_release_sys_add_u32", &["atom.release.sys.add.u32"], &["MEMBAR.ALL.SYS", "ATOM.E.ADD.STRONG.SYS"]),
-    c("atom_release_sys_add_u64", &["atom.release.sys.add.u64"], &["MEMBAR.ALL.SYS", "ATOM.E.ADD.64.STRONG.SYS"]),
+    c("atom_relaxed_cta_add_u32", &["atom.relaxed.cta.add.u32"], &["ATOM.E.ADD.STRONG.SM"])
+        .forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("atom_relaxed_cta_add_u64", &["atom.relaxed.cta.add.u64"], &["ATOM.E.ADD.64.STRONG.SM"])
+        .forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("atom_relaxed_gpu_add_u32", &["atom.relaxed.gpu.add.u32"], &["ATOM.E.ADD.STRONG.GPU"])
+        .forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("atom_relaxed_gpu_add_u64", &["atom.relaxed.gpu.add.u64"], &["ATOM.E.ADD.64.STRONG.GPU"])
+        .forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("atom_relaxed_sys_add_u32", &["atom.relaxed.sys.add.u32"], &["ATOM.E.ADD.STRONG.SYS"])
+        .forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("atom_relaxed_sys_add_u64", &["atom.relaxed.sys.add.u64"], &["ATOM.E.ADD.64.STRONG.SYS"])
+        .forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("atom_acquire_cta_add_u32", &["atom.acquire.cta.add.u32"], &["ATOM.E.ADD.STRONG.SM"]).forbid(&["MEMBAR"]),
+    c("atom_acquire_cta_add_u64", &["atom.acquire.cta.add.u64"], &["ATOM.E.ADD.64.STRONG.SM"]).forbid(&["MEMBAR"]),
+    c("atom_acquire_gpu_add_u32", &["atom.acquire.gpu.add.u32"], &["CCTL.IVALL", "ATOM.E.ADD.STRONG.GPU"])
+        .forbid(&["MEMBAR"]),
+    c("atom_acquire_gpu_add_u64", &["atom.acquire.gpu.add.u64"], &["CCTL.IVALL", "ATOM.E.ADD.64.STRONG.GPU"])
+        .forbid(&["MEMBAR"]),
+    c("atom_acquire_sys_add_u32", &["atom.acquire.sys.add.u32"], &["CCTL.IVALL", "ATOM.E.ADD.STRONG.SYS"])
+        .forbid(&["MEMBAR"]),
+    c("atom_acquire_sys_add_u64", &["atom.acquire.sys.add.u64"], &["CCTL.IVALL", "ATOM.E.ADD.64.STRONG.SYS"])
+        .forbid(&["MEMBAR"]),
+    c("atom_release_cta_add_u32", &["atom.release.cta.add.u32"], &["MEMBAR.ALL.CTA", "ATOM.E.ADD.STRONG.SM"])
+        .forbid(&["CCTL.IVALL"]),
+    c("atom_release_cta_add_u64", &["atom.release.cta.add.u64"], &["MEMBAR.ALL.CTA", "ATOM.E.ADD.64.STRONG.SM"])
+        .forbid(&["CCTL.IVALL"]),
+    c("atom_release_gpu_add_u32", &["atom.release.gpu.add.u32"], &["MEMBAR.ALL.GPU", "ATOM.E.ADD.STRONG.GPU"])
+        .forbid(&["CCTL.IVALL"]),
+    c("atom_release_gpu_add_u64", &["atom.release.gpu.add.u64"], &["MEMBAR.ALL.GPU", "ATOM.E.ADD.64.STRONG.GPU"])
+        .forbid(&["CCTL.IVALL"]),
+    c("atom_release_sys_add_u32", &["atom.release.sys.add.u32"], &["MEMBAR.ALL.SYS", "ATOM.E.ADD.STRONG.SYS"])
+        .forbid(&["CCTL.IVALL"]),
+    c("atom_release_sys_add_u64", &["atom.release.sys.add.u64"], &["MEMBAR.ALL.SYS", "ATOM.E.ADD.64.STRONG.SYS"])
+        .forbid(&["CCTL.IVALL"]),
     c("atom_acq_rel_cta_add_u32", &["atom.acq_rel.cta.add.u32"], &["MEMBAR.ALL.CTA", "ATOM.E.ADD.STRONG.SM"]),
     c("atom_acq_rel_cta_add_u64", &["atom.acq_rel.cta.add.u64"], &["MEMBAR.ALL.CTA", "ATOM.E.ADD.64.STRONG.SM"]),
     c(
@@ -168,19 +184,32 @@ pub const CHECKS: &[Check] = &[
         &["atom.acq_rel.sys.add.u64"],
         &["MEMBAR.ALL.SYS", "CCTL.IVALL", "ATOM.E.ADD.64.STRONG.SYS"],
     ),
-    c("red_relaxed_cta_add_u32", &["red.relaxed.cta.add.u32"], &["ATOM.E.ADD.STRONG.SM"]).forbid(&["CCTL.IVALL"]),
-    c("red_relaxed_cta_add_u64", &["red.relaxed.cta.add.u64"], &["ATOM.E.ADD.64.STRONG.SM"]).forbid(&["CCTL.IVALL"]),
-    c("red_relaxed_gpu_add_u32", &["red.relaxed.gpu.add.u32"], &["ATOM.E.ADD.STRONG.GPU"]).forbid(&["CCTL.IVALL"]),
-    c("red_relaxed_gpu_add_u64", &["red.relaxed.gpu.add.u64"], &["ATOM.E.ADD.64.STRONG.GPU"]).forbid(&["CCTL.IVALL"]),
-    c("red_relaxed_sys_add_u32", &["red.relaxed.sys.add.u32"], &["ATOM.E.ADD.STRONG.SYS"]).forbid(&["CCTL.IVALL"]),
-    c("red_relaxed_sys_add_u64", &["red.relaxed.sys.add.u64"], &["ATOM.E.ADD.64.STRONG.SYS"]).forbid(&["CCTL.IVALL"]),
-    c("red_release_cta_add_u32", &["red.release.cta.add.u32"], &["MEMBAR.ALL.CTA", "ATOM.E.ADD.STRONG.SM"]),
-    c("red_release_cta_add_u64", &["red.release.cta.add.u64"], &["MEMBAR.ALL.CTA", "ATOM.E.ADD.64.STRONG.SM"]),
-    c("red_release_gpu_add_u32", &["red.release.gpu.add.u32"], &["MEMBAR.ALL.GPU", "ATOM.E.ADD.STRONG.GPU"]),
-    c("red_release_gpu_add_u64", &["red.release.gpu.add.u64"], &["MEMBAR.ALL.GPU", "ATOM.E.ADD.64.STRONG.GPU"]),
-    c("red_release_sys_add_u32", &["red.release.sys.add.u32"], &["MEMBAR.ALL.SYS", "ATOM.E.ADD.STRONG.SYS"]),
-    c("red_release_sys_add_u64", &["red.release.sys.add.u64"], &["MEMBAR.ALL.SYS", "ATOM.E.ADD.64.STRONG.SYS"]),
-    c("atom_release_gpu_max_u64", &["atom.release.gpu.max.u64"], &["MEMBAR.ALL.GPU", "ATOM.E.MAX.64.STRONG.GPU"]),
+    c("red_relaxed_cta_add_u32", &["red.relaxed.cta.add.u32"], &["ATOM.E.ADD.STRONG.SM"])
+        .forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("red_relaxed_cta_add_u64", &["red.relaxed.cta.add.u64"], &["ATOM.E.ADD.64.STRONG.SM"])
+        .forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("red_relaxed_gpu_add_u32", &["red.relaxed.gpu.add.u32"], &["ATOM.E.ADD.STRONG.GPU"])
+        .forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("red_relaxed_gpu_add_u64", &["red.relaxed.gpu.add.u64"], &["ATOM.E.ADD.64.STRONG.GPU"])
+        .forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("red_relaxed_sys_add_u32", &["red.relaxed.sys.add.u32"], &["ATOM.E.ADD.STRONG.SYS"])
+        .forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("red_relaxed_sys_add_u64", &["red.relaxed.sys.add.u64"], &["ATOM.E.ADD.64.STRONG.SYS"])
+        .forbid(&["CCTL.IVALL", "MEMBAR"]),
+    c("red_release_cta_add_u32", &["red.release.cta.add.u32"], &["MEMBAR.ALL.CTA", "ATOM.E.ADD.STRONG.SM"])
+        .forbid(&["CCTL.IVALL"]),
+    c("red_release_cta_add_u64", &["red.release.cta.add.u64"], &["MEMBAR.ALL.CTA", "ATOM.E.ADD.64.STRONG.SM"])
+        .forbid(&["CCTL.IVALL"]),
+    c("red_release_gpu_add_u32", &["red.release.gpu.add.u32"], &["MEMBAR.ALL.GPU", "ATOM.E.ADD.STRONG.GPU"])
+        .forbid(&["CCTL.IVALL"]),
+    c("red_release_gpu_add_u64", &["red.release.gpu.add.u64"], &["MEMBAR.ALL.GPU", "ATOM.E.ADD.64.STRONG.GPU"])
+        .forbid(&["CCTL.IVALL"]),
+    c("red_release_sys_add_u32", &["red.release.sys.add.u32"], &["MEMBAR.ALL.SYS", "ATOM.E.ADD.STRONG.SYS"])
+        .forbid(&["CCTL.IVALL"]),
+    c("red_release_sys_add_u64", &["red.release.sys.add.u64"], &["MEMBAR.ALL.SYS", "ATOM.E.ADD.64.STRONG.SYS"])
+        .forbid(&["CCTL.IVALL"]),
+    c("atom_release_gpu_max_u64", &["atom.release.gpu.max.u64"], &["MEMBAR.ALL.GPU", "ATOM.E.MAX.64.STRONG.GPU"])
+        .forbid(&["CCTL.IVALL"]),
     c(
         "atom_acq_rel_gpu_inc_u32",
         &["atom.acq_rel.gpu.inc.u32"],
