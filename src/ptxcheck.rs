@@ -145,21 +145,93 @@ pub fn sass_barriers(text: &str) -> usize {
 /// How long a check kernel's body may be (instructions): wrappers must inline to a few lines.
 pub const MAX_CHECK_BODY: usize = 60;
 
-/// Verifies one check against a PTX module's entries (tier 3, PTX half). Returns the problems.
-pub fn check_ptx(check: &Check, entries: &BTreeMap<String, String>) -> Vec<String> {
-    let kernel = check.kernel();
-    let Some(body) = entries.get(&kernel) else {
-        return vec![format!("{kernel}: no such .entry in the PTX")];
-    };
+/// The tokens of an instruction line or of an expected text: split at white space and at the
+/// punctuation of operand lists (`,;{}[]()`), so `ld.acquire.sys.u64 %rd1, [%rd2];` is
+/// `["ld.acquire.sys.u64", "%rd1", "%rd2"]`.
+pub fn tokens(s: &str) -> Vec<&str> {
+    s.split(|c: char| c.is_whitespace() || ",;{}[]()".contains(c)).filter(|t| !t.is_empty()).collect()
+}
+
+/// Whether one of `lines` (already tokenized) holds `want`'s tokens whole, in order and next to
+/// each other: `st.release.sys.global.u64` matches that mnemonic only, not
+/// `multimem.st.release.sys.global.u64`, and `DEPBAR.LE SB0, 0x3` needs the count as well.
+pub fn holds(lines: &[Vec<&str>], want: &str) -> bool {
+    let w = tokens(want);
+    !w.is_empty() && lines.iter().any(|l| l.windows(w.len()).any(|win| win == w.as_slice()))
+}
+
+/// The tokenized lines of a text.
+pub fn token_lines(text: &str) -> Vec<Vec<&str>> {
+    text.lines().map(tokens).filter(|t| !t.is_empty()).collect()
+}
+
+/// Whether the PTX symbol `symbol` names the Rust function `name`: equal to it, or a mangled
+/// path ending in it (`..._14mscclpp_device3ptx5print13print_failure`).
+pub fn names(symbol: &str, name: &str) -> bool {
+    symbol == name || symbol.ends_with(&format!("{}{name}", name.len()))
+}
+
+/// The body of every `.func` defined in a PTX module (declarations skipped), by symbol.
+pub fn funcs(ptx: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut lines = ptx.lines();
+    while let Some(line) = lines.next() {
+        let t = line.trim_start();
+        let Some(rest) = t.strip_prefix(".visible .func").or_else(|| t.strip_prefix(".func")) else { continue };
+        // Skip a return parameter `(.param .b32 func_retval0)`.
+        let rest = rest.trim_start();
+        let rest = if rest.starts_with('(') { rest.split_once(')').map_or("", |(_, r)| r) } else { rest };
+        let name = rest.trim_start().split(['(', ' ']).next().unwrap_or_default().to_string();
+        let mut defined = false;
+        for l in lines.by_ref() {
+            if l.trim() == "{" {
+                defined = true;
+                break;
+            }
+            if l.trim_end().ends_with(';') {
+                break;
+            }
+        }
+        if !defined {
+            continue;
+        }
+        let mut body = String::new();
+        for l in lines.by_ref() {
+            if l == "}" {
+                break;
+            }
+            body.push_str(l);
+            body.push('\n');
+        }
+        out.insert(name, body);
+    }
+    out
+}
+
+/// The problems of one check against the PTX body `body` of kernel `kernel` (tier 3, PTX half):
+/// an expected text missing (whole tokens), a forbidden text present (substring), a `call` left
+/// (or, for a check that calls, a call that does not name its callee), or a body too long.
+pub fn ptx_problems(check: &Check, kernel: &str, body: &str) -> Vec<String> {
     let mut problems = Vec::new();
     let ins = instructions(body);
+    let lines: Vec<Vec<&str>> = ins.iter().map(|l| tokens(l)).collect();
     for want in check.ptx {
-        if !ins.iter().any(|l| l.contains(want)) {
+        if !holds(&lines, want) {
             problems.push(format!("{kernel}: instruction `{want}` not in the body"));
         }
     }
-    if !check.allow_call && ins.iter().any(|l| l.starts_with("call")) {
-        problems.push(format!("{kernel}: a `call` remains (wrapper not inlined)"));
+    for bad in check.forbid {
+        if let Some(l) = ins.iter().find(|l| l.contains(bad)) {
+            problems.push(format!("{kernel}: forbidden `{bad}` in `{l}`"));
+        }
+    }
+    let calls: Vec<&&str> = ins.iter().filter(|l| l.starts_with("call")).collect();
+    match check.callee {
+        None if !calls.is_empty() => problems.push(format!("{kernel}: a `call` remains (wrapper not inlined)")),
+        Some(callee) if !calls.iter().any(|l| tokens(l).iter().any(|t| names(t, callee))) => {
+            problems.push(format!("{kernel}: no call of `{callee}` in {calls:?}"))
+        }
+        _ => {}
     }
     if ins.len() > MAX_CHECK_BODY {
         problems.push(format!("{kernel}: body has {} instructions (max {MAX_CHECK_BODY})", ins.len()));
@@ -167,45 +239,375 @@ pub fn check_ptx(check: &Check, entries: &BTreeMap<String, String>) -> Vec<Strin
     problems
 }
 
+/// The problems of one check against the SASS text `text` of kernel `kernel` (tier 3, SASS half):
+/// an expected opcode (with any operands given) missing as whole tokens, or a forbidden text
+/// present.
+pub fn sass_problems(check: &Check, kernel: &str, text: &str) -> Vec<String> {
+    let lines = token_lines(text);
+    let mut problems: Vec<String> = check
+        .sass
+        .iter()
+        .filter(|want| !holds(&lines, want))
+        .map(|want| format!("{kernel}: SASS lacks `{want}`"))
+        .collect();
+    for bad in check.forbid {
+        if let Some(l) = text.lines().find(|l| l.contains(bad)) {
+            problems.push(format!("{kernel}: forbidden `{bad}` in SASS `{l}`"));
+        }
+    }
+    problems
+}
+
+/// Verifies one check against a PTX module's entries (tier 3, PTX half). Returns the problems.
+pub fn check_ptx(check: &Check, entries: &BTreeMap<String, String>) -> Vec<String> {
+    let kernel = check.kernel();
+    match entries.get(&kernel) {
+        Some(body) => ptx_problems(check, &kernel, body),
+        None => vec![format!("{kernel}: no such .entry in the PTX")],
+    }
+}
+
 /// Verifies one check against the SASS functions (tier 3, SASS half). Returns the problems.
 pub fn check_sass(check: &Check, funcs: &BTreeMap<String, String>) -> Vec<String> {
     let kernel = check.kernel();
-    let Some(text) = funcs.get(&kernel) else {
-        return vec![format!("{kernel}: no such function in the SASS")];
-    };
-    check
-        .sass
-        .iter()
-        .filter(|want| !text.contains(*want))
-        .map(|want| format!("{kernel}: SASS lacks `{want}`"))
-        .collect()
+    match funcs.get(&kernel) {
+        Some(text) => sass_problems(check, &kernel, text),
+        None => vec![format!("{kernel}: no such function in the SASS")],
+    }
+}
+
+/// Every `.rs` file under `dir`, at any depth, sorted.
+pub fn rust_files(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let p = e?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// The public function names of the PTX wrapper modules (`pub fn` / `pub unsafe fn` /
-/// `pub const fn`, including the rows of wrapper-generating macro invocations).
+/// `pub const fn`, including the rows of wrapper-generating macro invocations), in every file
+/// under `ptx_dir`.
 pub fn public_wrappers(ptx_dir: &Path) -> std::io::Result<Vec<String>> {
     let mut names = Vec::new();
-    let mut files: Vec<_> = std::fs::read_dir(ptx_dir)?.flatten().map(|e| e.path()).collect();
-    files.sort();
-    for f in files {
-        if f.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
+    for f in rust_files(ptx_dir)? {
         let text = std::fs::read_to_string(&f)?;
         for line in text.lines() {
-            let t = line.trim_start();
-            let rest = ["pub fn ", "pub unsafe fn ", "pub const fn ", "pub const unsafe fn "]
-                .iter()
-                .find_map(|p| t.strip_prefix(p));
-            if let Some(rest) = rest {
-                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                if !name.is_empty() && !rest.starts_with('$') {
-                    names.push(name);
-                }
+            if let Some((name, _)) = pub_fn(line) {
+                names.push(name);
             }
         }
     }
     Ok(names)
+}
+
+/// The name of a public function declared on `line` and the rest of the line after the name;
+/// `None` for other lines and for macro patterns (`pub fn $name`).
+fn pub_fn(line: &str) -> Option<(String, &str)> {
+    let t = line.trim_start();
+    let rest = ["pub fn ", "pub unsafe fn ", "pub const fn ", "pub const unsafe fn "]
+        .iter()
+        .find_map(|p| t.strip_prefix(p))?;
+    let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+    (!name.is_empty()).then(|| (name.clone(), &rest[name.len()..]))
+}
+
+/// The first string literal of `text`.
+fn first_literal(text: &str) -> Option<&str> {
+    let (_, rest) = text.split_once('"')?;
+    rest.split_once('"').map(|(lit, _)| lit)
+}
+
+/// One row of a wrapper-generating macro invocation (`pub unsafe fn NAME(..) = "LITERAL";`) and
+/// the instruction mnemonic it emits: the invocation's `prefix = "..."`, or else the fixed text
+/// before `$op` in the macro's `concat!`, joined to the literal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MacroRow {
+    /// The generated wrapper.
+    pub name: String,
+    /// The instruction mnemonic of its `asm!`.
+    pub instruction: String,
+}
+
+/// Every macro row in the files under `ptx_dir`.
+pub fn macro_rows(ptx_dir: &Path) -> std::io::Result<Vec<MacroRow>> {
+    let mut rows = Vec::new();
+    for f in rust_files(ptx_dir)? {
+        let text = std::fs::read_to_string(&f)?;
+        // Fixed prefixes: `concat!("fixed.", $op, ...)` in a `macro_rules!` body.
+        let mut fixed: BTreeMap<String, String> = BTreeMap::new();
+        let mut current_macro = None;
+        for line in text.lines() {
+            if let Some(rest) = line.trim_start().strip_prefix("macro_rules! ") {
+                current_macro = Some(rest.trim_end_matches(" {").trim().to_string());
+            }
+            if let (Some(m), Some((_, args))) = (&current_macro, line.split_once("concat!("))
+                && let Some(lit) = args.trim_start().strip_prefix('"').and_then(|a| a.split_once('"')).map(|(l, _)| l)
+                && let Some(p) = lit.strip_suffix('.')
+            {
+                fixed.insert(m.clone(), p.to_string());
+            }
+        }
+        let mut invocation: Option<String> = None;
+        let mut prefix: Option<String> = None;
+        for line in text.lines() {
+            let t = line.trim_start();
+            if let Some(m) = t.strip_suffix("! {") {
+                invocation = Some(m.to_string());
+                prefix = fixed.get(m).cloned();
+                continue;
+            }
+            if let Some(p) = t.strip_prefix("prefix = ") {
+                prefix = first_literal(p).map(str::to_string);
+                continue;
+            }
+            if t == "}" {
+                invocation = None;
+                prefix = None;
+                continue;
+            }
+            if invocation.is_none() {
+                continue;
+            }
+            let Some((name, rest)) = pub_fn(line) else { continue };
+            let Some((_, lit)) = rest.rsplit_once("= ") else { continue };
+            let Some(lit) = first_literal(lit) else { continue };
+            let instruction = match &prefix {
+                Some(p) => format!("{p}.{lit}"),
+                None => lit.to_string(),
+            };
+            rows.push(MacroRow { name, instruction });
+        }
+    }
+    Ok(rows)
+}
+
+/// The files under `dir` that use inline assembly (`asm!`, `global_asm!`, `naked_asm!` or
+/// `core::arch::asm`) outside comments, with the first such line.
+pub fn inline_asm_uses(dir: &Path) -> std::io::Result<Vec<(std::path::PathBuf, String)>> {
+    let mut out = Vec::new();
+    for f in rust_files(dir)? {
+        let text = std::fs::read_to_string(&f)?;
+        let hit = text.lines().find(|l| {
+            let code = l.split("//").next().unwrap_or("");
+            code.contains("asm!") || code.contains("arch::asm") || code.contains("arch::{asm")
+        });
+        if let Some(l) = hit {
+            out.push((f, l.trim().to_string()));
+        }
+    }
+    Ok(out)
+}
+
+/// The functions a PTX module declares or defines `.noreturn`.
+pub fn noreturn_funcs(ptx: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current: Option<String> = None;
+    for line in ptx.lines() {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix(".visible .func").or_else(|| t.strip_prefix(".func")) {
+            let rest = rest.trim_start();
+            let rest = if rest.starts_with('(') { rest.split_once(')').map_or("", |(_, r)| r) } else { rest };
+            current = rest.trim_start().split(['(', ' ']).next().map(str::to_string);
+        } else if t.starts_with(".noreturn") {
+            out.extend(current.take());
+        } else if t.starts_with('{') || t.starts_with(".entry") || t.starts_with(".visible .entry") {
+            current = None;
+        }
+    }
+    out
+}
+
+/// The control flow of a PTX kernel body: its instructions in basic blocks, with dominators and
+/// post-dominators, for order checks that hold on every path (the text order of the blocks is
+/// the compiler's layout, not program order; inside one block it is).
+#[derive(Debug)]
+pub struct Cfg {
+    /// The instructions, in text order.
+    pub ins: Vec<String>,
+    /// The block of each instruction.
+    block: Vec<usize>,
+    /// `dom[b][a]`: block `a` is on every path from the entry to block `b`.
+    dom: Vec<Vec<bool>>,
+    /// `pdom[b][a]`: block `a` is on every path from block `b` to a `ret`.
+    pdom: Vec<Vec<bool>>,
+}
+
+impl Cfg {
+    /// Builds the graph of a `.entry` body (as [`entries`] returns it) in a module `ptx`: a call
+    /// of a function the module declares `.noreturn` ends its path (the compiler places no
+    /// branch after it, so the next block in the text is not its successor).
+    pub fn of(ptx: &str, body: &str) -> Self {
+        Self::new(body, &noreturn_funcs(ptx))
+    }
+
+    /// Builds the graph of a `.entry` body, calls of `noreturn` ending their paths.
+    pub fn new(body: &str, noreturn: &[String]) -> Self {
+        let mut ins = Vec::new();
+        let mut block = Vec::new();
+        let mut labels: BTreeMap<String, usize> = BTreeMap::new();
+        // (first instruction, successors by label or fall-through)
+        let mut starts: Vec<usize> = Vec::new();
+        let mut new_block = true;
+        for raw in body.lines() {
+            let l = raw.trim();
+            if l.is_empty() || l.starts_with("//") || l.starts_with(".reg") || l.starts_with('}') {
+                continue;
+            }
+            if l.starts_with('{') && !l.starts_with("{ .reg") {
+                continue;
+            }
+            if let Some(label) = l.strip_suffix(':') {
+                labels.insert(label.to_string(), starts.len());
+                new_block = true;
+                continue;
+            }
+            if new_block {
+                // An empty block (two labels in a row) simply shares the next one's start.
+                starts.push(ins.len());
+                new_block = false;
+            }
+            block.push(starts.len() - 1);
+            ins.push(l.to_string());
+            if Self::ends_path(l, noreturn) {
+                new_block = true;
+            }
+        }
+        // Labels right before the end (or before another label) point at the next block start.
+        let n = starts.len();
+        let mut succ = vec![Vec::new(); n];
+        for b in 0..n {
+            let last = if b + 1 < n { starts[b + 1] - 1 } else { ins.len() - 1 };
+            let l = &ins[last];
+            let op = Self::mnemonic(l);
+            let guarded = l.starts_with('@');
+            if op.starts_with("bra") {
+                let target = tokens(l).last().copied().unwrap_or_default().to_string();
+                if let Some(&t) = labels.get(&target) {
+                    succ[b].push(t.min(n - 1));
+                }
+                if guarded && b + 1 < n {
+                    succ[b].push(b + 1);
+                }
+            } else if Self::ends_path(l, noreturn) {
+                if guarded && b + 1 < n {
+                    succ[b].push(b + 1);
+                }
+            } else if b + 1 < n {
+                succ[b].push(b + 1);
+            }
+        }
+        let exits: Vec<bool> = (0..n)
+            .map(|b| {
+                let last = if b + 1 < n { starts[b + 1] - 1 } else { ins.len() - 1 };
+                let op = Self::mnemonic(&ins[last]);
+                op == "ret" || op == "exit"
+            })
+            .collect();
+        let mut pred = vec![Vec::new(); n];
+        for (b, ss) in succ.iter().enumerate() {
+            for &s in ss {
+                pred[s].push(b);
+            }
+        }
+        let dom = Self::dominators(n, &pred, |b| b == 0);
+        let pdom = Self::dominators(n, &succ, |b| exits[b]);
+        Self { ins, block, dom, pdom }
+    }
+
+    /// Whether an instruction ends its block: a branch, `ret`, `exit`, `trap`, or a call of a
+    /// function in `noreturn`.
+    fn ends_path(l: &str, noreturn: &[String]) -> bool {
+        let op = Self::mnemonic(l);
+        op.starts_with("bra")
+            || op == "ret"
+            || op == "exit"
+            || op == "trap"
+            || (op.starts_with("call") && tokens(l).iter().any(|t| noreturn.iter().any(|f| f == t)))
+    }
+
+    /// The mnemonic of an instruction line, past a guard predicate.
+    fn mnemonic(l: &str) -> &str {
+        let t = tokens(l);
+        t.into_iter().find(|t| !t.starts_with('@')).unwrap_or("")
+    }
+
+    /// Iterative (post-)dominator sets: `preds` are the edges walked back from `root` blocks.
+    fn dominators(n: usize, preds: &[Vec<usize>], root: impl Fn(usize) -> bool) -> Vec<Vec<bool>> {
+        let mut d: Vec<Vec<bool>> =
+            (0..n).map(|b| if root(b) { (0..n).map(|a| a == b).collect() } else { vec![true; n] }).collect();
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for b in (0..n).filter(|&b| !root(b)) {
+                let mut new = vec![true; n];
+                for &p in &preds[b] {
+                    for a in 0..n {
+                        new[a] &= d[p][a];
+                    }
+                }
+                new[b] = true;
+                if new != d[b] {
+                    d[b] = new;
+                    changed = true;
+                }
+            }
+        }
+        d
+    }
+
+    /// The indices of the instructions that hold `want` (whole tokens, as [`holds`]).
+    pub fn find(&self, want: &str) -> Vec<usize> {
+        self.ins.iter().enumerate().filter(|(_, l)| holds(&[tokens(l)], want)).map(|(i, _)| i).collect()
+    }
+
+    /// Whether instruction `a` is executed before instruction `b` on every path to `b`.
+    pub fn dominates(&self, a: usize, b: usize) -> bool {
+        let (ba, bb) = (self.block[a], self.block[b]);
+        if ba == bb { a < b } else { self.dom[bb][ba] }
+    }
+
+    /// Whether instruction `a` is executed after instruction `b` on every path from `b` to a
+    /// `ret`.
+    pub fn post_dominates(&self, a: usize, b: usize) -> bool {
+        let (ba, bb) = (self.block[a], self.block[b]);
+        if ba == bb { a > b } else { self.pdom[bb][ba] }
+    }
+
+    /// Whether every instruction holding `later` has one holding `earlier` before it on every
+    /// path (and there is at least one of each).
+    pub fn always_before(&self, earlier: &str, later: &str) -> bool {
+        let (e, l) = (self.find(earlier), self.find(later));
+        !e.is_empty() && !l.is_empty() && l.iter().all(|&i| e.iter().any(|&j| self.dominates(j, i)))
+    }
+
+    /// Whether every instruction holding `earlier` has one holding `later` after it on every
+    /// path to a `ret` (and there is at least one of each).
+    pub fn always_after(&self, later: &str, earlier: &str) -> bool {
+        let (e, l) = (self.find(earlier), self.find(later));
+        !e.is_empty() && !l.is_empty() && e.iter().all(|&i| l.iter().any(|&j| self.post_dominates(j, i)))
+    }
+
+    /// The instructions of each basic block, in program order.
+    pub fn blocks(&self) -> Vec<Vec<&str>> {
+        let mut out: Vec<Vec<&str>> = Vec::new();
+        for (i, l) in self.ins.iter().enumerate() {
+            if out.len() <= self.block[i] {
+                out.resize(self.block[i] + 1, Vec::new());
+            }
+            out[self.block[i]].push(l);
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -250,7 +652,7 @@ $L__BB0_1:
     #[test]
     fn check_reports_missing_text_and_calls() {
         let e = entries(PTX);
-        let ok = Check::new("", &["mbarrier.try_wait.parity"], &[]);
+        let ok = Check::new("", &["mbarrier.try_wait.parity.shared::cta.b64"], &[]);
         let mut ok1 = ok;
         ok1.wrapper = "k1";
         // kernel names are check_<wrapper>; build a map under that name
@@ -260,10 +662,28 @@ $L__BB0_1:
         assert!(check_ptx(&ok1, &m).is_empty());
         let bad = Check::new("k1", &["cp.async.bulk"], &[]);
         assert_eq!(check_ptx(&bad, &m).len(), 1);
+        // Whole tokens: a prefix of the mnemonic is not the instruction.
+        let prefix = Check::new("k1", &["mbarrier.try_wait.parity"], &[]);
+        assert_eq!(check_ptx(&prefix, &m).len(), 1);
+        let forbidden = Check::new("k1", &["mbarrier.try_wait.parity.shared::cta.b64"], &[]).forbid(&["selp"]);
+        assert!(check_ptx(&forbidden, &m)[0].contains("forbidden `selp`"));
         let call = Check::new("k2", &[], &[]);
         assert!(check_ptx(&call, &m)[0].contains("call"));
-        assert!(check_ptx(&call.calls(), &m).is_empty());
+        assert!(check_ptx(&call.calls("f"), &m).is_empty());
+        assert!(check_ptx(&call.calls("g"), &m)[0].contains("no call of `g`"));
         assert!(check_ptx(&Check::new("nope", &[], &[]), &m)[0].contains("no such"));
+    }
+
+    #[test]
+    fn cfg_orders_by_paths_not_by_text() {
+        // Text order: c, then the loop body b; program order: a, b (loop), c.
+        let body = "\tld.u32 %r1, [%rd1];\n\tbra.uni $L__BB0_2;\n$L__BB0_3:\n\tst.u32 [%rd1], %r1;\n\tret;\n                    $L__BB0_2:\n\tadd.s32 %r1, %r1, 1;\n\tsetp.lt.u32 %p1, %r1, 9;\n\t@%p1 bra $L__BB0_2;\n                    \tbra.uni $L__BB0_3;\n";
+        let g = Cfg::new(body, &[]);
+        assert!(g.always_before("ld.u32", "add.s32"));
+        assert!(g.always_before("add.s32", "st.u32"), "the store follows the loop on every path");
+        assert!(!g.always_before("st.u32", "add.s32"), "text order is not program order");
+        assert!(g.always_after("st.u32", "add.s32"));
+        assert!(!g.always_after("add.s32", "st.u32"));
     }
 
     #[test]

@@ -11,6 +11,12 @@ fn body(name: &str) -> Vec<String> {
     ptxcheck::instructions(b).into_iter().map(str::to_string).collect()
 }
 
+/// The control flow of kernel `name` in the sm_90 module.
+fn cfg(name: &str) -> ptxcheck::Cfg {
+    let entries = ptxcheck::entries(mscclpp_rs::PTX);
+    ptxcheck::Cfg::of(mscclpp_rs::PTX, entries.get(name).unwrap_or_else(|| panic!("no kernel {name}")))
+}
+
 fn first(ins: &[String], text: &str) -> usize {
     ins.iter().position(|l| l.contains(text)).unwrap_or_else(|| panic!("`{text}` not found in\n{}", ins.join("\n")))
 }
@@ -32,9 +38,14 @@ fn put_and_get_copy_with_every_element_width_and_no_call() {
         for text in ["ld.global.v4.u32", "st.global.v4.u32", "ld.global.u64", "st.global.u64", "ld.global.u32 "] {
             first(&ins, text);
         }
-        // The unrolled 16-byte loop issues four loads before its first store.
-        let store = first(&ins, "st.global.v4.u32");
-        assert!(count(&ins[..store], "ld.global.v4.u32") >= 4, "{kernel}: loads not batched before the stores");
+        // The unrolled 16-byte loop issues four loads before its first store: some basic block
+        // (where text order is program order) holds four loads ahead of its first store.
+        let g = cfg(kernel);
+        let batched = g.blocks().iter().any(|b| {
+            let store = b.iter().position(|l| l.contains("st.global.v4.u32")).unwrap_or(b.len());
+            b[..store].iter().filter(|l| l.contains("ld.global.v4.u32")).count() >= 4 && store < b.len()
+        });
+        assert!(batched, "{kernel}: loads not batched before the stores");
         assert!(!ins.iter().any(|l| l.starts_with("call")), "{kernel}: a call remains");
     }
 }
@@ -56,16 +67,17 @@ fn packets_travel_in_one_volatile_access() {
 #[test]
 fn grid_barrier_orders_arrival_release_and_acquire() {
     let ins = body("grid_barrier_check");
-    let (bar, inc, rel, fence) = (
-        first(&ins, "barrier.sync 0;"),
-        first(&ins, "atom.acq_rel.gpu.inc.u32"),
-        first(&ins, "st.release.gpu.u32"),
-        first(&ins, "fence.acq_rel.gpu;"),
-    );
-    assert!(bar < inc, "the CTA barrier gathers the block's writes before the arrival");
+    // Orders on every path of the control flow (the text order of blocks is only the layout).
+    let g = cfg("grid_barrier_check");
+    let (bar, inc, rel, fence) =
+        ("barrier.sync 0;", "atom.acq_rel.gpu.inc.u32", "st.release.gpu.u32", "fence.acq_rel.gpu;");
+    assert!(g.always_before(bar, inc), "the CTA barrier gathers the block's writes before the arrival");
     // Non-aligned barriers: the leader reaches the second one after a divergent spin.
     assert!(!ins.iter().any(|l| l.starts_with("bar.sync")), "an aligned barrier after divergent code");
-    assert!(inc < rel && inc < fence, "release / acquire of the generation after the arrival");
+    assert!(
+        g.always_before(inc, rel) && g.always_before(inc, fence),
+        "release / acquire of the generation after the arrival"
+    );
     assert!(count(&ins, "barrier.sync 0;") >= 2, "a CTA barrier after the leader's wait");
     assert_only_expiry_calls("grid_barrier_check", &ins);
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use mscclpp_rs::checks::{BARRIER_COUNTS, all_checks, sm90_checks, sm100a_checks};
+use mscclpp_rs::checks::{BARRIER_COUNTS, Check, all_checks, sm90_checks, sm100a_checks};
 use mscclpp_rs::ptxcheck;
 
 #[test]
@@ -130,4 +130,112 @@ fn barrier_counting_sees_every_spelling() {
     let sass =
         "BAR.SYNC.DEFER_BLOCKING 0x0\n@P0 BAR.SYNC 0x1\nBAR.ARV 0x1, 0x40\nBAR.SYNC.DEFER_BLOCKING R13, R13\nEXIT\n";
     assert_eq!(ptxcheck::sass_barriers(sass), 2);
+}
+
+/// Pairs `(check, kernel)` where the check is also met by another wrapper's check kernel, with
+/// the reason it cannot tell them apart. Every other check fails on every other kernel.
+const SHARED_EXPECTATIONS: &[(&str, &str, &str)] = &[];
+
+/// Every check evaluated against every other check kernel of its module (PTX and SASS halves):
+/// a check that another wrapper's kernel also satisfies would not notice that wrapper emitted in
+/// place of its own.
+#[test]
+fn no_check_is_satisfied_by_another_checks_kernel() {
+    let Some(sass90) = ptxcheck::main_sass_or_skip("ptx_checks::cross") else { return };
+    let asm = nvptx_builder::assemble(&mscclpp_rs::ptx_sm100a_path(), "sm_100a").expect("ptxas/cuobjdump");
+    let sass100 = ptxcheck::sass_functions(&asm.sass);
+    let modules: [(Vec<&Check>, _, _); 2] = [
+        (sm90_checks().collect(), ptxcheck::entries(mscclpp_rs::PTX), sass90),
+        (sm100a_checks().collect(), ptxcheck::entries(mscclpp_rs::PTX_SM100A), sass100),
+    ];
+    let mut found = Vec::new();
+    for (checks, entries, sass) in &modules {
+        for c in checks {
+            for other in checks {
+                if other.wrapper == c.wrapper {
+                    continue;
+                }
+                let k = other.kernel();
+                let (Some(body), Some(text)) = (entries.get(&k), sass.get(&k)) else { continue };
+                if ptxcheck::ptx_problems(c, &k, body).is_empty() && ptxcheck::sass_problems(c, &k, text).is_empty() {
+                    found.push((c.wrapper, other.wrapper));
+                }
+            }
+        }
+    }
+    let unexpected: Vec<_> =
+        found.iter().filter(|(c, k)| !SHARED_EXPECTATIONS.iter().any(|(ec, ek, _)| ec == c && ek == k)).collect();
+    assert!(unexpected.is_empty(), "checks met by another wrapper's kernel (check, kernel): {unexpected:#?}");
+    let stale: Vec<_> = SHARED_EXPECTATIONS.iter().filter(|(c, k, _)| !found.contains(&(c, k))).collect();
+    assert!(stale.is_empty(), "listed exceptions that no longer hold: {stale:?}");
+}
+
+/// A check without SASS texts says why.
+#[test]
+fn every_check_has_sass_texts_or_a_reason() {
+    let bare: Vec<_> = all_checks().filter(|c| c.sass.is_empty() && c.no_sass.is_none()).map(|c| c.wrapper).collect();
+    assert!(bare.is_empty(), "checks with no SASS texts and no reason: {bare:?}");
+    let both: Vec<_> = all_checks().filter(|c| !c.sass.is_empty() && c.no_sass.is_some()).map(|c| c.wrapper).collect();
+    assert!(both.is_empty(), "checks with SASS texts and a reason for having none: {both:?}");
+}
+
+/// The print wrappers' functions call `vprintf` (their check kernels call the wrapper, which is
+/// not inlined).
+#[test]
+fn print_wrappers_call_vprintf() {
+    let funcs = ptxcheck::funcs(mscclpp_rs::PTX);
+    for name in ["print_failure", "print_timeout", "print_panic"] {
+        let bodies: Vec<_> = funcs.iter().filter(|(sym, _)| ptxcheck::names(sym, name)).collect();
+        assert_eq!(bodies.len(), 1, "{name}: {} definitions", bodies.len());
+        let calls: Vec<_> = ptxcheck::instructions(bodies[0].1).into_iter().filter(|l| l.starts_with("call")).collect();
+        assert!(
+            calls.len() == 1 && ptxcheck::tokens(calls[0]).contains(&"vprintf"),
+            "{name}: calls {calls:?}, not one vprintf"
+        );
+    }
+}
+
+/// Each macro-generated wrapper's instruction literal (with its invocation's prefix) is the
+/// mnemonic its check expects: a row whose literal is edited must fail here even when the check
+/// table is left alone.
+#[test]
+fn macro_rows_emit_what_their_checks_expect() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("device/src/ptx");
+    let rows = ptxcheck::macro_rows(&dir).expect("reading device/src/ptx");
+    assert!(rows.len() > 200, "found only {} macro rows", rows.len());
+    let mut problems = Vec::new();
+    for row in &rows {
+        let Some(c) = all_checks().find(|c| c.wrapper == row.name) else {
+            problems.push(format!("{}: no check", row.name));
+            continue;
+        };
+        let first = c.ptx.first().map(|w| ptxcheck::tokens(w)).and_then(|t| t.first().copied());
+        if first != Some(row.instruction.as_str()) {
+            problems.push(format!("{}: the row emits `{}`, the check expects {:?}", row.name, row.instruction, c.ptx));
+        }
+    }
+    assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+}
+
+/// Inline assembly lives only in `device/src/ptx/` (every other crate and module uses its
+/// wrappers).
+#[test]
+fn no_inline_asm_outside_the_ptx_module() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ptx = root.join("device/src/ptx");
+    let mut found = Vec::new();
+    for dir in ["device", "host", "collectives", "ptx-tests", "examples", "src", "tests", "benches", "nvptx-builder"] {
+        let dir = root.join(dir);
+        if !dir.exists() {
+            continue;
+        }
+        for (f, line) in ptxcheck::inline_asm_uses(&dir).expect("reading sources") {
+            if !f.starts_with(&ptx) && !f.starts_with(root.join("target")) {
+                found.push(format!("{}: {line}", f.display()));
+            }
+        }
+    }
+    // This file names the macros in its own text; it is not assembly.
+    found.retain(|f| !f.contains("tests/ptx_checks.rs") && !f.contains("src/ptxcheck.rs"));
+    assert!(found.is_empty(), "inline assembly outside device/src/ptx:\n{}", found.join("\n"));
 }

@@ -15,14 +15,50 @@ fn first(ins: &[String], text: &str) -> usize {
     ins.iter().position(|l| l.contains(text)).unwrap_or_else(|| panic!("`{text}` not found in\n{}", ins.join("\n")))
 }
 
-fn last(ins: &[String], text: &str) -> usize {
-    ins.iter().rposition(|l| l.contains(text)).unwrap_or_else(|| panic!("`{text}` not found"))
+/// The control flow of kernel `name` in the sm_90 module.
+fn cfg(name: &str) -> ptxcheck::Cfg {
+    let entries = ptxcheck::entries(mscclpp_rs::PTX);
+    ptxcheck::Cfg::of(mscclpp_rs::PTX, entries.get(name).unwrap_or_else(|| panic!("no kernel {name}")))
 }
 
 /// The only calls a switch kernel may keep are the waits' cold expiry path (print and trap).
 fn assert_only_expiry_calls(kernel: &str, ins: &[String]) {
     let calls: Vec<_> = ins.iter().filter(|l| l.starts_with("call")).collect();
     assert!(calls.iter().all(|l| l.contains("poll7expired")), "{kernel}: stray call in {calls:?}");
+}
+
+const BAR: &str = "barrier.sync 0;";
+
+/// Whether every instruction holding `site` comes after a whole barrier round on every path: a
+/// CTA barrier, the leader's signal and wait (only the leader runs them), then a CTA barrier
+/// that every thread passes after the wait and before `site`.
+fn after_a_round(g: &ptxcheck::Cfg, site: &str) -> bool {
+    let (bars, sigs, waits) = (g.find(BAR), g.find(SIGNAL), g.find(WAIT));
+    let sites = g.find(site);
+    !sites.is_empty()
+        && sites.iter().all(|&x| {
+            bars.iter().any(|&b2| {
+                g.dominates(b2, x)
+                    && waits.iter().any(|&w| {
+                        g.post_dominates(b2, w)
+                            && sigs.iter().any(|&s| g.dominates(s, w) && bars.iter().any(|&b1| g.dominates(b1, s)))
+                    })
+            })
+        })
+}
+
+/// Whether every instruction holding `site` is followed, on every path, by a CTA barrier that
+/// comes before the leader's signal and its wait.
+fn before_a_round(g: &ptxcheck::Cfg, site: &str) -> bool {
+    let (bars, sigs, waits) = (g.find(BAR), g.find(SIGNAL), g.find(WAIT));
+    let sites = g.find(site);
+    !sites.is_empty()
+        && sites.iter().all(|&x| {
+            bars.iter().any(|&b| {
+                g.post_dominates(b, x)
+                    && sigs.iter().any(|&s| g.dominates(b, s) && waits.iter().any(|&w| g.dominates(s, w)))
+            })
+        })
 }
 
 const SIGNAL: &str = "multimem.red.release.sys.global.add.u64 ";
@@ -38,13 +74,13 @@ fn allreduce_kernels_reduce_and_broadcast_between_two_barrier_rounds() {
         let ins = body(kernel);
         let load = format!("multimem.ld_reduce.relaxed.sys.global.add.{ty} ");
         let store = format!("multimem.st.relaxed.sys.global.{ty} ");
-        let (l, s) = (first(&ins, &load), first(&ins, &store));
-        assert!(l < s, "{kernel}: the broadcast follows the reduce");
-        assert!(first(&ins, SIGNAL) < l, "{kernel}: opening signal before the first reduce");
-        assert!(first(&ins, WAIT) < l, "{kernel}: opening wait before the first reduce");
-        assert!(last(&ins, SIGNAL) > last(&ins, &store), "{kernel}: closing signal after the last broadcast");
-        assert!(last(&ins, WAIT) > last(&ins, SIGNAL), "{kernel}: closing wait after the closing signal");
-        assert!(first(&ins, "barrier.sync 0;") < first(&ins, SIGNAL), "{kernel}: CTA barrier before the release");
+        // Orders on every path of the control flow (the text order of blocks is only the layout).
+        let g = cfg(kernel);
+        first(&ins, &load);
+        first(&ins, &store);
+        assert!(g.always_before(&load, &store), "{kernel}: the broadcast follows a reduce");
+        assert!(after_a_round(&g, &load), "{kernel}: a reduce not behind the opening round");
+        assert!(before_a_round(&g, &store), "{kernel}: a broadcast not followed by the closing round");
         assert_only_expiry_calls(kernel, &ins);
     }
 }
@@ -53,8 +89,9 @@ fn allreduce_kernels_reduce_and_broadcast_between_two_barrier_rounds() {
 fn red_allreduce_adds_between_two_barrier_rounds() {
     let ins = body("switch_allreduce_red_f32x4");
     let red = "multimem.red.relaxed.sys.global.add.v4.f32 ";
-    assert!(first(&ins, SIGNAL) < first(&ins, red));
-    assert!(last(&ins, SIGNAL) > last(&ins, red));
+    let g = cfg("switch_allreduce_red_f32x4");
+    assert!(after_a_round(&g, red), "an add not behind the opening round");
+    assert!(before_a_round(&g, red), "an add not followed by the closing round");
     assert!(!ins.iter().any(|l| l.contains("multimem.ld_reduce")));
     assert_only_expiry_calls("switch_allreduce_red_f32x4", &ins);
 }

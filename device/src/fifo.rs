@@ -270,7 +270,8 @@ mod device {
     // SAFETY: a `Producer` exists only inside `FifoDeviceHandle::{push, poll, sync}`, whose
     // callers guarantee that the handle was built by the host for this GPU: `size` is the ring's
     // power-of-two slot count, the ring, head, tail and cache addresses are valid for the
-    // accesses below, and each method uses the ordering the trait asks for.
+    // accesses below, and each method uses the ordering the trait asks for (the table
+    // `protocol::fifo::order`, which `tests/fifo_ptx.rs` holds these instructions to).
     unsafe impl proto::ProducerMem for Producer<'_> {
         #[inline(always)]
         fn size(&self) -> u64 {

@@ -2,10 +2,10 @@
 //! counters, and the consumer.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use mscclpp_device::fifo::{FifoDeviceHandle, ProxyTrigger};
-use mscclpp_device::protocol::fifo::{Consumer, ConsumerMem};
+use mscclpp_device::protocol::fifo::{Consumer, ConsumerMem, order};
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -48,13 +48,13 @@ unsafe impl ConsumerMem for HostView<'_> {
         unsafe {
             let w = self.ring.add(2 * slot as usize);
             // Partner: the producer's release store of the whole trigger (word 1 read first).
-            let w1 = (*w.add(1)).load(Ordering::Acquire);
-            ((*w).load(Ordering::Relaxed), w1)
+            let w1 = (*w.add(1)).load(order::READ_WORD1);
+            ((*w).load(order::READ_WORD0), w1)
         }
     }
     fn store_tail(&self, tail: u64) {
         // Partner: the producers' acquire load of the tail (device `load_tail`).
-        self.tail.store(tail, Ordering::Release);
+        self.tail.store(tail, order::STORE_TAIL);
     }
 }
 

@@ -245,13 +245,25 @@ mod tests {
         assert!(check_mapped_range(&claim(u64::MAX, 1, u64::MAX), 0, 0, u64::MAX).is_err());
     }
 
+    /// The layout is a wire format between processes that may be built separately: pin every
+    /// field's offset and the size, so that reordering, resizing or padding a field fails here
+    /// (a bytes round trip within one build cannot notice any of those).
     #[test]
-    fn exported_layout_round_trips_as_bytes() {
-        let mut e =
-            ExportedMemory { handle: [0; 64], bytes: 4096, offset: 512, allocation_bytes: 1 << 21, pid: 7, ordinal: 1 };
-        e.handle[3] = 0xfe;
-        let bytes = bytemuck::bytes_of(&e).to_vec();
-        let back: ExportedMemory = *bytemuck::from_bytes(&bytes);
-        assert_eq!(back, e);
+    fn exported_layout_is_pinned() {
+        use core::mem::{align_of, offset_of, size_of};
+        assert_eq!(offset_of!(ExportedMemory, handle), 0);
+        assert_eq!(offset_of!(ExportedMemory, bytes), 64);
+        assert_eq!(offset_of!(ExportedMemory, offset), 72);
+        assert_eq!(offset_of!(ExportedMemory, allocation_bytes), 80);
+        assert_eq!(offset_of!(ExportedMemory, pid), 88);
+        assert_eq!(offset_of!(ExportedMemory, ordinal), 92);
+        assert_eq!(size_of::<ExportedMemory>(), 96);
+        assert_eq!(align_of::<ExportedMemory>(), 8);
+        // Little-endian fields at those offsets.
+        let e = ExportedMemory { handle: [0xab; 64], bytes: 1, offset: 2, allocation_bytes: 3, pid: 4, ordinal: 5 };
+        let b = bytemuck::bytes_of(&e);
+        assert_eq!(&b[64..72], &1u64.to_le_bytes());
+        assert_eq!(&b[88..92], &4u32.to_le_bytes());
+        assert_eq!(&b[92..96], &5u32.to_le_bytes());
     }
 }

@@ -47,6 +47,30 @@
 use super::Waiter;
 use crate::fifo::{COMMIT_BIT, ProxyTrigger};
 
+/// The memory orderings of the FIFO's accesses, in one place: the loom model and the host
+/// consumer take their orderings from here, and the PTX checks of the push kernel
+/// (`tests/fifo_ptx.rs`) hold the GPU facade's instructions to them.
+pub mod order {
+    use core::sync::atomic::Ordering::{self, Acquire, Relaxed, Release};
+
+    /// [`super::ProducerMem::fetch_add_head`]: only hands out positions.
+    pub const FETCH_ADD_HEAD: Ordering = Relaxed;
+    /// [`super::ProducerMem::tail_cache`].
+    pub const TAIL_CACHE: Ordering = Acquire;
+    /// [`super::ProducerMem::load_tail`].
+    pub const LOAD_TAIL: Ordering = Acquire;
+    /// [`super::ProducerMem::raise_cache`] (a read-modify-write).
+    pub const RAISE_CACHE: Ordering = Release;
+    /// [`super::ProducerMem::publish`]: the one 16-byte store of both words.
+    pub const PUBLISH: Ordering = Release;
+    /// [`super::ConsumerMem::read_slot`], word 1 (read first).
+    pub const READ_WORD1: Ordering = Acquire;
+    /// [`super::ConsumerMem::read_slot`], word 0 (read after word 1).
+    pub const READ_WORD0: Ordering = Relaxed;
+    /// [`super::ConsumerMem::store_tail`].
+    pub const STORE_TAIL: Ordering = Release;
+}
+
 /// The producer's view of the FIFO's memory.
 ///
 /// The protocol functions ([`push`], [`poll`], [`sync`]) are safe to call, so the obligation
