@@ -188,16 +188,17 @@ pub enum DeviceMessage<'a> {
         /// The spin budget the kernel was given.
         budget_ns: u64,
     },
-    /// `mscclpp-device: MSG at FILE:LINE (block B, thread T)`, the file ending in `file`.
+    /// `mscclpp-device: MSG at FILE:LINE (block B, thread T)`, the file exactly `file`.
     Failure {
         /// The message.
         msg: &'a str,
-        /// The end of the caller's file path (the kernel's source, not the library's).
+        /// The caller's file as the compiler names it: the kernel crate's `src/...rs` (a path
+        /// into the device library would name the library, not the caller).
         file: &'a str,
     },
-    /// `mscclpp-device: panic at FILE:LINE: MSG`, the file ending in `file`.
+    /// `mscclpp-device: panic at FILE:LINE: MSG`, the file exactly `file`.
     Panic {
-        /// The end of the panicking code's file path.
+        /// The panicking code's file, as for [`DeviceMessage::Failure`].
         file: &'a str,
         /// Text the message contains.
         msg: &'a str,
@@ -245,7 +246,7 @@ pub fn check_device_messages(text: &str, want: DeviceMessage, blocks: u32, threa
             let (loc, msg) = rest.split_once(": ").ok_or(format!("malformed panic line: {line}"))?;
             let (file, _) = file_line(loc).ok_or(format!("no file.rs:line location: {line}"))?;
             if let DeviceMessage::Panic { file: f, msg: m } = want
-                && file.ends_with(f)
+                && file == f
                 && msg.contains(m)
             {
                 found = true;
@@ -260,7 +261,7 @@ pub fn check_device_messages(text: &str, want: DeviceMessage, blocks: u32, threa
             if let DeviceMessage::Failure { msg: m, file: f } = want
                 && msg == m
             {
-                if !file.ends_with(f) {
+                if file != f {
                     return Err(format!("the location names {file}, not the caller's {f}: {line}"));
                 }
                 found = true;
@@ -280,11 +281,14 @@ mod device_message_tests {
     fn whole_lines_pass() {
         let text = "x\nmscclpp-device: wait LL16Packet::read timed out after 20000512 ns (block 0, thread 31)\n";
         assert_eq!(check_device_messages(text, T, 1, 32), Ok(()));
-        let f = "mscclpp-device: bulk copy size is zero at ptx-tests/src/bulk.rs:40 (block 1, thread 0)";
-        let want = DeviceMessage::Failure { msg: "bulk copy size is zero", file: "ptx-tests/src/bulk.rs" };
+        let f = "mscclpp-device: bulk copy size is zero at src/bulk.rs:40 (block 1, thread 0)";
+        let want = DeviceMessage::Failure { msg: "bulk copy size is zero", file: "src/bulk.rs" };
         assert_eq!(check_device_messages(f, want, 2, 32), Ok(()));
-        let p = "mscclpp-device: panic at ptx-tests/src/checks.rs:12: index out of bounds";
-        assert_eq!(check_device_messages(p, DeviceMessage::Panic { file: "checks.rs", msg: "index" }, 1, 1), Ok(()));
+        let p = "mscclpp-device: panic at src/checks.rs:12: index out of bounds";
+        assert_eq!(
+            check_device_messages(p, DeviceMessage::Panic { file: "src/checks.rs", msg: "index" }, 1, 1),
+            Ok(())
+        );
     }
 
     #[test]
@@ -294,9 +298,10 @@ mod device_message_tests {
                        (block 0, thread 2829065216)";
         let want = DeviceMessage::Failure { msg: "bulk copy size is not a multiple of 16 bytes", file: "bulk.rs" };
         assert!(check_device_messages(garbage, want, 1, 32).is_err());
-        // The library's own file instead of the kernel's call site.
-        let lib = "mscclpp-device: bulk copy size is zero at device/src/bulk.rs:247 (block 0, thread 0)";
-        let want = DeviceMessage::Failure { msg: "bulk copy size is zero", file: "ptx-tests/src/bulk.rs" };
+        // The library's own file instead of the kernel's call site (a path dependency's file
+        // carries its directory).
+        let lib = "mscclpp-device: bulk copy size is zero at /src/device/src/bulk.rs:247 (block 0, thread 0)";
+        let want = DeviceMessage::Failure { msg: "bulk copy size is zero", file: "src/bulk.rs" };
         assert!(check_device_messages(lib, want, 1, 32).unwrap_err().contains("not the caller"));
         // Early timeout, thread outside the block, missing message.
         let early = "mscclpp-device: wait LL16Packet::read timed out after 100 ns (block 0, thread 0)";

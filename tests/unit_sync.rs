@@ -350,7 +350,7 @@ fn bounds_check_panic_prints_its_location_and_traps() {
         },
         &["LAUNCH_FAILED"],
         // The message of a bounds check is formatted, which the device does not print.
-        DeviceMessage::Panic { file: "ptx-tests/src/sync.rs", msg: "formatted message not printed" },
+        DeviceMessage::Panic { file: "src/sync.rs", msg: "formatted message not printed" },
         (1, 1),
     );
 }
