@@ -293,8 +293,7 @@ fn bulk_misaligned_size_traps_in_a_checked_build() {
     assert!(out.status.success(), "child failed:\n{text}");
     // The whole line: the message, the kernel's own call site (the copies are #[track_caller]),
     // a block and thread inside the launch.
-    let want =
-        DeviceMessage::Failure { msg: "bulk copy size is not a multiple of 16 bytes", file: "ptx-tests/src/bulk.rs" };
+    let want = DeviceMessage::Failure { msg: "bulk copy size is not a multiple of 16 bytes", file: "src/bulk.rs" };
     if let Err(e) = testing::check_device_messages(&text, want, 1, 32) {
         panic!("{e}");
     }
