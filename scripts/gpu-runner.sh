@@ -2,7 +2,7 @@
 # Runs on the GPU machine (copied to .gpu/run.sh by scripts/gpu-build.sh): the single-GPU and
 # two-GPU unit tests, the multi-rank pattern tests and the examples under mpirun and under the
 # built-in launcher, the report and the benches; prints a short table last. Logs go to $OUT (the
-# device tool's output folder) when set.
+# GPU machine's output folder) when set.
 #   bash .gpu/run.sh                  everything
 #   bash .gpu/run.sh unit mp          only those groups (unit, mp, example, report, bench, coll)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
@@ -15,7 +15,7 @@ mkdir -p "$out"
 export MSCCLPP_RS_REQUIRE_GPU=1
 export MSCCLPP_RS_BENCH_OUT="$out/bench.jsonl"
 export MSCCLPP_RS_SKIP_LOG="$out/skips.log"
-# Multicast stays off on these machines (DESIGN.md section 4); keep the variables set.
+# Multicast stays off (host/src/nvls.rs refuses while these are set); keep the variables set.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset MSCCLPP_RS_ALLOW_MULTICAST
 want=("$@")

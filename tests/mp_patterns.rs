@@ -701,7 +701,7 @@ fn allreduce_large(c: &Ctx) -> PhaseResult {
 }
 
 // ----------------------------------------------------------------------------------------------
-// Switch-channel phases, on the emulated switch channel (multicast is off on the lent machines;
+// Switch-channel phases, on the emulated switch channel (multicast is off on the test machines;
 // `Communicator::switch_channels` says why and returns the emulation).
 
 use mscclpp_device::channel::switch::SwitchElem;

@@ -4,7 +4,7 @@
 //! bytes, so it travels through the TCP bootstrap like any other data (a file descriptor needs a
 //! Unix socket and SCM_RIGHTS or `pidfd_getfd` next to the bootstrap), and it works on memory
 //! from `cuMemAlloc`, which is what [`DeviceBuffer`] allocates everywhere else in this runtime.
-//! Both were seen working on the lent H200 machines (DESIGN.md section 4). VMM is still what
+//! Both were seen working between processes on two H200s joined by NVLink. VMM is still what
 //! NVLink multicast binding needs; [`crate::nvls`] allocates that memory itself.
 //!
 //! The imported mapping is opened with `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`, so a process on

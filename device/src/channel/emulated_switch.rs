@@ -1,5 +1,5 @@
 //! The emulated switch channel: the switch channel's device API over unicast peer pointers, for
-//! machines without NVLink multicast (or where it is switched off, as on the lent H200s).
+//! machines without NVLink multicast (or where it is switched off, as on machines whose drivers refuse it).
 //!
 //! ```text
 //!  SwitchChannel (NVLS)                      EmulatedSwitchChannel
