@@ -20,18 +20,22 @@ pub const PTX_SM100A: &str = include_str!(concat!(env!("OUT_DIR"), "/ptx_tests_s
 /// path, for assembling it with ptxas (works wherever the binary runs, not only where it was built).
 pub fn ptx_path(checked: bool) -> std::path::PathBuf {
     let (name, text) = if checked { ("ptx_tests_checked", PTX_CHECKED) } else { ("ptx_tests", PTX) };
-    let dir = std::env::temp_dir().join(format!("mscclpp-rs-{}", std::process::id()));
-    let path = dir.join(format!("{name}.ptx"));
-    std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, text)).expect("writing the PTX to a temp file");
-    path
+    write_temp(name, text)
 }
 
 /// Writes the embedded sm_100a PTX ([`PTX_SM100A`]) to a temp file and returns its path.
 pub fn ptx_sm100a_path() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("mscclpp-rs-{}", std::process::id()));
-    let path = dir.join("ptx_tests_sm100a.ptx");
-    std::fs::create_dir_all(&dir)
-        .and_then(|_| std::fs::write(&path, PTX_SM100A))
-        .expect("writing the PTX to a temp file");
+    write_temp("ptx_tests_sm100a", PTX_SM100A)
+}
+
+/// Writes `text` to `NAME.ptx` in a directory of its own for every call: tests running in
+/// parallel threads each assemble their own file (ptxas writes the cubin beside it), so no test
+/// reads a file another is rewriting.
+fn write_temp(name: &str, text: &str) -> std::path::PathBuf {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("mscclpp-rs-{}-{n}", std::process::id()));
+    let path = dir.join(format!("{name}.ptx"));
+    std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, text)).expect("writing the PTX to a temp file");
     path
 }
