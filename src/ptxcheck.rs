@@ -45,16 +45,7 @@ pub fn entries(ptx: &str) -> BTreeMap<String, String> {
                 break;
             }
         }
-        // The body ends at the first unindented closing brace (nested blocks are indented).
-        let mut body = String::new();
-        for l in lines.by_ref() {
-            if l == "}" {
-                break;
-            }
-            body.push_str(l);
-            body.push('\n');
-        }
-        out.insert(name, body);
+        out.insert(name, body_until_closing_brace(&mut lines));
     }
     out
 }
@@ -195,15 +186,7 @@ pub fn funcs(ptx: &str) -> BTreeMap<String, String> {
         if !defined {
             continue;
         }
-        let mut body = String::new();
-        for l in lines.by_ref() {
-            if l == "}" {
-                break;
-            }
-            body.push_str(l);
-            body.push('\n');
-        }
-        out.insert(name, body);
+        out.insert(name, body_until_closing_brace(&mut lines));
     }
     out
 }
@@ -608,6 +591,20 @@ impl Cfg {
         }
         out
     }
+}
+
+/// The lines up to the first unindented closing brace (a function body's end: nested blocks are
+/// indented), consumed from `lines`.
+fn body_until_closing_brace<'a>(lines: &mut impl Iterator<Item = &'a str>) -> String {
+    let mut body = String::new();
+    for l in lines.by_ref() {
+        if l == "}" {
+            break;
+        }
+        body.push_str(l);
+        body.push('\n');
+    }
+    body
 }
 
 #[cfg(test)]
