@@ -4,7 +4,7 @@
 # prints the device-tool call. The GPU machine has no Rust toolchain: nothing is built there.
 #
 #   scripts/gpu-build.sh            then: device run  carry=[".gpu"]  command="bash .gpu/run.sh"
-#   bash .gpu/run.sh [unit] [mp] [example] [report] [bench] [coll]  (default: all; filters by binary name prefix too)
+#   bash .gpu/run.sh [unit] [mp] [abort] [example] [report] [bench] [coll]  (default: all; filters by binary name prefix too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .gpu
@@ -26,7 +26,7 @@ cargo build --release --bin mscclpp-rs
 cp target/release/mscclpp-rs .gpu/bin/report
 cargo test --release --no-run -p mscclpp-rs -p mscclpp-collectives
 collect test --release --no-run -p mscclpp-rs -p mscclpp-collectives | while read -r name kind path; do
-  case "$name" in unit_*|mp_*) cp "$path" ".gpu/bin/$name" ;; esac
+  case "$name" in unit_*|mp_*|peer_abort) cp "$path" ".gpu/bin/$name" ;; esac
 done
 cargo bench --no-run
 collect bench --no-run | while read -r name kind path; do

@@ -4,7 +4,7 @@
 # built-in launcher, the report and the benches; prints a short table last. Logs go to $OUT (the
 # GPU machine's output folder) when set.
 #   bash .gpu/run.sh                  everything
-#   bash .gpu/run.sh unit mp          only those groups (unit, mp, example, report, bench, coll)
+#   bash .gpu/run.sh unit mp          only those groups (unit, mp, abort, example, report, bench, coll)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
 # Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150), MSCCLPP_RS_MP_MODES
 # (default "mpirun2 launcher2 launcher4"), MSCCLPP_RS_PHASES (comma list of mp_patterns phases).
@@ -19,7 +19,7 @@ export MSCCLPP_RS_SKIP_LOG="$out/skips.log"
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset MSCCLPP_RS_ALLOW_MULTICAST
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(unit mp example report bench coll)
+[ ${#want[@]} -eq 0 ] && want=(unit mp abort example report bench coll)
 selected() { # $1 group, $2 name
   for w in "${want[@]}"; do [ "$w" = "$1" ] && return 0; case "$2" in "$w"*) return 0 ;; esac; done
   return 1
@@ -55,6 +55,15 @@ for t in "$here"/bin/mp_*; do
     done
   fi
 done
+# A dead peer: survivors must hold the named error within 1 s (the launcher runs every case, then
+# mpirun runs the GPU-wait case with a victim that exits without destructors, as mpirun would tear
+# the job down itself on a death by signal).
+if [ -e "$here/bin/peer_abort" ] && selected abort peer_abort; then
+  run peer_abort-launcher "$here/bin/peer_abort"
+  run peer_abort-mpirun2 mpirun --allow-run-as-root -np 2 -x MSCCLPP_RS_REQUIRE_GPU \
+    -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/peer_abort" \
+    --case gpu_wait --death exit
+fi
 # The examples are multi-rank programs: each runs under mpirun and under its built-in launcher.
 for e in "$here"/bin/example_*; do
   [ -e "$e" ] || continue; n=$(basename "$e")

@@ -276,6 +276,7 @@ pub const CHECKS: &[Check] = &[
     c("print_failure", &[], &["CALL.REL.NOINC", "CALL.ABS.NOINC"]).calls("print_failure"),
     c("print_timeout", &[], &["CALL.REL.NOINC", "CALL.ABS.NOINC"]).calls("print_timeout"),
     c("print_panic", &[], &["CALL.REL.NOINC", "CALL.ABS.NOINC"]).calls("print_panic"),
+    c("print_abort", &[], &["CALL.REL.NOINC", "CALL.ABS.NOINC"]).calls("print_abort"),
     // mbarrier
     c("mbarrier_init", &["mbarrier.init.shared::cta.b64"], &["SYNCS.EXCH.64"]),
     c("mbarrier_inval", &["mbarrier.inval.shared::cta.b64"], &["SYNCS.CCTL.IV"]),

@@ -77,13 +77,33 @@ fn every_public_wrapper_has_a_check_and_no_check_is_stale() {
 #[test]
 fn checked_build_differs_only_by_assertions() {
     // The checked module must contain the device-side argument checks (a vprintf call and a trap
-    // in bulk_roundtrip), the plain module must not.
+    // in bulk_roundtrip), the plain module must not: it calls only the wait's `expired` and
+    // `aborted` (each prints and traps).
     let plain = ptxcheck::entries(mscclpp_rs::PTX);
     let checked = ptxcheck::entries(mscclpp_rs::PTX_CHECKED);
     assert_eq!(plain.keys().collect::<Vec<_>>(), checked.keys().collect::<Vec<_>>());
     let count = |body: &str| ptxcheck::instructions(body).iter().filter(|l| l.starts_with("call")).count();
-    assert_eq!(count(&plain["bulk_roundtrip"]), 1, "plain: only the wait-timeout call");
+    assert_eq!(count(&plain["bulk_roundtrip"]), 2, "plain: only the wait's timeout and abort calls");
     assert!(count(&checked["bulk_roundtrip"]) > 1, "checked build lacks the argument checks");
+}
+
+/// Every bounded wait can be aborted by the host: the module defines the global the host writes
+/// the abort word's address into (by that name, 8 bytes, visible to `cuModuleGetGlobal`), and a
+/// kernel with a wait loads it (mutation caught: `abort::check` dropped from `spin_until`).
+#[test]
+fn waits_read_the_host_abort_word() {
+    let sym = mscclpp_device::abort::SYMBOL;
+    let decl = format!(".visible .global .align 8 .b8 {sym}[8];");
+    assert!(mscclpp_rs::PTX.lines().any(|l| l.trim() == decl), "no `{decl}` in the module");
+    let entries = ptxcheck::entries(mscclpp_rs::PTX);
+    let loads = |kernel: &str| {
+        ptxcheck::instructions(&entries[kernel])
+            .into_iter()
+            .filter(|l| l.starts_with("ld.") && l.contains(&format!("[{sym}]")))
+            .count()
+    };
+    assert!(loads("bulk_roundtrip") >= 1, "bulk_roundtrip's barrier wait does not read the abort word");
+    assert!(loads("mp_barrier") >= 1, "mp_barrier's semaphore wait does not read the abort word");
 }
 
 #[test]
@@ -179,18 +199,19 @@ fn every_check_has_sass_texts_or_a_reason() {
     assert!(both.is_empty(), "checks with SASS texts and a reason for having none: {both:?}");
 }
 
-/// The print wrappers' functions call `vprintf` (their check kernels call the wrapper, which is
+/// The print wrappers' functions call `vprintf` and nothing else (their check kernels call the wrapper, which is
 /// not inlined).
 #[test]
 fn print_wrappers_call_vprintf() {
     let funcs = ptxcheck::funcs(mscclpp_rs::PTX);
-    for name in ["print_failure", "print_timeout", "print_panic"] {
+    for name in ["print_failure", "print_timeout", "print_panic", "print_abort"] {
         let bodies: Vec<_> = funcs.iter().filter(|(sym, _)| ptxcheck::names(sym, name)).collect();
         assert_eq!(bodies.len(), 1, "{name}: {} definitions", bodies.len());
         let calls: Vec<_> = ptxcheck::instructions(bodies[0].1).into_iter().filter(|l| l.starts_with("call")).collect();
+        // `print_abort` has one format per cause, so one or two calls; every one is `vprintf`.
         assert!(
-            calls.len() == 1 && ptxcheck::tokens(calls[0]).contains(&"vprintf"),
-            "{name}: calls {calls:?}, not one vprintf"
+            (1..=2).contains(&calls.len()) && calls.iter().all(|c| ptxcheck::tokens(c).contains(&"vprintf")),
+            "{name}: calls {calls:?}, not vprintf alone"
         );
     }
 }

@@ -75,6 +75,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod abi;
+pub mod abort;
 pub mod atomic;
 pub mod bulk;
 pub mod channel;

@@ -5,7 +5,9 @@
 //! the host's next synchronize returns `CUDA_ERROR_LAUNCH_FAILED`, and nothing hangs silently.
 //!
 //! The budget is wall-clock time read from `%globaltimer` (nanoseconds), checked every
-//! [`CHECK_EVERY`] polls so that the common path costs one load and one compare.
+//! [`CHECK_EVERY`] polls so that the common path costs one load and one compare. A wait that has
+//! spun for [`crate::abort::POLL_AFTER_NS`] also reads the host's abort word at those checks, and
+//! traps at once, naming the lost rank, when the host has set it (see [`crate::abort`]).
 
 /// How many failed polls pass between two reads of the clock.
 pub const CHECK_EVERY: u32 = 64;
@@ -135,6 +137,7 @@ pub fn nul_terminated<'a, const N: usize>(s: &str, buf: &'a mut [u8; N]) -> &'a 
 }
 
 /// Spins until `cond()` returns true or `budget` runs out; on expiry prints `name` and traps.
+/// It also traps, with the cause, when the host sets the abort word ([`crate::abort`]).
 ///
 /// `name` is a C string literal (`c"BulkBarrier::wait"`).
 #[cfg(any(target_arch = "nvptx64", doc))]
@@ -151,10 +154,11 @@ pub fn spin_until(budget: SpinBudget, name: &'static CStr, mut cond: impl FnMut(
         }
         polls = polls.wrapping_add(1);
         if polls.is_multiple_of(CHECK_EVERY) {
-            let now = crate::ptx::sreg::globaltimer();
-            if budget.expired(now.wrapping_sub(start)) {
-                expired(name, now.wrapping_sub(start));
+            let elapsed = crate::ptx::sreg::globaltimer().wrapping_sub(start);
+            if budget.expired(elapsed) {
+                expired(name, elapsed);
             }
+            crate::abort::check(name, elapsed);
         }
     }
 }

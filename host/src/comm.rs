@@ -278,8 +278,30 @@ pub enum SwitchChannels {
 
 impl Communicator {
     /// A communicator over `boot` for this rank's `gpu`.
+    ///
+    /// It asks `boot` to report peers lost without a goodbye ([`Bootstrap::on_peer_lost`]); a
+    /// loss sets `gpu`'s abort word ([`crate::abort`]), so that every bounded wait of its kernels
+    /// traps within milliseconds, naming the lost rank, instead of spinning out its budget.
     pub fn new(boot: Arc<dyn Bootstrap>, gpu: Arc<Gpu>) -> Self {
+        let target = gpu.clone();
+        boot.on_peer_lost(Arc::new(move |peer, _why| {
+            target.abort_word().set(crate::abort::AbortCause::PeerLost(peer as u64));
+        }));
         Self { boot, gpu }
+    }
+
+    /// Aborts this GPU's waits: every bounded wait of its kernels that has waited a millisecond
+    /// or more (and every later one that does) prints "aborted by the host" and traps, so the
+    /// next synchronize returns an error. For an error path on which peers may be waiting for
+    /// this rank's GPU: abort, then exit. The word stays set; the context is not for reuse.
+    pub fn abort(&self) {
+        self.gpu.abort_word().set(crate::abort::AbortCause::Requested);
+    }
+
+    /// Why this GPU's waits were aborted, once they were: as an error to report
+    /// ([`Error::PeerLost`] naming the lost rank, or [`Error::Aborted`]).
+    pub fn abort_error(&self) -> Option<Error> {
+        self.gpu.abort_word().cause().map(crate::abort::abort_error)
     }
     /// This rank.
     pub fn rank(&self) -> usize {

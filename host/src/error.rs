@@ -74,6 +74,9 @@ pub enum Error {
         /// Who or what was waited for, e.g. `rank 1`.
         waiting_for: String,
     },
+    /// The program aborted this GPU's waits (`Communicator::abort`).
+    #[error("aborted: the program called abort(); this GPU's waits trap instead of spinning")]
+    Aborted,
     /// The connection to another rank closed or failed (the rank exited, died or was killed).
     #[error("connection to rank {peer} lost: {detail}")]
     PeerLost {

@@ -89,6 +89,8 @@ fn device_info(ordinal: usize) -> Result<DeviceInfo> {
 /// One device as the runtime uses it: its primary context, a non-blocking stream, its properties
 /// and the PTX modules loaded into it (each loaded once).
 pub struct Gpu {
+    /// See [`crate::abort`]. First, so that it is freed while the context still exists.
+    abort: crate::abort::AbortWord,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     info: DeviceInfo,
@@ -114,7 +116,9 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().ctx(|| format!("creating a stream on GPU {ordinal}"))?;
         let info = device_info(ordinal)?;
+        let abort = crate::abort::AbortWord::new(&ctx)?;
         Ok(Arc::new(Self {
+            abort,
             ctx,
             stream,
             info,
@@ -190,7 +194,8 @@ impl Gpu {
         }
     }
 
-    /// Loads `ptx` into this context once (keyed by the text's address) and returns the module.
+    /// Loads `ptx` into this context once (keyed by the text's address) and returns the module,
+    /// with this GPU's abort word's address written into it ([`crate::abort`]).
     pub fn module(&self, ptx: &'static str) -> Result<Arc<CudaModule>> {
         let key = ptx.as_ptr() as usize;
         let mut mods = self.modules.lock().unwrap_or_else(|e| e.into_inner());
@@ -201,8 +206,15 @@ impl Gpu {
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
             .ctx(|| format!("loading PTX ({} bytes) on GPU {}", ptx.len(), self.ordinal()))?;
+        self.abort_word().install(self, &m)?;
         mods.insert(key, m.clone());
         Ok(m)
+    }
+
+    /// This GPU's abort word: set it to make every bounded wait of this GPU's kernels trap with
+    /// the cause (see [`crate::abort`]).
+    pub fn abort_word(&self) -> &crate::abort::AbortWord {
+        &self.abort
     }
 
     /// The kernel `name` of the module `ptx` (module loaded once, function looked up once).

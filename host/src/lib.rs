@@ -54,6 +54,7 @@
 //! the channels whose handles the kernels take. [`cudarc`] is re-exported for streams, events and
 //! graphs, so that programs use the version this crate is built with.
 
+pub mod abort;
 pub mod bootstrap;
 pub mod bulk;
 pub mod channel;

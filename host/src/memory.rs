@@ -202,7 +202,12 @@ impl PinnedBuffer {
     /// Allocates `bytes` of zeroed, device-mapped pinned memory (`gpu`'s context must exist; the
     /// memory is portable to every context).
     pub fn zeroed(gpu: &Gpu, bytes: usize) -> Result<Self> {
-        gpu.bind()?;
+        Self::zeroed_in(gpu.context(), bytes)
+    }
+
+    /// [`PinnedBuffer::zeroed`] with the context alone (while the [`Gpu`] is being opened).
+    pub(crate) fn zeroed_in(ctx: &cudarc::driver::CudaContext, bytes: usize) -> Result<Self> {
+        ctx.bind_to_thread().ctx(|| "binding a context to allocate pinned memory".into())?;
         let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
         // SAFETY: a plain allocation in the bound context.
         let host = unsafe { cudarc::driver::result::malloc_host(bytes.max(1), flags) }

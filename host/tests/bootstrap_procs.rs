@@ -5,6 +5,7 @@
 //! print; started by the launcher (`--scenario NAME`) it is one rank of that scenario.
 
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mscclpp_host::bootstrap::env::ENV_TIMEOUT;
@@ -77,6 +78,44 @@ fn rank_main(mut cfg: BootstrapConfig) -> ExitCode {
                     std::thread::sleep(Duration::from_secs(60));
                 }
                 b.all_gather(b"rank 3 never sends this")?;
+            }
+            "lost_hook" | "goodbye" => {
+                // Every rank asks to hear of peers lost without a goodbye (what a Communicator
+                // turns into aborting its GPU's waits).
+                let fired: Arc<Mutex<Vec<(usize, Instant)>>> = Arc::default();
+                let sink = fired.clone();
+                let reports = b.on_peer_lost(Arc::new(move |peer, _why| {
+                    sink.lock().unwrap_or_else(|e| e.into_inner()).push((peer, Instant::now()))
+                }));
+                assert!(reports, "the TCP bootstrap reports lost peers");
+                b.barrier()?;
+                let after_barrier = Instant::now();
+                if me == 2 {
+                    if scenario == "lost_hook" {
+                        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+                    }
+                    drop(b); // a goodbye to every peer
+                    std::thread::sleep(Duration::from_millis(300));
+                } else if scenario == "lost_hook" {
+                    // The hook must fire for rank 2 alone, within a second of its death.
+                    while fired.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+                        && after_barrier.elapsed() < Duration::from_secs(5)
+                    {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    let got = fired.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    let [(2, at)] = got[..] else { panic!("hook calls {got:?}, want one for rank 2") };
+                    let ms = at.duration_since(after_barrier).as_millis();
+                    assert!(ms < 1000, "the loss of rank 2 was reported after {ms} ms");
+                    println!("rank {me}: rank 2 reported lost {ms} ms after the barrier");
+                } else {
+                    // A departure: receives from rank 2 fail by name, and nothing is aborted.
+                    let e = b.all_gather(b"rank 2 left").unwrap_err().to_string();
+                    assert!(e.contains("connection to rank 2 lost: it closed its bootstrap (said goodbye)"), "{e}");
+                    std::thread::sleep(Duration::from_millis(500));
+                    let got = fired.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    assert!(got.is_empty(), "hook called for a departure: {got:?}");
+                }
             }
             other => panic!("unknown scenario {other:?}"),
         }
@@ -163,6 +202,20 @@ fn a_killed_rank_is_named_by_the_others_at_once() -> Check {
     ensure(run.took < Duration::from_secs(10), || format!("took {:?}", run.took))
 }
 
+fn a_killed_rank_is_reported_to_the_loss_hooks_within_a_second() -> Check {
+    let run = launch("lost_hook", 20.0, Duration::from_secs(60), Duration::from_secs(5));
+    ensure(run.err().contains("rank 2 (killed by signal 9 (SIGKILL))"), || format!("launcher said: {}", run.err()))?;
+    for r in [0, 1, 3] {
+        ensure(run.has(&format!("[rank {r}] rank {r}: rank 2 reported lost ")), || format!("rank {r}: no report"))?;
+        ensure(run.has(&format!("[rank {r}] rank {r}: ok")), || format!("rank {r} did not report ok"))?;
+    }
+    Ok(())
+}
+
+fn a_rank_saying_goodbye_is_not_reported_lost() -> Check {
+    all_ok(&launch("goodbye", 20.0, Duration::from_secs(60), Duration::from_secs(5)))
+}
+
 fn a_hanging_rank_times_out_by_name_and_is_killed() -> Check {
     let run = launch("hang", 20.0, Duration::from_secs(60), Duration::from_secs(1));
     for r in [0, 1, 2] {
@@ -213,6 +266,11 @@ fn driver() -> ExitCode {
         ("four_ranks_all_gather_barrier_send_recv", four_ranks_all_gather_barrier_send_recv),
         ("rank_zero_starting_late_is_waited_for", rank_zero_starting_late_is_waited_for),
         ("a_killed_rank_is_named_by_the_others_at_once", a_killed_rank_is_named_by_the_others_at_once),
+        (
+            "a_killed_rank_is_reported_to_the_loss_hooks_within_a_second",
+            a_killed_rank_is_reported_to_the_loss_hooks_within_a_second,
+        ),
+        ("a_rank_saying_goodbye_is_not_reported_lost", a_rank_saying_goodbye_is_not_reported_lost),
         ("a_hanging_rank_times_out_by_name_and_is_killed", a_hanging_rank_times_out_by_name_and_is_killed),
         ("no_rank_zero_is_a_named_timeout", no_rank_zero_is_a_named_timeout),
         ("a_rank_with_a_foreign_token_is_turned_away", a_rank_with_a_foreign_token_is_turned_away),

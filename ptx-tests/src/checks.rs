@@ -79,6 +79,7 @@ kernels! {
     fn check_print_failure(p: *mut u32) { if *p == 1 { print::print_failure(c"check", c"file.rs", 7); } }
     fn check_print_timeout(p: *mut u32) { if *p == 1 { print::print_timeout(c"check", 5); } }
     fn check_print_panic(p: *mut u32) { if *p == 1 { print::print_panic(c"file.rs", 7, c"m"); } }
+    fn check_print_abort(p: *mut u32) { if *p == 1 { print::print_abort(c"check", 2); } }
 }
 
 // mbarrier: p[0] is the barrier's shared address, p[1] a count or byte total.

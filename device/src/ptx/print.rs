@@ -61,6 +61,46 @@ pub fn print_timeout(name: &CStr, elapsed_ns: u64) {
     };
 }
 
+/// `call vprintf` with "mscclpp-device: wait NAME aborted: rank R was lost (block B, thread T)",
+/// or "... aborted by the host ..." for the word `u64::MAX` (see [`crate::abort::AbortCause`]).
+#[inline(never)]
+pub fn print_abort(name: &CStr, word: u64) {
+    #[repr(C)]
+    struct Requested {
+        name: *const c_char,
+        block: u32,
+        thread: u32,
+    }
+    #[repr(C)]
+    struct Lost {
+        name: *const c_char,
+        rank: u64,
+        block: u32,
+        thread: u32,
+    }
+    let (block, thread) = (super::sreg::ctaid_x(), super::sreg::tid_x());
+    if word == u64::MAX {
+        let args = Requested { name: name.as_ptr(), block, thread };
+        // SAFETY: the format's conversions match `Requested` field by field; `name` is
+        // NUL-terminated (`CStr`).
+        unsafe {
+            vprintf(
+                c"mscclpp-device: wait %s aborted by the host (block %u, thread %u)\n".as_ptr(),
+                (&raw const args).cast(),
+            )
+        };
+    } else {
+        let args = Lost { name: name.as_ptr(), rank: word.wrapping_sub(1), block, thread };
+        // SAFETY: the format's conversions match `Lost` field by field; `name` is NUL-terminated.
+        unsafe {
+            vprintf(
+                c"mscclpp-device: wait %s aborted: rank %llu was lost (block %u, thread %u)\n".as_ptr(),
+                (&raw const args).cast(),
+            )
+        };
+    }
+}
+
 /// `call vprintf` with "mscclpp-device: panic at FILE:LINE: MSG".
 #[inline(never)]
 pub fn print_panic(file: &CStr, line: u32, msg: &CStr) {

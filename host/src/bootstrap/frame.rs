@@ -170,6 +170,9 @@ pub enum Kind {
     /// The accepting side of a new connection to the connecting side: a fresh nonce that the
     /// hello or connect must answer with a proof of the token.
     Challenge = 8,
+    /// A rank closing its bootstrap on purpose (drop without a panic): its connection ending
+    /// after this is a departure, not a death, and aborts nothing.
+    Goodbye = 9,
 }
 
 impl Kind {
@@ -184,6 +187,7 @@ impl Kind {
             6 => Kind::Barrier,
             7 => Kind::Message,
             8 => Kind::Challenge,
+            9 => Kind::Goodbye,
             _ => return None,
         })
     }
@@ -199,6 +203,7 @@ impl Kind {
             Kind::Barrier => "barrier",
             Kind::Message => "send",
             Kind::Challenge => "challenge",
+            Kind::Goodbye => "goodbye",
         }
     }
 }

@@ -5,11 +5,12 @@
 use std::collections::VecDeque;
 use std::io;
 use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use super::frame::{self, Frame, Kind, Token};
-use super::lock;
+use super::{PeerLostHook, lock};
 use crate::error::Error;
 
 #[derive(Default)]
@@ -21,6 +22,8 @@ struct Slot {
     collectives: usize,
     /// Why the connection ended, once it has.
     lost: Option<String>,
+    /// Whether it ended without a goodbye (a death, not a departure) while this rank was open.
+    abrupt: bool,
 }
 
 /// Collective frames one peer may have queued: the one this rank is waiting for and the next (a
@@ -29,6 +32,10 @@ pub(super) const MAX_QUEUED_COLLECTIVES: usize = 2;
 
 pub(super) struct Inbox {
     slots: Mutex<Vec<Slot>>,
+    /// Called for every abrupt loss ([`super::Bootstrap::on_peer_lost`]).
+    hooks: Mutex<Vec<PeerLostHook>>,
+    /// Set when this rank closes its own connections: what the readers see then is not a loss.
+    closing: AtomicBool,
     arrived: Condvar,
     /// Cap on [`Slot::message_bytes`] (one message alone is always accepted).
     max_queued: usize,
@@ -48,7 +55,13 @@ fn is_collective(k: Kind) -> bool {
 
 impl Inbox {
     pub(super) fn new(n: usize, max_queued: usize) -> Self {
-        Self { slots: Mutex::new((0..n).map(|_| Slot::default()).collect()), arrived: Condvar::new(), max_queued }
+        Self {
+            slots: Mutex::new((0..n).map(|_| Slot::default()).collect()),
+            hooks: Mutex::new(Vec::new()),
+            closing: AtomicBool::new(false),
+            arrived: Condvar::new(),
+            max_queued,
+        }
     }
 
     /// Queues `f` from `peer`, or refuses it (with the reason) when the peer has too much unread:
@@ -85,11 +98,58 @@ impl Inbox {
         Ok(())
     }
 
+    /// The connection to `peer` ended (or broke) without a goodbye: receives from it fail with
+    /// `why`, and unless this rank is closing, the loss hooks run (once per peer).
     pub(super) fn lose(&self, peer: usize, why: String) {
+        let fire = {
+            let mut slots = lock(&self.slots);
+            match slots.get_mut(peer) {
+                Some(slot) if slot.lost.is_none() => {
+                    slot.abrupt = !self.closing.load(Ordering::SeqCst);
+                    slot.lost = Some(why.clone());
+                    slot.abrupt
+                }
+                _ => false,
+            }
+        };
+        self.arrived.notify_all();
+        if fire {
+            let hooks = lock(&self.hooks).clone();
+            for hook in hooks {
+                hook(peer, &why);
+            }
+        }
+    }
+
+    /// `peer` said goodbye: receives from it fail from now on (after what it sent before), and
+    /// its connection ending is not a loss.
+    pub(super) fn depart(&self, peer: usize) {
         if let Some(slot) = lock(&self.slots).get_mut(peer) {
-            slot.lost.get_or_insert(why);
+            slot.lost.get_or_insert_with(|| "it closed its bootstrap (said goodbye)".into());
         }
         self.arrived.notify_all();
+    }
+
+    /// From now on, connections ending are this rank's doing.
+    pub(super) fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+    }
+
+    /// Registers a loss hook and runs it at once for every peer already lost abruptly.
+    pub(super) fn add_hook(&self, hook: PeerLostHook) {
+        let already: Vec<(usize, String)> = {
+            let slots = lock(&self.slots);
+            lock(&self.hooks).push(hook.clone());
+            slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.abrupt)
+                .filter_map(|(p, s)| s.lost.clone().map(|w| (p, w)))
+                .collect()
+        };
+        for (peer, why) in already {
+            hook(peer, &why);
+        }
     }
 
     pub(super) fn lost_reason(&self, peer: usize) -> Option<String> {
@@ -126,6 +186,10 @@ impl Inbox {
 pub(super) fn reader_loop(peer: usize, mut stream: TcpStream, token: Token, max: usize, inbox: &Inbox) {
     loop {
         match frame::read_frame(&mut stream, &token, max) {
+            Ok(Some(f)) if f.kind == Kind::Goodbye => {
+                inbox.depart(peer);
+                return;
+            }
             Ok(Some(f)) if matches!(f.kind, Kind::AllGather | Kind::Barrier | Kind::Message) => {
                 if let Err(why) = inbox.push(peer, f) {
                     // Stop reading: the connection ends here, and receives from this peer fail

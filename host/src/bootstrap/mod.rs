@@ -129,7 +129,7 @@ mod rendezvous;
 mod tcp;
 
 use std::io;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use env::{BootstrapConfig, EnvSnapshot, RankInfo, RankSource};
@@ -192,7 +192,19 @@ pub trait Bootstrap: Send + Sync {
     fn recv(&self, peer: usize) -> Result<Vec<u8>> {
         self.recv_tagged(peer, 0)
     }
+    /// Registers `hook`, called once per peer whose connection ends without a goodbye (the peer
+    /// died, was killed, or broke the protocol), with the peer's rank and what was seen; at once
+    /// for a peer already lost. A [`Communicator`](crate::comm::Communicator) uses it to abort
+    /// its GPU's waits. Returns whether this implementation reports losses (the default does
+    /// not: waits then run out their budgets instead).
+    fn on_peer_lost(&self, hook: PeerLostHook) -> bool {
+        let _ = hook;
+        false
+    }
 }
+
+/// What [`Bootstrap::on_peer_lost`] calls: the lost rank and the reason.
+pub type PeerLostHook = Arc<dyn Fn(usize, &str) + Send + Sync>;
 
 /// Typed all-gathers over any [`Bootstrap`] (including `dyn Bootstrap`): one plain value, or a
 /// slice of them, per rank. Each is one [`Bootstrap::all_gather`]; a contribution of the wrong

@@ -17,6 +17,9 @@ use crate::error::{Error, Result};
 /// The smallest frame limit that still carries the rendezvous.
 const MIN_MAX_FRAME: usize = 4096;
 
+/// How long a closing rank may spend handing its goodbye to one peer's socket.
+const GOODBYE_TIMEOUT: Duration = Duration::from_millis(200);
+
 /// The sequence number a point-to-point message carries on the wire: the tag in the high 32 bits,
 /// the message's number among those of its (peer, tag) in the low 32 (it wraps after 2^32
 /// messages; only equality matters). Tag 0 numbers messages 0, 1, 2, ... as untagged sends did.
@@ -262,6 +265,11 @@ impl Bootstrap for TcpBootstrap {
         &self.info
     }
 
+    fn on_peer_lost(&self, hook: super::PeerLostHook) -> bool {
+        self.inbox.add_hook(hook);
+        true
+    }
+
     /// Every rank's `data`, in rank order (this rank's own included). Contributions may differ in
     /// length; each must fit in [`max_frame`](TcpBootstrap::max_frame).
     fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -319,9 +327,18 @@ impl Bootstrap for TcpBootstrap {
 
 impl Drop for TcpBootstrap {
     fn drop(&mut self) {
-        // Shutting the sockets down ends the reader threads' blocking reads.
+        // A goodbye first (unless this thread is panicking: then the peers should treat this
+        // rank as lost and abort their waits), so that the peers see a departure, not a death.
+        let goodbye = !std::thread::panicking();
+        self.inbox.close();
         for link in self.links.iter().flatten() {
-            let _ = lock(link).shutdown(Shutdown::Both);
+            let mut stream = lock(link);
+            if goodbye {
+                let _ = stream.set_write_timeout(Some(GOODBYE_TIMEOUT));
+                let _ = frame::write_frame(&mut *stream, &self.token, Kind::Goodbye, 0, &[]);
+            }
+            // Shutting the sockets down ends the reader threads' blocking reads.
+            let _ = stream.shutdown(Shutdown::Both);
         }
         for r in self.readers.drain(..) {
             let _ = r.join();
