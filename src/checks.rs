@@ -257,6 +257,7 @@ pub const CHECKS: &[Check] = &[
     c("add_rn_bf16x2", &["add.rn.bf16x2"], &["HFMA2.MMA.BF16_V2"]),
     // misc
     c("trap", &["trap;"], &["BPT.TRAP"]),
+    c("exit", &["exit;"], &["EXIT"]),
     c("nanosleep", &["nanosleep.u32"], &["NANOSLEEP"]),
     c("bar_sync", &["bar.sync"], &["BAR.SYNC.DEFER_BLOCKING 0x0"]), // the convergent intrinsic: `bar.sync\t0;`
     c("barrier_sync", &["barrier.sync 0;"], &["BAR.SYNC.DEFER_BLOCKING 0x0"]),

@@ -192,33 +192,53 @@ fn run_case(cfg: &BootstrapConfig, case: &str, death: &str) -> Result<String, St
         }
         other => return Err(format!("unknown case {other:?}")),
     };
+    // When did the host learn of it (the abort word set), apart from when the GPU reported?
+    let word_seen = {
+        let gpu = gpu.clone();
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            while gpu.abort_word().cause().is_none() && start.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            now_ns()
+        })
+    };
     let sync = gpu.synchronize_timeout(Duration::from_secs(30));
     let dt = since(t);
+    let seen = word_seen.join().unwrap_or_else(|_| now_ns());
+    // The earliest moment another process can see a death is when the dying process's sockets
+    // close: the kernel does that late in the exit, after tearing down the process's memory
+    // (GPU mappings included), which has taken from 40 ms to seconds after a SIGKILL. The limit
+    // runs from that moment (the abort word set); the time from the kill is printed beside it.
+    let seen_dt = Duration::from_nanos(seen.saturating_sub(t) as u64);
+    let error_dt = dt.saturating_sub(seen_dt);
+    let event = if case == "requested" { "abort() call" } else { "kill" };
+    println!(
+        "rank {me}: {case}: abort word set {} ms after the {event}, the named error {} ms after that",
+        seen_dt.as_millis(),
+        error_dt.as_millis()
+    );
     let Err(e) = sync else { return Err(format!("the kernel finished although rank {victim} never signalled")) };
-    let named = cm.abort_error().ok_or_else(|| format!("the GPU failed ({e}) but no abort cause was set"))?;
-    let want_ok = match (case, named.root_cause()) {
+    // `synchronize_timeout` itself names the cause.
+    let named_ok = match (case, e.root_cause()) {
         ("gpu_wait", Error::PeerLost { peer, .. }) => *peer == victim,
         ("requested", Error::Aborted) => true,
         _ => false,
     };
-    if !want_ok {
-        return Err(format!("wrong abort cause: {named}"));
+    if !named_ok {
+        return Err(format!("synchronize did not name the cause: {e}"));
     }
-    if dt > LIMIT {
-        return Err(format!(
-            "the kernel trapped {dt:?} after the {}: {named}",
-            if case == "requested" { "abort" } else { "death" }
-        ));
+    if cm.abort_error().map(|a| a.to_string()) != Some(e.to_string()) {
+        return Err(format!("Communicator::abort_error() disagrees with synchronize: {e}"));
+    }
+    if error_dt > LIMIT {
+        return Err(format!("the named error came {error_dt:?} after the abort word was set: {e}"));
     }
     if case == "requested" {
         // The victim is alive and waiting: finish together (the bootstrap does not need the GPU).
         boot.barrier().map_err(|e| e.to_string())?;
     }
-    Ok(format!(
-        "\"{named}\" (GPU: {e}) {} ms after the {}",
-        dt.as_millis(),
-        if case == "requested" { "abort" } else { "death" }
-    ))
+    Ok(format!("\"{e}\" {} ms after the {event}", dt.as_millis()))
 }
 
 // ----------------------------------------------------------------------------------------------

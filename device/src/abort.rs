@@ -8,8 +8,10 @@
 //!
 //! A wait reads the word only after it has spun for [`POLL_AFTER_NS`], at its clock checks, so
 //! the waits of a healthy run never pay for the read over PCIe. Once the word is non-zero, the
-//! wait prints which wait gave up and why (the lost rank, or an explicit abort) and traps, as an
-//! expired budget does.
+//! waiting thread gives up: the first one in the module prints which wait and why (the lost
+//! rank, or an explicit abort), and each *exits* (it does not trap, see `aborted`). The kernel
+//! then ends quickly with unusable results, and the context stays usable; the host runtime's
+//! synchronize reports the abort as an error from then on.
 //!
 //! Encoding of the word: `0` is "no abort", `u64::MAX` is an abort the host requested, and any
 //! other value `v` is "rank `v - 1` was lost". The host and the device both use [`AbortCause`].
@@ -70,9 +72,12 @@ mod device {
     #[allow(non_upper_case_globals)]
     static mut mscclpp_abort_word: u64 = 0;
 
+    /// Threads of this module that gave up on an abort; only the first prints.
+    static mut ABORTED_THREADS: u32 = 0;
+
     /// The abort word's value, or 0 when the module's abort address is unset.
     #[inline(always)]
-    pub(crate) fn read() -> u64 {
+    pub(super) fn read() -> u64 {
         // SAFETY: a plain read of a module global that only the host writes (between launches,
         // through the driver); a raw pointer, never a reference.
         let addr = unsafe { core::ptr::read_volatile(&raw const mscclpp_abort_word) };
@@ -83,10 +88,20 @@ mod device {
         // aligned word of mapped pinned memory, which it keeps for the life of the context.
         unsafe { crate::ptx::ld_st::ld_relaxed_sys_u64(addr as *const u64) }
     }
+
+    /// Whether this is the first thread of the module to give up (it prints the message).
+    pub(super) fn first_to_abort() -> bool {
+        // SAFETY: an atomic add on a module global through a raw pointer.
+        unsafe {
+            crate::atomic::fetch_add::<crate::atomic::Relaxed, crate::atomic::Gpu, u32>(&raw mut ABORTED_THREADS, 1)
+                == 0
+        }
+    }
 }
 
-/// At a wait's clock check: traps with a message naming the wait and the cause when the host
-/// has set the abort word (checked only after [`POLL_AFTER_NS`] of waiting).
+/// At a wait's clock check: once the host has set the abort word (read only after
+/// [`POLL_AFTER_NS`] of waiting), the calling thread gives up: the first such thread of the
+/// module prints which wait and why, and every one of them exits.
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 pub(crate) fn check(name: &'static core::ffi::CStr, elapsed_ns: u64) {
@@ -98,12 +113,20 @@ pub(crate) fn check(name: &'static core::ffi::CStr, elapsed_ns: u64) {
     }
 }
 
+/// Ends the calling thread (not the kernel with a trap): a trapped kernel takes the driver
+/// hundreds of milliseconds to report and leaves the context unusable, and two processes
+/// trapping on one GPU at once have left one of them stuck for seconds. Exited threads count
+/// as arrived at CTA barriers, and every other thread still waiting gives up at its own next
+/// check, so the kernel ends within about a millisecond; the host's synchronize then reports
+/// the abort (its results are not to be used).
 #[cfg(target_arch = "nvptx64")]
 #[cold]
 #[inline(never)]
 fn aborted(name: &'static core::ffi::CStr, word: u64) -> ! {
-    crate::ptx::print::print_abort(name, word);
-    crate::ptx::misc::trap()
+    if device::first_to_abort() {
+        crate::ptx::print::print_abort(name, word);
+    }
+    crate::ptx::misc::exit()
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@
 //! The budget is wall-clock time read from `%globaltimer` (nanoseconds), checked every
 //! [`CHECK_EVERY`] polls so that the common path costs one load and one compare. A wait that has
 //! spun for [`crate::abort::POLL_AFTER_NS`] also reads the host's abort word at those checks, and
-//! traps at once, naming the lost rank, when the host has set it (see [`crate::abort`]).
+//! gives up at once when the host has set it: the thread exits, and the first to do so prints the
+//! cause, naming the lost rank (see [`crate::abort`]).
 
 /// How many failed polls pass between two reads of the clock.
 pub const CHECK_EVERY: u32 = 64;
@@ -137,7 +138,7 @@ pub fn nul_terminated<'a, const N: usize>(s: &str, buf: &'a mut [u8; N]) -> &'a 
 }
 
 /// Spins until `cond()` returns true or `budget` runs out; on expiry prints `name` and traps.
-/// It also traps, with the cause, when the host sets the abort word ([`crate::abort`]).
+/// When the host sets the abort word, the calling thread exits instead ([`crate::abort`]).
 ///
 /// `name` is a C string literal (`c"BulkBarrier::wait"`).
 #[cfg(any(target_arch = "nvptx64", doc))]

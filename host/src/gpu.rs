@@ -104,6 +104,11 @@ impl std::fmt::Debug for Gpu {
     }
 }
 
+/// How long [`Gpu::synchronize_timeout`] lets unfinished work run on once the GPU's abort word is
+/// set, before it reports the cause anyway (waiting threads exit within about a millisecond of
+/// the word).
+pub const ABORT_REPORT_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Gpu {
     /// Opens device `ordinal` (retains its primary context, creates a non-blocking stream).
     pub fn open(ordinal: usize) -> Result<Arc<Self>> {
@@ -160,25 +165,49 @@ impl Gpu {
     pub fn bind(&self) -> Result<()> {
         self.ctx.bind_to_thread().ctx(|| format!("binding GPU {}", self.ordinal()))
     }
-    /// Waits for all work on the default stream; a kernel fault surfaces here.
+    /// Waits for all work on the default stream; a kernel fault surfaces here, and so does an
+    /// abort ([`crate::abort`]): once this GPU's abort word is set, the waiting threads of its
+    /// kernels exited early and their results are not to be used, so this returns the cause
+    /// ([`Error::PeerLost`] naming the rank, or [`Error::Aborted`]).
     pub fn synchronize(&self) -> Result<()> {
-        self.stream.synchronize().ctx(|| format!("synchronizing GPU {}", self.ordinal()))
+        let r = self.stream.synchronize().ctx(|| format!("synchronizing GPU {}", self.ordinal()));
+        match self.abort.cause() {
+            Some(c) => Err(crate::abort::abort_error(c)),
+            None => r,
+        }
     }
 
     /// Waits for all work on the default stream, but at most `timeout`: a kernel that neither
     /// finishes nor traps (a wait with an unbounded budget, say) becomes an [`Error::Timeout`] here
     /// instead of a hang of the host. The kernel keeps running; the context should not be reused.
+    ///
+    /// Once this GPU's abort word is set ([`crate::abort`]: a peer was lost, or `abort()` was
+    /// called), the kernels' waiting threads exit within about a millisecond. This returns the
+    /// named cause ([`Error::PeerLost`], [`Error::Aborted`]) when the work ends, or
+    /// [`ABORT_REPORT_WAIT`] after the word was seen set if it has not ended by then (a thread
+    /// stuck outside any bounded wait).
     pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<()> {
         self.bind()?;
         let ev = self.ctx.new_event(None).ctx(|| "creating an event".into())?;
         ev.record(&self.stream).ctx(|| "recording an event".into())?;
         let deadline = std::time::Instant::now() + timeout;
+        let mut aborted_at: Option<std::time::Instant> = None;
         loop {
+            let cause = self.abort.cause();
             match ev.try_is_complete() {
                 Ok(true) => return self.synchronize(),
                 Ok(false) => {}
                 Err(e) => {
-                    return Err(Error::Driver { context: format!("GPU {} work failed", self.ordinal()), source: e });
+                    return Err(match cause {
+                        Some(c) => crate::abort::abort_error(c),
+                        None => Error::Driver { context: format!("GPU {} work failed", self.ordinal()), source: e },
+                    });
+                }
+            }
+            if let Some(c) = cause {
+                let since = *aborted_at.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= ABORT_REPORT_WAIT {
+                    return Err(crate::abort::abort_error(c));
                 }
             }
             if std::time::Instant::now() > deadline {

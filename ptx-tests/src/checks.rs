@@ -66,6 +66,7 @@ kernels! {
 // Control, fences, shared-memory addressing, device messages.
 kernels! {
     fn check_trap(p: *mut u32) { if *p == 7 { misc::trap() } }
+    fn check_exit(p: *mut u32) { if *p == 7 { misc::exit() } *p = 1; }
     fn check_nanosleep(p: *mut u32) { misc::nanosleep(*p); }
     fn check_griddepcontrol_wait(p: *mut u32) { misc::griddepcontrol_wait(); *p = 1; }
     fn check_griddepcontrol_launch_dependents(p: *mut u32) { *p = 1; misc::griddepcontrol_launch_dependents(); }

@@ -9,6 +9,15 @@ pub fn trap() -> ! {
     unsafe { asm!("trap;", options(noreturn, nostack)) }
 }
 
+/// `exit;` (PTX 1.0): ends the calling thread. CTA-wide barriers stop waiting for it (an exited
+/// thread counts as arrived at a `barrier.sync` for all threads); the kernel completes normally
+/// once every thread has exited.
+#[inline(always)]
+pub fn exit() -> ! {
+    // SAFETY: `exit` ends this thread; it touches no memory the program relies on.
+    unsafe { asm!("exit;", options(noreturn, nostack)) }
+}
+
 /// `nanosleep.u32 t;` (PTX 6.3, sm_70): suspends the thread for about `ns` nanoseconds (at most
 /// one millisecond).
 #[inline(always)]
