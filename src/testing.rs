@@ -2,8 +2,10 @@
 //! running a test body that is expected to trap in a child process.
 //!
 //! A skipped GPU test prints `GPU-SKIP <test>: <reason>` and, when `MSCCLPP_RS_SKIP_LOG` names a
-//! file, appends that line to it (CI prints the file). With `MSCCLPP_RS_REQUIRE_GPU=1` (set by
-//! the GPU runner) a missing GPU fails the test instead of skipping it.
+//! file, appends that line to it (CI prints the file). A test skips only when the machine has no
+//! GPU for it (no driver library, a driver that reports no device, or fewer GPUs than it needs);
+//! a driver that fails fails the test ([`gpu_verdict`]). With `MSCCLPP_RS_REQUIRE_GPU=1` (set by
+//! the GPU runner) a missing GPU fails the test too.
 
 use std::io::Write;
 use std::process::{Command, Output};

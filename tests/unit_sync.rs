@@ -46,7 +46,7 @@ fn fifo_many_pushers_wrap_a_small_ring() {
                 let Request::AtomicAdd { value, .. } = t.decode() else { panic!("unexpected trigger {t:?}") };
                 let (gid, i) = ((value >> 32) as u32, value as u32);
                 // Whole, as the kernel built it: a trigger torn between two pushes differs.
-                assert_eq!(t, shared::tagged_trigger(gid, i), "torn or corrupted trigger at {got}");
+                assert_eq!(t.decode(), shared::tagged_trigger(gid, i).decode(), "torn or corrupted trigger at {got}");
                 let n = next.entry(gid).or_insert(0);
                 assert_eq!(i, *n, "thread {gid}: trigger {i} out of order or duplicated (expected {n})");
                 *n += 1;

@@ -75,7 +75,8 @@ kernels! {
     /// `mode`: 0 signal/wait, 1 relaxed signal/wait with explicit fences, 2 the same as 0 through
     /// a [`CachedMemorySemaphore`] (counters in registers, written back at the end).
     /// Mismatches counted in `errors`. With a null `peer_data` no data moves (the bench's pure
-    /// signal/wait round trip).
+    /// signal/wait round trip). The tests use [`sem_pingpong_payload`], which moves a payload
+    /// written by every thread and counts the words it checked.
     fn sem_pingpong(
         sem: MemoryDevice2DeviceSemaphore,
         rounds: u32,
