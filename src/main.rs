@@ -37,11 +37,18 @@ fn main() -> ExitCode {
     let inv = mscclpp_host::gpu::inventory();
     if inv.devices.is_empty() {
         let why = inv.reason.unwrap_or_else(|| "no CUDA driver found".into());
-        println!(
-            "\nNeeds a GPU (skipped here: {why}): the unit kernels (./x test), the multi-rank tests and \
-             coll-bench against NCCL (see the README's \"Running on GPUs\")."
-        );
-        let _ = writeln!(md, "\n## GPU\n\nNot run: {why}.");
+        if inv.discovery == mscclpp_host::gpu::Discovery::Failed {
+            // A driver that fails is not a machine without GPUs: the report fails.
+            failed = true;
+            println!("\nGPU discovery FAILED: {why}");
+            let _ = writeln!(md, "\n## GPU\n\nDiscovery failed: {why}.");
+        } else {
+            println!(
+                "\nNeeds a GPU (skipped here: {why}): the unit kernels (./x test), the multi-rank tests and \
+                 coll-bench against NCCL (see the README's \"Running on GPUs\")."
+            );
+            let _ = writeln!(md, "\n## GPU\n\nNot run: {why}.");
+        }
         write_report(&dir, &md);
         return if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS };
     }

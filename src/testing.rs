@@ -2,8 +2,10 @@
 //! running a test body that is expected to trap in a child process.
 //!
 //! A skipped GPU test prints `GPU-SKIP <test>: <reason>` and, when `MSCCLPP_RS_SKIP_LOG` names a
-//! file, appends that line to it (CI prints the file). With `MSCCLPP_RS_REQUIRE_GPU=1` (set by
-//! the GPU runner) a missing GPU fails the test instead of skipping it.
+//! file, appends that line to it (CI prints the file). A test skips only when the machine has no
+//! GPU for it (no driver library, a driver that reports no device, or fewer GPUs than it needs);
+//! a driver that fails fails the test ([`gpu_verdict`]). With `MSCCLPP_RS_REQUIRE_GPU=1` (set by
+//! the GPU runner) a missing GPU fails the test too.
 
 use std::io::Write;
 use std::process::{Command, Output};
@@ -18,20 +20,70 @@ pub const POISON: u8 = 0xA5;
 /// Environment variable that marks a child process started by [`run_child`].
 pub const CHILD_ENV: &str = "MSCCLPP_RS_CHILD";
 
-type Opened = Result<Vec<Arc<Gpu>>, String>;
+/// Why a test cannot have its GPUs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GpuProblem {
+    /// The machine has none: no driver library, or a driver that reports no device. A test may
+    /// skip (unless `MSCCLPP_RS_REQUIRE_GPU=1`).
+    Absent(String),
+    /// The driver is there but failed (`cuInit`, a device query, opening a device): a test must
+    /// fail, never skip, or a broken machine would pass as one without GPUs.
+    Failed(String),
+}
 
-/// All GPUs of this machine, opened once per process.
+impl std::fmt::Display for GpuProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuProblem::Absent(why) => f.write_str(why),
+            GpuProblem::Failed(why) => write!(f, "the GPUs could not be opened (a failure, not an absence): {why}"),
+        }
+    }
+}
+
+impl From<&mscclpp_host::Error> for GpuProblem {
+    /// Only the two absences ([`mscclpp_host::Error::NoDriver`], [`mscclpp_host::Error::NoDevice`])
+    /// are [`GpuProblem::Absent`]; every other error is a failure.
+    fn from(e: &mscclpp_host::Error) -> Self {
+        if e.is_no_gpu() { GpuProblem::Absent(e.to_string()) } else { GpuProblem::Failed(e.to_string()) }
+    }
+}
+
+/// What a GPU test does, from what opening the GPUs gave.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GpuVerdict {
+    /// Enough GPUs: run.
+    Run,
+    /// Skip, printing the reason.
+    Skip(String),
+    /// Fail with the reason.
+    Fail(String),
+}
+
+/// The decision for a test that needs `need` GPUs: run with enough GPUs; skip when the machine
+/// has too few or none (a fact about the machine), unless `require` (`MSCCLPP_RS_REQUIRE_GPU=1`)
+/// makes that a failure; fail whenever opening them failed.
+pub fn gpu_verdict(opened: Result<usize, &GpuProblem>, need: usize, require: bool) -> GpuVerdict {
+    let why = match opened {
+        Ok(n) if n >= need => return GpuVerdict::Run,
+        Ok(n) => format!("needs {need} GPUs, found {n}"),
+        Err(GpuProblem::Absent(why)) => why.clone(),
+        Err(failed @ GpuProblem::Failed(_)) => return GpuVerdict::Fail(failed.to_string()),
+    };
+    if require { GpuVerdict::Fail(format!("MSCCLPP_RS_REQUIRE_GPU=1 but {why}")) } else { GpuVerdict::Skip(why) }
+}
+
+/// Whether `MSCCLPP_RS_REQUIRE_GPU=1`.
+pub fn gpu_required() -> bool {
+    std::env::var("MSCCLPP_RS_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+type Opened = Result<Vec<Arc<Gpu>>, GpuProblem>;
+
+/// All GPUs of this machine, opened once per process ([`Gpu::open_all`]: a driver call that
+/// fails, for any device, is a [`GpuProblem::Failed`]).
 pub fn all_gpus() -> Opened {
     static GPUS: OnceLock<Opened> = OnceLock::new();
-    GPUS.get_or_init(|| {
-        let inv = mscclpp_host::gpu::inventory();
-        if inv.devices.is_empty() {
-            Err(inv.reason.unwrap_or_else(|| "no GPUs".into()))
-        } else {
-            Gpu::open_all().map_err(|e| e.to_string())
-        }
-    })
-    .clone()
+    GPUS.get_or_init(|| Gpu::open_all().map_err(|e| GpuProblem::from(&e))).clone()
 }
 
 /// Records a skipped GPU test (stderr, and the skip log when configured).
@@ -45,19 +97,18 @@ pub fn record_skip(test: &str, reason: &str) {
     }
 }
 
-/// At least `need` GPUs, or `None` after recording why the test is skipped. Panics instead of
-/// skipping when `MSCCLPP_RS_REQUIRE_GPU=1`.
+/// At least `need` GPUs, or `None` after recording why the test is skipped ([`gpu_verdict`]).
+/// Panics instead of skipping when opening the GPUs failed, or when `MSCCLPP_RS_REQUIRE_GPU=1`.
 pub fn gpus_or_skip(test: &str, need: usize) -> Option<Vec<Arc<Gpu>>> {
-    let reason = match all_gpus() {
-        Ok(g) if g.len() >= need => return Some(g),
-        Ok(g) => format!("needs {need} GPUs, found {}", g.len()),
-        Err(e) => e,
-    };
-    if std::env::var("MSCCLPP_RS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-        panic!("{test}: MSCCLPP_RS_REQUIRE_GPU=1 but {reason}");
+    let opened = all_gpus();
+    match gpu_verdict(opened.as_ref().map(Vec::len), need, gpu_required()) {
+        GpuVerdict::Run => opened.ok(),
+        GpuVerdict::Skip(why) => {
+            record_skip(test, &why);
+            None
+        }
+        GpuVerdict::Fail(why) => panic!("{test}: {why}"),
     }
-    record_skip(test, &reason);
-    None
 }
 
 /// `n` random bytes.
@@ -309,5 +360,66 @@ mod device_message_tests {
         let far = "mscclpp-device: wait LL16Packet::read timed out after 30000000 ns (block 0, thread 32)";
         assert!(check_device_messages(far, T, 1, 32).is_err());
         assert!(check_device_messages("nothing printed", T, 1, 32).is_err());
+    }
+}
+
+#[cfg(test)]
+mod skip_policy_tests {
+    use super::{GpuProblem, GpuVerdict, gpu_verdict};
+    use cudarc::driver::DriverError;
+    use cudarc::driver::sys::CUresult;
+    use mscclpp_host::Error;
+
+    fn driver(context: &str, code: CUresult) -> Error {
+        Error::Driver { context: context.into(), source: DriverError(code) }
+    }
+
+    #[test]
+    fn only_a_missing_driver_or_no_device_is_an_absence() {
+        for e in [Error::NoDriver("libcuda could not be loaded".into()), Error::NoDevice("none reported".into())] {
+            assert!(e.is_no_gpu(), "{e}");
+            assert_eq!(GpuProblem::from(&e), GpuProblem::Absent(e.to_string()));
+        }
+        // Driver errors (not displayed here: their text comes from the driver library, which
+        // this machine may lack).
+        for (context, code) in [
+            ("cuInit", CUresult::CUDA_ERROR_NOT_INITIALIZED),
+            ("cuInit", CUresult::CUDA_ERROR_NO_DEVICE),
+            ("cuDeviceGetCount", CUresult::CUDA_ERROR_UNKNOWN),
+            ("cuDeviceGetAttribute", CUresult::CUDA_ERROR_INVALID_DEVICE),
+            ("opening GPU 1", CUresult::CUDA_ERROR_OUT_OF_MEMORY),
+        ] {
+            assert!(!driver(context, code).is_no_gpu(), "{context}: {code:?} is a failure");
+        }
+        let other = Error::Unsupported("anything else".into());
+        assert_eq!(GpuProblem::from(&other), GpuProblem::Failed(other.to_string()));
+    }
+
+    #[test]
+    fn a_failure_fails_with_or_without_require() {
+        let failed = GpuProblem::Failed("cuInit: CUDA_ERROR_NOT_INITIALIZED".into());
+        for require in [false, true] {
+            for need in [0, 1, 2] {
+                match gpu_verdict(Err(&failed), need, require) {
+                    GpuVerdict::Fail(why) => assert!(why.contains("cuInit"), "{why}"),
+                    v => panic!("a cuInit error must fail, got {v:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_absence_skips_unless_required() {
+        let absent = GpuProblem::from(&Error::NoDriver("libcuda could not be loaded".into()));
+        assert!(matches!(gpu_verdict(Err(&absent), 1, false), GpuVerdict::Skip(w) if w.contains("libcuda")));
+        assert!(matches!(gpu_verdict(Err(&absent), 1, true), GpuVerdict::Fail(w) if w.contains("REQUIRE_GPU")));
+    }
+
+    #[test]
+    fn too_few_gpus_skip_unless_required_and_enough_run() {
+        assert_eq!(gpu_verdict(Ok(1), 2, false), GpuVerdict::Skip("needs 2 GPUs, found 1".into()));
+        assert!(matches!(gpu_verdict(Ok(1), 2, true), GpuVerdict::Fail(_)));
+        assert_eq!(gpu_verdict(Ok(2), 2, false), GpuVerdict::Run);
+        assert_eq!(gpu_verdict(Ok(8), 1, true), GpuVerdict::Run);
     }
 }

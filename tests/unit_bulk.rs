@@ -159,8 +159,9 @@ where
     assert_same(kernel, &got, &want);
 }
 
-/// Floats: results must equal the host's round-to-nearest result within one unit in the last
-/// place (bit distance of the IEEE encodings).
+/// Floats: every result must have exactly the bits of the host's reference: the correctly rounded
+/// sum (round to nearest even, as the bulk reduce add is specified) or the min / max as PTX
+/// defines it (`pick`). The references are exact, so no tolerance.
 fn check_floats<T, B>(
     g: &Arc<Gpu>,
     kernel: &str,
@@ -169,15 +170,48 @@ fn check_floats<T, B>(
     f: impl Fn(T, T) -> T,
     bits: impl Fn(T) -> B,
 ) where
-    T: bytemuck::Pod + PartialEq + std::fmt::Debug,
-    B: Into<i64>,
+    T: bytemuck::Pod + std::fmt::Debug,
+    B: PartialEq + std::fmt::LowerHex,
 {
     let got = reduce_case(g, kernel, &src, &dst0);
-    for i in 0..src.len() {
+    let bad: Vec<usize> = (0..src.len()).filter(|&i| bits(got[i]) != bits(f(dst0[i], src[i]))).collect();
+    if let Some(&i) = bad.first() {
         let want = f(dst0[i], src[i]);
-        let (a, b): (i64, i64) = (bits(got[i]).into(), bits(want).into());
-        assert!((a - b).abs() <= 1, "{kernel}[{i}]: {:?} op {:?} gave {:?}, want {:?}", dst0[i], src[i], got[i], want);
+        panic!(
+            "{kernel}: {} of {} elements differ; first [{i}]: {:?} op {:?} gave {:?} ({:#x}), want {:?} ({:#x})",
+            bad.len(),
+            src.len(),
+            dst0[i],
+            src[i],
+            got[i],
+            bits(got[i]),
+            want,
+            bits(want)
+        );
     }
+}
+
+/// PTX's `min` (`max` with `max`) of two numbers: the smaller (larger); -0 counts as below +0. True
+/// to take `a`. (No NaN in these tests.)
+fn pick(a: f32, b: f32, max: bool) -> bool {
+    if a == b {
+        // Equal values, or +0 and -0: min takes the negative one, max the positive one.
+        a.is_sign_negative() != max
+    } else {
+        (a < b) != max
+    }
+}
+
+/// Inputs for min / max: every pair of `specials` (both signs of zero, of infinity, of the
+/// smallest and largest subnormal and of the largest finite value, the smallest normal, one)
+/// first, then random finite values; returned as (destination, source).
+fn min_max_inputs<T: Copy>(specials: &[T], random: impl Fn(usize) -> Vec<T>, n: usize) -> (Vec<T>, Vec<T>) {
+    let (mut d, mut s) = (random(n), random(n));
+    let pairs = specials.iter().flat_map(|&a| specials.iter().map(move |&b| (a, b)));
+    for (i, (a, b)) in pairs.enumerate() {
+        (d[i], s[i]) = (a, b);
+    }
+    (d, s)
 }
 
 #[test]
@@ -220,22 +254,57 @@ fn bulk_reduce_store_every_type_and_op() {
     check_ints::<u64>(g, "bulk_reduce_xor_u64", n, |a, b| a ^ b);
     check_ints::<i64>(g, "bulk_reduce_xor_i64", n, |a, b| a ^ b);
 
-    // Floats: random finite values, non-zero destinations, host reference rounded to the type.
+    // Float sums: random finite values, non-zero destinations; the host's sum rounded once to the
+    // type (f16 and bf16 through f32, where the sum of two of them rounds to the same value).
     let f32s = |n| testing::random_f32(n, -1000.0, 1000.0);
-    let f32_bits = |x: f32| x.to_bits() as i32;
-    check_floats(g, "bulk_reduce_add_f32", f32s(n), f32s(n), |a, b| a + b, f32_bits);
+    check_floats(g, "bulk_reduce_add_f32", f32s(n), f32s(n), |a, b| a + b, f32::to_bits);
     let f64s = |n| testing::random_f64(n, -1e6, 1e6);
-    check_floats(g, "bulk_reduce_add_f64", f64s(n), f64s(n), |a, b| a + b, |x: f64| x.to_bits() as i64);
+    check_floats(g, "bulk_reduce_add_f64", f64s(n), f64s(n), |a, b| a + b, f64::to_bits);
     let h = |n| f32s(n).into_iter().map(|x| f16::from_f32(x / 16.0)).collect::<Vec<f16>>();
-    let hb = |x: f16| x.to_bits() as i16;
-    check_floats(g, "bulk_reduce_add_f16", h(n), h(n), |a, b| f16::from_f32(a.to_f32() + b.to_f32()), hb);
-    check_floats(g, "bulk_reduce_min_f16", h(n), h(n), |a, b| if b < a { b } else { a }, hb);
-    check_floats(g, "bulk_reduce_max_f16", h(n), h(n), |a, b| if b > a { b } else { a }, hb);
+    check_floats(g, "bulk_reduce_add_f16", h(n), h(n), |a, b| f16::from_f32(a.to_f32() + b.to_f32()), f16::to_bits);
     let bh = |n| f32s(n).into_iter().map(bf16::from_f32).collect::<Vec<bf16>>();
-    let bb = |x: bf16| x.to_bits() as i16;
-    check_floats(g, "bulk_reduce_add_bf16", bh(n), bh(n), |a, b| bf16::from_f32(a.to_f32() + b.to_f32()), bb);
-    check_floats(g, "bulk_reduce_min_bf16", bh(n), bh(n), |a, b| if b < a { b } else { a }, bb);
-    check_floats(g, "bulk_reduce_max_bf16", bh(n), bh(n), |a, b| if b > a { b } else { a }, bb);
+    check_floats(
+        g,
+        "bulk_reduce_add_bf16",
+        bh(n),
+        bh(n),
+        |a, b| bf16::from_f32(a.to_f32() + b.to_f32()),
+        bf16::to_bits,
+    );
+    // Min / max: the special values against each other, then random ones.
+    let f16_specials: Vec<f16> =
+        [0x0000u16, 0x8000, 0x7c00, 0xfc00, 0x0001, 0x8001, 0x03ff, 0x83ff, 0x7bff, 0xfbff, 0x0400, 0x3c00]
+            .into_iter()
+            .map(f16::from_bits)
+            .collect();
+    let bf16_specials: Vec<bf16> =
+        [0x0000u16, 0x8000, 0x7f80, 0xff80, 0x0001, 0x8001, 0x007f, 0x807f, 0x7f7f, 0xff7f, 0x0080, 0x3f80]
+            .into_iter()
+            .map(bf16::from_bits)
+            .collect();
+    for max in [false, true] {
+        let op = if max { "max" } else { "min" };
+        let (d, s) = min_max_inputs(&f16_specials, h, n);
+        let f = |a: f16, b: f16| if pick(a.to_f32(), b.to_f32(), max) { a } else { b };
+        check_floats(g, &format!("bulk_reduce_{op}_f16"), s, d, f, f16::to_bits);
+        let (d, s) = min_max_inputs(&bf16_specials, bh, n);
+        let f = |a: bf16, b: bf16| if pick(a.to_f32(), b.to_f32(), max) { a } else { b };
+        check_floats(g, &format!("bulk_reduce_{op}_bf16"), s, d, f, bf16::to_bits);
+    }
+}
+
+#[test]
+fn min_max_reference_orders_signed_zeros() {
+    // CPU: the reference the GPU's min / max results are compared with bit for bit.
+    let (z, nz) = (0.0f32, -0.0f32);
+    for (a, b, max, want) in [(z, nz, false, nz), (nz, z, false, nz), (z, nz, true, z), (nz, z, true, z)] {
+        let got = if pick(a, b, max) { a } else { b };
+        assert_eq!(got.to_bits(), want.to_bits(), "{}({a}, {b})", if max { "max" } else { "min" });
+    }
+    assert!(!pick(f32::INFINITY, 1.0, false) && pick(f32::INFINITY, 1.0, true));
+    assert!(pick(f32::NEG_INFINITY, -1e30, false) && !pick(f32::NEG_INFINITY, -1e30, true));
+    let sub = f32::from_bits(1);
+    assert!(pick(sub, 2.0 * sub, false) && !pick(sub, z, false) && pick(nz, sub, false));
 }
 
 #[test]
@@ -364,8 +433,9 @@ fn bulk_store_and_reduce_into_a_peer_gpu() {
         LaunchConfig::new(132, 32).shared(smem),
         Args::new().arg(dst.ptr::<u8>()).arg(src.ptr::<u8>()).arg(bytes as u64).arg(32768u32),
     );
-    let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
-    assert_same("peer bulk reduce f32", &dst.to_vec::<f32>().unwrap(), &want);
+    // Exact: the bits of the correctly rounded sum.
+    let want: Vec<u32> = a.iter().zip(&b).map(|(x, y)| (x + y).to_bits()).collect();
+    assert_same("peer bulk reduce f32 (bits)", &dst.to_vec::<u32>().unwrap(), &want);
 }
 
 #[test]

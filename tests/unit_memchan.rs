@@ -276,9 +276,32 @@ fn grid_barrier_every_sm_10k_rounds() {
         println!("{blocks} blocks ({per_sm} per SM max): {} barriers in {:?}", 2 * rounds, t.elapsed());
         let seen = 2 * rounds as u64 * blocks as u64 * blocks as u64;
         assert_eq!(report.to_vec::<u64>().unwrap(), [0, seen], "{blocks} blocks: [stale slots, slots read]");
-        let state = syncer.to_vec::<DeviceSyncer>().unwrap()[0];
-        let generation = if blocks > 1 { 2 * rounds } else { 0 };
-        assert_eq!(state, DeviceSyncer { count: 0, generation }, "{blocks} blocks: syncer state after the launches");
+        // Every round ends with no block arrived (what lets any grid reuse the syncer).
+        assert_eq!(
+            syncer.to_vec::<DeviceSyncer>().unwrap()[0].count,
+            0,
+            "{blocks} blocks: arrivals left after the launches"
+        );
+        // The same syncer then serves a grid of another size.
+        let other = if blocks == 2 { 3 } else { 2 };
+        let (slots, report) =
+            (DeviceBuffer::filled(g, 2 * 4 * other as usize, 0).unwrap(), DeviceBuffer::filled(g, 16, 0).unwrap());
+        let args = Args::new()
+            .arg(syncer.ptr::<DeviceSyncer>())
+            .arg(slots.addr())
+            .arg(100u32)
+            .arg(2 * rounds)
+            .arg(report.addr());
+        // SAFETY: parameters match `grid_barrier_check`; the buffers outlive the synchronize.
+        unsafe { g.launch_cooperative(PTX, "grid_barrier_check", LaunchConfig::new(other, 256), args) }
+            .unwrap_or_else(|e| panic!("cooperative launch of {other} blocks: {e}"));
+        sync(g, "grid_barrier_check on a reused syncer");
+        let seen = 100 * other as u64 * other as u64;
+        assert_eq!(
+            report.to_vec::<u64>().unwrap(),
+            [0, seen],
+            "{other} blocks after {blocks} on the same syncer: [stale slots, slots read]"
+        );
     }
 }
 
@@ -320,6 +343,32 @@ fn device_semaphore_limits_holders_and_orders_their_writes() {
         }
         let state = sem.to_vec::<DeviceSemaphore>().unwrap()[0];
         assert_eq!((state.tickets, state.released), (total as u32, total as u32), "permits {permits}: counters");
+    }
+}
+
+#[test]
+fn device_semaphore_admits_all_its_permits_at_once() {
+    let Some(gpus) = gpus_or_skip("device_semaphore_admits_all_its_permits_at_once", 1) else { return };
+    let g = &gpus[0];
+    // One block per permit, each holding its permit until every block is inside (or 2 s have
+    // passed): only a semaphore that admits `permits` holders at once lets every block see all.
+    for permits in [2u32, 3, 8, g.info().sm_count.min(64)] {
+        let sem = DeviceBuffer::from_slice(g, &[DeviceSemaphore::new(permits)]).unwrap();
+        let report = DeviceBuffer::filled(g, 16, 0).unwrap();
+        let args = Args::new()
+            .arg(sem.ptr::<DeviceSemaphore>())
+            .arg(report.addr())
+            .arg(mscclpp_device::poll::SpinBudget::from_millis(2_000));
+        launch(g, "device_semaphore_rendezvous", LaunchConfig::new(permits, 32), args);
+        sync(g, "device_semaphore_rendezvous");
+        let p = permits as u64;
+        assert_eq!(
+            report.to_vec::<u64>().unwrap(),
+            [p, p],
+            "permits {permits}: [blocks that acquired, blocks that saw all {permits} inside at once]"
+        );
+        let state = sem.to_vec::<DeviceSemaphore>().unwrap()[0];
+        assert_eq!((state.tickets, state.released), (permits, permits), "permits {permits}: counters");
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mscclpp_device::fifo::{ProxyTrigger, Request};
+use mscclpp_device::fifo::Request;
 use mscclpp_device::semaphore::Host2DeviceSemaphore;
 use mscclpp_host::fifo::Fifo;
 use mscclpp_host::proxy::{HostCounter, MemoryRegion, ProxyBuilder};
@@ -24,14 +24,10 @@ fn sync(g: &Arc<Gpu>, what: &str) {
     g.synchronize().unwrap_or_else(|e| panic!("{what}: {e}"));
 }
 
-/// Expected fields of thread `g`'s `i`-th tagged trigger (mirrors `ptx_tests::sync::tagged_trigger`).
-fn tagged(g: u32, i: u32) -> Request {
-    Request::AtomicAdd {
-        value: ((g as u64) << 32) | i as u64,
-        dst_offset: g ^ i.wrapping_mul(0x9e37_79b9),
-        dst_memory: (g + i) & 511,
-    }
-}
+// The triggers the kernels push, as the host expects them: the kernel crate's own source.
+#[path = "../ptx-tests/src/shared.rs"]
+#[allow(dead_code)]
+mod shared;
 
 #[test]
 fn fifo_many_pushers_wrap_a_small_ring() {
@@ -49,7 +45,8 @@ fn fifo_many_pushers_wrap_a_small_ring() {
             Some(t) => {
                 let Request::AtomicAdd { value, .. } = t.decode() else { panic!("unexpected trigger {t:?}") };
                 let (gid, i) = ((value >> 32) as u32, value as u32);
-                assert_eq!(t.decode(), tagged(gid, i), "torn or corrupted trigger at {got}");
+                // Whole, as the kernel built it: a trigger torn between two pushes differs.
+                assert_eq!(t.decode(), shared::tagged_trigger(gid, i).decode(), "torn or corrupted trigger at {got}");
                 let n = next.entry(gid).or_insert(0);
                 assert_eq!(i, *n, "thread {gid}: trigger {i} out of order or duplicated (expected {n})");
                 *n += 1;
@@ -65,30 +62,50 @@ fn fifo_many_pushers_wrap_a_small_ring() {
 }
 
 /// `mode`: see the `sem_pingpong` kernel (0 plain, 1 relaxed with fences, 2 cached counters).
+/// Every round moves a random payload of 8 KiB or more that all 256 threads of the sender write
+/// and all threads of the receiver check (`sem_pingpong_payload`): a signal that can overtake
+/// another thread's payload stores, or a read before the wait, sees the previous round's data.
 fn pingpong(mode: u32) {
     let name = "semaphore_pingpong_100k_rounds";
     let Some(gpus) = gpus_or_skip(name, 2) else { return };
     let (g0, g1) = (&gpus[0], &gpus[1]);
     let pair = MemorySemaphorePair::new(g0, g1).unwrap();
     let rounds = 100_000u32;
-    let d0 = DeviceBuffer::filled(g0, 8, 0).unwrap();
-    let d1 = DeviceBuffer::filled(g1, 8, 0).unwrap();
-    let e0 = DeviceBuffer::filled(g0, 4, POISON).unwrap();
-    let e1 = DeviceBuffer::filled(g1, 4, POISON).unwrap();
-    for (g, h, first, mine, peer, err) in
-        [(g0, pair.handle_a(), 1u32, &d0, &d1, &e0), (g1, pair.handle_b(), 0, &d1, &d0, &e1)]
+    let words = 2048 + testing::random_range(0, 256) as u32;
+    let seed = testing::random_range(0, 1 << 32) as u32;
+    let d0 = DeviceBuffer::filled(g0, 4 * words as usize, POISON).unwrap();
+    let d1 = DeviceBuffer::filled(g1, 4 * words as usize, POISON).unwrap();
+    let r0 = DeviceBuffer::filled(g0, 16, 0).unwrap();
+    let r1 = DeviceBuffer::filled(g1, 16, 0).unwrap();
+    for (g, h, first, mine, peer, report) in
+        [(g0, pair.handle_a(), 1u32, &d0, &d1, &r0), (g1, pair.handle_b(), 0, &d1, &d0, &r1)]
     {
         launch(
             g,
-            "sem_pingpong",
-            LaunchConfig::new(1, 32),
-            Args::new().arg(h).arg(rounds).arg(first).arg(mode).arg(mine.addr()).arg(peer.addr()).arg(err.addr()),
+            "sem_pingpong_payload",
+            LaunchConfig::new(1, 256),
+            Args::new()
+                .arg(h)
+                .arg(rounds)
+                .arg(first)
+                .arg(mode)
+                .arg(seed)
+                .arg(words)
+                .arg(mine.addr())
+                .arg(peer.addr())
+                .arg(report.addr()),
         );
     }
-    sync(g0, "sem_pingpong on GPU 0");
-    sync(g1, "sem_pingpong on GPU 1");
-    assert_eq!(e0.to_vec::<u32>().unwrap(), [0], "GPU 0 saw stale data after a wait");
-    assert_eq!(e1.to_vec::<u32>().unwrap(), [0], "GPU 1 saw stale data after a wait");
+    sync(g0, "sem_pingpong_payload on GPU 0");
+    sync(g1, "sem_pingpong_payload on GPU 1");
+    // Each side checked every word of every round's payload.
+    let all = rounds as u64 * words as u64;
+    assert_eq!(r0.to_vec::<u64>().unwrap(), [0, all], "GPU 0: [stale or wrong words after a wait, words checked]");
+    assert_eq!(r1.to_vec::<u64>().unwrap(), [0, all], "GPU 1: [stale or wrong words after a wait, words checked]");
+    // After the last round each buffer holds the other side's last payload (side 0 is GPU 0).
+    let last = |side: u32| (0..words).map(|k| shared::message_word(seed, side, rounds, k)).collect::<Vec<u32>>();
+    assert_same("GPU 0's buffer after the last round", &d0.to_vec::<u32>().unwrap(), &last(1));
+    assert_same("GPU 1's buffer after the last round", &d1.to_vec::<u32>().unwrap(), &last(0));
     // Consumed and sent counts (written back by the cached mode at the end of the kernel).
     for side in [&pair.a, &pair.b] {
         assert_eq!(side.read().unwrap(), (rounds as u64, rounds as u64));
@@ -392,11 +409,4 @@ fn port_flush_with_stopped_proxy_traps() {
         DeviceMessage::Timeout { name: "Fifo::sync", budget_ns: 20_000_000 },
         (1, 32),
     );
-}
-
-#[test]
-fn trigger_helpers_match_the_device_encoding() {
-    // CPU-only: the test's expectation helper agrees with the encoder the kernels use.
-    let t = ProxyTrigger::atomic_add((7u64 << 32) | 3, (7u32 ^ 3u32.wrapping_mul(0x9e37_79b9)) as u64, 10).unwrap();
-    assert_eq!(t.decode(), tagged(7, 3));
 }

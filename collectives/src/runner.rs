@@ -3,8 +3,8 @@
 //! `default_ranks` copies of itself), opens this rank's GPU and a [`Communicator`], and prints
 //! `RESULT ok` or `RESULT FAILED` per rank.
 //!
-//! Without a GPU every rank prints why it skipped and the run succeeds, unless
-//! `MSCCLPP_RS_REQUIRE_GPU=1`.
+//! Without a GPU (no driver, or a driver that reports none) every rank prints why it skipped and
+//! the run succeeds, unless `MSCCLPP_RS_REQUIRE_GPU=1`; a driver that fails fails the run.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -29,17 +29,23 @@ pub fn main(name: &str, default_ranks: usize, body: impl FnOnce(&Communicator) -
     let r = cfg.rank.rank;
     let run = || -> Result<bool> {
         let boot = Arc::new(TcpBootstrap::connect(&cfg)?);
-        let inventory = mscclpp_host::gpu::inventory();
-        let counts = boot.all_gather_pod(&(inventory.devices.len() as u64))?;
+        // No GPU here is a reason to skip; a driver that fails is an error (the other ranks then
+        // fail at the gather below, their connection to this rank lost).
+        let (gpu_count, no_gpu) = match mscclpp_host::gpu::devices() {
+            Ok(d) => (d.len(), None),
+            Err(e) if e.is_no_gpu() => (0, Some(e.to_string())),
+            Err(e) => return Err(e),
+        };
+        let counts = boot.all_gather_pod(&(gpu_count as u64))?;
         if counts.contains(&0) {
-            let why = inventory.reason.unwrap_or_else(|| "another rank has no GPU".into());
+            let why = no_gpu.unwrap_or_else(|| "another rank has no GPU".into());
             if std::env::var("MSCCLPP_RS_REQUIRE_GPU").as_deref() == Ok("1") {
                 return Err(mscclpp_host::Error::NoDriver(why));
             }
             println!("{name}: rank {r}: GPU-SKIP: {why}");
             return Ok(false);
         }
-        let gpu = Gpu::open(cfg.rank.gpu_index(inventory.devices.len()).unwrap_or(0))?;
+        let gpu = Gpu::open(cfg.rank.gpu_index(gpu_count).unwrap_or(0))?;
         let comm = Communicator::new(boot, gpu);
         body(&comm)?;
         Ok(true)

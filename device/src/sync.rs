@@ -27,7 +27,8 @@
 pub struct DeviceSyncer {
     /// Blocks that have arrived in the current round.
     pub count: u32,
-    /// Completed rounds (wraps).
+    /// Completed rounds (wraps). A one-block grid's `sync` is its CTA barrier alone and leaves the
+    /// syncer untouched.
     pub generation: u32,
 }
 static_assertions::assert_eq_size!(DeviceSyncer, u64);

@@ -11,6 +11,9 @@ pub enum Error {
     /// The CUDA driver library could not be loaded (no GPU driver on this machine).
     #[error("no CUDA driver: {0}")]
     NoDriver(String),
+    /// The CUDA driver works and reports no devices.
+    #[error("no CUDA device: {0}")]
+    NoDevice(String),
     /// A CUDA driver call failed.
     #[error("{context}: {source}")]
     Driver {
@@ -152,6 +155,13 @@ impl Error {
             e = cause;
         }
         e
+    }
+
+    /// Whether this error says that the machine has no GPU to use ([`Error::NoDriver`],
+    /// [`Error::NoDevice`]) rather than that something failed. A test may skip on the first and
+    /// must fail on anything else.
+    pub fn is_no_gpu(&self) -> bool {
+        matches!(self, Error::NoDriver(_) | Error::NoDevice(_))
     }
 
     /// Whether this is a driver error with the given code.

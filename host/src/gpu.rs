@@ -11,10 +11,28 @@ use crate::error::{DriverContext, Error, Result};
 /// What the machine has.
 #[derive(Clone, Debug)]
 pub struct Inventory {
-    /// One entry per visible CUDA device.
+    /// One entry per visible CUDA device (after a [`Discovery::Failed`], the ones before the
+    /// device that failed).
     pub devices: Vec<DeviceInfo>,
-    /// Why there are none, when there are none.
+    /// Why there are none, or why the list stopped early.
     pub reason: Option<String>,
+    /// How discovery ended.
+    pub discovery: Discovery,
+}
+
+/// How GPU discovery ended: an absence (no driver, or a driver that reports no device) is a
+/// fact about the machine; a failure is a driver that does not work, which a test must not
+/// mistake for an absence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Discovery {
+    /// The driver answered every query: `devices` lists every device it reports (none when it
+    /// reports none).
+    Complete,
+    /// The CUDA driver library could not be loaded: no NVIDIA driver on this machine.
+    NoDriver,
+    /// A driver call failed: `cuInit`, `cuDeviceGetCount`, or a query of the device after the
+    /// last one in `devices`. `reason` names the call and the driver's error.
+    Failed,
 }
 
 /// Properties of one device.
@@ -42,27 +60,73 @@ pub fn driver_present() -> bool {
 
 /// Lists the devices, or says why there are none. Never panics on a machine without a driver.
 pub fn inventory() -> Inventory {
+    let (devices, outcome) = discover();
+    summarize(devices, outcome)
+}
+
+/// Every device the driver reports, or why there is none to use: [`Error::NoDriver`] (no driver
+/// library), [`Error::NoDevice`] (the driver reports none), or the driver's error where a driver
+/// call failed, even after some devices were found ([`Error::is_no_gpu`] tells the first two,
+/// which are facts about the machine, from a failure).
+pub fn devices() -> Result<Vec<DeviceInfo>> {
+    let (devices, outcome) = discover();
+    usable(devices, outcome)
+}
+
+/// The inventory of a listing that ended with `outcome`.
+fn summarize(devices: Vec<DeviceInfo>, outcome: Result<()>) -> Inventory {
+    let (discovery, reason) = match outcome {
+        Ok(()) if devices.is_empty() => (Discovery::Complete, Some(NO_DEVICES.to_string())),
+        Ok(()) => (Discovery::Complete, None),
+        Err(Error::NoDriver(why)) => (Discovery::NoDriver, Some(why)),
+        Err(e) => (Discovery::Failed, Some(e.to_string())),
+    };
+    Inventory { devices, reason, discovery }
+}
+
+const NO_DEVICES: &str = "the driver reports no CUDA devices";
+
+/// The devices the driver reports, in order, and how the listing ended: `Error::NoDriver` when
+/// the library cannot be loaded, else as [`list_devices`].
+fn discover() -> (Vec<DeviceInfo>, Result<()>) {
     if !driver_present() {
-        return Inventory {
-            devices: Vec::new(),
-            reason: Some("libcuda could not be loaded (no NVIDIA driver on this machine)".into()),
-        };
+        return (
+            Vec::new(),
+            Err(Error::NoDriver("libcuda could not be loaded (no NVIDIA driver on this machine)".into())),
+        );
     }
-    let count = match cudarc::driver::result::init().and_then(|_| cudarc::driver::result::device::get_count()) {
+    let count = cudarc::driver::result::init()
+        .ctx(|| "cuInit".into())
+        .and_then(|_| cudarc::driver::result::device::get_count().ctx(|| "cuDeviceGetCount".into()));
+    list_devices(count, device_info)
+}
+
+/// Devices `0..count` through `info`, stopping at the first error: the devices before it and
+/// the error (or all of them and `Ok`). A failed count is an error with no device.
+fn list_devices(count: Result<i32>, info: impl Fn(usize) -> Result<DeviceInfo>) -> (Vec<DeviceInfo>, Result<()>) {
+    let count = match count {
         Ok(n) => n,
-        Err(e) => {
-            return Inventory { devices: Vec::new(), reason: Some(format!("cuInit/cuDeviceGetCount failed: {e}")) };
-        }
+        Err(e) => return (Vec::new(), Err(e)),
     };
     let mut devices = Vec::new();
     for ordinal in 0..count.max(0) as usize {
-        match device_info(ordinal) {
+        match info(ordinal) {
             Ok(d) => devices.push(d),
-            Err(e) => return Inventory { devices, reason: Some(format!("device {ordinal}: {e}")) },
+            Err(e) => return (devices, Err(e)),
         }
     }
-    let reason = devices.is_empty().then(|| "the driver reports no CUDA devices".to_string());
-    Inventory { devices, reason }
+    (devices, Ok(()))
+}
+
+/// The devices to open from a listing: every one when the listing completed with some; the
+/// listing's error when it stopped on one (even after some devices), [`Error::NoDevice`] when it
+/// completed with none.
+fn usable(devices: Vec<DeviceInfo>, outcome: Result<()>) -> Result<Vec<DeviceInfo>> {
+    outcome?;
+    if devices.is_empty() {
+        return Err(Error::NoDevice(NO_DEVICES.into()));
+    }
+    Ok(devices)
 }
 
 fn device_info(ordinal: usize) -> Result<DeviceInfo> {
@@ -132,13 +196,9 @@ impl Gpu {
         }))
     }
 
-    /// Opens every visible device.
+    /// Opens every visible device; fails as [`devices`] does, or where opening one fails.
     pub fn open_all() -> Result<Vec<Arc<Self>>> {
-        let inv = inventory();
-        if inv.devices.is_empty() {
-            return Err(Error::NoDriver(inv.reason.unwrap_or_default()));
-        }
-        inv.devices.iter().map(|d| Self::open(d.ordinal)).collect()
+        devices()?.iter().map(|d| Self::open(d.ordinal)).collect()
     }
 
     /// The device's properties.
@@ -282,5 +342,73 @@ impl Gpu {
             return Ok(());
         }
         crate::error::check(r, || format!("enabling peer access {} -> {}", self.ordinal(), peer.ordinal()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(ordinal: usize) -> DeviceInfo {
+        DeviceInfo {
+            ordinal,
+            name: format!("GPU {ordinal}"),
+            compute_capability: (9, 0),
+            sm_count: 132,
+            max_shared_optin: 232_448,
+            total_mem: 1 << 30,
+        }
+    }
+
+    // A failing driver call. (A real one is an `Error::Driver`, whose text comes from the driver
+    // library, which this machine may lack; any error but `NoDriver` is a failure here.)
+    fn failing(call: &str) -> Error {
+        Error::Unsupported(format!("{call} failed"))
+    }
+
+    #[test]
+    fn a_failed_init_is_a_failure_not_an_absence() {
+        let listing = || list_devices(Err(failing("cuInit")), |i| Ok(dev(i)));
+        let (devices, outcome) = listing();
+        assert!(devices.is_empty());
+        assert!(matches!(usable(devices, outcome), Err(Error::Unsupported(_))));
+        let (devices, outcome) = listing();
+        let inv = summarize(devices, outcome);
+        assert_eq!(inv.discovery, Discovery::Failed);
+        assert!(inv.reason.as_deref().is_some_and(|r| r.contains("cuInit")), "{inv:?}");
+    }
+
+    #[test]
+    fn a_device_that_fails_mid_list_fails_the_listing() {
+        // Device 1 of 3 does not answer: device 0 is listed, and the error is kept.
+        let listing =
+            || list_devices(Ok(3), |i| if i == 1 { Err(failing("cuDeviceGetAttribute")) } else { Ok(dev(i)) });
+        let (devices, outcome) = listing();
+        assert_eq!(devices.iter().map(|d| d.ordinal).collect::<Vec<_>>(), [0]);
+        // Opening "all" GPUs refuses the partial list instead of opening one of three.
+        assert!(matches!(usable(devices, outcome), Err(Error::Unsupported(_))));
+        let (devices, outcome) = listing();
+        let inv = summarize(devices, outcome);
+        assert_eq!((inv.discovery, inv.devices.len()), (Discovery::Failed, 1));
+    }
+
+    #[test]
+    fn absences_are_named_as_such() {
+        let (devices, outcome) = list_devices(Ok(0), |i| Ok(dev(i)));
+        assert!(matches!(usable(devices, outcome), Err(Error::NoDevice(_))));
+        let inv = summarize(Vec::new(), Ok(()));
+        assert_eq!((inv.discovery, inv.reason.as_deref()), (Discovery::Complete, Some(NO_DEVICES)));
+        let inv = summarize(Vec::new(), Err(Error::NoDriver("no libcuda".into())));
+        assert_eq!((inv.discovery, inv.reason.as_deref()), (Discovery::NoDriver, Some("no libcuda")));
+        assert!(matches!(usable(Vec::new(), Err(Error::NoDriver("no libcuda".into()))), Err(Error::NoDriver(_))));
+    }
+
+    #[test]
+    fn a_complete_listing_opens_every_device() {
+        let (devices, outcome) = list_devices(Ok(2), |i| Ok(dev(i)));
+        let inv = summarize(devices.clone(), Ok(()));
+        assert_eq!((inv.discovery, inv.reason), (Discovery::Complete, None));
+        let all = usable(devices, outcome).unwrap();
+        assert_eq!(all.iter().map(|d| d.ordinal).collect::<Vec<_>>(), [0, 1]);
     }
 }

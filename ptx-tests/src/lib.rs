@@ -12,5 +12,6 @@ pub mod checks;
 pub mod memchan;
 pub mod mp;
 pub mod multimem;
+pub mod shared;
 pub mod switch;
 pub mod sync;

@@ -10,25 +10,9 @@ use mscclpp_device::ptx::{atom_red, misc::barrier_sync, sreg};
 use mscclpp_device::sync::{DeviceSemaphore, DeviceSyncer};
 
 use crate::kernels;
+use crate::shared::message_word;
 
 const BUDGET: SpinBudget = SpinBudget::DEFAULT;
-
-/// A 32-bit mixing function (every input bit affects every output bit).
-#[inline(always)]
-pub fn mix(mut x: u32) -> u32 {
-    x ^= x >> 16;
-    x = x.wrapping_mul(0x7feb_352d);
-    x ^= x >> 15;
-    x = x.wrapping_mul(0x846c_a68b);
-    x ^ (x >> 16)
-}
-
-/// Word `k` of the message that side `side` sends in round `round` of a test seeded with `seed`:
-/// different for every (side, round, word), so a stale or misplaced word is caught.
-#[inline(always)]
-pub fn message_word(seed: u32, side: u32, round: u32, k: u32) -> u32 {
-    mix(seed ^ mix(round.wrapping_mul(2).wrapping_add(side)) ^ k.wrapping_mul(0x9e37_79b9))
-}
 
 /// The data words packet `j` of type `P` carries.
 #[inline(always)]
@@ -204,6 +188,51 @@ kernels! {
         }
     }
 
+    /// Put + signal / wait ping-pong that checks every round (one block): in round r the sender
+    /// (A, `first != 0`, first; side 0) fills [0, bytes) of its own buffer with its round-r
+    /// message (`message_word(seed, side, r, k)`, u32 words), puts it to [bytes, 2 bytes) of the
+    /// peer's buffer and signals; the receiver waits, then every thread checks its words of
+    /// [bytes, 2 bytes) against the peer's round-r message. Each round's message differs, so a
+    /// read before the data arrived sees the previous round's. `report[0]` += mismatching words,
+    /// `report[1]` += words checked.
+    fn memchan_put_signal_rounds(chan: MemoryChannel, bytes: u64, rounds: u32, first: u32, seed: u32, report: *mut u64) {
+        let t = Threads::block();
+        let words = (bytes / 4) as u32;
+        let out = chan.src.cast::<u32>().as_ptr();
+        let inc = chan.src.byte_add(bytes as usize).cast::<u32>().as_ptr();
+        let (side, peer) = if first != 0 { (0, 1) } else { (1, 0) };
+        let (mut bad, mut checked) = (0u64, 0u64);
+        for r in 1..=rounds {
+            for sending in [first != 0, first == 0] {
+                if sending {
+                    let mut k = t.index;
+                    while k < words {
+                        *out.add(k as usize) = message_word(seed, side, r, k);
+                        k += t.count;
+                    }
+                    // The message is whole before the threads copy it out (in other slices).
+                    barrier_sync();
+                    chan.put(bytes, 0, bytes, t);
+                    // Every thread's stores before thread 0's release signal.
+                    barrier_sync();
+                    if t.index == 0 { chan.signal(); }
+                } else {
+                    if t.index == 0 { chan.wait(BUDGET); }
+                    // Thread 0's acquire before any thread reads the message.
+                    barrier_sync();
+                    let mut k = t.index;
+                    while k < words {
+                        if core::ptr::read_volatile(inc.add(k as usize)) != message_word(seed, peer, r, k) { bad += 1; }
+                        checked += 1;
+                        k += t.count;
+                    }
+                }
+            }
+        }
+        atom_red::red_relaxed_gpu_add_u64(report, bad);
+        atom_red::red_relaxed_gpu_add_u64(report.add(1), checked);
+    }
+
     /// Reads an LL16 packet that never arrives with a `budget_ns` budget: must trap.
     fn packet_read_timeout(pkt: GlobalPtr<LL16Packet>, budget_ns: i64) {
         if sreg::tid_x() != 0 { return; }
@@ -239,6 +268,25 @@ kernels! {
     /// Syncs with one block more than the grid has, with a `budget_ns` budget: must trap.
     fn grid_barrier_timeout(syncer: GlobalPtr<DeviceSyncer>, budget_ns: i64) {
         syncer.sync(sreg::nctaid_x() + 1, SpinBudget::from_nanos(budget_ns));
+    }
+
+    /// Counting-semaphore rendezvous, thread 0 of every block (launch as many blocks as the
+    /// semaphore has permits): acquire, count the arrival in `report[0]`, wait (at most `budget`,
+    /// without trapping) until every block of the grid has arrived, add 1 to `report[1]` if they
+    /// all did, release. A block releases only after seeing every block inside or after its
+    /// budget, so `report[1]` reaches the grid size only if all the permits were held at once
+    /// (a semaphore that admits fewer holders, a mutex say, leaves it lower).
+    fn device_semaphore_rendezvous(sem: GlobalPtr<DeviceSemaphore>, report: *mut u64, budget: SpinBudget) {
+        if sreg::tid_x() != 0 { return; }
+        let all = sreg::nctaid_x() as u64;
+        sem.acquire(BUDGET);
+        atomic::fetch_add::<Relaxed, Gpu, u64>(report, 1);
+        let start = sreg::globaltimer();
+        while atomic::load::<Relaxed, Gpu, u64>(report) < all && !budget.expired(sreg::globaltimer().wrapping_sub(start)) {}
+        if atomic::load::<Relaxed, Gpu, u64>(report) >= all {
+            atomic::fetch_add::<Relaxed, Gpu, u64>(report.add(1), 1);
+        }
+        sem.release();
     }
 
     /// Counting-semaphore test, thread 0 of every block, `rounds` times: acquire; count itself in

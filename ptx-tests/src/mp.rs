@@ -9,7 +9,7 @@ use mscclpp_device::bulk::{self, BulkPipeline};
 use mscclpp_device::channel::port::PortChannel;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::{GlobalPtr, dynamic_shared};
-use mscclpp_device::ptx::{misc::barrier_sync, sreg};
+use mscclpp_device::ptx::{atom_red, misc::barrier_sync, sreg};
 use mscclpp_device::semaphore::MemoryDevice2DeviceSemaphore;
 
 use crate::kernels;
@@ -106,11 +106,12 @@ kernels! {
 
     /// All-pairs barrier, `rounds` times: thread t (t != me) writes the round into its slot on
     /// rank t, signals rank t and waits for it; after a CTA barrier it checks the slot rank t
-    /// wrote here. Slots alternate by round parity. Mismatches are added to `errors`.
-    fn mp_barrier(sems: *const MemoryDevice2DeviceSemaphore, world: u32, me: u32, rounds: u32, remote_slots: *const u64, my_slots: *const u64, errors: *mut u32) {
+    /// wrote here. Slots alternate by round parity. `report[0]` += stale slots, `report[1]` +=
+    /// slots checked (`rounds * (world - 1)` in all).
+    fn mp_barrier(sems: *const MemoryDevice2DeviceSemaphore, world: u32, me: u32, rounds: u32, remote_slots: *const u64, my_slots: *const u64, report: *mut u64) {
         let t = sreg::tid_x();
         let part = t < world && t != me;
-        let mut bad = 0u32;
+        let (mut bad, mut checked) = (0u64, 0u64);
         for r in 1..=rounds as u64 {
             if part {
                 let slot = (*remote_slots.add(t as usize) as *mut u64).add((me * 2) as usize + (r % 2) as usize);
@@ -121,22 +122,28 @@ kernels! {
                 s.wait(BUDGET);
             }
             barrier_sync();
-            if part && read_volatile(my_slots.add((t * 2) as usize + (r % 2) as usize)) != r {
-                bad += 1;
+            if part {
+                if read_volatile(my_slots.add((t * 2) as usize + (r % 2) as usize)) != r {
+                    bad += 1;
+                }
+                checked += 1;
             }
         }
-        if bad > 0 {
-            atomic::fetch_add::<AcqRel, Gpu, u32>(errors, bad);
+        if part {
+            atom_red::red_relaxed_gpu_add_u64(report, bad);
+            atom_red::red_relaxed_gpu_add_u64(report.add(1), checked);
         }
     }
 
     /// Port-channel all-to-all, `iters` iterations: fill `src` (chunk p for rank p), put it with a
     /// signal into slot `me` of rank p's receive buffer (double-buffered by iteration parity),
     /// wait for every peer, check what arrived, then flush so `src` can be rewritten.
-    fn mp_port_alltoall(chans: *const PortChannel, world: u32, me: u32, chunk_words: u32, iters: u32, src: *mut u32, recv: *const u32, errors: *mut u32) {
+    /// `report[0]` += wrong words, `report[1]` += words checked (`iters * (world - 1) *
+    /// chunk_words` in all).
+    fn mp_port_alltoall(chans: *const PortChannel, world: u32, me: u32, chunk_words: u32, iters: u32, src: *mut u32, recv: *const u32, report: *mut u64) {
         let t = sreg::tid_x();
         let n = world * chunk_words;
-        let mut bad = 0u32;
+        let (mut bad, mut checked) = (0u64, 0u64);
         for k in 0..iters {
             let mut i = t;
             while i < n {
@@ -156,8 +163,11 @@ kernels! {
             let mut i = t;
             while i < n {
                 let from = i / chunk_words;
-                if from != me && read_volatile(recv.add(base + i as usize)) != a2a_word(k, from, me, i % chunk_words) {
-                    bad += 1;
+                if from != me {
+                    if read_volatile(recv.add(base + i as usize)) != a2a_word(k, from, me, i % chunk_words) {
+                        bad += 1;
+                    }
+                    checked += 1;
                 }
                 i += sreg::ntid_x();
             }
@@ -168,9 +178,8 @@ kernels! {
             }
             barrier_sync();
         }
-        if bad > 0 {
-            atomic::fetch_add::<AcqRel, Gpu, u32>(errors, bad);
-        }
+        atom_red::red_relaxed_gpu_add_u64(report, bad);
+        atom_red::red_relaxed_gpu_add_u64(report.add(1), checked);
     }
 
     /// All-gather: block p bulk-copies `src` into slot `me` of rank p's `dsts[p]` (p == me: this

@@ -16,7 +16,7 @@ use mscclpp_device::channel::switch::{SwitchChannel, SwitchElem, SwitchGroup};
 use mscclpp_device::multimem::{Red, op};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
-use mscclpp_device::ptx::{misc::barrier_sync, sreg};
+use mscclpp_device::ptx::{atom_red, misc::barrier_sync, sreg};
 use mscclpp_device::switch::SwitchSemaphore;
 use mscclpp_device::vec::{Bf16x2, Bf16x8, F16x2, F16x8, F32x2, F32x4};
 
@@ -177,10 +177,11 @@ kernels! {
     /// `rounds` barrier rounds of every block with data: the leader of block b broadcasts the
     /// round number into slot `(b * n_ranks + rank) * 2 + round % 2` of every copy before the
     /// barrier and checks after it that every rank's slot of this block holds the round.
-    fn emu_barrier_rounds(chans: *const EmulatedSwitchChannel, rounds: u32, errors: *mut u32, budget: SpinBudget) {
+    /// `report[0]` += stale slots, `report[1]` += slots checked (`rounds * n_ranks` per block).
+    fn emu_barrier_rounds(chans: *const EmulatedSwitchChannel, rounds: u32, report: *mut u64, budget: SpinBudget) {
         let chan = *chans.add(sreg::ctaid_x() as usize);
         let (b, n, me) = (sreg::ctaid_x(), chan.n_ranks, chan.rank);
-        let mut bad = 0u32;
+        let (mut bad, mut checked) = (0u64, 0u64);
         for r in 1..=rounds {
             if sreg::tid_x() == 0 {
                 chan.broadcast::<u32>(((b * n + me) * 2 + r % 2) as usize, r);
@@ -191,11 +192,13 @@ kernels! {
                     if chan.local::<u32>(((b * n + p) * 2 + r % 2) as usize).as_ptr().read_volatile() != r {
                         bad += 1;
                     }
+                    checked += 1;
                 }
             }
         }
-        if bad > 0 {
-            mscclpp_device::atomic::fetch_add::<mscclpp_device::atomic::Relaxed, mscclpp_device::atomic::Gpu, u32>(errors, bad);
+        if sreg::tid_x() == 0 {
+            atom_red::red_relaxed_gpu_add_u64(report, bad);
+            atom_red::red_relaxed_gpu_add_u64(report.add(1), checked);
         }
     }
 }

@@ -4,32 +4,20 @@ use core::ptr::{read_volatile, write_volatile};
 
 use mscclpp_device::atomic::{self, AcqRel, Acquire, Release, Sys};
 use mscclpp_device::channel::port::PortChannel;
+use mscclpp_device::copy::Threads;
 use mscclpp_device::fifo::{FifoDeviceHandle, ProxyTrigger, kind};
 use mscclpp_device::poll::{SpinBudget, spin_until};
-use mscclpp_device::ptx::{misc::barrier_sync, sreg};
+use mscclpp_device::ptx::{atom_red, misc::barrier_sync, sreg};
 use mscclpp_device::semaphore::{CachedMemorySemaphore, Host2DeviceSemaphore, MemoryDevice2DeviceSemaphore};
 
 use crate::kernels;
+use crate::shared::{message_word, tagged_trigger};
 
 const BUDGET: SpinBudget = SpinBudget::DEFAULT;
 
 #[inline(always)]
 fn gid() -> u32 {
     sreg::ctaid_x() * sreg::ntid_x() + sreg::tid_x()
-}
-
-/// The trigger pushed by thread `g` as its `i`-th: an atomic-add request whose three fields all
-/// derive from (g, i), so a torn or misplaced trigger is detected by the consumer.
-#[inline(always)]
-pub fn tagged_trigger(g: u32, i: u32) -> ProxyTrigger {
-    match ProxyTrigger::atomic_add(
-        ((g as u64) << 32) | i as u64,
-        (g ^ i.wrapping_mul(0x9e37_79b9)) as u64,
-        (g + i) & 511,
-    ) {
-        Ok(t) => t,
-        Err(e) => mscclpp_device::poll::fail(e.message()),
-    }
 }
 
 kernels! {
@@ -87,7 +75,8 @@ kernels! {
     /// `mode`: 0 signal/wait, 1 relaxed signal/wait with explicit fences, 2 the same as 0 through
     /// a [`CachedMemorySemaphore`] (counters in registers, written back at the end).
     /// Mismatches counted in `errors`. With a null `peer_data` no data moves (the bench's pure
-    /// signal/wait round trip).
+    /// signal/wait round trip). The tests use [`sem_pingpong_payload`], which moves a payload
+    /// written by every thread and counts the words it checked.
     fn sem_pingpong(
         sem: MemoryDevice2DeviceSemaphore,
         rounds: u32,
@@ -137,6 +126,80 @@ kernels! {
         // Writes the cached counters back (a no-op for the other modes).
         drop(cached);
         *errors = bad;
+    }
+
+    /// Semaphore ping-pong with a payload between two GPUs, one block. Each round the sender's
+    /// threads all write `words` words of the round's message (`message_word(seed, side, round,
+    /// k)`, side 0 for `first != 0`) into the peer's `peer_data`, the block synchronises and
+    /// thread 0 signals; the receiver's thread 0 waits, the block synchronises and every thread
+    /// checks its words of `my_data` against the peer's message of the round. `mode` as for
+    /// [`sem_pingpong`]. `report[0]` += mismatching words, `report[1]` += words checked.
+    fn sem_pingpong_payload(
+        sem: MemoryDevice2DeviceSemaphore,
+        rounds: u32,
+        first: u32,
+        mode: u32,
+        seed: u32,
+        words: u32,
+        my_data: *const u32,
+        peer_data: *mut u32,
+        report: *mut u64,
+    ) {
+        let t = Threads::block();
+        let leader = t.index == 0;
+        let (side, peer) = if first != 0 { (0, 1) } else { (1, 0) };
+        let mut cached: Option<CachedMemorySemaphore> = if mode == 2 && leader { Some(sem.cached()) } else { None };
+        let (mut bad, mut checked) = (0u64, 0u64);
+        for r in 1..=rounds {
+            for sending in [first != 0, first == 0] {
+                if sending {
+                    let mut k = t.index;
+                    while k < words {
+                        write_volatile(peer_data.add(k as usize), message_word(seed, side, r, k));
+                        k += t.count;
+                    }
+                    // Every thread's payload stores before thread 0's release signal.
+                    barrier_sync();
+                    if leader {
+                        match &mut cached {
+                            Some(c) => c.signal(),
+                            None if mode == 1 => {
+                                // Partner: the receiver's fence after its relaxed wait.
+                                atomic::fence_acq_rel::<Sys>();
+                                sem.relaxed_signal();
+                            }
+                            None => sem.signal(),
+                        }
+                    }
+                } else {
+                    if leader {
+                        match &mut cached {
+                            Some(c) => c.wait(BUDGET),
+                            None if mode == 1 => {
+                                sem.relaxed_wait(BUDGET);
+                                // Partner: the sender's fence before its relaxed signal.
+                                atomic::fence_acq_rel::<Sys>();
+                            }
+                            None => sem.wait(BUDGET),
+                        }
+                    }
+                    // Thread 0's acquire before any thread reads the payload.
+                    barrier_sync();
+                    let mut k = t.index;
+                    while k < words {
+                        if read_volatile(my_data.add(k as usize)) != message_word(seed, peer, r, k) {
+                            bad += 1;
+                        }
+                        checked += 1;
+                        k += t.count;
+                    }
+                }
+            }
+        }
+        // Writes the cached counters back (thread 0 in mode 2; a no-op otherwise).
+        drop(cached);
+        atom_red::red_relaxed_gpu_add_u64(report, bad);
+        atom_red::red_relaxed_gpu_add_u64(report.add(1), checked);
     }
 
     /// The semaphore ping-pong of the bench through a [`CachedMemorySemaphore`], written like

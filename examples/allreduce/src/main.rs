@@ -105,8 +105,12 @@ fn rank_main(cfg: &BootstrapConfig, boot: &Arc<dyn Bootstrap>) -> Result<Outcome
     if n < 2 {
         return Err(Error::InvalidArgument(format!("the example needs at least 2 ranks, not {n}")));
     }
-    let inventory = mscclpp_host::gpu::inventory();
-    let gpu_count = inventory.devices.len();
+    // No GPU here is a reason to skip; a driver that fails is an error.
+    let (gpu_count, no_gpu) = match mscclpp_host::gpu::devices() {
+        Ok(d) => (d.len(), String::new()),
+        Err(e) if e.is_no_gpu() => (0, e.to_string()),
+        Err(e) => return Err(e),
+    };
     let own_seed = match std::env::var("MSCCLPP_RS_SEED").ok().and_then(|s| s.parse::<u64>().ok()) {
         Some(s) => s,
         None => {
@@ -117,7 +121,7 @@ fn rank_main(cfg: &BootstrapConfig, boot: &Arc<dyn Bootstrap>) -> Result<Outcome
     let seed = boot.all_gather_pod(&own_seed)?[0];
     let counts = boot.all_gather_pod(&(gpu_count as u64))?;
     if let Some(q) = counts.iter().position(|&c| c == 0) {
-        let reasons = boot.all_gather(inventory.reason.unwrap_or_default().as_bytes())?;
+        let reasons = boot.all_gather(no_gpu.as_bytes())?;
         return Ok(Outcome::Skipped(format!("rank {q} has no GPU ({})", String::from_utf8_lossy(&reasons[q]))));
     }
     let ordinal = cfg.rank.gpu_index(gpu_count).unwrap_or_default();
