@@ -12,7 +12,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/mscclpp-rs-out}
 mkdir -p "$out"
-export MSCCLPP_RS_REQUIRE_GPU=1
+export MSCCLPP_RS_REQUIRE_GPU=${MSCCLPP_RS_REQUIRE_GPU:-1}  # 0 on a one-GPU machine: two-GPU tests skip
 export MSCCLPP_RS_BENCH_OUT="$out/bench.jsonl"
 export MSCCLPP_RS_SKIP_LOG="$out/skips.log"
 # Multicast stays off (host/src/nvls.rs refuses while these are set); keep the variables set.

@@ -138,7 +138,10 @@ fn run_case(cfg: &BootstrapConfig, case: &str, death: &str) -> Result<String, St
     // The GPU cases.
     let gpus = match mscclpp_rs::testing::all_gpus() {
         Ok(g) => g,
-        Err(why) => {
+        Err(problem @ mscclpp_rs::testing::GpuProblem::Failed(_)) => return Err(problem.to_string()),
+        Err(problem) if mscclpp_rs::testing::gpu_required() => return Err(problem.to_string()),
+        Err(problem) => {
+            let why = problem.to_string();
             mscclpp_rs::testing::record_skip(&format!("peer_abort/{case}"), &why);
             boot.barrier().map_err(|e| e.to_string())?;
             return Ok(format!("SKIPPED: {why}"));
@@ -245,7 +248,18 @@ fn run_case(cfg: &BootstrapConfig, case: &str, death: &str) -> Result<String, St
 // The driver (no rank variables): every case through the built-in launcher.
 
 fn driver() -> ExitCode {
-    let gpus = mscclpp_rs::testing::all_gpus().map(|g| g.len()).unwrap_or(0);
+    let gpus = match mscclpp_rs::testing::all_gpus() {
+        Ok(g) => g.len(),
+        Err(problem @ mscclpp_rs::testing::GpuProblem::Failed(_)) => {
+            println!("peer_abort: RESULT FAILED: {problem}");
+            return ExitCode::FAILURE;
+        }
+        Err(_) if mscclpp_rs::testing::gpu_required() => {
+            println!("peer_abort: RESULT FAILED: no GPU, and MSCCLPP_RS_REQUIRE_GPU=1");
+            return ExitCode::FAILURE;
+        }
+        Err(_) => 0,
+    };
     let mut failed = 0;
     let cases: &[(&str, usize, bool)] = &[
         ("bootstrap_step", 2, false),
