@@ -78,7 +78,7 @@ pub enum Error {
         waiting_for: String,
     },
     /// The program aborted this GPU's waits (`Communicator::abort`).
-    #[error("aborted: the program called abort(); this GPU's waits trap instead of spinning")]
+    #[error("aborted: the program called abort(); this GPU's waits give up instead of spinning")]
     Aborted,
     /// The connection to another rank closed or failed (the rank exited, died or was killed).
     #[error("connection to rank {peer} lost: {detail}")]
