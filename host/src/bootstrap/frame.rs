@@ -3,7 +3,7 @@
 //! ```text
 //!  offset  size  field
 //!       0     4  magic  b"MRSB"
-//!       4     1  version (2)
+//!       4     1  version (3)
 //!       5     1  kind   (Kind as u8)
 //!       6     2  reserved, zero
 //!       8     8  payload length, u64 little endian
@@ -34,8 +34,9 @@ use crate::error::{Error, Result};
 /// The first four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"MRSB";
 /// The wire format version this crate speaks (2: session tag and challenge-response instead of
-/// the token in clear).
-pub const VERSION: u8 = 2;
+/// the token in clear; 3: a star and a ring instead of a full mesh, so the collectives, the
+/// goodbye and the reports of lost ranks changed).
+pub const VERSION: u8 = 3;
 /// Size of the fixed header in bytes.
 pub const HEADER_LEN: usize = 40;
 /// Default largest payload accepted (64 MiB).
@@ -155,24 +156,35 @@ pub(crate) fn stable_hash(domain: &[u8], data: &[u8]) -> u64 {
 pub enum Kind {
     /// Rank `r > 0` to rank 0: rank, world size and the address it listens on.
     Hello = 1,
-    /// Rank 0 to a rank whose hello it accepted.
+    /// The accepting side of a hello or connect, once the introduction proved the token: its own
+    /// proof.
     Welcome = 2,
     /// Rank 0 to every rank once all joined: every rank's listening address.
     Table = 3,
-    /// Rank `j` to rank `i < j` when it opens their direct connection: its rank.
+    /// A rank to another when it opens a connection to it after the rendezvous (its ring
+    /// neighbour, or a peer it sends to for the first time): its rank.
     Connect = 4,
-    /// One rank's contribution to an all-gather.
+    /// A rank's contribution to an all-gather (to rank 0), or the gathered contributions (from
+    /// rank 0, packed several to a frame).
     AllGather = 5,
-    /// A barrier arrival.
+    /// A barrier arrival (to rank 0), or its release (from rank 0).
     Barrier = 6,
     /// A point-to-point message.
     Message = 7,
     /// The accepting side of a new connection to the connecting side: a fresh nonce that the
     /// hello or connect must answer with a proof of the token.
     Challenge = 8,
-    /// A rank closing its bootstrap on purpose (drop without a panic): its connection ending
-    /// after this is a departure, not a death, and aborts nothing.
+    /// A rank closing its bootstrap on purpose (drop without a panic), with the number of
+    /// collectives it completed: its connection ending after this is a departure, not a
+    /// death, and aborts nothing.
     Goodbye = 9,
+    /// Rank 0 to every other rank: a rank's connection to rank 0 ended without a goodbye (it
+    /// died), with what rank 0 saw.
+    Lost = 10,
+    /// Rank 0 to every other rank: the collective of this sequence number failed, and why
+    /// (a timeout, a lost rank or a protocol error); it takes the place of the collective's
+    /// result.
+    Abort = 11,
 }
 
 impl Kind {
@@ -188,6 +200,8 @@ impl Kind {
             7 => Kind::Message,
             8 => Kind::Challenge,
             9 => Kind::Goodbye,
+            10 => Kind::Lost,
+            11 => Kind::Abort,
             _ => return None,
         })
     }
@@ -204,6 +218,8 @@ impl Kind {
             Kind::Message => "send",
             Kind::Challenge => "challenge",
             Kind::Goodbye => "goodbye",
+            Kind::Lost => "lost-rank report",
+            Kind::Abort => "collective abort",
         }
     }
 }
@@ -375,13 +391,13 @@ pub fn read_frame<R: Read + ?Sized>(r: &mut R, token: &Token, max: usize) -> Res
 // ---------------------------------------------------------------------------------------------
 // Rendezvous payloads.
 
-/// Hello (rank to rank 0) and Connect (rank to a lower rank) payload.
+/// Hello (rank to rank 0) and Connect (rank to a peer after the rendezvous) payload.
 pub(crate) struct Intro {
     /// The sender's rank.
     pub(crate) rank: usize,
     /// The sender's world size.
     pub(crate) world: usize,
-    /// Where the sender listens for higher ranks (empty in a Connect).
+    /// Where the sender listens for connections from other ranks (empty in a Connect).
     pub(crate) listen: String,
 }
 
@@ -426,6 +442,111 @@ pub(crate) fn decode_table(mut p: &[u8], n: usize) -> Option<Vec<String>> {
         p = &p[2 + len..];
     }
     (out.len() == n).then_some(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Payloads after the rendezvous.
+
+/// Bytes a frame of gathered contributions may carry beyond the frame limit: its own header and
+/// one length (so that a single contribution of exactly the limit still fits).
+pub(crate) const PACK_OVERHEAD: usize = 16;
+
+/// The contributions of an all-gather, in rank order, as the payloads of as few frames as the
+/// limit `max` allows: each frame is `[u32 first rank][u32 count]` then, per contribution, a u64
+/// length and the bytes. A frame holds at least one contribution and, beyond its first, no more
+/// than `max` bytes (so at most `max + PACK_OVERHEAD` for a contribution of exactly `max`).
+pub(crate) fn pack_parts(parts: &[Vec<u8>], max: usize) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    let mut i = 0;
+    while i < parts.len() {
+        let first = i;
+        let mut body = Vec::new();
+        while i < parts.len() && (i == first || 8 + body.len() + 8 + parts[i].len() <= max) {
+            body.extend_from_slice(&(parts[i].len() as u64).to_le_bytes());
+            body.extend_from_slice(&parts[i]);
+            i += 1;
+        }
+        let mut f = Vec::with_capacity(8 + body.len());
+        // World sizes are capped far below u32::MAX (`super::env::MAX_WORLD_SIZE`).
+        f.extend_from_slice(&(first as u32).to_le_bytes());
+        f.extend_from_slice(&((i - first) as u32).to_le_bytes());
+        f.extend_from_slice(&body);
+        frames.push(f);
+    }
+    frames
+}
+
+/// One frame of [`pack_parts`], which must start at rank `first` and hold at least one and at
+/// most `left` contributions; `None` when it is malformed.
+pub(crate) fn unpack_parts(p: &[u8], first: usize, left: usize) -> Option<Vec<Vec<u8>>> {
+    let at = u32::from_le_bytes(p.get(0..4)?.try_into().ok()?) as usize;
+    let count = u32::from_le_bytes(p.get(4..8)?.try_into().ok()?) as usize;
+    if at != first || count == 0 || count > left {
+        return None;
+    }
+    let mut rest = &p[8..];
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = usize::try_from(u64::from_le_bytes(rest.get(0..8)?.try_into().ok()?)).ok()?;
+        out.push(rest.get(8..8usize.checked_add(len)?)?.to_vec());
+        rest = &rest[8 + len..];
+    }
+    rest.is_empty().then_some(out)
+}
+
+/// A goodbye's payload: how many collectives the rank completed (the rendezvous barrier is the
+/// first).
+pub(crate) fn encode_goodbye(completed: u64) -> Vec<u8> {
+    completed.to_le_bytes().to_vec()
+}
+
+/// Reads a goodbye; `None` when it is malformed.
+pub(crate) fn decode_goodbye(p: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(p.try_into().ok()?))
+}
+
+/// A lost-rank report: the rank (u32) and what rank 0 saw.
+pub(crate) fn encode_lost(rank: usize, why: &str) -> Vec<u8> {
+    let mut v = u32::try_from(rank).unwrap_or(u32::MAX).to_le_bytes().to_vec();
+    v.extend_from_slice(why.as_bytes());
+    v
+}
+
+/// Reads a lost-rank report; `None` when it is malformed.
+pub(crate) fn decode_lost(p: &[u8]) -> Option<(usize, String)> {
+    let rank = u32::from_le_bytes(p.get(0..4)?.try_into().ok()?) as usize;
+    Some((rank, String::from_utf8_lossy(&p[4..]).into_owned()))
+}
+
+/// Why a collective failed, for an abort: `[u8 what][u64 number][text]`, where `what` is 0 for
+/// a timeout (number: nanoseconds waited, text: what was waited for), 1 for a lost rank (number:
+/// the rank, text: the detail) and 2 for anything else (the text of the error, read back as a
+/// protocol error).
+pub(crate) fn encode_cause(e: &Error) -> Vec<u8> {
+    let (what, number, text) = match e {
+        Error::Timeout { after, waiting_for } => {
+            (0u8, u64::try_from(after.as_nanos()).unwrap_or(u64::MAX), waiting_for.clone())
+        }
+        Error::PeerLost { peer, detail } => (1, *peer as u64, detail.clone()),
+        Error::Protocol(text) => (2, 0, text.clone()),
+        other => (2, 0, other.to_string()),
+    };
+    let mut v = vec![what];
+    v.extend_from_slice(&number.to_le_bytes());
+    v.extend_from_slice(text.as_bytes());
+    v
+}
+
+/// Reads an abort's cause; `None` when it is malformed.
+pub(crate) fn decode_cause(p: &[u8]) -> Option<Error> {
+    let number = u64::from_le_bytes(p.get(1..9)?.try_into().ok()?);
+    let text = String::from_utf8_lossy(&p[9..]).into_owned();
+    Some(match p[0] {
+        0 => Error::Timeout { after: std::time::Duration::from_nanos(number), waiting_for: text },
+        1 => Error::PeerLost { peer: usize::try_from(number).ok()?, detail: text },
+        2 => Error::Protocol(text),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

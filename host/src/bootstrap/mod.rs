@@ -125,6 +125,7 @@ pub mod env;
 pub mod frame;
 mod inbox;
 pub mod launcher;
+mod links;
 mod rendezvous;
 mod tcp;
 

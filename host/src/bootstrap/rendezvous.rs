@@ -187,14 +187,14 @@ pub(super) struct HandshakeGate<'a> {
 }
 
 impl<'a> HandshakeGate<'a> {
-    fn new(listener: &'a TcpListener, token: Token, kind: Kind) -> Self {
+    pub(super) fn new(listener: &'a TcpListener, token: Token, kind: Kind) -> Self {
         let (tx, rx) = std::sync::mpsc::channel();
         Self { listener, token, kind, tx, rx, pending: VecDeque::new(), next_id: 0, rejected: Rejected::default() }
     }
 
     /// The next connection that proved the token, before `deadline`; strays are counted in
     /// `rejected` and skipped. On timeout, `waiting` says what was awaited.
-    fn next(
+    pub(super) fn next(
         &mut self,
         deadline: Instant,
         after: Duration,
@@ -244,6 +244,13 @@ impl<'a> HandshakeGate<'a> {
                 Err(e) => self.rejected.add(from, format!("no thread for its handshake: {e}")),
             }
         }
+    }
+}
+
+impl HandshakeGate<'_> {
+    /// Counts a connection whose introduction proved the token but was refused all the same.
+    pub(super) fn reject(&mut self, from: SocketAddr, why: String) {
+        self.rejected.add(from, why);
     }
 }
 
@@ -417,10 +424,25 @@ pub(super) fn send_frame(
     })
 }
 
-pub(super) fn root_rendezvous(cfg: &BootstrapConfig, deadline: Instant) -> Result<Vec<Option<TcpStream>>> {
+/// Listens on `addr` with the largest backlog the system allows (the standard library asks for
+/// 128): hundreds of ranks may connect to rank 0 at once, and a connection that finds the queue
+/// full waits a second for the retry of its SYN.
+pub(super) fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    use nix::sys::socket::{Backlog, listen};
+    let listener = TcpListener::bind(addr)?;
+    listen(&listener, Backlog::MAXCONN)?;
+    Ok(listener)
+}
+
+/// Rank 0's side: accepts every other rank's hello, then sends each the table of listening
+/// addresses. Returns the connections (by rank; `None` for rank 0) and the table.
+pub(super) fn root_rendezvous(
+    cfg: &BootstrapConfig,
+    deadline: Instant,
+) -> Result<(Vec<Option<TcpStream>>, Vec<String>)> {
     let n = cfg.rank.world_size;
     let addr = resolve(&cfg.addr)?;
-    let listener = TcpListener::bind(addr).map_err(|source| Error::Io {
+    let listener = listen(addr).map_err(|source| Error::Io {
         context: format!(
             "rank 0: listening on {addr} (if the port is taken, choose another with {})",
             env::ENV_BOOTSTRAP
@@ -460,10 +482,16 @@ pub(super) fn root_rendezvous(cfg: &BootstrapConfig, deadline: Instant) -> Resul
             send_frame(s, cfg, Kind::Table, &table, deadline, peer)?;
         }
     }
-    Ok(streams)
+    Ok((streams, addrs))
 }
 
-pub(super) fn leaf_rendezvous(cfg: &BootstrapConfig, deadline: Instant) -> Result<Vec<Option<TcpStream>>> {
+/// The side of a rank other than 0: opens a listener for connections from other ranks, joins
+/// rank 0 and reads the address table. Returns the connection to rank 0, the listener and the
+/// table.
+pub(super) fn leaf_rendezvous(
+    cfg: &BootstrapConfig,
+    deadline: Instant,
+) -> Result<(TcpStream, TcpListener, Vec<String>)> {
     let (me, n) = (cfg.rank.rank, cfg.rank.world_size);
     let root_addr = resolve(&cfg.addr)?;
     let hint = if cfg.addr_derived {
@@ -475,41 +503,11 @@ pub(super) fn leaf_rendezvous(cfg: &BootstrapConfig, deadline: Instant) -> Resul
     let io = |context: &str, source| Error::Io { context: context.into(), source };
     let local_ip: IpAddr = root.local_addr().map_err(|e| io("reading the local address", e))?.ip();
     let listener =
-        TcpListener::bind((local_ip, 0)).map_err(|e| io(&format!("listening on {local_ip} for other ranks"), e))?;
-    let listen = listener.local_addr().map_err(|e| io("reading the listening address", e))?;
-    let hello = Intro { rank: me, world: n, listen: listen.to_string() };
+        listen(SocketAddr::new(local_ip, 0)).map_err(|e| io(&format!("listening on {local_ip} for other ranks"), e))?;
+    let listening = listener.local_addr().map_err(|e| io("reading the listening address", e))?;
+    let hello = Intro { rank: me, world: n, listen: listening.to_string() };
     connect_handshake(&root, cfg, Kind::Hello, &hello.encode(), deadline, 0)?;
     let table = expect(&root, cfg, Kind::Table, cfg.max_frame, deadline, 0, "the address table")?;
     let table = decode_table(&table.payload, n).ok_or_else(|| Error::Protocol("malformed address table".into()))?;
-
-    let mut streams: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
-    streams[0] = Some(root);
-    let intro = Intro { rank: me, world: n, listen: String::new() }.encode();
-    for (peer, a) in table.iter().enumerate().take(me).skip(1) {
-        let addr: SocketAddr =
-            a.parse().map_err(|_| Error::Protocol(format!("address table: bad address {a:?} for rank {peer}")))?;
-        let s = connect_until(addr, deadline, cfg.timeout, &format!("rank {peer} at {addr}"))?;
-        connect_handshake(&s, cfg, Kind::Connect, &intro, deadline, peer)?;
-        streams[peer] = Some(s);
-    }
-    let mut gate = HandshakeGate::new(&listener, cfg.token, Kind::Connect);
-    while !missing(&streams, me + 1..n).is_empty() {
-        let waiting = |r: &Rejected| format!("{} to connect{}", ranks_list(&missing(&streams, me + 1..n)), r.note());
-        let Introduced { stream, from, intro, nonces } = gate.next(deadline, cfg.timeout, waiting)?;
-        if intro.world != n || intro.rank <= me || intro.rank >= n {
-            return Err(Error::Protocol(format!(
-                "the process at {from} connected as rank {} of {}; expected a rank in {}..{n}",
-                intro.rank,
-                intro.world,
-                me + 1
-            )));
-        }
-        if streams[intro.rank].is_some() {
-            return Err(Error::Protocol(format!("rank {} connected twice", intro.rank)));
-        }
-        let proof = server_proof(&cfg.token, Kind::Connect, &nonces);
-        send_frame(&stream, cfg, Kind::Welcome, &proof, deadline, intro.rank)?;
-        streams[intro.rank] = Some(stream);
-    }
-    Ok(streams)
+    Ok((root, listener, table))
 }

@@ -1,24 +1,26 @@
-//! [`TcpBootstrap`]: the [`Bootstrap`] of this crate, over TCP connections between every pair of
-//! ranks. The rendezvous that makes them is in [`super::rendezvous`], the queues that receives
-//! read from in [`super::inbox`].
+//! [`TcpBootstrap`]: the [`Bootstrap`] of this crate, over TCP: a connection from every rank to
+//! rank 0, a ring, and connections opened on first use. The rendezvous is in
+//! [`super::rendezvous`], the connections and their threads in [`super::links`], the queues that
+//! receives read from in [`super::inbox`].
 
 use std::collections::HashMap;
-use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::frame::{self, Frame, Kind, Token};
-use super::inbox::{Inbox, Waited, reader_loop};
+use super::frame::{self, Kind};
+use super::inbox::Waited;
+use super::links::Net;
 use super::rendezvous::{leaf_rendezvous, root_rendezvous};
-use super::{Bootstrap, BootstrapConfig, EnvSnapshot, RankInfo, after, is_timeout, lock};
+use super::{Bootstrap, BootstrapConfig, EnvSnapshot, RankInfo, after, lock};
 use crate::error::{Error, Result};
 
 /// The smallest frame limit that still carries the rendezvous.
 const MIN_MAX_FRAME: usize = 4096;
 
-/// How long a closing rank may spend handing its goodbye to one peer's socket.
-const GOODBYE_TIMEOUT: Duration = Duration::from_millis(200);
+/// How much longer than the timeout a rank other than 0 waits for the end of a collective: rank
+/// 0 gives up on a missing rank after the timeout and tells the others who it was; this leaves
+/// that verdict time to arrive (up to the timeout again, at most this).
+const VERDICT_GRACE: Duration = Duration::from_secs(2);
 
 /// The sequence number a point-to-point message carries on the wire: the tag in the high 32 bits,
 /// the message's number among those of its (peer, tag) in the low 32 (it wraps after 2^32
@@ -36,19 +38,14 @@ fn message_step(what: &str, n: u64, tag: u32, dir: &str, peer: usize) -> String 
     }
 }
 
-/// The TCP implementation of [`Bootstrap`]: a rank's connections to all other ranks after the
-/// rendezvous ([`TcpBootstrap::connect`], [`TcpBootstrap::from_env`]). See the module
-/// documentation for the protocol.
+/// The TCP implementation of [`Bootstrap`] ([`TcpBootstrap::connect`],
+/// [`TcpBootstrap::from_env`]). See the module documentation for the protocol.
 pub struct TcpBootstrap {
     info: RankInfo,
-    token: Token,
     timeout: Duration,
     max_frame: usize,
-    /// Indexed by rank; `None` for this rank.
-    links: Vec<Option<Mutex<TcpStream>>>,
-    inbox: Arc<Inbox>,
+    net: Arc<Net>,
     counters: Mutex<Counters>,
-    readers: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for TcpBootstrap {
@@ -59,8 +56,10 @@ impl std::fmt::Debug for TcpBootstrap {
 
 #[derive(Default)]
 struct Counters {
-    /// Sequence number of the last collective (0 is the rendezvous barrier).
+    /// Sequence number of the last collective started (0 is the rendezvous barrier).
     collective: u64,
+    /// Collectives completed here, the rendezvous barrier included (the goodbye carries it).
+    completed: u64,
     all_gathers: u64,
     barriers: u64,
     /// Messages sent to / received from each (rank, tag).
@@ -82,8 +81,9 @@ impl TcpBootstrap {
         }
     }
 
-    /// Runs the rendezvous and returns when this rank is connected to every other rank and all
-    /// ranks have reached that point (a barrier closes the rendezvous).
+    /// Runs the rendezvous and returns when this rank is connected to rank 0 and to the next
+    /// rank of the ring, and all ranks have reached that point (a barrier closes the
+    /// rendezvous). Connections to other ranks are opened when first sent to.
     pub fn connect(cfg: &BootstrapConfig) -> Result<Self> {
         let rank = cfg.rank.rank;
         let wrap = |e| Error::Bootstrap { rank, step: "rendezvous".into(), cause: Box::new(e) };
@@ -98,53 +98,43 @@ impl TcpBootstrap {
             ))));
         }
         let deadline = after(cfg.timeout);
-        let streams = if cfg.rank.world_size == 1 {
-            vec![None]
+        let n = cfg.rank.world_size;
+        let boot = if n == 1 {
+            Self::new(cfg, Net::new(cfg, vec![String::new()]))
         } else if rank == 0 {
-            root_rendezvous(cfg, deadline).map_err(wrap)?
+            let (streams, table) = root_rendezvous(cfg, deadline).map_err(wrap)?;
+            let boot = Self::new(cfg, Net::new(cfg, table));
+            for (peer, stream) in streams.into_iter().enumerate() {
+                if let Some(stream) = stream {
+                    boot.net.inbox.opening(peer);
+                    boot.net.adopt(peer, stream).map_err(wrap)?;
+                }
+            }
+            boot
         } else {
-            leaf_rendezvous(cfg, deadline).map_err(wrap)?
+            let (root, listener, table) = leaf_rendezvous(cfg, deadline).map_err(wrap)?;
+            let boot = Self::new(cfg, Net::new(cfg, table));
+            boot.net.inbox.opening(0);
+            boot.net.adopt(0, root).map_err(wrap)?;
+            boot.net.serve(listener).map_err(wrap)?;
+            // The ring: 0 -> 1 -> ... -> n-1 -> 0. Rank 0's two neighbours are already connected.
+            if rank + 1 < n {
+                boot.net.open(rank + 1, deadline).map_err(wrap)?;
+            }
+            boot
         };
-        let boot = Self::start(cfg, streams).map_err(wrap)?;
-        boot.exchange("rendezvous barrier", Kind::Barrier, 0, &[])?;
+        boot.collective("rendezvous barrier", Kind::Barrier, 0, &[])?;
         Ok(boot)
     }
 
-    fn start(cfg: &BootstrapConfig, streams: Vec<Option<TcpStream>>) -> Result<Self> {
-        let n = cfg.rank.world_size;
-        let inbox = Arc::new(Inbox::new(n, cfg.max_queued));
-        let mut links = Vec::with_capacity(n);
-        let mut readers = Vec::new();
-        let io = |peer: usize| {
-            move |source| Error::Io { context: format!("setting up the connection to rank {peer}"), source }
-        };
-        for (peer, stream) in streams.into_iter().enumerate() {
-            let Some(stream) = stream else {
-                links.push(None);
-                continue;
-            };
-            stream.set_nodelay(true).map_err(io(peer))?;
-            stream.set_read_timeout(None).map_err(io(peer))?;
-            stream.set_write_timeout(Some(cfg.timeout)).map_err(io(peer))?;
-            let read_half = stream.try_clone().map_err(io(peer))?;
-            let (inbox2, token, max) = (inbox.clone(), cfg.token, cfg.max_frame);
-            let handle = std::thread::Builder::new()
-                .name(format!("bootstrap-rx-{peer}"))
-                .spawn(move || reader_loop(peer, read_half, token, max, &inbox2))
-                .map_err(io(peer))?;
-            readers.push(handle);
-            links.push(Some(Mutex::new(stream)));
-        }
-        Ok(Self {
+    fn new(cfg: &BootstrapConfig, net: Arc<Net>) -> Self {
+        Self {
             info: cfg.rank,
-            token: cfg.token,
             timeout: cfg.timeout,
             max_frame: cfg.max_frame,
-            links,
-            inbox,
+            net,
             counters: Mutex::new(Counters::default()),
-            readers,
-        })
+        }
     }
 
     /// The timeout of every operation.
@@ -157,13 +147,7 @@ impl TcpBootstrap {
         if timeout.is_zero() {
             return Err(self.fail("set_timeout", Error::InvalidArgument("the timeout is zero".into())));
         }
-        for (peer, link) in self.links.iter().enumerate() {
-            if let Some(link) = link {
-                lock(link).set_write_timeout(Some(timeout)).map_err(|source| {
-                    self.fail("set_timeout", Error::Io { context: format!("connection to rank {peer}"), source })
-                })?;
-            }
-        }
+        self.net.set_timeout(timeout).map_err(|e| self.fail("set_timeout", e))?;
         self.timeout = timeout;
         Ok(())
     }
@@ -202,60 +186,92 @@ impl TcpBootstrap {
         Ok(())
     }
 
-    /// Sends `data` to every other rank, then collects theirs: the body of all collectives.
-    fn exchange(&self, step: &str, kind: Kind, seq: u64, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+    /// The body of all collectives: every rank sends `data` to rank 0, which sends everyone
+    /// the contributions of all (all-gather) or an empty release (barrier), or, when it cannot,
+    /// an abort that says why.
+    fn collective(&self, step: &str, kind: Kind, seq: u64, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.check_size(step, data.len())?;
-        let (me, n) = (self.info.rank, self.info.world_size);
+        let parts = match (self.info.world_size, self.info.rank) {
+            (1, _) => Ok(vec![data.to_vec()]),
+            (_, 0) => self.lead(kind, seq, data),
+            _ => self.follow(kind, seq, data),
+        }
+        .map_err(|cause| self.fail(step, cause))?;
+        lock(&self.counters).completed = seq + 1;
+        Ok(parts)
+    }
+
+    /// Rank 0's part of a collective.
+    fn lead(&self, kind: Kind, seq: u64, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let n = self.info.world_size;
         let deadline = after(self.timeout);
-        // Start with the next rank so that not everyone writes to rank 0 first.
-        for peer in (1..n).map(|k| (me + k) % n) {
-            self.write(step, peer, kind, seq, data)?;
-        }
-        let mut out = Vec::with_capacity(n);
-        for peer in 0..n {
-            if peer == me {
-                out.push(data.to_vec());
-            } else {
-                out.push(self.wait(step, peer, kind, seq, deadline)?.payload);
+        let mut parts = Vec::with_capacity(n);
+        parts.push(data.to_vec());
+        for peer in 1..n {
+            match self.net.inbox.wait(peer, kind, seq, deadline) {
+                Waited::Got(f) => parts.push(f.payload),
+                other => {
+                    let cause = self.cause(peer, kind, seq, other, self.timeout);
+                    let gone = |p: &usize| self.net.inbox.gone(*p).is_none();
+                    self.net.tell((1..n).filter(gone), Kind::Abort, seq, &frame::encode_cause(&cause));
+                    return Err(cause);
+                }
             }
         }
-        Ok(out)
-    }
-
-    fn write(&self, step: &str, peer: usize, kind: Kind, seq: u64, data: &[u8]) -> Result<()> {
-        let Some(link) = self.links.get(peer).and_then(Option::as_ref) else {
-            return Err(self.fail(step, Error::Protocol(format!("no connection to rank {peer}"))));
-        };
-        let mut stream = lock(link);
-        let Err(e) = frame::write_frame(&mut *stream, &self.token, kind, seq, data) else { return Ok(()) };
-        drop(stream);
-        // The connection is unusable now (a frame may be half written); tell future receives.
-        let known = self.inbox.lost_reason(peer);
-        self.inbox.lose(peer, format!("sending failed: {e}"));
-        let cause = if is_timeout(&e) {
-            Error::Timeout { after: self.timeout, waiting_for: format!("rank {peer} to take {} bytes", data.len()) }
-        } else {
-            Error::PeerLost { peer, detail: known.unwrap_or_else(|| format!("sending failed: {e}")) }
-        };
-        Err(self.fail(step, cause))
-    }
-
-    fn wait(&self, step: &str, peer: usize, kind: Kind, seq: u64, deadline: Instant) -> Result<Frame> {
-        match self.inbox.wait(peer, kind, seq, deadline) {
-            Waited::Got(f) => Ok(f),
-            Waited::Timeout => {
-                Err(self.fail(step, Error::Timeout { after: self.timeout, waiting_for: format!("rank {peer}") }))
+        let frames = if kind == Kind::AllGather { frame::pack_parts(&parts, self.max_frame) } else { vec![Vec::new()] };
+        let mut failed = None;
+        for peer in 1..n {
+            for f in &frames {
+                if let Err(e) = self.net.send(peer, kind, seq, f, deadline) {
+                    // The others still get theirs; this rank reports the first failure.
+                    failed.get_or_insert(e);
+                    break;
+                }
             }
-            Waited::Lost(detail) => Err(self.fail(step, Error::PeerLost { peer, detail })),
-            Waited::Mismatch(other) => Err(self.fail(
-                step,
-                Error::Protocol(format!(
-                    "rank {peer} called {} as collective #{seq} where this rank called {} (ranks must call the same \
-                     collectives in the same order)",
-                    other.name(),
-                    kind.name()
-                )),
+        }
+        failed.map_or(Ok(parts), Err)
+    }
+
+    /// The part of a rank other than 0.
+    fn follow(&self, kind: Kind, seq: u64, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let n = self.info.world_size;
+        self.net.send(0, kind, seq, data, after(self.timeout))?;
+        let patience = self.timeout + self.timeout.min(VERDICT_GRACE);
+        let deadline = after(patience);
+        let mut parts = Vec::new();
+        loop {
+            match self.net.inbox.wait(0, kind, seq, deadline) {
+                Waited::Got(_) if kind == Kind::Barrier => return Ok(Vec::new()),
+                Waited::Got(f) => {
+                    let got = frame::unpack_parts(&f.payload, parts.len(), n - parts.len()).ok_or_else(|| {
+                        Error::Protocol(format!("rank 0 sent a malformed result of collective #{seq}"))
+                    })?;
+                    parts.extend(got);
+                    if parts.len() == n {
+                        return Ok(parts);
+                    }
+                }
+                other => return Err(self.cause(0, kind, seq, other, patience)),
+            }
+        }
+    }
+
+    /// The error for a wait on `peer` in collective `seq` that did not get its frame.
+    fn cause(&self, peer: usize, kind: Kind, seq: u64, waited: Waited, patience: Duration) -> Error {
+        match waited {
+            Waited::Timeout => Error::Timeout { after: patience, waiting_for: format!("rank {peer}") },
+            Waited::Lost { peer, why } => Error::PeerLost { peer, detail: why },
+            Waited::Aborted(p) => frame::decode_cause(&p).unwrap_or_else(|| {
+                Error::Protocol(format!("rank 0 aborted collective #{seq} with an unreadable reason"))
+            }),
+            Waited::Mismatch(other) => Error::Protocol(format!(
+                "rank {peer} called {} as collective #{seq} where rank {} called {} (ranks must call the same \
+                 collectives in the same order)",
+                other.name(),
+                self.info.rank,
+                kind.name()
             )),
+            Waited::Got(f) => Error::Protocol(format!("unexpected {} frame from rank {peer}", f.kind.name())),
         }
     }
 }
@@ -266,7 +282,7 @@ impl Bootstrap for TcpBootstrap {
     }
 
     fn on_peer_lost(&self, hook: super::PeerLostHook) -> bool {
-        self.inbox.add_hook(hook);
+        self.net.inbox.add_hook(hook);
         true
     }
 
@@ -274,15 +290,16 @@ impl Bootstrap for TcpBootstrap {
     /// length; each must fit in [`max_frame`](TcpBootstrap::max_frame).
     fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let (seq, step) = self.next_collective(Kind::AllGather);
-        self.exchange(&step, Kind::AllGather, seq, data)
+        self.collective(&step, Kind::AllGather, seq, data)
     }
 
     fn barrier(&self) -> Result<()> {
         let (seq, step) = self.next_collective(Kind::Barrier);
-        self.exchange(&step, Kind::Barrier, seq, &[]).map(drop)
+        self.collective(&step, Kind::Barrier, seq, &[]).map(drop)
     }
 
-    /// Returns once the data is handed to the operating system.
+    /// Returns once the data is handed to the operating system (after opening a connection to
+    /// `peer`, on the first send to it when there is none).
     fn send_tagged(&self, peer: usize, tag: u32, data: &[u8]) -> Result<()> {
         let n = self.info.world_size;
         if peer >= n {
@@ -302,11 +319,12 @@ impl Bootstrap for TcpBootstrap {
         let step = message_step("send", count + 1, tag, "to", peer);
         if peer == self.info.rank {
             return self
+                .net
                 .inbox
-                .push(peer, Frame { kind: Kind::Message, seq, payload: data.to_vec() })
+                .push(peer, frame::Frame { kind: Kind::Message, seq, payload: data.to_vec() })
                 .map_err(|why| self.fail(&step, Error::InvalidArgument(why)));
         }
-        self.write(&step, peer, Kind::Message, seq, data)
+        self.net.send(peer, Kind::Message, seq, data, after(self.timeout)).map_err(|e| self.fail(&step, e))
     }
 
     /// Waits up to the [`timeout`](TcpBootstrap::timeout); a timed-out receive may be retried.
@@ -319,9 +337,17 @@ impl Bootstrap for TcpBootstrap {
         }
         let count = lock(&self.counters).received.get(&(peer, tag)).copied().unwrap_or(0);
         let step = message_step("recv", count + 1, tag, "from", peer);
-        let frame = self.wait(&step, peer, Kind::Message, message_seq(tag, count), after(self.timeout))?;
-        *lock(&self.counters).received.entry((peer, tag)).or_insert(0) += 1;
-        Ok(frame.payload)
+        match self.net.inbox.wait(peer, Kind::Message, message_seq(tag, count), after(self.timeout)) {
+            Waited::Got(f) => {
+                *lock(&self.counters).received.entry((peer, tag)).or_insert(0) += 1;
+                Ok(f.payload)
+            }
+            Waited::Timeout => {
+                Err(self.fail(&step, Error::Timeout { after: self.timeout, waiting_for: format!("rank {peer}") }))
+            }
+            Waited::Lost { peer, why } => Err(self.fail(&step, Error::PeerLost { peer, detail: why })),
+            other => Err(self.fail(&step, self.cause(peer, Kind::Message, 0, other, self.timeout))),
+        }
     }
 }
 
@@ -329,20 +355,8 @@ impl Drop for TcpBootstrap {
     fn drop(&mut self) {
         // A goodbye first (unless this thread is panicking: then the peers should treat this
         // rank as lost and abort their waits), so that the peers see a departure, not a death.
-        let goodbye = !std::thread::panicking();
-        self.inbox.close();
-        for link in self.links.iter().flatten() {
-            let mut stream = lock(link);
-            if goodbye {
-                let _ = stream.set_write_timeout(Some(GOODBYE_TIMEOUT));
-                let _ = frame::write_frame(&mut *stream, &self.token, Kind::Goodbye, 0, &[]);
-            }
-            // Shutting the sockets down ends the reader threads' blocking reads.
-            let _ = stream.shutdown(Shutdown::Both);
-        }
-        for r in self.readers.drain(..) {
-            let _ = r.join();
-        }
+        let completed = lock(&self.counters).completed;
+        self.net.close(!std::thread::panicking(), completed);
     }
 }
 
