@@ -1,8 +1,9 @@
 //! Multi-process bootstrap tests on loopback.
 //!
 //! This binary is both sides: run by `cargo test` (no rank variables) it is the driver, which
-//! starts itself as 4 ranks with the built-in launcher for each scenario and checks what they
-//! print; started by the launcher (`--scenario NAME`) it is one rank of that scenario.
+//! starts itself as 4 ranks (16 for the scenarios of a larger world) with the built-in launcher
+//! for each scenario and checks what they print; started by the launcher (`--scenario NAME`) it
+//! is one rank of that scenario.
 
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -12,6 +13,10 @@ use mscclpp_host::bootstrap::env::ENV_TIMEOUT;
 use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, BootstrapExt, EnvSnapshot, Launcher, TcpBootstrap, Token};
 
 const RANKS: usize = 4;
+/// The world of the scenarios where most ranks have no connection to the one that dies.
+const MANY: usize = 16;
+/// The rank killed in `kill_one_of_many`: no ring neighbour of rank 0.
+const VICTIM: usize = 9;
 
 fn main() -> ExitCode {
     match BootstrapConfig::from_env(&EnvSnapshot::capture()) {
@@ -117,6 +122,36 @@ fn rank_main(mut cfg: BootstrapConfig) -> ExitCode {
                     assert!(got.is_empty(), "hook called for a departure: {got:?}");
                 }
             }
+            "kill_one_of_many" | "kill_rank_zero" => {
+                // Only the victim's ring neighbours (and rank 0) are connected to it: the others
+                // hear of its death from rank 0, or see rank 0 itself die.
+                let victim = if scenario == "kill_rank_zero" { 0 } else { VICTIM };
+                let fired: Arc<Mutex<Vec<(usize, Instant)>>> = Arc::default();
+                let sink = fired.clone();
+                b.on_peer_lost(Arc::new(move |peer, _why| {
+                    sink.lock().unwrap_or_else(|e| e.into_inner()).push((peer, Instant::now()))
+                }));
+                b.barrier()?;
+                let after_barrier = Instant::now();
+                if me == victim {
+                    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+                }
+                while fired.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+                    && after_barrier.elapsed() < Duration::from_secs(5)
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let got = fired.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let [(peer, at)] = got[..] else { panic!("hook calls {got:?}, want one for rank {victim}") };
+                assert_eq!(peer, victim, "hook called for the wrong rank");
+                let ms = at.duration_since(after_barrier).as_millis();
+                assert!(ms < 1000, "the loss of rank {victim} was reported after {ms} ms");
+                println!("rank {me}: rank {victim} reported lost {ms} ms after the barrier");
+                // The next collective fails at once, naming the dead rank.
+                let e = b.all_gather(b"after the kill").unwrap_err().to_string();
+                let want = format!("all_gather #1: connection to rank {victim} lost");
+                assert!(e.contains(&want), "{e}");
+            }
             other => panic!("unknown scenario {other:?}"),
         }
         Ok(())
@@ -152,8 +187,12 @@ impl Run {
 }
 
 fn launch(scenario: &str, timeout_s: f64, deadline: Duration, grace: Duration) -> Run {
+    launch_n(RANKS, scenario, timeout_s, deadline, grace)
+}
+
+fn launch_n(ranks: usize, scenario: &str, timeout_s: f64, deadline: Duration, grace: Duration) -> Run {
     let t = Instant::now();
-    let (r, lines) = Launcher::current_exe(RANKS)
+    let (r, lines) = Launcher::current_exe(ranks)
         .expect("current_exe")
         .args(["--scenario", scenario])
         .env(ENV_TIMEOUT, timeout_s.to_string())
@@ -207,6 +246,31 @@ fn a_killed_rank_is_reported_to_the_loss_hooks_within_a_second() -> Check {
     ensure(run.err().contains("rank 2 (killed by signal 9 (SIGKILL))"), || format!("launcher said: {}", run.err()))?;
     for r in [0, 1, 3] {
         ensure(run.has(&format!("[rank {r}] rank {r}: rank 2 reported lost ")), || format!("rank {r}: no report"))?;
+        ensure(run.has(&format!("[rank {r}] rank {r}: ok")), || format!("rank {r} did not report ok"))?;
+    }
+    Ok(())
+}
+
+/// A death among 16 ranks, seen directly only by rank 0 and the victim's ring neighbours: every
+/// survivor's hook fires once, for the victim, within a second.
+fn a_killed_rank_among_many_is_reported_to_every_survivor_within_a_second() -> Check {
+    let run = launch_n(MANY, "kill_one_of_many", 20.0, Duration::from_secs(90), Duration::from_secs(5));
+    let killed = format!("rank {VICTIM} (killed by signal 9 (SIGKILL))");
+    ensure(run.err().contains(&killed), || format!("launcher said: {}", run.err()))?;
+    for r in (0..MANY).filter(|&r| r != VICTIM) {
+        let want = format!("[rank {r}] rank {r}: rank {VICTIM} reported lost ");
+        ensure(run.has(&want), || format!("rank {r}: no report"))?;
+        ensure(run.has(&format!("[rank {r}] rank {r}: ok")), || format!("rank {r} did not report ok"))?;
+    }
+    Ok(())
+}
+
+/// Rank 0 dies: every other rank has a connection to it, so every hook fires within a second.
+fn a_killed_rank_zero_is_reported_to_every_rank_within_a_second() -> Check {
+    let run = launch_n(MANY, "kill_rank_zero", 20.0, Duration::from_secs(90), Duration::from_secs(5));
+    ensure(run.err().contains("rank 0 (killed by signal 9 (SIGKILL))"), || format!("launcher said: {}", run.err()))?;
+    for r in 1..MANY {
+        ensure(run.has(&format!("[rank {r}] rank {r}: rank 0 reported lost ")), || format!("rank {r}: no report"))?;
         ensure(run.has(&format!("[rank {r}] rank {r}: ok")), || format!("rank {r} did not report ok"))?;
     }
     Ok(())
@@ -269,6 +333,14 @@ fn driver() -> ExitCode {
         (
             "a_killed_rank_is_reported_to_the_loss_hooks_within_a_second",
             a_killed_rank_is_reported_to_the_loss_hooks_within_a_second,
+        ),
+        (
+            "a_killed_rank_among_many_is_reported_to_every_survivor_within_a_second",
+            a_killed_rank_among_many_is_reported_to_every_survivor_within_a_second,
+        ),
+        (
+            "a_killed_rank_zero_is_reported_to_every_rank_within_a_second",
+            a_killed_rank_zero_is_reported_to_every_rank_within_a_second,
         ),
         ("a_rank_saying_goodbye_is_not_reported_lost", a_rank_saying_goodbye_is_not_reported_lost),
         ("a_hanging_rank_times_out_by_name_and_is_killed", a_hanging_rank_times_out_by_name_and_is_killed),

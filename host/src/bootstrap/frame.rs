@@ -683,11 +683,65 @@ mod tests {
         }
     }
 
+    #[test]
+    fn gathered_contributions_pack_within_the_limit() {
+        let parts: Vec<Vec<u8>> = vec![vec![1; 10], vec![], vec![2; 100], vec![3; 100], vec![4; 5]];
+        for max in [100, 120, 130, 1000] {
+            let frames = pack_parts(&parts, max);
+            let mut back = Vec::new();
+            for f in &frames {
+                assert!(f.len() <= max + PACK_OVERHEAD, "max {max}: a frame of {} bytes", f.len());
+                back.extend(unpack_parts(f, back.len(), parts.len() - back.len()).unwrap());
+            }
+            assert_eq!(back, parts, "max {max}");
+        }
+        // A single contribution of exactly the limit still fits in one frame.
+        let frames = pack_parts(&[vec![9; 64]], 64);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].len(), 64 + PACK_OVERHEAD);
+        // Malformed: another first rank, too many, a count of zero, a length past the end, junk after.
+        let f = &pack_parts(&parts, 1000)[0];
+        assert!(unpack_parts(f, 1, 5).is_none());
+        assert!(unpack_parts(f, 0, 4).is_none());
+        let mut zero = f.clone();
+        zero[4..8].copy_from_slice(&0u32.to_le_bytes());
+        assert!(unpack_parts(&zero, 0, 5).is_none());
+        assert!(unpack_parts(&f[..f.len() - 1], 0, 5).is_none());
+        let mut long = f.clone();
+        long.push(0);
+        assert!(unpack_parts(&long, 0, 5).is_none());
+        let mut huge = f.clone();
+        huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(unpack_parts(&huge, 0, 5).is_none());
+        assert!(unpack_parts(&[1, 2, 3], 0, 5).is_none());
+    }
+
+    #[test]
+    fn abort_causes_and_reports_round_trip() {
+        let causes = [
+            Error::Timeout { after: std::time::Duration::from_millis(400), waiting_for: "rank 3".into() },
+            Error::PeerLost { peer: 7, detail: "closed by the peer".into() },
+            Error::Protocol("rank 1 called barrier".into()),
+        ];
+        for c in &causes {
+            assert_eq!(decode_cause(&encode_cause(c)).unwrap().to_string(), c.to_string());
+        }
+        assert!(matches!(decode_cause(&encode_cause(&causes[1])), Some(Error::PeerLost { peer: 7, .. })));
+        let other = Error::InvalidArgument("x".into());
+        assert_eq!(decode_cause(&encode_cause(&other)).unwrap().to_string(), format!("protocol: {other}"));
+        assert!(decode_cause(&[0, 1]).is_none());
+        assert!(decode_cause(&[9; 12]).is_none());
+        assert_eq!(decode_lost(&encode_lost(5, "gone")), Some((5, "gone".to_string())));
+        assert!(decode_lost(&[1]).is_none());
+        assert_eq!(decode_goodbye(&encode_goodbye(42)), Some(42));
+        assert!(decode_goodbye(&[1, 2]).is_none());
+    }
+
     proptest! {
         #[test]
         fn codec_round_trip(
             frames in proptest::collection::vec(
-                (1u8..=8, any::<u64>(), proptest::collection::vec(any::<u8>(), 0..300)), 0..8),
+                (1u8..=11, any::<u64>(), proptest::collection::vec(any::<u8>(), 0..300)), 0..8),
             cut in any::<prop::sample::Index>(),
         ) {
             let mut wire = Vec::new();

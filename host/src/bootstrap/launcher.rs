@@ -40,8 +40,9 @@ pub const ENV_LAUNCH_DEADLINE: &str = "MSCCLPP_RS_LAUNCH_DEADLINE";
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
 /// Default time the other ranks get to finish on their own after one failed.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
-/// Most ranks one launch starts (a typo such as `--ranks 800` should not fork 800 processes).
-pub const MAX_RANKS: usize = 256;
+/// Most ranks one launch starts (enough to measure the bootstrap at 512 ranks on one machine; a
+/// typo such as `--ranks 20000` should not fork 20000 processes).
+pub const MAX_RANKS: usize = 1024;
 /// How long to wait for killed ranks to be reaped and for their output to drain.
 const DRAIN_WAIT: Duration = Duration::from_secs(10);
 

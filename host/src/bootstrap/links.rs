@@ -156,10 +156,9 @@ impl Net {
             }
             let s = TcpStream::connect_timeout(&addr, left).map_err(|e| match e.kind() {
                 _ if is_timeout(&e) => Error::Timeout { after: timeout, waiting_for: format!("rank {peer} at {addr}") },
-                io::ErrorKind::ConnectionRefused => Error::PeerLost {
-                    peer,
-                    detail: format!("its address {addr} refused the connection (it exited?)"),
-                },
+                io::ErrorKind::ConnectionRefused => {
+                    Error::PeerLost { peer, detail: format!("its address {addr} refused the connection (it exited?)") }
+                }
                 _ => Error::Io { context: format!("connecting to rank {peer} at {addr}"), source: e },
             })?;
             let intro = Intro { rank: self.me(), world: self.cfg.rank.world_size, listen: String::new() };
@@ -180,7 +179,14 @@ impl Net {
     /// Writes one frame to `peer` (opening a connection to it first if there is none). A write
     /// that fails leaves the connection unusable (a frame may be half written): the peer is
     /// lost from then on.
-    pub(super) fn send(self: &Arc<Self>, peer: usize, kind: Kind, seq: u64, data: &[u8], deadline: Instant) -> Result<()> {
+    pub(super) fn send(
+        self: &Arc<Self>,
+        peer: usize,
+        kind: Kind,
+        seq: u64,
+        data: &[u8],
+        deadline: Instant,
+    ) -> Result<()> {
         let link = self.link(peer, deadline)?;
         let mut stream = lock(&link.stream);
         let Err(e) = frame::write_frame(&mut *stream, &self.cfg.token, kind, seq, data) else { return Ok(()) };

@@ -163,6 +163,168 @@ fn a_dropped_rank_is_named_without_waiting_for_the_timeout() {
     }
 }
 
+/// Every rank sends to every other rank at the same moment: each pair opens its connection from
+/// both sides at once. Nothing may be lost, duplicated or reordered (per peer and tag).
+#[test]
+fn connections_opened_from_both_sides_at_once_lose_nothing() {
+    let results = run(8, Duration::from_secs(20), Duration::ZERO, |b| {
+        let (me, n) = (b.rank(), b.world_size());
+        let msg = |from: usize, to: usize, tag: u32, k: usize| {
+            let len = (from * 31 + to * 7 + k * 13 + tag as usize) % 3000;
+            (0..len).map(|i| (i + from * 3 + to + k) as u8).collect::<Vec<u8>>()
+        };
+        b.barrier()?;
+        // Two threads per rank, one per tag, each sending to every peer in its own order.
+        thread::scope(|s| -> Result<()> {
+            let sends: Vec<_> = [1u32, 2]
+                .into_iter()
+                .map(|tag| {
+                    let b = &b;
+                    s.spawn(move || -> Result<()> {
+                        for k in 0..5 {
+                            for j in 1..n {
+                                let to = if tag == 1 { (me + j) % n } else { (me + n - j) % n };
+                                b.send_tagged(to, tag, &msg(me, to, tag, k))?;
+                            }
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for h in sends {
+                h.join().unwrap()?;
+            }
+            Ok(())
+        })?;
+        for from in (0..n).filter(|&p| p != me) {
+            for tag in [2u32, 1] {
+                for k in 0..5 {
+                    assert_eq!(b.recv_tagged(from, tag)?, msg(from, me, tag, k), "rank {me}: message {k} of {from}");
+                }
+            }
+        }
+        b.barrier()
+    });
+    for r in results {
+        r.unwrap();
+    }
+}
+
+/// A rank that sends and leaves at once: everything it sent arrives before its goodbye is seen,
+/// whichever of its connections (both ranks open one at the same moment) carries the goodbye
+/// first.
+#[test]
+fn a_rank_leaving_right_after_sending_delivers_everything() {
+    const COUNT: u32 = 300;
+    for _ in 0..3 {
+        let results = run(6, Duration::from_secs(20), Duration::ZERO, |b| {
+            b.barrier()?;
+            // Ranks 2 and 4 are no ring neighbours: their first messages open two connections.
+            match b.rank() {
+                4 => {
+                    b.send(2, b"first")?;
+                    assert_eq!(b.recv(2)?, b"first");
+                    for k in 0..COUNT {
+                        b.send(2, &k.to_le_bytes().repeat(k as usize % 64))?;
+                    }
+                    // A large last message: still being read when the goodbyes arrive.
+                    b.send(2, &vec![7; 8 << 20])?;
+                    drop(b);
+                }
+                2 => {
+                    b.send(4, b"first")?;
+                    assert_eq!(b.recv(4)?, b"first");
+                    for k in 0..COUNT {
+                        assert_eq!(b.recv(4)?, k.to_le_bytes().repeat(k as usize % 64));
+                    }
+                    assert!(b.recv(4)? == vec![7; 8 << 20]);
+                    let e = b.recv(4).unwrap_err().to_string();
+                    assert!(e.contains("connection to rank 4 lost: it closed its bootstrap (said goodbye)"), "{e}");
+                }
+                _ => {}
+            }
+            Ok(())
+        });
+        for r in results {
+            r.unwrap();
+        }
+    }
+}
+
+/// A rank that leaves as soon as its all-gather returned (the first to get the result) fails no
+/// one: the others are still waiting for theirs, and its goodbye says it completed that one.
+#[test]
+fn a_rank_leaving_after_the_last_collective_fails_no_one() {
+    const SIZE: usize = 1 << 20;
+    for _ in 0..3 {
+        let results = run(8, Duration::from_secs(20), Duration::ZERO, |b| {
+            // Rank 1 first opens a connection to every rank, so that all see its goodbye at once.
+            if b.rank() == 1 {
+                for peer in 0..b.world_size() {
+                    b.send(peer, b"hello")?;
+                }
+            }
+            assert_eq!(b.recv(1)?, b"hello");
+            let all = b.all_gather(&vec![b.rank() as u8; SIZE])?;
+            assert!(all.iter().enumerate().all(|(r, v)| v.len() == SIZE && v.iter().all(|&x| x == r as u8)));
+            if b.rank() == 1 {
+                drop(b);
+            }
+            Ok(())
+        });
+        for r in results {
+            r.unwrap();
+        }
+    }
+}
+
+/// A rank that dies (here: panics, so it sends no goodbye) is reported by rank 0 to the ranks
+/// that have no connection to it: every hook fires once, quickly, and collectives fail naming it.
+#[test]
+fn rank_zero_reports_a_death_to_every_rank() {
+    const N: usize = 8;
+    const VICTIM: usize = 5;
+    let handles: Vec<_> = configs(N, Duration::from_secs(20))
+        .into_iter()
+        .map(|cfg| {
+            thread::spawn(move || -> Result<()> {
+                let b = TcpBootstrap::connect(&cfg)?;
+                let fired: Arc<std::sync::Mutex<Vec<(usize, String)>>> = Arc::default();
+                let sink = fired.clone();
+                b.on_peer_lost(Arc::new(move |peer, why| lock(&sink).push((peer, why.to_string()))));
+                b.barrier()?;
+                if b.rank() == VICTIM {
+                    // Dropped while unwinding: no goodbye, as if the process died.
+                    let dying = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                        let _b = b;
+                        panic!("rank {VICTIM} dies on purpose");
+                    }));
+                    assert!(dying.is_err());
+                    return Ok(());
+                }
+                let start = Instant::now();
+                while lock(&fired).is_empty() && start.elapsed() < Duration::from_secs(5) {
+                    thread::sleep(Duration::from_millis(1));
+                }
+                let took = start.elapsed();
+                let got = lock(&fired).clone();
+                assert!(took < Duration::from_secs(1), "rank {}: reported after {took:?}", b.rank());
+                assert!(matches!(&got[..], [(VICTIM, _)]), "rank {}: hook calls {got:?}", b.rank());
+                // Rank 0 and the ring neighbours saw it themselves; the others heard from rank 0.
+                let relayed = got[0].1.starts_with("rank 0 lost its connection to it");
+                let direct = [0, VICTIM - 1, VICTIM + 1].contains(&b.rank());
+                assert!(relayed || direct, "rank {}: {got:?}", b.rank());
+                let e = b.all_gather(b"x").unwrap_err();
+                assert!(matches!(e.root_cause(), Error::PeerLost { peer: VICTIM, .. }), "{e}");
+                Ok(())
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap().unwrap();
+    }
+}
+
 #[test]
 fn a_silent_rank_times_out_by_name() {
     let results = run(3, Duration::from_millis(400), Duration::ZERO, |b| {
