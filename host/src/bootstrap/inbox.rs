@@ -232,10 +232,14 @@ impl Inbox {
     }
 
     /// The frame `(kind, seq)` from `peer`; frames queued before the connection ended are still
-    /// delivered. For a collective (`kind` all-gather or barrier) it also gives up as soon as a
-    /// rank is dead, or said goodbye before completing this collective: the collective needs
-    /// every rank.
-    pub(super) fn wait(&self, peer: usize, kind: Kind, seq: u64, deadline: Instant) -> Waited {
+    /// delivered. When `gathering` (rank 0 collecting the contributions to a collective, from
+    /// `peer` on), it also gives up as soon as any rank is dead, or a rank from `peer` on said
+    /// goodbye without contributing: the collective needs every rank. (A rank that contributed
+    /// and then left, because the collective failed for it, is no reason.) The other ranks wait
+    /// for rank 0's verdict instead, whatever they see themselves: rank 0 alone knows whether
+    /// everyone took part (a rank that dies just after rank 0 sent it the result did), and names
+    /// the rank that caused a failure.
+    pub(super) fn wait(&self, peer: usize, kind: Kind, seq: u64, deadline: Instant, gathering: bool) -> Waited {
         let collective = is_collective(kind);
         let mut st = lock(&self.state);
         loop {
@@ -253,15 +257,18 @@ impl Inbox {
                     other => Waited::Mismatch(other),
                 };
             }
-            if collective {
-                for &p in &st.ended {
+            if gathering {
+                if let Some((p, why)) = st.ended.iter().find_map(|&p| st.slots[p].dead.clone().map(|w| (p, w))) {
+                    return Waited::Lost { peer: p, why };
+                }
+                let absent = |p: usize| {
                     let s = &st.slots[p];
-                    if let Some(why) = &s.dead {
-                        return Waited::Lost { peer: p, why: why.clone() };
-                    }
-                    if s.departed.is_some_and(|done| done <= seq) {
-                        return Waited::Lost { peer: p, why: SAID_GOODBYE.into() };
-                    }
+                    p >= peer
+                        && s.departed.is_some_and(|done| done <= seq)
+                        && !s.frames.iter().any(|f| f.seq == seq && is_collective(f.kind))
+                };
+                if let Some(&p) = st.ended.iter().find(|&&p| absent(p)) {
+                    return Waited::Lost { peer: p, why: SAID_GOODBYE.into() };
                 }
             }
             if let Some(why) = &st.slots[peer].lost {

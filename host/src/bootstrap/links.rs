@@ -5,6 +5,7 @@
 
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -18,8 +19,9 @@ use crate::error::{Error, Result};
 
 /// How long a closing rank may spend handing its goodbye to one peer's socket.
 const GOODBYE_TIMEOUT: Duration = Duration::from_millis(200);
-/// How often the accepting thread looks whether the bootstrap is closing.
-const ACCEPT_POLL: Duration = Duration::from_millis(50);
+/// How often the accepting thread looks whether the bootstrap is closing (closing also wakes it
+/// at once, by shutting its listener down).
+const ACCEPT_POLL: Duration = Duration::from_millis(500);
 
 /// One connection, as written to (reads happen on its reader thread, on a clone of the socket).
 pub(super) struct Link {
@@ -31,7 +33,8 @@ struct Conns {
     /// Every connection, for the goodbyes.
     all: Vec<Arc<Link>>,
     readers: Vec<JoinHandle<()>>,
-    acceptor: Option<JoinHandle<()>>,
+    /// The accepting thread, and its listener (a second handle, to wake it when closing).
+    acceptor: Option<(JoinHandle<()>, TcpListener)>,
     /// Set when the bootstrap closes: no connection is added after it.
     closed: bool,
 }
@@ -242,6 +245,9 @@ impl Net {
             match frame::read_frame(&mut stream, &self.cfg.token, max) {
                 Ok(Some(f)) if f.kind == Kind::Goodbye => {
                     self.inbox.goodbye(peer, frame::decode_goodbye(&f.payload).unwrap_or(0));
+                    // Nothing more goes to it on this connection: a write blocked on it (a large
+                    // result it no longer reads) fails now instead of after the timeout.
+                    let _ = stream.shutdown(Shutdown::Both);
                     return;
                 }
                 Ok(Some(f))
@@ -294,12 +300,14 @@ impl Net {
 
     /// Starts the thread that accepts connections from other ranks on `listener`.
     pub(super) fn serve(self: &Arc<Self>, listener: TcpListener) -> Result<()> {
+        let io = |source| Error::Io { context: "starting the thread that accepts connections".into(), source };
+        let waker = listener.try_clone().map_err(io)?;
         let net = self.clone();
         let handle = std::thread::Builder::new()
             .name("bootstrap-accept".into())
             .spawn(move || net.accept_loop(&listener))
-            .map_err(|source| Error::Io { context: "starting the thread that accepts connections".into(), source })?;
-        lock(&self.conns).acceptor = Some(handle);
+            .map_err(io)?;
+        lock(&self.conns).acceptor = Some((handle, waker));
         Ok(())
     }
 
@@ -312,8 +320,11 @@ impl Net {
                 Ok(i) => i,
                 Err(Error::Timeout { .. }) => continue,
                 Err(_) => {
-                    // Accepting failed (out of file descriptors, say): try again shortly.
-                    std::thread::sleep(ACCEPT_POLL);
+                    // Accepting failed: the listener was shut down (closing), or this process is
+                    // out of file descriptors, say: try again shortly.
+                    if !self.stop.load(Ordering::SeqCst) {
+                        std::thread::sleep(ACCEPT_POLL);
+                    }
                     continue;
                 }
             };
@@ -342,8 +353,10 @@ impl Net {
         self.inbox.close();
         self.stop.store(true, Ordering::SeqCst);
         let acceptor = lock(&self.conns).acceptor.take();
-        if let Some(a) = acceptor {
-            let _ = a.join();
+        if let Some((thread, listener)) = acceptor {
+            // On Linux, shutting a listening socket down wakes a poll(2) on it at once.
+            let _ = nix::sys::socket::shutdown(listener.as_raw_fd(), nix::sys::socket::Shutdown::Read);
+            let _ = thread.join();
         }
         let (links, readers) = {
             let mut c = lock(&self.conns);

@@ -212,7 +212,10 @@ impl<'a> HandshakeGate<'a> {
             if now >= deadline {
                 return Err(Error::Timeout { after, waiting_for: waiting(&self.rejected) });
             }
-            let Some((stream, from)) = accept_within(self.listener, deadline.min(now + ACCEPT_SLICE))? else {
+            // While handshakes are pending, look at their outcomes every slice; otherwise nothing
+            // can happen before the next connection.
+            let until = if self.pending.is_empty() { deadline } else { deadline.min(now + ACCEPT_SLICE) };
+            let Some((stream, from)) = accept_within(self.listener, until)? else {
                 continue;
             };
             if self.pending.len() >= MAX_PENDING_HANDSHAKES

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::frame::{self, Kind};
 use super::inbox::Waited;
@@ -208,7 +208,7 @@ impl TcpBootstrap {
         let mut parts = Vec::with_capacity(n);
         parts.push(data.to_vec());
         for peer in 1..n {
-            match self.net.inbox.wait(peer, kind, seq, deadline) {
+            match self.net.inbox.wait(peer, kind, seq, deadline, true) {
                 Waited::Got(f) => parts.push(f.payload),
                 other => {
                     let cause = self.cause(peer, kind, seq, other, self.timeout);
@@ -235,12 +235,18 @@ impl TcpBootstrap {
     /// The part of a rank other than 0.
     fn follow(&self, kind: Kind, seq: u64, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let n = self.info.world_size;
-        self.net.send(0, kind, seq, data, after(self.timeout))?;
+        if let Err(e) = self.net.send(0, kind, seq, data, after(self.timeout)) {
+            // Rank 0 may have aborted this collective already, and left: its verdict says more.
+            return Err(match self.net.inbox.wait(0, kind, seq, Instant::now(), false) {
+                aborted @ Waited::Aborted(_) => self.cause(0, kind, seq, aborted, self.timeout),
+                _ => e,
+            });
+        }
         let patience = self.timeout + self.timeout.min(VERDICT_GRACE);
         let deadline = after(patience);
         let mut parts = Vec::new();
         loop {
-            match self.net.inbox.wait(0, kind, seq, deadline) {
+            match self.net.inbox.wait(0, kind, seq, deadline, false) {
                 Waited::Got(_) if kind == Kind::Barrier => return Ok(Vec::new()),
                 Waited::Got(f) => {
                     let got = frame::unpack_parts(&f.payload, parts.len(), n - parts.len()).ok_or_else(|| {
@@ -337,7 +343,7 @@ impl Bootstrap for TcpBootstrap {
         }
         let count = lock(&self.counters).received.get(&(peer, tag)).copied().unwrap_or(0);
         let step = message_step("recv", count + 1, tag, "from", peer);
-        match self.net.inbox.wait(peer, Kind::Message, message_seq(tag, count), after(self.timeout)) {
+        match self.net.inbox.wait(peer, Kind::Message, message_seq(tag, count), after(self.timeout), false) {
             Waited::Got(f) => {
                 *lock(&self.counters).received.entry((peer, tag)).or_insert(0) += 1;
                 Ok(f.payload)

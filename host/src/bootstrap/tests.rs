@@ -278,6 +278,32 @@ fn a_rank_leaving_after_the_last_collective_fails_no_one() {
     }
 }
 
+/// A rank that dies just after its all-gather returned (the first to get the result) fails no
+/// one: rank 0 reports the death at once, while the others still wait for their results, but
+/// rank 0 had everyone's contribution, so their collective completes.
+#[test]
+fn a_rank_dying_after_the_last_collective_fails_no_one() {
+    const SIZE: usize = 1 << 20;
+    for _ in 0..2 {
+        let results = run(8, Duration::from_secs(20), Duration::ZERO, |b| {
+            let all = b.all_gather(&vec![b.rank() as u8; SIZE])?;
+            assert!(all.iter().enumerate().all(|(r, v)| v.len() == SIZE && v.iter().all(|&x| x == r as u8)));
+            if b.rank() == 1 {
+                // Dropped while unwinding: no goodbye, as if the process died.
+                let dying = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                    let _b = b;
+                    panic!("rank 1 dies on purpose");
+                }));
+                assert!(dying.is_err());
+            }
+            Ok(())
+        });
+        for r in results {
+            r.unwrap();
+        }
+    }
+}
+
 /// A rank that dies (here: panics, so it sends no goodbye) is reported by rank 0 to the ranks
 /// that have no connection to it: every hook fires once, quickly, and collectives fail naming it.
 #[test]
@@ -322,6 +348,20 @@ fn rank_zero_reports_a_death_to_every_rank() {
         .collect();
     for h in handles {
         h.join().unwrap().unwrap();
+    }
+}
+
+#[test]
+fn closing_is_prompt() {
+    // The thread that accepts connections is woken when the bootstrap closes, not polled.
+    for took in run(3, Duration::from_secs(20), Duration::ZERO, |b| {
+        b.barrier()?;
+        let t = Instant::now();
+        drop(b);
+        Ok(t.elapsed())
+    }) {
+        let took = took.unwrap();
+        assert!(took < Duration::from_millis(400), "closing took {took:?}");
     }
 }
 
