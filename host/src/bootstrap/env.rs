@@ -320,8 +320,8 @@ pub struct BootstrapConfig {
 /// Default [`BootstrapConfig::max_queued`]: 64 MiB per peer.
 pub const DEFAULT_MAX_QUEUED: usize = 64 << 20;
 
-/// The largest world size accepted (ranks travel as 32-bit numbers; the full mesh needs a socket
-/// and a thread per peer, so far fewer is practical).
+/// The largest world size accepted (ranks travel as 32-bit numbers; rank 0 holds a socket and a
+/// thread per rank, so far fewer is practical: `docs/bootstrap-scaling.md` projects 4096).
 pub const MAX_WORLD_SIZE: usize = 65536;
 
 impl BootstrapConfig {

@@ -20,6 +20,8 @@ struct Slot {
     frames: VecDeque<Frame>,
     /// Payload bytes of the queued point-to-point messages.
     message_bytes: usize,
+    /// The collectives frames are queued for, and how many frames each.
+    collectives: Vec<(u64, usize)>,
     /// Connections with this peer that are open or being opened and have not said goodbye:
     /// while one is, frames may still come from the peer.
     open: usize,
@@ -89,10 +91,11 @@ impl Inbox {
         let mut st = lock(&self.state);
         let Some(slot) = st.slots.get_mut(peer) else { return Err("no such rank".into()) };
         if is_collective(f.kind) {
-            let mut seqs: Vec<u64> = slot.frames.iter().filter(|q| is_collective(q.kind)).map(|q| q.seq).collect();
-            seqs.sort_unstable();
-            seqs.dedup();
-            if !seqs.contains(&f.seq) && seqs.len() >= MAX_QUEUED_COLLECTIVES {
+            if let Some(c) = slot.collectives.iter_mut().find(|c| c.0 == f.seq) {
+                c.1 += 1;
+            } else if slot.collectives.len() < MAX_QUEUED_COLLECTIVES {
+                slot.collectives.push((f.seq, 1));
+            } else {
                 return Err(format!(
                     "rank {peer} sent a {} (collective #{}) while {MAX_QUEUED_COLLECTIVES} earlier collectives were \
                      still unread (ranks must call the same collectives in the same order)",
@@ -250,6 +253,11 @@ impl Inbox {
             if let Some(f) = hit.and_then(|i| slot.frames.remove(i)) {
                 if !collective {
                     slot.message_bytes -= f.payload.len();
+                } else if let Some(i) = slot.collectives.iter().position(|c| c.0 == seq) {
+                    slot.collectives[i].1 -= 1;
+                    if slot.collectives[i].1 == 0 {
+                        slot.collectives.swap_remove(i);
+                    }
                 }
                 return match f.kind {
                     k if k == kind => Waited::Got(f),
@@ -263,9 +271,7 @@ impl Inbox {
                 }
                 let absent = |p: usize| {
                     let s = &st.slots[p];
-                    p >= peer
-                        && s.departed.is_some_and(|done| done <= seq)
-                        && !s.frames.iter().any(|f| f.seq == seq && is_collective(f.kind))
+                    p >= peer && s.departed.is_some_and(|done| done <= seq) && !s.collectives.iter().any(|c| c.0 == seq)
                 };
                 if let Some(&p) = st.ended.iter().find(|&&p| absent(p)) {
                     return Waited::Lost { peer: p, why: SAID_GOODBYE.into() };

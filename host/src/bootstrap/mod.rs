@@ -19,36 +19,46 @@
 //!   ([`launch`], and `--ranks N` through [`maybe_launch_from_args`]).
 //! * [`frame`]: the wire format and the rendezvous payloads.
 //!
-//! The TCP implementation lives in three private files: `tcp.rs` (the [`TcpBootstrap`] type and
-//! its operations), `rendezvous.rs` (connecting the ranks, with the handshake) and `inbox.rs`
-//! (the reader threads and the per-peer queues receives take from).
+//! The TCP implementation lives in four private files: `tcp.rs` (the [`TcpBootstrap`] type and
+//! its operations), `rendezvous.rs` (joining rank 0, with the handshake), `links.rs` (the
+//! connections after the rendezvous: opening them, reading them, rank 0's reports of lost ranks)
+//! and `inbox.rs` (the per-peer queues receives take from, and what is known of each peer's end).
 //!
-//! # Topology: a full mesh, rank 0 only introduces
+//! # Topology: a star through rank 0, a ring, and connections on first use
 //!
 //! ```text
-//!  rendezvous                               afterwards
-//!  rank r>0 <--Challenge(nonce)-------- 0     every pair (i, j) has its own connection:
-//!  rank r>0 --Hello(r, listen, proof)-> 0     0 --- 1
-//!  rank r>0 <--Welcome(proof)---------- 0     | \ / |
-//!  (all joined) rank r <--Table-------- 0     | / \ |
-//!  rank j <-Challenge / Connect(j) / Welcome-> rank i, i < j
-//!  barrier over the mesh                      3 --- 2
+//!  rendezvous                                  afterwards, N = 6
+//!  rank r>0 <--Challenge(nonce)----------- 0   star:  0-1 0-2 0-3 0-4 0-5
+//!  rank r>0 --Hello(r, listen, proof)----> 0   ring:  1-2 2-3 3-4 4-5 (0-1, 5-0: the star)
+//!  rank r>0 <--Welcome(proof)------------- 0   on first use: any pair, when one of the
+//!  (all joined) rank r <--Table----------- 0     two sends to the other
+//!  rank r --Connect(r)--> rank r+1 (ring)
+//!  barrier through rank 0
 //! ```
 //!
-//! Rank 0 listens on the configured address; every other rank connects to it, opens a listener on
-//! the interface it reached rank 0 through, and reports that address. Once all have joined, rank 0
-//! sends everyone the table; each rank connects to the ranks below it and accepts the ones above.
-//! After that rank 0 is an ordinary peer. We chose this over relaying everything through rank 0:
+//! Rank 0 listens on the configured address; every other rank opens a listener on the interface
+//! it reached rank 0 through, connects to rank 0 and reports that address. Once all have joined,
+//! rank 0 sends everyone the table of addresses; each rank `r` from 1 to N-2 connects to rank
+//! `r + 1` (rank 0 is already connected to its two neighbours, 1 and N-1), and a barrier
+//! closes the rendezvous. A rank has 3 connections then (rank 0 has N-1), whatever the world
+//! size: the full mesh of earlier versions (N-1 sockets and threads in every process) stopped
+//! working at 256 ranks on one machine. Connections to other ranks are opened when this rank
+//! first sends to them (a [`Bootstrap::send_tagged`] toward a rank it has no connection with),
+//! with the same challenge-response as the rendezvous.
 //!
-//! * failures are attributed exactly: when rank k dies, its sockets close and every rank waiting
-//!   on it fails at once with "connection to rank k lost". Through a relay the others would only
-//!   see rank 0, and a busy rank 0 (say, in a long GPU phase) would have to keep forwarding;
-//! * no forwarding thread and no single hot spot: all-to-all exchanges of memory handles cost
-//!   the same on every rank;
-//! * `recv(peer)` is a look-up in that peer's own queue.
+//! Both ranks of a pair may open a connection to each other at the same moment; both are kept.
+//! Each rank writes to a peer on the first connection it had with it (its own or the peer's)
+//! and reads every connection, so the messages of one rank to another stay in order, and no
+//! choice has to be agreed on.
 //!
-//! The price is N-1 sockets and N-1 reader threads per process (7 for 8 GPUs, 63 for 64), fine
-//! at the scale of an NVLink domain; thousands of ranks would want a relay or a tree instead.
+//! Collectives go through rank 0: for an all-gather every rank sends its contribution to rank 0,
+//! which sends everyone all of them (packed into as few frames as the frame limit allows); a
+//! barrier is the same with empty contributions. Every rank sends one frame and receives about
+//! one; rank 0 receives N-1 and sends N-1. Measured on one machine this is faster than a ring
+//! all-gather (N-1 messages per rank, in N-1 steps) at every size from 8 ranks up, and much
+//! faster at hundreds (`docs/bootstrap-scaling.md`, from `examples/bootstrap_scale.rs` in the
+//! host crate). Rank 0 thus sends N times the gathered data: at thousands of ranks that, not the
+//! number of messages, is the cost (the document projects it).
 //!
 //! # Receiving: reader threads and matching
 //!
@@ -58,7 +68,8 @@
 //! peer that is already one collective ahead, never confuse each other. Because every peer always
 //! reads, writes cannot deadlock even when all ranks send large all-gather contributions at once.
 //! Collectives share one sequence: when two ranks call different collectives as their n-th one,
-//! the first to notice fails with a [`Error::Protocol`] naming the other rank, instead of hanging.
+//! rank 0 notices and fails the collective on every rank with a [`Error::Protocol`] naming them,
+//! instead of hanging.
 //!
 //! # Timeouts and failures
 //!
@@ -70,6 +81,32 @@
 //! ends them. Errors name this rank, the step and the other rank: `rank 2: all_gather #3: timed out
 //! after 30 s waiting for rank 1`, or `rank 0: barrier #7: connection to rank 3 lost: closed by
 //! the peer (it exited or was killed)`.
+//!
+//! Rank 0 decides how a collective ends: when a rank is missing after the timeout, is dead, or
+//! said goodbye without taking part, rank 0 sends every other rank an abort that says so, and
+//! their collective fails with the same cause (`rank 5: all_gather #3: timed out after 30 s
+//! waiting for rank 1`, with rank 0's timeout). So the others wait a little longer than the
+//! timeout for that verdict (the timeout again, at most 2 s more) before they give up on rank 0
+//! itself. A rank that dies after rank 0 had its contribution fails no one's collective.
+//!
+//! # A dead rank
+//!
+//! A rank that closes its bootstrap (drop, unless it is panicking) sends a goodbye on each of its
+//! connections; a connection that ends without one is a death, and the
+//! [`Bootstrap::on_peer_lost`] hooks run for it (a [`Communicator`](crate::comm::Communicator)
+//! aborts its GPU's waits there). Every rank learns of every death within milliseconds:
+//!
+//! * rank 0 holds a connection to every rank, sees every death and sends every other rank a
+//!   report (`rank 0 lost its connection to it: ...`), on which they run their hooks;
+//! * when rank 0 dies, every rank sees it on its own connection;
+//! * a rank that has a connection of its own with the dead rank (its ring neighbours, peers it
+//!   exchanged messages with) sees it directly too; the hooks run once per rank either way.
+//!
+//! Receives from a dead or departed rank fail once nothing more can come from it: at once when
+//! there is no connection with it, else when its connections have ended (so a message it sent
+//! just before dying or leaving is still delivered). A receive from a rank that left without
+//! ever having a connection to this one times out instead (nobody reports departures: that
+//! would cost N-1 reports per rank at the end of every job).
 //!
 //! # Address and token under mpirun and srun
 //!
@@ -108,9 +145,9 @@
 //! # Bounded memory
 //!
 //! A peer's unread point-to-point messages may take at most [`BootstrapConfig::max_queued`]
-//! bytes here (64 MiB by default; one message alone is always accepted), and at most two of its
-//! collective frames may wait (the protocol never needs more). A peer that sends beyond either
-//! bound loses its connection, and the next receive from it says why. World sizes above
+//! bytes here (64 MiB by default; one message alone is always accepted), and frames of at most
+//! two of its collectives may wait (the protocol never needs more). A peer that sends beyond
+//! either bound loses its connection, and the next receive from it says why. World sizes above
 //! [`env::MAX_WORLD_SIZE`] are refused before anything is allocated.
 //!
 //! # Rules of use

@@ -437,6 +437,18 @@ pub(super) fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     Ok(listener)
 }
 
+/// Rank 0 holds a socket per rank: raises this process's soft limit on open files (1024 on many
+/// systems) toward the hard limit when a world of `n` ranks needs more.
+fn room_for_sockets(n: usize) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let want = (n as u64).saturating_add(256);
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < want
+    {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, want.min(hard), hard);
+    }
+}
+
 /// Rank 0's side: accepts every other rank's hello, then sends each the table of listening
 /// addresses. Returns the connections (by rank; `None` for rank 0) and the table.
 pub(super) fn root_rendezvous(
@@ -444,6 +456,7 @@ pub(super) fn root_rendezvous(
     deadline: Instant,
 ) -> Result<(Vec<Option<TcpStream>>, Vec<String>)> {
     let n = cfg.rank.world_size;
+    room_for_sockets(n);
     let addr = resolve(&cfg.addr)?;
     let listener = listen(addr).map_err(|source| Error::Io {
         context: format!(
