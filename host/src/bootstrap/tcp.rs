@@ -262,7 +262,7 @@ impl TcpBootstrap {
         }
     }
 
-    /// The error for a wait on `peer` in collective `seq` that did not get its frame.
+    /// The error for a wait on `peer` (in collective `seq`) that did not get its frame.
     fn cause(&self, peer: usize, kind: Kind, seq: u64, waited: Waited, patience: Duration) -> Error {
         match waited {
             Waited::Timeout => Error::Timeout { after: patience, waiting_for: format!("rank {peer}") },
@@ -348,10 +348,6 @@ impl Bootstrap for TcpBootstrap {
                 *lock(&self.counters).received.entry((peer, tag)).or_insert(0) += 1;
                 Ok(f.payload)
             }
-            Waited::Timeout => {
-                Err(self.fail(&step, Error::Timeout { after: self.timeout, waiting_for: format!("rank {peer}") }))
-            }
-            Waited::Lost { peer, why } => Err(self.fail(&step, Error::PeerLost { peer, detail: why })),
             other => Err(self.fail(&step, self.cause(peer, Kind::Message, 0, other, self.timeout))),
         }
     }

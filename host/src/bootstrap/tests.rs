@@ -340,6 +340,11 @@ fn rank_zero_reports_a_death_to_every_rank() {
                 let relayed = got[0].1.starts_with("rank 0 lost its connection to it");
                 let direct = [0, VICTIM - 1, VICTIM + 1].contains(&b.rank());
                 assert!(relayed || direct, "rank {}: {got:?}", b.rank());
+                if !direct {
+                    // No connection to it, and none is tried: the send fails at once, naming it.
+                    let e = b.send(VICTIM, b"x").unwrap_err();
+                    assert!(matches!(e.root_cause(), Error::PeerLost { peer: VICTIM, .. }), "{e}");
+                }
                 let e = b.all_gather(b"x").unwrap_err();
                 assert!(matches!(e.root_cause(), Error::PeerLost { peer: VICTIM, .. }), "{e}");
                 Ok(())
