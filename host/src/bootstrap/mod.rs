@@ -139,8 +139,10 @@
 //! job must not take ours down). Pending handshakes are read concurrently, one short-lived thread
 //! each, up to 128 at once (beyond that the oldest is dropped), and each gets 2 s: idle or slow
 //! connections do not delay the real ranks. The number of rejections, and the last reason,
-//! appear in the timeout message if the rendezvous then fails. After the rendezvous a bad frame
-//! ends that peer's connection with the reason.
+//! appear in the timeout message if the rendezvous then fails. After the rendezvous every rank
+//! but 0 keeps listening, for the connections opened on first use, behind the same gate (a
+//! thread accepts them; strays are dropped the same way), and a bad frame on an established
+//! connection ends it with the reason.
 //!
 //! # Bounded memory
 //!
