@@ -9,8 +9,25 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::thread;
 
+/// A port for a rank 0 to listen on. Not one the system picks (`bind` to port 0): those come
+/// from the ephemeral range, where the many connections of tests running at once also take
+/// their local ports, so a port free a moment ago may be taken (or handed to a parallel test's
+/// rank 0) by the time this test's rank 0 binds it. Below that range, from a random start, each
+/// port at most once per process.
 fn free_port() -> u16 {
-    TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    if NEXT.load(Ordering::SeqCst) == 0 {
+        use rand::RngExt;
+        let _ = NEXT.compare_exchange(0, rand::rng().random_range(20000..28000), Ordering::SeqCst, Ordering::SeqCst);
+    }
+    loop {
+        let port = NEXT.fetch_add(1, Ordering::SeqCst);
+        assert!(port < 32000, "no free port below the ephemeral range");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 fn configs(n: usize, timeout: Duration) -> Vec<BootstrapConfig> {
@@ -500,8 +517,9 @@ fn a_bad_frame_after_the_rendezvous_ends_that_connection() {
     connect_handshake(&s, c1, Kind::Hello, &hello.encode(), deadline, 0).unwrap();
     expect(&s, c1, Kind::Table, 1 << 20, deadline, 0, "table").unwrap();
     let mut w = &s;
-    frame::write_frame(&mut w, &c1.token, Kind::Barrier, 0, &[]).unwrap();
-    frame::write_frame(&mut w, &Token([9; 16]), Kind::Message, 0, b"from elsewhere").unwrap();
+    // Errors writing are left to rank 0's error to explain (it may have failed for another reason).
+    let _ = frame::write_frame(&mut w, &c1.token, Kind::Barrier, 0, &[]);
+    let _ = frame::write_frame(&mut w, &Token([9; 16]), Kind::Message, 0, b"from elsewhere");
     let e = root.join().unwrap().unwrap_err().to_string();
     assert!(
         e.contains("rank 0: recv #1 from rank 1: connection to rank 1 lost: rejected frame: wrong session token"),
