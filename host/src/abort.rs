@@ -59,7 +59,7 @@ impl AbortWord {
     /// without any wait has none).
     pub(crate) fn install(&self, gpu: &Gpu, module: &std::sync::Arc<CudaModule>) -> Result<()> {
         let stream = gpu.stream();
-        let mut global = match module.get_global(mscclpp_device::abort::SYMBOL, stream) {
+        let global = match module.get_global(mscclpp_device::abort::SYMBOL, stream) {
             Ok(g) => g,
             Err(e) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => return Ok(()),
             Err(e) => {
@@ -80,9 +80,13 @@ impl AbortWord {
                 global.len()
             )));
         }
-        let addr = self.device_addr().to_ne_bytes();
-        stream.memcpy_htod(&addr, &mut global).ctx(|| "writing the abort word's address into a module".into())?;
-        stream.synchronize().ctx(|| "writing the abort word's address into a module".into())
+        let (dst, _record) = global.view_ptr(stream);
+        // A synchronous copy outside the GPU's streams (which are non-blocking): loading a
+        // module must not wait for kernels already running there (one of them may wait for work
+        // this thread is about to launch).
+        // SAFETY: `dst` is the module global's 8 bytes in this (bound) context.
+        unsafe { cudarc::driver::result::memcpy_htod_sync(dst, &[self.device_addr()]) }
+            .ctx(|| "writing the abort word's address into a module".into())
     }
 }
 
