@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mscclpp_device::fifo::{ProxyTrigger, Request};
+use mscclpp_device::trigger::{ProxyTrigger, Request};
 use mscclpp_device::semaphore::Host2DeviceSemaphore;
 use mscclpp_host::fifo::Fifo;
 use mscclpp_host::proxy::{HostCounter, MemoryRegion, ProxyBuilder};
@@ -397,6 +397,11 @@ fn port_flush_with_stopped_proxy_traps() {
 #[test]
 fn trigger_helpers_match_the_device_encoding() {
     // CPU-only: the test's expectation helper agrees with the encoder the kernels use.
-    let t = ProxyTrigger::atomic_add((7u64 << 32) | 3, (7u32 ^ 3u32.wrapping_mul(0x9e37_79b9)) as u64, 10).unwrap();
+    let t = ProxyTrigger::encode(Request::AtomicAdd {
+        dst_offset: 7u32 ^ 3u32.wrapping_mul(0x9e37_79b9),
+        value: (7u64 << 32) | 3,
+        dst_memory: 10,
+    })
+    .unwrap();
     assert_eq!(t.decode(), tagged(7, 3));
 }

@@ -89,6 +89,7 @@ pub mod ptr;
 pub mod semaphore;
 pub mod switch;
 pub mod sync;
+pub mod trigger;
 pub mod vec;
 
 #[cfg(any(target_arch = "nvptx64", doc))]

@@ -33,7 +33,7 @@ use std::{
     thread,
 };
 
-use mscclpp_device::fifo::ProxyTrigger;
+use mscclpp_device::trigger::ProxyTrigger;
 use mscclpp_device::protocol::Waiter;
 use mscclpp_device::protocol::fifo::{self as proto, Consumer, ConsumerMem, ProducerMem, order};
 

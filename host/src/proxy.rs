@@ -37,7 +37,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
-use mscclpp_device::fifo::{FifoDeviceHandle, MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
+use mscclpp_device::fifo::FifoDeviceHandle;
+use mscclpp_device::trigger::{MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
 use nix::libc;
 use nix::sched::{CpuSet, sched_setaffinity};
 use nix::unistd::Pid;
@@ -891,7 +892,7 @@ mod tests {
     };
     use super::{MemoryRegion, check_counter_offset, resolve};
     use crate::error::{Error, Result};
-    use mscclpp_device::fifo::{MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
+    use mscclpp_device::trigger::{MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
     use proptest::prelude::*;
     use std::collections::VecDeque;
     use std::sync::Arc;
@@ -918,14 +919,12 @@ mod tests {
                 }
             };
             match (ProxyTrigger { fst, snd }).decode() {
-                Request::Transfer { kind: k, size, src_offset, dst_offset, src_memory, dst_memory, semaphore } => {
+                request @ Request::Transfer { kind: k, size, src_offset, dst_offset, src_memory, dst_memory, semaphore } => {
                     prop_assert!(k != 0 && k & !(kind::DATA | kind::FLAG | kind::SYNC) == 0);
                     prop_assert!(src_memory <= MAX_MEMORY_ID && dst_memory <= MAX_MEMORY_ID);
                     prop_assert!(semaphore <= MAX_SEMAPHORE_ID);
                     // What decodes re-encodes to the same request.
-                    let again = ProxyTrigger::transfer(
-                        k, size as u64, src_offset as u64, dst_offset as u64, src_memory, dst_memory, semaphore,
-                    );
+                    let again = ProxyTrigger::encode(request);
                     prop_assert_eq!(again.map(|t| t.decode()), Ok((ProxyTrigger { fst, snd }).decode()));
                     check(src_memory, src_offset, size as u64);
                     check(dst_memory, dst_offset, size as u64);
@@ -1052,7 +1051,9 @@ mod tests {
     }
 
     fn transfer(k: u8, src_memory: u32, semaphore: u32) -> ProxyTrigger {
-        ProxyTrigger::transfer(k, 64, 0, 128, src_memory, 1, semaphore).unwrap()
+        let request =
+            Request::Transfer { kind: k, dst_offset: 128, src_offset: 0, size: 64, dst_memory: 1, src_memory, semaphore };
+        ProxyTrigger::encode(request).unwrap()
     }
 
     fn serve(core: &mut Core<FakeEngine>, fifo: &mut FakeFifo, stop: bool) -> Option<Error> {

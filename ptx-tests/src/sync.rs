@@ -4,14 +4,19 @@ use core::ptr::{read_volatile, write_volatile};
 
 use mscclpp_device::atomic::{self, AcqRel, Acquire, Release, Sys};
 use mscclpp_device::channel::port::PortChannel;
-use mscclpp_device::fifo::{FifoDeviceHandle, ProxyTrigger, kind};
+use mscclpp_device::fifo::FifoDeviceHandle;
 use mscclpp_device::poll::{SpinBudget, spin_until};
 use mscclpp_device::ptx::{misc::barrier_sync, sreg};
 use mscclpp_device::semaphore::{CachedMemorySemaphore, Host2DeviceSemaphore, MemoryDevice2DeviceSemaphore};
+use mscclpp_device::trigger::{ProxyTrigger, Request, kind};
 
 use crate::kernels;
 
 const BUDGET: SpinBudget = SpinBudget::DEFAULT;
+
+/// An empty Data request (nothing to copy): the cheapest trigger a proxy handles.
+const EMPTY_DATA: Request =
+    Request::Transfer { kind: kind::DATA, dst_offset: 0, src_offset: 0, size: 0, dst_memory: 0, src_memory: 0, semaphore: 0 };
 
 #[inline(always)]
 fn gid() -> u32 {
@@ -22,11 +27,11 @@ fn gid() -> u32 {
 /// derive from (g, i), so a torn or misplaced trigger is detected by the consumer.
 #[inline(always)]
 pub fn tagged_trigger(g: u32, i: u32) -> ProxyTrigger {
-    match ProxyTrigger::atomic_add(
-        ((g as u64) << 32) | i as u64,
-        (g ^ i.wrapping_mul(0x9e37_79b9)) as u64,
-        (g + i) & 511,
-    ) {
+    match ProxyTrigger::encode(Request::AtomicAdd {
+        dst_offset: g ^ i.wrapping_mul(0x9e37_79b9),
+        value: ((g as u64) << 32) | i as u64,
+        dst_memory: (g + i) & 511,
+    }) {
         Ok(t) => t,
         Err(e) => mscclpp_device::poll::fail(e.message()),
     }
@@ -44,7 +49,7 @@ kernels! {
     /// Thread 0 pushes `rounds` empty Data requests, waiting for each to be handled.
     fn fifo_roundtrip(fifo: FifoDeviceHandle, rounds: u32) {
         if sreg::tid_x() != 0 { return; }
-        let t = match ProxyTrigger::transfer(kind::DATA, 0, 0, 0, 0, 0, 0) { Ok(t) => t, Err(_) => return };
+        let t = match ProxyTrigger::encode(EMPTY_DATA) { Ok(t) => t, Err(_) => return };
         for _ in 0..rounds {
             let pos = fifo.push(t, BUDGET);
             fifo.sync(pos, BUDGET);
@@ -54,7 +59,7 @@ kernels! {
     /// Thread 0 of every block pushes `per_block` empty Data requests, then waits for its last.
     fn fifo_throughput(fifo: FifoDeviceHandle, per_block: u32) {
         if sreg::tid_x() != 0 || per_block == 0 { return; }
-        let t = match ProxyTrigger::transfer(kind::DATA, 0, 0, 0, 0, 0, 0) { Ok(t) => t, Err(_) => return };
+        let t = match ProxyTrigger::encode(EMPTY_DATA) { Ok(t) => t, Err(_) => return };
         let mut last = 0;
         for _ in 0..per_block {
             last = fifo.push(t, BUDGET);
@@ -65,7 +70,7 @@ kernels! {
     /// Pushes one request and syncs on it with a `budget_ns` budget (the proxy is stopped: traps).
     fn fifo_sync_timeout(fifo: FifoDeviceHandle, budget_ns: i64) {
         if sreg::tid_x() != 0 { return; }
-        let t = match ProxyTrigger::transfer(kind::DATA, 0, 0, 0, 0, 0, 0) { Ok(t) => t, Err(_) => return };
+        let t = match ProxyTrigger::encode(EMPTY_DATA) { Ok(t) => t, Err(_) => return };
         let pos = fifo.push(t, SpinBudget::from_nanos(budget_ns));
         fifo.sync(pos, SpinBudget::from_nanos(budget_ns));
     }
