@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mscclpp_device::trigger::{ProxyTrigger, Request};
 use mscclpp_device::semaphore::Host2DeviceSemaphore;
+use mscclpp_device::trigger::{ProxyTrigger, Request};
 use mscclpp_host::fifo::Fifo;
 use mscclpp_host::proxy::{HostCounter, MemoryRegion, ProxyBuilder};
 use mscclpp_host::semaphore::{MemorySemaphorePair, SemaphoreStorage};

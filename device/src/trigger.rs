@@ -274,7 +274,8 @@ mod tests {
         assert_eq!((t.snd >> 50) & 0x7, 3);
         assert_eq!((t.snd >> 53) & 0x3ff, 1023);
         assert_eq!(t.snd >> 63, 0);
-        let a = ProxyTrigger::encode(Request::AtomicAdd { dst_offset: 0x88, value: u64::MAX, dst_memory: 511 }).unwrap();
+        let a =
+            ProxyTrigger::encode(Request::AtomicAdd { dst_offset: 0x88, value: u64::MAX, dst_memory: 511 }).unwrap();
         assert_eq!((a.fst, a.snd), (u64::MAX, 0x88 | (511 << 41)));
         assert_eq!(a.kind(), kind::ATOMIC_ADD);
     }

@@ -190,9 +190,15 @@ mod tests {
         use crate::bootstrap::frame::{FrameError, FrameFault};
         let io = || std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
         let cases = [
-            (FrameError::Rejected(FrameFault::WrongToken), "rejected frame: wrong session token (a process of another job?)"),
+            (
+                FrameError::Rejected(FrameFault::WrongToken),
+                "rejected frame: wrong session token (a process of another job?)",
+            ),
             (FrameError::Io(io()), "reading a bootstrap frame: reset"),
-            (FrameError::TokenHex { chars: 3 }, "invalid argument: session token must be 32 hex digits, got 3 characters"),
+            (
+                FrameError::TokenHex { chars: 3 },
+                "invalid argument: session token must be 32 hex digits, got 3 characters",
+            ),
         ];
         for (fe, want) in cases {
             let frame_msg = fe.to_string();
@@ -203,7 +209,10 @@ mod tests {
                 assert_eq!(frame_msg, want);
             }
         }
-        assert!(matches!(Error::from(FrameError::Rejected(FrameFault::WrongToken)), Error::Frame(FrameFault::WrongToken)));
+        assert!(matches!(
+            Error::from(FrameError::Rejected(FrameFault::WrongToken)),
+            Error::Frame(FrameFault::WrongToken)
+        ));
         assert!(matches!(Error::from(FrameError::Io(io())), Error::Io { .. }));
     }
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use mscclpp_device::fifo::FifoDeviceHandle;
-use mscclpp_device::trigger::ProxyTrigger;
 use mscclpp_device::protocol::fifo::{Consumer, ConsumerMem, order};
+use mscclpp_device::trigger::ProxyTrigger;
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;

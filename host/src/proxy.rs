@@ -1051,8 +1051,15 @@ mod tests {
     }
 
     fn transfer(k: u8, src_memory: u32, semaphore: u32) -> ProxyTrigger {
-        let request =
-            Request::Transfer { kind: k, dst_offset: 128, src_offset: 0, size: 64, dst_memory: 1, src_memory, semaphore };
+        let request = Request::Transfer {
+            kind: k,
+            dst_offset: 128,
+            src_offset: 0,
+            size: 64,
+            dst_memory: 1,
+            src_memory,
+            semaphore,
+        };
         ProxyTrigger::encode(request).unwrap()
     }
 

@@ -330,7 +330,6 @@ fn read_full<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     Ok(got)
 }
 
-
 /// Reads one frame. `Ok(None)` means the stream ended cleanly before a new frame began.
 ///
 /// Rejections ([`FrameError::Rejected`]) happen on the header alone, before any payload
@@ -378,7 +377,11 @@ pub fn read_frame<R: Read + ?Sized>(r: &mut R, token: &Token, max: usize) -> Res
         payload.resize(start + chunk, 0);
         let n = read_full(r, &mut payload[start..]).map_err(FrameError::Io)?;
         if n < chunk {
-            return Err(FrameError::Rejected(FrameFault::Truncated { part: "payload", got: start + n, want: len as u64 }));
+            return Err(FrameError::Rejected(FrameFault::Truncated {
+                part: "payload",
+                got: start + n,
+                want: len as u64,
+            }));
         }
     }
     Ok(Some(Frame { kind, seq, payload }))
