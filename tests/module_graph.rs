@@ -293,15 +293,20 @@ fn test_only_files(module: &str, src: &str) -> Vec<String> {
 }
 
 /// The dependency graph of the crate whose sources are `files` (module path -> source).
-fn graph(files: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
+fn graph(files: &BTreeMap<String, String>) -> Graph {
     let stripped: BTreeMap<&String, String> = files.iter().map(|(m, s)| (m, strip_comments_and_literals(s))).collect();
     let test_only: BTreeSet<String> = stripped.iter().flat_map(|(m, s)| test_only_files(m, s)).collect();
     let names: BTreeSet<String> = files.keys().filter(|m| !test_only.contains(*m)).cloned().collect();
     names.iter().filter(|m| !m.is_empty()).map(|m| (m.clone(), dependencies(m, &stripped[m], &names))).collect()
 }
 
+/// Module -> the modules it names.
+type Graph = BTreeMap<String, BTreeSet<String>>;
+/// The modules of a cycle, and its edges.
+type Cycle = (Vec<String>, Vec<(String, String)>);
+
 /// Every cycle (strongly connected component of more than one module), each with its edges.
-fn cycles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<(Vec<String>, Vec<(String, String)>)> {
+fn cycles(g: &Graph) -> Vec<Cycle> {
     // Modules that reach each other: a and b share a component when each reaches the other.
     let reach = |from: &String| {
         let mut seen = BTreeSet::new();
