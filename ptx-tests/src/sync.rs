@@ -15,8 +15,15 @@ use crate::kernels;
 const BUDGET: SpinBudget = SpinBudget::DEFAULT;
 
 /// An empty Data request (nothing to copy): the cheapest trigger a proxy handles.
-const EMPTY_DATA: Request =
-    Request::Transfer { kind: kind::DATA, dst_offset: 0, src_offset: 0, size: 0, dst_memory: 0, src_memory: 0, semaphore: 0 };
+const EMPTY_DATA: Request = Request::Transfer {
+    kind: kind::DATA,
+    dst_offset: 0,
+    src_offset: 0,
+    size: 0,
+    dst_memory: 0,
+    src_memory: 0,
+    semaphore: 0,
+};
 
 #[inline(always)]
 fn gid() -> u32 {
