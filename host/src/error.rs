@@ -95,9 +95,25 @@ pub enum Error {
     /// or inconsistent.
     #[error("rank environment: {0}")]
     RankEnv(String),
+    /// A kernel launch whose arguments do not match the kernel's parameters in number or sizes,
+    /// as the driver describes the kernel; refused before anything was launched (item 1 of the
+    /// [launch contract](crate::launch#the-launch-contract)).
+    #[error(
+        "kernel `{kernel}` takes {} parameters of {expected:?} bytes; the launch passed {} of {given:?} bytes",
+        expected.len(),
+        given.len()
+    )]
+    KernelArguments {
+        /// The kernel's name.
+        kernel: String,
+        /// The size in bytes of each of the kernel's parameters.
+        expected: Vec<usize>,
+        /// The size in bytes of each argument given.
+        given: Vec<usize>,
+    },
     /// The built-in process launcher ([`crate::bootstrap::launcher`]) or one of the ranks it
-    /// started failed. (Kernel launches fail with [`Error::Driver`] or
-    /// [`Error::InvalidArgument`].)
+    /// started failed. (Kernel launches fail with [`Error::Driver`], [`Error::InvalidArgument`]
+    /// or [`Error::KernelArguments`].)
     #[error("launcher: {0}")]
     Launcher(String),
 }

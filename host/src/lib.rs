@@ -58,6 +58,7 @@ pub mod bootstrap;
 pub mod bulk;
 pub mod channel;
 pub mod comm;
+mod driver;
 pub mod error;
 pub mod fifo;
 pub mod gpu;
