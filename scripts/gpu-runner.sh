@@ -15,7 +15,7 @@ mkdir -p "$out"
 export MSCCLPP_RS_REQUIRE_GPU=${MSCCLPP_RS_REQUIRE_GPU:-1}  # 0 on a one-GPU machine: two-GPU tests skip
 export MSCCLPP_RS_BENCH_OUT="$out/bench.jsonl"
 export MSCCLPP_RS_SKIP_LOG="$out/skips.log"
-# Multicast stays off (host/src/nvls.rs refuses while these are set); keep the variables set.
+# Multicast stays off (host/src/nvls/guard.rs refuses while these are set); keep the variables set.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset MSCCLPP_RS_ALLOW_MULTICAST
 want=("$@")

@@ -242,9 +242,11 @@ fn channel_toward(
 }
 
 /// Emulated switch channels over one buffer: one handle per block (each with its own
-/// semaphores), and what keeps their tables and mappings alive.
+/// semaphores), why NVLink multicast was not used, and what keeps their tables and mappings
+/// alive.
 pub struct EmulatedSwitchChannels {
     handles: Vec<EmulatedSwitchChannel>,
+    reason: String,
     _tables: Vec<DeviceBuffer>,
     _semaphores: Vec<MemorySemaphores>,
     _buffers: PeerBuffers,
@@ -252,7 +254,10 @@ pub struct EmulatedSwitchChannels {
 
 impl std::fmt::Debug for EmulatedSwitchChannels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmulatedSwitchChannels").field("handles", &self.handles).finish_non_exhaustive()
+        f.debug_struct("EmulatedSwitchChannels")
+            .field("handles", &self.handles)
+            .field("reason", &self.reason)
+            .finish_non_exhaustive()
     }
 }
 
@@ -261,19 +266,10 @@ impl EmulatedSwitchChannels {
     pub fn handles(&self) -> &[EmulatedSwitchChannel] {
         &self.handles
     }
-}
-
-/// The switch channels a communicator could build: multicast where it is allowed and
-/// implemented, the emulation otherwise (with the reason).
-#[derive(Debug)]
-pub enum SwitchChannels {
-    /// Peer-pointer emulation, and why multicast was not used.
-    Emulated {
-        /// The channels.
-        channels: EmulatedSwitchChannels,
-        /// Why not NVLink multicast.
-        reason: String,
-    },
+    /// Why NVLink multicast was not used (the guard's refusal, or what is missing).
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
 }
 
 impl Communicator {
@@ -431,9 +427,18 @@ impl Communicator {
         })
     }
 
-    /// Emulated switch channels over `buf` (exportable, the same size on every rank): every
-    /// rank's copy mapped here, and `blocks` independent barriers, one per block.
-    pub fn emulated_switch_channels(&self, buf: &DeviceBuffer, blocks: usize) -> Result<EmulatedSwitchChannels> {
+    /// Switch channels over `buf` (exportable, the same size on every rank) for `blocks`
+    /// blocks: every rank's copy mapped here, and `blocks` independent barriers, one per block.
+    /// NVLink multicast is used only where the guard allows it
+    /// ([`crate::nvls::multicast_allowed_by_env`]) and the processes could share a multicast
+    /// object; today the multicast object is built for the GPUs of one process only
+    /// ([`crate::nvls::MulticastBuffer`]), so the emulation over peer pointers is returned, with
+    /// the reason ([`EmulatedSwitchChannels::reason`]).
+    pub fn switch_channels(&self, buf: &DeviceBuffer, blocks: usize) -> Result<EmulatedSwitchChannels> {
+        let reason = match crate::nvls::multicast_allowed_by_env() {
+            Err(e) => e.to_string(),
+            Ok(_) => "multicast objects are not yet shared between processes; using peer pointers".into(),
+        };
         let buffers = self.exchange(buf)?;
         let n = self.world_size();
         if (0..n).any(|r| buffers.len(r) != buf.len() as u64) {
@@ -457,20 +462,7 @@ impl Communicator {
             semaphores.push(sems);
         }
         tables.push(buffer_table);
-        Ok(EmulatedSwitchChannels { handles, _tables: tables, _semaphores: semaphores, _buffers: buffers })
-    }
-
-    /// Switch channels over `buf` for `blocks` blocks. NVLink multicast is used only where the
-    /// guard allows it ([`crate::nvls::multicast_allowed_by_env`]) and the processes could share a
-    /// multicast object; today the multicast object is built for the GPUs of one process only
-    /// ([`crate::nvls::MulticastBuffer`]), so across processes the emulation is returned, with
-    /// the reason.
-    pub fn switch_channels(&self, buf: &DeviceBuffer, blocks: usize) -> Result<SwitchChannels> {
-        let reason = match crate::nvls::multicast_allowed_by_env() {
-            Err(e) => e.to_string(),
-            Ok(_) => "multicast objects are not yet shared between processes; using peer pointers".into(),
-        };
-        Ok(SwitchChannels::Emulated { channels: self.emulated_switch_channels(buf, blocks)?, reason })
+        Ok(EmulatedSwitchChannels { handles, reason, _tables: tables, _semaphores: semaphores, _buffers: buffers })
     }
 
     /// Port channels toward every other rank: puts copy from this rank's `src` (offsets into it)

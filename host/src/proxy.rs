@@ -37,7 +37,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
-use mscclpp_device::fifo::{FifoDeviceHandle, MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
+use mscclpp_device::fifo::FifoDeviceHandle;
+use mscclpp_device::trigger::{MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
 use nix::libc;
 use nix::sched::{CpuSet, sched_setaffinity};
 use nix::unistd::Pid;
@@ -45,14 +46,15 @@ use nix::unistd::Pid;
 use crate::error::{DriverContext, Error, Result, check};
 use crate::fifo::{DEFAULT_FIFO_SIZE, Fifo};
 use crate::gpu::Gpu;
-use crate::launch::{Args, LaunchConfig, launch_on};
 use crate::memory::PinnedBuffer;
 
-const ATOMIC_ADD_PTX: &str = include_str!("proxy_atomic_add.ptx");
+mod atomic_add;
+use atomic_add::AtomicAdd;
+pub use atomic_add::{AtomicAddPath, ENV_VAR as ATOMIC_ADD_ENV};
 
-/// The PTX of the proxy's atomic-add kernel (exposed for the ptxas check).
+/// The PTX of the proxy's atomic-add fallback kernel (exposed for the ptxas check).
 pub fn atomic_add_ptx() -> &'static str {
-    ATOMIC_ADD_PTX
+    atomic_add::PTX
 }
 
 /// A memory region the proxy may copy from or to: an address valid in this process on the
@@ -292,6 +294,7 @@ pub struct ProxyBuilder {
     idle: IdlePolicy,
     cpu: Option<usize>,
     drain_timeout: Duration,
+    atomic_add_kernel: bool,
 }
 
 /// How long stopping waits by default for the kernels' last triggers and the stream.
@@ -308,6 +311,7 @@ impl ProxyBuilder {
             idle: IdlePolicy::default(),
             cpu: None,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            atomic_add_kernel: false,
         }
     }
 
@@ -334,6 +338,14 @@ impl ProxyBuilder {
     /// (default [`DEFAULT_DRAIN_TIMEOUT`]); past it the stop returns an error instead of blocking.
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {
         self.drain_timeout = timeout;
+        self
+    }
+
+    /// Executes atomic-add requests with the fallback kernel even where the driver's stream
+    /// memory operation is available, as `MSCCLPP_RS_PROXY_ATOMIC_ADD=kernel` ([`ATOMIC_ADD_ENV`])
+    /// does for every proxy: to test or measure the kernel path.
+    pub fn atomic_add_kernel(mut self) -> Self {
+        self.atomic_add_kernel = true;
         self
     }
 
@@ -379,8 +391,10 @@ impl ProxyBuilder {
         let fifo = Fifo::new(&self.gpu, self.fifo_size)?;
         let handle = fifo.device_handle();
         let stream = self.gpu.new_stream()?;
-        // Load the atomic-add kernel now, so a bad module is an error here and not in the thread.
-        let atomic_add = self.gpu.function(ATOMIC_ADD_PTX, "mscclpp_proxy_atomic_add")?;
+        // Choose how atomic adds run (and load the kernel if that is the way) now, so a bad
+        // module is an error here and not in the thread.
+        let atomic_add = AtomicAdd::select(&self.gpu, self.atomic_add_kernel)?;
+        let atomic_add_path = atomic_add.path();
         let stop = Arc::new(AtomicBool::new(false));
         let error = Arc::new(Mutex::new(None));
         let engine =
@@ -399,7 +413,8 @@ impl ProxyBuilder {
                 worker.run(ok, idle, &s, &e)
             })
             .map_err(|source| Error::Io { context: "starting the proxy thread".into(), source })?;
-        let mut service = ProxyService { fifo: handle, stop, error, thread: Some(thread), parked: None };
+        let mut service =
+            ProxyService { fifo: handle, atomic_add: atomic_add_path, stop, error, thread: Some(thread), parked: None };
         let ready = ready_rx.recv().unwrap_or_else(|_| Err(Error::proxy("proxy thread ended at start")));
         if let Err(e) = ready {
             service.shutdown();
@@ -448,6 +463,7 @@ fn pin_current_thread(cpu: usize, set: &CpuSet) -> Result<()> {
 /// or [`ProxyService::stop`] is written to stderr when the service is dropped.
 pub struct ProxyService {
     fifo: FifoDeviceHandle,
+    atomic_add: AtomicAddPath,
     stop: Arc<AtomicBool>,
     error: Arc<Mutex<Option<Error>>>,
     thread: Option<JoinHandle<Worker>>,
@@ -465,6 +481,11 @@ impl ProxyService {
     /// The FIFO handle kernels push to (also inside every port channel of this proxy).
     pub fn fifo_handle(&self) -> FifoDeviceHandle {
         self.fifo
+    }
+
+    /// How this proxy executes atomic-add requests (chosen at start; see [`ATOMIC_ADD_ENV`]).
+    pub fn atomic_add_path(&self) -> AtomicAddPath {
+        self.atomic_add
     }
 
     /// The first error the proxy hit, if any (the proxy stops at it). The error is taken: it is
@@ -813,7 +834,7 @@ impl<E: Engine> Core<E> {
 struct CudaEngine {
     gpu: Arc<Gpu>,
     stream: Arc<cudarc::driver::CudaStream>,
-    atomic_add: cudarc::driver::CudaFunction,
+    atomic_add: AtomicAdd,
     /// Completion marks: the stream writes mark n here once the work before it has completed.
     marks: PinnedBuffer,
 }
@@ -833,9 +854,9 @@ impl Engine for CudaEngine {
     }
 
     fn atomic_add(&mut self, addr: u64, value: u64) -> Result<()> {
-        let mut args = Args::new().arg(addr).arg(value);
-        // SAFETY: the kernel takes (u64 address, u64 value); the address is a registered u64.
-        unsafe { launch_on(&self.gpu, &self.stream, &self.atomic_add, LaunchConfig::new(1, 1), &mut args) }
+        // SAFETY: the stream is this engine's, of its GPU's context (bound on the proxy thread);
+        // the address is an 8-aligned u64 inside a registered memory (`Core` checks both).
+        unsafe { self.atomic_add.enqueue(&self.gpu, &self.stream, addr, value) }
     }
 
     fn place_mark(&mut self, mark: u64) -> Result<()> {
@@ -891,7 +912,7 @@ mod tests {
     };
     use super::{MemoryRegion, check_counter_offset, resolve};
     use crate::error::{Error, Result};
-    use mscclpp_device::fifo::{MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
+    use mscclpp_device::trigger::{MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
     use proptest::prelude::*;
     use std::collections::VecDeque;
     use std::sync::Arc;
@@ -918,14 +939,12 @@ mod tests {
                 }
             };
             match (ProxyTrigger { fst, snd }).decode() {
-                Request::Transfer { kind: k, size, src_offset, dst_offset, src_memory, dst_memory, semaphore } => {
+                request @ Request::Transfer { kind: k, size, src_offset, dst_offset, src_memory, dst_memory, semaphore } => {
                     prop_assert!(k != 0 && k & !(kind::DATA | kind::FLAG | kind::SYNC) == 0);
                     prop_assert!(src_memory <= MAX_MEMORY_ID && dst_memory <= MAX_MEMORY_ID);
                     prop_assert!(semaphore <= MAX_SEMAPHORE_ID);
                     // What decodes re-encodes to the same request.
-                    let again = ProxyTrigger::transfer(
-                        k, size as u64, src_offset as u64, dst_offset as u64, src_memory, dst_memory, semaphore,
-                    );
+                    let again = ProxyTrigger::encode(request);
                     prop_assert_eq!(again.map(|t| t.decode()), Ok((ProxyTrigger { fst, snd }).decode()));
                     check(src_memory, src_offset, size as u64);
                     check(dst_memory, dst_offset, size as u64);
@@ -1052,7 +1071,16 @@ mod tests {
     }
 
     fn transfer(k: u8, src_memory: u32, semaphore: u32) -> ProxyTrigger {
-        ProxyTrigger::transfer(k, 64, 0, 128, src_memory, 1, semaphore).unwrap()
+        let request = Request::Transfer {
+            kind: k,
+            dst_offset: 128,
+            src_offset: 0,
+            size: 64,
+            dst_memory: 1,
+            src_memory,
+            semaphore,
+        };
+        ProxyTrigger::encode(request).unwrap()
     }
 
     fn serve(core: &mut Core<FakeEngine>, fifo: &mut FakeFifo, stop: bool) -> Option<Error> {

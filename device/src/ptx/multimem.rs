@@ -28,7 +28,7 @@
 //!
 //! Ordering: the `.relaxed` forms order nothing by themselves. An `.acquire` load pairs with a
 //! `.release` store/reduction (or a release fence before a relaxed one) by another thread at
-//! `.sys` scope; the partner of each use is named where it is used (`crate::switch`).
+//! `.sys` scope; the partner of each use is named where it is used (`crate::semaphore::SwitchSemaphore`).
 
 use super::asm;
 
@@ -302,7 +302,7 @@ ld_reduce! {
 }
 
 // Acquire loads: each pairs with a `.release` store or reduction at `.sys` scope by the thread
-// whose writes the caller then reads (see `crate::switch` for the protocol that uses them).
+// whose writes the caller then reads (see `crate::semaphore::SwitchSemaphore` for the protocol that uses them).
 ld_reduce! {
     prefix = "multimem.ld_reduce.acquire.sys.global", isa = "PTX 8.1, sm_90";
     pub unsafe fn multimem_ld_reduce_acquire_sys_add_u32(u32: x1 reg32) = "add.u32";

@@ -29,7 +29,27 @@ use std::io::{self, Read, Write};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use crate::error::{Error, Result};
+/// Why a frame could not be read, or a token parsed. The frame module's own error (it depends on
+/// nothing else of the crate); `crate::error` converts it into `Error::Frame`, `Error::Io` or
+/// `Error::InvalidArgument` with the same message.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The frame was malformed, foreign or over the size limit; rejected before its payload was
+    /// allocated.
+    #[error("rejected frame: {0}")]
+    Rejected(FrameFault),
+    /// Reading the stream failed (including read timeouts: `WouldBlock` / `TimedOut`).
+    #[error("reading a bootstrap frame: {0}")]
+    Io(#[source] io::Error),
+    /// A session token that is not 32 hexadecimal digits.
+    #[error("session token must be 32 hex digits, got {chars} characters")]
+    TokenHex {
+        /// Length of the text given.
+        chars: usize,
+    },
+}
+
+type Result<T> = std::result::Result<T, FrameError>;
 
 /// The first four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"MRSB";
@@ -82,7 +102,7 @@ impl Token {
     /// Parses 32 hexadecimal digits.
     pub fn from_hex(s: &str) -> Result<Self> {
         let s = s.trim();
-        let bad = || Error::InvalidArgument(format!("session token must be 32 hex digits, got {} characters", s.len()));
+        let bad = || FrameError::TokenHex { chars: s.len() };
         if s.len() != 32 || !s.is_ascii() {
             return Err(bad());
         }
@@ -315,46 +335,42 @@ fn read_full<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     Ok(got)
 }
 
-fn io_err(e: io::Error) -> Error {
-    Error::Io { context: "reading a bootstrap frame".into(), source: e }
-}
-
 /// Reads one frame. `Ok(None)` means the stream ended cleanly before a new frame began.
 ///
-/// Rejections ([`Error::Frame`]) happen on the header alone, before any payload allocation; an
-/// accepted length is allocated only as the bytes arrive. I/O errors, including read timeouts
-/// (`WouldBlock` / `TimedOut`), come back as [`Error::Io`].
+/// Rejections ([`FrameError::Rejected`]) happen on the header alone, before any payload
+/// allocation; an accepted length is allocated only as the bytes arrive. I/O errors, including
+/// read timeouts (`WouldBlock` / `TimedOut`), come back as [`FrameError::Io`].
 pub fn read_frame<R: Read + ?Sized>(r: &mut R, token: &Token, max: usize) -> Result<Option<Frame>> {
     let mut h = [0u8; HEADER_LEN];
     // The magic first: a foreign stream is rejected at once, without waiting for a whole header
     // that may never come.
-    let mut got = read_full(r, &mut h[..4]).map_err(io_err)?;
+    let mut got = read_full(r, &mut h[..4]).map_err(FrameError::Io)?;
     if got == 0 {
         return Ok(None);
     }
     if got == 4 {
         if h[0..4] != MAGIC {
-            return Err(Error::Frame(FrameFault::BadMagic([h[0], h[1], h[2], h[3]])));
+            return Err(FrameError::Rejected(FrameFault::BadMagic([h[0], h[1], h[2], h[3]])));
         }
-        got += read_full(r, &mut h[4..]).map_err(io_err)?;
+        got += read_full(r, &mut h[4..]).map_err(FrameError::Io)?;
     }
     if got < HEADER_LEN {
-        return Err(Error::Frame(FrameFault::Truncated { part: "header", got, want: HEADER_LEN as u64 }));
+        return Err(FrameError::Rejected(FrameFault::Truncated { part: "header", got, want: HEADER_LEN as u64 }));
     }
     if h[4] != VERSION {
-        return Err(Error::Frame(FrameFault::BadVersion(h[4])));
+        return Err(FrameError::Rejected(FrameFault::BadVersion(h[4])));
     }
     if h[24..40] != token.frame_tag() {
-        return Err(Error::Frame(FrameFault::WrongToken));
+        return Err(FrameError::Rejected(FrameFault::WrongToken));
     }
-    let kind = Kind::from_u8(h[5]).ok_or(Error::Frame(FrameFault::UnknownKind(h[5])))?;
+    let kind = Kind::from_u8(h[5]).ok_or(FrameError::Rejected(FrameFault::UnknownKind(h[5])))?;
     let mut word = [0u8; 8];
     word.copy_from_slice(&h[8..16]);
     let len = u64::from_le_bytes(word);
     word.copy_from_slice(&h[16..24]);
     let seq = u64::from_le_bytes(word);
     if len > max as u64 {
-        return Err(Error::Frame(FrameFault::TooLong { len, max }));
+        return Err(FrameError::Rejected(FrameFault::TooLong { len, max }));
     }
     // `len <= max`, which is a usize.
     let len = len as usize;
@@ -364,9 +380,13 @@ pub fn read_frame<R: Read + ?Sized>(r: &mut R, token: &Token, max: usize) -> Res
         let chunk = (len - start).min(start.max(FIRST_CHUNK));
         payload.reserve_exact(chunk);
         payload.resize(start + chunk, 0);
-        let n = read_full(r, &mut payload[start..]).map_err(io_err)?;
+        let n = read_full(r, &mut payload[start..]).map_err(FrameError::Io)?;
         if n < chunk {
-            return Err(Error::Frame(FrameFault::Truncated { part: "payload", got: start + n, want: len as u64 }));
+            return Err(FrameError::Rejected(FrameFault::Truncated {
+                part: "payload",
+                got: start + n,
+                want: len as u64,
+            }));
         }
     }
     Ok(Some(Frame { kind, seq, payload }))
@@ -437,7 +457,7 @@ mod tests {
 
     fn fault(r: Result<Option<Frame>>) -> FrameFault {
         match r {
-            Err(Error::Frame(f)) => f,
+            Err(FrameError::Rejected(f)) => f,
             other => panic!("expected a frame fault, got {other:?}"),
         }
     }

@@ -9,9 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
-use super::frame::{self, Frame, Kind, Token};
+use super::frame::{self, Frame, FrameError, Kind, Token};
 use super::{PeerLostHook, lock};
-use crate::error::Error;
 
 #[derive(Default)]
 struct Slot {
@@ -207,11 +206,11 @@ pub(super) fn reader_loop(peer: usize, mut stream: TcpStream, token: Token, max:
                 inbox.lose(peer, "closed by the peer (it exited or was killed)".into());
                 return;
             }
-            Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::ConnectionReset => {
+            Err(FrameError::Io(source)) if source.kind() == io::ErrorKind::ConnectionReset => {
                 inbox.lose(peer, "reset by the peer (it exited or was killed)".into());
                 return;
             }
-            Err(Error::Io { source, .. }) => {
+            Err(FrameError::Io(source)) => {
                 inbox.lose(peer, source.to_string());
                 return;
             }

@@ -133,7 +133,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use env::{BootstrapConfig, EnvSnapshot, RankInfo, RankSource};
-pub use frame::{FrameFault, Token};
+pub use frame::{FrameError, FrameFault, Token};
 pub use launcher::{Launcher, Role, launch, maybe_launch_from_args, role};
 pub use tcp::TcpBootstrap;
 
