@@ -15,12 +15,14 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, PlottingBackend, Throughput};
 use mscclpp_host::launch::launch_on;
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig};
-use mscclpp_rs::PTX;
-use mscclpp_rs::bench::size_id;
-use mscclpp_rs::bench::{self, Target, Variant};
-use mscclpp_rs::testing::{self, POISON};
+use mscclpp_rs::{
+    PTX,
+    bench::{self, Target, Variant, size_id},
+    report::family,
+    testing::{self, POISON},
+};
 
-const FAMILY: &str = "bulk copies";
+const FAMILY: &str = family::BULK;
 const MAX: usize = 1 << 30;
 /// The sizes of the sweep: 64 KiB to 1 GiB, x4.
 const SIZES: [usize; 8] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30];

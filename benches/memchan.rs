@@ -16,9 +16,12 @@ use mscclpp_device::packet::{LL16Packet, packet_bytes};
 use mscclpp_host::channel::memory_channel_pair;
 use mscclpp_host::launch::launch_on;
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig};
-use mscclpp_rs::PTX;
-use mscclpp_rs::bench::{self, Target, Variant, size_id};
-use mscclpp_rs::testing::{self, POISON};
+use mscclpp_rs::{
+    PTX,
+    bench::{self, Target, Variant, size_id},
+    report::family,
+    testing::{self, POISON},
+};
 
 const MAX: usize = 1 << 30;
 /// The sizes of the put sweep: 64 KiB to 1 GiB, x4.
@@ -63,7 +66,7 @@ fn put_bandwidth(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     for bytes in SIZES {
         grp.throughput(Throughput::Bytes(bytes as u64));
         let base_id = format!("put/cuMemcpyPeer/{}", size_id(bytes as u64));
-        let v = Variant::bandwidth("memory channels", bytes as u64).series("peer/cuMemcpyPeer");
+        let v = Variant::bandwidth(family::MEMCHAN, bytes as u64).series("peer/cuMemcpyPeer");
         grp.bench_with_input(BenchmarkId::new("cuMemcpyPeer", size_id(bytes as u64)), &bytes, |b, &bytes| {
             b.iter_custom(|iters| {
                 let t = bench::time_on_stream(g0, g0.stream(), iters, || bench::memcpy_peer(&dst, &src, bytes));
@@ -75,7 +78,7 @@ fn put_bandwidth(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
         // of them fails the check below.
         dst.fill(POISON).unwrap();
         let id = format!("put/memchan_put/{}", size_id(bytes as u64));
-        let v = Variant::bandwidth("memory channels", bytes as u64)
+        let v = Variant::bandwidth(family::MEMCHAN, bytes as u64)
             .series("peer/memory-channel put")
             .vs(&base_id)
             .target((bytes == MAX).then_some(PUT_TARGET));
@@ -97,7 +100,7 @@ fn put_bandwidth(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     for (per_sm, threads) in [(2u32, 512u32), (4, 256)] {
         dst.fill(POISON).unwrap();
         let id = format!("put/memchan_put/{per_sm}x{threads}_per_sm");
-        let v = Variant::bandwidth("memory channels", MAX as u64)
+        let v = Variant::bandwidth(family::MEMCHAN, MAX as u64)
             .vs(format!("put/cuMemcpyPeer/{}", size_id(MAX as u64)))
             .target(PUT_TARGET);
         grp.bench_function(&id, |b| {
@@ -125,7 +128,7 @@ fn latency(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     let mut grp = c.benchmark_group("latency");
     for bytes in [8u64, 64, 512, 4096, 32 << 10, 64 << 10] {
         let base_id = format!("latency/put_signal/{}", size_id(bytes));
-        let v = Variant::latency("memory channels", bytes).series("latency/put + signal");
+        let v = Variant::latency(family::MEMCHAN, bytes).series("latency/put + signal");
         grp.bench_function(BenchmarkId::new("put_signal", size_id(bytes)), |b| {
             b.iter_custom(|iters| {
                 let r = iters as u32;
@@ -143,7 +146,7 @@ fn latency(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
             ("packet_pingpong_bench_ll8", "ll8", "LL8 packets"),
         ] {
             let id = format!("latency/{name}_packets/{}", size_id(bytes));
-            let v = Variant::latency("packets", bytes).series(format!("latency/{line}")).vs(&base_id);
+            let v = Variant::latency(family::PACKETS, bytes).series(format!("latency/{line}")).vs(&base_id);
             grp.bench_function(BenchmarkId::new(format!("{name}_packets"), size_id(bytes)), |b| {
                 b.iter_custom(|iters| {
                     let r = iters as u32;

@@ -19,9 +19,12 @@ use criterion::{BenchmarkId, Criterion, PlottingBackend};
 use mscclpp_host::proxy::{HostCounter, MemoryRegion, ProxyBuilder};
 use mscclpp_host::semaphore::{MemorySemaphorePair, SemaphoreStorage};
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig, PinnedBuffer, channel};
-use mscclpp_rs::PTX;
-use mscclpp_rs::bench::{self, Target, Variant, size_id};
-use mscclpp_rs::testing::{self, POISON};
+use mscclpp_rs::{
+    PTX,
+    bench::{self, Target, Variant, size_id},
+    report::family,
+    testing::{self, POISON},
+};
 
 /// A semaphore round trip at most 1.05 times the raw flag round trip of the same run.
 const SEMAPHORE_TARGET: Target = Target::Ratio(1.0 / 1.05);
@@ -76,7 +79,7 @@ fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
         Args::new().arg(handles[s]).arg(rounds).arg(first(side)).arg(mode).arg(mine).arg(peer).arg(errors[s].addr())
     };
     let mut grp = c.benchmark_group("pingpong");
-    let raw = Variant::latency("semaphores", 0);
+    let raw = Variant::latency(family::SYNC, 0);
     grp.bench_function("raw_flag", |b| {
         b.iter_custom(|iters| {
             let t = pingpong(g0, g1, "raw_flag_pingpong", iters as u32, |side, r| {
@@ -87,7 +90,7 @@ fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
             t
         })
     });
-    let v = Variant::latency("semaphores", 0).vs("pingpong/raw_flag").target(SEMAPHORE_TARGET);
+    let v = Variant::latency(family::SYNC, 0).vs("pingpong/raw_flag").target(SEMAPHORE_TARGET);
     for (name, mode) in [("semaphore", 0u32), ("semaphore_relaxed_fenced", 1)] {
         let id = format!("pingpong/{name}");
         grp.bench_function(name, |b| {
@@ -134,7 +137,7 @@ fn fifo_roundtrip(c: &mut Criterion, g: &Arc<Gpu>) {
     let from_host = to_host + 64;
     let mut grp = c.benchmark_group("roundtrip");
     let mut done = 0u64;
-    let raw = Variant::latency("FIFO", 0);
+    let raw = Variant::latency(family::PORT, 0);
     grp.bench_function("raw_gpu_cpu_gpu", |b| {
         b.iter_custom(|iters| {
             let base = done;
@@ -170,7 +173,7 @@ fn fifo_roundtrip(c: &mut Criterion, g: &Arc<Gpu>) {
         })
     });
     let proxy = ProxyBuilder::new(g).start().unwrap();
-    let v = Variant::latency("FIFO", 0).vs("roundtrip/raw_gpu_cpu_gpu").target(FIFO_TARGET);
+    let v = Variant::latency(family::PORT, 0).vs("roundtrip/raw_gpu_cpu_gpu").target(FIFO_TARGET);
     grp.bench_function("fifo_push_proxy_ack", |b| {
         b.iter_custom(|iters| {
             let t = bench::time_on_stream(g, g.stream(), 1, || {
@@ -191,7 +194,7 @@ fn fifo_roundtrip(c: &mut Criterion, g: &Arc<Gpu>) {
     for blocks in [1u32, 8, 32, 132] {
         let id = format!("fifo_rate/{blocks}_blocks");
         let per = 2000u32;
-        let v = Variant::rate("FIFO", u64::from(blocks * per));
+        let v = Variant::rate(family::PORT, u64::from(blocks * per));
         grp.bench_function(format!("{blocks}_blocks"), |b| {
             b.iter_custom(|iters| {
                 let t = bench::time_on_stream(g, g.stream(), iters, || {
@@ -257,8 +260,7 @@ fn port_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
         for &bytes in sizes {
             let id = format!("{mode}/{}", size_id(bytes));
             let line = if host { "port/counter in host memory" } else { "port/counter in GPU memory" };
-            let mut v =
-                Variant::latency("port channels", bytes).series(line).target((bytes == 8).then_some(PORT_TARGET));
+            let mut v = Variant::latency(family::PORT, bytes).series(line).target((bytes == 8).then_some(PORT_TARGET));
             if host {
                 v = v.vs(format!("port_pingpong/{}", size_id(bytes)));
             }
@@ -297,7 +299,7 @@ fn driver_latency(g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     let flag = DeviceBuffer::filled(g1, 8, 0).unwrap();
     let mut n = 0u64;
     let (c0, c1) = (g0.context().cu_ctx(), g1.context().cu_ctx());
-    let driver = Variant::latency("proxy driver cost", 8);
+    let driver = Variant::latency(family::PORT, 8);
     for case in ["mark", "peer_write_value+mark", "local_copy_8B+mark", "peer_copy_8B+mark", "memcpy_peer_8B+mark"] {
         for i in 0..2200 {
             n += 1;
