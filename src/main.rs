@@ -36,8 +36,8 @@ const RECORDED_SOURCE: &str = "recorded on two H200s joined by NVLink (docs/resu
 
 const USAGE: &str = "usage: mscclpp-rs [--cpu] [--steps NAME,NAME]
   --cpu          only the CPU part (PTX/SASS checks, recorded results), even with GPUs
-  --steps LIST   run only these GPU steps: unit_bulk unit_sync unit_memchan mp_patterns
-                 mp_collectives bench_bulk bench_sync bench_memchan coll_bench
+  --steps LIST   run only these GPU steps (or MSCCLPP_RS_REPORT_STEPS=LIST): unit_bulk unit_sync
+                 unit_memchan mp_patterns mp_collectives bench_bulk bench_sync bench_memchan coll_bench
 Environment: MSCCLPP_RS_REPORT_DIR (default target/report), MSCCLPP_RS_BENCH_OUT (the benches'
 JSON lines; default <report dir>/bench.jsonl), MSCCLPP_RS_BENCH_ARGS (extra criterion arguments,
 e.g. \"--warm-up-time 0.1 --measurement-time 0.3\"), MSCCLPP_RS_STEP_TIMEOUT (seconds per step,
@@ -47,12 +47,13 @@ the executables are; default: beside this program, else built with cargo).
 
 fn main() -> ExitCode {
     let mut cpu_only = false;
-    let mut only: Option<Vec<String>> = None;
+    let steps_of = |s: &str| s.split(',').map(|x| x.trim().to_string()).collect::<Vec<_>>();
+    let mut only: Option<Vec<String>> = std::env::var("MSCCLPP_RS_REPORT_STEPS").ok().map(|s| steps_of(&s));
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--cpu" => cpu_only = true,
-            "--steps" => only = args.next().map(|s| s.split(',').map(|x| x.trim().to_string()).collect()),
+            "--steps" => only = args.next().map(|s| steps_of(&s)),
             "-h" | "--help" => {
                 print!("{USAGE}");
                 return ExitCode::SUCCESS;
@@ -512,6 +513,15 @@ fn checks_of(step: &Step, source: &str, done: &suite::Finished, skips: &str, dea
             vec![report::Check { family: fam, source: source.to_string(), name: what.to_string(), outcome }]
         }
     };
+    if out.is_empty() && done.success() {
+        // A run that passes without reporting a single check proves nothing.
+        out.push(report::Check {
+            family: skipped_check(step, source, "").family,
+            source: source.to_string(),
+            name: format!("(the run of {})", step.exe),
+            outcome: Outcome::Failed("it exited with success but reported no checks".into()),
+        });
+    }
     let any_failed = out.iter().any(|c| matches!(c.outcome, Outcome::Failed(_)));
     if !done.success() && !any_failed && !matches!(step.kind, Kind::Bench { .. }) {
         let fam = skipped_check(step, source, "").family;
@@ -751,5 +761,104 @@ fn smoke(g: &Arc<Gpu>) -> Result<String, String> {
         Ok(format!("bulk round trip of {n} random bytes: ok"))
     } else {
         Err(format!("bulk round trip of {n} random bytes: FAILED, wrong data"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
+
+    use super::*;
+
+    fn finished(code: i32, output: &str) -> suite::Finished {
+        suite::Finished {
+            status: Some(ExitStatus::from_raw(code << 8)),
+            output: output.to_string(),
+            elapsed: Duration::from_secs(1),
+        }
+    }
+
+    fn step(exe: &str) -> Step {
+        steps(2).into_iter().find(|s| s.exe == exe).unwrap()
+    }
+
+    #[test]
+    fn every_executable_is_a_step() {
+        let names: Vec<&str> = steps(2).iter().map(|s| s.exe).collect();
+        assert_eq!(names, suite::EXECUTABLES);
+        assert_eq!(step("mp_patterns").args, ["--ranks", "2"]);
+        assert_eq!(steps(8).iter().find(|s| s.exe == "coll_bench").unwrap().args, ["--ranks", "8"]);
+        assert_eq!(step("unit_bulk").args, ["--test-threads=1"]);
+        assert_eq!(step("bench_sync").args[0], "--bench");
+    }
+
+    #[test]
+    fn step_outputs_become_checks() {
+        let d = Duration::from_secs(600);
+        // A test executable: its tests; a failing run that names no failed test adds one.
+        let out = "test bulk_a ... ok\ntest result: ok. 1 passed\n";
+        let c = checks_of(&step("unit_bulk"), "unit_bulk", &finished(0, out), "", d);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].outcome, Outcome::Passed);
+        let c = checks_of(&step("unit_bulk"), "unit_bulk", &finished(101, out), "", d);
+        assert_eq!(report::tally(&c), (1, 1, 0), "{c:?}");
+        // Success with nothing reported is a failure.
+        let c = checks_of(&step("mp_collectives"), "mp_collectives --ranks 2", &finished(0, "RESULT ok\n"), "", d);
+        assert!(matches!(&c[0].outcome, Outcome::Failed(why) if why.contains("no checks")), "{c:?}");
+        // A bench: its run is the check of what it timed.
+        let c = checks_of(&step("bench_bulk"), "bench_bulk", &finished(0, "== bulk\n"), "", d);
+        assert_eq!((c[0].family, c[0].outcome.clone()), (family::BULK, Outcome::Passed));
+        let panic = "thread 'main' panicked at benches/bulk.rs:80:5:\nlocal bulk copy of 64KiB: copied bytes: 3 of 65536 elements differ\n";
+        let c = checks_of(&step("bench_bulk"), "bench_bulk", &finished(101, panic), "", d);
+        assert!(
+            matches!(&c[0].outcome, Outcome::Failed(why) if why.starts_with("local bulk copy of 64KiB: copied bytes")),
+            "{c:?}"
+        );
+        let nccl = "[rank 0] coll-bench: rank 0: RESULT FAILED: unsupported: NCCL not found (set MSCCLPP_RS_NCCL)\n";
+        let c = checks_of(&step("coll_bench"), "coll_bench --ranks 2", &finished(1, nccl), "", d);
+        assert!(matches!(&c[0].outcome, Outcome::Skipped(why) if why.contains("MSCCLPP_RS_NCCL")), "{c:?}");
+        // Killed at the deadline.
+        let killed = suite::Finished { status: None, output: String::new(), elapsed: d };
+        let c = checks_of(&step("mp_patterns"), "mp_patterns --ranks 2", &killed, "", d);
+        assert!(matches!(&c[0].outcome, Outcome::Failed(why) if why.contains("600s deadline")), "{c:?}");
+    }
+
+    #[test]
+    fn a_gpu_report_renders_every_section() {
+        let dir = std::env::temp_dir().join(format!("mscclpp-render-test-{}", std::process::id()));
+        let mut rep = Report { dir: dir.clone(), ..Report::default() };
+        rep.ptx_summary.push("PTX wrappers (sm_90): 3 PTX wrappers".into());
+        rep.gpu = "| GPU | name |\n".into();
+        rep.checks = report::parse_libtest("unit_bulk", "test bulk_a ... ok\n", "", family::BULK);
+        rep.criterion = Some(("../criterion/report/index.html".into(), dir.join("x")));
+        let rows = concat!(
+            r#"{"suite":"bulk","family":"bulk copies","name":"peer/cuMemcpyPeer/1GiB","series":"peer/cuMemcpyPeer","size_bytes":1073741824,"metric":"GB/s","value":397.0}"#,
+            "\n",
+            r#"{"suite":"bulk","family":"bulk copies","name":"peer/bulk_pipeline/1GiB","series":"peer/bulk pipeline","size_bytes":1073741824,"metric":"GB/s","value":372.0,"baseline":"peer/cuMemcpyPeer/1GiB","baseline_value":397.0,"ratio":0.937,"target":0.95}"#,
+            "\n"
+        );
+        rep.take_results(rows, "a test");
+        assert_eq!(rep.coll_source, RECORDED_SOURCE, "no collectives rows: the recorded ones");
+        rep.summary = summary_lines(&rep, 2);
+        let md = rep.render();
+        for want in [
+            "## Summary",
+            "- PTX wrappers (sm_90)",
+            "correctness: 1 checks, 1 passed",
+            "benchmarks: 2 rows against baselines of the same run; 1 with a target, 0 met, 1 missed",
+            "## Correctness on this machine's GPUs",
+            "| bulk copies | 1 | 0 | 0 |",
+            "## Benchmarks against their baselines",
+            "[../criterion/report/index.html](../criterion/report/index.html)",
+            "![bench-peer-bandwidth.svg](bench-peer-bandwidth.svg)",
+            "| `peer/bulk_pipeline/1GiB` | 1 GiB | 372.0 GB/s |",
+            "## Collectives against NCCL",
+            "![allreduce-f32-busbw.svg](allreduce-f32-busbw.svg)",
+        ] {
+            assert!(md.contains(want), "missing {want:?} in:\n{md}");
+        }
+        assert!(dir.join("bench-peer-bandwidth.svg").is_file());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

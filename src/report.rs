@@ -469,7 +469,9 @@ fn skip_reason(skips: &str, name: &str) -> Option<String> {
 /// test goes to `family_of` its name, else `default`.
 pub fn parse_libtest(source: &str, text: &str, skips: &str, default: &'static str) -> Vec<Check> {
     let mut out = vec![];
-    for line in text.lines() {
+    // Up to libtest's failure sections: a failed test's captured output (a trap test's child
+    // harness, say) may hold lines that look like results.
+    for line in text.lines().take_while(|l| *l != "failures:") {
         let Some(rest) = line.strip_prefix("test ") else { continue };
         let Some((name, result)) = rest.rsplit_once(" ... ") else { continue };
         let outcome = match result.trim() {
@@ -752,7 +754,7 @@ mod tests {
         let text = "\nrunning 4 tests\ntest bulk_roundtrip_sizes ... ok\ntest port_put_x ... FAILED\n\
                     test memchan_big ... ok\ntest weird ... ignored\n\nfailures:\n\n---- port_put_x stdout ----\n\n\
                     thread 'port_put_x' panicked at tests/unit_sync.rs:12:5:\nport: 3 of 8 elements differ\n\
-                    note: run with `RUST_BACKTRACE=1`\n\n\nfailures:\n    port_put_x\n\n\
+                    test inner_child ... ok\nnote: run with `RUST_BACKTRACE=1`\n\n\nfailures:\n    port_put_x\n\n\
                     test result: FAILED. 2 passed; 1 failed; 1 ignored\n";
         let skips = "GPU-SKIP memchan_big: needs 2 GPUs, found 1\n";
         let checks = parse_libtest("unit_x", text, skips, family::SYNC);
