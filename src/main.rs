@@ -58,8 +58,6 @@ fn main() -> ExitCode {
                 print!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
-            // `cargo bench` / `cargo test` pass their own flags to every target.
-            "--bench" | "--nocapture" => {}
             other => {
                 eprint!("unknown argument `{other}`\n{USAGE}");
                 return ExitCode::FAILURE;
@@ -338,9 +336,18 @@ fn gpu_report(rep: &mut Report, inv: &mscclpp_host::gpu::Inventory, only: Option
         Ok(all) => {
             for g in &all {
                 let r = smoke(g);
-                println!("  GPU {}: {}", g.ordinal(), r.as_deref().unwrap_or_else(|e| e));
-                let _ = writeln!(rep.gpu, "- GPU {}: {}", g.ordinal(), r.as_deref().unwrap_or_else(|e| e));
-                ok &= r.is_ok();
+                let text = r.as_deref().unwrap_or_else(|e| e);
+                println!("  GPU {}: {text}", g.ordinal());
+                let _ = writeln!(rep.gpu, "- GPU {}: {text}", g.ordinal());
+                rep.checks.push(report::Check {
+                    family: family::BULK,
+                    source: "report".into(),
+                    name: format!("bulk round trip on GPU {}", g.ordinal()),
+                    outcome: match &r {
+                        Ok(_) => Outcome::Passed,
+                        Err(e) => Outcome::Failed(e.clone()),
+                    },
+                });
             }
         }
         Err(e) => {
