@@ -94,5 +94,17 @@ for b in "$out"/bench_*.log; do [ -e "$b" ] && sed -n '/^== /,/^$/p' "$b"; done
 [ -s "$out/skips.log" ] && { echo "skipped:"; cat "$out/skips.log"; }
 echo "== summary =="
 printf '%s\n' "${rows[@]}"
+# A GPU machine's output folder ($OUT) returns a few files only: everything goes into two
+# archives (criterion's HTML report apart, it is the largest), and the report's Markdown stays
+# beside them to read at once.
+if [ -n "${OUT:-}" ]; then
+  tmp=$(mktemp -d)
+  [ -d "$out/criterion" ] && tar -czf "$tmp/criterion.tar.gz" -C "$out" criterion && rm -rf "$out/criterion"
+  tar -czf "$tmp/results.tar.gz" -C "$out" .
+  find "$out" -mindepth 1 -maxdepth 1 ! -name report -exec rm -rf {} +
+  [ -d "$out/report" ] && find "$out/report" -mindepth 1 ! -name report.md -exec rm -rf {} +
+  mv "$tmp"/*.tar.gz "$out/" && rmdir "$tmp"
+  echo "files in \$OUT: $(cd "$out" && find . -type f | sort | tr '\n' ' ')"
+fi
 # Non-zero when anything failed, so a caller cannot mistake a failed run for a pass.
 [ $failed -eq 0 ] || { echo "$failed run(s) failed"; exit 1; }
