@@ -731,7 +731,8 @@ mod tests {
             let mut n = 0;
             while let Some(l) = lines.next() {
                 if l.trim() == "#[test]" {
-                    let f = lines.next().unwrap();
+                    // The next line that is not an attribute: `fn name(`.
+                    let f = lines.by_ref().find(|l| !l.trim().starts_with("#[")).unwrap();
                     let name = f.trim().strip_prefix("fn ").and_then(|r| r.split_once('(')).map(|(n, _)| n).unwrap();
                     seen.push(family_of(name).unwrap_or(default));
                     n += 1;

@@ -321,8 +321,7 @@ fn run(comm: &Communicator) -> Result<()> {
                         let ratio = k.graph_us / m.graph_us;
                         let (least, most_us) = target(op, dt, n, total, factor);
                         let met = ratio >= least && most_us.is_none_or(|t| m.graph_us <= t);
-                        let _ = write!(
-                            f,
+                        let head = format!(
                             "{{\"suite\":\"coll-bench\",\"family\":\"collectives\",\"name\":\"{}/{}/{}\",\"series\":null,\"size_bytes\":{total},\"metric\":\"us\",\"value\":{:.3},\"baseline\":\"NCCL {}\",\"baseline_value\":{:.3},\"ratio\":{ratio:.4},\"target\":{least},\"target_value\":{},\"met\":{met},",
                             op.name(),
                             dt.name(),
@@ -332,9 +331,10 @@ fn run(comm: &Communicator) -> Result<()> {
                             k.graph_us,
                             most_us.map(|t| format!("{t:.3}")).unwrap_or_else(|| "null".into()),
                         );
+                        // One write per line: the file is shared with the other benches.
                         let _ = writeln!(
                             f,
-                            "\"bench\":\"collectives\",\"op\":\"{}\",\"dtype\":\"{}\",\"ranks\":{n},\"bytes\":{total},\"ours_graph_us\":{:.3},\"ours_eager_us\":{:.3},\"ours_busbw\":{:.2},\"ours_wrong\":{},\"nccl_graph_us\":{:.3},\"nccl_eager_us\":{:.3},\"nccl_busbw\":{:.2},\"nccl_wrong\":{},\"algorithm\":\"{}\",\"nccl\":\"{}\"}}",
+                            "{head}\"bench\":\"collectives\",\"op\":\"{}\",\"dtype\":\"{}\",\"ranks\":{n},\"bytes\":{total},\"ours_graph_us\":{:.3},\"ours_eager_us\":{:.3},\"ours_busbw\":{:.2},\"ours_wrong\":{},\"nccl_graph_us\":{:.3},\"nccl_eager_us\":{:.3},\"nccl_busbw\":{:.2},\"nccl_wrong\":{},\"algorithm\":\"{}\",\"nccl\":\"{}\"}}",
                             op.name(),
                             dt.name(),
                             m.graph_us,
