@@ -64,6 +64,10 @@ fn main() -> ExitCode {
             }
         }
     }
+    if let Some(bad) = only.iter().flatten().find(|n| !suite::EXECUTABLES.contains(&n.as_str())) {
+        eprint!("unknown step `{bad}`\n{USAGE}");
+        return ExitCode::FAILURE;
+    }
     // Relative to where the report runs (the repository root for `./x report`).
     let dir = PathBuf::from(std::env::var_os("MSCCLPP_RS_REPORT_DIR").unwrap_or_else(|| "target/report".into()));
     let dir = std::path::absolute(&dir).unwrap_or(dir);
