@@ -128,7 +128,7 @@ fn latency(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     let mut grp = c.benchmark_group("latency");
     for bytes in [8u64, 64, 512, 4096, 32 << 10, 64 << 10] {
         let base_id = format!("latency/put_signal/{}", size_id(bytes));
-        let v = Variant::latency(family::MEMCHAN, bytes).series("latency/put + signal");
+        let v = Variant::latency(family::MEMCHAN, bytes).series("pingpong/put + signal");
         grp.bench_function(BenchmarkId::new("put_signal", size_id(bytes)), |b| {
             b.iter_custom(|iters| {
                 let r = iters as u32;
@@ -146,7 +146,7 @@ fn latency(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
             ("packet_pingpong_bench_ll8", "ll8", "LL8 packets"),
         ] {
             let id = format!("latency/{name}_packets/{}", size_id(bytes));
-            let v = Variant::latency(family::PACKETS, bytes).series(format!("latency/{line}")).vs(&base_id);
+            let v = Variant::latency(family::PACKETS, bytes).series(format!("pingpong/{line}")).vs(&base_id);
             grp.bench_function(BenchmarkId::new(format!("{name}_packets"), size_id(bytes)), |b| {
                 b.iter_custom(|iters| {
                     let r = iters as u32;

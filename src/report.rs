@@ -212,7 +212,7 @@ pub fn series_plots(rows: &[BenchRow], dir: &Path) -> Result<Vec<PathBuf>, Strin
         let title = match plot.as_str() {
             "local" => format!("copies within one GPU: {what}"),
             "peer" => format!("copies GPU 0 -> GPU 1: {what}"),
-            "latency" => format!("memory-channel ping-pong: {what}"),
+            "pingpong" => format!("memory-channel ping-pong: {what}"),
             "port" => format!("port-channel ping-pong: {what}"),
             p => format!("{p}: {what}"),
         };
