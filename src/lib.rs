@@ -1,5 +1,6 @@
-//! The mscclpp-rs harness: the device programs of `ptx-tests/` embedded as PTX, the table of
-//! expected instructions for every PTX wrapper, PTX/SASS parsing, and GPU test support.
+//! The mscclpp-rs harness: the device programs of `ptx-tests/` embedded as PTX, the expected
+//! instructions of every PTX wrapper (the device crate's `ptx::CHECKS`), PTX/SASS parsing, and GPU
+//! test support.
 
 pub mod bench;
 pub mod checks;
