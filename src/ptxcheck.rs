@@ -343,9 +343,19 @@ pub fn macro_rows(ptx_dir: &Path) -> std::io::Result<Vec<MacroRow>> {
                 let indent = &line[..line.len() - t.len()];
                 let end = (i..lines.len()).find(|&j| lines[j] == format!("{indent}}}")).unwrap_or(lines.len() - 1);
                 rows.push(MacroRow { name, instruction, hand: Some(lines[start..=end].join("\n")) });
-            } else if let Some((_, lit)) = rest.split_once("= \"") {
-                let instruction = lit.split('"').next().unwrap_or_default().to_string();
-                rows.push(MacroRow { name, instruction, hand: None });
+            } else {
+                // A family row runs to its `;`, its mnemonic after the `=` (on the next line when
+                // the signature is long).
+                let end = (i..lines.len()).find(|&j| lines[j].trim_end().ends_with(';')).unwrap_or(i);
+                let row: Vec<&str> = std::iter::once(rest)
+                    .chain(lines[i + 1..=end].iter().copied())
+                    .flat_map(str::split_whitespace)
+                    .collect();
+                let row = row.join(" ");
+                if let Some((_, lit)) = row.split_once("= \"") {
+                    let instruction = lit.split('"').next().unwrap_or_default().to_string();
+                    rows.push(MacroRow { name, instruction, hand: None });
+                }
             }
         }
     }

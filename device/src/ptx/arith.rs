@@ -15,12 +15,16 @@ hand! {
         let d: u32;
         // SAFETY: register arithmetic only.
         unsafe {
-            asm!(concat!(mnemonic!(), " {d}, {a}, {b};"), d = out(reg32) d, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack))
+            asm!(
+                concat!(mnemonic!(), " {d}, {a}, {b};"),
+                d = out(reg32) d, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack)
+            )
         };
         d
     }
 
-    #[check("add.rn.bf16x2", sass ["HFMA2.MMA.BF16_V2"], kernel |p: *mut u32| { *p.add(2) = add_rn_bf16x2(*p, *p.add(1)); })]
+    #[check("add.rn.bf16x2", sass ["HFMA2.MMA.BF16_V2"],
+        kernel |p: *mut u32| { *p.add(2) = add_rn_bf16x2(*p, *p.add(1)); })]
     /// `add.rn.bf16x2 d, a, b;` (PTX 7.8, sm_90): lane-wise sum of two pairs of bfloat16 values,
     /// each rounded to nearest even. Lane 0 is in bits 0..16.
     #[inline(always)]
@@ -28,7 +32,10 @@ hand! {
         let d: u32;
         // SAFETY: register arithmetic only.
         unsafe {
-            asm!(concat!(mnemonic!(), " {d}, {a}, {b};"), d = out(reg32) d, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack))
+            asm!(
+                concat!(mnemonic!(), " {d}, {a}, {b};"),
+                d = out(reg32) d, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack)
+            )
         };
         d
     }

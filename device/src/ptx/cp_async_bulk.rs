@@ -170,9 +170,11 @@ hand! {
 
 bulk_reduce! {
     table = REDUCE, isa = "PTX 8.0, sm_90";
-    pub unsafe fn cp_reduce_async_bulk_add_noftz_f16 = "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.f16",
+    pub unsafe fn cp_reduce_async_bulk_add_noftz_f16 =
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.f16",
         sass ["UBLKRED.G.S.ADD.F16.RN"];
-    pub unsafe fn cp_reduce_async_bulk_add_noftz_bf16 = "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.bf16",
+    pub unsafe fn cp_reduce_async_bulk_add_noftz_bf16 =
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.bf16",
         sass ["UBLKRED.G.S.ADD.BF16.RN"];
     pub unsafe fn cp_reduce_async_bulk_add_f32 = "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32",
         sass ["UBLKRED.G.S.ADD.F32.RN"];

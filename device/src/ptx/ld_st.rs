@@ -5,8 +5,8 @@
 //! 32- and 64-bit words, plus `volatile` forms. Generic addressing, so the pointer may point into
 //! global memory (local or peer-mapped), mapped host memory, or shared memory. The `.global`
 //! forms take addresses of the global state space only (this GPU's memory, a peer's mapped memory,
-//! or mapped host memory): the 16-byte accesses of the FIFO, the plain 4/8/16-byte accesses of the cooperative copies, the
-//! volatile 8/16-byte accesses of the LL packets, and the semaphore signal.
+//! or mapped host memory): the 16-byte accesses of the FIFO, the plain 4/8/16-byte accesses of the
+//! cooperative copies, the volatile 8/16-byte accesses of the LL packets, and the semaphore signal.
 //!
 //! A vector access (`.v2`, `.v4`) is one access of the whole vector; its value is an array of the
 //! lanes, lane 0 at the lowest address.
@@ -80,7 +80,8 @@ stores! {
 
 loads! {
     table = GLOBAL_LOADS,
-    safety = "`ptr` must be an address of the global state space, valid for a read of the value's size and aligned to it.";
+    safety = "`ptr` must be an address of the global state space, valid for a read of the value's size \
+              and aligned to it.";
     /// A plain (weak) 4-byte load, for copies.
     pub unsafe fn ld_global_u32(ptr: *const u32) -> u32: x1 reg32 = "ld.global.u32" ("PTX 1.0"),
         sass ["LDG.E "];
@@ -97,13 +98,15 @@ loads! {
     pub unsafe fn ld_volatile_global_v4_u32(ptr: *const u32) -> [u32; 4]: w4 = "ld.volatile.global.v4.u32" ("PTX 1.1"),
         sass ["LDG.E.128.STRONG.SYS"];
     /// One 16-byte load with acquire semantics at system scope.
-    pub unsafe fn ld_acquire_sys_global_v2_u64(ptr: *const u64) -> [u64; 2]: d2 = "ld.acquire.sys.global.v2.u64" ("PTX 6.0, sm_70"),
+    pub unsafe fn ld_acquire_sys_global_v2_u64(ptr: *const u64) -> [u64; 2]: d2 =
+        "ld.acquire.sys.global.v2.u64" ("PTX 6.0, sm_70"),
         sass ["LDG.E.128.STRONG.SYS", "CCTL.IVALL"];
 }
 
 stores! {
     table = GLOBAL_STORES,
-    safety = "`ptr` must be an address of the global state space, valid for a write of the value's size and aligned to it.";
+    safety = "`ptr` must be an address of the global state space, valid for a write of the value's size \
+              and aligned to it.";
     /// A plain 4-byte store, for copies.
     pub unsafe fn st_global_u32(ptr: *mut u32, value: u32): x1 reg32 = "st.global.u32" ("PTX 1.0"),
         sass ["STG.E "];
@@ -114,17 +117,22 @@ stores! {
     pub unsafe fn st_global_v4_u32(ptr: *mut u32, value: [u32; 4]): w4 = "st.global.v4.u32" ("PTX 1.0"),
         sass ["STG.E.128 "];
     /// One 8-byte volatile store (the LL8 packet write).
-    pub unsafe fn st_volatile_global_v2_u32(ptr: *mut u32, value: [u32; 2]): w2 = "st.volatile.global.v2.u32" ("PTX 1.1"),
+    pub unsafe fn st_volatile_global_v2_u32(ptr: *mut u32, value: [u32; 2]): w2 =
+        "st.volatile.global.v2.u32" ("PTX 1.1"),
         sass ["STG.E.64.STRONG.SYS"];
     /// One 16-byte volatile store (the LL16 packet write).
-    pub unsafe fn st_volatile_global_v4_u32(ptr: *mut u32, value: [u32; 4]): w4 = "st.volatile.global.v4.u32" ("PTX 1.1"),
+    pub unsafe fn st_volatile_global_v4_u32(ptr: *mut u32, value: [u32; 4]): w4 =
+        "st.volatile.global.v4.u32" ("PTX 1.1"),
         sass ["STG.E.128.STRONG.SYS"];
     /// The semaphore signal.
-    pub unsafe fn st_release_sys_global_u64(ptr: *mut u64, value: u64): x1 reg64 = "st.release.sys.global.u64" ("PTX 6.0, sm_70"),
+    pub unsafe fn st_release_sys_global_u64(ptr: *mut u64, value: u64): x1 reg64 =
+        "st.release.sys.global.u64" ("PTX 6.0, sm_70"),
         sass ["MEMBAR.ALL.SYS", "STG.E.64.STRONG.SYS"], forbid ["multimem"];
-    pub unsafe fn st_relaxed_sys_global_u64(ptr: *mut u64, value: u64): x1 reg64 = "st.relaxed.sys.global.u64" ("PTX 6.0, sm_70"),
+    pub unsafe fn st_relaxed_sys_global_u64(ptr: *mut u64, value: u64): x1 reg64 =
+        "st.relaxed.sys.global.u64" ("PTX 6.0, sm_70"),
         sass ["STG.E.64.STRONG.SYS"], forbid ["multimem", "MEMBAR"];
     /// One 16-byte store with release semantics at system scope (the FIFO's trigger publication).
-    pub unsafe fn st_release_sys_global_v2_u64(ptr: *mut u64, value: [u64; 2]): d2 = "st.release.sys.global.v2.u64" ("PTX 6.0, sm_70"),
+    pub unsafe fn st_release_sys_global_v2_u64(ptr: *mut u64, value: [u64; 2]): d2 =
+        "st.release.sys.global.v2.u64" ("PTX 6.0, sm_70"),
         sass ["MEMBAR.ALL.SYS", "STG.E.128.STRONG.SYS"];
 }

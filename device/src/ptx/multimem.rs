@@ -39,147 +39,215 @@ use crate::vec::*;
 
 ld_reduce! {
     table = LD_REDUCE_RELAXED, target = "sm_90", isa = "PTX 8.1, sm_90", gate = (all());
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_u32(u32: x1 reg32) = "multimem.ld_reduce.relaxed.sys.global.add.u32",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_u32(u32: x1 reg32) =
+        "multimem.ld_reduce.relaxed.sys.global.add.u32",
         sass ["LDGMC.E.ADD.32.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_s32(i32: x1 reg32) = "multimem.ld_reduce.relaxed.sys.global.add.s32",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_s32(i32: x1 reg32) =
+        "multimem.ld_reduce.relaxed.sys.global.add.s32",
         sass ["LDGMC.E.ADD.S32.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_u64(u64: x1 reg64) = "multimem.ld_reduce.relaxed.sys.global.add.u64",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_u64(u64: x1 reg64) =
+        "multimem.ld_reduce.relaxed.sys.global.add.u64",
         sass ["LDGMC.E.ADD.64.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_f32(f32: x1 reg32) = "multimem.ld_reduce.relaxed.sys.global.add.f32",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_f32(f32: x1 reg32) =
+        "multimem.ld_reduce.relaxed.sys.global.add.f32",
         sass ["LDGMC.E.ADD.F32.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v2_f32(F32x2: w2) = "multimem.ld_reduce.relaxed.sys.global.add.v2.f32",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v2_f32(F32x2: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v2.f32",
         sass ["LDGMC.E.ADD.F32x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v4_f32(F32x4: w4) = "multimem.ld_reduce.relaxed.sys.global.add.v4.f32",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v4_f32(F32x4: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v4.f32",
         sass ["LDGMC.E.ADD.F32x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_f64(f64: x1 reg64) = "multimem.ld_reduce.relaxed.sys.global.add.f64",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_f64(f64: x1 reg64) =
+        "multimem.ld_reduce.relaxed.sys.global.add.f64",
         sass ["LDGMC.E.ADD.F64.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_f16x2(F16x2: w1) = "multimem.ld_reduce.relaxed.sys.global.add.f16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_f16x2(F16x2: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.add.f16x2",
         sass ["LDGMC.E.ADD.F16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v2_f16x2(F16x4: w2) = "multimem.ld_reduce.relaxed.sys.global.add.v2.f16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v2_f16x2(F16x4: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v2.f16x2",
         sass ["LDGMC.E.ADD.F16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v4_f16x2(F16x8: w4) = "multimem.ld_reduce.relaxed.sys.global.add.v4.f16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v4_f16x2(F16x8: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v4.f16x2",
         sass ["LDGMC.E.ADD.F16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v2_f16(F16x2: h2) = "multimem.ld_reduce.relaxed.sys.global.add.v2.f16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v2_f16(F16x2: h2) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v2.f16",
         sass ["LDGMC.E.ADD.F16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v4_f16(F16x4: h4) = "multimem.ld_reduce.relaxed.sys.global.add.v4.f16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v4_f16(F16x4: h4) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v4.f16",
         sass ["LDGMC.E.ADD.F16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v8_f16(F16x8: h8) = "multimem.ld_reduce.relaxed.sys.global.add.v8.f16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v8_f16(F16x8: h8) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v8.f16",
         sass ["LDGMC.E.ADD.F16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_bf16x2(Bf16x2: w1) = "multimem.ld_reduce.relaxed.sys.global.add.bf16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_bf16x2(Bf16x2: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.add.bf16x2",
         sass ["LDGMC.E.ADD.BF16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v2_bf16x2(Bf16x4: w2) = "multimem.ld_reduce.relaxed.sys.global.add.v2.bf16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v2_bf16x2(Bf16x4: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v2.bf16x2",
         sass ["LDGMC.E.ADD.BF16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v4_bf16x2(Bf16x8: w4) = "multimem.ld_reduce.relaxed.sys.global.add.v4.bf16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v4_bf16x2(Bf16x8: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v4.bf16x2",
         sass ["LDGMC.E.ADD.BF16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v2_bf16(Bf16x2: h2) = "multimem.ld_reduce.relaxed.sys.global.add.v2.bf16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v2_bf16(Bf16x2: h2) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v2.bf16",
         sass ["LDGMC.E.ADD.BF16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v4_bf16(Bf16x4: h4) = "multimem.ld_reduce.relaxed.sys.global.add.v4.bf16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v4_bf16(Bf16x4: h4) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v4.bf16",
         sass ["LDGMC.E.ADD.BF16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v8_bf16(Bf16x8: h8) = "multimem.ld_reduce.relaxed.sys.global.add.v8.bf16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v8_bf16(Bf16x8: h8) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v8.bf16",
         sass ["LDGMC.E.ADD.BF16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_u32(u32: x1 reg32) = "multimem.ld_reduce.relaxed.sys.global.min.u32",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_u32(u32: x1 reg32) =
+        "multimem.ld_reduce.relaxed.sys.global.min.u32",
         sass ["LDGMC.E.MIN.32.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_s32(i32: x1 reg32) = "multimem.ld_reduce.relaxed.sys.global.min.s32",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_s32(i32: x1 reg32) =
+        "multimem.ld_reduce.relaxed.sys.global.min.s32",
         sass ["LDGMC.E.MIN.S32.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_u64(u64: x1 reg64) = "multimem.ld_reduce.relaxed.sys.global.min.u64",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_u64(u64: x1 reg64) =
+        "multimem.ld_reduce.relaxed.sys.global.min.u64",
         sass ["LDGMC.E.MIN.64.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_s64(i64: x1 reg64) = "multimem.ld_reduce.relaxed.sys.global.min.s64",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_s64(i64: x1 reg64) =
+        "multimem.ld_reduce.relaxed.sys.global.min.s64",
         sass ["LDGMC.E.MIN.S64.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_f16x2(F16x2: w1) = "multimem.ld_reduce.relaxed.sys.global.min.f16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_f16x2(F16x2: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.min.f16x2",
         sass ["LDGMC.E.MIN.F16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v2_f16x2(F16x4: w2) = "multimem.ld_reduce.relaxed.sys.global.min.v2.f16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v2_f16x2(F16x4: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.min.v2.f16x2",
         sass ["LDGMC.E.MIN.F16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v4_f16x2(F16x8: w4) = "multimem.ld_reduce.relaxed.sys.global.min.v4.f16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v4_f16x2(F16x8: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.min.v4.f16x2",
         sass ["LDGMC.E.MIN.F16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v2_f16(F16x2: h2) = "multimem.ld_reduce.relaxed.sys.global.min.v2.f16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v2_f16(F16x2: h2) =
+        "multimem.ld_reduce.relaxed.sys.global.min.v2.f16",
         sass ["LDGMC.E.MIN.F16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v4_f16(F16x4: h4) = "multimem.ld_reduce.relaxed.sys.global.min.v4.f16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v4_f16(F16x4: h4) =
+        "multimem.ld_reduce.relaxed.sys.global.min.v4.f16",
         sass ["LDGMC.E.MIN.F16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v8_f16(F16x8: h8) = "multimem.ld_reduce.relaxed.sys.global.min.v8.f16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v8_f16(F16x8: h8) =
+        "multimem.ld_reduce.relaxed.sys.global.min.v8.f16",
         sass ["LDGMC.E.MIN.F16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_bf16x2(Bf16x2: w1) = "multimem.ld_reduce.relaxed.sys.global.min.bf16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_bf16x2(Bf16x2: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.min.bf16x2",
         sass ["LDGMC.E.MIN.BF16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v2_bf16x2(Bf16x4: w2) = "multimem.ld_reduce.relaxed.sys.global.min.v2.bf16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v2_bf16x2(Bf16x4: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.min.v2.bf16x2",
         sass ["LDGMC.E.MIN.BF16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v4_bf16x2(Bf16x8: w4) = "multimem.ld_reduce.relaxed.sys.global.min.v4.bf16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v4_bf16x2(Bf16x8: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.min.v4.bf16x2",
         sass ["LDGMC.E.MIN.BF16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v2_bf16(Bf16x2: h2) = "multimem.ld_reduce.relaxed.sys.global.min.v2.bf16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v2_bf16(Bf16x2: h2) =
+        "multimem.ld_reduce.relaxed.sys.global.min.v2.bf16",
         sass ["LDGMC.E.MIN.BF16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v4_bf16(Bf16x4: h4) = "multimem.ld_reduce.relaxed.sys.global.min.v4.bf16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v4_bf16(Bf16x4: h4) =
+        "multimem.ld_reduce.relaxed.sys.global.min.v4.bf16",
         sass ["LDGMC.E.MIN.BF16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v8_bf16(Bf16x8: h8) = "multimem.ld_reduce.relaxed.sys.global.min.v8.bf16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v8_bf16(Bf16x8: h8) =
+        "multimem.ld_reduce.relaxed.sys.global.min.v8.bf16",
         sass ["LDGMC.E.MIN.BF16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_u32(u32: x1 reg32) = "multimem.ld_reduce.relaxed.sys.global.max.u32",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_u32(u32: x1 reg32) =
+        "multimem.ld_reduce.relaxed.sys.global.max.u32",
         sass ["LDGMC.E.MAX.32.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_s32(i32: x1 reg32) = "multimem.ld_reduce.relaxed.sys.global.max.s32",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_s32(i32: x1 reg32) =
+        "multimem.ld_reduce.relaxed.sys.global.max.s32",
         sass ["LDGMC.E.MAX.S32.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_u64(u64: x1 reg64) = "multimem.ld_reduce.relaxed.sys.global.max.u64",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_u64(u64: x1 reg64) =
+        "multimem.ld_reduce.relaxed.sys.global.max.u64",
         sass ["LDGMC.E.MAX.64.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_s64(i64: x1 reg64) = "multimem.ld_reduce.relaxed.sys.global.max.s64",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_s64(i64: x1 reg64) =
+        "multimem.ld_reduce.relaxed.sys.global.max.s64",
         sass ["LDGMC.E.MAX.S64.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_f16x2(F16x2: w1) = "multimem.ld_reduce.relaxed.sys.global.max.f16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_f16x2(F16x2: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.max.f16x2",
         sass ["LDGMC.E.MAX.F16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v2_f16x2(F16x4: w2) = "multimem.ld_reduce.relaxed.sys.global.max.v2.f16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v2_f16x2(F16x4: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.max.v2.f16x2",
         sass ["LDGMC.E.MAX.F16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v4_f16x2(F16x8: w4) = "multimem.ld_reduce.relaxed.sys.global.max.v4.f16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v4_f16x2(F16x8: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.max.v4.f16x2",
         sass ["LDGMC.E.MAX.F16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v2_f16(F16x2: h2) = "multimem.ld_reduce.relaxed.sys.global.max.v2.f16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v2_f16(F16x2: h2) =
+        "multimem.ld_reduce.relaxed.sys.global.max.v2.f16",
         sass ["LDGMC.E.MAX.F16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v4_f16(F16x4: h4) = "multimem.ld_reduce.relaxed.sys.global.max.v4.f16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v4_f16(F16x4: h4) =
+        "multimem.ld_reduce.relaxed.sys.global.max.v4.f16",
         sass ["LDGMC.E.MAX.F16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v8_f16(F16x8: h8) = "multimem.ld_reduce.relaxed.sys.global.max.v8.f16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v8_f16(F16x8: h8) =
+        "multimem.ld_reduce.relaxed.sys.global.max.v8.f16",
         sass ["LDGMC.E.MAX.F16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_bf16x2(Bf16x2: w1) = "multimem.ld_reduce.relaxed.sys.global.max.bf16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_bf16x2(Bf16x2: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.max.bf16x2",
         sass ["LDGMC.E.MAX.BF16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v2_bf16x2(Bf16x4: w2) = "multimem.ld_reduce.relaxed.sys.global.max.v2.bf16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v2_bf16x2(Bf16x4: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.max.v2.bf16x2",
         sass ["LDGMC.E.MAX.BF16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v4_bf16x2(Bf16x8: w4) = "multimem.ld_reduce.relaxed.sys.global.max.v4.bf16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v4_bf16x2(Bf16x8: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.max.v4.bf16x2",
         sass ["LDGMC.E.MAX.BF16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v2_bf16(Bf16x2: h2) = "multimem.ld_reduce.relaxed.sys.global.max.v2.bf16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v2_bf16(Bf16x2: h2) =
+        "multimem.ld_reduce.relaxed.sys.global.max.v2.bf16",
         sass ["LDGMC.E.MAX.BF16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v4_bf16(Bf16x4: h4) = "multimem.ld_reduce.relaxed.sys.global.max.v4.bf16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v4_bf16(Bf16x4: h4) =
+        "multimem.ld_reduce.relaxed.sys.global.max.v4.bf16",
         sass ["LDGMC.E.MAX.BF16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v8_bf16(Bf16x8: h8) = "multimem.ld_reduce.relaxed.sys.global.max.v8.bf16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v8_bf16(Bf16x8: h8) =
+        "multimem.ld_reduce.relaxed.sys.global.max.v8.bf16",
         sass ["LDGMC.E.MAX.BF16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_and_b32(u32: x1 reg32) = "multimem.ld_reduce.relaxed.sys.global.and.b32",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_and_b32(u32: x1 reg32) =
+        "multimem.ld_reduce.relaxed.sys.global.and.b32",
         sass ["LDGMC.E.AND.32.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_and_b64(u64: x1 reg64) = "multimem.ld_reduce.relaxed.sys.global.and.b64",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_and_b64(u64: x1 reg64) =
+        "multimem.ld_reduce.relaxed.sys.global.and.b64",
         sass ["LDGMC.E.AND.64.STRONG.SYS"];
     pub unsafe fn multimem_ld_reduce_relaxed_sys_or_b32(u32: x1 reg32) = "multimem.ld_reduce.relaxed.sys.global.or.b32",
         sass ["LDGMC.E.OR.32.STRONG.SYS"];
     pub unsafe fn multimem_ld_reduce_relaxed_sys_or_b64(u64: x1 reg64) = "multimem.ld_reduce.relaxed.sys.global.or.b64",
         sass ["LDGMC.E.OR.64.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_xor_b32(u32: x1 reg32) = "multimem.ld_reduce.relaxed.sys.global.xor.b32",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_xor_b32(u32: x1 reg32) =
+        "multimem.ld_reduce.relaxed.sys.global.xor.b32",
         sass ["LDGMC.E.XOR.32.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_xor_b64(u64: x1 reg64) = "multimem.ld_reduce.relaxed.sys.global.xor.b64",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_xor_b64(u64: x1 reg64) =
+        "multimem.ld_reduce.relaxed.sys.global.xor.b64",
         sass ["LDGMC.E.XOR.64.STRONG.SYS"];
 }
 
 ld_reduce! {
-    table = LD_REDUCE_ACC_F32, target = "sm_90", isa = "PTX 8.2, sm_90; f16/bf16 lanes accumulate in f32", gate = (all());
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_f16x2(F16x2: w1) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.f16x2",
+    table = LD_REDUCE_ACC_F32, target = "sm_90", isa = "PTX 8.2, sm_90; f16/bf16 lanes accumulate in f32",
+    gate = (all());
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_f16x2(F16x2: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.f16x2",
         sass ["LDGMC.E.F32ADD.F16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v2_f16x2(F16x4: w2) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v2.f16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v2_f16x2(F16x4: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v2.f16x2",
         sass ["LDGMC.E.F32ADD.F16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v4_f16x2(F16x8: w4) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.f16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v4_f16x2(F16x8: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.f16x2",
         sass ["LDGMC.E.F32ADD.F16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v2_f16(F16x2: h2) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v2.f16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v2_f16(F16x2: h2) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v2.f16",
         sass ["LDGMC.E.F32ADD.F16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v4_f16(F16x4: h4) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.f16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v4_f16(F16x4: h4) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.f16",
         sass ["LDGMC.E.F32ADD.F16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v8_f16(F16x8: h8) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v8.f16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v8_f16(F16x8: h8) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v8.f16",
         sass ["LDGMC.E.F32ADD.F16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_bf16x2(Bf16x2: w1) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.bf16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_bf16x2(Bf16x2: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.bf16x2",
         sass ["LDGMC.E.F32ADD.BF16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v2_bf16x2(Bf16x4: w2) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v2.bf16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v2_bf16x2(Bf16x4: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v2.bf16x2",
         sass ["LDGMC.E.F32ADD.BF16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v4_bf16x2(Bf16x8: w4) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.bf16x2",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v4_bf16x2(Bf16x8: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.bf16x2",
         sass ["LDGMC.E.F32ADD.BF16x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v2_bf16(Bf16x2: h2) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v2.bf16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v2_bf16(Bf16x2: h2) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v2.bf16",
         sass ["LDGMC.E.F32ADD.BF16x2.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v4_bf16(Bf16x4: h4) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.bf16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v4_bf16(Bf16x4: h4) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.bf16",
         sass ["LDGMC.E.F32ADD.BF16x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v8_bf16(Bf16x8: h8) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v8.bf16",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f32_v8_bf16(Bf16x8: h8) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v8.bf16",
         sass ["LDGMC.E.F32ADD.BF16x8.RN.STRONG.SYS"];
 }
 
@@ -187,17 +255,23 @@ ld_reduce! {
 // whose writes the caller then reads (see `crate::switch` for the protocol that uses them).
 ld_reduce! {
     table = LD_REDUCE_ACQUIRE, target = "sm_90", isa = "PTX 8.1, sm_90", gate = (all());
-    pub unsafe fn multimem_ld_reduce_acquire_sys_add_u32(u32: x1 reg32) = "multimem.ld_reduce.acquire.sys.global.add.u32",
+    pub unsafe fn multimem_ld_reduce_acquire_sys_add_u32(u32: x1 reg32) =
+        "multimem.ld_reduce.acquire.sys.global.add.u32",
         sass ["LDGMC.E.ADD.32.STRONG.SYS", "CCTL.IVALL"];
-    pub unsafe fn multimem_ld_reduce_acquire_sys_add_s32(i32: x1 reg32) = "multimem.ld_reduce.acquire.sys.global.add.s32",
+    pub unsafe fn multimem_ld_reduce_acquire_sys_add_s32(i32: x1 reg32) =
+        "multimem.ld_reduce.acquire.sys.global.add.s32",
         sass ["LDGMC.E.ADD.S32.STRONG.SYS", "CCTL.IVALL"];
-    pub unsafe fn multimem_ld_reduce_acquire_sys_add_u64(u64: x1 reg64) = "multimem.ld_reduce.acquire.sys.global.add.u64",
+    pub unsafe fn multimem_ld_reduce_acquire_sys_add_u64(u64: x1 reg64) =
+        "multimem.ld_reduce.acquire.sys.global.add.u64",
         sass ["LDGMC.E.ADD.64.STRONG.SYS", "CCTL.IVALL"];
-    pub unsafe fn multimem_ld_reduce_acquire_sys_add_f32(f32: x1 reg32) = "multimem.ld_reduce.acquire.sys.global.add.f32",
+    pub unsafe fn multimem_ld_reduce_acquire_sys_add_f32(f32: x1 reg32) =
+        "multimem.ld_reduce.acquire.sys.global.add.f32",
         sass ["LDGMC.E.ADD.F32.RN.STRONG.SYS", "CCTL.IVALL"];
-    pub unsafe fn multimem_ld_reduce_acquire_sys_add_v2_f32(F32x2: w2) = "multimem.ld_reduce.acquire.sys.global.add.v2.f32",
+    pub unsafe fn multimem_ld_reduce_acquire_sys_add_v2_f32(F32x2: w2) =
+        "multimem.ld_reduce.acquire.sys.global.add.v2.f32",
         sass ["LDGMC.E.ADD.F32x2.RN.STRONG.SYS", "CCTL.IVALL"];
-    pub unsafe fn multimem_ld_reduce_acquire_sys_add_v4_f32(F32x4: w4) = "multimem.ld_reduce.acquire.sys.global.add.v4.f32",
+    pub unsafe fn multimem_ld_reduce_acquire_sys_add_v4_f32(F32x4: w4) =
+        "multimem.ld_reduce.acquire.sys.global.add.v4.f32",
         sass ["LDGMC.E.ADD.F32x4.RN.STRONG.SYS", "CCTL.IVALL"];
 }
 
@@ -405,53 +479,77 @@ multimem_store! {
 
 ld_reduce! {
     table = LD_REDUCE_FP8, target = "sm_100a", isa = "PTX 8.6, sm_100a", gate = (feature = "sm100a");
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_e4m3x4(E4m3x4: w1) = "multimem.ld_reduce.relaxed.sys.global.add.e4m3x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_e4m3x4(E4m3x4: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.add.e4m3x4",
         sass ["LDGMC.E.ADD.E4M3x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f16_e4m3x4(E4m3x4: w1) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f16.e4m3x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f16_e4m3x4(E4m3x4: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f16.e4m3x4",
         sass ["LDGMC.E.HPADD.E4M3x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v2_e4m3x4(E4m3x8: w2) = "multimem.ld_reduce.relaxed.sys.global.add.v2.e4m3x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v2_e4m3x4(E4m3x8: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v2.e4m3x4",
         sass ["LDGMC.E.ADD.E4M3x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f16_v2_e4m3x4(E4m3x8: w2) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f16.v2.e4m3x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f16_v2_e4m3x4(E4m3x8: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f16.v2.e4m3x4",
         sass ["LDGMC.E.HPADD.E4M3x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v4_e4m3x4(E4m3x16: w4) = "multimem.ld_reduce.relaxed.sys.global.add.v4.e4m3x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v4_e4m3x4(E4m3x16: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v4.e4m3x4",
         sass ["LDGMC.E.ADD.E4M3x16.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f16_v4_e4m3x4(E4m3x16: w4) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f16.v4.e4m3x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f16_v4_e4m3x4(E4m3x16: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f16.v4.e4m3x4",
         sass ["LDGMC.E.HPADD.E4M3x16.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_e5m2x4(E5m2x4: w1) = "multimem.ld_reduce.relaxed.sys.global.add.e5m2x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_e5m2x4(E5m2x4: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.add.e5m2x4",
         sass ["LDGMC.E.ADD.E5M2x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f16_e5m2x4(E5m2x4: w1) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f16.e5m2x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f16_e5m2x4(E5m2x4: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f16.e5m2x4",
         sass ["LDGMC.E.HPADD.E5M2x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v2_e5m2x4(E5m2x8: w2) = "multimem.ld_reduce.relaxed.sys.global.add.v2.e5m2x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v2_e5m2x4(E5m2x8: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v2.e5m2x4",
         sass ["LDGMC.E.ADD.E5M2x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f16_v2_e5m2x4(E5m2x8: w2) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f16.v2.e5m2x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f16_v2_e5m2x4(E5m2x8: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f16.v2.e5m2x4",
         sass ["LDGMC.E.HPADD.E5M2x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v4_e5m2x4(E5m2x16: w4) = "multimem.ld_reduce.relaxed.sys.global.add.v4.e5m2x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_v4_e5m2x4(E5m2x16: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.add.v4.e5m2x4",
         sass ["LDGMC.E.ADD.E5M2x16.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f16_v4_e5m2x4(E5m2x16: w4) = "multimem.ld_reduce.relaxed.sys.global.add.acc::f16.v4.e5m2x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_add_acc_f16_v4_e5m2x4(E5m2x16: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.add.acc::f16.v4.e5m2x4",
         sass ["LDGMC.E.HPADD.E5M2x16.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_e4m3x4(E4m3x4: w1) = "multimem.ld_reduce.relaxed.sys.global.min.e4m3x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_e4m3x4(E4m3x4: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.min.e4m3x4",
         sass ["LDGMC.E.MIN.E4M3x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v2_e4m3x4(E4m3x8: w2) = "multimem.ld_reduce.relaxed.sys.global.min.v2.e4m3x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v2_e4m3x4(E4m3x8: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.min.v2.e4m3x4",
         sass ["LDGMC.E.MIN.E4M3x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v4_e4m3x4(E4m3x16: w4) = "multimem.ld_reduce.relaxed.sys.global.min.v4.e4m3x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v4_e4m3x4(E4m3x16: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.min.v4.e4m3x4",
         sass ["LDGMC.E.MIN.E4M3x16.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_e5m2x4(E5m2x4: w1) = "multimem.ld_reduce.relaxed.sys.global.min.e5m2x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_e5m2x4(E5m2x4: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.min.e5m2x4",
         sass ["LDGMC.E.MIN.E5M2x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v2_e5m2x4(E5m2x8: w2) = "multimem.ld_reduce.relaxed.sys.global.min.v2.e5m2x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v2_e5m2x4(E5m2x8: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.min.v2.e5m2x4",
         sass ["LDGMC.E.MIN.E5M2x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v4_e5m2x4(E5m2x16: w4) = "multimem.ld_reduce.relaxed.sys.global.min.v4.e5m2x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_min_v4_e5m2x4(E5m2x16: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.min.v4.e5m2x4",
         sass ["LDGMC.E.MIN.E5M2x16.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_e4m3x4(E4m3x4: w1) = "multimem.ld_reduce.relaxed.sys.global.max.e4m3x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_e4m3x4(E4m3x4: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.max.e4m3x4",
         sass ["LDGMC.E.MAX.E4M3x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v2_e4m3x4(E4m3x8: w2) = "multimem.ld_reduce.relaxed.sys.global.max.v2.e4m3x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v2_e4m3x4(E4m3x8: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.max.v2.e4m3x4",
         sass ["LDGMC.E.MAX.E4M3x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v4_e4m3x4(E4m3x16: w4) = "multimem.ld_reduce.relaxed.sys.global.max.v4.e4m3x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v4_e4m3x4(E4m3x16: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.max.v4.e4m3x4",
         sass ["LDGMC.E.MAX.E4M3x16.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_e5m2x4(E5m2x4: w1) = "multimem.ld_reduce.relaxed.sys.global.max.e5m2x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_e5m2x4(E5m2x4: w1) =
+        "multimem.ld_reduce.relaxed.sys.global.max.e5m2x4",
         sass ["LDGMC.E.MAX.E5M2x4.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v2_e5m2x4(E5m2x8: w2) = "multimem.ld_reduce.relaxed.sys.global.max.v2.e5m2x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v2_e5m2x4(E5m2x8: w2) =
+        "multimem.ld_reduce.relaxed.sys.global.max.v2.e5m2x4",
         sass ["LDGMC.E.MAX.E5M2x8.RN.STRONG.SYS"];
-    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v4_e5m2x4(E5m2x16: w4) = "multimem.ld_reduce.relaxed.sys.global.max.v4.e5m2x4",
+    pub unsafe fn multimem_ld_reduce_relaxed_sys_max_v4_e5m2x4(E5m2x16: w4) =
+        "multimem.ld_reduce.relaxed.sys.global.max.v4.e5m2x4",
         sass ["LDGMC.E.MAX.E5M2x16.RN.STRONG.SYS"];
 }
 

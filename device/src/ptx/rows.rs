@@ -14,7 +14,8 @@
 /// The [`Check`](super::check::Check) of one row: `check_entry!(target, wrapper, [ptx..],
 /// [sass..], [forbid..], [no_sass reason?], [callee?])`.
 macro_rules! check_entry {
-    ($target:expr, $name:ident, [$($ptx:expr),*], [$($sass:expr),*], [$($forbid:expr),*], [$($why:expr)?], [$($callee:expr)?]) => {
+    ($target:expr, $name:ident, [$($ptx:expr),*], [$($sass:expr),*], [$($forbid:expr),*], [$($why:expr)?],
+     [$($callee:expr)?]) => {
         $crate::ptx::check::Check {
             wrapper: stringify!($name),
             kernel: concat!("check_", stringify!($name)),
@@ -316,7 +317,8 @@ macro_rules! store_shaped {
 /// address it loads from.
 macro_rules! loads {
     (table = $table:ident, safety = $safety:literal;
-     $( $(#[$doc:meta])* pub unsafe fn $name:ident(ptr: *const $p:ty) -> $t:ty: $($shape:ident)+ = $mn:literal ($isa:literal),
+     $( $(#[$doc:meta])* pub unsafe fn $name:ident(ptr: *const $p:ty) -> $t:ty: $($shape:ident)+ =
+        $mn:literal ($isa:literal),
         sass [$($sass:literal),*] $(, forbid [$($forbid:literal),*])?; )*) => {
         $(
             #[doc = concat!("`", $mn, " ", operand_text!($($shape)+), ", [a];` (", $isa, ")")]
@@ -345,7 +347,8 @@ macro_rules! loads {
 /// before the address.
 macro_rules! stores {
     (table = $table:ident, safety = $safety:literal;
-     $( $(#[$doc:meta])* pub unsafe fn $name:ident(ptr: *mut $p:ty, value: $t:ty): $($shape:ident)+ = $mn:literal ($isa:literal),
+     $( $(#[$doc:meta])* pub unsafe fn $name:ident(ptr: *mut $p:ty, value: $t:ty): $($shape:ident)+ =
+        $mn:literal ($isa:literal),
         sass [$($sass:literal),*] $(, forbid [$($forbid:literal),*])?; )*) => {
         $(
             #[doc = concat!("`", $mn, " [a], ", operand_text!($($shape)+), ";` (", $isa, ")")]
@@ -391,7 +394,10 @@ macro_rules! atom {
                 let old: $t;
                 // SAFETY: the caller guarantees `ptr` is valid and aligned.
                 unsafe {
-                    asm!(concat!($mn, " {o}, [{p}], {v};"), o = out($reg) old, p = in(reg64) ptr, v = in($reg) value, options(nostack))
+                    asm!(
+                        concat!($mn, " {o}, [{p}], {v};"),
+                        o = out($reg) old, p = in(reg64) ptr, v = in($reg) value, options(nostack)
+                    )
                 };
                 old
             }

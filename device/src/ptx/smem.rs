@@ -32,7 +32,10 @@ hand! {
         let r: u64;
         // SAFETY: an address conversion; no memory access.
         unsafe {
-            asm!(concat!(mnemonic!(), " {r}, {a};"), r = out(reg64) r, a = in(reg64) shared as u64, options(nomem, nostack, pure))
+            asm!(
+                concat!(mnemonic!(), " {r}, {a};"),
+                r = out(reg64) r, a = in(reg64) shared as u64, options(nomem, nostack, pure)
+            )
         };
         r as *mut u8
     }
@@ -46,7 +49,10 @@ hand! {
         let r: u64;
         // SAFETY: an address conversion; no memory access.
         unsafe {
-            asm!(concat!(mnemonic!(), " {r}, {a};"), r = out(reg64) r, a = in(reg64) generic as u64, options(nomem, nostack, pure))
+            asm!(
+                concat!(mnemonic!(), " {r}, {a};"),
+                r = out(reg64) r, a = in(reg64) generic as u64, options(nomem, nostack, pure)
+            )
         };
         r as u32
     }
