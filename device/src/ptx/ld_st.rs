@@ -84,13 +84,13 @@ loads! {
               and aligned to it.";
     /// A plain (weak) 4-byte load, for copies.
     pub unsafe fn ld_global_u32(ptr: *const u32) -> u32: x1 reg32 = "ld.global.u32" ("PTX 1.0"),
-        sass ["LDG.E "];
+        sass ["LDG.E"];
     /// A plain (weak) 8-byte load, for copies.
     pub unsafe fn ld_global_u64(ptr: *const u64) -> u64: x1 reg64 = "ld.global.u64" ("PTX 1.0"),
-        sass ["LDG.E.64 "];
+        sass ["LDG.E.64"];
     /// A plain (weak) 16-byte vector load (one 128-bit access), for copies.
     pub unsafe fn ld_global_v4_u32(ptr: *const u32) -> [u32; 4]: w4 = "ld.global.v4.u32" ("PTX 1.0"),
-        sass ["LDG.E.128 "];
+        sass ["LDG.E.128"];
     /// One 8-byte volatile load (the LL8 packet read: data and flag come from the same access).
     pub unsafe fn ld_volatile_global_v2_u32(ptr: *const u32) -> [u32; 2]: w2 = "ld.volatile.global.v2.u32" ("PTX 1.1"),
         sass ["LDG.E.64.STRONG.SYS"];
@@ -109,13 +109,13 @@ stores! {
               and aligned to it.";
     /// A plain 4-byte store, for copies.
     pub unsafe fn st_global_u32(ptr: *mut u32, value: u32): x1 reg32 = "st.global.u32" ("PTX 1.0"),
-        sass ["STG.E "];
+        sass ["STG.E"];
     /// A plain 8-byte store, for copies.
     pub unsafe fn st_global_u64(ptr: *mut u64, value: u64): x1 reg64 = "st.global.u64" ("PTX 1.0"),
-        sass ["STG.E.64 "];
+        sass ["STG.E.64"];
     /// A plain 16-byte vector store (one 128-bit access), for copies.
     pub unsafe fn st_global_v4_u32(ptr: *mut u32, value: [u32; 4]): w4 = "st.global.v4.u32" ("PTX 1.0"),
-        sass ["STG.E.128 "];
+        sass ["STG.E.128"];
     /// One 8-byte volatile store (the LL8 packet write).
     pub unsafe fn st_volatile_global_v2_u32(ptr: *mut u32, value: [u32; 2]): w2 =
         "st.volatile.global.v2.u32" ("PTX 1.1"),
