@@ -1,6 +1,7 @@
-//! The mscclpp-rs harness: the device programs of `ptx-tests/` embedded as PTX, the table of
-//! expected instructions for every PTX wrapper, PTX/SASS parsing, GPU test support, bench timing
-//! and the report's data (benchmark rows, checks, plots) and child-process runner.
+//! The mscclpp-rs harness: the device programs of `ptx-tests/` embedded as PTX, the expected
+//! instructions of every PTX wrapper (the device crate's `ptx::CHECKS`), PTX/SASS parsing, GPU test
+//! support, bench timing and the report's data (benchmark rows, checks, plots) and child-process
+//! runner.
 
 pub mod bench;
 pub mod checks;

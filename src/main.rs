@@ -683,7 +683,7 @@ fn report_table<'a>(
     let (mut n, mut bad) = (0, vec![]);
     for c in checks {
         n += 1;
-        let sass = funcs.get(&c.kernel()).map(|t| {
+        let sass = funcs.get(c.kernel).map(|t| {
             let ops: Vec<&str> = ptxcheck::opcodes(t)
                 .into_iter()
                 .filter(|op| c.sass.iter().any(|want| want.trim().starts_with(op) || op.starts_with(want.trim())))

@@ -94,8 +94,7 @@ mod device {
             unsafe {
                 crate::ptx::ld_st::st_release_sys_global_v2_u64(
                     self.0.triggers.add(slot as usize).as_ptr().cast(),
-                    w0,
-                    w1,
+                    [w0, w1],
                 )
             };
         }

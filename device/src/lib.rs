@@ -71,10 +71,13 @@
 //! `panic-handler` (default) provides the kernel crate's panic handler (prints the location,
 //! then `trap;`); feature `sm100a` adds the fp8 multimem forms.
 //!
-//! All inline assembly lives in [`ptx`] (only on nvptx64): one thin wrapper per instruction form,
-//! each checked against ptxas and the SASS it produces. Everything else composes those wrappers.
+//! All inline assembly lives in [`ptx`] (the wrappers exist on nvptx64 only; on the host the
+//! module holds their expected PTX and SASS, [`ptx::CHECKS`]): one thin wrapper per instruction
+//! form, each checked against ptxas and the SASS it produces. Everything else composes those
+//! wrappers.
 #![cfg_attr(not(test), no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch, stdarch_nvptx))]
+#![cfg_attr(all(target_arch = "nvptx64", feature = "check-kernels"), feature(abi_ptx))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod abi;
@@ -96,7 +99,6 @@ pub mod sync;
 pub mod trigger;
 pub mod vec;
 
-#[cfg(any(target_arch = "nvptx64", doc))]
 pub mod ptx;
 
 #[cfg(all(target_arch = "nvptx64", feature = "panic-handler"))]
