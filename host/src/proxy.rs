@@ -405,7 +405,8 @@ impl ProxyBuilder {
         if region.base == 0 || region.base.checked_add(region.bytes).is_none() {
             return Err(Error::InvalidArgument(format!("bad memory region {region:?}")));
         }
-        let id = self.push_memory(Memory { route: Route::Mapped, index: self.mapped.len() as u32, bytes: region.bytes })?;
+        let id =
+            self.push_memory(Memory { route: Route::Mapped, index: self.mapped.len() as u32, bytes: region.bytes })?;
         self.mapped.push(region);
         Ok(id)
     }
@@ -962,7 +963,9 @@ impl<E: Engine + Send> Core<E> {
 
     /// Reports the first remote transport that failed (a lost peer, a refused message).
     fn poll_remote(&mut self, gpu: &str) -> Option<Error> {
-        self.remote.iter_mut().find_map(|t| t.poll().err().map(|e| Error::proxy_from(format!("{gpu}: {}", t.describe()), e)))
+        self.remote
+            .iter_mut()
+            .find_map(|t| t.poll().err().map(|e| Error::proxy_from(format!("{gpu}: {}", t.describe()), e)))
     }
 
     /// Serves `fifo` until `stop` is set and the FIFO is empty, or a request fails, then drains
@@ -1019,8 +1022,12 @@ impl<E: Engine + Send> Core<E> {
         if let Err(e) = self.mapped.finish(deadline, self.drain_timeout, gpu) {
             errors.push(e);
         }
+        let flushed: Vec<Result<()>> = self.remote.iter_mut().map(|t| t.flush(deadline)).collect();
+        // Every peer hears of the end before this proxy waits for any of theirs.
         for t in &mut self.remote {
-            let flushed = t.flush(deadline);
+            t.start_close();
+        }
+        for (t, flushed) in self.remote.iter_mut().zip(flushed) {
             // Close even when the flush failed: the transport's threads end either way.
             let closed = t.close(deadline);
             if let Err(e) = flushed.and(closed) {
@@ -1460,6 +1467,75 @@ mod tests {
         assert!(e.contains("still had work in flight"), "{e}");
         // Its copy never completed: the signal must not be written.
         assert_eq!(counter, 0);
+    }
+
+    /// Triggers whose memory and semaphore are another rank's go through its transport (TCP
+    /// over loopback, on host memory here); a Sync returns only once they have landed there.
+    #[test]
+    fn remote_routes_go_through_their_transport_and_sync_waits_for_them() {
+        use super::{Memory, Route, Semaphore};
+        use crate::transport::Transport;
+        use crate::transport::tcp::{HostLanding, HostRegion, HostSource, Link, RemoteMemory, TcpConfig, TcpTransport};
+        let pair = || {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            (a, l.accept().unwrap().0)
+        };
+        let ((a_out, b_in), (b_out, a_in)) = (pair(), pair());
+        let cfg = TcpConfig { chunk_bytes: 1000, slots: 3, timeout: Duration::from_secs(20) };
+        let data: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
+        let src = HostRegion::from_slice(&data);
+        let (dst, sem) = (HostRegion::filled(8192, 0xA5), Arc::new(AtomicU64::new(0)));
+        // This rank (0): its proxy sends; rank 1 only receives.
+        let t0 = TcpTransport::start(
+            Link { peer: 1, outgoing: a_out, incoming: a_in, peer_max_chunk: 1000 },
+            HostSource::new(vec![src.clone()], 3, 1000).unwrap(),
+            HostLanding::new(vec![], vec![], 3, 1000).unwrap(),
+            RemoteMemory { regions: vec![8192], semaphores: 1 },
+            &cfg,
+        )
+        .unwrap();
+        let mut t1 = TcpTransport::start(
+            Link { peer: 0, outgoing: b_out, incoming: b_in, peer_max_chunk: 1000 },
+            HostSource::new(vec![], 3, 1000).unwrap(),
+            HostLanding::new(vec![dst.clone()], vec![sem.clone()], 3, 1000).unwrap(),
+            RemoteMemory::default(),
+            &cfg,
+        )
+        .unwrap();
+        let mapped = [MemoryRegion { base: src.addr(), bytes: 8192 }];
+        let mut core =
+            Core::new(FakeEngine::default(), mapped.to_vec(), vec![Target::Device(0x30_0000)], Duration::from_secs(5));
+        core.remote.push(Box::new(t0));
+        core.dirty.push(false);
+        core.memories.push(Memory { route: Route::Remote(0), index: 0, bytes: 8192 }); // id 1
+        core.semaphores.push(Semaphore { route: Route::Remote(0), index: 0 }); // id 1
+        let put = |size: u64, src_off: u64, dst_off: u64, k: u8| {
+            ProxyTrigger::transfer(k, size, src_off, dst_off, 0, 1, 1).unwrap().decode()
+        };
+        core.execute(put(5000, 100, 200, kind::DATA | kind::FLAG)).unwrap();
+        core.execute(ProxyTrigger::atomic_add(9, 8000, 1).unwrap().decode()).unwrap();
+        core.execute(put(8, 0, 0, kind::DATA | kind::FLAG | kind::SYNC)).unwrap();
+        // The Sync returned: everything is at rank 1 now, with both signals.
+        let got = dst.to_vec();
+        assert_eq!(&got[200..5200], &data[100..5100]);
+        assert_eq!(&got[..8], &data[..8]);
+        assert!(got[8..200].iter().chain(&got[5200..8000]).all(|&b| b == 0xA5));
+        assert_eq!(dst.read_u64(8000), Some(u64::from_le_bytes([0xA5; 8]).wrapping_add(9)));
+        assert_eq!(sem.load(Ordering::Acquire), 2);
+        // Nothing went to the mapped path, and its device semaphore was not signalled.
+        assert_eq!(core.mapped.engine.copies_done, 0);
+        assert!(core.mapped.engine.device_writes.is_empty());
+        // Out of the remote memory's bounds: refused in the proxy, before anything is sent.
+        let e = core.execute(put(200, 0, 8100, kind::DATA)).unwrap_err().to_string();
+        assert!(e.contains("outside memory 1"), "{e}");
+        // A remote memory cannot be a put's source.
+        let back = ProxyTrigger::transfer(kind::DATA, 8, 0, 0, 1, 1, 0).unwrap().decode();
+        assert!(core.execute(back).unwrap_err().to_string().contains("another rank's"));
+        // Stopping flushes and closes the transport; rank 1 closes its side meanwhile.
+        let closer = std::thread::spawn(move || t1.close(Instant::now() + Duration::from_secs(10)));
+        core.finish(Instant::now() + Duration::from_secs(10), "GPU 0").unwrap();
+        closer.join().unwrap().unwrap();
     }
 
     #[test]

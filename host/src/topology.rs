@@ -110,7 +110,12 @@ impl RankPlace {
         if !rest.is_empty() {
             return Err(format!("{} bytes after the last field", rest.len()));
         }
-        Ok(Self { host: HostIdentity { machine, hostname }, gpu_ordinal: u32::from_le_bytes(*ordinal), gpu_bus_id, choice })
+        Ok(Self {
+            host: HostIdentity { machine, hostname },
+            gpu_ordinal: u32::from_le_bytes(*ordinal),
+            gpu_bus_id,
+            choice,
+        })
     }
 }
 

@@ -55,6 +55,12 @@ pub trait Transport: Send {
     /// Makes progress without blocking, and reports a failure of the connection (a lost peer, a
     /// refused message) as soon as it is known.
     fn poll(&mut self) -> Result<()>;
+    /// Begins closing: nothing more will be issued; a transport that must tell its peer does so
+    /// now, without waiting. The proxy calls it on every transport before it [`close`]s any, so
+    /// that peers waiting for each other's end never wait in a cycle.
+    ///
+    /// [`close`]: Self::close
+    fn start_close(&mut self) {}
     /// Ends the transport: what was issued completes (until `deadline`), then the connection
     /// closes. Called once, when the proxy stops; nothing is issued afterwards.
     fn close(&mut self, deadline: Instant) -> Result<()>;

@@ -76,13 +76,17 @@ fn random_nonce() -> [u8; NONCE_LEN] {
 /// The address to advertise when none is given.
 fn default_advertise(boot: &dyn Bootstrap) -> Result<IpAddr> {
     if let Ok(v) = std::env::var(ENV_TRANSPORT_ADDR) {
-        return v.trim().parse().map_err(|_| Error::InvalidArgument(format!("{ENV_TRANSPORT_ADDR}={v:?} is not an IP address")));
+        return v
+            .trim()
+            .parse()
+            .map_err(|_| Error::InvalidArgument(format!("{ENV_TRANSPORT_ADDR}={v:?} is not an IP address")));
     }
     if let Some(ip) = boot.hints().local_ip {
         return Ok(ip);
     }
     let host = crate::topology::hostname();
-    let resolved = (host.as_str(), 0).to_socket_addrs().map(|a| a.map(|a| a.ip()).collect::<Vec<_>>()).unwrap_or_default();
+    let resolved =
+        (host.as_str(), 0).to_socket_addrs().map(|a| a.map(|a| a.ip()).collect::<Vec<_>>()).unwrap_or_default();
     Ok(resolved.iter().copied().find(|ip| !ip.is_loopback()).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)))
 }
 
@@ -99,7 +103,10 @@ pub fn connect_peers(boot: &dyn Bootstrap, peers: &[PeerAddr], opts: &ConnectOpt
     mine[NONCE_LEN..].copy_from_slice(&random_nonce()[..8]);
     let all = boot.all_gather(&mine)?;
     let root: [u8; 24] = all[0].as_slice().try_into().map_err(|_| {
-        wrap("port channels over TCP".into())(Error::Protocol(format!("rank 0 sent {} bytes of set-up, not 24", all[0].len())))
+        wrap("port channels over TCP".into())(Error::Protocol(format!(
+            "rank 0 sent {} bytes of set-up, not 24",
+            all[0].len()
+        )))
     })?;
     let key = hints.key.unwrap_or_else(|| Token(root[..16].try_into().expect("16 bytes")));
     let instance = u64::from_le_bytes(root[16..].try_into().expect("8 bytes"));
@@ -111,14 +118,18 @@ pub fn connect_peers(boot: &dyn Bootstrap, peers: &[PeerAddr], opts: &ConnectOpt
     let listener = if peers.is_empty() {
         None
     } else {
-        let any = if advertise.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
+        let any =
+            if advertise.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
         let l = TcpListener::bind((any, 0))
             .map_err(|source| Error::Io { context: "listening for the TCP transport".into(), source })?;
         Some(l)
     };
     let text = match &listener {
         Some(l) => {
-            let port = l.local_addr().map_err(|source| Error::Io { context: "the transport listener's port".into(), source })?.port();
+            let port = l
+                .local_addr()
+                .map_err(|source| Error::Io { context: "the transport listener's port".into(), source })?
+                .port();
             SocketAddr::new(advertise, port).to_string()
         }
         None => String::new(),
@@ -137,11 +148,10 @@ pub fn connect_peers(boot: &dyn Bootstrap, peers: &[PeerAddr], opts: &ConnectOpt
     let mut first_error = None;
     for p in peers {
         let step = format!("port channels: connecting to rank {} over TCP", p.rank);
-        let r = peer_addr(&addrs, p, advertise)
-            .and_then(|addr| {
-                let intro = Introduction { from: me as u32, to: p.rank as u32, instance };
-                connect_one(addr, &key, intro, deadline, timeout)
-            });
+        let r = peer_addr(&addrs, p, advertise).and_then(|addr| {
+            let intro = Introduction { from: me as u32, to: p.rank as u32, instance };
+            connect_one(addr, &key, intro, deadline, timeout)
+        });
         match r {
             Ok(x) => outgoing.push(x),
             Err(e) => {
@@ -150,7 +160,8 @@ pub fn connect_peers(boot: &dyn Bootstrap, peers: &[PeerAddr], opts: &ConnectOpt
             }
         }
     }
-    let incoming = acceptor.join().unwrap_or_else(|_| Err(Error::Protocol("the transport's accept thread panicked".into())));
+    let incoming =
+        acceptor.join().unwrap_or_else(|_| Err(Error::Protocol("the transport's accept thread panicked".into())));
     if let Some(e) = first_error {
         return Err(e);
     }
@@ -170,10 +181,11 @@ pub fn connect_peers(boot: &dyn Bootstrap, peers: &[PeerAddr], opts: &ConnectOpt
 /// Where to reach peer `p`: loopback on this machine, else the address it advertised.
 fn peer_addr(addrs: &[Vec<u8>], p: &PeerAddr, advertise: IpAddr) -> Result<SocketAddr> {
     let raw = addrs.get(p.rank).ok_or_else(|| Error::InvalidArgument(format!("rank {} is not in the job", p.rank)))?;
-    let text = std::str::from_utf8(raw).map_err(|_| Error::Protocol(format!("rank {} advertised a non-UTF-8 address", p.rank)))?;
-    let addr: SocketAddr = text
-        .parse()
-        .map_err(|_| Error::Protocol(format!("rank {} advertised {text:?}, not an address (it has no TCP peers?)", p.rank)))?;
+    let text = std::str::from_utf8(raw)
+        .map_err(|_| Error::Protocol(format!("rank {} advertised a non-UTF-8 address", p.rank)))?;
+    let addr: SocketAddr = text.parse().map_err(|_| {
+        Error::Protocol(format!("rank {} advertised {text:?}, not an address (it has no TCP peers?)", p.rank))
+    })?;
     if p.same_machine {
         let lo = if advertise.is_ipv4() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { IpAddr::V6(Ipv6Addr::LOCALHOST) };
         Ok(SocketAddr::new(lo, addr.port()))

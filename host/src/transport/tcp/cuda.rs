@@ -181,7 +181,12 @@ impl CudaLanding {
     /// Every region is memory `gpu`'s context may write, every semaphore address an 8-aligned
     /// u64 it may write (GPU memory or device-mapped host memory) that nothing else writes, and
     /// all of it stays valid for as long as the landing lives.
-    pub unsafe fn new(gpu: &Arc<Gpu>, regions: Vec<MemoryRegion>, semaphores: Vec<u64>, cfg: &TcpConfig) -> Result<Self> {
+    pub unsafe fn new(
+        gpu: &Arc<Gpu>,
+        regions: Vec<MemoryRegion>,
+        semaphores: Vec<u64>,
+        cfg: &TcpConfig,
+    ) -> Result<Self> {
         if let Some(a) = semaphores.iter().find(|&&a| a == 0 || !a.is_multiple_of(8)) {
             return Err(Error::InvalidArgument(format!("bad semaphore address {a:#x}")));
         }

@@ -191,14 +191,15 @@ impl SourceMemory for HostSource {
         self.staging[0].len()
     }
     fn stage(&mut self, slot: usize, src: u64, len: usize) -> Result<()> {
-        let staging = self.staging.get_mut(slot).filter(|s| s.len() >= len).ok_or_else(|| {
-            Error::InvalidArgument(format!("staging slot {slot} cannot hold {len} bytes"))
-        })?;
-        let (region, off) = self
-            .regions
-            .iter()
-            .find_map(|r| r.offset_of(src, len).map(|o| (r, o)))
-            .ok_or_else(|| Error::InvalidArgument(format!("put source {src:#x}..+{len} is not in a registered region")))?;
+        let staging = self
+            .staging
+            .get_mut(slot)
+            .filter(|s| s.len() >= len)
+            .ok_or_else(|| Error::InvalidArgument(format!("staging slot {slot} cannot hold {len} bytes")))?;
+        let (region, off) =
+            self.regions.iter().find_map(|r| r.offset_of(src, len).map(|o| (r, o))).ok_or_else(|| {
+                Error::InvalidArgument(format!("put source {src:#x}..+{len} is not in a registered region"))
+            })?;
         staging[..len].copy_from_slice(&region.lock()[off..off + len]);
         Ok(())
     }

@@ -86,7 +86,9 @@ impl TcpConfig {
     /// Checks the sizes.
     pub fn validate(&self) -> Result<()> {
         if self.chunk_bytes == 0 || self.slots == 0 || self.timeout.is_zero() {
-            return Err(Error::InvalidArgument(format!("TCP transport configuration {self:?}: every field must be positive")));
+            return Err(Error::InvalidArgument(format!(
+                "TCP transport configuration {self:?}: every field must be positive"
+            )));
         }
         Ok(())
     }
@@ -155,7 +157,10 @@ impl Shared {
             return Ok(());
         }
         let mut g = self.error.lock().unwrap_or_else(|p| p.into_inner());
-        Err(g.0.take().unwrap_or_else(|| Error::Protocol(format!("the TCP channel with rank {} failed: {}", self.peer, g.1))))
+        Err(g
+            .0
+            .take()
+            .unwrap_or_else(|| Error::Protocol(format!("the TCP channel with rank {} failed: {}", self.peer, g.1))))
     }
 
     fn lost(&self, detail: impl Into<String>) -> Error {
@@ -176,6 +181,8 @@ pub struct TcpTransport {
     sender: Option<JoinHandle<()>>,
     readers: Vec<JoinHandle<()>>,
     sockets: Vec<TcpStream>,
+    /// The outcome of sending the Close message, once [`Transport::start_close`] has.
+    close_sent: Option<Result<()>>,
     closed: bool,
 }
 
@@ -236,6 +243,7 @@ impl TcpTransport {
             sender: None,
             readers: Vec::new(),
             sockets,
+            close_sent: None,
             closed: false,
         };
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
@@ -391,21 +399,30 @@ impl Transport for TcpTransport {
         self.shared.check()
     }
 
+    fn start_close(&mut self) {
+        if self.close_sent.is_none() {
+            self.shared.closing.store(true, Ordering::Release);
+            self.close_sent = Some(self.send(Cmd::Close));
+            self.ops = None;
+        }
+    }
+
     fn close(&mut self, deadline: Instant) -> Result<()> {
         if self.closed {
             return Ok(());
         }
         self.closed = true;
         let started = Instant::now();
-        self.shared.closing.store(true, Ordering::Release);
-        let sent = self.send(Cmd::Close);
-        self.ops = None;
+        self.start_close();
+        let sent = self.close_sent.take().unwrap_or(Ok(()));
         if let Some(h) = self.sender.take() {
             let _ = h.join();
         }
         // The peer's side ends when its proxy stops: wait for its Close (its last landings done).
         let shared = &self.shared;
-        let peer_closed = wait_until(deadline, || Ok(shared.peer_closed.load(Ordering::Acquire) || shared.failed.load(Ordering::Acquire)));
+        let peer_closed = wait_until(deadline, || {
+            Ok(shared.peer_closed.load(Ordering::Acquire) || shared.failed.load(Ordering::Acquire))
+        });
         self.stop_threads();
         sent?;
         self.shared.check()?;
@@ -652,7 +669,10 @@ impl<L: LandingMemory> ReceiverLoop<L> {
         let mut msg = Header::new(Op::Fail, 0, 0, 0, text.len() as u64).encode().to_vec();
         msg.extend_from_slice(text);
         let _ = self.writer.write_all(&msg);
-        Error::Protocol(format!("rank {} sent a bad port-channel message over TCP: {why}; the channel is closed", self.shared.peer))
+        Error::Protocol(format!(
+            "rank {} sent a bad port-channel message over TCP: {why}; the channel is closed",
+            self.shared.peer
+        ))
     }
 
     fn serve(&mut self) -> Result<()> {
@@ -664,7 +684,9 @@ impl<L: LandingMemory> ReceiverLoop<L> {
                 ReadEnd::Full => {}
                 ReadEnd::Stopped => return Ok(()),
                 ReadEnd::Eof { got: 0 } => {
-                    return Err(self.shared.lost("the connection closed without the channel's close (the rank exited or was killed)"));
+                    return Err(self
+                        .shared
+                        .lost("the connection closed without the channel's close (the rank exited or was killed)"));
                 }
                 ReadEnd::Eof { got } => {
                     return Err(self.shared.lost(format!("the connection closed {got} bytes into a message header")));
@@ -763,7 +785,10 @@ fn ack_loop(sock: TcpStream, shared: &Shared) -> Result<()> {
                 } else {
                     "(its reason was cut off)".to_string()
                 };
-                return Err(Error::Protocol(format!("rank {} refused this rank's port-channel data: {text}", shared.peer)));
+                return Err(Error::Protocol(format!(
+                    "rank {} refused this rank's port-channel data: {text}",
+                    shared.peer
+                )));
             }
             op => return Err(Error::Protocol(format!("rank {} sent a bad reply over TCP: {op:?}", shared.peer))),
         }

@@ -243,6 +243,11 @@ fn socket_pair() -> (TcpStream, TcpStream) {
 }
 
 fn raw(timeout: Duration) -> Raw {
+    raw_with(timeout, |l| l)
+}
+
+/// [`raw`] with the landing memory wrapped by `wrap`.
+fn raw_with<L: LandingMemory>(timeout: Duration, wrap: impl FnOnce(HostLanding) -> L) -> Raw {
     let (feed, incoming) = socket_pair();
     let (outgoing, peer_in) = socket_pair();
     let dst = HostRegion::filled(4096, POISON);
@@ -251,9 +256,92 @@ fn raw(timeout: Duration) -> Raw {
     let c = cfg(1024, 2, timeout);
     let link = Link { peer: 1, outgoing, incoming, peer_max_chunk: 1024 };
     let source = HostSource::new(vec![src], 2, 1024).unwrap();
-    let landing = HostLanding::new(vec![dst.clone()], sems.clone(), 2, 1024).unwrap();
-    let t = TcpTransport::start(link, source, landing, RemoteMemory { regions: vec![4096], semaphores: 1 }, &c).unwrap();
+    let landing = wrap(HostLanding::new(vec![dst.clone()], sems.clone(), 2, 1024).unwrap());
+    let t =
+        TcpTransport::start(link, source, landing, RemoteMemory { regions: vec![4096], semaphores: 1 }, &c).unwrap();
     Raw { t, dst, sems, feed, peer_in }
+}
+
+/// A landing memory that, like a GPU stream, only queues its work: it takes effect at
+/// `wait_all`, or when a staging slot is needed again.
+struct Deferred {
+    inner: HostLanding,
+    queue: Vec<Deferred1>,
+}
+
+enum Deferred1 {
+    Land(u32, u64, Vec<u8>),
+    Signal(u32),
+    Add(u32, u64, u64),
+}
+
+impl Deferred {
+    fn run(&mut self) -> Result<()> {
+        for op in std::mem::take(&mut self.queue) {
+            match op {
+                Deferred1::Land(r, o, data) => {
+                    self.inner.slot(0, deadline())?[..data.len()].copy_from_slice(&data);
+                    self.inner.land(0, r, o, data.len())?;
+                }
+                Deferred1::Signal(s) => self.inner.signal(s)?,
+                Deferred1::Add(r, o, v) => self.inner.atomic_add(r, o, v)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LandingMemory for Deferred {
+    fn regions(&self) -> &[u64] {
+        self.inner.regions()
+    }
+    fn semaphores(&self) -> usize {
+        self.inner.semaphores()
+    }
+    fn slots(&self) -> usize {
+        self.inner.slots()
+    }
+    fn slot_bytes(&self) -> usize {
+        self.inner.slot_bytes()
+    }
+    fn slot(&mut self, slot: usize, deadline: Instant) -> Result<&mut [u8]> {
+        self.inner.slot(slot, deadline)
+    }
+    fn land(&mut self, slot: usize, region: u32, offset: u64, len: usize) -> Result<()> {
+        let data = self.inner.slot(slot, deadline())?[..len].to_vec();
+        self.queue.push(Deferred1::Land(region, offset, data));
+        Ok(())
+    }
+    fn signal(&mut self, semaphore: u32) -> Result<()> {
+        self.queue.push(Deferred1::Signal(semaphore));
+        Ok(())
+    }
+    fn atomic_add(&mut self, region: u32, offset: u64, value: u64) -> Result<()> {
+        self.queue.push(Deferred1::Add(region, offset, value));
+        Ok(())
+    }
+    fn wait_all(&mut self, _deadline: Instant) -> Result<()> {
+        self.run()
+    }
+}
+
+#[test]
+fn a_flush_is_acknowledged_only_once_the_landing_memory_has_done_everything() {
+    let mut r = raw_with(Duration::from_secs(20), |inner| Deferred { inner, queue: Vec::new() });
+    r.feed.write_all(&put_msg(0, 0, 64, &[1, 2, 3, 4])).unwrap();
+    r.feed.write_all(&Header::new(Op::Signal, 0, 1, 0, 0).encode()).unwrap();
+    r.feed.write_all(&Header::new(Op::AtomicAdd, 0, 2, 0, 1).encode()).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(r.sems[0].load(Ordering::Acquire), 0, "the deferred landing ran early (the test proves nothing)");
+    r.feed.write_all(&Header::new(Op::Flush, 0, 3, 1, 0).encode()).unwrap();
+    let mut ack = [0u8; HEADER_LEN];
+    r.feed.read_exact(&mut ack).unwrap();
+    assert_eq!(Header::decode(&ack).unwrap().op, Op::Ack);
+    // Acknowledged: all of it has taken effect.
+    assert_eq!(&r.dst.to_vec()[64..68], &[1, 2, 3, 4]);
+    assert_eq!(r.sems[0].load(Ordering::Acquire), 1);
+    assert_eq!(r.dst.read_u64(0), Some(u64::from_le_bytes([POISON; 8]).wrapping_add(1)));
+    r.t.poll().unwrap();
 }
 
 fn put_msg(seq: u64, region: u32, offset: u64, data: &[u8]) -> Vec<u8> {
@@ -318,9 +406,33 @@ fn bad_messages_end_the_channel_without_a_write() {
         ("chunk over the slot", put_msg(0, 0, 0, &[7; 1025]), "put chunk of 1025 bytes"),
         ("empty put", put_msg(0, 0, 0, &[]), "put chunk of 0 bytes"),
         ("out of sequence", put_msg(5, 0, 0, &[7; 8]), "out of sequence"),
-        ("bad magic", { let mut m = put_msg(0, 0, 0, &[7; 8]); m[0] = b'X'; m }, "bad magic"),
-        ("bad version", { let mut m = put_msg(0, 0, 0, &[7; 8]); m[4] = 9; m }, "version 9"),
-        ("stray field", { let mut m = Header::new(Op::Signal, 0, 0, 0, 0).encode().to_vec(); m[32] = 1; m }, "non-zero length"),
+        (
+            "bad magic",
+            {
+                let mut m = put_msg(0, 0, 0, &[7; 8]);
+                m[0] = b'X';
+                m
+            },
+            "bad magic",
+        ),
+        (
+            "bad version",
+            {
+                let mut m = put_msg(0, 0, 0, &[7; 8]);
+                m[4] = 9;
+                m
+            },
+            "version 9",
+        ),
+        (
+            "stray field",
+            {
+                let mut m = Header::new(Op::Signal, 0, 0, 0, 0).encode().to_vec();
+                m[32] = 1;
+                m
+            },
+            "non-zero length",
+        ),
         ("unknown semaphore", Header::new(Op::Signal, 1, 0, 0, 0).encode().to_vec(), "semaphore 1 of 1"),
         ("unaligned add", Header::new(Op::AtomicAdd, 0, 0, 4, 1).encode().to_vec(), "unaligned"),
         ("add past the end", Header::new(Op::AtomicAdd, 0, 0, 4096, 1).encode().to_vec(), "outside region 0"),
@@ -414,7 +526,8 @@ fn handshakes_need_the_key_and_the_right_instance() {
         super::connect::accept_all_for_test(&l, &Token([1; 16]), 0, 42, &[1, 2], 1 << 20, deadline)
     });
     // Wrong key, wrong instance, wrong destination rank, an unexpected rank: all dropped.
-    let wrong_key = super::connect::connect_for_test(addr, &Token([2; 16]), Introduction { from: 1, to: 0, instance: 42 });
+    let wrong_key =
+        super::connect::connect_for_test(addr, &Token([2; 16]), Introduction { from: 1, to: 0, instance: 42 });
     assert!(wrong_key.is_err());
     let wrong_instance = super::connect::connect_for_test(addr, &key, Introduction { from: 1, to: 0, instance: 41 });
     assert!(wrong_instance.is_err());

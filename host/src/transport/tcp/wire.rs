@@ -106,7 +106,9 @@ pub enum WireFault {
 impl fmt::Display for WireFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WireFault::BadMagic(m) => write!(f, "bad magic {m:02x?} (not a transport message, or the stream lost its framing)"),
+            WireFault::BadMagic(m) => {
+                write!(f, "bad magic {m:02x?} (not a transport message, or the stream lost its framing)")
+            }
             WireFault::BadVersion(v) => write!(f, "transport protocol version {v}, this side speaks {VERSION}"),
             WireFault::UnknownOp(o) => write!(f, "unknown op {o}"),
             WireFault::StrayField(what) => write!(f, "non-zero {what}"),
@@ -245,7 +247,12 @@ impl Introduction {
 }
 
 /// The connecting side's proof over both nonces and its introduction.
-pub fn hello_proof(key: &Token, intro: &Introduction, server: &[u8; NONCE_LEN], client: &[u8; NONCE_LEN]) -> [u8; PROOF_LEN] {
+pub fn hello_proof(
+    key: &Token,
+    intro: &Introduction,
+    server: &[u8; NONCE_LEN],
+    client: &[u8; NONCE_LEN],
+) -> [u8; PROOF_LEN] {
     key.prove(&[b"mscclpp-rs transport hello v1", &intro.bytes(), server, client])
 }
 
