@@ -4,7 +4,7 @@
 # prints the device-tool call. The GPU machine has no Rust toolchain: nothing is built there.
 #
 #   scripts/gpu-build.sh            then: device run  carry=[".gpu"]  command="bash .gpu/run.sh"
-#   bash .gpu/run.sh [unit] [mp] [example] [report] [bench] [coll]  (default: all; filters by binary name prefix too)
+#   bash .gpu/run.sh [unit] [mp] [example] [report] [bench] [coll] [tcp]  (default: all; filters by binary name prefix too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .gpu
@@ -36,6 +36,11 @@ cargo build --release -p example-allreduce
 cp target/release/example-allreduce .gpu/bin/example_allreduce
 cargo build --release -p mscclpp-collectives --bin coll-bench
 cp target/release/coll-bench .gpu/bin/coll_bench
+# Port channels over any transport, and the TCP transport against raw TCP.
+cargo build --release -p mscclpp-rs --example port_channel
+cp target/release/examples/port_channel .gpu/bin/example_port_channel
+cargo build --release -p mscclpp-host --example tcp_bench
+cp target/release/examples/tcp_bench .gpu/bin/tcp_bench
 strip --strip-debug .gpu/bin/* 2>/dev/null || true
 cp scripts/gpu-runner.sh .gpu/run.sh
 git rev-parse --short HEAD > .gpu/commit 2>/dev/null || echo unknown > .gpu/commit

@@ -4,10 +4,15 @@
 # built-in launcher, the report and the benches; prints a short table last. Logs go to $OUT (the
 # GPU machine's output folder) when set.
 #   bash .gpu/run.sh                  everything
-#   bash .gpu/run.sh unit mp          only those groups (unit, mp, example, report, bench, coll)
+#   bash .gpu/run.sh unit mp          only those groups (unit, mp, example, report, bench, coll, tcp)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
 # Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150), MSCCLPP_RS_MP_MODES
 # (default "mpirun2 launcher2 launcher4"), MSCCLPP_RS_PHASES (comma list of mp_patterns phases).
+# The tcp group runs with MSCCLPP_RS_TRANSPORT=tcp (port channels over the TCP transport between
+# the processes of this machine): mp_patterns' port-channel phases (MSCCLPP_RS_TCP_PHASES, default
+# port_all_to_all) and the port-channel example in MSCCLPP_RS_TCP_MODES (default "mpirun2 mpirun4
+# launcher2 launcher4": 2 ranks on two GPUs, 4 ranks sharing them), then tcp_bench (GPU memory,
+# then host memory).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/mscclpp-rs-out}
@@ -19,7 +24,7 @@ export MSCCLPP_RS_SKIP_LOG="$out/skips.log"
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset MSCCLPP_RS_ALLOW_MULTICAST
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(unit mp example report bench coll)
+[ ${#want[@]} -eq 0 ] && want=(unit mp example report bench coll tcp)
 selected() { # $1 group, $2 name
   for w in "${want[@]}"; do [ "$w" = "$1" ] && return 0; case "$2" in "$w"*) return 0 ;; esac; done
   return 1
@@ -64,6 +69,26 @@ for e in "$here"/bin/example_*; do
     run "$n-launcher2" "$e" --ranks 2
   fi
 done
+# The TCP transport forced between the processes of this machine.
+mpi_env=(-x MSCCLPP_RS_REQUIRE_GPU -x MSCCLPP_RS_VERBOSE -x MSCCLPP_RS_TRANSPORT -x MSCCLPP_RS_PHASES
+         -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST)
+tcp_run() { # name, mode, binary: the binary as a multi-rank run in that mode, TCP forced
+  local name=$1 mode=$2 bin=$3
+  case $mode in
+    mpirun*) run "$name-tcp-$mode" env MSCCLPP_RS_TRANSPORT=tcp mpirun --allow-run-as-root -np "${mode#mpirun}" "${mpi_env[@]}" "$bin" ;;
+    launcher*) run "$name-tcp-$mode" env MSCCLPP_RS_TRANSPORT=tcp "$bin" --ranks "${mode#launcher}" ;;
+  esac
+}
+if selected tcp tcp; then
+  for mode in ${MSCCLPP_RS_TCP_MODES:-mpirun2 mpirun4 launcher2 launcher4}; do
+    [ -e "$here/bin/mp_patterns" ] && MSCCLPP_RS_PHASES=${MSCCLPP_RS_TCP_PHASES:-port_all_to_all} tcp_run mp_patterns "$mode" "$here/bin/mp_patterns"
+    [ -e "$here/bin/example_port_channel" ] && tcp_run example_port_channel "$mode" "$here/bin/example_port_channel"
+  done
+  if [ -e "$here/bin/tcp_bench" ]; then
+    MSCCLPP_RS_RUN_TIMEOUT=${MSCCLPP_RS_RUN_TIMEOUT:-300} run tcp_bench "$here/bin/tcp_bench"
+    MSCCLPP_RS_RUN_TIMEOUT=${MSCCLPP_RS_RUN_TIMEOUT:-300} run tcp_bench-host "$here/bin/tcp_bench" --host-memory --max-mib 1024
+  fi
+fi
 for b in "$here"/bin/bench_*; do
   [ -e "$b" ] || continue; n=$(basename "$b"); selected bench "$n" && run "$n" "$b" --bench
 done
@@ -80,6 +105,8 @@ selected report report && run report "$here/bin/report"
 echo
 for b in "$out"/coll_bench-*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -v 'RESULT' "$b"; }; done
 for b in "$out"/bench_*.log; do [ -e "$b" ] && sed -n '/^== /,/^$/p' "$b"; done
+for b in "$out"/tcp_bench*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -E 'tcp_bench:|== tcp|variant|put/|rtt' "$b"; }; done
+for b in "$out"/*-tcp-*.log; do [ -e "$b" ] && grep -E 'port channels toward|port_all_to_all|: ok:' "$b" | head -4; done
 [ -s "$out/skips.log" ] && { echo "skipped:"; cat "$out/skips.log"; }
 echo "== summary =="
 printf '%s\n' "${rows[@]}"
