@@ -115,7 +115,7 @@ fn tcp_transport_moves_gpu_memory_both_ways() {
         let (src, dst) = (from.src.to_vec::<u8>().unwrap(), to.dst.to_vec::<u8>().unwrap());
         assert_same("data landed by the TCP transport", &dst[..limit], &src[..limit]);
         let poison = u64::from_le_bytes([POISON; 8]);
-        let words: Vec<u64> = dst[limit..].chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+        let words: Vec<u64> = dst[limit..].as_chunks::<8>().0.iter().map(|c| u64::from_le_bytes(*c)).collect();
         for (i, w) in words.iter().enumerate() {
             let want = adds.iter().skip(i).step_by(8).fold(poison, |acc, &v| acc.wrapping_add(v));
             assert_eq!(*w, want, "atomic-add word {i}");

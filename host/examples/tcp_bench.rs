@@ -372,7 +372,7 @@ impl Row {
     }
     fn baseline_name(&self) -> String {
         match self.variant.split_once('/') {
-            Some((kind, size)) if kind == "put" => format!("raw_tcp/{size}"),
+            Some(("put", size)) => format!("raw_tcp/{size}"),
             Some((_, size)) => format!("raw_tcp_rtt/{size}"),
             None => "raw_tcp".into(),
         }
