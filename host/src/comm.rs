@@ -568,8 +568,7 @@ impl Communicator {
             if tcp(p) {
                 let link = links
                     .iter_mut()
-                    .find(|l: &&mut Option<crate::transport::tcp::Link>| l.as_ref().is_some_and(|l| l.peer == p))
-                    .and_then(Option::take)
+                    .find_map(|l| l.take_if(|l| l.peer == p))
                     .ok_or_else(|| Error::proxy(format!("no TCP connection with rank {p}")))?;
                 // This rank's receiver from p writes p's puts into `dst` and its signals into
                 // slot p's inbound counter, which the channel toward p waits on.

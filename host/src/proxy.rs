@@ -1016,13 +1016,19 @@ impl<E: Engine + Send> Core<E> {
 
     /// Drains every transport until `deadline`: the stream completes and the pending host
     /// signals are written (see [`Mapped::finish`]); each remote transport flushes what it was
-    /// given and closes.
+    /// given since the last Sync, and closes.
     fn finish(&mut self, deadline: Instant, gpu: &str) -> Result<()> {
         let mut errors = Vec::new();
         if let Err(e) = self.mapped.finish(deadline, self.drain_timeout, gpu) {
             errors.push(e);
         }
-        let flushed: Vec<Result<()>> = self.remote.iter_mut().map(|t| t.flush(deadline)).collect();
+        // What was issued since the last Sync must land before the end; the rest already has.
+        let flushed: Vec<Result<()>> = self
+            .remote
+            .iter_mut()
+            .zip(&mut self.dirty)
+            .map(|(t, dirty)| if std::mem::take(dirty) { t.flush(deadline) } else { Ok(()) })
+            .collect();
         // Every peer hears of the end before this proxy waits for any of theirs.
         for t in &mut self.remote {
             t.start_close();

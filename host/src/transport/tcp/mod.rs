@@ -114,6 +114,8 @@ const SMALL_PAYLOAD: usize = 64 << 10;
 const OUT_FLUSH: usize = 256 << 10;
 /// Operations the proxy may queue ahead of the sender thread before it waits.
 const QUEUE: usize = 4096;
+/// The receiver's read buffer.
+const READ_BUFFER: usize = 16 << 10;
 
 /// One operation for the sender thread.
 #[derive(Debug)]
@@ -266,7 +268,12 @@ impl TcpTransport {
         let ack = Box::new(move || run_thread(&s3, || ack_loop(ack_sock, &s3)));
         t.readers.push(spawn(format!("mscclpp-tcp-ack{peer}"), ack)?);
         let receiver = ReceiverLoop {
-            reader: BufReader::with_capacity(256 << 10, link.incoming.try_clone().map_err(setup("cloning a socket"))?),
+            // Small: it batches the reads of headers and small payloads, while a large payload
+            // (past what is buffered) is read straight into its pinned slot, not copied twice.
+            reader: BufReader::with_capacity(
+                READ_BUFFER,
+                link.incoming.try_clone().map_err(setup("cloning a socket"))?,
+            ),
             writer: link.incoming,
             landing,
             seq: 0,
@@ -414,7 +421,11 @@ impl Transport for TcpTransport {
         self.closed = true;
         let started = Instant::now();
         self.start_close();
-        let sent = self.close_sent.take().unwrap_or(Ok(()));
+        // A peer that already ended its side may have gone: this side's Close has nobody to tell.
+        let sent = match self.close_sent.take() {
+            Some(Err(_)) if self.shared.peer_closed.load(Ordering::Acquire) => Ok(()),
+            other => other.unwrap_or(Ok(())),
+        };
         if let Some(h) = self.sender.take() {
             let _ = h.join();
         }
@@ -541,9 +552,10 @@ impl<S: SourceMemory> SenderLoop<S> {
                 if len <= SMALL_PAYLOAD {
                     self.out.extend_from_slice(data);
                 } else {
-                    write_all(&mut self.sock, &self.out, &self.shared)?;
+                    // What is buffered (this header at least) and the payload, in one system call
+                    // where the socket takes it all.
+                    write_all(&mut self.sock, &[&self.out, data], &self.shared)?;
                     self.out.clear();
-                    write_all(&mut self.sock, data, &self.shared)?;
                 }
                 self.free.push_back(slot);
             }
@@ -558,7 +570,7 @@ impl<S: SourceMemory> SenderLoop<S> {
 
     fn write_out(&mut self) -> Result<()> {
         if !self.out.is_empty() {
-            write_all(&mut self.sock, &self.out, &self.shared)?;
+            write_all(&mut self.sock, &[&self.out], &self.shared)?;
             self.out.clear();
         }
         Ok(())
@@ -579,8 +591,26 @@ fn recv_spinning(cmds: &Receiver<Cmd>) -> Option<Cmd> {
     cmds.recv().ok()
 }
 
-fn write_all(sock: &mut TcpStream, data: &[u8], shared: &Shared) -> Result<()> {
-    sock.write_all(data).map_err(|e| match e.kind() {
+/// Writes all of `parts`, in order, gathering them into as few system calls as the socket allows.
+fn write_all(sock: &mut TcpStream, parts: &[&[u8]], shared: &Shared) -> Result<()> {
+    let mut slices: Vec<io::IoSlice<'_>> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
+    let mut left = &mut slices[..];
+    let mut r = Ok(());
+    while left.iter().any(|s| !s.is_empty()) {
+        match sock.write_vectored(left) {
+            Ok(0) => {
+                r = Err(io::Error::new(io::ErrorKind::WriteZero, "the socket took nothing"));
+                break;
+            }
+            Ok(n) => io::IoSlice::advance_slices(&mut left, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                r = Err(e);
+                break;
+            }
+        }
+    }
+    r.map_err(|e| match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout {
             after: sock.write_timeout().ok().flatten().unwrap_or_default(),
             waiting_for: format!("rank {} to take data sent over TCP (its receiver is stuck)", shared.peer),
@@ -768,7 +798,13 @@ fn ack_loop(sock: TcpStream, shared: &Shared) -> Result<()> {
         match read_full(&mut r, &mut hb, true, Duration::MAX, shared)? {
             ReadEnd::Full => {}
             ReadEnd::Stopped => return Ok(()),
-            ReadEnd::Eof { .. } if shared.closing.load(Ordering::Acquire) => return Ok(()),
+            // This side is closing, or the peer ended its side in order (its Close came on the
+            // other connection): its end of this one may go now. Sending to it again fails then.
+            ReadEnd::Eof { .. }
+                if shared.closing.load(Ordering::Acquire) || shared.peer_closed.load(Ordering::Acquire) =>
+            {
+                return Ok(());
+            }
             ReadEnd::Eof { .. } => return Err(shared.lost("the connection closed (the rank exited or was killed)")),
         }
         let h = Header::decode(&hb)

@@ -583,3 +583,20 @@ fn connect_peers_times_out_naming_the_missing_rank() {
         assert!(e.contains("rank 2"), "{e}");
     }
 }
+
+#[test]
+fn a_peer_that_closed_in_order_and_left_is_no_failure() {
+    let (mut a, mut b) = two_sides(4096, cfg(1024, 2, Duration::from_secs(20)), 6);
+    a.t.put(RemoteSpan { region: 0, offset: 0 }, a.src.addr(), 4096).unwrap();
+    a.t.flush(deadline()).unwrap();
+    // Rank 1 ends first: it announces its end, waits (briefly) for rank 0's, and goes away.
+    b.t.start_close();
+    let e = b.t.close(Instant::now() + Duration::from_millis(200)).unwrap_err().to_string();
+    assert!(e.contains("rank 0 to close"), "{e}");
+    drop(b);
+    std::thread::sleep(Duration::from_millis(100));
+    // Rank 0 saw an orderly end, not a lost peer; with nothing to flush, its own end is clean.
+    a.t.poll().unwrap();
+    a.t.start_close();
+    a.t.close(deadline()).unwrap();
+}
