@@ -33,6 +33,8 @@ pub const ENV_TRANSPORT_ADDR: &str = "MSCCLPP_RS_TRANSPORT_ADDR";
 
 /// How long one incoming connection may take over its handshake before it is dropped.
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(2);
+/// The pause before a dropped handshake is tried again.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// How [`connect_peers`] connects.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -150,7 +152,17 @@ pub fn connect_peers(boot: &dyn Bootstrap, peers: &[PeerAddr], opts: &ConnectOpt
         let step = format!("port channels: connecting to rank {} over TCP", p.rank);
         let r = peer_addr(&addrs, p, advertise).and_then(|addr| {
             let intro = Introduction { from: me as u32, to: p.rank as u32, instance };
-            connect_one(addr, &key, intro, deadline, timeout)
+            // The peer drops a handshake that takes it more than HANDSHAKE_WAIT (a loaded
+            // machine, a stray ahead in its queue): try again until the deadline, unless the
+            // peer answered and its answer was wrong.
+            loop {
+                match connect_one(addr, &key, intro, deadline, timeout) {
+                    Err(e) if !matches!(e, Error::Protocol(_)) && Instant::now() + RETRY_PAUSE < deadline => {
+                        std::thread::sleep(RETRY_PAUSE);
+                    }
+                    r => break r,
+                }
+            }
         });
         match r {
             Ok(x) => outgoing.push(x),
