@@ -7,7 +7,7 @@
 # the same PTX, which the report shows when the GPU machine has no ptxas.
 #
 #   scripts/gpu-build.sh            then on a machine with two GPUs:  bash .gpu/run.sh report
-#   bash .gpu/run.sh [unit] [mp] [abort] [example] [report] [bench] [coll]  (default: mp abort
+#   bash .gpu/run.sh [unit] [mp] [abort] [example] [report] [bench] [coll] [tcp]  (default: mp abort
 #                                                      example report; filters by binary name prefix too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +40,11 @@ cargo build --release -p example-allreduce
 cp target/release/example-allreduce .gpu/bin/example_allreduce
 cargo build --release -p mscclpp-collectives --bin coll-bench
 cp target/release/coll-bench .gpu/bin/coll_bench
+# Port channels over any transport, and the TCP transport against raw TCP.
+cargo build --release -p mscclpp-rs --example port_channel
+cp target/release/examples/port_channel .gpu/bin/example_port_channel
+cargo build --release -p mscclpp-host --example tcp_bench
+cp target/release/examples/tcp_bench .gpu/bin/tcp_bench
 strip --strip-debug .gpu/bin/* 2>/dev/null || true
 # Everything the report runs must be in the bundle.
 for n in report unit_bulk unit_sync unit_memchan mp_patterns mp_collectives bench_bulk bench_sync bench_memchan coll_bench; do

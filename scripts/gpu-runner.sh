@@ -9,13 +9,18 @@
 #   bash .gpu/run.sh                  the report, plus mp_patterns under mpirun and with 4 ranks,
 #                                     the dead-peer test and the allreduce example (groups: mp
 #                                     abort example report)
-#   bash .gpu/run.sh unit mp          only those groups (unit, mp, abort, example, report, bench, coll:
+#   bash .gpu/run.sh unit mp          only those groups (unit, mp, abort, example, report, bench, coll, tcp:
 #                                     unit, bench and coll run those executables on their own)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
 # Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150; the report gets
 # MSCCLPP_RS_REPORT_TIMEOUT, default 3000, and MSCCLPP_RS_STEP_TIMEOUT per step inside it),
 # MSCCLPP_RS_MP_MODES (default "mpirun2 launcher2 launcher4"), MSCCLPP_RS_PHASES (comma list of
 # mp_patterns phases), MSCCLPP_RS_BENCH_ARGS (extra criterion arguments for the report's benches).
+# The tcp group runs with MSCCLPP_RS_TRANSPORT=tcp (port channels over the TCP transport between
+# the processes of this machine): mp_patterns' port-channel phases (MSCCLPP_RS_TCP_PHASES, default
+# port_all_to_all) and the port-channel example in MSCCLPP_RS_TCP_MODES (default "mpirun2 mpirun4
+# launcher2 launcher4": 2 ranks on two GPUs, 4 ranks sharing them), then tcp_bench (GPU memory,
+# then host memory).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/mscclpp-rs-out}
@@ -83,6 +88,26 @@ for e in "$here"/bin/example_*; do
     run "$n-launcher2" "$e" --ranks 2
   fi
 done
+# The TCP transport forced between the processes of this machine.
+mpi_env=(-x MSCCLPP_RS_REQUIRE_GPU -x MSCCLPP_RS_VERBOSE -x MSCCLPP_RS_TRANSPORT -x MSCCLPP_RS_PHASES
+         -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST)
+tcp_run() { # name, mode, binary: the binary as a multi-rank run in that mode, TCP forced
+  local name=$1 mode=$2 bin=$3
+  case $mode in
+    mpirun*) run "$name-tcp-$mode" env MSCCLPP_RS_TRANSPORT=tcp mpirun --allow-run-as-root -np "${mode#mpirun}" "${mpi_env[@]}" "$bin" ;;
+    launcher*) run "$name-tcp-$mode" env MSCCLPP_RS_TRANSPORT=tcp "$bin" --ranks "${mode#launcher}" ;;
+  esac
+}
+if selected tcp tcp; then
+  for mode in ${MSCCLPP_RS_TCP_MODES:-mpirun2 mpirun4 launcher2 launcher4}; do
+    [ -e "$here/bin/mp_patterns" ] && MSCCLPP_RS_PHASES=${MSCCLPP_RS_TCP_PHASES:-port_all_to_all} tcp_run mp_patterns "$mode" "$here/bin/mp_patterns"
+    [ -e "$here/bin/example_port_channel" ] && tcp_run example_port_channel "$mode" "$here/bin/example_port_channel"
+  done
+  if [ -e "$here/bin/tcp_bench" ]; then
+    MSCCLPP_RS_RUN_TIMEOUT=${MSCCLPP_RS_RUN_TIMEOUT:-300} run tcp_bench "$here/bin/tcp_bench"
+    MSCCLPP_RS_RUN_TIMEOUT=${MSCCLPP_RS_RUN_TIMEOUT:-300} run tcp_bench-host "$here/bin/tcp_bench" --host-memory --max-mib 1024
+  fi
+fi
 for b in "$here"/bin/bench_*; do
   [ -e "$b" ] || continue; n=$(basename "$b"); selected bench "$n" && run "$n" "$b" --bench
 done
@@ -101,6 +126,8 @@ echo
 for b in "$out"/coll_bench-*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -v 'RESULT' "$b"; }; done
 for b in "$out"/bench_*.log; do [ -e "$b" ] && sed -n '/^== /,/^$/p' "$b"; done
 [ -e "$out/report.log" ] && { echo "== report"; sed -n '/^Correctness/,$p' "$out/report.log"; }
+for b in "$out"/tcp_bench*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -E 'tcp_bench:|== tcp|variant|put/|rtt' "$b"; }; done
+for b in "$out"/*-tcp-*.log; do [ -e "$b" ] && grep -E 'port channels toward|port_all_to_all|: ok:' "$b" | head -4; done
 [ -s "$out/skips.log" ] && { echo "skipped:"; cat "$out/skips.log"; }
 echo "== summary =="
 printf '%s\n' "${rows[@]}"

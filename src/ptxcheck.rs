@@ -619,6 +619,16 @@ fn body_until_closing_brace<'a>(lines: &mut impl Iterator<Item = &'a str>) -> St
     body
 }
 
+/// Asserts that the only calls left in `kernel`'s instructions are the waits' cold paths: expiry
+/// (`poll::expired`: print and trap) and abort (`abort::aborted`: print and exit).
+pub fn assert_only_cold_wait_calls(kernel: &str, ins: &[String]) {
+    let calls: Vec<_> = ins.iter().filter(|l| l.starts_with("call")).collect();
+    assert!(
+        calls.iter().all(|l| l.contains("poll7expired") || l.contains("abort7aborted")),
+        "{kernel}: stray call in {calls:?}"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -704,14 +714,4 @@ $L__BB0_1:
         let c = check("check_b", &[], &["UBLKCP"]);
         assert_eq!(check_sass(&c, &f).len(), 1);
     }
-}
-
-/// Asserts that the only calls left in `kernel`'s instructions are the waits' cold paths: expiry
-/// (`poll::expired`: print and trap) and abort (`abort::aborted`: print and exit).
-pub fn assert_only_cold_wait_calls(kernel: &str, ins: &[String]) {
-    let calls: Vec<_> = ins.iter().filter(|l| l.starts_with("call")).collect();
-    assert!(
-        calls.iter().all(|l| l.contains("poll7expired") || l.contains("abort7aborted")),
-        "{kernel}: stray call in {calls:?}"
-    );
 }

@@ -117,6 +117,19 @@ pub enum Error {
         /// The size in bytes of each argument given.
         given: Vec<usize>,
     },
+    /// Something that needs the peer's memory mapped into this process (memory channels, packets,
+    /// switch channels, [`crate::comm::Communicator::exchange`]) was asked for toward a rank on
+    /// another machine. Displays as `memory channels toward rank 2: rank 2 runs on another
+    /// machine (node-b, this rank on node-a): ...`.
+    #[error("{what} toward rank {peer}: {reason}")]
+    OffMachine {
+        /// The rank on another machine.
+        peer: usize,
+        /// What was asked for.
+        what: String,
+        /// Why it cannot be had, naming both machines.
+        reason: String,
+    },
     /// The built-in process launcher ([`crate::bootstrap::launcher`]) or one of the ranks it
     /// started failed. (Kernel launches fail with [`Error::Driver`], [`Error::InvalidArgument`]
     /// or [`Error::KernelArguments`].)

@@ -146,6 +146,15 @@ impl Token {
         self.mac(parts).finalize().into_bytes().into()
     }
 
+    /// A key for another purpose (named by `label`), derived from the token by HMAC: the same in
+    /// every process of the session, and no way back to the token.
+    pub fn derive_key(&self, label: &str) -> Token {
+        let full = self.prove(&[b"mscclpp-rs derived key v1", label.as_bytes()]);
+        let mut k = [0u8; 16];
+        k.copy_from_slice(&full[..16]);
+        Token(k)
+    }
+
     /// Whether `proof` is [`Token::prove`] of `parts`, compared in constant time.
     pub fn verify(&self, parts: &[&[u8]], proof: &[u8]) -> bool {
         self.mac(parts).verify_slice(proof).is_ok()
@@ -532,6 +541,9 @@ mod tests {
         assert!(Token::from_hex(&"zz".repeat(16)).is_err());
         assert!(Token::from_hex(&"é".repeat(16)).is_err());
         assert_eq!(Token::derive("job 1"), Token::derive("job 1"));
+        assert_eq!(t.derive_key("a"), t.derive_key("a"));
+        assert_ne!(t.derive_key("a"), t.derive_key("b"));
+        assert_ne!(t.derive_key("a"), t);
         assert_ne!(Token::derive("job 1"), Token::derive("job 2"));
         // Pinned: ranks built from different commits must still derive the same token and port.
         assert_eq!(Token::derive("PMIX_NAMESPACE=job").to_hex(), "dee87ffb2f131e44f1ece6788c3cd772");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::frame::{self, Frame, Kind, Token};
 use super::inbox::{Inbox, Waited, reader_loop};
 use super::rendezvous::{leaf_rendezvous, root_rendezvous};
-use super::{Bootstrap, BootstrapConfig, EnvSnapshot, RankInfo, after, is_timeout, lock};
+use super::{Bootstrap, BootstrapConfig, BootstrapHints, EnvSnapshot, RankInfo, after, is_timeout, lock};
 use crate::error::{Error, Result};
 
 /// The smallest frame limit that still carries the rendezvous.
@@ -322,6 +322,17 @@ impl Bootstrap for TcpBootstrap {
         let frame = self.wait(&step, peer, Kind::Message, message_seq(tag, count), after(self.timeout))?;
         *lock(&self.counters).received.entry((peer, tag)).or_insert(0) += 1;
         Ok(frame.payload)
+    }
+
+    /// A key derived from the session token, this bootstrap's timeout, and the local address of
+    /// its connections.
+    fn hints(&self) -> BootstrapHints {
+        let local_ip = self.links.iter().flatten().find_map(|l| lock(l).local_addr().ok()).map(|a| a.ip());
+        BootstrapHints {
+            key: Some(self.token.derive_key("port-channel transport")),
+            timeout: Some(self.timeout),
+            local_ip,
+        }
     }
 }
 
