@@ -740,7 +740,7 @@ mod tests {
             }
             assert!(n >= 5, "{file}: {n} tests found");
         }
-        let mp = std::fs::read_to_string(root.join("tests/mp_patterns.rs")).unwrap();
+        let mp = std::fs::read_to_string(root.join("tests/mp_patterns/main.rs")).unwrap();
         for l in mp.lines().filter(|l| l.trim_start().starts_with("Phase { name: \"")) {
             let name = l.split('"').nth(1).unwrap();
             seen.push(family_of(name).unwrap_or_else(|| panic!("phase {name} has no family")));

@@ -388,6 +388,7 @@ impl Transport for TcpTransport {
         let id = self.flushes;
         self.send(Cmd::Flush(id))?;
         let shared = &self.shared;
+        let started = Instant::now();
         let landed = wait_until(deadline, || {
             shared.check()?;
             Ok(shared.acked.load(Ordering::Acquire) >= id)
@@ -396,7 +397,8 @@ impl Transport for TcpTransport {
             Ok(())
         } else {
             Err(Error::Timeout {
-                after: self.timeout,
+                // What this flush waited (its deadline's), not the transport's default timeout.
+                after: started.elapsed(),
                 waiting_for: format!("rank {} to confirm that the data sent to it over TCP has landed", self.peer),
             })
         }
