@@ -4,7 +4,7 @@
 # prints the device-tool call. The GPU machine has no Rust toolchain: nothing is built there.
 #
 #   scripts/gpu-build.sh            then: device run  carry=[".gpu"]  command="bash .gpu/run.sh"
-#   bash .gpu/run.sh [unit] [mp] [abort] [example] [report] [bench] [coll]  (default: all; filters by binary name prefix too)
+#   bash .gpu/run.sh [unit] [mp] [abort] [example] [report] [bench] [coll] [ep]  (default: all; filters by binary name prefix too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .gpu
@@ -24,8 +24,8 @@ for line in sys.stdin:
 
 cargo build --release --bin mscclpp-rs
 cp target/release/mscclpp-rs .gpu/bin/report
-cargo test --release --no-run -p mscclpp-rs -p mscclpp-collectives
-collect test --release --no-run -p mscclpp-rs -p mscclpp-collectives | while read -r name kind path; do
+cargo test --release --no-run -p mscclpp-rs -p mscclpp-collectives -p mscclpp-ep
+collect test --release --no-run -p mscclpp-rs -p mscclpp-collectives -p mscclpp-ep | while read -r name kind path; do
   case "$name" in unit_*|mp_*|peer_abort) cp "$path" ".gpu/bin/$name" ;; esac
 done
 cargo bench --no-run
@@ -36,6 +36,8 @@ cargo build --release -p example-allreduce
 cp target/release/example-allreduce .gpu/bin/example_allreduce
 cargo build --release -p mscclpp-collectives --bin coll-bench
 cp target/release/coll-bench .gpu/bin/coll_bench
+cargo build --release -p mscclpp-ep --bin ep_bench
+cp target/release/ep_bench .gpu/bin/ep_bench
 strip --strip-debug .gpu/bin/* 2>/dev/null || true
 cp scripts/gpu-runner.sh .gpu/run.sh
 git rev-parse --short HEAD > .gpu/commit 2>/dev/null || echo unknown > .gpu/commit

@@ -4,10 +4,11 @@
 # built-in launcher, the report and the benches; prints a short table last. Logs go to $OUT (the
 # GPU machine's output folder) when set.
 #   bash .gpu/run.sh                  everything
-#   bash .gpu/run.sh unit mp          only those groups (unit, mp, abort, example, report, bench, coll)
+#   bash .gpu/run.sh unit mp          only those groups (unit, mp, abort, example, report, bench, coll, ep)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
 # Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150), MSCCLPP_RS_MP_MODES
-# (default "mpirun2 launcher2 launcher4"), MSCCLPP_RS_PHASES (comma list of mp_patterns phases).
+# (default "mpirun2 launcher2 launcher4"), MSCCLPP_RS_PHASES (comma list of mp_patterns phases),
+# MSCCLPP_RS_EP_SHAPES / MSCCLPP_RS_EP_REPS (ep_bench: prefill,decode; timed batches).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/mscclpp-rs-out}
@@ -19,7 +20,7 @@ export MSCCLPP_RS_SKIP_LOG="$out/skips.log"
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset MSCCLPP_RS_ALLOW_MULTICAST
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(unit mp abort example report bench coll)
+[ ${#want[@]} -eq 0 ] && want=(unit mp abort example report bench coll ep)
 selected() { # $1 group, $2 name
   for w in "${want[@]}"; do [ "$w" = "$1" ] && return 0; case "$2" in "$w"*) return 0 ;; esac; done
   return 1
@@ -84,10 +85,16 @@ if [ -e "$here/bin/coll_bench" ] && selected coll coll_bench; then
     -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/coll_bench"
   [ -n "${MSCCLPP_RS_COLL_LAUNCHER:-}" ] && run coll_bench-launcher2 "$here/bin/coll_bench" --ranks 2
 fi
+# Expert-parallel dispatch and combine against NCCL (grouped send/receive of the same rows).
+if [ -e "$here/bin/ep_bench" ] && selected ep ep_bench; then
+  run ep_bench-mpirun2 mpirun --allow-run-as-root -np 2 -x MSCCLPP_RS_REQUIRE_GPU -x MSCCLPP_RS_BENCH_OUT \
+    -x MSCCLPP_RS_NCCL -x MSCCLPP_RS_EP_SHAPES -x MSCCLPP_RS_EP_REPS \
+    -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/ep_bench"
+fi
 # The report last: it renders the collectives' results that coll_bench just wrote.
 selected report report && run report "$here/bin/report"
 echo
-for b in "$out"/coll_bench-*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -v 'RESULT' "$b"; }; done
+for b in "$out"/coll_bench-*.log "$out"/ep_bench-*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -v 'RESULT' "$b"; }; done
 for b in "$out"/bench_*.log; do [ -e "$b" ] && sed -n '/^== /,/^$/p' "$b"; done
 [ -s "$out/skips.log" ] && { echo "skipped:"; cat "$out/skips.log"; }
 echo "== summary =="
