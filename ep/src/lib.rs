@@ -131,8 +131,9 @@ impl Config {
         Ok(())
     }
 
-    /// The kernel handle's sizes for `ranks` ranks and `blocks` blocks (addresses left 0).
-    fn handle(&self, rank: usize, ranks: usize, blocks: u32) -> EpHandle {
+    /// The kernel handle of `rank` among `ranks` ranks with `blocks` blocks, its sizes filled
+    /// and its addresses 0 ([`ExpertParallel::new`] fills them; the emulation test too).
+    pub fn kernel_handle(&self, rank: usize, ranks: usize, blocks: u32) -> EpHandle {
         EpHandle {
             peers: 0,
             shared: 0,
@@ -154,7 +155,7 @@ impl Config {
     /// about `2 * ranks * max_tokens * hidden * 4` (receive rows and combine landing, sized for
     /// f32) plus the ids, weights and flags.
     pub fn shared_bytes(&self, ranks: usize, blocks: u32) -> u64 {
-        self.handle(0, ranks, blocks).shared_regions().total
+        self.kernel_handle(0, ranks, blocks).shared_regions().total
     }
 }
 
@@ -414,7 +415,7 @@ impl ExpertParallel {
             )));
         }
         let blocks = all.iter().map(|v| v[4]).min().unwrap_or(1) as u32;
-        let mut handle = config.handle(me, n, blocks);
+        let mut handle = config.kernel_handle(me, n, blocks);
         let total = handle.shared_regions().total;
         let shared = DeviceBuffer::exportable_filled(&gpu, total as usize, 0)?;
         let peers = comm.exchange(&shared)?;
@@ -774,7 +775,7 @@ mod tests {
     fn regions_do_not_overlap_and_stay_aligned() {
         for n in 1..=MAX_RANKS as u32 {
             for blocks in [1, 7, 132] {
-                let h = Config::new(33, 24, 8 * n as usize, 5).handle(0, n as usize, blocks);
+                let h = Config::new(33, 24, 8 * n as usize, 5).kernel_handle(0, n as usize, blocks);
                 let r = h.shared_regions();
                 assert_eq!(h.dispatch_flag(n - 1, blocks - 1) + 8, r.combine_flags);
                 assert_eq!(h.combine_flag(n - 1, blocks - 1) + 8, r.counts);
