@@ -91,10 +91,15 @@ pub struct Config {
     pub threads: Option<u32>,
     /// How long any wait inside a kernel may last before the kernel traps with a message.
     pub budget: SpinBudget,
+    /// Launch with programmatic stream serialization, so that each kernel's launch overlaps the
+    /// end of the kernel before it (every kernel waits for its predecessor before touching
+    /// memory). Default on; `MSCCLPP_RS_EP_PDL=0` in the environment turns it off.
+    pub overlap: bool,
 }
 
 impl Config {
-    /// The sizes, with the default blocks, threads and a 20-second wait budget.
+    /// The sizes, with the default blocks, threads, a 20-second wait budget and overlapped
+    /// launches (unless `MSCCLPP_RS_EP_PDL=0`).
     pub fn new(max_tokens: usize, hidden: usize, experts: usize, max_topk: usize) -> Self {
         Self {
             max_tokens,
@@ -104,6 +109,7 @@ impl Config {
             blocks: None,
             threads: None,
             budget: SpinBudget::from_millis(20_000),
+            overlap: std::env::var("MSCCLPP_RS_EP_PDL").as_deref() != Ok("0"),
         }
     }
 
@@ -507,6 +513,22 @@ impl ExpertParallel {
         self.gpu.synchronize()
     }
 
+    /// Launches `f` on `stream`, overlapped with the kernel before it when configured.
+    ///
+    /// # Safety
+    /// As for [`mscclpp_host::launch::launch_on`]; the kernel waits for its predecessor before
+    /// its first memory access (all of this crate's kernels do).
+    unsafe fn launch(&self, stream: &CudaStream, f: &CudaFunction, cfg: LaunchConfig, args: &mut Args) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe {
+            if self.config.overlap {
+                mscclpp_host::launch::launch_overlapped_on(&self.gpu, stream, f, cfg, args)
+            } else {
+                mscclpp_host::launch::launch_on(&self.gpu, stream, f, cfg, args)
+            }
+        }
+    }
+
     fn enqueue_layout(&mut self, topk_idx: &DeviceBuffer, tokens: usize, k: usize, stream: &CudaStream) -> Result<()> {
         let h = &self.handle;
         let lr = h.layout_regions();
@@ -525,7 +547,7 @@ impl ExpertParallel {
         // SAFETY: the kernel takes (ptr, u32, u32, u32, u32, ptr, ptr, ptr, ptr) as passed;
         // `topk_idx` holds tokens * k ids (checked by the caller); the layout buffer holds the
         // regions for max_tokens >= tokens; shared memory for the per-thread and expert counts.
-        unsafe { mscclpp_host::launch::launch_on(&self.gpu, stream, &self.f_layout, cfg, &mut args)? };
+        unsafe { self.launch(stream, &self.f_layout, cfg, &mut args)? };
         self.layout_tokens = tokens;
         Ok(())
     }
@@ -606,7 +628,7 @@ impl ExpertParallel {
         // 32 threads; every rank enqueues the same sequence of operations (the caller's
         // contract), and a rank whose arguments differ traps with a message rather than writing
         // outside the buffers (counts are checked against max_tokens on the GPU).
-        unsafe { mscclpp_host::launch::launch_on(&self.gpu, stream, &self.f_dispatch, cfg, &mut args)? };
+        unsafe { self.launch(stream, &self.f_dispatch, cfg, &mut args)? };
         self.generation += 1;
         self.pending = Some(self.generation);
         let r = h.shared_regions();
@@ -665,7 +687,7 @@ impl ExpertParallel {
         // `out` holds the tokens' rows (checked); the kernel reads at most `y.len()` bytes of `y`
         // (it checks the received rows against it); the layout and info it reads are this
         // dispatch's (no dispatch or layout since: `pending`); grid as for dispatch.
-        unsafe { mscclpp_host::launch::launch_on(&self.gpu, stream, f, cfg, &mut args)? };
+        unsafe { self.launch(stream, f, cfg, &mut args)? };
         self.pending = None;
         Ok(())
     }

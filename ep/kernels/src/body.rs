@@ -6,8 +6,8 @@ use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 
 use crate::hw::{
-    ctaid, fail, ld_v4, load_acquire, nctaid, ntid, red_add_cta, shared_base, spin_until, st_v4, store_release,
-    sync_threads, tid,
+    ctaid, fail, follow_previous_grid, ld_v4, load_acquire, nctaid, ntid, red_add_cta, shared_base, spin_until, st_v4,
+    store_release, sync_threads, tid,
 };
 use crate::shared::*;
 
@@ -49,6 +49,7 @@ pub unsafe fn layout(
     in_rank: GlobalPtr<u8>,
     send_index: GlobalPtr<i32>,
 ) {
+    follow_previous_grid();
     let tid = tid();
     let p = ntid();
     // [rank][thread] counts (then their inclusive prefix over threads), then [expert] counts.
@@ -243,6 +244,7 @@ pub unsafe fn dispatch(
     signature: u32,
     budget: SpinBudget,
 ) {
+    follow_previous_grid();
     let (n, me) = (h.n_ranks, h.rank);
     let (b, nb, tid, nt) = (ctaid(), nctaid(), tid(), ntid());
     let sr = h.shared_regions();
@@ -509,6 +511,7 @@ pub unsafe fn combine<L: Lanes>(
     row_bytes: u32,
     budget: SpinBudget,
 ) {
+    follow_previous_grid();
     let (n, me) = (h.n_ranks, h.rank);
     let (b, nb, tid, nt) = (ctaid(), nctaid(), tid(), ntid());
     let lr = h.layout_regions();

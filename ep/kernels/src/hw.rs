@@ -27,6 +27,15 @@ pub fn ctaid() -> u32 {
 pub fn nctaid() -> u32 {
     sreg::nctaid_x()
 }
+/// Waits until the kernel before this one on the stream has finished and its writes are
+/// visible (`griddepcontrol.wait`; at once when launched without programmatic stream
+/// serialization), then lets the next kernel be scheduled (`griddepcontrol.launch_dependents`).
+/// Every thread calls it before its first memory access.
+#[inline(always)]
+pub fn follow_previous_grid() {
+    misc::griddepcontrol_wait();
+    misc::griddepcontrol_launch_dependents();
+}
 /// A barrier over the block (`barrier.sync 0`, correct after divergent waits too).
 #[inline(always)]
 pub fn sync_threads() {
