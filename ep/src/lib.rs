@@ -330,7 +330,8 @@ pub struct ExpertParallel {
     gpu: Arc<Gpu>,
     config: Config,
     handle: EpHandle,
-    threads: u32,
+    /// Threads per block of dispatch and of combine.
+    threads: (u32, u32),
     layout_threads: u32,
     f_layout: CudaFunction,
     f_dispatch: CudaFunction,
@@ -401,8 +402,9 @@ impl ExpertParallel {
         let f_dispatch = gpu.function(PTX, "ep_dispatch")?;
         let f_combine_bf16 = gpu.function(PTX, "ep_combine_bf16")?;
         let f_combine_f32 = gpu.function(PTX, "ep_combine_f32")?;
-        let limit = max_threads(&f_dispatch)?.min(max_threads(&f_combine_bf16)?).min(max_threads(&f_combine_f32)?);
-        let threads = config.threads.unwrap_or(1024).min(limit).max(32) / 32 * 32;
+        let pick = |limit: u32| config.threads.unwrap_or(1024).min(limit).max(32) / 32 * 32;
+        let threads =
+            (pick(max_threads(&f_dispatch)?), pick(max_threads(&f_combine_bf16)?.min(max_threads(&f_combine_f32)?)));
         let layout_threads = LAYOUT_THREADS.min(max_threads(&f_layout)?).max(32) / 32 * 32;
         // Every rank must agree on the sizes: take the smallest block count, check the rest.
         let mine = [
@@ -473,9 +475,9 @@ impl ExpertParallel {
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
     }
-    /// Blocks and threads per block of dispatch and combine.
-    pub fn grid(&self) -> (u32, u32) {
-        (self.handle.blocks, self.threads)
+    /// Blocks of dispatch and combine, threads per block of dispatch, of combine.
+    pub fn grid(&self) -> (u32, u32, u32) {
+        (self.handle.blocks, self.threads.0, self.threads.1)
     }
     /// This rank and the number of ranks.
     pub fn rank(&self) -> (usize, usize) {
@@ -621,7 +623,7 @@ impl ExpertParallel {
             .arg(row_bytes as u32)
             .arg(shared::signature(input.k as u32, code))
             .arg(self.config.budget);
-        let cfg = LaunchConfig::new(h.blocks, self.threads).shared(EXCHANGE_SHARED_BYTES);
+        let cfg = LaunchConfig::new(h.blocks, self.threads.0).shared(EXCHANGE_SHARED_BYTES);
         // SAFETY: the kernel takes (EpHandle, ptr, ptr, ptr, u32, u32, u32, u32, SpinBudget) as
         // passed; the inputs hold the batch (checked above); the handle's buffers live as long as
         // `self`; the grid is `h.blocks` blocks (at most one per SM, so all resident) of at least
@@ -682,7 +684,7 @@ impl ExpertParallel {
             .arg(d.tokens as u32)
             .arg(row_bytes as u32)
             .arg(self.config.budget);
-        let cfg = LaunchConfig::new(h.blocks, self.threads).shared(EXCHANGE_SHARED_BYTES);
+        let cfg = LaunchConfig::new(h.blocks, self.threads.1).shared(EXCHANGE_SHARED_BYTES);
         // SAFETY: the kernel takes (EpHandle, ptr, u64, ptr, u32, u32, SpinBudget) as passed;
         // `out` holds the tokens' rows (checked); the kernel reads at most `y.len()` bytes of `y`
         // (it checks the received rows against it); the layout and info it reads are this

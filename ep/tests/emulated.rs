@@ -510,6 +510,28 @@ fn one_rank_and_one_block() {
 }
 
 #[test]
+fn few_tokens_are_cut_into_pieces() {
+    // 8 warps, rows of 16 (f32) or 8 (bf16) vectors, 0 to 3 tokens per rank: each row is cut into
+    // up to 8 pieces, each copied and summed by another warp.
+    let cfg = Config::new(4, 64, 8, 4);
+    let random = Routing::Random { none: 0.1 };
+    let op = |dtype, k, tokens| Op { dtype, k, routing: random, tokens, combine: true };
+    let ops = [
+        op(DataType::F32, 4, [1, 2, 3, 0]),
+        op(DataType::Bf16, 3, [3, 1, 0, 2]),
+        op(DataType::F32, 1, [2, 2, 2, 2]),
+        op(DataType::Bf16, 4, [4, 4, 1, 3]),
+    ];
+    run_world(&cfg, 2, (4, 64), &ops, 14);
+    assert_eq!(body::pieces(8, 1, 16), 8);
+    assert_eq!(body::pieces(8, 3, 16), 2);
+    assert_eq!(body::pieces(8, 3, 1), 1);
+    assert_eq!(body::pieces(3696, 4096, 896), 1);
+    assert_eq!(body::pieces(3696, 128, 896), 28);
+    assert_eq!(body::pieces(8, 0, 16), 1);
+}
+
+#[test]
 fn layout_kernel_matches_the_reference() {
     let mut rng = StdRng::seed_from_u64(7);
     let failed = Arc::new(AtomicBool::new(false));

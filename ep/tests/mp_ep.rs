@@ -292,7 +292,7 @@ fn run(comm: &Communicator) -> Result<()> {
     // thread of the layout kernel) and top-8.
     let cfg = Config::new(1100, 1000, 64, 8);
     let mut ep = ExpertParallel::new(comm, cfg)?;
-    let (blocks, threads) = ep.grid();
+    let (blocks, dt, ct) = ep.grid();
     total += layouts(&mut ep, seed)?;
     let mut cases: Vec<(String, Case)> = vec![];
     for k in 1..=8 {
@@ -342,7 +342,7 @@ fn run(comm: &Communicator) -> Result<()> {
         },
     ));
     for (what, c) in &cases {
-        run_case(&mut ep, c, &format!("{what} [{blocks}x{threads}]"))?;
+        run_case(&mut ep, c, &format!("{what} [{blocks} blocks x {dt}/{ct} threads]"))?;
         total += 1;
     }
     total += back_to_back(&mut ep, &cases[3].1)?;
@@ -353,9 +353,9 @@ fn run(comm: &Communicator) -> Result<()> {
     // configurations overlap each kernel's launch with the end of the one before).
     let small = Config { blocks: Some(3), threads: Some(64), overlap: false, ..cfg };
     let mut ep = ExpertParallel::new(comm, small)?;
-    let (blocks, threads) = ep.grid();
+    let (blocks, dt, ct) = ep.grid();
     for (what, c) in [&cases[7], &cases[9], &cases[10], &cases[12]].map(|x| (x.0.clone(), x.1)) {
-        run_case(&mut ep, &c, &format!("{what} [{blocks}x{threads}]"))?;
+        run_case(&mut ep, &c, &format!("{what} [{blocks} blocks x {dt}/{ct} threads]"))?;
         total += 1;
     }
     drop(ep);
@@ -363,7 +363,7 @@ fn run(comm: &Communicator) -> Result<()> {
     // DeepSeek-V3's hidden size and expert count, a decoding batch.
     let big = Config::new(128, 7168, 256, 8);
     let mut ep = ExpertParallel::new(comm, big)?;
-    let (blocks, threads) = ep.grid();
+    let (blocks, dt, ct) = ep.grid();
     for (what, c) in [
         (
             "deepseek bf16 k=8",
@@ -380,7 +380,7 @@ fn run(comm: &Communicator) -> Result<()> {
             Case { dtype: DataType::F32, k: 4, routing: random, tokens: [50, 128, 0, 128], seed: seed + 41 },
         ),
     ] {
-        run_case(&mut ep, &c, &format!("{what} [{blocks}x{threads}]"))?;
+        run_case(&mut ep, &c, &format!("{what} [{blocks} blocks x {dt}/{ct} threads]"))?;
         total += 1;
     }
     println!("mp_ep: rank {me}: {total} cases ok (layouts, dispatch + combine, back-to-back), refusals ok");

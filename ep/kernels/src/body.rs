@@ -215,6 +215,23 @@ unsafe fn wait_count(p: u64, tag: u32, budget: SpinBudget) -> u32 {
     v as u32
 }
 
+/// Into how many pieces each token's row of `vecs` 16-byte vectors is cut so that `warps` warps
+/// all have work when there are few tokens (a decoding batch): 1 when the tokens outnumber the
+/// warps, at most one piece per vector.
+pub const fn pieces(warps: u32, tokens: u32, vecs: u32) -> u32 {
+    if tokens == 0 || vecs == 0 {
+        return 1;
+    }
+    let p = warps / tokens;
+    if p < 1 {
+        1
+    } else if p > vecs {
+        vecs
+    } else {
+        p
+    }
+}
+
 /// Address of 16-byte vector `v` of the row at `row`.
 #[inline(always)]
 fn vec_at(row: u64, v: u32) -> *mut u32 {
@@ -354,15 +371,21 @@ pub unsafe fn dispatch(
     }
     sync_threads();
 
-    // 3. Whole tokens, one warp each, one destination rank after the other (a second read of
-    // the row comes from L2). Few live registers, so blocks of 1024 threads fit.
+    // 3. Rows (or pieces of rows, when tokens are few), one warp each, one destination rank
+    // after the other (a second read of the row comes from L2). Few live registers, so blocks
+    // of up to 896 threads fit.
     let lane = tid % WARP;
     let wpb = nt / WARP;
     let (gw, nw) = (b * wpb + tid / WARP, nb * wpb);
     let vecs = row_bytes / 16;
+    let per = pieces(nw, tokens, vecs);
     let send_index = (h.layout + lr.send_index) as *const i32;
-    let mut t = gw;
-    while t < tokens {
+    let mut u = gw;
+    // tokens * per <= max(tokens, nw): no overflow.
+    while u < tokens * per {
+        let (t, piece) = (u / per, u % per);
+        let (v0, v1) =
+            ((vecs as u64 * piece as u64 / per as u64) as u32, (vecs as u64 * (piece as u64 + 1) / per as u64) as u32);
         let src = x.addr() + t as u64 * row_bytes as u64;
         let at = t as usize * k as usize;
         for d in 0..n {
@@ -377,10 +400,10 @@ pub unsafe fn dispatch(
             let row = (unsafe { tb.base.add(d as usize).read() } + si as u32) as u64;
             let base = tb.peer(d);
             let dst = base + sr.recv_x + row * row_bytes as u64;
-            let mut v = lane;
-            while v + 3 * WARP < vecs {
-                // SAFETY: vectors v .. v + 3 * WARP of the token's row (loop condition); the
-                // destination row is below n * max_tokens (counts checked above).
+            let mut v = v0 + lane;
+            while v + 3 * WARP < v1 {
+                // SAFETY: vectors v .. v + 3 * WARP of the token's row (loop condition, v1 <=
+                // vecs); the destination row is below n * max_tokens (counts checked above).
                 unsafe {
                     let a = ld_v4(vec_at(src, v));
                     let b1 = ld_v4(vec_at(src, v + WARP));
@@ -393,13 +416,13 @@ pub unsafe fn dispatch(
                 }
                 v += 4 * WARP;
             }
-            while v < vecs {
+            while v < v1 {
                 // SAFETY: as above, one vector.
                 unsafe { st_v4(vec_at(dst, v), ld_v4(vec_at(src, v))) };
                 v += WARP;
             }
-            // The k ids, the k weights and the source index.
-            let mut j = lane;
+            // The k ids, the k weights and the source index, by the warp of the first piece.
+            let mut j = if piece == 0 { lane } else { 2 * k + 1 };
             while j < 2 * k + 1 {
                 // SAFETY: entries of token t; destinations inside the regions (row below
                 // n * max_tokens, slot below k <= max_topk).
@@ -418,7 +441,7 @@ pub unsafe fn dispatch(
                 j += WARP;
             }
         }
-        t += nw;
+        u += nw;
     }
     sync_threads();
 
@@ -602,14 +625,19 @@ pub unsafe fn combine<L: Lanes>(
     }
     sync_threads();
 
-    // 3. Sum every token's rows in rank order (f32), round once.
+    // 3. Sum every token's rows in rank order (f32), round once: rows (or pieces of rows, when
+    // tokens are few) one warp each.
     let lane = tid % WARP;
     let wpb = nt / WARP;
     let (gw, nw) = (b * wpb + tid / WARP, nb * wpb);
     let vecs = row_bytes / 16;
+    let per = pieces(nw, tokens, vecs);
     let send_index = (h.layout + lr.send_index) as *const i32;
-    let mut t = gw;
-    while t < tokens {
+    let mut u = gw;
+    while u < tokens * per {
+        let (t, piece) = (u / per, u % per);
+        let (v0, v1) =
+            ((vecs as u64 * piece as u64 / per as u64) as u32, (vecs as u64 * (piece as u64 + 1) / per as u64) as u32);
         let mut mask = 0u32;
         let mut src = [0u64; MAX_RANKS];
         for (r, sr) in src.iter_mut().enumerate() {
@@ -628,9 +656,9 @@ pub unsafe fn combine<L: Lanes>(
         }
         let dst = out.addr() + t as u64 * row_bytes as u64;
         // Two vectors per lane at a time: both loads of a rank are in flight together.
-        let mut v = lane;
-        while v < vecs {
-            let two = v + WARP < vecs;
+        let mut v = v0 + lane;
+        while v < v1 {
+            let two = v + WARP < v1;
             let (mut acc0, mut acc1) = ([0f32; 8], [0f32; 8]);
             for (r, &s) in src.iter().enumerate() {
                 if (mask >> r) & 1 == 1 {
@@ -657,7 +685,7 @@ pub unsafe fn combine<L: Lanes>(
             }
             v += 2 * WARP;
         }
-        t += nw;
+        u += nw;
     }
     sync_threads();
     if tid == 0 {

@@ -221,6 +221,10 @@ fn measure(comm: &Communicator, shape: &Shape, reps: usize, nc: Option<&NcclComm
     let row = HIDDEN * dtype.bytes();
     let t = shape.tokens;
     let mut ep = ExpertParallel::new(comm, Config::new(t, HIDDEN, EXPERTS, TOPK))?;
+    if me == 0 {
+        let (blocks, dt, ct) = ep.grid();
+        println!("{}: {blocks} blocks, {dt} threads (dispatch), {ct} threads (combine)", shape.name);
+    }
     let routing = Routing::Random { none: 0.0 };
     let seed = 0x5eed;
     let inputs: Vec<_> =
