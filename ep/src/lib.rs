@@ -55,7 +55,7 @@ pub mod reference;
 pub mod shared;
 
 pub use mscclpp_collectives::DataType;
-use shared::{EpHandle, LAYOUT_THREADS, MAX_EXPERTS, MAX_RANKS, MAX_TOPK};
+use shared::{EXCHANGE_SHARED_BYTES, EpHandle, LAYOUT_THREADS, MAX_EXPERTS, MAX_RANKS, MAX_TOPK};
 
 /// The PTX of the kernels (built from `kernels/` by this crate's build script).
 pub const PTX: &str = include_str!(env!("MSCCLPP_EP_PTX"));
@@ -63,10 +63,6 @@ pub const PTX: &str = include_str!(env!("MSCCLPP_EP_PTX"));
 // SAFETY: `EpHandle` is `repr(C)` of u64 and u32 fields with no padding (72 bytes, asserted in
 // `shared`), the same file compiled for both targets.
 unsafe impl mscclpp_device::abi::DeviceAbi for EpHandle {}
-
-/// Dynamic shared memory of the dispatch and combine kernels (the kernel crate's
-/// `EXCHANGE_SHARED_BYTES`).
-const EXCHANGE_SHARED_BYTES: u32 = 512;
 
 /// Largest `max_tokens` (row indices stay below 2^31 with [`MAX_RANKS`] ranks).
 pub const MAX_TOKENS: usize = 1 << 24;

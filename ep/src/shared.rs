@@ -31,6 +31,9 @@ pub const MAX_EXPERTS: usize = 4096;
 /// Threads of the (single-block) layout kernel, unless the kernel allows fewer.
 pub const LAYOUT_THREADS: u32 = 512;
 
+/// Dynamic shared memory of the dispatch and combine kernels (their per-block tables).
+pub const EXCHANGE_SHARED_BYTES: u32 = 512;
+
 /// Element type code of bf16 in the dispatch signature.
 pub const DTYPE_BF16: u32 = 1;
 /// Element type code of f32 in the dispatch signature.

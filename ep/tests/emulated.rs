@@ -386,7 +386,7 @@ fn run_rank(
         let mut s = Seen { layout: Some(run_layout(r, &idx, inp.tokens, op.k, failed)), ..Seen::default() };
         let sig = signature(sig_k.unwrap_or(op.k) as u32, code(op.dtype));
         let (xa, ia, wa) = (x.addr(), idx.addr(), w.addr());
-        hw::launch(blocks, threads, 512, failed, || {
+        hw::launch(blocks, threads, shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
             // SAFETY: the inputs hold the batch; the world's buffers the handle's regions.
             unsafe {
                 body::dispatch(
@@ -413,7 +413,7 @@ fn run_rank(
             let y = Mem::from_bytes(&e.ys[me]);
             let out = Mem::from_bytes(&vec![0xa5; inp.tokens * row + 64]);
             let (ya, oa, y_bytes) = (y.addr(), out.addr(), e.ys[me].len() as u64);
-            hw::launch(blocks, threads, 512, failed, || {
+            hw::launch(blocks, threads, shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
                 let (y, out) = (GlobalPtr::from_addr(ya), GlobalPtr::from_addr(oa));
                 let t = inp.tokens as u32;
                 // SAFETY: `y` holds the received rows' outputs, `out` the tokens' rows.

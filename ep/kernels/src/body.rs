@@ -154,8 +154,6 @@ pub unsafe fn layout(
     }
 }
 
-/// Bytes of dynamic shared memory of the dispatch and combine kernels: [`Tables`].
-pub const EXCHANGE_SHARED_BYTES: u32 = 512;
 const TABLE_BASE: usize = MAX_RANKS * 8;
 const TABLE_CNT: usize = TABLE_BASE + (MAX_RANKS + 4) * 4;
 const _: () = assert!(TABLE_CNT + MAX_RANKS * (MAX_RANKS + 1) * 4 <= EXCHANGE_SHARED_BYTES as usize);
