@@ -107,7 +107,7 @@ mod hw {
                 for t in 0..block {
                     let (barrier, failed, first_panic) = (barrier.clone(), failed.clone(), &first_panic);
                     std::thread::Builder::new()
-                        .stack_size(1 << 20)
+                        .stack_size(256 << 10)
                         .spawn_scoped(scope, move || {
                             let ctx = Ctx {
                                 tid: t,
@@ -379,7 +379,9 @@ fn run_rank(
     let h = r.h;
     let sr = h.shared_regions();
     let mut seen = vec![];
-    for (op, e) in ops.iter().zip(exp) {
+    for (i, (op, e)) in ops.iter().zip(exp).enumerate() {
+        // Ranks reach their kernels at different times (as GPUs with different loads would).
+        std::thread::sleep(std::time::Duration::from_millis(((me * 7 + i * 3) % 5) as u64));
         let inp = &e.inputs[me];
         let (x, idx, w) = (Mem::from_bytes(&inp.x), Mem::from_pod(&inp.topk_idx), Mem::from_pod(&inp.topk_weights));
         let row = h.hidden as usize * op.dtype.bytes();
@@ -410,6 +412,7 @@ fn run_rank(
         s.w = r.shared.read(sr.recv_w, rows * op.k);
         s.src = r.shared.read(sr.recv_src, rows);
         if op.combine {
+            std::thread::sleep(std::time::Duration::from_millis(((me * 5 + i) % 4) as u64));
             let y = Mem::from_bytes(&e.ys[me]);
             let out = Mem::from_bytes(&vec![0xa5; inp.tokens * row + 64]);
             let (ya, oa, y_bytes) = (y.addr(), out.addr(), e.ys[me].len() as u64);
