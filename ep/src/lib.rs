@@ -35,7 +35,13 @@
 //! typically the sum over this rank's experts of the token of weight x expert output: the
 //! weights came with the dispatch) and returns, for every token of this rank, the sum over the
 //! ranks it went to, added in rank order in f32 from 0 and rounded once to the element type:
-//! the same bits on every run. A token that went nowhere gets zeros.
+//! the same bits on every run. A token that went nowhere gets zeros. The weights are applied
+//! where the experts run, so one row per (token, rank) crosses NVLink each way, as in DeepEP's
+//! normal mode; weighting at the source would need one row per (token, expert), up to `k / ranks`
+//! times the traffic.
+//!
+//! Memory: every rank allocates about `2 * ranks * max_tokens * hidden * 4` bytes (receive rows
+//! and combine landing, sized for f32 rows; [`Config::shared_bytes`]).
 //!
 //! Every call is collective (every rank, same order, same `k` and element type; the token count
 //! may differ between ranks, 0 included) and stream-ordered: nothing waits on the host. A
