@@ -7,7 +7,7 @@
 # the same PTX, which the report shows when the GPU machine has no ptxas.
 #
 #   scripts/gpu-build.sh            then on a machine with two GPUs:  bash .gpu/run.sh report
-#   bash .gpu/run.sh [unit] [mp] [abort] [example] [report] [bench] [coll] [tcp]  (default: mp abort
+#   bash .gpu/run.sh [unit] [mp] [abort] [example] [report] [bench] [coll] [tcp] [ep]  (default: mp abort
 #                                                      example report; filters by binary name prefix too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,8 +28,8 @@ for line in sys.stdin:
 
 cargo build --release --bin mscclpp-rs
 cp target/release/mscclpp-rs .gpu/bin/report
-cargo test --release --no-run -p mscclpp-rs -p mscclpp-collectives
-collect test --release --no-run -p mscclpp-rs -p mscclpp-collectives | while read -r name kind path; do
+cargo test --release --no-run -p mscclpp-rs -p mscclpp-collectives -p mscclpp-ep
+collect test --release --no-run -p mscclpp-rs -p mscclpp-collectives -p mscclpp-ep | while read -r name kind path; do
   case "$name" in unit_*|mp_*|peer_abort) cp "$path" ".gpu/bin/$name" ;; esac
 done
 cargo bench --no-run
@@ -45,6 +45,8 @@ cargo build --release -p mscclpp-rs --example port_channel
 cp target/release/examples/port_channel .gpu/bin/example_port_channel
 cargo build --release -p mscclpp-host --example tcp_bench
 cp target/release/examples/tcp_bench .gpu/bin/tcp_bench
+cargo build --release -p mscclpp-ep --bin ep_bench
+cp target/release/ep_bench .gpu/bin/ep_bench
 strip --strip-debug .gpu/bin/* 2>/dev/null || true
 # Everything the report runs must be in the bundle.
 for n in report unit_bulk unit_sync unit_memchan mp_patterns mp_collectives bench_bulk bench_sync bench_memchan coll_bench; do

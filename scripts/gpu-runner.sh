@@ -9,7 +9,7 @@
 #   bash .gpu/run.sh                  the report, plus mp_patterns under mpirun and with 4 ranks,
 #                                     the dead-peer test and the allreduce example (groups: mp
 #                                     abort example report)
-#   bash .gpu/run.sh unit mp          only those groups (unit, mp, abort, example, report, bench, coll, tcp:
+#   bash .gpu/run.sh unit mp          only those groups (unit, mp, abort, example, report, bench, coll, tcp, ep:
 #                                     unit, bench and coll run those executables on their own)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
 # Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150; the report gets
@@ -21,6 +21,7 @@
 # port_all_to_all) and the port-channel example in MSCCLPP_RS_TCP_MODES (default "mpirun2 mpirun4
 # launcher2 launcher4": 2 ranks on two GPUs, 4 ranks sharing them), then tcp_bench (GPU memory,
 # then host memory).
+# MSCCLPP_RS_EP_SHAPES / MSCCLPP_RS_EP_REPS (ep_bench: prefill,decode; timed batches).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/mscclpp-rs-out}
@@ -119,11 +120,17 @@ if [ -e "$here/bin/coll_bench" ] && selected coll coll_bench; then
     -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/coll_bench"
   [ -n "${MSCCLPP_RS_COLL_LAUNCHER:-}" ] && run coll_bench-launcher2 "$here/bin/coll_bench" --ranks 2
 fi
+# Expert-parallel dispatch and combine against NCCL (grouped send/receive of the same rows).
+if [ -e "$here/bin/ep_bench" ] && selected ep ep_bench; then
+  run ep_bench-mpirun2 mpirun --allow-run-as-root -np 2 -x MSCCLPP_RS_REQUIRE_GPU -x MSCCLPP_RS_BENCH_OUT \
+    -x MSCCLPP_RS_NCCL -x MSCCLPP_RS_EP_SHAPES -x MSCCLPP_RS_EP_REPS \
+    -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/ep_bench"
+fi
 # The report: it runs the test and bench executables beside it (its own progress and summary are
 # in report.log; the children's logs in report/logs/). Its bench rows go to report/bench.jsonl.
 selected report report && run report env -u MSCCLPP_RS_BENCH_OUT MSCCLPP_RS_REPORT_DIR="$out/report" "$here/bin/report"
 echo
-for b in "$out"/coll_bench-*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -v 'RESULT' "$b"; }; done
+for b in "$out"/coll_bench-*.log "$out"/ep_bench-*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -v 'RESULT' "$b"; }; done
 for b in "$out"/bench_*.log; do [ -e "$b" ] && sed -n '/^== /,/^$/p' "$b"; done
 [ -e "$out/report.log" ] && { echo "== report"; sed -n '/^Correctness/,$p' "$out/report.log"; }
 for b in "$out"/tcp_bench*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -E 'tcp_bench:|== tcp|variant|put/|rtt' "$b"; }; done
