@@ -8,6 +8,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mscclpp_host::launch::launch_on;
 use mscclpp_host::proxy::{MemoryRegion, ProxyBuilder};
 use mscclpp_host::semaphore::SemaphoreStorage;
 use mscclpp_host::transport::tcp::cuda::{CudaLanding, CudaSource};
@@ -150,7 +151,9 @@ fn port_channel_over_the_tcp_transport() {
     // Side 0 never waits on this channel; its own semaphore is the one side 1's transport signals.
     let chan = channel::port_channel(&proxy, sem_id, dst_id, src_id, &a.sem);
     let out = DeviceBuffer::filled(g1, count * chunk, POISON).unwrap();
-    let wait_args = Args::new()
+    let wait_stream = g1.new_stream().unwrap();
+    g1.synchronize().unwrap(); // `out`'s fill is on the default stream; the waiter runs on its own
+    let mut wait_args = Args::new()
         .arg(b.sem.host_to_device())
         .arg(count as u32)
         .arg(b.dst.addr())
@@ -159,11 +162,15 @@ fn port_channel_over_the_tcp_transport() {
     // SAFETY: the kernels take these parameters in order with matching types; every buffer
     // outlives the synchronizes below.
     unsafe {
-        g1.launch(PTX, "port_wait_copy", LaunchConfig::new(1, 256), wait_args).unwrap();
+        // The waiter on a stream of its own: with one GPU (g0 == g1) the putter must not queue
+        // behind it on the same stream.
+        let wait_fn = g1.function(PTX, "port_wait_copy").unwrap();
+        launch_on(g1, &wait_stream, &wait_fn, LaunchConfig::new(1, 256), &mut wait_args).unwrap();
         let put_args = Args::new().arg(chan).arg(chunk as u64).arg(count as u32);
         g0.launch(PTX, "port_put_signal", LaunchConfig::new(1, 32), put_args).unwrap();
     }
     g0.synchronize_timeout(Duration::from_secs(60)).unwrap();
+    wait_stream.synchronize().unwrap();
     g1.synchronize_timeout(Duration::from_secs(60)).unwrap();
     proxy.check().unwrap();
     assert_same("what side 1 read after each signal", &out.to_vec::<u8>().unwrap(), &a.src.to_vec::<u8>().unwrap());
