@@ -364,21 +364,6 @@ impl std::fmt::Debug for ExpertParallel {
     }
 }
 
-/// The most threads per block a kernel can be launched with (its registers decide).
-fn max_threads(f: &CudaFunction) -> Result<u32> {
-    let mut v = 0i32;
-    // SAFETY: `v` is an out-parameter; the function handle is live (held by the module cache).
-    let r = unsafe {
-        cudarc::driver::sys::cuFuncGetAttribute(
-            &mut v,
-            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-            f.cu_function(),
-        )
-    };
-    r.result().map_err(|e| Error::Driver { context: "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)".into(), source: e })?;
-    Ok(v.max(32) as u32)
-}
-
 impl ExpertParallel {
     /// Builds the buffers and loads the kernels. Every rank calls it at the same point with the
     /// same sizes; all ranks must be on this machine.
@@ -405,9 +390,15 @@ impl ExpertParallel {
         let f_combine_bf16 = gpu.function(PTX, "ep_combine_bf16")?;
         let f_combine_f32 = gpu.function(PTX, "ep_combine_f32")?;
         let pick = |limit: u32| config.threads.unwrap_or(1024).min(limit).max(32) / 32 * 32;
-        let threads =
-            (pick(max_threads(&f_dispatch)?), pick(max_threads(&f_combine_bf16)?.min(max_threads(&f_combine_f32)?)));
-        let layout_threads = LAYOUT_THREADS.min(max_threads(&f_layout)?).max(32) / 32 * 32;
+        let threads = (
+            pick(mscclpp_host::launch::max_threads_per_block(&f_dispatch)?),
+            pick(
+                mscclpp_host::launch::max_threads_per_block(&f_combine_bf16)?
+                    .min(mscclpp_host::launch::max_threads_per_block(&f_combine_f32)?),
+            ),
+        );
+        let layout_threads =
+            LAYOUT_THREADS.min(mscclpp_host::launch::max_threads_per_block(&f_layout)?).max(32) / 32 * 32;
         // Every rank must agree on the sizes: take the smallest block count, check the rest.
         let mine = [
             config.max_tokens as u64,

@@ -138,6 +138,22 @@ fn prepare(gpu: &Gpu, func: &CudaFunction, cfg: LaunchConfig, args: &Args) -> Re
     Ok(())
 }
 
+/// The most threads per block `f` can be launched with (its register use decides), at least 32.
+pub fn max_threads_per_block(f: &CudaFunction) -> Result<u32> {
+    let mut v = 0i32;
+    // SAFETY: `v` is an out-parameter; the function handle is live (its module is held by the
+    // caller's `CudaFunction`).
+    let r = unsafe {
+        cudarc::driver::sys::cuFuncGetAttribute(
+            &mut v,
+            FnAttr::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+            f.cu_function(),
+        )
+    };
+    r.result().map_err(|e| Error::Driver { context: "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)".into(), source: e })?;
+    Ok(v.max(32) as u32)
+}
+
 /// Launches `func` on `stream`, raising the function's dynamic shared-memory limit when the
 /// configuration asks for more than 48 KiB (up to the device's opt-in maximum).
 ///
