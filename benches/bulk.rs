@@ -68,18 +68,6 @@ fn time_kernel(
     })
 }
 
-/// The destination after a timed copy of `bytes`: the copied range equals `want`, and the bytes
-/// after it (up to 64 KiB) are still poison.
-fn check_copy(what: &str, dst: &DeviceBuffer, want: &[u8], bytes: usize) {
-    let mut got = vec![0u8; bytes];
-    dst.read(0, &mut got).unwrap();
-    testing::assert_same(&format!("{what}: copied bytes"), &got, &want[..bytes]);
-    let tail = (dst.len() - bytes).min(64 << 10);
-    let mut after = vec![0u8; tail];
-    dst.read(bytes, &mut after).unwrap();
-    testing::assert_same(&format!("{what}: bytes after the copy"), &after, &vec![POISON; tail]);
-}
-
 /// One copy path (`local` or `peer`) at every size of the sweep: the driver's copy (`baseline`,
 /// named `base_name`), then the bulk pipeline into the re-poisoned destination, checked.
 /// Returns the id of the pipeline's 1 GiB variant.
@@ -120,7 +108,7 @@ fn sweep(
                 t
             })
         });
-        check_copy(&format!("{path} bulk copy of {}", size_id(bytes as u64)), dst, data, bytes);
+        testing::assert_copied(&format!("{path} bulk copy of {}", size_id(bytes as u64)), dst, data, bytes);
         last = id;
     }
     grp.finish();
@@ -139,7 +127,7 @@ fn sweep(
                 t
             })
         });
-        check_copy(&id, dst, data, MAX);
+        testing::assert_copied(&id, dst, data, MAX);
     }
     grp.finish();
     last

@@ -35,18 +35,6 @@ fn launch(g: &Arc<Gpu>, name: &str, cfg: LaunchConfig, args: Args) {
     unsafe { g.launch(PTX, name, cfg, args) }.unwrap_or_else(|e| panic!("{name}: {e}"));
 }
 
-/// The destination after a timed put of `bytes`: the copied range equals `want`, and the bytes
-/// after it (up to 64 KiB) are still poison.
-fn check_put(what: &str, dst: &DeviceBuffer, want: &[u8], bytes: usize) {
-    let mut got = vec![0u8; bytes];
-    dst.read(0, &mut got).unwrap();
-    testing::assert_same(&format!("{what}: copied bytes"), &got, &want[..bytes]);
-    let tail = (dst.len() - bytes).min(64 << 10);
-    let mut after = vec![0u8; tail];
-    dst.read(bytes, &mut after).unwrap();
-    testing::assert_same(&format!("{what}: bytes after the copy"), &after, &vec![POISON; tail]);
-}
-
 fn put_bandwidth(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     let data = testing::random_bytes(MAX);
     let src = DeviceBuffer::from_slice(g0, &data).unwrap();
@@ -90,7 +78,7 @@ fn put_bandwidth(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
                 t
             })
         });
-        check_put(&format!("memory-channel put of {}", size_id(bytes as u64)), &dst, &data, bytes);
+        testing::assert_copied(&format!("memory-channel put of {}", size_id(bytes as u64)), &dst, &data, bytes);
     }
     grp.finish();
     // 1 GiB in the two other shapes of 1024 threads per SM (the kernel's 48 registers leave room
@@ -110,7 +98,7 @@ fn put_bandwidth(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
                 t
             })
         });
-        check_put(&id, &dst, &data, MAX);
+        testing::assert_copied(&id, &dst, &data, MAX);
     }
     grp.finish();
 }
