@@ -5,16 +5,37 @@
 //! * port channel put_with_signal ping-pong, 0 B (signal only) to 1 MiB, with the receiver's
 //!   counter in GPU memory (stream write) and in host memory (written by the proxy thread);
 //! * the driver's cost of the stream operations a proxy issues (the floor under the port channel).
+//!
+//! The semaphore kernels end by overwriting an error word that starts as poison (so a kernel that
+//! never reached its end is caught), and after the timed runs every semaphore mode runs 10,000
+//! rounds that carry data: each side writes the round number into the peer's word before it
+//! signals and checks its own word after it waits.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use criterion::Criterion;
+use criterion::{BenchmarkId, Criterion, PlottingBackend};
 use mscclpp_host::proxy::{HostCounter, MemoryRegion, ProxyBuilder};
 use mscclpp_host::semaphore::{MemorySemaphorePair, SemaphoreStorage};
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig, PinnedBuffer, channel};
-use mscclpp_rs::{PTX, bench, testing};
+use mscclpp_rs::{
+    PTX,
+    bench::{self, Target, Variant, size_id},
+    report::family,
+    testing::{self, POISON},
+};
+
+/// A semaphore round trip at most 1.05 times the raw flag round trip of the same run.
+const SEMAPHORE_TARGET: Target = Target::Ratio(1.0 / 1.05);
+/// A FIFO round trip at most 1.10 times the raw GPU -> CPU -> GPU round trip of the same run.
+const FIFO_TARGET: Target = Target::Ratio(1.0 / 1.10);
+/// An 8-byte port-channel put_with_signal ping-pong under 10 us per round trip.
+const PORT_TARGET: Target = Target::Value(10.0);
+/// Rounds of the data-carrying semaphore check.
+const CHECK_ROUNDS: u32 = 10_000;
+/// An error word no kernel has written yet.
+const UNWRITTEN: u32 = u32::from_ne_bytes([POISON; 4]);
 
 fn launch(g: &Arc<Gpu>, name: &str, cfg: LaunchConfig, args: Args) {
     // SAFETY: every call passes the kernel's parameters in order with matching types.
@@ -31,55 +52,83 @@ fn pingpong(g0: &Arc<Gpu>, g1: &Arc<Gpu>, kernel: &str, rounds: u32, args: impl 
     t
 }
 
+/// Both sides' error words: 0, written by kernels that ran to their end and saw no wrong data.
+fn check_errors(what: &str, errors: &[DeviceBuffer; 2]) {
+    for (side, e) in errors.iter().enumerate() {
+        let got = e.to_vec::<u32>().unwrap()[0];
+        assert_ne!(got, UNWRITTEN, "{what}: side {side}'s kernel never wrote its error count");
+        assert_eq!(got, 0, "{what}: side {side} saw {got} rounds with a wrong data word");
+    }
+}
+
 fn semaphore_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
+    g0.enable_peer_access(g1).unwrap();
+    g1.enable_peer_access(g0).unwrap();
     let pair = MemorySemaphorePair::new(g0, g1).unwrap();
     let handles = [pair.handle_a(), pair.handle_b()];
-    let errors = [DeviceBuffer::filled(g0, 4, 0).unwrap(), DeviceBuffer::filled(g1, 4, 0).unwrap()];
+    let errors = [DeviceBuffer::filled(g0, 4, POISON).unwrap(), DeviceBuffer::filled(g1, 4, POISON).unwrap()];
+    // Each side's data word: its peer writes the round number there before every signal.
+    let data = [DeviceBuffer::filled(g0, 8, POISON).unwrap(), DeviceBuffer::filled(g1, 8, POISON).unwrap()];
     let flags = [DeviceBuffer::filled(g0, 8, 0).unwrap(), DeviceBuffer::filled(g1, 8, 0).unwrap()];
     let first = |side: u32| u32::from(side == 0);
+    // `sem_pingpong`'s arguments; `with_data`: real data words, else none (the pure signal /
+    // wait round trip, as the raw-flag baseline).
+    let sem_args = |side: u32, rounds: u32, mode: u32, with_data: bool| {
+        let s = side as usize;
+        let (mine, peer) = if with_data { (data[s].addr(), data[1 - s].addr()) } else { (0, 0) };
+        Args::new().arg(handles[s]).arg(rounds).arg(first(side)).arg(mode).arg(mine).arg(peer).arg(errors[s].addr())
+    };
     let mut grp = c.benchmark_group("pingpong");
-    grp.bench_function("pingpong/raw_flag", |b| {
+    let raw = Variant::latency(family::SYNC, 0);
+    grp.bench_function("raw_flag", |b| {
         b.iter_custom(|iters| {
             let t = pingpong(g0, g1, "raw_flag_pingpong", iters as u32, |side, r| {
                 let (me, peer) = (&flags[side as usize], &flags[1 - side as usize]);
                 Args::new().arg(me.addr()).arg(peer.addr()).arg(r).arg(first(side))
             });
-            bench::record("pingpong/raw_flag", 0, iters, t, None);
+            bench::record("pingpong/raw_flag", &raw, iters, t);
             t
         })
     });
-    for (name, relaxed) in [("pingpong/semaphore", 0u32), ("pingpong/semaphore_relaxed_fenced", 1)] {
+    let v = Variant::latency(family::SYNC, 0).vs("pingpong/raw_flag").target(SEMAPHORE_TARGET);
+    for (name, mode) in [("semaphore", 0u32), ("semaphore_relaxed_fenced", 1)] {
+        let id = format!("pingpong/{name}");
         grp.bench_function(name, |b| {
             b.iter_custom(|iters| {
-                let t = pingpong(g0, g1, "sem_pingpong", iters as u32, |side, r| {
-                    // No data slots: the pure signal/wait round trip, as the raw-flag baseline.
-                    let s = side as usize;
-                    Args::new()
-                        .arg(handles[s])
-                        .arg(r)
-                        .arg(first(side))
-                        .arg(relaxed)
-                        .arg(0u64)
-                        .arg(0u64)
-                        .arg(errors[s].addr())
-                });
-                bench::record(name, 0, iters, t, Some("pingpong/raw_flag"));
+                for e in &errors {
+                    e.fill(POISON).unwrap();
+                }
+                let t = pingpong(g0, g1, "sem_pingpong", iters as u32, |side, r| sem_args(side, r, mode, false));
+                check_errors(&id, &errors);
+                bench::record(&id, &v, iters, t);
                 t
             })
         });
     }
-    grp.bench_function("pingpong/semaphore_cached", |b| {
+    grp.bench_function("semaphore_cached", |b| {
         b.iter_custom(|iters| {
             let t = pingpong(g0, g1, "sem_pingpong_cached", iters as u32, |side, r| {
                 Args::new().arg(handles[side as usize]).arg(r).arg(first(side))
             });
-            bench::record("pingpong/semaphore_cached", 0, iters, t, Some("pingpong/raw_flag"));
+            bench::record("pingpong/semaphore_cached", &v, iters, t);
             t
         })
     });
     grp.finish();
-    assert_eq!(errors[0].to_vec::<u32>().unwrap(), [0]);
-    assert_eq!(errors[1].to_vec::<u32>().unwrap(), [0]);
+    // Every mode (plain, relaxed with fences, cached counters) with data in every round: a wait
+    // that returns before the peer's signal, or a signal that does not publish the data written
+    // before it, leaves a wrong word that the kernel counts.
+    for (name, mode) in [("semaphore", 0u32), ("semaphore_relaxed_fenced", 1), ("semaphore_cached", 2)] {
+        for b in errors.iter().chain(&data) {
+            b.fill(POISON).unwrap();
+        }
+        pingpong(g0, g1, "sem_pingpong", CHECK_ROUNDS, |side, r| sem_args(side, r, mode, true));
+        let what = format!("{name} ping-pong with data, {CHECK_ROUNDS} rounds");
+        check_errors(&what, &errors);
+        for (side, d) in data.iter().enumerate() {
+            assert_eq!(d.to_vec::<u64>().unwrap(), [u64::from(CHECK_ROUNDS)], "{what}: side {side}'s last data word");
+        }
+    }
 }
 
 fn fifo_roundtrip(c: &mut Criterion, g: &Arc<Gpu>) {
@@ -88,7 +137,8 @@ fn fifo_roundtrip(c: &mut Criterion, g: &Arc<Gpu>) {
     let from_host = to_host + 64;
     let mut grp = c.benchmark_group("roundtrip");
     let mut done = 0u64;
-    grp.bench_function("roundtrip/raw_gpu_cpu_gpu", |b| {
+    let raw = Variant::latency(family::PORT, 0);
+    grp.bench_function("raw_gpu_cpu_gpu", |b| {
         b.iter_custom(|iters| {
             let base = done;
             let echo = std::thread::spawn(move || {
@@ -118,12 +168,13 @@ fn fifo_roundtrip(c: &mut Criterion, g: &Arc<Gpu>) {
             });
             echo.join().unwrap();
             done += iters;
-            bench::record("roundtrip/raw_gpu_cpu_gpu", 0, iters, t, None);
+            bench::record("roundtrip/raw_gpu_cpu_gpu", &raw, iters, t);
             t
         })
     });
     let proxy = ProxyBuilder::new(g).start().unwrap();
-    grp.bench_function("roundtrip/fifo_push_proxy_ack", |b| {
+    let v = Variant::latency(family::PORT, 0).vs("roundtrip/raw_gpu_cpu_gpu").target(FIFO_TARGET);
+    grp.bench_function("fifo_push_proxy_ack", |b| {
         b.iter_custom(|iters| {
             let t = bench::time_on_stream(g, g.stream(), 1, || {
                 launch(
@@ -133,7 +184,7 @@ fn fifo_roundtrip(c: &mut Criterion, g: &Arc<Gpu>) {
                     Args::new().arg(proxy.fifo_handle()).arg(iters as u32),
                 );
             });
-            bench::record("roundtrip/fifo_push_proxy_ack", 0, iters, t, Some("roundtrip/raw_gpu_cpu_gpu"));
+            bench::record("roundtrip/fifo_push_proxy_ack", &v, iters, t);
             t
         })
     });
@@ -142,9 +193,10 @@ fn fifo_roundtrip(c: &mut Criterion, g: &Arc<Gpu>) {
     let mut grp = c.benchmark_group("fifo_rate");
     for blocks in [1u32, 8, 32, 132] {
         let id = format!("fifo_rate/{blocks}_blocks");
-        grp.bench_function(&id, |b| {
+        let per = 2000u32;
+        let v = Variant::rate(family::PORT, u64::from(blocks * per));
+        grp.bench_function(format!("{blocks}_blocks"), |b| {
             b.iter_custom(|iters| {
-                let per = 2000u32;
                 let t = bench::time_on_stream(g, g.stream(), iters, || {
                     launch(
                         g,
@@ -153,7 +205,7 @@ fn fifo_roundtrip(c: &mut Criterion, g: &Arc<Gpu>) {
                         Args::new().arg(proxy.fifo_handle()).arg(per),
                     );
                 });
-                bench::record_ops(&id, (blocks * per) as u64, iters, t, None);
+                bench::record(&id, &v, iters, t);
                 t
             })
         });
@@ -206,14 +258,18 @@ fn port_pingpong(c: &mut Criterion, g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
             proxies.push(p);
         }
         for &bytes in sizes {
-            let id = format!("{mode}/{bytes}B");
-            let baseline = host.then(|| format!("port_pingpong/{bytes}B"));
-            grp.bench_function(&id, |b| {
+            let id = format!("{mode}/{}", size_id(bytes));
+            let line = if host { "port/counter in host memory" } else { "port/counter in GPU memory" };
+            let mut v = Variant::latency(family::PORT, bytes).series(line).target((bytes == 8).then_some(PORT_TARGET));
+            if host {
+                v = v.vs(format!("port_pingpong/{}", size_id(bytes)));
+            }
+            grp.bench_function(BenchmarkId::new(mode, size_id(bytes)), |b| {
                 b.iter_custom(|iters| {
                     let t = pingpong(g0, g1, "port_pingpong", iters as u32, |side, r| {
                         Args::new().arg(chans[side as usize]).arg(bytes).arg(r).arg(u32::from(side == 0))
                     });
-                    bench::record(&id, 0, iters, t, baseline.as_deref());
+                    bench::record(&id, &v, iters, t);
                     t
                 })
             });
@@ -243,6 +299,7 @@ fn driver_latency(g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
     let flag = DeviceBuffer::filled(g1, 8, 0).unwrap();
     let mut n = 0u64;
     let (c0, c1) = (g0.context().cu_ctx(), g1.context().cu_ctx());
+    let driver = Variant::latency(family::PORT, 8);
     for case in ["mark", "peer_write_value+mark", "local_copy_8B+mark", "peer_copy_8B+mark", "memcpy_peer_8B+mark"] {
         for i in 0..2200 {
             n += 1;
@@ -273,8 +330,8 @@ fn driver_latency(g0: &Arc<Gpu>, g1: &Arc<Gpu>) {
             }
             let done = t0.elapsed();
             if i >= 200 {
-                bench::record(&format!("driver/{case}/call"), 0, 1, call, None);
-                bench::record(&format!("driver/{case}/done"), 0, 1, done, None);
+                bench::record(&format!("driver/{case}/call"), &driver, 1, call);
+                bench::record(&format!("driver/{case}/done"), &driver, 1, done);
             }
             // Let the stream go idle, as between two requests of a ping-pong.
             std::thread::sleep(Duration::from_micros(20));
@@ -287,6 +344,7 @@ fn main() {
         .warm_up_time(Duration::from_millis(200))
         .measurement_time(Duration::from_millis(1000))
         .sample_size(10)
+        .plotting_backend(PlottingBackend::Plotters)
         .configure_from_args();
     let Some(gpus) = testing::gpus_or_skip("bench sync", 1) else { return };
     fifo_roundtrip(&mut c, &gpus[0]);

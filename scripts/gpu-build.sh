@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Builds everything the GPU machine runs (release test, pattern-test and bench executables with the
-# PTX embedded, and the report binary), copies them and the runner into the git-ignored .gpu/, and
-# prints the device-tool call. The GPU machine has no Rust toolchain: nothing is built there.
+# PTX embedded, coll-bench, the allreduce example and the report), copies them and the runner into
+# the git-ignored .gpu/, and prints the command to run there. The GPU machine needs no Rust
+# toolchain: nothing is built there. The report (.gpu/bin/report) finds the test and bench
+# executables beside it and runs them; .gpu/cpu-report/ holds this machine's PTX/SASS verdict of
+# the same PTX, which the report shows when the GPU machine has no ptxas.
 #
-#   scripts/gpu-build.sh            then: device run  carry=[".gpu"]  command="bash .gpu/run.sh"
-#   bash .gpu/run.sh [unit] [mp] [abort] [example] [report] [bench] [coll]  (default: all; filters by binary name prefix too)
+#   scripts/gpu-build.sh            then on a machine with two GPUs:  bash .gpu/run.sh report
+#   bash .gpu/run.sh [unit] [mp] [abort] [example] [report] [bench] [coll] [tcp] [ep]  (default: mp abort
+#                                                      example report; filters by binary name prefix too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .gpu
@@ -24,8 +28,8 @@ for line in sys.stdin:
 
 cargo build --release --bin mscclpp-rs
 cp target/release/mscclpp-rs .gpu/bin/report
-cargo test --release --no-run -p mscclpp-rs -p mscclpp-collectives
-collect test --release --no-run -p mscclpp-rs -p mscclpp-collectives | while read -r name kind path; do
+cargo test --release --no-run -p mscclpp-rs -p mscclpp-collectives -p mscclpp-ep
+collect test --release --no-run -p mscclpp-rs -p mscclpp-collectives -p mscclpp-ep | while read -r name kind path; do
   case "$name" in unit_*|mp_*|peer_abort) cp "$path" ".gpu/bin/$name" ;; esac
 done
 cargo bench --no-run
@@ -36,11 +40,27 @@ cargo build --release -p example-allreduce
 cp target/release/example-allreduce .gpu/bin/example_allreduce
 cargo build --release -p mscclpp-collectives --bin coll-bench
 cp target/release/coll-bench .gpu/bin/coll_bench
+# Port channels over any transport, and the TCP transport against raw TCP.
+cargo build --release -p mscclpp-rs --example port_channel
+cp target/release/examples/port_channel .gpu/bin/example_port_channel
+cargo build --release -p mscclpp-host --example tcp_bench
+cp target/release/examples/tcp_bench .gpu/bin/tcp_bench
+cargo build --release -p mscclpp-ep --bin ep_bench
+cp target/release/ep_bench .gpu/bin/ep_bench
 strip --strip-debug .gpu/bin/* 2>/dev/null || true
+# Everything the report runs must be in the bundle.
+for n in report unit_bulk unit_sync unit_memchan mp_patterns mp_collectives bench_bulk bench_sync bench_memchan coll_bench; do
+  [ -x ".gpu/bin/$n" ] || { echo "gpu-build: .gpu/bin/$n is missing" >&2; exit 1; }
+done
+# The PTX/SASS verdict of the embedded PTX, made here where ptxas is (the GPU machine may lack it).
+env -u MSCCLPP_RS_BENCH_OUT MSCCLPP_RS_REPORT_DIR=.gpu/cpu-report .gpu/bin/report --cpu > .gpu/cpu-report.log 2>&1 \
+  || { cat .gpu/cpu-report.log; echo "gpu-build: the CPU report failed" >&2; exit 1; }
+rm -f .gpu/cpu-report/*.svg
 cp scripts/gpu-runner.sh .gpu/run.sh
 git rev-parse --short HEAD > .gpu/commit 2>/dev/null || echo unknown > .gpu/commit
 echo
 ls -la .gpu/bin
 du -sh .gpu
 echo
-echo 'device run:  kind="nvidia-h200-x2"  carry=[".gpu"]  command="bash .gpu/run.sh"'
+echo 'on a machine with two GPUs (carry .gpu):  bash .gpu/run.sh report    (the full GPU report, into $OUT/report/)'
+echo '                                           bash .gpu/run.sh           (also mpirun, 4 ranks and the example)'

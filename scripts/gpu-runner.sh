@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (copied to .gpu/run.sh by scripts/gpu-build.sh): the single-GPU and
-# two-GPU unit tests, the multi-rank pattern tests and the examples under mpirun and under the
-# built-in launcher, the report and the benches; prints a short table last. Logs go to $OUT (the
-# GPU machine's output folder) when set.
-#   bash .gpu/run.sh                  everything
-#   bash .gpu/run.sh unit mp          only those groups (unit, mp, abort, example, report, bench, coll)
+# Runs on the GPU machine (copied to .gpu/run.sh by scripts/gpu-build.sh); logs go to $OUT (the
+# GPU machine's output folder) when set, else /tmp/mscclpp-rs-out; prints a short table last and
+# exits non-zero when any run failed.
+#   bash .gpu/run.sh report           the GPU report: it runs the unit tests, the pattern and
+#                                     collectives tests (built-in launcher), the benches and
+#                                     coll-bench against NCCL itself, and writes $OUT/report/
+#                                     (report.md, SVG plots, logs/, bench.jsonl) and $OUT/criterion/
+#   bash .gpu/run.sh                  the report, plus mp_patterns under mpirun and with 4 ranks,
+#                                     the dead-peer test and the allreduce example (groups: mp
+#                                     abort example report)
+#   bash .gpu/run.sh unit mp          only those groups (unit, mp, abort, example, report, bench, coll, tcp, ep:
+#                                     unit, bench and coll run those executables on their own)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
-# Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150), MSCCLPP_RS_MP_MODES
-# (default "mpirun2 launcher2 launcher4"), MSCCLPP_RS_PHASES (comma list of mp_patterns phases).
+# Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150; the report gets
+# MSCCLPP_RS_REPORT_TIMEOUT, default 3000, and MSCCLPP_RS_STEP_TIMEOUT per step inside it),
+# MSCCLPP_RS_MP_MODES (default "mpirun2 launcher2 launcher4"), MSCCLPP_RS_PHASES (comma list of
+# mp_patterns phases), MSCCLPP_RS_BENCH_ARGS (extra criterion arguments for the report's benches).
+# The tcp group runs with MSCCLPP_RS_TRANSPORT=tcp (port channels over the TCP transport between
+# the processes of this machine): mp_patterns' port-channel phases (MSCCLPP_RS_TCP_PHASES, default
+# port_all_to_all) and the port-channel example in MSCCLPP_RS_TCP_MODES (default "mpirun2 mpirun4
+# launcher2 launcher4": 2 ranks on two GPUs, 4 ranks sharing them), then tcp_bench (GPU memory,
+# then host memory).
+# MSCCLPP_RS_EP_SHAPES / MSCCLPP_RS_EP_REPS (ep_bench: prefill,decode; timed batches).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/mscclpp-rs-out}
@@ -15,11 +29,11 @@ mkdir -p "$out"
 export MSCCLPP_RS_REQUIRE_GPU=${MSCCLPP_RS_REQUIRE_GPU:-1}  # 0 on a one-GPU machine: two-GPU tests skip
 export MSCCLPP_RS_BENCH_OUT="$out/bench.jsonl"
 export MSCCLPP_RS_SKIP_LOG="$out/skips.log"
-# Multicast stays off (host/src/nvls.rs refuses while these are set); keep the variables set.
+# Multicast stays off (host/src/nvls/guard.rs refuses while these are set); keep the variables set.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset MSCCLPP_RS_ALLOW_MULTICAST
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(unit mp abort example report bench coll)
+[ ${#want[@]} -eq 0 ] && want=(mp abort example report)
 selected() { # $1 group, $2 name
   for w in "${want[@]}"; do [ "$w" = "$1" ] && return 0; case "$2" in "$w"*) return 0 ;; esac; done
   return 1
@@ -31,7 +45,9 @@ failed=0
 run() { # name, command...
   local name=$1; shift
   local t0=$EPOCHREALTIME
-  timeout "${MSCCLPP_RS_RUN_TIMEOUT:-150}" "$@" >"$out/$name.log" 2>&1
+  local limit=${MSCCLPP_RS_RUN_TIMEOUT:-150}
+  [ "$name" = report ] && limit=${MSCCLPP_RS_REPORT_TIMEOUT:-3000}
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   local dt=$(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $t0}")
   local res=$(grep -E '^test result:' "$out/$name.log" | tail -1)
@@ -73,6 +89,26 @@ for e in "$here"/bin/example_*; do
     run "$n-launcher2" "$e" --ranks 2
   fi
 done
+# The TCP transport forced between the processes of this machine.
+mpi_env=(-x MSCCLPP_RS_REQUIRE_GPU -x MSCCLPP_RS_VERBOSE -x MSCCLPP_RS_TRANSPORT -x MSCCLPP_RS_PHASES
+         -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST)
+tcp_run() { # name, mode, binary: the binary as a multi-rank run in that mode, TCP forced
+  local name=$1 mode=$2 bin=$3
+  case $mode in
+    mpirun*) run "$name-tcp-$mode" env MSCCLPP_RS_TRANSPORT=tcp mpirun --allow-run-as-root -np "${mode#mpirun}" "${mpi_env[@]}" "$bin" ;;
+    launcher*) run "$name-tcp-$mode" env MSCCLPP_RS_TRANSPORT=tcp "$bin" --ranks "${mode#launcher}" ;;
+  esac
+}
+if selected tcp tcp; then
+  for mode in ${MSCCLPP_RS_TCP_MODES:-mpirun2 mpirun4 launcher2 launcher4}; do
+    [ -e "$here/bin/mp_patterns" ] && MSCCLPP_RS_PHASES=${MSCCLPP_RS_TCP_PHASES:-port_all_to_all} tcp_run mp_patterns "$mode" "$here/bin/mp_patterns"
+    [ -e "$here/bin/example_port_channel" ] && tcp_run example_port_channel "$mode" "$here/bin/example_port_channel"
+  done
+  if [ -e "$here/bin/tcp_bench" ]; then
+    MSCCLPP_RS_RUN_TIMEOUT=${MSCCLPP_RS_RUN_TIMEOUT:-300} run tcp_bench "$here/bin/tcp_bench"
+    MSCCLPP_RS_RUN_TIMEOUT=${MSCCLPP_RS_RUN_TIMEOUT:-300} run tcp_bench-host "$here/bin/tcp_bench" --host-memory --max-mib 1024
+  fi
+fi
 for b in "$here"/bin/bench_*; do
   [ -e "$b" ] || continue; n=$(basename "$b"); selected bench "$n" && run "$n" "$b" --bench
 done
@@ -84,13 +120,35 @@ if [ -e "$here/bin/coll_bench" ] && selected coll coll_bench; then
     -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/coll_bench"
   [ -n "${MSCCLPP_RS_COLL_LAUNCHER:-}" ] && run coll_bench-launcher2 "$here/bin/coll_bench" --ranks 2
 fi
-# The report last: it renders the collectives' results that coll_bench just wrote.
-selected report report && run report "$here/bin/report"
+# Expert-parallel dispatch and combine against NCCL (grouped send/receive of the same rows).
+if [ -e "$here/bin/ep_bench" ] && selected ep ep_bench; then
+  run ep_bench-mpirun2 mpirun --allow-run-as-root -np 2 -x MSCCLPP_RS_REQUIRE_GPU -x MSCCLPP_RS_BENCH_OUT \
+    -x MSCCLPP_RS_NCCL -x MSCCLPP_RS_EP_SHAPES -x MSCCLPP_RS_EP_REPS \
+    -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/ep_bench"
+fi
+# The report: it runs the test and bench executables beside it (its own progress and summary are
+# in report.log; the children's logs in report/logs/). Its bench rows go to report/bench.jsonl.
+selected report report && run report env -u MSCCLPP_RS_BENCH_OUT MSCCLPP_RS_REPORT_DIR="$out/report" "$here/bin/report"
 echo
-for b in "$out"/coll_bench-*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -v 'RESULT' "$b"; }; done
+for b in "$out"/coll_bench-*.log "$out"/ep_bench-*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -v 'RESULT' "$b"; }; done
 for b in "$out"/bench_*.log; do [ -e "$b" ] && sed -n '/^== /,/^$/p' "$b"; done
+[ -e "$out/report.log" ] && { echo "== report"; sed -n '/^Correctness/,$p' "$out/report.log"; }
+for b in "$out"/tcp_bench*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -E 'tcp_bench:|== tcp|variant|put/|rtt' "$b"; }; done
+for b in "$out"/*-tcp-*.log; do [ -e "$b" ] && grep -E 'port channels toward|port_all_to_all|: ok:' "$b" | head -4; done
 [ -s "$out/skips.log" ] && { echo "skipped:"; cat "$out/skips.log"; }
 echo "== summary =="
 printf '%s\n' "${rows[@]}"
+# A GPU machine's output folder ($OUT) returns a few files only: everything goes into two
+# archives (criterion's HTML report apart, it is the largest), and the report's Markdown stays
+# beside them to read at once.
+if [ -n "${OUT:-}" ]; then
+  tmp=$(mktemp -d)
+  [ -d "$out/criterion" ] && tar -czf "$tmp/criterion.tar.gz" -C "$out" criterion && rm -rf "$out/criterion"
+  tar -czf "$tmp/results.tar.gz" -C "$out" .
+  find "$out" -mindepth 1 -maxdepth 1 ! -name report -exec rm -rf {} +
+  [ -d "$out/report" ] && find "$out/report" -mindepth 1 ! -name report.md -exec rm -rf {} +
+  mv "$tmp"/*.tar.gz "$out/" && rmdir "$tmp"
+  echo "files in \$OUT: $(cd "$out" && find . -type f | sort | tr '\n' ' ')"
+fi
 # Non-zero when anything failed, so a caller cannot mistake a failed run for a pass.
 [ $failed -eq 0 ] || { echo "$failed run(s) failed"; exit 1; }

@@ -1,7 +1,8 @@
 //! GPU timing for benchmarks: CUDA events around the measured work, a collector of per-iteration
-//! times, and the summary table (GB/s and the ratio to a baseline measured in the same run).
+//! times, and the summary: a table on the terminal and one JSON line per variant appended to
+//! `$MSCCLPP_RS_BENCH_OUT` when it is set (the schema is in `docs/BENCHMARKS.md`; the report
+//! reads these lines with [`crate::report::read_bench_rows`]).
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -54,28 +55,134 @@ pub fn time_on_stream(gpu: &Gpu, stream: &Arc<CudaStream>, iters: u64, mut work:
     Duration::from_secs_f64(ms as f64 / 1e3)
 }
 
+/// What a variant's value is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// Each iteration moves the variant's `size` bytes: the value is GB/s (decimal), higher is
+    /// better.
+    Bandwidth,
+    /// The value is microseconds per iteration, lower is better.
+    Latency,
+    /// Each iteration completes this many operations: the value is millions per second, higher
+    /// is better.
+    Rate(u64),
+}
+
+impl Metric {
+    /// The unit written into the `metric` field: `GB/s`, `us` or `Mop/s`.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::Bandwidth => "GB/s",
+            Metric::Latency => "us",
+            Metric::Rate(_) => "Mop/s",
+        }
+    }
+}
+
+/// Whether a higher value of a metric (by its unit) is better: true except for `us`.
+pub fn higher_is_better(unit: &str) -> bool {
+    unit != "us"
+}
+
+/// A goal for one variant.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Target {
+    /// The ratio to the baseline (speed relative to it, > 1 is faster) is at least this.
+    Ratio(f64),
+    /// The value itself is at least this (GB/s, Mop/s) or at most this (us).
+    Value(f64),
+}
+
+/// Whether a row meets its target: `None` without one, or when the ratio it needs is missing.
+pub fn met(unit: &str, value: f64, ratio: Option<f64>, target: Option<f64>, target_value: Option<f64>) -> Option<bool> {
+    let by_ratio = target.map(|t| ratio.is_some_and(|r| r >= t));
+    let by_value = target_value.map(|t| if higher_is_better(unit) { value >= t } else { value <= t });
+    match (by_ratio, by_value) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(true) && b.unwrap_or(true)),
+    }
+}
+
+/// The speed of `value` relative to `baseline` (> 1: faster than the baseline), for a metric
+/// of this unit.
+pub fn ratio(unit: &str, value: f64, baseline: f64) -> f64 {
+    if higher_is_better(unit) { value / baseline } else { baseline / value }
+}
+
+/// What a recorded variant measures, against what, and its goal. Built with
+/// [`Variant::bandwidth`] / [`Variant::latency`] / [`Variant::rate`] and the builder methods.
+#[derive(Clone, Debug)]
+pub struct Variant {
+    /// The primitive family (`bulk copies`, `semaphores`, ...).
+    pub family: &'static str,
+    /// What the value is.
+    pub metric: Metric,
+    /// The message size in bytes (bytes moved per iteration for [`Metric::Bandwidth`]).
+    pub size: u64,
+    /// The variant id this one is compared with (measured in the same run).
+    pub baseline: Option<String>,
+    /// The goal.
+    pub target: Option<Target>,
+    /// The plot line this variant is a point of, `plot/line` (the report draws one plot per
+    /// `plot` and metric, one line per `line`, against `size`).
+    pub series: Option<String>,
+}
+
+impl Variant {
+    /// Each iteration moves `size` bytes.
+    pub fn bandwidth(family: &'static str, size: u64) -> Self {
+        Variant { family, metric: Metric::Bandwidth, size, baseline: None, target: None, series: None }
+    }
+    /// Each iteration is one round trip (or one operation) with a message of `size` bytes.
+    pub fn latency(family: &'static str, size: u64) -> Self {
+        Variant { metric: Metric::Latency, ..Self::bandwidth(family, size) }
+    }
+    /// Each iteration completes `ops` operations.
+    pub fn rate(family: &'static str, ops: u64) -> Self {
+        Variant { metric: Metric::Rate(ops), ..Self::bandwidth(family, 0) }
+    }
+    /// Compared with variant `id`.
+    pub fn vs(mut self, id: impl Into<String>) -> Self {
+        self.baseline = Some(id.into());
+        self
+    }
+    /// With this goal (or none).
+    pub fn target(mut self, t: impl Into<Option<Target>>) -> Self {
+        self.target = t.into();
+        self
+    }
+    /// A point of plot line `series` (`plot/line`).
+    pub fn series(mut self, series: impl Into<String>) -> Self {
+        self.series = Some(series.into());
+        self
+    }
+}
+
 /// One measured variant.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct Entry {
-    bytes: u64,
-    ops: u64,
+    id: String,
+    variant: Variant,
     samples: Vec<f64>,
-    baseline: Option<String>,
 }
 
-fn results() -> &'static Mutex<BTreeMap<String, Entry>> {
-    static R: OnceLock<Mutex<BTreeMap<String, Entry>>> = OnceLock::new();
-    R.get_or_init(|| Mutex::new(BTreeMap::new()))
+fn results() -> &'static Mutex<Vec<Entry>> {
+    static R: OnceLock<Mutex<Vec<Entry>>> = OnceLock::new();
+    R.get_or_init(|| Mutex::new(Vec::new()))
 }
 
-/// Records a sample: `total` GPU time for `iters` iterations of variant `id`, each moving `bytes`
-/// (0 for latency benches). `baseline` names the variant this one is compared with.
-pub fn record(id: &str, bytes: u64, iters: u64, total: Duration, baseline: Option<&str>) {
+/// Records a sample: `total` GPU time for `iters` iterations of variant `id`. Variants are
+/// reported in the order they were first recorded.
+pub fn record(id: &str, variant: &Variant, iters: u64, total: Duration) {
     let mut r = results().lock().unwrap_or_else(|e| e.into_inner());
-    let e = r.entry(id.to_string()).or_default();
-    e.bytes = bytes;
-    e.baseline = baseline.map(str::to_string);
-    e.samples.push(total.as_secs_f64() / iters.max(1) as f64);
+    let per = total.as_secs_f64() / iters.max(1) as f64;
+    match r.iter_mut().find(|e| e.id == id) {
+        Some(e) => {
+            e.variant = variant.clone();
+            e.samples.push(per);
+        }
+        None => r.push(Entry { id: id.to_string(), variant: variant.clone(), samples: vec![per] }),
+    }
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -84,59 +191,169 @@ fn median(v: &[f64]) -> f64 {
     if s.is_empty() { f64::NAN } else { s[s.len() / 2] }
 }
 
-/// Records a sample of a rate bench: `total` GPU time for `iters` iterations of variant `id`,
-/// each completing `ops` operations (the summary prints millions of operations per second).
-pub fn record_ops(id: &str, ops: u64, iters: u64, total: Duration, baseline: Option<&str>) {
-    let mut r = results().lock().unwrap_or_else(|e| e.into_inner());
-    let e = r.entry(id.to_string()).or_default();
-    e.ops = ops;
-    e.baseline = baseline.map(str::to_string);
-    e.samples.push(total.as_secs_f64() / iters.max(1) as f64);
-}
-
 /// Median seconds per iteration of a recorded variant.
 pub fn median_of(id: &str) -> Option<f64> {
-    results().lock().unwrap_or_else(|e| e.into_inner()).get(id).map(|e| median(&e.samples))
+    results().lock().unwrap_or_else(|e| e.into_inner()).iter().find(|e| e.id == id).map(|e| median(&e.samples))
 }
 
-/// Prints the summary table (and appends it as JSON lines to `$MSCCLPP_RS_BENCH_OUT` if set):
-/// per variant the median time, GB/s (decimal) when it moves bytes, and the ratio of its speed
-/// to its baseline's (>1 is faster than the baseline; for latency, baseline time / time).
-pub fn print_summary(title: &str) {
-    let r = results().lock().unwrap_or_else(|e| e.into_inner());
-    println!("\n== {title}: medians of GPU-event times ==");
-    println!("{:<48} {:>12} {:>12} {:>8}  baseline", "variant", "time", "GB/s|Mop/s", "ratio");
-    let mut json = String::new();
-    for (id, e) in r.iter() {
-        let t = median(&e.samples);
-        let rate = if e.bytes > 0 {
-            format!("{:.1}", e.bytes as f64 / t / 1e9)
-        } else if e.ops > 0 {
-            format!("{:.2} Mop/s", e.ops as f64 / t / 1e6)
-        } else {
-            "-".to_string()
-        };
-        let ratio = e.baseline.as_ref().and_then(|b| r.get(b)).map(|b| median(&b.samples) / t);
-        let time = if t < 1e-3 { format!("{:.2} us", t * 1e6) } else { format!("{:.3} ms", t * 1e3) };
-        println!(
-            "{:<48} {:>12} {:>12} {:>8}  {}",
-            id,
-            time,
-            rate,
-            ratio.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into()),
-            e.baseline.as_deref().unwrap_or("")
-        );
-        json.push_str(&format!(
-            "{{\"suite\":\"{title}\",\"variant\":\"{id}\",\"seconds\":{t:e},\"bytes\":{},\"ops\":{},\"ratio\":{},\"baseline\":\"{}\"}}\n",
-            e.bytes,
-            e.ops,
-            ratio.map(|x| format!("{x:.4}")).unwrap_or_else(|| "null".into()),
-            e.baseline.as_deref().unwrap_or("")
-        ));
+/// The value of a variant whose median is `seconds` per iteration, in its metric's unit.
+fn value_of(v: &Variant, seconds: f64) -> f64 {
+    match v.metric {
+        Metric::Bandwidth => v.size as f64 / seconds / 1e9,
+        Metric::Latency => seconds * 1e6,
+        Metric::Rate(ops) => ops as f64 / seconds / 1e6,
     }
-    if let Some(p) = std::env::var_os("MSCCLPP_RS_BENCH_OUT")
-        && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(p)
-    {
-        let _ = f.write_all(json.as_bytes());
+}
+
+/// The JSON lines of every recorded variant (schema: `docs/BENCHMARKS.md`).
+pub fn json_lines(suite: &str) -> String {
+    let r = results().lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = String::new();
+    for e in r.iter() {
+        let v = &e.variant;
+        let seconds = median(&e.samples);
+        let value = value_of(v, seconds);
+        let unit = v.metric.unit();
+        let base = v.baseline.as_ref().and_then(|b| r.iter().find(|x| &x.id == b));
+        let baseline_value = base.map(|b| value_of(&b.variant, median(&b.samples)));
+        let ratio = baseline_value.map(|b| ratio(unit, value, b));
+        let (target, target_value) = match v.target {
+            Some(Target::Ratio(t)) => (Some(t), None),
+            Some(Target::Value(t)) => (None, Some(t)),
+            None => (None, None),
+        };
+        let row = serde_json::json!({
+            "suite": suite,
+            "family": v.family,
+            "name": e.id,
+            "series": v.series,
+            "size_bytes": v.size,
+            "metric": unit,
+            "value": value,
+            "seconds": seconds,
+            "samples": e.samples.len(),
+            "baseline": v.baseline,
+            "baseline_value": baseline_value,
+            "ratio": ratio,
+            "target": target,
+            "target_value": target_value,
+            "met": met(unit, value, ratio, target, target_value),
+        });
+        out.push_str(&row.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+/// Prints the summary table (and appends its JSON lines to `$MSCCLPP_RS_BENCH_OUT` if set):
+/// per variant the median time, its value (GB/s, us or Mop/s), the ratio of its speed to its
+/// baseline's (> 1 is faster than the baseline) and its target.
+pub fn print_summary(suite: &str) {
+    let json = json_lines(suite);
+    println!("\n== {suite}: medians of GPU-event times ==");
+    println!("{:<44} {:>11} {:>14} {:>7} {:>11}  baseline", "variant", "time", "value", "ratio", "target");
+    for line in json.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let t = v["seconds"].as_f64().unwrap_or(f64::NAN);
+        let time = if t < 1e-3 { format!("{:.2} us", t * 1e6) } else { format!("{:.3} ms", t * 1e3) };
+        let unit = v["metric"].as_str().unwrap_or("");
+        let target = match (v["target"].as_f64(), v["target_value"].as_f64()) {
+            (Some(r), _) => format!(">= {r:.2}x"),
+            (None, Some(x)) => format!("{} {x} {unit}", if higher_is_better(unit) { ">=" } else { "<=" }),
+            _ => "-".to_string(),
+        };
+        let verdict = match v["met"].as_bool() {
+            Some(true) => " met",
+            Some(false) => " MISSED",
+            None => "",
+        };
+        println!(
+            "{:<44} {:>11} {:>14} {:>7} {:>11}  {}{verdict}",
+            v["name"].as_str().unwrap_or(""),
+            time,
+            format!("{:.2} {unit}", v["value"].as_f64().unwrap_or(f64::NAN)),
+            v["ratio"].as_f64().map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into()),
+            target,
+            v["baseline"].as_str().unwrap_or("")
+        );
+    }
+    if let Some(p) = std::env::var_os("MSCCLPP_RS_BENCH_OUT") {
+        match std::fs::OpenOptions::new().create(true).append(true).open(&p) {
+            Ok(mut f) => {
+                if let Err(e) = f.write_all(json.as_bytes()) {
+                    eprintln!("writing {}: {e}", p.to_string_lossy());
+                }
+            }
+            Err(e) => eprintln!("opening {}: {e}", p.to_string_lossy()),
+        }
+    }
+}
+
+/// `64KiB`, `1MiB`, `1GiB`, `8B`: a size as it appears in variant ids.
+pub fn size_id(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}GiB", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}KiB", b >> 10),
+        b => format!("{b}B"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_and_ratios() {
+        // Bandwidth: higher is better; latency: lower is better.
+        assert_eq!(ratio("GB/s", 190.0, 200.0), 0.95);
+        assert_eq!(ratio("us", 4.0, 2.0), 0.5);
+        assert_eq!(met("GB/s", 190.0, Some(0.95), Some(0.95), None), Some(true));
+        assert_eq!(met("GB/s", 189.0, Some(0.945), Some(0.95), None), Some(false));
+        assert_eq!(met("us", 9.0, None, None, Some(10.0)), Some(true));
+        assert_eq!(met("us", 21.0, None, None, Some(10.0)), Some(false));
+        assert_eq!(met("GB/s", 1.0, None, Some(0.95), None), Some(false), "a ratio target without a baseline");
+        assert_eq!(met("us", 1.0, Some(2.0), None, None), None);
+    }
+
+    #[test]
+    fn rows_carry_value_ratio_and_verdict() {
+        let base = Variant::bandwidth("bulk copies", 1 << 30).series("local/cuMemcpyDtoD");
+        let ours = Variant::bandwidth("bulk copies", 1 << 30).vs("t/base").target(Target::Ratio(0.95));
+        // 1 GiB in 0.5 ms and in 0.55 ms (median of three samples each).
+        for ms in [0.5, 0.4, 0.6] {
+            record("t/base", &base, 10, Duration::from_secs_f64(ms * 10.0 / 1e3));
+        }
+        for ms in [0.55, 0.55, 0.7] {
+            record("t/ours", &ours, 1, Duration::from_secs_f64(ms / 1e3));
+        }
+        let lat = Variant::latency("semaphores", 8).target(Target::Value(10.0));
+        record("t/lat", &lat, 100, Duration::from_micros(2100));
+        let text = json_lines("test");
+        let rows: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|v: &serde_json::Value| v["name"].as_str().unwrap().starts_with("t/"))
+            .collect();
+        assert_eq!(rows.len(), 3, "{text}");
+        assert_eq!(rows[0]["name"], "t/base");
+        assert_eq!(rows[0]["series"], "local/cuMemcpyDtoD");
+        assert!((rows[0]["value"].as_f64().unwrap() - 2147.483648).abs() < 1e-6);
+        assert!(rows[0]["ratio"].is_null() && rows[0]["met"].is_null());
+        assert_eq!(rows[1]["baseline"], "t/base");
+        let r = rows[1]["ratio"].as_f64().unwrap();
+        assert!((r - 0.5 / 0.55).abs() < 1e-9, "{r}");
+        assert_eq!(rows[1]["target"], 0.95);
+        assert_eq!(rows[1]["met"], false);
+        assert_eq!(rows[1]["samples"], 3);
+        assert_eq!(rows[2]["metric"], "us");
+        assert!((rows[2]["value"].as_f64().unwrap() - 21.0).abs() < 1e-9);
+        assert_eq!(rows[2]["target_value"], 10.0);
+        assert_eq!(rows[2]["met"], false);
+        assert_eq!(rows[2]["size_bytes"], 8);
+        assert_eq!(size_id(64 << 10), "64KiB");
+        assert_eq!(size_id(1 << 30), "1GiB");
+        assert_eq!(size_id(8), "8B");
+        assert_eq!(size_id(3000), "3000B");
     }
 }

@@ -1,10 +1,13 @@
-//! The mscclpp-rs harness: the device programs of `ptx-tests/` embedded as PTX, the table of
-//! expected instructions for every PTX wrapper, PTX/SASS parsing, and GPU test support.
+//! The mscclpp-rs harness: the device programs of `ptx-tests/` embedded as PTX, the expected
+//! instructions of every PTX wrapper (the device crate's `ptx::CHECKS`), PTX/SASS parsing, GPU test
+//! support, bench timing and the report's data (benchmark rows, checks, plots) and child-process
+//! runner.
 
 pub mod bench;
 pub mod checks;
 pub mod ptxcheck;
 pub mod report;
+pub mod suite;
 pub mod testing;
 
 /// The device programs (`ptx-tests/`), release build for sm_90, PTX ISA 8.6.

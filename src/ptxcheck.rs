@@ -243,18 +243,18 @@ pub fn sass_problems(check: &Check, kernel: &str, text: &str) -> Vec<String> {
 
 /// Verifies one check against a PTX module's entries (tier 3, PTX half). Returns the problems.
 pub fn check_ptx(check: &Check, entries: &BTreeMap<String, String>) -> Vec<String> {
-    let kernel = check.kernel();
-    match entries.get(&kernel) {
-        Some(body) => ptx_problems(check, &kernel, body),
+    let kernel = check.kernel;
+    match entries.get(kernel) {
+        Some(body) => ptx_problems(check, kernel, body),
         None => vec![format!("{kernel}: no such .entry in the PTX")],
     }
 }
 
 /// Verifies one check against the SASS functions (tier 3, SASS half). Returns the problems.
 pub fn check_sass(check: &Check, funcs: &BTreeMap<String, String>) -> Vec<String> {
-    let kernel = check.kernel();
-    match funcs.get(&kernel) {
-        Some(text) => sass_problems(check, &kernel, text),
+    let kernel = check.kernel;
+    match funcs.get(kernel) {
+        Some(text) => sass_problems(check, kernel, text),
         None => vec![format!("{kernel}: no such function in the SASS")],
     }
 }
@@ -310,68 +310,80 @@ fn first_literal(text: &str) -> Option<&str> {
     rest.split_once('"').map(|(lit, _)| lit)
 }
 
-/// One row of a wrapper-generating macro invocation (`pub unsafe fn NAME(..) = "LITERAL";`) and
-/// the instruction mnemonic it emits: the invocation's `prefix = "..."`, or else the fixed text
-/// before `$op` in the macro's `concat!`, joined to the literal.
+/// One row of `device/src/ptx/`, read from the source text: a family row
+/// (`pub unsafe fn NAME(..) = "MNEMONIC" ..`) or a hand row (`#[check("MNEMONIC", ..)]` above a
+/// hand-written `pub fn NAME`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MacroRow {
     /// The generated wrapper.
     pub name: String,
-    /// The instruction mnemonic of its `asm!`.
+    /// The mnemonic the row names.
     pub instruction: String,
+    /// For a hand row, its text from the header to the end of the function: the body must take
+    /// its instruction from `mnemonic!()` and its doc must show the mnemonic.
+    pub hand: Option<String>,
 }
 
-/// Every macro row in the files under `ptx_dir`.
+/// Every row in the files under `ptx_dir`.
 pub fn macro_rows(ptx_dir: &Path) -> std::io::Result<Vec<MacroRow>> {
     let mut rows = Vec::new();
     for f in rust_files(ptx_dir)? {
         let text = std::fs::read_to_string(&f)?;
-        // Fixed prefixes: `concat!("fixed.", $op, ...)` in a `macro_rules!` body.
-        let mut fixed: BTreeMap<String, String> = BTreeMap::new();
-        let mut current_macro = None;
-        for line in text.lines() {
-            if let Some(rest) = line.trim_start().strip_prefix("macro_rules! ") {
-                current_macro = Some(rest.trim_end_matches(" {").trim().to_string());
-            }
-            if let (Some(m), Some((_, args))) = (&current_macro, line.split_once("concat!("))
-                && let Some(lit) = args.trim_start().strip_prefix('"').and_then(|a| a.split_once('"')).map(|(l, _)| l)
-                && let Some(p) = lit.strip_suffix('.')
-            {
-                fixed.insert(m.clone(), p.to_string());
-            }
-        }
-        let mut invocation: Option<String> = None;
-        let mut prefix: Option<String> = None;
-        for line in text.lines() {
+        let lines: Vec<&str> = text.lines().collect();
+        let mut header: Option<(String, usize)> = None;
+        for (i, line) in lines.iter().enumerate() {
             let t = line.trim_start();
-            if let Some(m) = t.strip_suffix("! {") {
-                invocation = Some(m.to_string());
-                prefix = fixed.get(m).cloned();
-                continue;
-            }
-            if let Some(p) = t.strip_prefix("prefix = ") {
-                prefix = first_literal(p).map(str::to_string);
-                continue;
-            }
-            if t == "}" {
-                invocation = None;
-                prefix = None;
-                continue;
-            }
-            if invocation.is_none() {
+            if let Some(rest) = t.strip_prefix("#[check(") {
+                header = first_literal(rest).map(|m| (m.to_string(), i));
                 continue;
             }
             let Some((name, rest)) = pub_fn(line) else { continue };
-            let Some((_, lit)) = rest.rsplit_once("= ") else { continue };
-            let Some(lit) = first_literal(lit) else { continue };
-            let instruction = match &prefix {
-                Some(p) => format!("{p}.{lit}"),
-                None => lit.to_string(),
-            };
-            rows.push(MacroRow { name, instruction });
+            if let Some((instruction, start)) = header.take() {
+                // The row ends at the function's closing brace (indented like its `pub fn`).
+                let indent = &line[..line.len() - t.len()];
+                let end = (i..lines.len()).find(|&j| lines[j] == format!("{indent}}}")).unwrap_or(lines.len() - 1);
+                rows.push(MacroRow { name, instruction, hand: Some(lines[start..=end].join("\n")) });
+            } else {
+                // A family row runs to its `;`, its mnemonic after the `=` (on the next line when
+                // the signature is long).
+                let end = (i..lines.len()).find(|&j| lines[j].trim_end().ends_with(';')).unwrap_or(i);
+                let row: Vec<&str> = std::iter::once(rest)
+                    .chain(lines[i + 1..=end].iter().copied())
+                    .flat_map(str::split_whitespace)
+                    .collect();
+                let row = row.join(" ");
+                if let Some((_, lit)) = row.split_once("= \"") {
+                    let instruction = lit.split('"').next().unwrap_or_default().to_string();
+                    rows.push(MacroRow { name, instruction, hand: None });
+                }
+            }
         }
     }
     Ok(rows)
+}
+
+/// The lines of the files under `ptx_dir` that call `asm!` outside a `macro_rules!` definition
+/// and outside a hand row (`#[check(..)]` up to the end of its function), with their file.
+pub fn asm_outside_rows(ptx_dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for f in rust_files(ptx_dir)? {
+        let text = std::fs::read_to_string(&f)?;
+        // Inside a `macro_rules!` definition or a `hand!` invocation: both end at a `}` in column 0.
+        let mut inside = false;
+        for line in text.lines() {
+            let t = line.trim_start();
+            if t.starts_with("macro_rules! ") || t.starts_with("hand! {") {
+                inside = line == t;
+            } else if line == "}" {
+                inside = false;
+            }
+            let code = line.split("//").next().unwrap_or("");
+            if !inside && code.contains("asm!(") && !code.contains("global_asm!(") {
+                out.push(format!("{}: {}", f.display(), line.trim()));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The files under `dir` that use inline assembly (`asm!`, `global_asm!`, `naked_asm!` or
@@ -607,6 +619,16 @@ fn body_until_closing_brace<'a>(lines: &mut impl Iterator<Item = &'a str>) -> St
     body
 }
 
+/// Asserts that the only calls left in `kernel`'s instructions are the waits' cold paths: expiry
+/// (`poll::expired`: print and trap) and abort (`abort::aborted`: print and exit).
+pub fn assert_only_cold_wait_calls(kernel: &str, ins: &[String]) {
+    let calls: Vec<_> = ins.iter().filter(|l| l.starts_with("call")).collect();
+    assert!(
+        calls.iter().all(|l| l.contains("poll7expired") || l.contains("abort7aborted")),
+        "{kernel}: stray call in {calls:?}"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -646,29 +668,25 @@ $L__BB0_1:
         assert!(ins2.iter().any(|l| l.starts_with("call")), "{ins2:?}");
     }
 
+    /// A check of kernel `kernel` with these texts, no call, nothing forbidden.
+    fn check(kernel: &'static str, ptx: &'static [&'static str], sass: &'static [&'static str]) -> Check {
+        Check { wrapper: "", kernel, target: "sm_90", ptx, sass, forbid: &[], callee: None, no_sass: None }
+    }
+
     #[test]
     fn check_reports_missing_text_and_calls() {
-        let e = entries(PTX);
-        let ok = Check::new("", &["mbarrier.try_wait.parity.shared::cta.b64"], &[]);
-        let mut ok1 = ok;
-        ok1.wrapper = "k1";
-        // kernel names are check_<wrapper>; build a map under that name
-        let mut m = BTreeMap::new();
-        m.insert("check_k1".to_string(), e["k1"].clone());
-        m.insert("check_k2".to_string(), e["k2"].clone());
-        assert!(check_ptx(&ok1, &m).is_empty());
-        let bad = Check::new("k1", &["cp.async.bulk"], &[]);
-        assert_eq!(check_ptx(&bad, &m).len(), 1);
+        let m = entries(PTX);
+        assert!(check_ptx(&check("k1", &["mbarrier.try_wait.parity.shared::cta.b64"], &[]), &m).is_empty());
+        assert_eq!(check_ptx(&check("k1", &["cp.async.bulk"], &[]), &m).len(), 1);
         // Whole tokens: a prefix of the mnemonic is not the instruction.
-        let prefix = Check::new("k1", &["mbarrier.try_wait.parity"], &[]);
-        assert_eq!(check_ptx(&prefix, &m).len(), 1);
-        let forbidden = Check::new("k1", &["mbarrier.try_wait.parity.shared::cta.b64"], &[]).forbid(&["selp"]);
+        assert_eq!(check_ptx(&check("k1", &["mbarrier.try_wait.parity"], &[]), &m).len(), 1);
+        let forbidden = Check { forbid: &["selp"], ..check("k1", &["mbarrier.try_wait.parity.shared::cta.b64"], &[]) };
         assert!(check_ptx(&forbidden, &m)[0].contains("forbidden `selp`"));
-        let call = Check::new("k2", &[], &[]);
+        let call = check("k2", &[], &[]);
         assert!(check_ptx(&call, &m)[0].contains("call"));
-        assert!(check_ptx(&call.calls("f"), &m).is_empty());
-        assert!(check_ptx(&call.calls("g"), &m)[0].contains("no call of `g`"));
-        assert!(check_ptx(&Check::new("nope", &[], &[]), &m)[0].contains("no such"));
+        assert!(check_ptx(&Check { callee: Some("f"), ..call }, &m).is_empty());
+        assert!(check_ptx(&Check { callee: Some("g"), ..call }, &m)[0].contains("no call of `g`"));
+        assert!(check_ptx(&check("nope", &[], &[]), &m)[0].contains("no such"));
     }
 
     #[test]
@@ -691,9 +709,9 @@ $L__BB0_1:
         assert!(f["check_a"].contains("SYNCS.EXCH.64"));
         assert_eq!(opcodes(&f["check_a"]), vec!["LDC", "SYNCS.EXCH.64"]);
         assert_eq!(opcodes(&f["check_b"]), vec!["EXIT"]);
-        let c = Check::new("a", &[], &["SYNCS.EXCH.64"]);
+        let c = check("check_a", &[], &["SYNCS.EXCH.64"]);
         assert!(check_sass(&c, &f).is_empty());
-        let c = Check::new("b", &[], &["UBLKCP"]);
+        let c = check("check_b", &[], &["UBLKCP"]);
         assert_eq!(check_sass(&c, &f).len(), 1);
     }
 }

@@ -423,3 +423,16 @@ mod skip_policy_tests {
         assert_eq!(gpu_verdict(Ok(8), 1, true), GpuVerdict::Run);
     }
 }
+
+/// A destination after a timed copy of `bytes` (the benches' check): the copied range equals
+/// `want`, and the bytes after it (up to 64 KiB) are still [`POISON`], so a copy that did
+/// nothing, or too little, or too much, fails.
+pub fn assert_copied(what: &str, dst: &mscclpp_host::DeviceBuffer, want: &[u8], bytes: usize) {
+    let mut got = vec![0u8; bytes];
+    dst.read(0, &mut got).unwrap();
+    assert_same(&format!("{what}: copied bytes"), &got, &want[..bytes]);
+    let tail = (dst.len() - bytes).min(64 << 10);
+    let mut after = vec![0u8; tail];
+    dst.read(bytes, &mut after).unwrap();
+    assert_same(&format!("{what}: bytes after the copy"), &after, &vec![POISON; tail]);
+}

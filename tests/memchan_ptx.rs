@@ -25,12 +25,6 @@ fn count(ins: &[String], text: &str) -> usize {
     ins.iter().filter(|l| l.contains(text)).count()
 }
 
-/// The only calls these kernels may keep are the waits' cold expiry path (print and trap).
-fn assert_only_expiry_calls(kernel: &str, ins: &[String]) {
-    let calls: Vec<_> = ins.iter().filter(|l| l.starts_with("call")).collect();
-    assert!(calls.iter().all(|l| l.contains("poll7expired")), "{kernel}: stray call in {calls:?}");
-}
-
 #[test]
 fn put_and_get_copy_with_every_element_width_and_no_call() {
     for kernel in ["memchan_put", "memchan_get"] {
@@ -60,7 +54,7 @@ fn packets_travel_in_one_volatile_access() {
         first(&ins, ld);
         first(&ins, st);
         assert!(!ins.iter().any(|l| l.contains("fence") || l.contains(".release")), "{kernel}: packets need no fence");
-        assert_only_expiry_calls(kernel, &ins);
+        ptxcheck::assert_only_cold_wait_calls(kernel, &ins);
     }
 }
 
@@ -79,7 +73,7 @@ fn grid_barrier_orders_arrival_release_and_acquire() {
         "release / acquire of the generation after the arrival"
     );
     assert!(count(&ins, "barrier.sync 0;") >= 2, "a CTA barrier after the leader's wait");
-    assert_only_expiry_calls("grid_barrier_check", &ins);
+    ptxcheck::assert_only_cold_wait_calls("grid_barrier_check", &ins);
 }
 
 #[test]
@@ -89,7 +83,7 @@ fn put_signal_kernel_has_the_barrier_release_and_acquire() {
     for text in ["st.global.v4.u32", "barrier.sync 0;", "st.release.sys.global.u64", "ld.acquire.sys.u64"] {
         first(&ins, text);
     }
-    assert_only_expiry_calls("put_signal_pingpong", &ins);
+    ptxcheck::assert_only_cold_wait_calls("put_signal_pingpong", &ins);
 }
 
 #[test]

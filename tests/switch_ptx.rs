@@ -21,12 +21,6 @@ fn cfg(name: &str) -> ptxcheck::Cfg {
     ptxcheck::Cfg::of(mscclpp_rs::PTX, entries.get(name).unwrap_or_else(|| panic!("no kernel {name}")))
 }
 
-/// The only calls a switch kernel may keep are the waits' cold expiry path (print and trap).
-fn assert_only_expiry_calls(kernel: &str, ins: &[String]) {
-    let calls: Vec<_> = ins.iter().filter(|l| l.starts_with("call")).collect();
-    assert!(calls.iter().all(|l| l.contains("poll7expired")), "{kernel}: stray call in {calls:?}");
-}
-
 const BAR: &str = "barrier.sync 0;";
 
 /// Whether every instruction holding `site` comes after a whole barrier round on every path: a
@@ -81,7 +75,7 @@ fn allreduce_kernels_reduce_and_broadcast_between_two_barrier_rounds() {
         assert!(g.always_before(&load, &store), "{kernel}: the broadcast follows a reduce");
         assert!(after_a_round(&g, &load), "{kernel}: a reduce not behind the opening round");
         assert!(before_a_round(&g, &store), "{kernel}: a broadcast not followed by the closing round");
-        assert_only_expiry_calls(kernel, &ins);
+        ptxcheck::assert_only_cold_wait_calls(kernel, &ins);
     }
 }
 
@@ -93,7 +87,7 @@ fn red_allreduce_adds_between_two_barrier_rounds() {
     assert!(after_a_round(&g, red), "an add not behind the opening round");
     assert!(before_a_round(&g, red), "an add not followed by the closing round");
     assert!(!ins.iter().any(|l| l.contains("multimem.ld_reduce")));
-    assert_only_expiry_calls("switch_allreduce_red_f32x4", &ins);
+    ptxcheck::assert_only_cold_wait_calls("switch_allreduce_red_f32x4", &ins);
 }
 
 #[test]
@@ -102,7 +96,7 @@ fn barrier_kernel_uses_both_orderings() {
     for text in [SIGNAL, WAIT, "multimem.red.relaxed.sys.global.add.u64 ", "ld.relaxed.sys.u64 ", "%globaltimer"] {
         first(&ins, text);
     }
-    assert_only_expiry_calls("switch_barrier_rounds", &ins);
+    ptxcheck::assert_only_cold_wait_calls("switch_barrier_rounds", &ins);
 }
 
 #[test]

@@ -332,6 +332,48 @@ fn bulk_bad_input_is_rejected_on_the_host() {
 }
 
 #[test]
+fn launch_with_wrong_arguments_is_refused_naming_the_kernel() {
+    let Some(g) = gpus_or_skip("launch_with_wrong_arguments_is_refused_naming_the_kernel", 1) else { return };
+    let g = &g[0];
+    // `bulk_roundtrip(dst: GlobalPtr<u8>, src: GlobalPtr<u8>, bytes: u32)`, as the driver sees it.
+    let Some(sizes) = g.param_sizes(PTX, "bulk_roundtrip").unwrap() else {
+        // Without the description the launch would not be checked: never launch it then.
+        testing::record_skip(
+            "launch_with_wrong_arguments_is_refused_naming_the_kernel",
+            "the driver cannot describe kernel parameters (cuFuncGetParamInfo needs a CUDA 12.4 driver)",
+        );
+        return;
+    };
+    assert_eq!(sizes, [8, 8, 4], "bulk_roundtrip's parameters as the driver describes them");
+    let bytes = 4096usize;
+    let data = testing::random_bytes(bytes);
+    let src = DeviceBuffer::from_slice(g, &data).unwrap();
+    let dst = DeviceBuffer::filled(g, bytes, POISON).unwrap();
+    let cfg = LaunchConfig::new(1, 32).shared(128 + bytes as u32);
+    let wrong = [
+        (Args::new().arg(dst.ptr::<u8>()).arg(src.ptr::<u8>()), vec![8, 8]),
+        (Args::new().arg(dst.ptr::<u8>()).arg(src.ptr::<u8>()).arg(bytes as u64), vec![8, 8, 8]),
+        (Args::new().arg(dst.ptr::<u8>()).arg(src.ptr::<u8>()).arg(bytes as u32).arg(0u32), vec![8, 8, 4, 4]),
+    ];
+    for (args, given) in wrong {
+        // SAFETY: the driver describes the kernel (checked above), so a launch whose arguments
+        // differ in number or size is refused before it reaches the GPU.
+        let r = unsafe { g.launch(PTX, "bulk_roundtrip", cfg, args) };
+        match r {
+            Err(mscclpp_host::Error::KernelArguments { kernel, expected, given: got }) => {
+                assert_eq!((kernel.as_str(), expected, got), ("bulk_roundtrip", vec![8, 8, 4], given));
+            }
+            other => panic!("{given:?}: expected a refused launch, got {other:?}"),
+        }
+    }
+    // Nothing ran (the destination still holds the poison), and the right arguments work.
+    g.synchronize().unwrap();
+    assert_same("destination after the refused launches", &dst.to_vec::<u8>().unwrap(), &vec![POISON; bytes]);
+    launch(g, PTX, "bulk_roundtrip", cfg, Args::new().arg(dst.ptr::<u8>()).arg(src.ptr::<u8>()).arg(bytes as u32));
+    assert_same("round trip after the refused launches", &dst.to_vec::<u8>().unwrap(), &data);
+}
+
+#[test]
 fn bulk_misaligned_size_traps_in_a_checked_build() {
     const NAME: &str = "bulk_misaligned_size_traps_in_a_checked_build";
     if testing::is_child(NAME) {

@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use mscclpp_device::channel::memory::MemoryChannel;
 use mscclpp_device::packet::{LL8Packet, LL16Packet, Packet, packet_bytes};
-use mscclpp_device::sync::{DeviceSemaphore, DeviceSyncer};
+use mscclpp_device::semaphore::DeviceSemaphore;
+use mscclpp_device::sync::DeviceSyncer;
 use mscclpp_host::channel::{MemoryChannelStorage, memory_channel_pair};
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig};
 use mscclpp_rs::PTX;

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mscclpp_device::fifo::Request;
 use mscclpp_device::semaphore::Host2DeviceSemaphore;
+use mscclpp_device::trigger::Request;
 use mscclpp_host::fifo::Fifo;
-use mscclpp_host::proxy::{HostCounter, MemoryRegion, ProxyBuilder};
+use mscclpp_host::proxy::{AtomicAddPath, HostCounter, MemoryRegion, ProxyBuilder};
 use mscclpp_host::semaphore::{MemorySemaphorePair, SemaphoreStorage};
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig, PinnedBuffer, channel};
 use mscclpp_rs::PTX;
@@ -175,6 +175,17 @@ fn port_setup(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize) -> PortSetup
 /// As [`port_setup`], with the receiver's counter in pinned host memory (`host`) or in GPU 1's
 /// memory.
 fn port_setup_with(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize, host: bool) -> PortSetup {
+    port_setup_built(gpus, src_data, dst_bytes, host, |b| b)
+}
+
+/// As [`port_setup_with`], with `build` applied to the proxy's builder before it starts.
+fn port_setup_built(
+    gpus: &[Arc<Gpu>],
+    src_data: &[u8],
+    dst_bytes: usize,
+    host: bool,
+    build: impl FnOnce(ProxyBuilder) -> ProxyBuilder,
+) -> PortSetup {
     let (g0, g1) = (gpus[0].clone(), gpus[1].clone());
     g0.enable_peer_access(&g1).unwrap();
     g1.enable_peer_access(&g0).unwrap();
@@ -189,7 +200,7 @@ fn port_setup_with(gpus: &[Arc<Gpu>], src_data: &[u8], dst_bytes: usize, host: b
         Some(p) => b.add_host_semaphore(HostCounter::pinned(p.clone(), 0).unwrap()).unwrap(),
         None => b.add_semaphore(sem1.inbound().addr()).unwrap(),
     };
-    let proxy = b.start().unwrap();
+    let proxy = build(b).start().unwrap();
     // GPU 0 never waits on this channel; its local semaphore storage is unused here.
     let local = SemaphoreStorage::new(&g0).unwrap();
     let chan = channel::port_channel(&proxy, sem_id, dst_id, src_id, &local);
@@ -291,30 +302,68 @@ fn port_put_with_signal_and_flush_then_overwrite() {
     s.proxy.stop().unwrap();
 }
 
+/// Both ways a proxy executes atomic adds (the driver's stream memory operation where the GPU
+/// supports it, else the kernel; and the kernel, forced) must sum exactly; each is also timed,
+/// per request under load and per add + flush alone (printed: run with `--nocapture`).
 #[test]
 fn port_atomic_add_from_many_threads_is_exact() {
     let Some(gpus) = gpus_or_skip("port_atomic_add_from_many_threads_is_exact", 2) else { return };
     let (blocks, threads, slots) = (16u32, 128u32, 64usize);
     let n = (blocks * threads) as usize;
-    let seed: Vec<u64> = testing::random_ints::<u64>(slots).into_iter().map(|x| x >> 4).collect();
-    let s = port_setup(&gpus, &[0u8; 16], slots * 8);
-    s.dst.write(0, &seed).unwrap();
-    let values: Vec<u64> = testing::random_ints::<u64>(n).into_iter().map(|x| x >> 16).collect();
-    let vals = DeviceBuffer::from_slice(&s.g0, &values).unwrap();
-    let done = DeviceBuffer::filled(&s.g0, 4, 0).unwrap();
-    launch(
-        &s.g0,
-        "port_atomic_add",
-        LaunchConfig::new(blocks, threads),
-        Args::new().arg(s.chan).arg(vals.addr()).arg(slots as u32).arg(done.addr()),
-    );
-    sync(&s.g0, "port_atomic_add");
-    let mut want = seed.clone();
-    for (i, v) in values.iter().enumerate() {
-        want[i % slots] = want[i % slots].wrapping_add(*v);
+    for (variant, forced) in [("chosen", false), ("kernel forced", true)] {
+        let build = |b: ProxyBuilder| if forced { b.atomic_add_kernel() } else { b };
+        let seed: Vec<u64> = testing::random_ints::<u64>(slots).into_iter().map(|x| x >> 4).collect();
+        let s = port_setup_built(&gpus, &[0u8; 16], slots * 8, false, build);
+        let path = s.proxy.atomic_add_path();
+        if forced {
+            assert_eq!(path, AtomicAddPath::Kernel);
+        }
+        s.dst.write(0, &seed).unwrap();
+        let values: Vec<u64> = testing::random_ints::<u64>(n).into_iter().map(|x| x >> 16).collect();
+        let vals = DeviceBuffer::from_slice(&s.g0, &values).unwrap();
+        let done = DeviceBuffer::filled(&s.g0, 4, 0).unwrap();
+        let t = Instant::now();
+        launch(
+            &s.g0,
+            "port_atomic_add",
+            LaunchConfig::new(blocks, threads),
+            Args::new().arg(s.chan).arg(vals.addr()).arg(slots as u32).arg(done.addr()),
+        );
+        sync(&s.g0, "port_atomic_add");
+        let many = t.elapsed();
+        let mut want = seed.clone();
+        for (i, v) in values.iter().enumerate() {
+            want[i % slots] = want[i % slots].wrapping_add(*v);
+        }
+        assert_same(&format!("sums after atomic adds ({variant}: {path})"), &s.dst.to_vec::<u64>().unwrap(), &want);
+        // One add and its flush per launch, alone on the proxy: the latency of the path.
+        let rounds = 200usize;
+        let mut times = Vec::with_capacity(rounds);
+        let one: Vec<u64> = testing::random_ints::<u64>(rounds).into_iter().map(|x| x >> 16).collect();
+        for v in &one {
+            let val = DeviceBuffer::from_slice(&s.g0, &[*v]).unwrap();
+            let done = DeviceBuffer::filled(&s.g0, 4, 0).unwrap();
+            let t = Instant::now();
+            launch(
+                &s.g0,
+                "port_atomic_add",
+                LaunchConfig::new(1, 1),
+                Args::new().arg(s.chan).arg(val.addr()).arg(slots as u32).arg(done.addr()),
+            );
+            sync(&s.g0, "port_atomic_add (one)");
+            times.push(t.elapsed());
+        }
+        want[0] = one.iter().fold(want[0], |a, v| a.wrapping_add(*v));
+        assert_same(&format!("sums after single adds ({variant}: {path})"), &s.dst.to_vec::<u64>().unwrap(), &want);
+        times.sort();
+        println!(
+            "port atomic_add, {variant} ({path}): {n} requests from {blocks}x{threads} threads in {many:?} \
+             ({:?} each); one add + flush per launch: median {:?}",
+            many / n as u32,
+            times[rounds / 2]
+        );
+        s.proxy.stop().unwrap();
     }
-    assert_same("sums after atomic adds", &s.dst.to_vec::<u64>().unwrap(), &want);
-    s.proxy.stop().unwrap();
 }
 
 #[test]

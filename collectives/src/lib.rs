@@ -366,7 +366,7 @@ impl Collectives {
                             continue;
                         }
                         let f = gpu.function(PTX, &name)?;
-                        let max = max_threads(&f)?;
+                        let max = mscclpp_host::launch::max_threads_per_block(&f)?;
                         functions.insert(name, (f, max));
                     }
                 }
@@ -657,21 +657,6 @@ pub fn kernel_name(op: Operation, algo: Algorithm, dtype: DataType) -> Option<St
         (Operation::AllGather, a) => Some(format!("allgather_{}", a.name())),
         (o, a) => Some(format!("{}_{}_{}", o.name(), a.name(), dtype.name())),
     }
-}
-
-/// The most threads per block a kernel can be launched with (its registers decide).
-fn max_threads(f: &CudaFunction) -> Result<u32> {
-    let mut v = 0i32;
-    // SAFETY: `v` is an out-parameter; the function handle is live (held by the module cache).
-    let r = unsafe {
-        cudarc::driver::sys::cuFuncGetAttribute(
-            &mut v,
-            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-            f.cu_function(),
-        )
-    };
-    r.result().map_err(|e| Error::Driver { context: "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)".into(), source: e })?;
-    Ok(v.max(32) as u32)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! NCCL, loaded at run time, as the baseline of the benchmark: the few calls it needs
-//! (version, unique id, communicator, allreduce, allgather, reduce-scatter).
+//! NCCL, loaded at run time, as the baseline of the benchmarks: the few calls they need
+//! (version, unique id, communicator, allreduce, allgather, reduce-scatter, and grouped
+//! point-to-point sends and receives for all-to-all exchanges).
 //!
 //! Which library: `MSCCLPP_RS_NCCL` (a path, e.g. the copy inside a PyTorch installation),
 //! else `libnccl.so.2`, else `libnccl.so`, found by the dynamic loader. [`Nccl::load`] says
@@ -34,6 +35,10 @@ pub struct Nccl {
     all_reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, *mut c_void) -> Res,
     all_gather: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, *mut c_void) -> Res,
     reduce_scatter: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, *mut c_void) -> Res,
+    send: unsafe extern "C" fn(*const c_void, usize, c_int, c_int, Comm, *mut c_void) -> Res,
+    recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, Comm, *mut c_void) -> Res,
+    group_start: unsafe extern "C" fn() -> Res,
+    group_end: unsafe extern "C" fn() -> Res,
     _lib: Library,
 }
 
@@ -89,6 +94,10 @@ impl Nccl {
             all_reduce: symbol(&lib, path, "ncclAllReduce")?,
             all_gather: symbol(&lib, path, "ncclAllGather")?,
             reduce_scatter: symbol(&lib, path, "ncclReduceScatter")?,
+            send: symbol(&lib, path, "ncclSend")?,
+            recv: symbol(&lib, path, "ncclRecv")?,
+            group_start: symbol(&lib, path, "ncclGroupStart")?,
+            group_end: symbol(&lib, path, "ncclGroupEnd")?,
             _lib: lib,
         })
     }
@@ -243,6 +252,59 @@ impl NcclComm<'_> {
             )
         };
         self.nccl.check(r, "ncclReduceScatter")
+    }
+}
+
+/// NCCL's code for bytes (`ncclUint8`).
+const NCCL_UINT8: c_int = 1;
+
+/// One point-to-point transfer of a grouped exchange: `bytes` at device address `addr`, to or
+/// from rank `peer`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    /// The other rank (this rank itself is allowed: NCCL copies locally).
+    pub peer: usize,
+    /// Device address of the data (send) or of where it lands (receive).
+    pub addr: u64,
+    /// Bytes.
+    pub bytes: usize,
+}
+
+impl NcclComm<'_> {
+    /// Every send and receive of `sends` and `recvs` in one NCCL group (`ncclGroupStart`, then
+    /// `ncclSend` / `ncclRecv` of bytes, then `ncclGroupEnd`) on `stream`: an all-to-all with
+    /// sizes of the caller's choosing. Transfers of 0 bytes are skipped (both sides must agree
+    /// on every size, as NCCL requires).
+    ///
+    /// # Safety
+    /// Every address is valid on this rank's GPU for its bytes until the stream has run the
+    /// group; send and receive ranges do not overlap.
+    pub unsafe fn send_recv(&self, sends: &[Transfer], recvs: &[Transfer], stream: &CudaStream) -> Result<()> {
+        let s: *mut c_void = stream.cu_stream().cast();
+        // SAFETY: no arguments.
+        self.nccl.check(unsafe { (self.nccl.group_start)() }, "ncclGroupStart")?;
+        let mut first = Ok(());
+        for t in sends.iter().filter(|t| t.bytes > 0) {
+            // SAFETY: forwarded from the caller.
+            let r = unsafe {
+                (self.nccl.send)(t.addr as *const c_void, t.bytes, NCCL_UINT8, t.peer as c_int, self.comm, s)
+            };
+            if first.is_ok() {
+                first = self.nccl.check(r, "ncclSend");
+            }
+        }
+        for t in recvs.iter().filter(|t| t.bytes > 0) {
+            // SAFETY: forwarded from the caller.
+            let r =
+                unsafe { (self.nccl.recv)(t.addr as *mut c_void, t.bytes, NCCL_UINT8, t.peer as c_int, self.comm, s) };
+            if first.is_ok() {
+                first = self.nccl.check(r, "ncclRecv");
+            }
+        }
+        // The group is always closed, even after a failed call inside it.
+        // SAFETY: no arguments.
+        let end = self.nccl.check(unsafe { (self.nccl.group_end)() }, "ncclGroupEnd");
+        first.and(end)
     }
 }
 

@@ -85,8 +85,9 @@ mod device {
             return 0;
         }
         // SAFETY: the host runtime stores here only the device address of a live, 8-byte
-        // aligned word of mapped pinned memory, which it keeps for the life of the context.
-        unsafe { crate::ptx::ld_st::ld_relaxed_sys_u64(addr as *const u64) }
+        // aligned word of mapped pinned memory, which it keeps for the life of the context. A
+        // volatile load (uncached, system-wide): the word carries no data to order, only a value.
+        unsafe { crate::ptx::ld_st::ld_volatile_u64(addr as *const u64) }
     }
 
     /// Whether this is the first thread of the module to give up (it prints the message).

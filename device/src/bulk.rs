@@ -21,6 +21,7 @@
 //! non-zero multiples of 16. Debug builds (or feature `checks`) verify this on the device and trap;
 //! host code validates with [`validate`] before launch.
 
+use crate::op;
 use crate::ptr::SharedPtr;
 
 /// An `mbarrier` object in shared memory, counting arrivals and transaction bytes of bulk copies.
@@ -91,26 +92,6 @@ pub const fn validate(dst: u64, src: u64, bytes: u64) -> Result<(), BulkArgError
     }
 }
 
-/// Reduction operations for [`bulk_reduce_store`].
-pub mod op {
-    /// `dst = dst + src`
-    pub struct Add;
-    /// `dst = min(dst, src)`
-    pub struct Min;
-    /// `dst = max(dst, src)`
-    pub struct Max;
-    /// `dst = (dst >= src) ? 0 : dst + 1` (u32 only)
-    pub struct Inc;
-    /// `dst = (dst == 0 || dst > src) ? src : dst - 1` (u32 only)
-    pub struct Dec;
-    /// `dst = dst & src`
-    pub struct And;
-    /// `dst = dst | src`
-    pub struct Or;
-    /// `dst = dst ^ src`
-    pub struct Xor;
-}
-
 mod sealed {
     pub trait Sealed<T> {}
 }
@@ -122,7 +103,7 @@ mod sealed {
 ///
 /// ```compile_fail
 /// fn needs<T, O: mscclpp_device::bulk::BulkReduceOp<T>>() {}
-/// needs::<f32, mscclpp_device::bulk::op::Xor>(); // no xor on floats
+/// needs::<f32, mscclpp_device::op::Xor>(); // no xor on floats
 /// ```
 pub trait BulkReduceOp<T>: sealed::Sealed<T> {
     /// The PTX operation and type suffix, e.g. `"add.f32"`.

@@ -53,10 +53,13 @@
 //!   the dynamic shared-memory window.
 //! * [`bulk`]: Hopper bulk copies with [`bulk::BulkBarrier`] and the N-stage [`bulk::BulkPipeline`].
 //! * [`atomic`]: scoped atomics, with order and scope as type parameters.
-//! * [`semaphore`], [`fifo`], [`channel`]: semaphores between GPUs and with the host, the trigger
-//!   FIFO to the host proxy, and the memory, port and switch channels built on them.
-//! * [`packet`], [`copy`], [`sync`], [`multimem`], [`switch`], [`collective`]: LL packets,
-//!   cooperative copies, grid barriers, NVLink SHARP forms, and device-callable collectives.
+//! * [`semaphore`]: every semaphore: between GPUs, from the host, over NVLink multicast and
+//!   inside one GPU.
+//! * [`trigger`], [`fifo`], [`channel`]: the proxy's trigger encoding, the trigger FIFO to the
+//!   host proxy, and the memory, port and switch channels.
+//! * [`packet`], [`copy`], [`sync`], [`op`], [`multimem`], [`collective`]: LL packets,
+//!   cooperative copies, the grid barrier, the reduction operation markers, NVLink SHARP forms,
+//!   and device-callable collectives.
 //! * [`poll`]: [`poll::SpinBudget`], the bound on every wait: when it runs out the kernel prints
 //!   which wait and executes `trap;`, so a lost signal fails the launch instead of hanging it.
 //!
@@ -68,10 +71,13 @@
 //! `panic-handler` (default) provides the kernel crate's panic handler (prints the location,
 //! then `trap;`); feature `sm100a` adds the fp8 multimem forms.
 //!
-//! All inline assembly lives in [`ptx`] (only on nvptx64): one thin wrapper per instruction form,
-//! each checked against ptxas and the SASS it produces. Everything else composes those wrappers.
+//! All inline assembly lives in [`ptx`] (the wrappers exist on nvptx64 only; on the host the
+//! module holds their expected PTX and SASS, [`ptx::CHECKS`]): one thin wrapper per instruction
+//! form, each checked against ptxas and the SASS it produces. Everything else composes those
+//! wrappers.
 #![cfg_attr(not(test), no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch, stdarch_nvptx))]
+#![cfg_attr(all(target_arch = "nvptx64", feature = "check-kernels"), feature(abi_ptx))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod abi;
@@ -83,16 +89,16 @@ pub mod collective;
 pub mod copy;
 pub mod fifo;
 pub mod multimem;
+pub mod op;
 pub mod packet;
 pub mod poll;
 pub mod protocol;
 pub mod ptr;
 pub mod semaphore;
-pub mod switch;
 pub mod sync;
+pub mod trigger;
 pub mod vec;
 
-#[cfg(any(target_arch = "nvptx64", doc))]
 pub mod ptx;
 
 #[cfg(all(target_arch = "nvptx64", feature = "panic-handler"))]

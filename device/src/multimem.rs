@@ -8,7 +8,7 @@
 //! ```
 //!
 //! Value types are the scalars `u32`, `i32`, `u64`, `i64`, `f32`, `f64` and the vectors of
-//! [`crate::vec`]. Operations are the markers of [`op`] (shared with the bulk reductions).
+//! [`crate::vec`]. Operations are the markers of [`crate::op`] (shared with the bulk reductions), re-exported here as `op`.
 //! Bitwise operations on integers map to the `.b32`/`.b64` forms, `i32` to `.s32`, `i64` to
 //! `.s64`. A 16-bit-lane vector uses its packed form (`F16x8` is `.v4.f16x2`) except where only
 //! the split form exists (`red.min/max` on `F16x2`/`Bf16x2` use `.v2.f16`/`.v2.bf16`).
@@ -50,7 +50,7 @@ use crate::ptr::MultimemPtr;
 #[allow(unused_imports)]
 use crate::vec::*;
 
-pub use crate::bulk::op;
+pub use crate::op;
 
 mod sealed {
     pub trait LdReduce<V> {}

@@ -33,9 +33,9 @@ use std::{
     thread,
 };
 
-use mscclpp_device::fifo::ProxyTrigger;
 use mscclpp_device::protocol::Waiter;
 use mscclpp_device::protocol::fifo::{self as proto, Consumer, ConsumerMem, ProducerMem, order};
+use mscclpp_device::trigger::ProxyTrigger;
 
 /// The order in which the model stores the two words of a trigger.
 #[derive(Clone, Copy, Debug)]

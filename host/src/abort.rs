@@ -1,4 +1,4 @@
-//! The abort word of a GPU: one 8-byte word of mapped pinned host memory per [`Gpu`], whose
+//! The abort word of a GPU: one 8-byte word of mapped pinned host memory per [`Gpu`](crate::gpu::Gpu), whose
 //! device address the runtime writes into every module it loads (the global
 //! [`mscclpp_device::abort::SYMBOL`]). Every bounded wait on the GPU reads it once it has waited
 //! [`mscclpp_device::abort::POLL_AFTER_NS`], and traps with the cause when it is non-zero.
@@ -9,7 +9,7 @@
 //! sets [`AbortCause::Requested`]. The first cause stays; the word is never cleared, so a context
 //! whose waits were aborted should not be reused for that job.
 //!
-//! Only modules loaded through [`Gpu::module`] / [`Gpu::function`] (which every launch helper of
+//! Only modules loaded through `Gpu::module` / `Gpu::function` (which every launch helper of
 //! this crate uses) learn the word's address; a module loaded behind the runtime's back keeps
 //! address 0, and its waits run out their budgets as before.
 
@@ -19,8 +19,7 @@ use cudarc::driver::CudaModule;
 pub use mscclpp_device::abort::AbortCause;
 
 use crate::error::{DriverContext, Error, Result};
-use crate::gpu::Gpu;
-use crate::memory::PinnedBuffer;
+use crate::pinned::PinnedBuffer;
 
 /// One GPU's abort word (see the [module documentation](self)).
 #[derive(Debug)]
@@ -57,18 +56,18 @@ impl AbortWord {
 
     /// Writes this word's device address into `module`'s abort global, if it has one (a module
     /// without any wait has none).
-    pub(crate) fn install(&self, gpu: &Gpu, module: &std::sync::Arc<CudaModule>) -> Result<()> {
-        let stream = gpu.stream();
-        let mut global = match module.get_global(mscclpp_device::abort::SYMBOL, stream) {
+    pub(crate) fn install(
+        &self,
+        module: &std::sync::Arc<CudaModule>,
+        stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+        ordinal: usize,
+    ) -> Result<()> {
+        let global = match module.get_global(mscclpp_device::abort::SYMBOL, stream) {
             Ok(g) => g,
             Err(e) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND => return Ok(()),
             Err(e) => {
                 return Err(Error::Driver {
-                    context: format!(
-                        "looking up `{}` in a module on GPU {}",
-                        mscclpp_device::abort::SYMBOL,
-                        gpu.ordinal()
-                    ),
+                    context: format!("looking up `{}` in a module on GPU {ordinal}", mscclpp_device::abort::SYMBOL),
                     source: e,
                 });
             }
@@ -80,9 +79,13 @@ impl AbortWord {
                 global.len()
             )));
         }
-        let addr = self.device_addr().to_ne_bytes();
-        stream.memcpy_htod(&addr, &mut global).ctx(|| "writing the abort word's address into a module".into())?;
-        stream.synchronize().ctx(|| "writing the abort word's address into a module".into())
+        let (dst, _record) = global.view_ptr(stream);
+        // A synchronous copy outside the GPU's streams (which are non-blocking): loading a
+        // module must not wait for kernels already running there (one of them may wait for work
+        // this thread is about to launch).
+        // SAFETY: `dst` is the module global's 8 bytes in this (bound) context.
+        unsafe { cudarc::driver::result::memcpy_htod_sync(dst, &[self.device_addr()]) }
+            .ctx(|| "writing the abort word's address into a module".into())
     }
 }
 

@@ -22,7 +22,14 @@
 //! Port channels: every rank runs one proxy that copies from its source buffer into the
 //! peers' imported destination buffers and signals the peers' host-to-device counters: words of
 //! shared host memory when all ranks are on this machine (the proxy thread stores them), the
-//! peers' imported GPU counters otherwise (the proxy's stream writes them).
+//! peers' imported GPU counters otherwise (the proxy's stream writes them). A peer on another
+//! machine (or every peer, with `MSCCLPP_RS_TRANSPORT=tcp`) is reached through the TCP transport
+//! instead ([`crate::transport::tcp`]): this rank's proxy sends to the peer's, whose receiver
+//! lands the data in its destination buffer and increments its slot's inbound counter.
+//!
+//! Where every rank runs ([`Topology`]: machine and GPU) is exchanged once, at the first call
+//! that needs it (every builder below, and [`Communicator::topology`]); memory channels, packets
+//! and switch channels toward a rank on another machine fail with [`Error::OffMachine`].
 //!
 //! Drop order is part of the types: a proxy stops before the mappings it copies through are
 //! closed, and mappings close before the local buffers they may still reference are freed.
@@ -44,6 +51,10 @@ use crate::memory::DeviceBuffer;
 use crate::proxy::{HostCounter, MemoryRegion, ProxyBuilder, ProxyOptions, ProxyService};
 use crate::semaphore::SemaphoreSlot;
 use crate::shm::SharedHostMemory;
+use crate::topology::Topology;
+use crate::transport::TransportKind;
+use crate::transport::tcp::cuda::{CudaLanding, CudaSource};
+use crate::transport::tcp::{ConnectOptions, RemoteMemory, TcpConfig, TcpTransport, connect::PeerAddr, connect_peers};
 
 /// A bootstrap (any [`Bootstrap`]: [`crate::bootstrap::TcpBootstrap`] or one of the program's
 /// own) plus the GPU this rank uses.
@@ -51,6 +62,8 @@ use crate::shm::SharedHostMemory;
 pub struct Communicator {
     boot: Arc<dyn Bootstrap>,
     gpu: Arc<Gpu>,
+    /// Where every rank runs, once exchanged (shared by clones).
+    topology: Arc<std::sync::Mutex<Option<Arc<Topology>>>>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -130,6 +143,7 @@ impl MemorySemaphores {
 /// Port channels from this rank to every other rank, served by this rank's proxy.
 pub struct PortChannels {
     channels: Vec<Option<PortChannel>>,
+    kinds: Vec<Option<TransportKind>>,
     // Field order is drop order: the proxy first, then the mappings it uses, then local memory.
     proxy: ProxyService,
     /// This rank's inbound counters in shared host memory, when used.
@@ -153,6 +167,10 @@ impl PortChannels {
     /// A table in rank order for device code: this rank's own entry is zeroed.
     pub fn table(&self) -> Vec<PortChannel> {
         self.channels.iter().map(|h| h.unwrap_or(bytemuck::Zeroable::zeroed())).collect()
+    }
+    /// The transport of the channel toward rank `peer` (`None` for this rank).
+    pub fn transport(&self, peer: usize) -> Option<TransportKind> {
+        self.kinds.get(peer).copied().flatten()
     }
     /// The proxy serving these channels (its `check` reports a failed request).
     pub fn proxy(&self) -> &ProxyService {
@@ -242,9 +260,11 @@ fn channel_toward(
 }
 
 /// Emulated switch channels over one buffer: one handle per block (each with its own
-/// semaphores), and what keeps their tables and mappings alive.
+/// semaphores), why NVLink multicast was not used, and what keeps their tables and mappings
+/// alive.
 pub struct EmulatedSwitchChannels {
     handles: Vec<EmulatedSwitchChannel>,
+    reason: String,
     _tables: Vec<DeviceBuffer>,
     _semaphores: Vec<MemorySemaphores>,
     _buffers: PeerBuffers,
@@ -252,7 +272,10 @@ pub struct EmulatedSwitchChannels {
 
 impl std::fmt::Debug for EmulatedSwitchChannels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmulatedSwitchChannels").field("handles", &self.handles).finish_non_exhaustive()
+        f.debug_struct("EmulatedSwitchChannels")
+            .field("handles", &self.handles)
+            .field("reason", &self.reason)
+            .finish_non_exhaustive()
     }
 }
 
@@ -261,19 +284,10 @@ impl EmulatedSwitchChannels {
     pub fn handles(&self) -> &[EmulatedSwitchChannel] {
         &self.handles
     }
-}
-
-/// The switch channels a communicator could build: multicast where it is allowed and
-/// implemented, the emulation otherwise (with the reason).
-#[derive(Debug)]
-pub enum SwitchChannels {
-    /// Peer-pointer emulation, and why multicast was not used.
-    Emulated {
-        /// The channels.
-        channels: EmulatedSwitchChannels,
-        /// Why not NVLink multicast.
-        reason: String,
-    },
+    /// Why NVLink multicast was not used (the guard's refusal, or what is missing).
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
 }
 
 impl Communicator {
@@ -287,7 +301,30 @@ impl Communicator {
         boot.on_peer_lost(Arc::new(move |peer, _why| {
             target.abort_word().set(crate::abort::AbortCause::PeerLost(peer as u64));
         }));
-        Self { boot, gpu }
+        Self { boot, gpu, topology: Arc::default() }
+    }
+
+    /// Where every rank runs: its machine, its GPU, and the transport port channels toward it
+    /// use. Exchanged through the bootstrap at the first call that needs it (this one, or any
+    /// builder of semaphores or channels): a collective step, so every rank makes that first
+    /// call at the same point, as with every builder.
+    pub fn topology(&self) -> Result<Arc<Topology>> {
+        let mut t = self.topology.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = &*t {
+            return Ok(t.clone());
+        }
+        let fresh = Arc::new(Topology::exchange(&*self.boot, &self.gpu)?);
+        *t = Some(fresh.clone());
+        Ok(fresh)
+    }
+
+    /// An [`Error::OffMachine`] for `what` if some rank runs on another machine.
+    fn require_one_machine(&self, what: &str) -> Result<()> {
+        let t = self.topology()?;
+        match t.first_off_machine() {
+            Some(p) => Err(Error::OffMachine { peer: p, what: what.to_string(), reason: t.off_machine_reason(p) }),
+            None => Ok(()),
+        }
     }
 
     /// Aborts this GPU's waits: every bounded wait of its kernels that has waited a millisecond
@@ -321,8 +358,16 @@ impl Communicator {
     }
 
     /// Every rank contributes `buf` (allocated with [`DeviceBuffer::alloc_exportable`]); returns
-    /// every rank's buffer as addresses valid here.
+    /// every rank's buffer as addresses valid here. Every rank must run on this machine
+    /// ([`Error::OffMachine`] otherwise).
     pub fn exchange(&self, buf: &DeviceBuffer) -> Result<PeerBuffers> {
+        self.require_one_machine("mapping GPU memory")?;
+        self.exchange_where(buf, |_| true)
+    }
+
+    /// [`Self::exchange`], importing only the ranks `import` selects (the others' entries are 0,
+    /// with their sizes).
+    fn exchange_where(&self, buf: &DeviceBuffer, import: impl Fn(usize) -> bool) -> Result<PeerBuffers> {
         if buf.gpu().ordinal() != self.gpu.ordinal() {
             return Err(Error::InvalidArgument(format!(
                 "buffer on GPU {} but this rank uses GPU {}",
@@ -341,6 +386,11 @@ impl Communicator {
                 addrs.push(buf.addr());
                 sizes.push(buf.len() as u64);
                 imports.push(None);
+            } else if !import(r) {
+                e.validate()?;
+                addrs.push(0);
+                sizes.push(e.bytes);
+                imports.push(None);
             } else {
                 let m = ImportedMemory::open(&self.gpu, e).map_err(|e| Error::Bootstrap {
                     rank: me,
@@ -357,6 +407,7 @@ impl Communicator {
 
     /// Memory semaphores toward every other rank.
     pub fn memory_semaphores(&self) -> Result<MemorySemaphores> {
+        self.require_one_machine("memory semaphores")?;
         let n = self.world_size();
         let me = self.rank();
         let storage = DeviceBuffer::exportable_filled(&self.gpu, SemaphoreSlot::array_bytes(n)?, 0)?;
@@ -388,6 +439,7 @@ impl Communicator {
     /// packet_bytes` whose region `p` is where `p` writes its packets for this rank (see the
     /// module documentation). Keep `buf` alive as long as kernels use the handles.
     pub fn memory_channels(&self, buf: &DeviceBuffer, packet_bytes: usize) -> Result<MemoryChannels> {
+        self.require_one_machine("memory channels")?;
         let n = self.world_size();
         let me = self.rank();
         let total = packet_buffer_bytes(packet_bytes, n)?;
@@ -431,9 +483,19 @@ impl Communicator {
         })
     }
 
-    /// Emulated switch channels over `buf` (exportable, the same size on every rank): every
-    /// rank's copy mapped here, and `blocks` independent barriers, one per block.
-    pub fn emulated_switch_channels(&self, buf: &DeviceBuffer, blocks: usize) -> Result<EmulatedSwitchChannels> {
+    /// Switch channels over `buf` (exportable, the same size on every rank) for `blocks`
+    /// blocks: every rank's copy mapped here, and `blocks` independent barriers, one per block.
+    /// NVLink multicast is used only where the guard allows it
+    /// ([`crate::nvls::multicast_allowed_by_env`]) and the processes could share a multicast
+    /// object; today the multicast object is built for the GPUs of one process only
+    /// ([`crate::nvls::MulticastBuffer`]), so the emulation over peer pointers is returned, with
+    /// the reason ([`EmulatedSwitchChannels::reason`]).
+    pub fn switch_channels(&self, buf: &DeviceBuffer, blocks: usize) -> Result<EmulatedSwitchChannels> {
+        self.require_one_machine("switch channels")?;
+        let reason = match crate::nvls::multicast_allowed_by_env() {
+            Err(e) => e.to_string(),
+            Ok(_) => "multicast objects are not yet shared between processes; using peer pointers".into(),
+        };
         let buffers = self.exchange(buf)?;
         let n = self.world_size();
         if (0..n).any(|r| buffers.len(r) != buf.len() as u64) {
@@ -457,36 +519,27 @@ impl Communicator {
             semaphores.push(sems);
         }
         tables.push(buffer_table);
-        Ok(EmulatedSwitchChannels { handles, _tables: tables, _semaphores: semaphores, _buffers: buffers })
-    }
-
-    /// Switch channels over `buf` for `blocks` blocks. NVLink multicast is used only where the
-    /// guard allows it ([`crate::nvls::multicast_allowed_by_env`]) and the processes could share a
-    /// multicast object; today the multicast object is built for the GPUs of one process only
-    /// ([`crate::nvls::MulticastBuffer`]), so across processes the emulation is returned, with
-    /// the reason.
-    pub fn switch_channels(&self, buf: &DeviceBuffer, blocks: usize) -> Result<SwitchChannels> {
-        let reason = match crate::nvls::multicast_allowed_by_env() {
-            Err(e) => e.to_string(),
-            Ok(_) => "multicast objects are not yet shared between processes; using peer pointers".into(),
-        };
-        Ok(SwitchChannels::Emulated { channels: self.emulated_switch_channels(buf, blocks)?, reason })
+        Ok(EmulatedSwitchChannels { handles, reason, _tables: tables, _semaphores: semaphores, _buffers: buffers })
     }
 
     /// Port channels toward every other rank: puts copy from this rank's `src` (offsets into it)
-    /// to the peer's `dst` (offsets into the peer's buffer), on this rank's proxy.
+    /// to the peer's `dst` (offsets into the peer's buffer), on this rank's proxy. Both buffers
+    /// must stay alive, and in place, as long as the channels: the proxy and the peers reach them
+    /// by address.
     ///
     /// When every rank runs on this machine, the semaphore counters the proxies signal are in
     /// shared host memory ([`crate::shm`]): the receiver's GPU polls its word and the sender's
     /// proxy thread stores to it once the copies before the signal are complete, with no driver
     /// call for a signal on its own. Otherwise they are in the receiver's GPU memory, written by
-    /// the proxy's stream.
+    /// the proxy's stream. A peer on another machine, or every peer when a rank sets
+    /// `MSCCLPP_RS_TRANSPORT=tcp`, is served by the TCP transport
+    /// ([`PortChannels::transport`] says which); the kernels' side is the same either way.
     pub fn port_channels(&self, src: &DeviceBuffer, dst: &DeviceBuffer) -> Result<PortChannels> {
         self.port_channels_with(src, dst, ProxyOptions::default())
     }
 
     /// [`Self::port_channels`] with a proxy thread configured by `options` (its idle policy, the
-    /// CPU it is pinned to, its drain timeout).
+    /// CPU it is pinned to, its drain and flush timeouts).
     pub fn port_channels_with(
         &self,
         src: &DeviceBuffer,
@@ -495,12 +548,29 @@ impl Communicator {
     ) -> Result<PortChannels> {
         let n = self.world_size();
         let me = self.rank();
+        let topo = self.topology()?;
+        let kinds: Vec<Option<TransportKind>> = (0..n).map(|p| (p != me).then(|| topo.transport(p))).collect();
+        let tcp = |p: usize| kinds[p] == Some(TransportKind::Tcp);
         let storage = DeviceBuffer::exportable_filled(&self.gpu, SemaphoreSlot::array_bytes(n)?, 0)?;
-        let sems = self.exchange(&storage)?;
-        let dsts = self.exchange(dst)?;
-        let host = if self.boot.info().local_size == n { Some(self.host_counters()?) } else { None };
+        let sems = self.exchange_where(&storage, |p| !tcp(p))?;
+        let dsts = self.exchange_where(dst, |p| !tcp(p))?;
+        // Shared host counters need every rank on this machine and reachable through IPC (the
+        // same answer on every rank: host_counters is collective).
+        let host = if topo.single_machine() && !topo.any_tcp() { Some(self.host_counters()?) } else { None };
+        let hints = self.boot.hints();
+        let cfg = TcpConfig { timeout: hints.timeout.unwrap_or(TcpConfig::default().timeout), ..TcpConfig::default() };
+        let mut links = if topo.any_tcp() {
+            let peers: Vec<PeerAddr> =
+                (0..n).filter(|&p| tcp(p)).map(|p| PeerAddr { rank: p, same_machine: topo.same_machine(p) }).collect();
+            let opts = ConnectOptions { max_chunk: cfg.chunk_bytes as u64, ..Default::default() };
+            connect_peers(&*self.boot, &peers, &opts)?.into_iter().map(Some).collect()
+        } else {
+            Vec::new()
+        };
+        let options = ProxyOptions { flush_timeout: options.flush_timeout.or(hints.timeout), ..options };
         let mut b = options.apply(ProxyBuilder::new(&self.gpu));
-        let src_id = b.add_memory(MemoryRegion { base: src.addr(), bytes: src.len() as u64 })?;
+        let src_region = MemoryRegion { base: src.addr(), bytes: src.len() as u64 };
+        let src_id = b.add_memory(src_region)?;
         let mut ids = Vec::with_capacity(n);
         for p in 0..n {
             if p == me {
@@ -508,6 +578,32 @@ impl Communicator {
                 continue;
             }
             SemaphoreSlot::check_within(p, sems.len(p), me)?;
+            if tcp(p) {
+                let link = links
+                    .iter_mut()
+                    .find_map(|l| l.take_if(|l| l.peer == p))
+                    .ok_or_else(|| Error::proxy(format!("no TCP connection with rank {p}")))?;
+                // This rank's receiver from p writes p's puts into `dst` and its signals into
+                // slot p's inbound counter, which the channel toward p waits on.
+                let inbound = SemaphoreSlot::at(storage.addr(), p).inbound().addr();
+                let dst_region = MemoryRegion { base: dst.addr(), bytes: dst.len() as u64 };
+                // SAFETY: `src` and `dst` are the caller's buffers on this GPU, which stay alive
+                // as long as the channels (this function's contract, as for the CUDA IPC path,
+                // whose proxy reaches them by address too); the inbound counter is in `storage`,
+                // owned by the channels and dropped after the proxy, which closes the transport
+                // (joining its receiver) when it stops; only this receiver writes slot p's
+                // inbound counter.
+                let (source, landing) = unsafe {
+                    (
+                        CudaSource::new(&self.gpu, vec![src_region], &cfg)?,
+                        CudaLanding::new(&self.gpu, vec![dst_region], vec![inbound], &cfg)?,
+                    )
+                };
+                let remote = RemoteMemory { regions: vec![dsts.len(p)], semaphores: 1 };
+                let t = b.add_transport(Box::new(TcpTransport::start(link, source, landing, remote, &cfg)?));
+                ids.push(Some((b.add_remote_memory(t, 0, dsts.len(p))?, b.add_remote_semaphore(t, 0)?, true)));
+                continue;
+            }
             let dst_id = b.add_memory(MemoryRegion { base: dsts.addr(p), bytes: dsts.len(p) })?;
             // Rank p waits for this rank's signals in its slot `me`.
             let sem_id = match &host {
@@ -520,28 +616,36 @@ impl Communicator {
                 }
                 None => b.add_semaphore(SemaphoreSlot::at(sems.addr(p), me).inbound().addr())?,
             };
-            ids.push(Some((dst_id, sem_id)));
+            ids.push(Some((dst_id, sem_id, false)));
         }
         let proxy = b.start()?;
         let channels = ids
             .iter()
             .enumerate()
             .map(|(p, ids)| {
-                ids.map(|(dst_id, sem_id)| {
+                ids.map(|(dst_id, sem_id, over_tcp)| {
                     let slot = SemaphoreSlot::at(storage.addr(), p);
                     let wait_on = match &host {
                         // The inbound word lives in shared host memory; `expected` stays in the slot.
-                        Some(h) => Host2DeviceSemaphore {
+                        Some(h) if !over_tcp => Host2DeviceSemaphore {
                             inbound: GlobalPtr::from_addr(h.own_device + (p * 8) as u64),
                             expected: slot.expected(),
                         },
-                        None => slot.host_to_device(),
+                        _ => slot.host_to_device(),
                     };
                     crate::channel::port_channel_from(&proxy, sem_id, dst_id, src_id, wait_on)
                 })
             })
             .collect();
-        Ok(PortChannels { channels, proxy, _host: host.map(|h| h.own), _dst: dsts, _sems: sems, _storage: storage })
+        Ok(PortChannels {
+            channels,
+            kinds,
+            proxy,
+            _host: host.map(|h| h.own),
+            _dst: dsts,
+            _sems: sems,
+            _storage: storage,
+        })
     }
 
     /// Every rank's inbound counters for port channels (one u64 per peer) in shared host memory:

@@ -2,6 +2,8 @@
 
 use cudarc::driver::DriverError;
 
+use crate::bootstrap::frame::{FrameError, FrameFault};
+
 /// Every error the host runtime reports. Each carries enough context to say what was being done.
 ///
 /// New variants may be added: a `match` needs a wildcard arm.
@@ -91,7 +93,7 @@ pub enum Error {
     /// A frame was malformed, foreign or over the size limit; it was rejected before its payload
     /// was allocated.
     #[error("rejected frame: {0}")]
-    Frame(crate::bootstrap::frame::FrameFault),
+    Frame(FrameFault),
     /// The other side broke the bootstrap protocol (e.g. ranks called different collectives).
     #[error("protocol: {0}")]
     Protocol(String),
@@ -99,11 +101,51 @@ pub enum Error {
     /// or inconsistent.
     #[error("rank environment: {0}")]
     RankEnv(String),
+    /// A kernel launch whose arguments do not match the kernel's parameters in number or sizes,
+    /// as the driver describes the kernel; refused before anything was launched (item 1 of the
+    /// [launch contract](crate::launch#the-launch-contract)).
+    #[error(
+        "kernel `{kernel}` takes {} parameters of {expected:?} bytes; the launch passed {} of {given:?} bytes",
+        expected.len(),
+        given.len()
+    )]
+    KernelArguments {
+        /// The kernel's name.
+        kernel: String,
+        /// The size in bytes of each of the kernel's parameters.
+        expected: Vec<usize>,
+        /// The size in bytes of each argument given.
+        given: Vec<usize>,
+    },
+    /// Something that needs the peer's memory mapped into this process (memory channels, packets,
+    /// switch channels, [`crate::comm::Communicator::exchange`]) was asked for toward a rank on
+    /// another machine. Displays as `memory channels toward rank 2: rank 2 runs on another
+    /// machine (node-b, this rank on node-a): ...`.
+    #[error("{what} toward rank {peer}: {reason}")]
+    OffMachine {
+        /// The rank on another machine.
+        peer: usize,
+        /// What was asked for.
+        what: String,
+        /// Why it cannot be had, naming both machines.
+        reason: String,
+    },
     /// The built-in process launcher ([`crate::bootstrap::launcher`]) or one of the ranks it
-    /// started failed. (Kernel launches fail with [`Error::Driver`] or
-    /// [`Error::InvalidArgument`].)
+    /// started failed. (Kernel launches fail with [`Error::Driver`], [`Error::InvalidArgument`]
+    /// or [`Error::KernelArguments`].)
     #[error("launcher: {0}")]
     Launcher(String),
+}
+
+impl From<FrameError> for Error {
+    /// The frame module's error as the crate's, with the same message.
+    fn from(e: FrameError) -> Self {
+        match e {
+            FrameError::Rejected(fault) => Error::Frame(fault),
+            FrameError::Io(source) => Error::Io { context: "reading a bootstrap frame".into(), source },
+            e @ FrameError::TokenHex { .. } => Error::InvalidArgument(e.to_string()),
+        }
+    }
 }
 
 /// `Result` with [`Error`].
@@ -183,6 +225,37 @@ mod tests {
         let e = Error::proxy_from("GPU 0 FIFO position 3", Error::InvalidArgument("boom".into()));
         assert_eq!(e.to_string(), "proxy: GPU 0 FIFO position 3: invalid argument: boom");
         assert_eq!(e.source().map(|s| s.to_string()).as_deref(), Some("invalid argument: boom"));
+    }
+
+    #[test]
+    fn frame_errors_convert_with_their_messages() {
+        use crate::bootstrap::frame::{FrameError, FrameFault};
+        let io = || std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let cases = [
+            (
+                FrameError::Rejected(FrameFault::WrongToken),
+                "rejected frame: wrong session token (a process of another job?)",
+            ),
+            (FrameError::Io(io()), "reading a bootstrap frame: reset"),
+            (
+                FrameError::TokenHex { chars: 3 },
+                "invalid argument: session token must be 32 hex digits, got 3 characters",
+            ),
+        ];
+        for (fe, want) in cases {
+            let frame_msg = fe.to_string();
+            let e = Error::from(fe);
+            assert_eq!(e.to_string(), want);
+            // Rejections and I/O errors read the same before and after the conversion.
+            if !matches!(e, Error::InvalidArgument(_)) {
+                assert_eq!(frame_msg, want);
+            }
+        }
+        assert!(matches!(
+            Error::from(FrameError::Rejected(FrameFault::WrongToken)),
+            Error::Frame(FrameFault::WrongToken)
+        ));
+        assert!(matches!(Error::from(FrameError::Io(io())), Error::Io { .. }));
     }
 
     #[test]

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use mscclpp_device::fifo::{FifoDeviceHandle, ProxyTrigger};
+use mscclpp_device::fifo::FifoDeviceHandle;
 use mscclpp_device::protocol::fifo::{Consumer, ConsumerMem, order};
+use mscclpp_device::trigger::ProxyTrigger;
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -89,9 +90,8 @@ impl Fifo {
             head: self.counters.ptr(),
             tail: self.tail.device_ptr(0),
             tail_cache: self.counters.ptr::<u64>().add(1),
-            mask: self.size as u64 - 1,
             size: self.size,
-            shift: self.size.trailing_zeros(),
+            _pad: 0,
         }
     }
 

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 
+use crate::driver::KernelParams;
 use crate::error::{DriverContext, Error, Result};
 
 /// What the machine has.
@@ -160,6 +161,9 @@ pub struct Gpu {
     info: DeviceInfo,
     modules: Mutex<HashMap<usize, Arc<CudaModule>>>,
     functions: Mutex<HashMap<(usize, String), CudaFunction>>,
+    /// The driver's description of each function handed out by [`Gpu::function`], by handle.
+    /// Those modules stay loaded as long as the `Gpu`, so a handle here is never reused.
+    params: Mutex<HashMap<usize, Arc<KernelParams>>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -180,9 +184,9 @@ impl Gpu {
             return Err(Error::NoDriver("libcuda could not be loaded".into()));
         }
         let ctx = CudaContext::new(ordinal).ctx(|| format!("opening GPU {ordinal}"))?;
-        // SAFETY: we synchronise explicitly (streams and events); cudarc's per-buffer event
-        // tracking is not used by this crate's buffers.
-        unsafe { ctx.disable_event_tracking() };
+        // cudarc's event tracking stays as cudarc sets it (on): it only concerns `CudaSlice`s,
+        // which this crate does not use, and keeps those a program allocates through
+        // `Gpu::context` ordered across streams.
         let stream = ctx.new_stream().ctx(|| format!("creating a stream on GPU {ordinal}"))?;
         let info = device_info(ordinal)?;
         let abort = crate::abort::AbortWord::new(&ctx)?;
@@ -193,6 +197,7 @@ impl Gpu {
             info,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            params: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -209,7 +214,14 @@ impl Gpu {
     pub fn ordinal(&self) -> usize {
         self.info.ordinal
     }
-    /// The cudarc context.
+    /// The cudarc context (the device's primary context), for what this crate does not wrap.
+    ///
+    /// Its cudarc event tracking is left on, as cudarc sets it: `CudaSlice`s allocated through
+    /// it record events and order themselves across streams. This crate's own buffers
+    /// ([`crate::DeviceBuffer`], [`crate::PinnedBuffer`]) are plain driver allocations outside
+    /// that tracking: they are ordered only by the streams they are used on, and their memory is
+    /// freed as soon as they are dropped (item 2 of the
+    /// [launch contract](crate::launch#the-launch-contract)).
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }
@@ -295,7 +307,7 @@ impl Gpu {
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
             .ctx(|| format!("loading PTX ({} bytes) on GPU {}", ptx.len(), self.ordinal()))?;
-        self.abort_word().install(self, &m)?;
+        self.abort.install(&m, &self.stream, self.ordinal())?;
         mods.insert(key, m.clone());
         Ok(m)
     }
@@ -316,8 +328,25 @@ impl Gpu {
             .module(ptx)?
             .load_function(name)
             .ctx(|| format!("looking up kernel `{name}` on GPU {}", self.ordinal()))?;
+        let params = Arc::new(KernelParams::query(&f, Some(name)));
+        self.params.lock().unwrap_or_else(|e| e.into_inner()).insert(f.cu_function() as usize, params);
         self.functions.lock().unwrap_or_else(|e| e.into_inner()).insert(key, f.clone());
         Ok(f)
+    }
+
+    /// The size in bytes of each parameter of kernel `name` of module `ptx`, as the driver
+    /// describes the kernel, or `None` when this driver cannot (it lacks `cuFuncGetParamInfo`,
+    /// CUDA 12.4). Launches check their arguments against these sizes.
+    pub fn param_sizes(&self, ptx: &'static str, name: &str) -> Result<Option<Vec<usize>>> {
+        let f = self.function(ptx, name)?;
+        Ok(self.kernel_params(&f).sizes.clone())
+    }
+
+    /// The driver's description of `func`: remembered for the functions of [`Gpu::function`],
+    /// asked afresh for any other.
+    pub(crate) fn kernel_params(&self, func: &CudaFunction) -> Arc<KernelParams> {
+        let known = self.params.lock().unwrap_or_else(|e| e.into_inner()).get(&(func.cu_function() as usize)).cloned();
+        known.unwrap_or_else(|| Arc::new(KernelParams::query(func, None)))
     }
 
     /// Whether this device can access `peer`'s memory directly.

@@ -3,6 +3,26 @@
 //! Kernel parameters are values of types implementing [`mscclpp_device::abi::DeviceAbi`]: the
 //! device crate's handles, typed pointers and plain numbers. [`Args`] owns copies of them, so
 //! temporaries can be passed.
+//!
+//! # The launch contract
+//!
+//! Every launch function is `unsafe`; its caller promises three things, numbered here and
+//! referred to by number from each function's `# Safety`:
+//!
+//! 1. **The arguments match the kernel** in number, order and type. Number and sizes are checked
+//!    before the launch wherever the driver describes the kernel's parameters
+//!    (`cuFuncGetParamInfo`, drivers of CUDA 12.4 and later): a mismatch is
+//!    [`Error::KernelArguments`], naming the kernel, and nothing is launched. Order and type
+//!    within equal sizes (two `u64` swapped, a `u64` for a pointer) cannot be checked.
+//! 2. **Every address among the arguments stays valid until the stream has passed the
+//!    kernel**, not merely until the launch function returns: launches are asynchronous.
+//!    [`crate::DeviceBuffer`] and [`crate::PinnedBuffer`] free their memory as soon as they are
+//!    dropped, without waiting for the GPU, so keep them alive until a synchronize (or an event
+//!    recorded after the kernel) has seen the kernel finish.
+//! 3. **The stream and the function belong to the GPU's context** (the functions that take a
+//!    stream): `stream` comes from [`Gpu::stream`] or [`Gpu::new_stream`] of the same `gpu`, and
+//!    `func` from [`Gpu::function`] of it. [`Gpu::launch`] and [`Gpu::launch_cooperative`] use
+//!    the GPU's own stream and function table, so they meet 3 by construction.
 
 use std::any::Any;
 use std::ffi::c_void;
@@ -45,6 +65,7 @@ impl LaunchConfig {
 pub struct Args {
     values: Vec<Box<dyn Any + Send>>,
     ptrs: Vec<*mut c_void>,
+    sizes: Vec<usize>,
 }
 
 // SAFETY: the raw pointers point into `values`, which are `Send` and owned by `Args`.
@@ -61,7 +82,12 @@ impl Args {
         let p = (&*b as *const T).cast_mut().cast::<c_void>();
         self.values.push(b);
         self.ptrs.push(p);
+        self.sizes.push(std::mem::size_of::<T>());
         self
+    }
+    /// The size in bytes of each argument, in order.
+    pub fn sizes(&self) -> &[usize] {
+        &self.sizes
     }
     /// How many arguments.
     pub fn len(&self) -> usize {
@@ -73,9 +99,23 @@ impl Args {
     }
 }
 
-/// Checks a launch configuration against the device, binds its context and raises the
-/// function's dynamic shared-memory limit when the configuration needs more than 48 KiB.
-fn prepare(gpu: &Gpu, func: &CudaFunction, cfg: LaunchConfig) -> Result<()> {
+/// Launch contract item 1 where it can be checked: the arguments' count and sizes against the
+/// kernel's parameters as the driver describes them (`expected`; `None`: no check).
+pub(crate) fn check_arguments(kernel: &str, expected: Option<&[usize]>, given: &[usize]) -> Result<()> {
+    match expected {
+        Some(expected) if expected != given => Err(Error::KernelArguments {
+            kernel: kernel.to_string(),
+            expected: expected.to_vec(),
+            given: given.to_vec(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a launch configuration against the device and the arguments against the kernel,
+/// binds its context and raises the function's dynamic shared-memory limit when the
+/// configuration needs more than 48 KiB.
+fn prepare(gpu: &Gpu, func: &CudaFunction, cfg: LaunchConfig, args: &Args) -> Result<()> {
     let max = gpu.info().max_shared_optin;
     if cfg.shared_bytes > max {
         return Err(Error::InvalidArgument(format!(
@@ -88,6 +128,8 @@ fn prepare(gpu: &Gpu, func: &CudaFunction, cfg: LaunchConfig) -> Result<()> {
     if g.0 == 0 || g.1 == 0 || g.2 == 0 || b.0 == 0 || b.1 == 0 || b.2 == 0 {
         return Err(Error::InvalidArgument(format!("empty launch: grid {g:?} block {b:?}")));
     }
+    let params = gpu.kernel_params(func);
+    check_arguments(&params.name, params.sizes.as_deref(), args.sizes())?;
     gpu.bind()?;
     if cfg.shared_bytes > DEFAULT_SHARED_LIMIT {
         func.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, cfg.shared_bytes as i32)
@@ -96,12 +138,32 @@ fn prepare(gpu: &Gpu, func: &CudaFunction, cfg: LaunchConfig) -> Result<()> {
     Ok(())
 }
 
+/// The most threads per block `f` can be launched with (its register use decides), at least 32.
+pub fn max_threads_per_block(f: &CudaFunction) -> Result<u32> {
+    let mut v = 0i32;
+    // SAFETY: `v` is an out-parameter; the function handle is live (its module is held by the
+    // caller's `CudaFunction`).
+    let r = unsafe {
+        cudarc::driver::sys::cuFuncGetAttribute(
+            &mut v,
+            FnAttr::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+            f.cu_function(),
+        )
+    };
+    r.result().map_err(|e| Error::Driver { context: "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)".into(), source: e })?;
+    Ok(v.max(32) as u32)
+}
+
 /// Launches `func` on `stream`, raising the function's dynamic shared-memory limit when the
 /// configuration asks for more than 48 KiB (up to the device's opt-in maximum).
 ///
 /// # Safety
-/// `args` must match the kernel's parameter list in number, order and type, and every pointer
-/// among them must be valid for what the kernel does with it.
+/// The [launch contract](self#the-launch-contract), all three items:
+/// 1. `args` match `func`'s parameters in number, order and type (number and sizes are checked
+///    where the driver describes the kernel: [`Error::KernelArguments`]);
+/// 2. every address among `args` stays valid for what the kernel does with it until `stream`
+///    has passed the kernel (buffers dropped earlier are freed at once);
+/// 3. `stream` and `func` belong to `gpu`'s context.
 pub unsafe fn launch_on(
     gpu: &Gpu,
     stream: &CudaStream,
@@ -109,7 +171,7 @@ pub unsafe fn launch_on(
     cfg: LaunchConfig,
     args: &mut Args,
 ) -> Result<()> {
-    prepare(gpu, func, cfg)?;
+    prepare(gpu, func, cfg, args)?;
     let (g, b) = (cfg.grid, cfg.block);
     // SAFETY: the caller guarantees the arguments match the kernel; the pointers stay valid until
     // cuLaunchKernel has copied the parameter values (it does so before returning).
@@ -138,7 +200,7 @@ pub unsafe fn launch_cooperative_on(
     cfg: LaunchConfig,
     args: &mut Args,
 ) -> Result<()> {
-    prepare(gpu, func, cfg)?;
+    prepare(gpu, func, cfg, args)?;
     let threads = cfg.block.0 * cfg.block.1 * cfg.block.2;
     let per_sm = func
         .occupancy_max_active_blocks_per_multiprocessor(threads, cfg.shared_bytes as usize, None)
@@ -183,7 +245,7 @@ pub unsafe fn launch_overlapped_on(
     args: &mut Args,
 ) -> Result<()> {
     use cudarc::driver::sys;
-    prepare(gpu, func, cfg)?;
+    prepare(gpu, func, cfg, args)?;
     // SAFETY: a plain C struct of integers and a union of plain values; all-zero is valid.
     let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
     attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -212,7 +274,15 @@ impl Gpu {
     /// Launches kernel `name` of module `ptx` on this GPU's default stream.
     ///
     /// # Safety
-    /// As for [`launch_on`].
+    /// Items 1 and 2 of the [launch contract](crate::launch#the-launch-contract) (item 3 holds:
+    /// this GPU's stream and function table are used):
+    /// 1. `args` match kernel `name`'s parameters in number, order and type; number and sizes
+    ///    are checked where the driver describes the kernel, and a mismatch is
+    ///    [`Error::KernelArguments`] before anything is launched;
+    /// 2. every address among `args` stays valid for what the kernel does with it until this
+    ///    GPU's stream has passed the kernel (e.g. until [`Gpu::synchronize`]): a
+    ///    [`crate::DeviceBuffer`] dropped earlier is freed at once, while the kernel may still
+    ///    use it.
     pub unsafe fn launch(&self, ptx: &'static str, name: &str, cfg: LaunchConfig, mut args: Args) -> Result<()> {
         let f = self.function(ptx, name)?;
         // SAFETY: forwarded from the caller.
@@ -222,7 +292,7 @@ impl Gpu {
     /// Launches kernel `name` of module `ptx` cooperatively on this GPU's default stream.
     ///
     /// # Safety
-    /// As for [`launch_on`].
+    /// As for [`Gpu::launch`] (items 1 and 2 of the launch contract).
     pub unsafe fn launch_cooperative(
         &self,
         ptx: &'static str,
@@ -250,6 +320,38 @@ mod tests {
             assert_eq!(*(a.ptrs[1] as *const f64), 2.5);
             assert_eq!(*(a.ptrs[2] as *const u64), 0x40);
         }
+    }
+
+    #[test]
+    fn args_record_each_size() {
+        let a = Args::new()
+            .arg(1u32)
+            .arg(2.5f64)
+            .arg(<mscclpp_device::fifo::FifoDeviceHandle as bytemuck::Zeroable>::zeroed())
+            .arg(7u8);
+        assert_eq!(a.sizes(), [4, 8, 40, 1]);
+        assert!(Args::new().sizes().is_empty());
+    }
+
+    #[test]
+    fn argument_check_compares_count_and_sizes() {
+        // No description from the driver: nothing to check.
+        assert!(check_arguments("k", None, &[8, 4]).is_ok());
+        assert!(check_arguments("k", Some(&[8, 8, 4]), &[8, 8, 4]).is_ok());
+        assert!(check_arguments("k", Some(&[]), &[]).is_ok());
+        for given in [&[8, 8][..], &[8, 8, 4, 4], &[8, 8, 8], &[8, 4, 8], &[]] {
+            match check_arguments("bulk_roundtrip", Some(&[8, 8, 4]), given) {
+                Err(Error::KernelArguments { kernel, expected, given: g }) => {
+                    assert_eq!((kernel.as_str(), &expected[..], &g[..]), ("bulk_roundtrip", &[8, 8, 4][..], given));
+                }
+                other => panic!("{given:?}: {other:?}"),
+            }
+        }
+        let e = check_arguments("port_atomic_add", Some(&[72, 8, 4, 8]), &[72, 8, 4]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "kernel `port_atomic_add` takes 4 parameters of [72, 8, 4, 8] bytes; the launch passed 3 of [72, 8, 4] bytes"
+        );
     }
 
     #[test]

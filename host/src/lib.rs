@@ -17,6 +17,9 @@
 //!   executes port-channel requests, semaphore storage and channel builders.
 //! * [`ipc`], [`comm`]: GPU memory shared between processes, and the [`comm::Communicator`] that
 //!   builds semaphores and memory, port and switch channels between ranks.
+//! * [`topology`], [`transport`]: where every rank runs (machine, GPU), and how a port channel's
+//!   operations reach a peer: CUDA IPC on one machine, TCP between machines
+//!   (`MSCCLPP_RS_TRANSPORT=tcp` forces it on one machine).
 //!
 //! Every fallible call returns the one [`Error`] type.
 //!
@@ -59,6 +62,7 @@ pub mod bootstrap;
 pub mod bulk;
 pub mod channel;
 pub mod comm;
+mod driver;
 pub mod error;
 pub mod fifo;
 pub mod gpu;
@@ -66,9 +70,12 @@ pub mod ipc;
 pub mod launch;
 pub mod memory;
 pub mod nvls;
+mod pinned;
 pub mod proxy;
 pub mod semaphore;
 pub mod shm;
+pub mod topology;
+pub mod transport;
 
 pub use bootstrap::{Bootstrap, BootstrapExt, TcpBootstrap};
 /// The CUDA driver bindings this crate is built on (streams, events, graphs), re-exported so that

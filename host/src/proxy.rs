@@ -17,6 +17,15 @@
 //! order and a Flag never overtakes the data before it. The tail (positions handled) is published
 //! after each request; for a Sync, only after the stream has drained.
 //!
+//! That is the CUDA IPC path, one [`Transport`]: the memories and semaphores registered with
+//! [`ProxyBuilder::add_memory`] and [`ProxyBuilder::add_semaphore`] are mapped into this process.
+//! A peer on another machine (or any peer, with `MSCCLPP_RS_TRANSPORT=tcp`) is served by a transport of its own
+//! ([`ProxyBuilder::add_transport`], e.g. [`crate::transport::tcp::TcpTransport`]), whose memories
+//! and semaphores are registered with [`ProxyBuilder::add_remote_memory`] and
+//! [`ProxyBuilder::add_remote_semaphore`]; triggers name both kinds by id alike. A channel's
+//! memory and semaphore belong to one transport, which keeps its signals after its puts; a Sync
+//! waits for every transport used since the last one.
+//!
 //! A failed request (bad memory id, range outside a memory, driver error) stops the proxy and is
 //! kept: [`ProxyService::check`] and [`ProxyService::stop`] return it (a dropped service writes it
 //! to stderr). Kernels waiting on the proxy then run out of their spin budget and trap; nothing
@@ -37,7 +46,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
-use mscclpp_device::fifo::{FifoDeviceHandle, MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
+use mscclpp_device::fifo::FifoDeviceHandle;
+use mscclpp_device::trigger::{MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
 use nix::libc;
 use nix::sched::{CpuSet, sched_setaffinity};
 use nix::unistd::Pid;
@@ -45,14 +55,16 @@ use nix::unistd::Pid;
 use crate::error::{DriverContext, Error, Result, check};
 use crate::fifo::{DEFAULT_FIFO_SIZE, Fifo};
 use crate::gpu::Gpu;
-use crate::launch::{Args, LaunchConfig, launch_on};
 use crate::memory::PinnedBuffer;
+use crate::transport::{RemoteSpan, Transport};
 
-const ATOMIC_ADD_PTX: &str = include_str!("proxy_atomic_add.ptx");
+mod atomic_add;
+use atomic_add::AtomicAdd;
+pub use atomic_add::{AtomicAddPath, ENV_VAR as ATOMIC_ADD_ENV};
 
-/// The PTX of the proxy's atomic-add kernel (exposed for the ptxas check).
+/// The PTX of the proxy's atomic-add fallback kernel (exposed for the ptxas check).
 pub fn atomic_add_ptx() -> &'static str {
-    ATOMIC_ADD_PTX
+    atomic_add::PTX
 }
 
 /// A memory region the proxy may copy from or to: an address valid in this process on the
@@ -95,13 +107,13 @@ impl std::fmt::Debug for HostCounter {
 
 /// The device address of `offset..offset + bytes` of registered memory `id`, checked to lie inside
 /// it (the values come from a GPU trigger and are not trusted).
-fn resolve(memories: &[MemoryRegion], id: u32, offset: u32, bytes: u64, what: &str) -> Result<u64> {
+fn resolve(memories: &[MemoryRegion], id: u32, offset: u64, bytes: u64, what: &str) -> Result<u64> {
     let m = memories
         .get(id as usize)
         .ok_or_else(|| Error::InvalidArgument(format!("{what} memory id {id} is not registered")))?;
-    let end = u64::from(offset).checked_add(bytes);
+    let end = offset.checked_add(bytes);
     match end {
-        Some(end) if end <= m.bytes => m.base.checked_add(u64::from(offset)).ok_or_else(|| {
+        Some(end) if end <= m.bytes => m.base.checked_add(offset).ok_or_else(|| {
             Error::InvalidArgument(format!("{what} offset {offset} overflows memory {id} at {:#x}", m.base))
         }),
         _ => Err(Error::InvalidArgument(format!(
@@ -270,12 +282,17 @@ pub struct ProxyOptions {
     pub cpu: Option<usize>,
     /// The drain timeout ([`ProxyBuilder::drain_timeout`]); `None`: [`DEFAULT_DRAIN_TIMEOUT`].
     pub drain_timeout: Option<Duration>,
+    /// The flush timeout ([`ProxyBuilder::flush_timeout`]); `None`: [`DEFAULT_FLUSH_TIMEOUT`].
+    pub flush_timeout: Option<Duration>,
 }
 
 impl ProxyOptions {
     /// Applies the options to a builder.
     pub fn apply(self, b: ProxyBuilder) -> ProxyBuilder {
-        let b = b.idle_policy(self.idle).drain_timeout(self.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT));
+        let b = b
+            .idle_policy(self.idle)
+            .drain_timeout(self.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT))
+            .flush_timeout(self.flush_timeout.unwrap_or(DEFAULT_FLUSH_TIMEOUT));
         match self.cpu {
             Some(cpu) => b.pin_to_cpu(cpu),
             None => b,
@@ -287,15 +304,44 @@ impl ProxyOptions {
 pub struct ProxyBuilder {
     gpu: Arc<Gpu>,
     fifo_size: u32,
-    memories: Vec<MemoryRegion>,
-    semaphores: Vec<Target>,
+    /// Every registered memory, by id.
+    memories: Vec<Memory>,
+    /// The mapped ones (CUDA IPC).
+    mapped: Vec<MemoryRegion>,
+    /// Every registered semaphore, by id.
+    semaphores: Vec<Semaphore>,
+    /// The mapped ones' counters.
+    targets: Vec<Target>,
+    remote: Vec<Box<dyn Transport>>,
     idle: IdlePolicy,
     cpu: Option<usize>,
     drain_timeout: Duration,
+    atomic_add_kernel: bool,
+    flush_timeout: Duration,
+}
+
+impl std::fmt::Debug for ProxyBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyBuilder")
+            .field("gpu", &self.gpu.ordinal())
+            .field("memories", &self.memories.len())
+            .field("semaphores", &self.semaphores.len())
+            .field("transports", &self.remote.iter().map(|t| t.describe()).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
 }
 
 /// How long stopping waits by default for the kernels' last triggers and the stream.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a Sync waits by default for the transports (the stream, a peer's acknowledgement over
+/// TCP) before the proxy fails with an error naming what it waited for: the bootstrap's default
+/// timeout.
+pub const DEFAULT_FLUSH_TIMEOUT: Duration = crate::bootstrap::env::DEFAULT_TIMEOUT;
+
+/// Identifies a transport registered with [`ProxyBuilder::add_transport`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TransportId(usize);
 
 impl ProxyBuilder {
     /// A proxy for kernels running on `gpu`.
@@ -304,10 +350,15 @@ impl ProxyBuilder {
             gpu: gpu.clone(),
             fifo_size: DEFAULT_FIFO_SIZE,
             memories: Vec::new(),
+            mapped: Vec::new(),
             semaphores: Vec::new(),
+            targets: Vec::new(),
+            remote: Vec::new(),
             idle: IdlePolicy::default(),
             cpu: None,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            atomic_add_kernel: false,
+            flush_timeout: DEFAULT_FLUSH_TIMEOUT,
         }
     }
 
@@ -337,16 +388,68 @@ impl ProxyBuilder {
         self
     }
 
-    /// Registers a memory region; its id goes into channels' triggers.
-    pub fn add_memory(&mut self, region: MemoryRegion) -> Result<MemoryId> {
+    /// Executes atomic-add requests with the fallback kernel even where the driver's stream
+    /// memory operation is available, as `MSCCLPP_RS_PROXY_ATOMIC_ADD=kernel` ([`ATOMIC_ADD_ENV`])
+    /// does for every proxy: to test or measure the kernel path.
+    pub fn atomic_add_kernel(mut self) -> Self {
+        self.atomic_add_kernel = true;
+        self
+    }
+
+    /// How long a Sync (a kernel's flush) waits for the stream and the remote transports before
+    /// the proxy fails (default [`DEFAULT_FLUSH_TIMEOUT`]).
+    pub fn flush_timeout(mut self, timeout: Duration) -> Self {
+        self.flush_timeout = timeout;
+        self
+    }
+
+    fn push_memory(&mut self, m: Memory) -> Result<MemoryId> {
         if self.memories.len() as u32 > MAX_MEMORY_ID {
             return Err(Error::InvalidArgument(format!("a proxy serves at most {} memories", MAX_MEMORY_ID + 1)));
         }
+        self.memories.push(m);
+        Ok(MemoryId(self.memories.len() as u32 - 1))
+    }
+
+    /// Registers a memory region valid in this process (this rank's, or a peer's mapped through
+    /// CUDA IPC); its id goes into channels' triggers.
+    pub fn add_memory(&mut self, region: MemoryRegion) -> Result<MemoryId> {
         if region.base == 0 || region.base.checked_add(region.bytes).is_none() {
             return Err(Error::InvalidArgument(format!("bad memory region {region:?}")));
         }
-        self.memories.push(region);
-        Ok(MemoryId(self.memories.len() as u32 - 1))
+        let id =
+            self.push_memory(Memory { route: Route::Mapped, index: self.mapped.len() as u32, bytes: region.bytes })?;
+        self.mapped.push(region);
+        Ok(id)
+    }
+
+    /// Registers a transport toward a peer (its puts, signals and atomic adds go through it);
+    /// the proxy owns it from now on and closes it when it stops.
+    pub fn add_transport(&mut self, transport: Box<dyn Transport>) -> TransportId {
+        self.remote.push(transport);
+        TransportId(self.remote.len() - 1)
+    }
+
+    /// Registers region `region` (of `bytes` bytes) that the peer of `transport` registered for
+    /// it: puts and atomic adds into this memory id go through that transport. Only destinations:
+    /// a put reads from a memory of [`Self::add_memory`].
+    pub fn add_remote_memory(&mut self, transport: TransportId, region: u32, bytes: u64) -> Result<MemoryId> {
+        self.check_transport(transport)?;
+        self.push_memory(Memory { route: Route::Remote(transport.0), index: region, bytes })
+    }
+
+    /// Registers the peer's semaphore `index` behind `transport`: a Flag on this id signals it.
+    pub fn add_remote_semaphore(&mut self, transport: TransportId, index: u32) -> Result<SemaphoreId> {
+        self.check_transport(transport)?;
+        self.push_semaphore(Semaphore { route: Route::Remote(transport.0), index })
+    }
+
+    fn check_transport(&self, t: TransportId) -> Result<()> {
+        if t.0 < self.remote.len() {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!("transport {} is not registered with this proxy", t.0)))
+        }
     }
 
     /// Registers the address of a peer's host-to-device semaphore counter (the `inbound` of a
@@ -355,21 +458,27 @@ impl ProxyBuilder {
         if remote_inbound == 0 || remote_inbound % 8 != 0 {
             return Err(Error::InvalidArgument(format!("bad semaphore address {remote_inbound:#x}")));
         }
-        self.push_semaphore(Target::Device(remote_inbound))
+        self.push_target(Target::Device(remote_inbound))
     }
 
     /// Registers a semaphore counter in host memory that the peer's GPU polls (the `inbound` of
     /// its `Host2DeviceSemaphore` points at the same word's device mapping). The proxy thread
     /// writes it directly once the copies before the Flag have completed.
     pub fn add_host_semaphore(&mut self, counter: HostCounter) -> Result<SemaphoreId> {
-        self.push_semaphore(Target::Host(counter))
+        self.push_target(Target::Host(counter))
     }
 
-    fn push_semaphore(&mut self, target: Target) -> Result<SemaphoreId> {
+    fn push_target(&mut self, target: Target) -> Result<SemaphoreId> {
+        let id = self.push_semaphore(Semaphore { route: Route::Mapped, index: self.targets.len() as u32 })?;
+        self.targets.push(target);
+        Ok(id)
+    }
+
+    fn push_semaphore(&mut self, s: Semaphore) -> Result<SemaphoreId> {
         if self.semaphores.len() as u32 > MAX_SEMAPHORE_ID {
             return Err(Error::InvalidArgument(format!("a proxy serves at most {} semaphores", MAX_SEMAPHORE_ID + 1)));
         }
-        self.semaphores.push(target);
+        self.semaphores.push(s);
         Ok(SemaphoreId(self.semaphores.len() as u32 - 1))
     }
 
@@ -378,14 +487,19 @@ impl ProxyBuilder {
         let affinity = self.cpu.map(|cpu| cpu_set(cpu).map(|set| (cpu, set))).transpose()?;
         let fifo = Fifo::new(&self.gpu, self.fifo_size)?;
         let handle = fifo.device_handle();
-        let stream = self.gpu.new_stream()?;
-        // Load the atomic-add kernel now, so a bad module is an error here and not in the thread.
-        let atomic_add = self.gpu.function(ATOMIC_ADD_PTX, "mscclpp_proxy_atomic_add")?;
+        let engine = CudaEngine::with_atomic_add(&self.gpu, self.atomic_add_kernel)?;
+        let atomic_add_path = engine.atomic_add_path();
         let stop = Arc::new(AtomicBool::new(false));
         let error = Arc::new(Mutex::new(None));
-        let engine =
-            CudaEngine { gpu: self.gpu.clone(), stream, atomic_add, marks: PinnedBuffer::zeroed(&self.gpu, 8)? };
-        let core = Core::new(engine, self.memories, self.semaphores, self.drain_timeout);
+        let core = Core {
+            mapped: Mapped::new(engine, self.mapped, self.targets),
+            dirty: vec![false; self.remote.len()],
+            remote: self.remote,
+            memories: self.memories,
+            semaphores: self.semaphores,
+            drain_timeout: self.drain_timeout,
+            flush_timeout: self.flush_timeout,
+        };
         let worker = Worker { fifo, core };
         let (s, e) = (stop.clone(), error.clone());
         let (idle, gpu) = (self.idle, self.gpu.clone());
@@ -399,7 +513,8 @@ impl ProxyBuilder {
                 worker.run(ok, idle, &s, &e)
             })
             .map_err(|source| Error::Io { context: "starting the proxy thread".into(), source })?;
-        let mut service = ProxyService { fifo: handle, stop, error, thread: Some(thread), parked: None };
+        let mut service =
+            ProxyService { fifo: handle, atomic_add: atomic_add_path, stop, error, thread: Some(thread), parked: None };
         let ready = ready_rx.recv().unwrap_or_else(|_| Err(Error::proxy("proxy thread ended at start")));
         if let Err(e) = ready {
             service.shutdown();
@@ -448,6 +563,7 @@ fn pin_current_thread(cpu: usize, set: &CpuSet) -> Result<()> {
 /// or [`ProxyService::stop`] is written to stderr when the service is dropped.
 pub struct ProxyService {
     fifo: FifoDeviceHandle,
+    atomic_add: AtomicAddPath,
     stop: Arc<AtomicBool>,
     error: Arc<Mutex<Option<Error>>>,
     thread: Option<JoinHandle<Worker>>,
@@ -465,6 +581,11 @@ impl ProxyService {
     /// The FIFO handle kernels push to (also inside every port channel of this proxy).
     pub fn fifo_handle(&self) -> FifoDeviceHandle {
         self.fifo
+    }
+
+    /// How this proxy executes atomic-add requests (chosen at start; see [`ATOMIC_ADD_ENV`]).
+    pub fn atomic_add_path(&self) -> AtomicAddPath {
+        self.atomic_add
     }
 
     /// The first error the proxy hit, if any (the proxy stops at it). The error is taken: it is
@@ -530,7 +651,7 @@ fn report_dropped(out: &mut impl std::io::Write, e: &Error) -> std::io::Result<(
 
 /// What the proxy needs from the GPU: enqueueing work on its stream, completion marks, and waiting
 /// for the stream. [`CudaEngine`] drives a CUDA stream; the tests use a fake.
-trait Engine {
+pub(crate) trait Engine {
     /// Enqueues a copy of `bytes` bytes from `src` to `dst` (device addresses).
     fn copy(&mut self, dst: u64, src: u64, bytes: usize) -> Result<()>;
     /// Enqueues a write of `value` to the u64 at device address `addr`, after the work before it
@@ -634,35 +755,52 @@ impl PendingSignals {
     }
 }
 
-/// The proxy's logic over an [`Engine`]: executes requests, keeps host signals in order, and
-/// drains at the end.
-struct Core<E> {
+/// Where a registered memory or semaphore is served: mapped here (CUDA IPC, the proxy's own
+/// stream) or by remote transport `i`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    Mapped,
+    Remote(usize),
+}
+
+/// A memory as triggers name it: where it is served, its index there, and its size.
+#[derive(Clone, Copy, Debug)]
+struct Memory {
+    route: Route,
+    index: u32,
+    bytes: u64,
+}
+
+/// A semaphore as triggers name it: where it is served and its index there.
+#[derive(Clone, Copy, Debug)]
+struct Semaphore {
+    route: Route,
+    index: u32,
+}
+
+/// The CUDA IPC transport: memories mapped into this process, copied between on the proxy's
+/// stream; semaphore counters written by the stream (in GPU memory) or by the thread once the
+/// copies before them completed (in host memory).
+struct Mapped<E> {
     engine: E,
-    memories: Vec<MemoryRegion>,
+    regions: Vec<MemoryRegion>,
     /// (where the counter is, signals sent so far).
     semaphores: Vec<(Target, u64)>,
     signals: PendingSignals,
-    drain_timeout: Duration,
 }
 
-/// Why a proxy loop ended.
-#[derive(Debug)]
-enum Ended {
-    /// Told to stop, with the FIFO empty.
-    Stopped,
-    /// A request failed, or the drain ran past its deadline.
-    Failed(Error),
-}
-
-impl<E: Engine> Core<E> {
-    fn new(engine: E, memories: Vec<MemoryRegion>, semaphores: Vec<Target>, drain_timeout: Duration) -> Self {
+impl<E: Engine> Mapped<E> {
+    fn new(engine: E, regions: Vec<MemoryRegion>, semaphores: Vec<Target>) -> Self {
         Self {
             engine,
-            memories,
+            regions,
             semaphores: semaphores.into_iter().map(|t| (t, 0)).collect(),
             signals: PendingSignals::default(),
-            drain_timeout,
         }
+    }
+
+    fn address(&self, region: u32, offset: u64, bytes: u64, what: &str) -> Result<u64> {
+        resolve(&self.regions, region, offset, bytes, what)
     }
 
     fn deliver(semaphores: &[(Target, u64)], sem: usize, value: u64) {
@@ -680,13 +818,186 @@ impl<E: Engine> Core<E> {
         }
     }
 
+    /// Waits (until `deadline`) for the stream to complete everything enqueued, then writes every
+    /// pending host signal. Past the deadline, only the signals whose marks the stream has passed
+    /// are written, and the result is an error (saying it waited `waited`).
+    fn finish(&mut self, deadline: Instant, waited: Duration, gpu: &str) -> Result<()> {
+        let drained = loop {
+            match self.engine.is_idle() {
+                Ok(true) => break Ok(()),
+                Ok(false) if Instant::now() >= deadline => {
+                    break Err(Error::proxy(format!(
+                        "{gpu}: the proxy stream still had work in flight {} after the stop",
+                        crate::error::fmt_duration(waited)
+                    )));
+                }
+                Ok(false) => std::thread::yield_now(),
+                Err(e) => break Err(Error::proxy_from(format!("{gpu}: draining the proxy stream"), e)),
+            }
+        };
+        let sems = &self.semaphores;
+        if drained.is_ok() {
+            self.signals.retire_all(|s, v| Self::deliver(sems, s, v));
+        } else {
+            self.signals.retire(self.engine.marks_done(), |s, v| Self::deliver(sems, s, v));
+        }
+        drained
+    }
+}
+
+impl<E: Engine + Send> Transport for Mapped<E> {
+    fn describe(&self) -> String {
+        "CUDA IPC".into()
+    }
+
+    fn put(&mut self, dst: RemoteSpan, src: u64, bytes: u64) -> Result<()> {
+        let dst = self.address(dst.region, dst.offset, bytes, "destination")?;
+        self.engine.copy(dst, src, bytes as usize)?;
+        self.signals.work();
+        Ok(())
+    }
+
+    fn signal(&mut self, semaphore: u32) -> Result<()> {
+        let (target, sent) = self
+            .semaphores
+            .get_mut(semaphore as usize)
+            .ok_or_else(|| Error::InvalidArgument(format!("semaphore id {semaphore} is not registered")))?;
+        *sent += 1;
+        let value = *sent;
+        match target {
+            // Stream-ordered after the copies above (partner: the peer's acquire load in
+            // Host2DeviceSemaphore::wait).
+            Target::Device(addr) => {
+                let addr = *addr;
+                self.engine.write_device(addr, value)?;
+            }
+            Target::Host(_) => {
+                if let Some(mark) = self.signals.mark_for_signal() {
+                    self.engine.place_mark(mark)?;
+                }
+                let done = self.engine.marks_done();
+                if let Some((s, v)) = self.signals.signal(semaphore as usize, value, done) {
+                    Self::deliver(&self.semaphores, s, v);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn atomic_add(&mut self, dst: RemoteSpan, value: u64) -> Result<()> {
+        if !dst.offset.is_multiple_of(8) {
+            return Err(Error::InvalidArgument(format!("atomic add at unaligned offset {}", dst.offset)));
+        }
+        let addr = self.address(dst.region, dst.offset, 8, "atomic add")?;
+        self.engine.atomic_add(addr, value)?;
+        self.signals.work();
+        Ok(())
+    }
+
+    fn flush(&mut self, deadline: Instant) -> Result<()> {
+        // Partner of the kernel's wait for the tail: the caller publishes only once complete.
+        while !self.engine.is_idle().map_err(|e| Error::proxy_from("draining the proxy stream", e))? {
+            if Instant::now() >= deadline {
+                return Err(Error::proxy("the proxy stream did not complete its copies before the flush deadline"));
+            }
+            std::hint::spin_loop();
+        }
+        let sems = &self.semaphores;
+        self.signals.retire_all(|s, v| Self::deliver(sems, s, v));
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Result<()> {
+        self.poll_signals();
+        Ok(())
+    }
+
+    fn close(&mut self, deadline: Instant) -> Result<()> {
+        let waited = deadline.saturating_duration_since(Instant::now());
+        self.finish(deadline, waited, "CUDA IPC")
+    }
+}
+
+/// The proxy's logic: executes requests on their transports (the mapped one over an [`Engine`],
+/// and the remote ones), and drains them at the end.
+struct Core<E> {
+    mapped: Mapped<E>,
+    remote: Vec<Box<dyn Transport>>,
+    /// Per remote transport: used since the last Sync.
+    dirty: Vec<bool>,
+    memories: Vec<Memory>,
+    semaphores: Vec<Semaphore>,
+    drain_timeout: Duration,
+    flush_timeout: Duration,
+}
+
+/// Why a proxy loop ended.
+#[derive(Debug)]
+enum Ended {
+    /// Told to stop, with the FIFO empty.
+    Stopped,
+    /// A request failed, or the drain ran past its deadline.
+    Failed(Error),
+}
+
+/// One error from several (the first, with the others' text after it).
+fn combine(mut errors: Vec<Error>) -> Result<()> {
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        _ => {
+            let first = errors.remove(0);
+            let rest: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+            Err(Error::proxy(format!("{first}; then {}", rest.join("; then "))))
+        }
+    }
+}
+
+impl<E: Engine + Send> Core<E> {
+    /// A core whose memories and semaphores are all mapped (ids are their indices).
+    #[cfg(test)]
+    fn new(engine: E, memories: Vec<MemoryRegion>, semaphores: Vec<Target>, drain_timeout: Duration) -> Self {
+        let mems =
+            memories.iter().enumerate().map(|(i, m)| Memory { route: Route::Mapped, index: i as u32, bytes: m.bytes });
+        let sems = (0..semaphores.len()).map(|i| Semaphore { route: Route::Mapped, index: i as u32 });
+        Self {
+            memories: mems.collect(),
+            semaphores: sems.collect(),
+            mapped: Mapped::new(engine, memories, semaphores),
+            remote: Vec::new(),
+            dirty: Vec::new(),
+            drain_timeout,
+            flush_timeout: DEFAULT_FLUSH_TIMEOUT,
+        }
+    }
+
+    fn transport(&mut self, route: Route) -> &mut dyn Transport {
+        match route {
+            Route::Mapped => &mut self.mapped,
+            Route::Remote(i) => {
+                self.dirty[i] = true;
+                self.remote[i].as_mut()
+            }
+        }
+    }
+
+    /// Reports the first remote transport that failed (a lost peer, a refused message).
+    fn poll_remote(&mut self, gpu: &str) -> Option<Error> {
+        self.remote
+            .iter_mut()
+            .find_map(|t| t.poll().err().map(|e| Error::proxy_from(format!("{gpu}: {}", t.describe()), e)))
+    }
+
     /// Serves `fifo` until `stop` is set and the FIFO is empty, or a request fails, then drains
     /// ([`Self::finish`]). Returns the first error. Once `stop` is seen, triggers still arriving
     /// are served only until the drain deadline.
     fn serve(&mut self, fifo: &mut impl Triggers, stop: &AtomicBool, idle: &mut Backoff, gpu: &str) -> Option<Error> {
         let mut deadline: Option<Instant> = None;
         let ended = loop {
-            self.poll_signals();
+            self.mapped.poll_signals();
+            if let Some(e) = self.poll_remote(gpu) {
+                break Ended::Failed(e);
+            }
             if deadline.is_none() && stop.load(Ordering::Acquire) {
                 deadline = Some(Instant::now() + self.drain_timeout);
             }
@@ -709,7 +1020,7 @@ impl<E: Engine> Core<E> {
                 }
                 None if deadline.is_some() => break Ended::Stopped,
                 // A signal is waiting for its copy: keep polling the marks.
-                None if !self.signals.is_empty() => std::hint::spin_loop(),
+                None if !self.mapped.signals.is_empty() => std::hint::spin_loop(),
                 None => idle.wait(),
             }
         };
@@ -723,77 +1034,88 @@ impl<E: Engine> Core<E> {
         }
     }
 
-    /// Waits (until `deadline`) for the stream to complete everything enqueued, then writes every
-    /// pending host signal. Past the deadline, only the signals whose marks the stream has passed
-    /// are written, and the result is an error.
+    /// Drains every transport until `deadline`: the stream completes and the pending host
+    /// signals are written (see [`Mapped::finish`]); each remote transport flushes what it was
+    /// given since the last Sync, and closes.
     fn finish(&mut self, deadline: Instant, gpu: &str) -> Result<()> {
-        let waited = loop {
-            match self.engine.is_idle() {
-                Ok(true) => break Ok(()),
-                Ok(false) if Instant::now() >= deadline => {
-                    break Err(Error::proxy(format!(
-                        "{gpu}: the proxy stream still had work in flight {} after the stop",
-                        crate::error::fmt_duration(self.drain_timeout)
-                    )));
-                }
-                Ok(false) => std::thread::yield_now(),
-                Err(e) => break Err(Error::proxy_from(format!("{gpu}: draining the proxy stream"), e)),
-            }
-        };
-        let sems = &self.semaphores;
-        if waited.is_ok() {
-            self.signals.retire_all(|s, v| Self::deliver(sems, s, v));
-        } else {
-            self.signals.retire(self.engine.marks_done(), |s, v| Self::deliver(sems, s, v));
+        let mut errors = Vec::new();
+        if let Err(e) = self.mapped.finish(deadline, self.drain_timeout, gpu) {
+            errors.push(e);
         }
-        waited
+        // What was issued since the last Sync must land before the end; the rest already has.
+        let flushed: Vec<Result<()>> = self
+            .remote
+            .iter_mut()
+            .zip(&mut self.dirty)
+            .map(|(t, dirty)| if std::mem::take(dirty) { t.flush(deadline) } else { Ok(()) })
+            .collect();
+        // Every peer hears of the end before this proxy waits for any of theirs.
+        for t in &mut self.remote {
+            t.start_close();
+        }
+        for (t, flushed) in self.remote.iter_mut().zip(flushed) {
+            // Close even when the flush failed: the transport's threads end either way.
+            let closed = t.close(deadline);
+            if let Err(e) = flushed.and(closed) {
+                errors.push(Error::proxy_from(format!("{gpu}: closing {}", t.describe()), e));
+            }
+        }
+        combine(errors)
     }
 
-    fn memory(&self, id: u32, offset: u32, bytes: u64, what: &str) -> Result<u64> {
-        resolve(&self.memories, id, offset, bytes, what)
+    /// Registered memory `id`, with `offset..offset + bytes` checked to lie inside it.
+    fn memory(&self, id: u32, offset: u32, bytes: u64, what: &str) -> Result<Memory> {
+        let m = *self
+            .memories
+            .get(id as usize)
+            .ok_or_else(|| Error::InvalidArgument(format!("{what} memory id {id} is not registered")))?;
+        match u64::from(offset).checked_add(bytes) {
+            Some(end) if end <= m.bytes => Ok(m),
+            _ => Err(Error::InvalidArgument(format!(
+                "{what} range {offset}..+{bytes} outside memory {id} of {} bytes",
+                m.bytes
+            ))),
+        }
+    }
+
+    /// Waits until everything issued so far has completed on every transport used since the
+    /// last Sync.
+    fn flush_all(&mut self) -> Result<()> {
+        let deadline = crate::bootstrap::after(self.flush_timeout);
+        self.mapped.flush(deadline)?;
+        for (t, dirty) in self.remote.iter_mut().zip(self.dirty.iter_mut()) {
+            if std::mem::take(dirty) {
+                t.flush(deadline).map_err(|e| Error::proxy_from(format!("flushing {}", t.describe()), e))?;
+            }
+        }
+        Ok(())
     }
 
     fn execute(&mut self, req: Request) -> Result<()> {
         match req {
             Request::Transfer { kind: k, size, src_offset, dst_offset, src_memory, dst_memory, semaphore } => {
                 if k & kind::DATA != 0 && size > 0 {
-                    let src = self.memory(src_memory, src_offset, size as u64, "source")?;
-                    let dst = self.memory(dst_memory, dst_offset, size as u64, "destination")?;
-                    self.engine.copy(dst, src, size as usize)?;
-                    self.signals.work();
+                    let bytes = size as u64;
+                    let src = self.memory(src_memory, src_offset, bytes, "source")?;
+                    let dst = self.memory(dst_memory, dst_offset, bytes, "destination")?;
+                    if src.route != Route::Mapped {
+                        return Err(Error::InvalidArgument(format!(
+                            "source memory id {src_memory} is another rank's: a put reads memory of this process"
+                        )));
+                    }
+                    let src = self.mapped.address(src.index, u64::from(src_offset), bytes, "source")?;
+                    let to = RemoteSpan { region: dst.index, offset: u64::from(dst_offset) };
+                    self.transport(dst.route).put(to, src, bytes)?;
                 }
                 if k & kind::FLAG != 0 {
-                    let (target, sent) = self
+                    let s = *self
                         .semaphores
-                        .get_mut(semaphore as usize)
+                        .get(semaphore as usize)
                         .ok_or_else(|| Error::InvalidArgument(format!("semaphore id {semaphore} is not registered")))?;
-                    *sent += 1;
-                    let value = *sent;
-                    match target {
-                        // Stream-ordered after the copies above (partner: the peer's acquire
-                        // load in Host2DeviceSemaphore::wait).
-                        Target::Device(addr) => {
-                            let addr = *addr;
-                            self.engine.write_device(addr, value)?;
-                        }
-                        Target::Host(_) => {
-                            if let Some(mark) = self.signals.mark_for_signal() {
-                                self.engine.place_mark(mark)?;
-                            }
-                            let done = self.engine.marks_done();
-                            if let Some((s, v)) = self.signals.signal(semaphore as usize, value, done) {
-                                Self::deliver(&self.semaphores, s, v);
-                            }
-                        }
-                    }
+                    self.transport(s.route).signal(s.index)?;
                 }
                 if k & kind::SYNC != 0 {
-                    // Partner of the kernel's wait for the tail: publish only once complete.
-                    while !self.engine.is_idle().map_err(|e| Error::proxy_from("draining the proxy stream", e))? {
-                        std::hint::spin_loop();
-                    }
-                    let sems = &self.semaphores;
-                    self.signals.retire_all(|s, v| Self::deliver(sems, s, v));
+                    self.flush_all()?;
                 }
             }
             Request::AtomicAdd { value, dst_offset, dst_memory } => {
@@ -801,21 +1123,54 @@ impl<E: Engine> Core<E> {
                     return Err(Error::InvalidArgument(format!("atomic add at unaligned offset {dst_offset}")));
                 }
                 let dst = self.memory(dst_memory, dst_offset, 8, "atomic add")?;
-                self.engine.atomic_add(dst, value)?;
-                self.signals.work();
+                let to = RemoteSpan { region: dst.index, offset: u64::from(dst_offset) };
+                self.transport(dst.route).atomic_add(to, value)?;
             }
         }
         Ok(())
     }
 }
 
-/// The CUDA side of the proxy: one non-blocking stream of the proxy's GPU.
-struct CudaEngine {
-    gpu: Arc<Gpu>,
+/// The CUDA side of the proxy: one non-blocking stream of the proxy's GPU. The TCP transport's
+/// GPU memory sides ([`crate::transport::tcp::cuda`]) use one each too.
+pub(crate) struct CudaEngine {
+    pub(crate) gpu: Arc<Gpu>,
     stream: Arc<cudarc::driver::CudaStream>,
-    atomic_add: cudarc::driver::CudaFunction,
+    atomic_add: AtomicAdd,
     /// Completion marks: the stream writes mark n here once the work before it has completed.
     marks: PinnedBuffer,
+}
+
+// SAFETY: an engine is used by one thread at a time (built on one, then moved to the thread that
+// drives it); the CUDA handles it holds are valid in any thread that binds the context.
+unsafe impl Send for CudaEngine {}
+
+impl CudaEngine {
+    /// A new stream on `gpu`, with the atomic-add kernel loaded (so a bad module is an error here
+    /// and not in the thread that uses the engine).
+    pub(crate) fn new(gpu: &Arc<Gpu>) -> Result<Self> {
+        Self::with_atomic_add(gpu, false)
+    }
+
+    /// [`CudaEngine::new`], with atomic adds forced onto the fallback kernel when `force_kernel`
+    /// (see [`ProxyBuilder::atomic_add_kernel`]).
+    pub(crate) fn with_atomic_add(gpu: &Arc<Gpu>, force_kernel: bool) -> Result<Self> {
+        let stream = gpu.new_stream()?;
+        // Choose how atomic adds run (and load the kernel if that is the way) now, so a bad
+        // module is an error here and not in the thread.
+        let atomic_add = AtomicAdd::select(gpu, force_kernel)?;
+        Ok(CudaEngine { gpu: gpu.clone(), stream, atomic_add, marks: PinnedBuffer::zeroed(gpu, 8)? })
+    }
+
+    /// How this engine's atomic adds run.
+    pub(crate) fn atomic_add_path(&self) -> AtomicAddPath {
+        self.atomic_add.path()
+    }
+
+    /// The stream work is enqueued on.
+    pub(crate) fn cu_stream(&self) -> sys::CUstream {
+        self.stream.cu_stream()
+    }
 }
 
 impl Engine for CudaEngine {
@@ -833,9 +1188,9 @@ impl Engine for CudaEngine {
     }
 
     fn atomic_add(&mut self, addr: u64, value: u64) -> Result<()> {
-        let mut args = Args::new().arg(addr).arg(value);
-        // SAFETY: the kernel takes (u64 address, u64 value); the address is a registered u64.
-        unsafe { launch_on(&self.gpu, &self.stream, &self.atomic_add, LaunchConfig::new(1, 1), &mut args) }
+        // SAFETY: the stream is this engine's, of its GPU's context (bound on the proxy thread);
+        // the address is an 8-aligned u64 inside a registered memory (`Core` checks both).
+        unsafe { self.atomic_add.enqueue(&self.gpu, &self.stream, addr, value) }
     }
 
     fn place_mark(&mut self, mark: u64) -> Result<()> {
@@ -875,7 +1230,7 @@ impl Worker {
     /// false); returns itself so the FIFO memory outlives the thread.
     fn run(mut self, ready: bool, idle: IdlePolicy, stop: &AtomicBool, error: &Mutex<Option<Error>>) -> Self {
         if ready {
-            let gpu = format!("GPU {}", self.core.engine.gpu.ordinal());
+            let gpu = format!("GPU {}", self.core.mapped.engine.gpu.ordinal());
             if let Some(e) = self.core.serve(&mut self.fifo, stop, &mut Backoff::new(idle), &gpu) {
                 *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
             }
@@ -891,7 +1246,7 @@ mod tests {
     };
     use super::{MemoryRegion, check_counter_offset, resolve};
     use crate::error::{Error, Result};
-    use mscclpp_device::fifo::{MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
+    use mscclpp_device::trigger::{MAX_MEMORY_ID, MAX_SEMAPHORE_ID, ProxyTrigger, Request, kind};
     use proptest::prelude::*;
     use std::collections::VecDeque;
     use std::sync::Arc;
@@ -912,20 +1267,18 @@ mod tests {
                 .map(|&(base, bytes)| MemoryRegion { base: base.min(u64::MAX - bytes), bytes })
                 .collect();
             let check = |id: u32, offset: u32, bytes: u64| {
-                if let Ok(addr) = resolve(&memories, id, offset, bytes, "test") {
+                if let Ok(addr) = resolve(&memories, id, offset.into(), bytes, "test") {
                     let m = memories[id as usize];
                     assert!(addr >= m.base && addr - m.base + bytes <= m.bytes);
                 }
             };
             match (ProxyTrigger { fst, snd }).decode() {
-                Request::Transfer { kind: k, size, src_offset, dst_offset, src_memory, dst_memory, semaphore } => {
+                request @ Request::Transfer { kind: k, size, src_offset, dst_offset, src_memory, dst_memory, semaphore } => {
                     prop_assert!(k != 0 && k & !(kind::DATA | kind::FLAG | kind::SYNC) == 0);
                     prop_assert!(src_memory <= MAX_MEMORY_ID && dst_memory <= MAX_MEMORY_ID);
                     prop_assert!(semaphore <= MAX_SEMAPHORE_ID);
                     // What decodes re-encodes to the same request.
-                    let again = ProxyTrigger::transfer(
-                        k, size as u64, src_offset as u64, dst_offset as u64, src_memory, dst_memory, semaphore,
-                    );
+                    let again = ProxyTrigger::encode(request);
                     prop_assert_eq!(again.map(|t| t.decode()), Ok((ProxyTrigger { fst, snd }).decode()));
                     check(src_memory, src_offset, size as u64);
                     check(dst_memory, dst_offset, size as u64);
@@ -940,7 +1293,7 @@ mod tests {
         #[test]
         fn resolve_never_wraps(base: u64, bytes: u64, offset: u32, len: u64) {
             let m = [MemoryRegion { base, bytes }];
-            if let Ok(addr) = resolve(&m, 0, offset, len, "test") {
+            if let Ok(addr) = resolve(&m, 0, offset.into(), len, "test") {
                 prop_assert!(u64::from(offset).checked_add(len).is_some_and(|end| end <= bytes));
                 prop_assert_eq!(Some(addr), base.checked_add(u64::from(offset)));
             }
@@ -1052,7 +1405,16 @@ mod tests {
     }
 
     fn transfer(k: u8, src_memory: u32, semaphore: u32) -> ProxyTrigger {
-        ProxyTrigger::transfer(k, 64, 0, 128, src_memory, 1, semaphore).unwrap()
+        let request = Request::Transfer {
+            kind: k,
+            dst_offset: 128,
+            src_offset: 0,
+            size: 64,
+            dst_memory: 1,
+            src_memory,
+            semaphore,
+        };
+        ProxyTrigger::encode(request).unwrap()
     }
 
     fn serve(core: &mut Core<FakeEngine>, fifo: &mut FakeFifo, stop: bool) -> Option<Error> {
@@ -1080,8 +1442,8 @@ mod tests {
         let e = serve(&mut core, &mut fifo, false).expect("the bad request is reported").to_string();
         assert!(e.contains("FIFO position 1") && e.contains("memory id 7"), "{e}");
         assert_eq!(counter.load(Ordering::Acquire), 1, "the valid copy's signal was dropped");
-        assert!(core.engine.in_flight.is_empty(), "work left in flight after the error");
-        assert_eq!(core.engine.copies_done, 1);
+        assert!(core.mapped.engine.in_flight.is_empty(), "work left in flight after the error");
+        assert_eq!(core.mapped.engine.copies_done, 1);
     }
 
     #[test]
@@ -1093,9 +1455,9 @@ mod tests {
         fifo.queue.push_back(transfer(kind::DATA, 0, 0));
         assert!(serve(&mut core, &mut fifo, true).is_none());
         assert_eq!(fifo.position, 2, "triggers pushed before the stop are served");
-        assert!(core.engine.in_flight.is_empty(), "copies still in flight when stop returned");
-        assert_eq!(core.engine.copies_done, 2);
-        assert_eq!(core.engine.device_writes, vec![(0x30_0000, 1)]);
+        assert!(core.mapped.engine.in_flight.is_empty(), "copies still in flight when stop returned");
+        assert_eq!(core.mapped.engine.copies_done, 2);
+        assert_eq!(core.mapped.engine.device_writes, vec![(0x30_0000, 1)]);
         assert_eq!(counter.load(Ordering::Acquire), 0);
     }
 
@@ -1105,21 +1467,21 @@ mod tests {
         // No copy in flight: written at once, without a mark.
         core.execute(transfer(kind::FLAG, 0, 0).decode()).unwrap();
         assert_eq!(counter.load(Ordering::Acquire), 1);
-        assert!(core.engine.in_flight.is_empty());
+        assert!(core.mapped.engine.in_flight.is_empty());
         // After a copy: a mark, and the signal waits for it; a second signal queues behind.
         core.execute(transfer(kind::DATA | kind::FLAG, 0, 0).decode()).unwrap();
         core.execute(transfer(kind::FLAG, 0, 0).decode()).unwrap();
         assert_eq!(counter.load(Ordering::Acquire), 1);
-        core.engine.complete_one(); // the copy
-        core.poll_signals();
+        core.mapped.engine.complete_one(); // the copy
+        core.mapped.poll_signals();
         assert_eq!(counter.load(Ordering::Acquire), 1, "delivered before its copy completed");
-        core.engine.complete_one(); // the mark
-        core.poll_signals();
+        core.mapped.engine.complete_one(); // the mark
+        core.mapped.poll_signals();
         assert_eq!(counter.load(Ordering::Acquire), 3);
         // Sync: everything completes before it returns.
         core.execute(transfer(kind::DATA | kind::FLAG | kind::SYNC, 0, 0).decode()).unwrap();
         assert_eq!(counter.load(Ordering::Acquire), 4);
-        assert!(core.engine.in_flight.is_empty());
+        assert!(core.mapped.engine.in_flight.is_empty());
     }
 
     #[test]
@@ -1128,7 +1490,7 @@ mod tests {
             let (mut core, counter) = core(FakeEngine::default(), Duration::from_millis(50));
             let mut fifo = FakeFifo { forever: Some(transfer(kind::DATA | kind::FLAG, 0, 0)), ..Default::default() };
             let e = serve(&mut core, &mut fifo, true).map(|e| e.to_string());
-            (e, counter.load(Ordering::Acquire), fifo.position, core.engine.in_flight.len())
+            (e, counter.load(Ordering::Acquire), fifo.position, core.mapped.engine.in_flight.len())
         });
         let e = e.expect("an error when the drain runs out of time");
         assert!(e.contains("still pushing"), "{e}");
@@ -1151,6 +1513,89 @@ mod tests {
         assert!(e.contains("still had work in flight"), "{e}");
         // Its copy never completed: the signal must not be written.
         assert_eq!(counter, 0);
+    }
+
+    /// Triggers whose memory and semaphore are another rank's go through its transport (TCP
+    /// over loopback, on host memory here); a Sync returns only once they have landed there.
+    #[test]
+    fn remote_routes_go_through_their_transport_and_sync_waits_for_them() {
+        use super::{Memory, Route, Semaphore};
+        use crate::transport::Transport;
+        use crate::transport::tcp::{HostLanding, HostRegion, HostSource, Link, RemoteMemory, TcpConfig, TcpTransport};
+        let pair = || {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            (a, l.accept().unwrap().0)
+        };
+        let ((a_out, b_in), (b_out, a_in)) = (pair(), pair());
+        let cfg = TcpConfig { chunk_bytes: 1000, slots: 3, timeout: Duration::from_secs(20) };
+        let data: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
+        let src = HostRegion::from_slice(&data);
+        let (dst, sem) = (HostRegion::filled(8192, 0xA5), Arc::new(AtomicU64::new(0)));
+        // This rank (0): its proxy sends; rank 1 only receives.
+        let t0 = TcpTransport::start(
+            Link { peer: 1, outgoing: a_out, incoming: a_in, peer_max_chunk: 1000 },
+            HostSource::new(vec![src.clone()], 3, 1000).unwrap(),
+            HostLanding::new(vec![], vec![], 3, 1000).unwrap(),
+            RemoteMemory { regions: vec![8192], semaphores: 1 },
+            &cfg,
+        )
+        .unwrap();
+        let mut t1 = TcpTransport::start(
+            Link { peer: 0, outgoing: b_out, incoming: b_in, peer_max_chunk: 1000 },
+            HostSource::new(vec![], 3, 1000).unwrap(),
+            HostLanding::new(vec![dst.clone()], vec![sem.clone()], 3, 1000).unwrap(),
+            RemoteMemory::default(),
+            &cfg,
+        )
+        .unwrap();
+        let mapped = [MemoryRegion { base: src.addr(), bytes: 8192 }];
+        let mut core =
+            Core::new(FakeEngine::default(), mapped.to_vec(), vec![Target::Device(0x30_0000)], Duration::from_secs(5));
+        core.remote.push(Box::new(t0));
+        core.dirty.push(false);
+        core.memories.push(Memory { route: Route::Remote(0), index: 0, bytes: 8192 }); // id 1
+        core.semaphores.push(Semaphore { route: Route::Remote(0), index: 0 }); // id 1
+        let put = |size: u32, src_offset: u32, dst_offset: u32, kind: u8| {
+            let r =
+                Request::Transfer { kind, dst_offset, src_offset, size, dst_memory: 1, src_memory: 0, semaphore: 1 };
+            ProxyTrigger::encode(r).unwrap().decode()
+        };
+        core.execute(put(5000, 100, 200, kind::DATA | kind::FLAG)).unwrap();
+        core.execute(
+            ProxyTrigger::encode(Request::AtomicAdd { dst_offset: 8000, value: 9, dst_memory: 1 }).unwrap().decode(),
+        )
+        .unwrap();
+        core.execute(put(8, 0, 0, kind::DATA | kind::FLAG | kind::SYNC)).unwrap();
+        // The Sync returned: everything is at rank 1 now, with both signals.
+        let got = dst.to_vec();
+        assert_eq!(&got[200..5200], &data[100..5100]);
+        assert_eq!(&got[..8], &data[..8]);
+        assert!(got[8..200].iter().chain(&got[5200..8000]).all(|&b| b == 0xA5));
+        assert_eq!(dst.read_u64(8000), Some(u64::from_le_bytes([0xA5; 8]).wrapping_add(9)));
+        assert_eq!(sem.load(Ordering::Acquire), 2);
+        // Nothing went to the mapped path, and its device semaphore was not signalled.
+        assert_eq!(core.mapped.engine.copies_done, 0);
+        assert!(core.mapped.engine.device_writes.is_empty());
+        // Out of the remote memory's bounds: refused in the proxy, before anything is sent.
+        let e = core.execute(put(200, 0, 8100, kind::DATA)).unwrap_err().to_string();
+        assert!(e.contains("outside memory 1"), "{e}");
+        // A remote memory cannot be a put's source.
+        let back = Request::Transfer {
+            kind: kind::DATA,
+            dst_offset: 0,
+            src_offset: 0,
+            size: 8,
+            dst_memory: 1,
+            src_memory: 1,
+            semaphore: 0,
+        };
+        let back = ProxyTrigger::encode(back).unwrap().decode();
+        assert!(core.execute(back).unwrap_err().to_string().contains("another rank's"));
+        // Stopping flushes and closes the transport; rank 1 closes its side meanwhile.
+        let closer = std::thread::spawn(move || t1.close(Instant::now() + Duration::from_secs(10)));
+        core.finish(Instant::now() + Duration::from_secs(10), "GPU 0").unwrap();
+        closer.join().unwrap().unwrap();
     }
 
     #[test]

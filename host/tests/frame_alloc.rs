@@ -4,9 +4,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use mscclpp_host::Error;
-use mscclpp_host::bootstrap::FrameFault;
 use mscclpp_host::bootstrap::frame::{self, Kind, Token};
+use mscclpp_host::bootstrap::{FrameError, FrameFault};
 
 struct Tracking;
 
@@ -54,7 +53,7 @@ fn read(wire: &[u8], max: usize) -> (FrameFault, usize) {
     let r = frame::read_frame(&mut &wire[..], &T, max);
     let largest = LARGEST.with(Cell::get);
     match r {
-        Err(Error::Frame(f)) => (f, largest),
+        Err(FrameError::Rejected(f)) => (f, largest),
         other => panic!("expected a rejected frame, got {other:?}"),
     }
 }

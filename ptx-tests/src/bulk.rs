@@ -1,6 +1,7 @@
 //! Device halves of the bulk-copy tests and benches.
 
-use mscclpp_device::bulk::{self, BulkBarrier, BulkPipeline, BulkReduceOp, op};
+use mscclpp_device::bulk::{self, BulkBarrier, BulkPipeline, BulkReduceOp};
+use mscclpp_device::op;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::{GlobalPtr, SharedPtr, dynamic_shared};
 use mscclpp_device::ptx::{misc::barrier_sync, sreg};

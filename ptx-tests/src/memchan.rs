@@ -7,7 +7,8 @@ use mscclpp_device::packet::{LL8Packet, LL16Packet, Packet};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::ptx::{atom_red, misc::barrier_sync, sreg};
-use mscclpp_device::sync::{DeviceSemaphore, DeviceSyncer};
+use mscclpp_device::semaphore::DeviceSemaphore;
+use mscclpp_device::sync::DeviceSyncer;
 
 use crate::kernels;
 use crate::shared::message_word;

@@ -1,4 +1,4 @@
-//! Device halves of the multi-rank pattern tests (`tests/mp_patterns.rs`). Tables of per-rank
+//! Device halves of the multi-rank pattern tests (`tests/mp_patterns/`). Tables of per-rank
 //! addresses and handles live in device memory, indexed by rank; this rank's own entry of a
 //! semaphore or channel table is unused.
 

@@ -2,7 +2,7 @@
 //! module, and the host tests include the same file (`#[path = ".../ptx-tests/src/shared.rs"]`),
 //! so the two sides cannot drift apart. Plain functions of their arguments; no device code.
 
-use mscclpp_device::fifo::ProxyTrigger;
+use mscclpp_device::trigger::{ProxyTrigger, Request};
 
 /// A 32-bit mixing function (every input bit affects every output bit).
 #[inline(always)]
@@ -25,11 +25,11 @@ pub fn message_word(seed: u32, side: u32, round: u32, k: u32) -> u32 {
 /// derive from (g, i), so a torn or misplaced trigger is detected by the consumer.
 #[inline(always)]
 pub fn tagged_trigger(g: u32, i: u32) -> ProxyTrigger {
-    match ProxyTrigger::atomic_add(
-        ((g as u64) << 32) | i as u64,
-        (g ^ i.wrapping_mul(0x9e37_79b9)) as u64,
-        (g + i) & 511,
-    ) {
+    match ProxyTrigger::encode(Request::AtomicAdd {
+        dst_offset: g ^ i.wrapping_mul(0x9e37_79b9),
+        value: ((g as u64) << 32) | i as u64,
+        dst_memory: (g + i) & 511,
+    }) {
         Ok(t) => t,
         Err(e) => mscclpp_device::poll::fail(e.message()),
     }

@@ -17,7 +17,7 @@ use mscclpp_device::multimem::{Red, op};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::ptx::{atom_red, misc::barrier_sync, sreg};
-use mscclpp_device::switch::SwitchSemaphore;
+use mscclpp_device::semaphore::SwitchSemaphore;
 use mscclpp_device::vec::{Bf16x2, Bf16x8, F16x2, F16x8, F32x2, F32x4};
 
 use crate::kernels;

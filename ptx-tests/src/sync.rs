@@ -5,15 +5,27 @@ use core::ptr::{read_volatile, write_volatile};
 use mscclpp_device::atomic::{self, AcqRel, Acquire, Release, Sys};
 use mscclpp_device::channel::port::PortChannel;
 use mscclpp_device::copy::Threads;
-use mscclpp_device::fifo::{FifoDeviceHandle, ProxyTrigger, kind};
+use mscclpp_device::fifo::FifoDeviceHandle;
 use mscclpp_device::poll::{SpinBudget, spin_until};
 use mscclpp_device::ptx::{atom_red, misc::barrier_sync, sreg};
 use mscclpp_device::semaphore::{CachedMemorySemaphore, Host2DeviceSemaphore, MemoryDevice2DeviceSemaphore};
+use mscclpp_device::trigger::{ProxyTrigger, Request, kind};
 
 use crate::kernels;
 use crate::shared::{message_word, tagged_trigger};
 
 const BUDGET: SpinBudget = SpinBudget::DEFAULT;
+
+/// An empty Data request (nothing to copy): the cheapest trigger a proxy handles.
+const EMPTY_DATA: Request = Request::Transfer {
+    kind: kind::DATA,
+    dst_offset: 0,
+    src_offset: 0,
+    size: 0,
+    dst_memory: 0,
+    src_memory: 0,
+    semaphore: 0,
+};
 
 #[inline(always)]
 fn gid() -> u32 {
@@ -32,7 +44,7 @@ kernels! {
     /// Thread 0 pushes `rounds` empty Data requests, waiting for each to be handled.
     fn fifo_roundtrip(fifo: FifoDeviceHandle, rounds: u32) {
         if sreg::tid_x() != 0 { return; }
-        let t = match ProxyTrigger::transfer(kind::DATA, 0, 0, 0, 0, 0, 0) { Ok(t) => t, Err(_) => return };
+        let t = match ProxyTrigger::encode(EMPTY_DATA) { Ok(t) => t, Err(_) => return };
         for _ in 0..rounds {
             let pos = fifo.push(t, BUDGET);
             fifo.sync(pos, BUDGET);
@@ -42,7 +54,7 @@ kernels! {
     /// Thread 0 of every block pushes `per_block` empty Data requests, then waits for its last.
     fn fifo_throughput(fifo: FifoDeviceHandle, per_block: u32) {
         if sreg::tid_x() != 0 || per_block == 0 { return; }
-        let t = match ProxyTrigger::transfer(kind::DATA, 0, 0, 0, 0, 0, 0) { Ok(t) => t, Err(_) => return };
+        let t = match ProxyTrigger::encode(EMPTY_DATA) { Ok(t) => t, Err(_) => return };
         let mut last = 0;
         for _ in 0..per_block {
             last = fifo.push(t, BUDGET);
@@ -53,7 +65,7 @@ kernels! {
     /// Pushes one request and syncs on it with a `budget_ns` budget (the proxy is stopped: traps).
     fn fifo_sync_timeout(fifo: FifoDeviceHandle, budget_ns: i64) {
         if sreg::tid_x() != 0 { return; }
-        let t = match ProxyTrigger::transfer(kind::DATA, 0, 0, 0, 0, 0, 0) { Ok(t) => t, Err(_) => return };
+        let t = match ProxyTrigger::encode(EMPTY_DATA) { Ok(t) => t, Err(_) => return };
         let pos = fifo.push(t, SpinBudget::from_nanos(budget_ns));
         fifo.sync(pos, SpinBudget::from_nanos(budget_ns));
     }

@@ -29,7 +29,8 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [args]   (or ./x <command> [args])
 
   report [args]      set-up, then the main job: cargo run --release [args]
-                     (builds the kernels, assembles them, prints the report)
+                     (builds the kernels, assembles them, prints the report; with GPUs it
+                     also runs the GPU tests and benches; `./x report -- --help`)
   test [args]        set-up, then every test: cargo test --workspace --all-targets [args],
                      the doc tests, and the loom model checks of the FIFO
   gpu-bundle         set-up, then scripts/gpu-build.sh (executables for a GPU machine in .gpu/)

@@ -12,7 +12,10 @@
 //! ```
 //! Sizes follow nccl-tests: the allreduce buffer, the allgather output and the reduce-scatter
 //! input. busbw: allreduce `2(n-1)/n * size / t`, allgather and reduce-scatter `(n-1)/n * size / t`.
-//! Rank 0 prints the table; `MSCCLPP_RS_BENCH_OUT` names a JSON-lines file for the results.
+//! Rank 0 prints the table; `MSCCLPP_RS_BENCH_OUT` names a JSON-lines file for the results: one
+//! line per (operation, type, size) in the benchmark schema of `docs/BENCHMARKS.md` (value: our
+//! time in a graph, baseline: NCCL's, ratio: NCCL's time / ours, with the target of each size),
+//! plus the details of both runs.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -169,6 +172,26 @@ fn buffers(comm: &Communicator, op: Operation, dt: DataType, size: u64) -> Resul
     })
 }
 
+/// The goal for one row, as (least ratio of NCCL's time to ours, most microseconds): never
+/// slower than NCCL, allgather of 1 GiB 1.2 times as fast; on two ranks an allreduce of at most
+/// 2.5 us up to 64 KiB, 4.5 us at 256 KiB and 9 us at 1 MiB, and at least 300 GB/s busbw at 16 MiB
+/// and 360 GB/s at 1 GiB.
+fn target(op: Operation, dt: DataType, n: usize, bytes: u64, factor: f64) -> (f64, Option<f64>) {
+    let ratio = if op == Operation::AllGather && bytes == 1 << 30 { 1.2 } else { 1.0 };
+    let allreduce = op == Operation::AllReduce && matches!(dt, DataType::F32 | DataType::Bf16) && n == 2;
+    let busbw_us = |gbps: f64| factor * bytes as f64 / (gbps * 1e3);
+    let us = match bytes {
+        _ if !allreduce => None,
+        b if b <= 64 << 10 => Some(2.5),
+        b if b == 256 << 10 => Some(4.5),
+        b if b == 1 << 20 => Some(9.0),
+        b if b == 16 << 20 => Some(busbw_us(300.0)),
+        b if b == 1 << 30 => Some(busbw_us(360.0)),
+        _ => None,
+    };
+    (ratio, us)
+}
+
 fn fmt_size(b: u64) -> String {
     match b {
         b if b >= 1 << 30 => format!("{} GiB", b >> 30),
@@ -295,9 +318,23 @@ fn run(comm: &Communicator) -> Result<()> {
                         extra
                     );
                     if let Some(f) = out.as_mut() {
+                        let ratio = k.graph_us / m.graph_us;
+                        let (least, most_us) = target(op, dt, n, total, factor);
+                        let met = ratio >= least && most_us.is_none_or(|t| m.graph_us <= t);
+                        let head = format!(
+                            "{{\"suite\":\"coll-bench\",\"family\":\"collectives\",\"name\":\"{}/{}/{}\",\"series\":null,\"size_bytes\":{total},\"metric\":\"us\",\"value\":{:.3},\"baseline\":\"NCCL {}\",\"baseline_value\":{:.3},\"ratio\":{ratio:.4},\"target\":{least},\"target_value\":{},\"met\":{met},",
+                            op.name(),
+                            dt.name(),
+                            fmt_size(total).replace(' ', ""),
+                            m.graph_us,
+                            nccl.version_string(),
+                            k.graph_us,
+                            most_us.map(|t| format!("{t:.3}")).unwrap_or_else(|| "null".into()),
+                        );
+                        // One write per line: the file is shared with the other benches.
                         let _ = writeln!(
                             f,
-                            "{{\"bench\":\"collectives\",\"op\":\"{}\",\"dtype\":\"{}\",\"ranks\":{n},\"bytes\":{total},\"ours_graph_us\":{:.3},\"ours_eager_us\":{:.3},\"ours_busbw\":{:.2},\"ours_wrong\":{},\"nccl_graph_us\":{:.3},\"nccl_eager_us\":{:.3},\"nccl_busbw\":{:.2},\"nccl_wrong\":{},\"algorithm\":\"{}\",\"nccl\":\"{}\"}}",
+                            "{head}\"bench\":\"collectives\",\"op\":\"{}\",\"dtype\":\"{}\",\"ranks\":{n},\"bytes\":{total},\"ours_graph_us\":{:.3},\"ours_eager_us\":{:.3},\"ours_busbw\":{:.2},\"ours_wrong\":{},\"nccl_graph_us\":{:.3},\"nccl_eager_us\":{:.3},\"nccl_busbw\":{:.2},\"nccl_wrong\":{},\"algorithm\":\"{}\",\"nccl\":\"{}\"}}",
                             op.name(),
                             dt.name(),
                             m.graph_us,

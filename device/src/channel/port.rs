@@ -32,17 +32,17 @@ pub struct PortChannel {
     /// Padding (zero).
     pub _pad: u32,
 }
-static_assertions::assert_eq_size!(PortChannel, [u64; 10]);
-static_assertions::const_assert_eq!(core::mem::offset_of!(PortChannel, semaphore), 48);
-static_assertions::const_assert_eq!(core::mem::offset_of!(PortChannel, semaphore_id), 64);
+static_assertions::assert_eq_size!(PortChannel, [u64; 9]);
+static_assertions::const_assert_eq!(core::mem::offset_of!(PortChannel, semaphore), 40);
+static_assertions::const_assert_eq!(core::mem::offset_of!(PortChannel, semaphore_id), 56);
 // SAFETY: repr(C), no implicit padding (asserted), addresses and integers only.
 unsafe impl DeviceAbi for PortChannel {}
 
 #[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
-    use crate::fifo::{ProxyTrigger, TriggerError, kind};
     use crate::poll::{SpinBudget, fail};
+    use crate::trigger::{ProxyTrigger, Request, TriggerError, field32, kind};
 
     #[cold]
     #[inline(never)]
@@ -50,18 +50,28 @@ mod device {
         fail(e.message())
     }
 
+    /// `v` as a 32-bit trigger field; traps with `too_large`'s message when it does not fit.
+    #[inline(always)]
+    fn field(v: u64, too_large: TriggerError) -> u32 {
+        match field32(v, too_large) {
+            Ok(v) => v,
+            Err(e) => bad_trigger(e),
+        }
+    }
+
     impl PortChannel {
         #[inline(always)]
-        unsafe fn request(&self, k: u8, dst_off: u64, src_off: u64, bytes: u64, budget: SpinBudget) -> u64 {
-            let t = match ProxyTrigger::transfer(
-                k,
-                bytes,
-                src_off,
-                dst_off,
-                self.src_memory_id,
-                self.dst_memory_id,
-                self.semaphore_id,
-            ) {
+        unsafe fn request(&self, kind: u8, dst_off: u64, src_off: u64, bytes: u64, budget: SpinBudget) -> u64 {
+            let request = Request::Transfer {
+                kind,
+                dst_offset: field(dst_off, TriggerError::DstOffsetTooLarge),
+                src_offset: field(src_off, TriggerError::SrcOffsetTooLarge),
+                size: field(bytes, TriggerError::SizeTooLarge),
+                dst_memory: self.dst_memory_id,
+                src_memory: self.src_memory_id,
+                semaphore: self.semaphore_id,
+            };
+            let t = match ProxyTrigger::encode(request) {
                 Ok(t) => t,
                 Err(e) => bad_trigger(e),
             };
@@ -145,7 +155,12 @@ mod device {
         /// As for [`PortChannel::put`]; `dst_off` 8-byte aligned.
         #[inline(always)]
         pub unsafe fn atomic_add(&self, dst_off: u64, value: u64, budget: SpinBudget) -> u64 {
-            let t = match ProxyTrigger::atomic_add(value, dst_off, self.dst_memory_id) {
+            let request = Request::AtomicAdd {
+                dst_offset: field(dst_off, TriggerError::DstOffsetTooLarge),
+                value,
+                dst_memory: self.dst_memory_id,
+            };
+            let t = match ProxyTrigger::encode(request) {
                 Ok(t) => t,
                 Err(e) => bad_trigger(e),
             };

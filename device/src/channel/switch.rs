@@ -19,7 +19,7 @@
 //! every copy (`multimem.red` add), then one barrier round.
 
 use crate::ptr::{GlobalPtr, MultimemPtr};
-use crate::switch::SwitchSemaphore;
+use crate::semaphore::SwitchSemaphore;
 
 /// A multicast buffer and its group barrier; see the module docs.
 ///
@@ -80,8 +80,7 @@ impl SwitchChannel {
 mod device {
     use super::*;
     use crate::device_assert;
-    use crate::multimem::{self, LdReduce, Red, Store, op};
-    use crate::poll::SpinBudget;
+    use crate::multimem::{self, Red, op};
 
     impl SwitchChannel {
         /// The multicast address of element `index` of type `V`.
@@ -91,42 +90,15 @@ mod device {
             self.mc_ptr.cast::<V>().add(index)
         }
 
-        /// This device's copy of element `index` of type `V` (unicast address).
-        #[inline(always)]
-        pub fn local<V>(&self, index: usize) -> GlobalPtr<V> {
-            device_assert!(self.in_bounds::<V>(index), "SwitchChannel: element index out of range");
-            self.device_ptr.cast::<V>().add(index)
-        }
-
-        /// The sum over every member of element `index` (`multimem.ld_reduce` add).
+        /// Adds `value` into element `index` of every member's copy (`multimem.red` add). The
+        /// multicast-only form; reduce, broadcast and the barrier are the [`SwitchGroup`]
+        /// methods, which the emulated channel shares.
         ///
         /// # Safety
-        /// The handle must describe a live multicast buffer mapped on this device, `index` must
-        /// be in bounds (checked only in debug/`checks` builds), and the buffer's base must be
-        /// aligned to `size_of::<V>()` (multicast mappings are granularity-aligned).
-        #[inline(always)]
-        pub unsafe fn reduce<V>(&self, index: usize) -> V
-        where
-            op::Add: LdReduce<V>,
-        {
-            // SAFETY: forwarded from the caller.
-            unsafe { multimem::multimem_ld_reduce::<V, op::Add>(self.mc(index)) }
-        }
-
-        /// Writes `value` into element `index` of every member's copy (`multimem.st`).
-        ///
-        /// # Safety
-        /// As for [`reduce`](Self::reduce).
-        #[inline(always)]
-        pub unsafe fn broadcast<V: Store>(&self, index: usize, value: V) {
-            // SAFETY: forwarded from the caller.
-            unsafe { multimem::multimem_st::<V>(self.mc(index), value) }
-        }
-
-        /// Adds `value` into element `index` of every member's copy (`multimem.red` add).
-        ///
-        /// # Safety
-        /// As for [`reduce`](Self::reduce).
+        /// As for [`SwitchGroup::reduce`]: the handle describes a live multicast buffer mapped on
+        /// this device, `index` is in bounds (checked only in debug/`checks` builds), and the
+        /// buffer's base is aligned to `size_of::<V>()` (multicast mappings are
+        /// granularity-aligned).
         #[inline(always)]
         pub unsafe fn store_reduce<V>(&self, index: usize, value: V)
         where
@@ -135,43 +107,45 @@ mod device {
             // SAFETY: forwarded from the caller.
             unsafe { multimem::multimem_red::<V, op::Add>(self.mc(index), value) }
         }
+    }
 
-        /// The barrier's [`SwitchSemaphore::signal`] (release).
-        ///
-        /// # Safety
-        /// As for [`SwitchSemaphore::signal`].
+    impl SwitchGroup for SwitchChannel {
         #[inline(always)]
-        pub unsafe fn signal(&self) {
+        fn elements<V>(&self) -> u64 {
+            self.len_of::<V>()
+        }
+        #[inline(always)]
+        unsafe fn local<V>(&self, index: usize) -> GlobalPtr<V> {
+            device_assert!(self.in_bounds::<V>(index), "SwitchChannel: element index out of range");
+            self.device_ptr.cast::<V>().add(index)
+        }
+        #[inline(always)]
+        unsafe fn reduce<V: SwitchElem>(&self, index: usize) -> V {
+            // SAFETY: forwarded from the caller.
+            unsafe { V::mc_reduce(self.mc(index)) }
+        }
+        #[inline(always)]
+        unsafe fn broadcast<V: SwitchElem>(&self, index: usize, value: V) {
+            // SAFETY: forwarded from the caller; `V: Store` through `SwitchElem`.
+            unsafe { multimem::multimem_st::<V>(self.mc(index), value) }
+        }
+        #[inline(always)]
+        unsafe fn signal(&self) {
             // SAFETY: forwarded from the caller.
             unsafe { self.barrier.signal() }
         }
-
-        /// The barrier's [`SwitchSemaphore::relaxed_signal`].
-        ///
-        /// # Safety
-        /// As for [`SwitchSemaphore::signal`].
         #[inline(always)]
-        pub unsafe fn relaxed_signal(&self) {
+        unsafe fn relaxed_signal(&self) {
             // SAFETY: forwarded from the caller.
             unsafe { self.barrier.relaxed_signal() }
         }
-
-        /// The barrier's [`SwitchSemaphore::wait`] (acquire).
-        ///
-        /// # Safety
-        /// As for [`SwitchSemaphore::wait`].
         #[inline(always)]
-        pub unsafe fn wait(&self, budget: SpinBudget) {
+        unsafe fn wait(&self, budget: crate::poll::SpinBudget) {
             // SAFETY: forwarded from the caller.
             unsafe { self.barrier.wait(budget) }
         }
-
-        /// The barrier's [`SwitchSemaphore::relaxed_wait`].
-        ///
-        /// # Safety
-        /// As for [`SwitchSemaphore::wait`].
         #[inline(always)]
-        pub unsafe fn relaxed_wait(&self, budget: SpinBudget) {
+        unsafe fn relaxed_wait(&self, budget: crate::poll::SpinBudget) {
             // SAFETY: forwarded from the caller.
             unsafe { self.barrier.relaxed_wait(budget) }
         }
@@ -200,26 +174,44 @@ mod tests {
     }
 }
 
-/// Element types both switch channels reduce and broadcast: the vector types with a
-/// `multimem.ld_reduce` add and a `multimem.st` form, plus a lane-wise add for the emulation
-/// (f16/bf16 lanes add in f32 and round back, once per rank, in rank order).
-pub trait SwitchElem: Copy + bytemuck::Pod {
+/// The multimem forms a switch channel uses, taken from the [`crate::multimem`] tables: a type
+/// has them exactly when `multimem` maps its `ld_reduce` add and its `st`. Sealed (a private
+/// module), so [`SwitchElem`] types are the crate's.
+mod mc {
+    use crate::multimem::{LdReduce, Store, op};
+    #[cfg(any(target_arch = "nvptx64", doc))]
+    use crate::ptr::MultimemPtr;
+
+    /// A value type with a multimem add-reduce load and a multimem store.
+    pub trait Multicast: Store {
+        /// `multimem.ld_reduce` add at `ptr`.
+        ///
+        /// # Safety
+        /// As for [`crate::multimem::multimem_ld_reduce`].
+        #[cfg(any(target_arch = "nvptx64", doc))]
+        unsafe fn mc_reduce(ptr: MultimemPtr<Self>) -> Self;
+    }
+
+    impl<V: Store> Multicast for V
+    where
+        op::Add: LdReduce<V>,
+    {
+        #[cfg(any(target_arch = "nvptx64", doc))]
+        #[inline(always)]
+        unsafe fn mc_reduce(ptr: MultimemPtr<V>) -> V {
+            // SAFETY: forwarded from the caller.
+            unsafe { crate::multimem::multimem_ld_reduce::<V, op::Add>(ptr) }
+        }
+    }
+}
+
+/// Element types both switch channels reduce and broadcast: the types with a
+/// `multimem.ld_reduce` add and a `multimem.st` form (from the [`crate::multimem`] tables), plus
+/// a lane-wise add for the emulation (f16/bf16 lanes add in f32 and round back, once per rank,
+/// in rank order).
+pub trait SwitchElem: Copy + bytemuck::Pod + mc::Multicast {
     /// Lane-wise sum.
     fn add(self, other: Self) -> Self;
-    /// `multimem.ld_reduce` add at `ptr`.
-    ///
-    /// # Safety
-    /// As for [`crate::multimem::multimem_ld_reduce`].
-    #[cfg(any(target_arch = "nvptx64", doc))]
-    #[doc(hidden)]
-    unsafe fn mc_reduce(ptr: MultimemPtr<Self>) -> Self;
-    /// `multimem.st` at `ptr`.
-    ///
-    /// # Safety
-    /// As for [`crate::multimem::multimem_st`].
-    #[cfg(any(target_arch = "nvptx64", doc))]
-    #[doc(hidden)]
-    unsafe fn mc_store(ptr: MultimemPtr<Self>, value: Self);
 }
 
 macro_rules! switch_elem {
@@ -229,18 +221,6 @@ macro_rules! switch_elem {
             fn add(self, other: Self) -> Self {
                 let ($a, $b) = (self, other);
                 $add
-            }
-            #[cfg(any(target_arch = "nvptx64", doc))]
-            #[inline(always)]
-            unsafe fn mc_reduce(ptr: MultimemPtr<Self>) -> Self {
-                // SAFETY: forwarded from the caller.
-                unsafe { crate::multimem::multimem_ld_reduce::<$t, crate::multimem::op::Add>(ptr) }
-            }
-            #[cfg(any(target_arch = "nvptx64", doc))]
-            #[inline(always)]
-            unsafe fn mc_store(ptr: MultimemPtr<Self>, value: Self) {
-                // SAFETY: forwarded from the caller.
-                unsafe { crate::multimem::multimem_st::<$t>(ptr, value) }
             }
         }
     )* };
@@ -333,50 +313,6 @@ pub trait SwitchGroup: Copy {
     /// # Safety
     /// As for [`SwitchGroup::signal`].
     unsafe fn relaxed_wait(&self, budget: crate::poll::SpinBudget);
-}
-
-#[cfg(any(target_arch = "nvptx64", doc))]
-impl SwitchGroup for SwitchChannel {
-    #[inline(always)]
-    fn elements<V>(&self) -> u64 {
-        self.len_of::<V>()
-    }
-    #[inline(always)]
-    unsafe fn local<V>(&self, index: usize) -> GlobalPtr<V> {
-        SwitchChannel::local(self, index)
-    }
-    #[inline(always)]
-    unsafe fn reduce<V: SwitchElem>(&self, index: usize) -> V {
-        crate::device_assert!(self.in_bounds::<V>(index), "SwitchChannel: element index out of range");
-        // SAFETY: forwarded from the caller.
-        unsafe { V::mc_reduce(self.mc_ptr.cast::<V>().add(index)) }
-    }
-    #[inline(always)]
-    unsafe fn broadcast<V: SwitchElem>(&self, index: usize, value: V) {
-        crate::device_assert!(self.in_bounds::<V>(index), "SwitchChannel: element index out of range");
-        // SAFETY: forwarded from the caller.
-        unsafe { V::mc_store(self.mc_ptr.cast::<V>().add(index), value) }
-    }
-    #[inline(always)]
-    unsafe fn signal(&self) {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.barrier.signal() }
-    }
-    #[inline(always)]
-    unsafe fn relaxed_signal(&self) {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.barrier.relaxed_signal() }
-    }
-    #[inline(always)]
-    unsafe fn wait(&self, budget: crate::poll::SpinBudget) {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.barrier.wait(budget) }
-    }
-    #[inline(always)]
-    unsafe fn relaxed_wait(&self, budget: crate::poll::SpinBudget) {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.barrier.relaxed_wait(budget) }
-    }
 }
 
 #[cfg(test)]

@@ -45,7 +45,7 @@
 //! ```
 
 use super::Waiter;
-use crate::fifo::{COMMIT_BIT, ProxyTrigger};
+use crate::trigger::{COMMIT_BIT, ProxyTrigger};
 
 /// The memory orderings of the FIFO's accesses, in one place: the loom model and the host
 /// consumer take their orderings from here, and the PTX checks of the push kernel

@@ -409,7 +409,7 @@ impl BootstrapConfig {
             }
         };
         let token = match env.get(ENV_TOKEN) {
-            Some(t) => Token::from_hex(t).map_err(|e| Error::RankEnv(format!("{ENV_TOKEN}: {e}")))?,
+            Some(t) => Token::from_hex(t).map_err(|e| Error::RankEnv(format!("{ENV_TOKEN}: {}", Error::from(e))))?,
             None if rank.world_size > 1 && !is_loopback_addr(&addr) => {
                 return Err(Error::RankEnv(format!(
                     "{ENV_BOOTSTRAP}={addr} is not a loopback address, and a token derived from the job id can be \

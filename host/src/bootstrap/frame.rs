@@ -29,7 +29,27 @@ use std::io::{self, Read, Write};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use crate::error::{Error, Result};
+/// Why a frame could not be read, or a token parsed. The frame module's own error (it depends on
+/// nothing else of the crate); `crate::error` converts it into `Error::Frame`, `Error::Io` or
+/// `Error::InvalidArgument` with the same message.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The frame was malformed, foreign or over the size limit; rejected before its payload was
+    /// allocated.
+    #[error("rejected frame: {0}")]
+    Rejected(FrameFault),
+    /// Reading the stream failed (including read timeouts: `WouldBlock` / `TimedOut`).
+    #[error("reading a bootstrap frame: {0}")]
+    Io(#[source] io::Error),
+    /// A session token that is not 32 hexadecimal digits.
+    #[error("session token must be 32 hex digits, got {chars} characters")]
+    TokenHex {
+        /// Length of the text given.
+        chars: usize,
+    },
+}
+
+type Result<T> = std::result::Result<T, FrameError>;
 
 /// The first four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"MRSB";
@@ -83,7 +103,7 @@ impl Token {
     /// Parses 32 hexadecimal digits.
     pub fn from_hex(s: &str) -> Result<Self> {
         let s = s.trim();
-        let bad = || Error::InvalidArgument(format!("session token must be 32 hex digits, got {} characters", s.len()));
+        let bad = || FrameError::TokenHex { chars: s.len() };
         if s.len() != 32 || !s.is_ascii() {
             return Err(bad());
         }
@@ -125,6 +145,15 @@ impl Token {
     /// HMAC-SHA256(token, parts), each part length-prefixed.
     pub fn prove(&self, parts: &[&[u8]]) -> [u8; PROOF_LEN] {
         self.mac(parts).finalize().into_bytes().into()
+    }
+
+    /// A key for another purpose (named by `label`), derived from the token by HMAC: the same in
+    /// every process of the session, and no way back to the token.
+    pub fn derive_key(&self, label: &str) -> Token {
+        let full = self.prove(&[b"mscclpp-rs derived key v1", label.as_bytes()]);
+        let mut k = [0u8; 16];
+        k.copy_from_slice(&full[..16]);
+        Token(k)
     }
 
     /// Whether `proof` is [`Token::prove`] of `parts`, compared in constant time.
@@ -331,46 +360,42 @@ fn read_full<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     Ok(got)
 }
 
-fn io_err(e: io::Error) -> Error {
-    Error::Io { context: "reading a bootstrap frame".into(), source: e }
-}
-
 /// Reads one frame. `Ok(None)` means the stream ended cleanly before a new frame began.
 ///
-/// Rejections ([`Error::Frame`]) happen on the header alone, before any payload allocation; an
-/// accepted length is allocated only as the bytes arrive. I/O errors, including read timeouts
-/// (`WouldBlock` / `TimedOut`), come back as [`Error::Io`].
+/// Rejections ([`FrameError::Rejected`]) happen on the header alone, before any payload
+/// allocation; an accepted length is allocated only as the bytes arrive. I/O errors, including
+/// read timeouts (`WouldBlock` / `TimedOut`), come back as [`FrameError::Io`].
 pub fn read_frame<R: Read + ?Sized>(r: &mut R, token: &Token, max: usize) -> Result<Option<Frame>> {
     let mut h = [0u8; HEADER_LEN];
     // The magic first: a foreign stream is rejected at once, without waiting for a whole header
     // that may never come.
-    let mut got = read_full(r, &mut h[..4]).map_err(io_err)?;
+    let mut got = read_full(r, &mut h[..4]).map_err(FrameError::Io)?;
     if got == 0 {
         return Ok(None);
     }
     if got == 4 {
         if h[0..4] != MAGIC {
-            return Err(Error::Frame(FrameFault::BadMagic([h[0], h[1], h[2], h[3]])));
+            return Err(FrameError::Rejected(FrameFault::BadMagic([h[0], h[1], h[2], h[3]])));
         }
-        got += read_full(r, &mut h[4..]).map_err(io_err)?;
+        got += read_full(r, &mut h[4..]).map_err(FrameError::Io)?;
     }
     if got < HEADER_LEN {
-        return Err(Error::Frame(FrameFault::Truncated { part: "header", got, want: HEADER_LEN as u64 }));
+        return Err(FrameError::Rejected(FrameFault::Truncated { part: "header", got, want: HEADER_LEN as u64 }));
     }
     if h[4] != VERSION {
-        return Err(Error::Frame(FrameFault::BadVersion(h[4])));
+        return Err(FrameError::Rejected(FrameFault::BadVersion(h[4])));
     }
     if h[24..40] != token.frame_tag() {
-        return Err(Error::Frame(FrameFault::WrongToken));
+        return Err(FrameError::Rejected(FrameFault::WrongToken));
     }
-    let kind = Kind::from_u8(h[5]).ok_or(Error::Frame(FrameFault::UnknownKind(h[5])))?;
+    let kind = Kind::from_u8(h[5]).ok_or(FrameError::Rejected(FrameFault::UnknownKind(h[5])))?;
     let mut word = [0u8; 8];
     word.copy_from_slice(&h[8..16]);
     let len = u64::from_le_bytes(word);
     word.copy_from_slice(&h[16..24]);
     let seq = u64::from_le_bytes(word);
     if len > max as u64 {
-        return Err(Error::Frame(FrameFault::TooLong { len, max }));
+        return Err(FrameError::Rejected(FrameFault::TooLong { len, max }));
     }
     // `len <= max`, which is a usize.
     let len = len as usize;
@@ -380,9 +405,13 @@ pub fn read_frame<R: Read + ?Sized>(r: &mut R, token: &Token, max: usize) -> Res
         let chunk = (len - start).min(start.max(FIRST_CHUNK));
         payload.reserve_exact(chunk);
         payload.resize(start + chunk, 0);
-        let n = read_full(r, &mut payload[start..]).map_err(io_err)?;
+        let n = read_full(r, &mut payload[start..]).map_err(FrameError::Io)?;
         if n < chunk {
-            return Err(Error::Frame(FrameFault::Truncated { part: "payload", got: start + n, want: len as u64 }));
+            return Err(FrameError::Rejected(FrameFault::Truncated {
+                part: "payload",
+                got: start + n,
+                want: len as u64,
+            }));
         }
     }
     Ok(Some(Frame { kind, seq, payload }))
@@ -518,37 +547,6 @@ pub(crate) fn decode_lost(p: &[u8]) -> Option<(usize, String)> {
     Some((rank, String::from_utf8_lossy(&p[4..]).into_owned()))
 }
 
-/// Why a collective failed, for an abort: `[u8 what][u64 number][text]`, where `what` is 0 for
-/// a timeout (number: nanoseconds waited, text: what was waited for), 1 for a lost rank (number:
-/// the rank, text: the detail) and 2 for anything else (the text of the error, read back as a
-/// protocol error).
-pub(crate) fn encode_cause(e: &Error) -> Vec<u8> {
-    let (what, number, text) = match e {
-        Error::Timeout { after, waiting_for } => {
-            (0u8, u64::try_from(after.as_nanos()).unwrap_or(u64::MAX), waiting_for.clone())
-        }
-        Error::PeerLost { peer, detail } => (1, *peer as u64, detail.clone()),
-        Error::Protocol(text) => (2, 0, text.clone()),
-        other => (2, 0, other.to_string()),
-    };
-    let mut v = vec![what];
-    v.extend_from_slice(&number.to_le_bytes());
-    v.extend_from_slice(text.as_bytes());
-    v
-}
-
-/// Reads an abort's cause; `None` when it is malformed.
-pub(crate) fn decode_cause(p: &[u8]) -> Option<Error> {
-    let number = u64::from_le_bytes(p.get(1..9)?.try_into().ok()?);
-    let text = String::from_utf8_lossy(&p[9..]).into_owned();
-    Some(match p[0] {
-        0 => Error::Timeout { after: std::time::Duration::from_nanos(number), waiting_for: text },
-        1 => Error::PeerLost { peer: usize::try_from(number).ok()?, detail: text },
-        2 => Error::Protocol(text),
-        _ => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -558,7 +556,7 @@ mod tests {
 
     fn fault(r: Result<Option<Frame>>) -> FrameFault {
         match r {
-            Err(Error::Frame(f)) => f,
+            Err(FrameError::Rejected(f)) => f,
             other => panic!("expected a frame fault, got {other:?}"),
         }
     }
@@ -633,6 +631,9 @@ mod tests {
         assert!(Token::from_hex(&"zz".repeat(16)).is_err());
         assert!(Token::from_hex(&"é".repeat(16)).is_err());
         assert_eq!(Token::derive("job 1"), Token::derive("job 1"));
+        assert_eq!(t.derive_key("a"), t.derive_key("a"));
+        assert_ne!(t.derive_key("a"), t.derive_key("b"));
+        assert_ne!(t.derive_key("a"), t);
         assert_ne!(Token::derive("job 1"), Token::derive("job 2"));
         // Pinned: ranks built from different commits must still derive the same token and port.
         assert_eq!(Token::derive("PMIX_NAMESPACE=job").to_hex(), "dee87ffb2f131e44f1ece6788c3cd772");
@@ -717,20 +718,7 @@ mod tests {
     }
 
     #[test]
-    fn abort_causes_and_reports_round_trip() {
-        let causes = [
-            Error::Timeout { after: std::time::Duration::from_millis(400), waiting_for: "rank 3".into() },
-            Error::PeerLost { peer: 7, detail: "closed by the peer".into() },
-            Error::Protocol("rank 1 called barrier".into()),
-        ];
-        for c in &causes {
-            assert_eq!(decode_cause(&encode_cause(c)).unwrap().to_string(), c.to_string());
-        }
-        assert!(matches!(decode_cause(&encode_cause(&causes[1])), Some(Error::PeerLost { peer: 7, .. })));
-        let other = Error::InvalidArgument("x".into());
-        assert_eq!(decode_cause(&encode_cause(&other)).unwrap().to_string(), format!("protocol: {other}"));
-        assert!(decode_cause(&[0, 1]).is_none());
-        assert!(decode_cause(&[9; 12]).is_none());
+    fn reports_and_goodbyes_round_trip() {
         assert_eq!(decode_lost(&encode_lost(5, "gone")), Some((5, "gone".to_string())));
         assert!(decode_lost(&[1]).is_none());
         assert_eq!(decode_goodbye(&encode_goodbye(42)), Some(42));

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::frame::{self, Intro, Kind, PACK_OVERHEAD};
+use super::frame::{self, FrameError, Intro, Kind, PACK_OVERHEAD};
 use super::inbox::Inbox;
 use super::rendezvous::{HANDSHAKE_WAIT, HandshakeGate, Introduced, connect_handshake, send_frame, server_proof};
 use super::{BootstrapConfig, is_timeout, lock};
@@ -75,6 +75,12 @@ impl Net {
 
     fn me(&self) -> usize {
         self.cfg.rank.rank
+    }
+
+    /// The local address of this rank's connections (to rank 0, or for rank 0 to rank 1): the
+    /// interface the other ranks reach it through.
+    pub(super) fn local_ip(&self) -> Option<std::net::IpAddr> {
+        self.out.iter().find_map(|l| l.get().and_then(|l| lock(&l.stream).local_addr().ok())).map(|a| a.ip())
     }
 
     pub(super) fn timeout(&self) -> Duration {
@@ -282,11 +288,11 @@ impl Net {
                     self.died(peer, "closed by the peer (it exited or was killed)");
                     return;
                 }
-                Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::ConnectionReset => {
+                Err(FrameError::Io(source)) if source.kind() == io::ErrorKind::ConnectionReset => {
                     self.died(peer, "reset by the peer (it exited or was killed)");
                     return;
                 }
-                Err(Error::Io { source, .. }) => {
+                Err(FrameError::Io(source)) => {
                     self.died(peer, &source.to_string());
                     return;
                 }

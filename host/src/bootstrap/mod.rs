@@ -173,7 +173,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use env::{BootstrapConfig, EnvSnapshot, RankInfo, RankSource};
-pub use frame::{FrameFault, Token};
+pub use frame::{FrameError, FrameFault, Token};
 pub use launcher::{Launcher, Role, launch, maybe_launch_from_args, role};
 pub use tcp::TcpBootstrap;
 
@@ -241,6 +241,25 @@ pub trait Bootstrap: Send + Sync {
         let _ = hook;
         false
     }
+    /// What the job's other connections (the TCP transport of port channels) may take from this
+    /// bootstrap: a key to authenticate them, the timeout, the address this rank is reached at.
+    /// The default knows none of these; the transport then uses a key that rank 0 draws and
+    /// sends through [`all_gather`](Self::all_gather), the default timeout, and the address of
+    /// the host name.
+    fn hints(&self) -> BootstrapHints {
+        BootstrapHints::default()
+    }
+}
+
+/// See [`Bootstrap::hints`]. Build one with `BootstrapHints { timeout: Some(t), ..Default::default() }`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BootstrapHints {
+    /// A key derived from the session's secret (never the secret itself), the same on every rank.
+    pub key: Option<Token>,
+    /// How long a rank waits for another at one step.
+    pub timeout: Option<Duration>,
+    /// The address of this rank's interface toward the others.
+    pub local_ip: Option<std::net::IpAddr>,
 }
 
 /// What [`Bootstrap::on_peer_lost`] calls: the lost rank and the reason.

@@ -9,7 +9,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use super::env::{self, BootstrapConfig};
-use super::frame::{self, Frame, Intro, Kind, Token, decode_table, encode_table};
+use super::frame::{self, Frame, FrameError, Intro, Kind, Token, decode_table, encode_table};
 use super::is_timeout;
 use crate::error::{Error, Result};
 
@@ -289,10 +289,10 @@ pub(super) fn accept_handshake(
         Ok(Some(f)) if f.kind == kind => f,
         Ok(Some(f)) => return Err(format!("sent {} instead of {}", f.kind.name(), kind.name())),
         Ok(None) => return Err(format!("closed without a {} (a wrong session token, or not a rank)", kind.name())),
-        Err(Error::Io { source, .. }) if is_timeout(&source) => {
+        Err(FrameError::Io(source)) if is_timeout(&source) => {
             return Err(format!("timed out: no {} within {} ms", kind.name(), HANDSHAKE_WAIT.as_millis()));
         }
-        Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::ConnectionReset => {
+        Err(FrameError::Io(source)) if source.kind() == io::ErrorKind::ConnectionReset => {
             return Err(format!("reset without a {} (a wrong session token, or not a rank)", kind.name()));
         }
         Err(e) => return Err(e.to_string()),
@@ -388,15 +388,15 @@ pub(super) fn expect(
         Ok(Some(f)) if f.kind == kind => Ok(f),
         Ok(Some(f)) => Err(Error::Protocol(format!("rank {peer} sent {} while {what} was expected", f.kind.name()))),
         Ok(None) => Err(closed(peer, kind, what, String::new())),
-        Err(Error::Io { source, .. }) if is_timeout(&source) => {
+        Err(FrameError::Io(source)) if is_timeout(&source) => {
             Err(Error::Timeout { after: cfg.timeout, waiting_for: format!("rank {peer} to send {what}") })
         }
         // A peer that rejects us closes with our frame unread, which resets the connection.
-        Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::ConnectionReset => {
+        Err(FrameError::Io(source)) if source.kind() == io::ErrorKind::ConnectionReset => {
             Err(closed(peer, kind, what, format!(": {source}")))
         }
-        Err(Error::Io { source, .. }) => Err(Error::PeerLost { peer, detail: source.to_string() }),
-        Err(e) => Err(e),
+        Err(FrameError::Io(source)) => Err(Error::PeerLost { peer, detail: source.to_string() }),
+        Err(e) => Err(e.into()),
     }
 }
 

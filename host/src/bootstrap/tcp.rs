@@ -11,7 +11,7 @@ use super::frame::{self, Kind};
 use super::inbox::Waited;
 use super::links::Net;
 use super::rendezvous::{leaf_rendezvous, root_rendezvous};
-use super::{Bootstrap, BootstrapConfig, EnvSnapshot, RankInfo, after, lock};
+use super::{Bootstrap, BootstrapConfig, BootstrapHints, EnvSnapshot, RankInfo, after, lock};
 use crate::error::{Error, Result};
 
 /// The smallest frame limit that still carries the rendezvous.
@@ -213,7 +213,7 @@ impl TcpBootstrap {
                 other => {
                     let cause = self.cause(peer, kind, seq, other, self.timeout);
                     let gone = |p: &usize| self.net.inbox.gone(*p).is_none();
-                    self.net.tell((1..n).filter(gone), Kind::Abort, seq, &frame::encode_cause(&cause));
+                    self.net.tell((1..n).filter(gone), Kind::Abort, seq, &encode_cause(&cause));
                     return Err(cause);
                 }
             }
@@ -267,7 +267,7 @@ impl TcpBootstrap {
         match waited {
             Waited::Timeout => Error::Timeout { after: patience, waiting_for: format!("rank {peer}") },
             Waited::Lost { peer, why } => Error::PeerLost { peer, detail: why },
-            Waited::Aborted(p) => frame::decode_cause(&p).unwrap_or_else(|| {
+            Waited::Aborted(p) => decode_cause(&p).unwrap_or_else(|| {
                 Error::Protocol(format!("rank 0 aborted collective #{seq} with an unreadable reason"))
             }),
             Waited::Mismatch(other) => Error::Protocol(format!(
@@ -351,6 +351,16 @@ impl Bootstrap for TcpBootstrap {
             other => Err(self.fail(&step, self.cause(peer, Kind::Message, 0, other, self.timeout))),
         }
     }
+
+    /// A key derived from the session token, this bootstrap's timeout, and the local address of
+    /// its connections.
+    fn hints(&self) -> BootstrapHints {
+        BootstrapHints {
+            key: Some(self.net.cfg.token.derive_key("port-channel transport")),
+            timeout: Some(self.timeout),
+            local_ip: self.net.local_ip(),
+        }
+    }
 }
 
 impl Drop for TcpBootstrap {
@@ -362,9 +372,57 @@ impl Drop for TcpBootstrap {
     }
 }
 
+/// Why a collective failed, for an abort: `[u8 what][u64 number][text]`, where `what` is 0 for
+/// a timeout (number: nanoseconds waited, text: what was waited for), 1 for a lost rank (number:
+/// the rank, text: the detail) and 2 for anything else (the text of the error, read back as a
+/// protocol error).
+fn encode_cause(e: &Error) -> Vec<u8> {
+    let (what, number, text) = match e {
+        Error::Timeout { after, waiting_for } => {
+            (0u8, u64::try_from(after.as_nanos()).unwrap_or(u64::MAX), waiting_for.clone())
+        }
+        Error::PeerLost { peer, detail } => (1, *peer as u64, detail.clone()),
+        Error::Protocol(text) => (2, 0, text.clone()),
+        other => (2, 0, other.to_string()),
+    };
+    let mut v = vec![what];
+    v.extend_from_slice(&number.to_le_bytes());
+    v.extend_from_slice(text.as_bytes());
+    v
+}
+
+/// Reads an abort's cause; `None` when it is malformed.
+fn decode_cause(p: &[u8]) -> Option<Error> {
+    let number = u64::from_le_bytes(p.get(1..9)?.try_into().ok()?);
+    let text = String::from_utf8_lossy(&p[9..]).into_owned();
+    Some(match p[0] {
+        0 => Error::Timeout { after: std::time::Duration::from_nanos(number), waiting_for: text },
+        1 => Error::PeerLost { peer: usize::try_from(number).ok()?, detail: text },
+        2 => Error::Protocol(text),
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod wire_tests {
-    use super::{message_seq, message_step};
+    use super::{Error, decode_cause, encode_cause, message_seq, message_step};
+
+    #[test]
+    fn abort_causes_round_trip() {
+        let causes = [
+            Error::Timeout { after: std::time::Duration::from_millis(400), waiting_for: "rank 3".into() },
+            Error::PeerLost { peer: 7, detail: "closed by the peer".into() },
+            Error::Protocol("rank 1 called barrier".into()),
+        ];
+        for c in &causes {
+            assert_eq!(decode_cause(&encode_cause(c)).unwrap().to_string(), c.to_string());
+        }
+        assert!(matches!(decode_cause(&encode_cause(&causes[1])), Some(Error::PeerLost { peer: 7, .. })));
+        let other = Error::InvalidArgument("x".into());
+        assert_eq!(decode_cause(&encode_cause(&other)).unwrap().to_string(), format!("protocol: {other}"));
+        assert!(decode_cause(&[0, 1]).is_none());
+        assert!(decode_cause(&[9; 12]).is_none());
+    }
 
     #[test]
     fn tag_zero_numbers_messages_as_untagged_sends_did() {

@@ -557,7 +557,7 @@ fn frame_faults_over_a_real_socket() {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         client.join().unwrap();
         match frame::read_frame(&mut s, &t, 1 << 20) {
-            Err(Error::Frame(f)) => assert_eq!(f, want),
+            Err(FrameError::Rejected(f)) => assert_eq!(f, want),
             other => panic!("expected {want:?}, got {other:?}"),
         }
     }

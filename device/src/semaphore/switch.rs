@@ -1,35 +1,35 @@
-//! `SwitchSemaphore`: a barrier of a group of GPUs over an NVLink multicast counter.
-//!
-//! Every member has a u64 counter at the same offset of the memory bound to one multicast
-//! object. `mc_flag` is the counter's multicast address, `local_flag` this member's own copy
-//! (unicast), `generation` a private u64 in this device's memory that remembers how far this
-//! handle has waited (it persists across kernel launches, so the counters never need a reset).
-//!
-//! ```text
-//!  rank r (any member)                        NVLink switch                 rank s (any member)
-//!  writes (st, multimem.st, ...) ─┐
-//!  signal():                      │
-//!    multimem.red.release.sys     │ add 1 ──► every copy of the counter +1
-//!    .global.add.u64 [mc_flag], 1 ┘                     │
-//!                                                       ▼
-//!                                         wait(budget):
-//!                                           generation += n_ranks
-//!                                           spin ld.acquire.sys [local_flag]
-//!                                             until (flag - generation) as i64 >= 0
-//!                                           reads: sees every write each member made
-//!                                           before its signal of this round
-//! ```
-//!
-//! One round = every member signals once, then waits. Each round adds `n_ranks` to every copy,
-//! so after round k every copy is at least `k * n_ranks` and a member's `generation` is exactly
-//! that. A fast member may already have signalled round k + 1 while a slow one still waits
-//! for round k: its copy is then past the target, which the wrap-safe `>=` accepts. The
-//! `relaxed_` forms skip the release/acquire ordering (for rounds that only count arrivals).
-//! `signal` and `wait` are separate so that work can overlap the barrier.
+//! The barrier of a group of GPUs over an NVLink multicast counter (see [`SwitchSemaphore`]).
 
 use crate::ptr::{GlobalPtr, MultimemPtr};
 
-/// A group barrier over an NVLink multicast counter; see the module docs for the protocol.
+/// A barrier of a group of GPUs over an NVLink multicast counter.
+///
+/// Every member has a u64 counter at the same offset of the memory bound to one multicast
+/// object. `mc_flag` is the counter's multicast address, `local_flag` this member's own copy
+/// (unicast), `generation` a private u64 in this device's memory that remembers how far this
+/// handle has waited (it persists across kernel launches, so the counters never need a reset).
+///
+/// ```text
+///  rank r (any member)                        NVLink switch                 rank s (any member)
+///  writes (st, multimem.st, ...) ─┐
+///  signal():                      │
+///    multimem.red.release.sys     │ add 1 ──► every copy of the counter +1
+///    .global.add.u64 [mc_flag], 1 ┘                     │
+///                                                       ▼
+///                                         wait(budget):
+///                                           generation += n_ranks
+///                                           spin ld.acquire.sys [local_flag]
+///                                             until (flag - generation) as i64 >= 0
+///                                           reads: sees every write each member made
+///                                           before its signal of this round
+/// ```
+///
+/// One round = every member signals once, then waits. Each round adds `n_ranks` to every copy,
+/// so after round k every copy is at least `k * n_ranks` and a member's `generation` is exactly
+/// that. A fast member may already have signalled round k + 1 while a slow one still waits
+/// for round k: its copy is then past the target, which the wrap-safe `>=` accepts. The
+/// `relaxed_` forms skip the release/acquire ordering (for rounds that only count arrivals).
+/// `signal` and `wait` are separate so that work can overlap the barrier.
 ///
 /// 32 bytes, 8-aligned; built by the host (multicast setup) and passed to kernels by value.
 #[repr(C)]
@@ -52,13 +52,6 @@ static_assertions::const_assert_eq!(core::mem::offset_of!(SwitchSemaphore, n_ran
 // SAFETY: `repr(C)` of addresses and integers, no implicit padding (asserted above), the same
 // layout on the host and nvptx64.
 unsafe impl crate::abi::DeviceAbi for SwitchSemaphore {}
-
-/// Whether a counter that reads `value` has reached `target`, allowing for wrap-around: true
-/// when `value` is at most 2^63 - 1 steps past `target` (and false when it is behind).
-#[inline(always)]
-pub const fn reached(value: u64, target: u64) -> bool {
-    (value.wrapping_sub(target) as i64) >= 0
-}
 
 impl SwitchSemaphore {
     /// A handle over a multicast counter.
@@ -99,6 +92,7 @@ mod device {
     use super::*;
     use crate::poll::{SpinBudget, spin_until};
     use crate::ptx::{ld_st, multimem};
+    use crate::semaphore::reached;
 
     impl SwitchSemaphore {
         /// Arrives at the barrier: adds 1 to every member's copy of the counter with
@@ -185,21 +179,6 @@ mod device {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reached_is_wrap_safe() {
-        assert!(reached(8, 8));
-        assert!(reached(9, 8));
-        assert!(!reached(7, 8));
-        // Targets and values across the u64 wrap.
-        assert!(reached(2, u64::MAX - 1));
-        assert!(reached(u64::MAX, u64::MAX - 1));
-        assert!(!reached(u64::MAX - 2, u64::MAX - 1));
-        assert!(!reached(u64::MAX, 3));
-        // A value up to 2^63 - 1 ahead counts as reached; further ahead reads as behind.
-        assert!(reached(5 + (i64::MAX as u64), 5));
-        assert!(!reached(5 + (i64::MAX as u64) + 1, 5));
-    }
 
     #[test]
     fn layout_and_accessors() {

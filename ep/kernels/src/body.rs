@@ -1,0 +1,693 @@
+//! The bodies of the kernels, written against `crate::hw` (the device operations) and
+//! `crate::shared` (the layouts): the kernel crate's entry points call them on the GPU, and the
+//! host crate's emulation test runs them on CPU threads. See the crate documentation.
+
+use mscclpp_device::poll::SpinBudget;
+use mscclpp_device::ptr::GlobalPtr;
+
+use crate::hw::{
+    ctaid, fail, follow_previous_grid, ld_v4, load_acquire, nctaid, ntid, red_add_cta, shared_base, spin_until, st_v4,
+    store_release, sync_threads, tid,
+};
+use crate::shared::*;
+
+const WARP: u32 = 32;
+
+/// The rank mask of token `t`: bit r set when one of its `k` experts lives on rank r.
+///
+/// # Safety
+/// `topk_idx` holds `(t + 1) * k` entries.
+#[inline(always)]
+unsafe fn token_mask(topk_idx: GlobalPtr<i32>, t: u32, k: u32, experts: u32, ranks: u32) -> u32 {
+    let mut mask = 0u32;
+    for j in 0..k {
+        // SAFETY: entry t * k + j < (t + 1) * k (caller's contract).
+        let id = unsafe { topk_idx.as_ptr().add(t as usize * k as usize + j as usize).read() };
+        if valid_expert(id, experts) {
+            mask |= 1 << rank_of_expert(id as u32, experts, ranks);
+        }
+    }
+    mask
+}
+
+/// The dispatch layout of `tokens` tokens (see the crate documentation). One block; dynamic
+/// shared memory `(ranks * ntid + experts) * 4` bytes.
+///
+/// # Safety
+/// `topk_idx` holds `tokens * k` i32; `per_rank` `ranks` u32, `per_expert` `experts` u32,
+/// `in_rank` `tokens * ranks` bytes, `send_index` `tokens * ranks` i32; `1 <= ranks <=
+/// MAX_RANKS`, `experts` a positive multiple of `ranks`; one block.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn layout(
+    topk_idx: GlobalPtr<i32>,
+    tokens: u32,
+    k: u32,
+    experts: u32,
+    ranks: u32,
+    per_rank: GlobalPtr<u32>,
+    per_expert: GlobalPtr<u32>,
+    in_rank: GlobalPtr<u8>,
+    send_index: GlobalPtr<i32>,
+) {
+    follow_previous_grid();
+    let tid = tid();
+    let p = ntid();
+    // [rank][thread] counts (then their inclusive prefix over threads), then [expert] counts.
+    let sh: *mut u32 = shared_base().cast::<u32>();
+    let cell = |r: usize, th: u32| -> *mut u32 {
+        // SAFETY: r < ranks and th < p: inside the first region.
+        unsafe { sh.add(r * p as usize + th as usize) }
+    };
+    // SAFETY: the expert region follows the `ranks * p` counts (launch contract).
+    let ex = unsafe { sh.add(ranks as usize * p as usize) };
+    let mut e = tid;
+    while e < experts {
+        // SAFETY: e < experts.
+        unsafe { ex.add(e as usize).write(0) };
+        e += p;
+    }
+    // Thread `tid` owns the tokens [lo, hi): consecutive runs in thread order, so a prefix over
+    // threads is a prefix in token order.
+    let per = tokens.div_ceil(p);
+    let lo = (tid * per).min(tokens);
+    let hi = (lo + per).min(tokens);
+    sync_threads(); // the expert counters are zero
+    let mut own = [0u32; MAX_RANKS];
+    for t in lo..hi {
+        let mut mask = 0u32;
+        for j in 0..k {
+            // SAFETY: t < tokens, j < k.
+            let id = unsafe { topk_idx.as_ptr().add(t as usize * k as usize + j as usize).read() };
+            if valid_expert(id, experts) {
+                mask |= 1 << rank_of_expert(id as u32, experts, ranks);
+                // SAFETY: id < experts; shared-memory counter of this block.
+                unsafe { red_add_cta(ex.add(id as usize), 1) };
+            }
+        }
+        for (r, c) in own.iter_mut().enumerate() {
+            *c += (mask >> r) & 1;
+        }
+    }
+    for (r, &c) in own.iter().enumerate() {
+        if (r as u32) < ranks {
+            // SAFETY: this thread's own cell.
+            unsafe { cell(r, tid).write(c) };
+        }
+    }
+    sync_threads();
+    // Inclusive prefix over threads (Hillis-Steele), every rank at once.
+    let mut off = 1;
+    while off < p {
+        let mut add = [0u32; MAX_RANKS];
+        if tid >= off {
+            for (r, a) in add.iter_mut().enumerate() {
+                if (r as u32) < ranks {
+                    // SAFETY: tid - off < p.
+                    *a = unsafe { cell(r, tid - off).read() };
+                }
+            }
+        }
+        sync_threads();
+        for (r, &a) in add.iter().enumerate() {
+            if (r as u32) < ranks {
+                // SAFETY: this thread's own cell; every read of this step happened before the barrier.
+                unsafe { cell(r, tid).write(cell(r, tid).read() + a) };
+            }
+        }
+        sync_threads();
+        off *= 2;
+    }
+    let mut next = [0u32; MAX_RANKS];
+    for (r, nx) in next.iter_mut().enumerate() {
+        if (r as u32) < ranks {
+            // SAFETY: this thread's own cell.
+            *nx = unsafe { cell(r, tid).read() } - own[r];
+        }
+    }
+    for t in lo..hi {
+        // SAFETY: t < tokens.
+        let mask = unsafe { token_mask(topk_idx, t, k, experts, ranks) };
+        for (r, nx) in next.iter_mut().enumerate() {
+            if (r as u32) < ranks {
+                let i = t as usize * ranks as usize + r;
+                let hit = (mask >> r) & 1 == 1;
+                // SAFETY: i < tokens * ranks.
+                unsafe {
+                    in_rank.as_ptr().add(i).write(hit as u8);
+                    send_index.as_ptr().add(i).write(if hit { *nx as i32 } else { -1 });
+                }
+                if hit {
+                    *nx += 1;
+                }
+            }
+        }
+    }
+    if tid < ranks {
+        // SAFETY: the last thread's inclusive prefix is the total; tid < ranks.
+        unsafe { per_rank.as_ptr().add(tid as usize).write(cell(tid as usize, p - 1).read()) };
+    }
+    let mut e = tid;
+    while e < experts {
+        // SAFETY: e < experts; every count was added before the barriers above.
+        unsafe { per_expert.as_ptr().add(e as usize).write(ex.add(e as usize).read()) };
+        e += p;
+    }
+}
+
+const TABLE_BASE: usize = MAX_RANKS * 8;
+const TABLE_CNT: usize = TABLE_BASE + (MAX_RANKS + 4) * 4;
+const _: () = assert!(TABLE_CNT + MAX_RANKS * (MAX_RANKS + 1) * 4 <= EXCHANGE_SHARED_BYTES as usize);
+
+/// The per-block tables of dispatch and combine in dynamic shared memory: every rank's shared
+/// buffer (`MAX_RANKS` u64), `MAX_RANKS + 1` row bases or offsets (u32), and the count matrix
+/// (`[sender][1 + rank]` u32; combine uses its first `n` entries).
+struct Tables {
+    peer: *mut u64,
+    base: *mut u32,
+    cnt: *mut u32,
+}
+
+impl Tables {
+    #[inline(always)]
+    fn new() -> Self {
+        let at = shared_base();
+        // SAFETY: offsets inside EXCHANGE_SHARED_BYTES (asserted above).
+        unsafe {
+            Self {
+                peer: at.cast::<u64>(),
+                base: at.add(TABLE_BASE).cast::<u32>(),
+                cnt: at.add(TABLE_CNT).cast::<u32>(),
+            }
+        }
+    }
+    /// Rank `r`'s shared buffer as mapped here.
+    #[inline(always)]
+    fn peer(&self, r: u32) -> u64 {
+        // SAFETY: r < n_ranks <= MAX_RANKS, filled before the first barrier.
+        unsafe { self.peer.add(r as usize).read() }
+    }
+}
+
+/// Waits until the u64 at `p` reaches `target` (acquire, system scope).
+///
+/// # Safety
+/// `p` valid and 8-aligned.
+#[inline(always)]
+unsafe fn wait_at_least(p: u64, target: u64, budget: SpinBudget, name: &'static core::ffi::CStr) {
+    // SAFETY: forwarded. Partner: a sender's release store of its epoch.
+    spin_until(budget, name, || unsafe { load_acquire(p as *const u64) } >= target);
+}
+
+/// Waits until the count word at `p` carries `tag` and returns its value (acquire).
+///
+/// # Safety
+/// `p` valid and 8-aligned.
+#[inline(always)]
+unsafe fn wait_count(p: u64, tag: u32, budget: SpinBudget) -> u32 {
+    let mut v = 0u64;
+    spin_until(budget, c"ep_dispatch: waiting for a rank's token counts", || {
+        // SAFETY: forwarded. Partner: the sender's release store in `ep_dispatch`.
+        v = unsafe { load_acquire(p as *const u64) };
+        (v >> 32) as u32 == tag
+    });
+    v as u32
+}
+
+/// Into how many pieces each token's row of `vecs` 16-byte vectors is cut so that `warps` warps
+/// all have work when there are few tokens (a decoding batch): 1 when the tokens outnumber the
+/// warps, at most one piece per vector.
+pub const fn pieces(warps: u32, tokens: u32, vecs: u32) -> u32 {
+    if tokens == 0 || vecs == 0 {
+        return 1;
+    }
+    let p = warps / tokens;
+    if p < 1 {
+        1
+    } else if p > vecs {
+        vecs
+    } else {
+        p
+    }
+}
+
+/// Address of 16-byte vector `v` of the row at `row`.
+#[inline(always)]
+fn vec_at(row: u64, v: u32) -> *mut u32 {
+    (row + v as u64 * 16) as *mut u32
+}
+
+/// Dispatch: every token of this rank (`tokens` rows of `row_bytes` at `x`, with `k` expert ids
+/// and weights each) to every rank that hosts one of its experts, once per rank. The layout
+/// kernel ran before on the stream (its results are in `h.layout`). `signature` is
+/// `signature(k, element type)`, the same on every rank.
+///
+/// # Safety
+/// Launched by `mscclpp_ep::ExpertParallel` on every rank with `h.blocks` blocks (resident at
+/// once), `EXCHANGE_SHARED_BYTES` of dynamic shared memory and at least `MAX_RANKS` threads per
+/// block (a multiple of 32); `x`, `topk_idx` and `topk_w` hold the token's rows, ids and weights;
+/// `tokens <= h.max_tokens`, `k <= h.max_topk`, `row_bytes` a multiple of 16 at most
+/// `4 * h.hidden`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn dispatch(
+    h: EpHandle,
+    x: GlobalPtr<u8>,
+    topk_idx: GlobalPtr<i32>,
+    topk_w: GlobalPtr<u32>,
+    tokens: u32,
+    k: u32,
+    row_bytes: u32,
+    signature: u32,
+    budget: SpinBudget,
+) {
+    follow_previous_grid();
+    let (n, me) = (h.n_ranks, h.rank);
+    let (b, nb, tid, nt) = (ctaid(), nctaid(), tid(), ntid());
+    let sr = h.shared_regions();
+    let lr = h.layout_regions();
+    let epr = h.experts_per_rank();
+    let state = h.state as *mut u64;
+    // SAFETY: one epoch per block, written by this block's thread 0 at the end of the last
+    // dispatch (an earlier kernel on the stream).
+    let e = unsafe { state.add(b as usize).read() };
+    let tag = count_tag(e);
+    let parity = e & 1;
+    let tb = Tables::new();
+    if tid < n {
+        // SAFETY: the peer table holds n addresses.
+        unsafe { tb.peer.add(tid as usize).write((h.peers as *const u64).add(tid as usize).read()) };
+    }
+    sync_threads();
+
+    // 1. Block 0 publishes this rank's counts in every rank's slot `me` of this parity. The
+    // release orders them after everything this rank did before (its earlier kernels).
+    let words = h.count_words();
+    if b == 0 {
+        let mut i = tid;
+        while i < n * words {
+            let (d, w) = (i / words, i % words);
+            // SAFETY: the layout kernel wrote n per-rank and `experts` per-expert counts.
+            let value = unsafe {
+                if w == 0 {
+                    signature
+                } else if w <= n {
+                    ((h.layout + lr.per_rank) as *const u32).add(w as usize - 1).read()
+                } else {
+                    ((h.layout + lr.per_expert) as *const u32).add((d * epr + w - 1 - n) as usize).read()
+                }
+            };
+            let at = tb.peer(d) + h.count_word(parity, me, w);
+            // SAFETY: rank d's count slot, written only by this rank's block 0. Partner: the
+            // acquire in `wait_count` on rank d.
+            unsafe { store_release(at as *mut u64, pack_count(tag, value)) };
+            i += nt;
+        }
+    }
+
+    // 2. Every block reads every rank's signature and counts toward every rank.
+    let mut i = tid;
+    while i < n * (1 + n) {
+        let (s, w) = (i / (1 + n), i % (1 + n));
+        // SAFETY: this rank's count slot s (written by rank s's block 0).
+        let v = unsafe { wait_count(h.shared + h.count_word(parity, s, w), tag, budget) };
+        if w == 0 && v != signature {
+            fail(c"ep_dispatch: the ranks were called with different k or element types");
+        }
+        if w > 0 && v > h.max_tokens {
+            fail(c"ep_dispatch: a rank sends more tokens than max_tokens");
+        }
+        // SAFETY: s < n, w <= n: inside the matrix.
+        unsafe { tb.cnt.add((s * (1 + n) + w) as usize).write(v) };
+        i += nt;
+    }
+    sync_threads();
+    let cnt = |s: u32, d: u32| -> u32 {
+        // SAFETY: s, d < n; filled before the barrier.
+        unsafe { tb.cnt.add((s * (1 + n) + 1 + d) as usize).read() }
+    };
+    if tid < n {
+        // My rows at rank d start after those of the ranks below me.
+        let mut base = 0;
+        for s in 0..me {
+            base += cnt(s, tid);
+        }
+        // SAFETY: tid < n.
+        unsafe { tb.base.add(tid as usize).write(base) };
+    }
+    if b == 0 {
+        // What this rank receives: rows, offsets by source, the matrix, rows per local expert.
+        let info = h.info as *mut u32;
+        if tid == 0 {
+            let mut off = 0;
+            for s in 0..n {
+                // SAFETY: inside the info buffer (info_words).
+                unsafe { info.add((EpHandle::INFO_OFFSETS + s) as usize).write(off) };
+                off += cnt(s, me);
+            }
+            // SAFETY: as above.
+            unsafe {
+                info.add((EpHandle::INFO_OFFSETS + n) as usize).write(off);
+                info.write(off);
+            }
+        }
+        let mut i = tid;
+        while i < n * n {
+            // SAFETY: as above.
+            unsafe { info.add((h.info_matrix() + i) as usize).write(cnt(i / n, i % n)) };
+            i += nt;
+        }
+        let mut j = tid;
+        while j < epr {
+            let mut sum = 0;
+            for s in 0..n {
+                // SAFETY: this rank's count slot s, word 1 + n + j < count_words.
+                sum += unsafe { wait_count(h.shared + h.count_word(parity, s, 1 + n + j), tag, budget) };
+            }
+            // SAFETY: as above.
+            unsafe { info.add((h.info_per_expert() + j) as usize).write(sum) };
+            j += nt;
+        }
+    }
+    sync_threads();
+
+    // 3. Rows (or pieces of rows, when tokens are few), one warp each, one destination rank
+    // after the other (a second read of the row comes from L2). Few live registers, so blocks
+    // of up to 896 threads fit.
+    let lane = tid % WARP;
+    let wpb = nt / WARP;
+    let (gw, nw) = (b * wpb + tid / WARP, nb * wpb);
+    let vecs = row_bytes / 16;
+    let per = pieces(nw, tokens, vecs);
+    let send_index = (h.layout + lr.send_index) as *const i32;
+    let mut u = gw;
+    // tokens * per <= max(tokens, nw): no overflow.
+    while u < tokens * per {
+        let (t, piece) = (u / per, u % per);
+        let (v0, v1) =
+            ((vecs as u64 * piece as u64 / per as u64) as u32, (vecs as u64 * (piece as u64 + 1) / per as u64) as u32);
+        let src = x.addr() + t as u64 * row_bytes as u64;
+        let at = t as usize * k as usize;
+        for d in 0..n {
+            // Remote ranks first, this rank last.
+            let d = (me + 1 + d) % n;
+            // SAFETY: t < tokens, d < n.
+            let si = unsafe { send_index.add(t as usize * n as usize + d as usize).read() };
+            if si < 0 {
+                continue;
+            }
+            // SAFETY: d < n.
+            let row = (unsafe { tb.base.add(d as usize).read() } + si as u32) as u64;
+            let base = tb.peer(d);
+            let dst = base + sr.recv_x + row * row_bytes as u64;
+            let mut v = v0 + lane;
+            while v + 3 * WARP < v1 {
+                // SAFETY: vectors v .. v + 3 * WARP of the token's row (loop condition, v1 <=
+                // vecs); the destination row is below n * max_tokens (counts checked above).
+                unsafe {
+                    let a = ld_v4(vec_at(src, v));
+                    let b1 = ld_v4(vec_at(src, v + WARP));
+                    let c = ld_v4(vec_at(src, v + 2 * WARP));
+                    let d4 = ld_v4(vec_at(src, v + 3 * WARP));
+                    st_v4(vec_at(dst, v), a);
+                    st_v4(vec_at(dst, v + WARP), b1);
+                    st_v4(vec_at(dst, v + 2 * WARP), c);
+                    st_v4(vec_at(dst, v + 3 * WARP), d4);
+                }
+                v += 4 * WARP;
+            }
+            while v < v1 {
+                // SAFETY: as above, one vector.
+                unsafe { st_v4(vec_at(dst, v), ld_v4(vec_at(src, v))) };
+                v += WARP;
+            }
+            // The k ids, the k weights and the source index, by the warp of the first piece.
+            let mut j = if piece == 0 { lane } else { 2 * k + 1 };
+            while j < 2 * k + 1 {
+                // SAFETY: entries of token t; destinations inside the regions (row below
+                // n * max_tokens, slot below k <= max_topk).
+                unsafe {
+                    let (value, addr) = if j < k {
+                        let v = topk_idx.as_ptr().add(at + j as usize).read() as u32;
+                        (v, base + sr.recv_idx + (row * k as u64 + j as u64) * 4)
+                    } else if j < 2 * k {
+                        let v = topk_w.as_ptr().add(at + (j - k) as usize).read();
+                        (v, base + sr.recv_w + (row * k as u64 + (j - k) as u64) * 4)
+                    } else {
+                        (t, base + sr.recv_src + row * 4)
+                    };
+                    (addr as *mut u32).write(value);
+                }
+                j += WARP;
+            }
+        }
+        u += nw;
+    }
+    sync_threads();
+
+    // 4. Tell every rank this block's rows are there (release, after the block's barrier).
+    if tid < n {
+        // SAFETY: rank tid's flag (me, b), written only by this block. Partner: the waits below
+        // on rank tid.
+        unsafe { store_release((tb.peer(tid) + h.dispatch_flag(me, b)) as *mut u64, e) };
+    }
+    // 5. Wait for every block of every rank (the grid's threads share the flags).
+    let mut g = b * nt + tid;
+    while g < n * nb {
+        // SAFETY: this rank's flag (g / nb, g % nb).
+        unsafe {
+            wait_at_least(
+                h.shared + h.dispatch_flag(g / nb, g % nb),
+                e,
+                budget,
+                c"ep_dispatch: waiting for a rank's rows",
+            )
+        };
+        g += nb * nt;
+    }
+    sync_threads();
+    if tid == 0 {
+        // SAFETY: this block's epoch; every thread read it before the barriers above.
+        unsafe { state.add(b as usize).write(e + 1) };
+    }
+}
+
+/// How a combine element type loads, sums and stores 16 bytes.
+pub trait Lanes {
+    /// Adds the elements of `v` to the accumulators (f32, one rounding per addition).
+    fn add(acc: &mut [f32; 8], v: [u32; 4]);
+    /// The accumulators as 16 bytes of elements.
+    fn pack(acc: &[f32; 8]) -> [u32; 4];
+}
+
+/// bf16 elements: 8 per vector.
+pub struct Bf16Lanes;
+/// f32 elements: 4 per vector.
+pub struct F32Lanes;
+
+impl Lanes for Bf16Lanes {
+    #[inline(always)]
+    fn add(acc: &mut [f32; 8], v: [u32; 4]) {
+        for i in 0..4 {
+            acc[2 * i] += f32::from_bits(bf16_to_f32_bits(v[i] as u16));
+            acc[2 * i + 1] += f32::from_bits(bf16_to_f32_bits((v[i] >> 16) as u16));
+        }
+    }
+    #[inline(always)]
+    fn pack(acc: &[f32; 8]) -> [u32; 4] {
+        let mut o = [0u32; 4];
+        for (i, w) in o.iter_mut().enumerate() {
+            *w = f32_to_bf16_bits(acc[2 * i].to_bits()) as u32
+                | (f32_to_bf16_bits(acc[2 * i + 1].to_bits()) as u32) << 16;
+        }
+        o
+    }
+}
+
+impl Lanes for F32Lanes {
+    #[inline(always)]
+    fn add(acc: &mut [f32; 8], v: [u32; 4]) {
+        for i in 0..4 {
+            acc[i] += f32::from_bits(v[i]);
+        }
+    }
+    #[inline(always)]
+    fn pack(acc: &[f32; 8]) -> [u32; 4] {
+        [acc[0].to_bits(), acc[1].to_bits(), acc[2].to_bits(), acc[3].to_bits()]
+    }
+}
+
+/// Combine: this rank's rows of `y` (one per received row, `row_bytes` each, as the last
+/// dispatch laid them out) go back to their source ranks; every token of this rank gets the sum,
+/// in rank order, of what the ranks it went to computed for it.
+///
+/// # Safety
+/// As for [`ep_dispatch`]; the last operation on this handle was a dispatch (its info and
+/// layout are current); `y` holds `y_bytes` bytes, `out` `tokens * row_bytes`; every rank
+/// passes the same `row_bytes`.
+pub unsafe fn combine<L: Lanes>(
+    h: EpHandle,
+    y: GlobalPtr<u8>,
+    y_bytes: u64,
+    out: GlobalPtr<u8>,
+    tokens: u32,
+    row_bytes: u32,
+    budget: SpinBudget,
+) {
+    follow_previous_grid();
+    let (n, me) = (h.n_ranks, h.rank);
+    let (b, nb, tid, nt) = (ctaid(), nctaid(), tid(), ntid());
+    let lr = h.layout_regions();
+    // SAFETY: the combine epochs follow the dispatch epochs.
+    let state = unsafe { (h.state as *mut u64).add(h.blocks as usize + b as usize) };
+    // SAFETY: this block's combine epoch (see `ep_dispatch`).
+    let e = unsafe { state.read() };
+    let info = h.info as *const u32;
+    let tb = Tables::new();
+    if tid < n {
+        // SAFETY: the peer table holds n addresses; the info buffer its words.
+        unsafe {
+            tb.peer.add(tid as usize).write((h.peers as *const u64).add(tid as usize).read());
+            // Rows received from rank tid (the matrix's column `me`).
+            tb.cnt.add(tid as usize).write(info.add((h.info_matrix() + tid * n + me) as usize).read());
+        }
+    }
+    if tid <= n {
+        // SAFETY: offsets 0..=n.
+        unsafe { tb.base.add(tid as usize).write(info.add((EpHandle::INFO_OFFSETS + tid) as usize).read()) };
+    }
+    sync_threads();
+    // SAFETY: word 0 of the info buffer.
+    let received = unsafe { info.read() } as u64;
+    if received * row_bytes as u64 > y_bytes {
+        fail(c"ep_combine: the expert-output buffer holds fewer rows than this rank received");
+    }
+    let offset = |s: u32| -> u64 {
+        // SAFETY: s <= n.
+        unsafe { tb.base.add(s as usize).read() as u64 }
+    };
+
+    // 1. Push the rows of every other source back into its landing region `me`.
+    let (g, gn) = (b * nt + tid, nb * nt);
+    for s in 0..n {
+        if s == me {
+            continue;
+        }
+        // SAFETY: s < n.
+        let rows = unsafe { tb.cnt.add(s as usize).read() } as u64;
+        let vecs = rows * row_bytes as u64 / 16;
+        let src = y.addr() + offset(s) * row_bytes as u64;
+        let dst = tb.peer(s) + h.combine_region(me);
+        let at = |base: u64, v: u64| (base + v * 16) as *mut u32;
+        let mut v = g as u64;
+        let step = gn as u64;
+        while v + 3 * step < vecs {
+            // SAFETY: vectors inside this source's rows of `y` (checked against y_bytes) and
+            // inside rank s's landing region (rows <= max_tokens).
+            unsafe {
+                let a = ld_v4(at(src, v));
+                let b1 = ld_v4(at(src, v + step));
+                let c = ld_v4(at(src, v + 2 * step));
+                let d = ld_v4(at(src, v + 3 * step));
+                st_v4(at(dst, v), a);
+                st_v4(at(dst, v + step), b1);
+                st_v4(at(dst, v + 2 * step), c);
+                st_v4(at(dst, v + 3 * step), d);
+            }
+            v += 4 * step;
+        }
+        while v < vecs {
+            // SAFETY: as above.
+            unsafe { st_v4(at(dst, v), ld_v4(at(src, v))) };
+            v += step;
+        }
+    }
+    sync_threads();
+    // 2. Signal every other rank, then wait for every block of every other rank.
+    if tid < n && tid != me {
+        // SAFETY: rank tid's combine flag (me, b), written only by this block.
+        unsafe { store_release((tb.peer(tid) + h.combine_flag(me, b)) as *mut u64, e) };
+    }
+    let mut j = tid;
+    while j < n * nb {
+        if j / nb != me {
+            // SAFETY: this rank's combine flag (j / nb, j % nb).
+            unsafe {
+                wait_at_least(
+                    h.shared + h.combine_flag(j / nb, j % nb),
+                    e,
+                    budget,
+                    c"ep_combine: waiting for a rank's rows",
+                )
+            };
+        }
+        j += nt;
+    }
+    sync_threads();
+
+    // 3. Sum every token's rows in rank order (f32), round once: rows (or pieces of rows, when
+    // tokens are few) one warp each.
+    let lane = tid % WARP;
+    let wpb = nt / WARP;
+    let (gw, nw) = (b * wpb + tid / WARP, nb * wpb);
+    let vecs = row_bytes / 16;
+    let per = pieces(nw, tokens, vecs);
+    let send_index = (h.layout + lr.send_index) as *const i32;
+    let mut u = gw;
+    while u < tokens * per {
+        let (t, piece) = (u / per, u % per);
+        let (v0, v1) =
+            ((vecs as u64 * piece as u64 / per as u64) as u32, (vecs as u64 * (piece as u64 + 1) / per as u64) as u32);
+        let mut mask = 0u32;
+        let mut src = [0u64; MAX_RANKS];
+        for (r, sr) in src.iter_mut().enumerate() {
+            if (r as u32) < n {
+                // SAFETY: t < tokens, r < n.
+                let si = unsafe { send_index.add(t as usize * n as usize + r).read() };
+                if si >= 0 {
+                    mask |= 1 << r;
+                    *sr = if r as u32 == me {
+                        y.addr() + (offset(me) + si as u64) * row_bytes as u64
+                    } else {
+                        h.shared + h.combine_region(r as u32) + si as u64 * row_bytes as u64
+                    };
+                }
+            }
+        }
+        let dst = out.addr() + t as u64 * row_bytes as u64;
+        // Two vectors per lane at a time: both loads of a rank are in flight together.
+        let mut v = v0 + lane;
+        while v < v1 {
+            let two = v + WARP < v1;
+            let (mut acc0, mut acc1) = ([0f32; 8], [0f32; 8]);
+            for (r, &s) in src.iter().enumerate() {
+                if (mask >> r) & 1 == 1 {
+                    // SAFETY: vectors v and v + WARP (when below vecs) of a row of `y` or of a
+                    // landing region.
+                    unsafe {
+                        let a = ld_v4(vec_at(s, v));
+                        if two {
+                            let b1 = ld_v4(vec_at(s, v + WARP));
+                            L::add(&mut acc0, a);
+                            L::add(&mut acc1, b1);
+                        } else {
+                            L::add(&mut acc0, a);
+                        }
+                    }
+                }
+            }
+            // SAFETY: vectors of token t's output row.
+            unsafe {
+                st_v4(vec_at(dst, v), L::pack(&acc0));
+                if two {
+                    st_v4(vec_at(dst, v + WARP), L::pack(&acc1));
+                }
+            }
+            v += 2 * WARP;
+        }
+        u += nw;
+    }
+    sync_threads();
+    if tid == 0 {
+        // SAFETY: this block's combine epoch; read by every thread before the barriers.
+        unsafe { state.write(e + 1) };
+    }
+}

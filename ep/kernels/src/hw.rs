@@ -1,0 +1,104 @@
+//! The device operations the kernel bodies (`body.rs`) use, each a thin wrapper over
+//! `mscclpp-device`. The host crate's emulation test (`ep/tests/emulated.rs`) gives the same
+//! names a CPU meaning (threads, a barrier per block, atomics) and runs the same bodies.
+
+use mscclpp_device::atomic::{self, Acquire, Cta, Relaxed, Release, Sys};
+use mscclpp_device::poll::SpinBudget;
+use mscclpp_device::ptr::dynamic_shared;
+use mscclpp_device::ptx::{ld_st, misc, sreg};
+
+/// This thread's index in its block.
+#[inline(always)]
+pub fn tid() -> u32 {
+    sreg::tid_x()
+}
+/// Threads per block.
+#[inline(always)]
+pub fn ntid() -> u32 {
+    sreg::ntid_x()
+}
+/// This block's index.
+#[inline(always)]
+pub fn ctaid() -> u32 {
+    sreg::ctaid_x()
+}
+/// Blocks in the grid.
+#[inline(always)]
+pub fn nctaid() -> u32 {
+    sreg::nctaid_x()
+}
+/// Waits until the kernel before this one on the stream has finished and its writes are
+/// visible (`griddepcontrol.wait`; at once when launched without programmatic stream
+/// serialization), then lets the next kernel be scheduled (`griddepcontrol.launch_dependents`).
+/// Every thread calls it before its first memory access.
+#[inline(always)]
+pub fn follow_previous_grid() {
+    misc::griddepcontrol_wait();
+    misc::griddepcontrol_launch_dependents();
+}
+/// A barrier over the block (`barrier.sync 0`, correct after divergent waits too).
+#[inline(always)]
+pub fn sync_threads() {
+    misc::barrier_sync();
+}
+/// The block's dynamic shared memory, as a generic pointer.
+#[inline(always)]
+pub fn shared_base() -> *mut u8 {
+    dynamic_shared::<u8>().as_generic()
+}
+/// `ld.acquire.sys.u64`.
+///
+/// # Safety
+/// `p` valid and 8-aligned.
+#[inline(always)]
+pub unsafe fn load_acquire(p: *const u64) -> u64 {
+    // SAFETY: forwarded.
+    unsafe { atomic::load::<Acquire, Sys, u64>(p) }
+}
+/// `st.release.sys.u64`.
+///
+/// # Safety
+/// `p` valid and 8-aligned.
+#[inline(always)]
+pub unsafe fn store_release(p: *mut u64, v: u64) {
+    // SAFETY: forwarded.
+    unsafe { atomic::store::<Release, Sys, u64>(p, v) }
+}
+/// `red.relaxed.cta.add.u32` (a counter of this block, in shared memory).
+///
+/// # Safety
+/// `p` valid and 4-aligned.
+#[inline(always)]
+pub unsafe fn red_add_cta(p: *mut u32, v: u32) {
+    // SAFETY: forwarded.
+    unsafe { atomic::red_add::<Relaxed, Cta, u32>(p, v) }
+}
+/// One 16-byte vector load.
+///
+/// # Safety
+/// `p` valid global memory, 16-aligned.
+#[inline(always)]
+pub unsafe fn ld_v4(p: *const u32) -> [u32; 4] {
+    // SAFETY: forwarded.
+    unsafe { ld_st::ld_global_v4_u32(p) }
+}
+/// One 16-byte vector store.
+///
+/// # Safety
+/// `p` valid global memory, 16-aligned.
+#[inline(always)]
+pub unsafe fn st_v4(p: *mut u32, v: [u32; 4]) {
+    // SAFETY: forwarded.
+    unsafe { ld_st::st_global_v4_u32(p, v) }
+}
+/// Spins until `cond()`; prints `name` and traps when `budget` runs out.
+#[inline(always)]
+pub fn spin_until(budget: SpinBudget, name: &'static core::ffi::CStr, cond: impl FnMut() -> bool) {
+    mscclpp_device::poll::spin_until(budget, name, cond);
+}
+/// Prints `msg` and traps.
+#[inline(always)]
+#[track_caller]
+pub fn fail(msg: &'static core::ffi::CStr) -> ! {
+    mscclpp_device::poll::fail(msg)
+}

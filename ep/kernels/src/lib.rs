@@ -1,0 +1,108 @@
+//! The kernels of `mscclpp-ep`: the dispatch layout, the dispatch and the combine of expert
+//! parallelism among the GPUs of one machine. The buffers, the handle and the protocol are
+//! described in `shared` (the host crate's `ep/src/shared.rs`, included here) and in the host
+//! crate's documentation.
+//!
+//! * `ep_layout` (one block): from the top-k expert ids, every rank's token count, every
+//!   expert's (token, slot) count, and for every (token, rank) whether the token goes there and
+//!   its position among the tokens that do (a prefix sum in token order).
+//! * `ep_dispatch` (`blocks` blocks, one per SM at most): publishes this rank's counts in every
+//!   rank's count slot, reads everybody's, then every warp copies whole tokens (16-byte vectors)
+//!   to each destination rank in turn, signals every rank and waits for every rank's signals.
+//! * `ep_combine_bf16` / `ep_combine_f32`: pushes each received row's result back into its
+//!   source rank's landing region, signals, waits, then sums every token's results in rank
+//!   order in f32 and rounds once.
+//!
+//! Dispatch and combine need every block of the grid resident at once (they wait for each
+//! other); the host launches at most one block per SM.
+#![no_std]
+#![feature(abi_ptx)]
+
+#[path = "../../src/shared.rs"]
+pub mod shared;
+
+pub mod body;
+pub mod hw;
+
+use body::{Bf16Lanes, F32Lanes};
+use mscclpp_device::poll::SpinBudget;
+use mscclpp_device::ptr::GlobalPtr;
+use shared::EpHandle;
+
+/// The dispatch layout (see [`body::layout`]).
+///
+/// # Safety
+/// As for [`body::layout`].
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "ptx-kernel" fn ep_layout(
+    topk_idx: GlobalPtr<i32>,
+    tokens: u32,
+    k: u32,
+    experts: u32,
+    ranks: u32,
+    per_rank: GlobalPtr<u32>,
+    per_expert: GlobalPtr<u32>,
+    in_rank: GlobalPtr<u8>,
+    send_index: GlobalPtr<i32>,
+) {
+    // SAFETY: forwarded from the launch contract.
+    unsafe { body::layout(topk_idx, tokens, k, experts, ranks, per_rank, per_expert, in_rank, send_index) }
+}
+
+/// Dispatch (see [`body::dispatch`]).
+///
+/// # Safety
+/// As for [`body::dispatch`].
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "ptx-kernel" fn ep_dispatch(
+    h: EpHandle,
+    x: GlobalPtr<u8>,
+    topk_idx: GlobalPtr<i32>,
+    topk_w: GlobalPtr<u32>,
+    tokens: u32,
+    k: u32,
+    row_bytes: u32,
+    signature: u32,
+    budget: SpinBudget,
+) {
+    // SAFETY: forwarded from the launch contract.
+    unsafe { body::dispatch(h, x, topk_idx, topk_w, tokens, k, row_bytes, signature, budget) }
+}
+
+/// Combine of bf16 rows (sums in f32, rounded once to bf16). See [`body::combine`].
+///
+/// # Safety
+/// As for [`body::combine`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ep_combine_bf16(
+    h: EpHandle,
+    y: GlobalPtr<u8>,
+    y_bytes: u64,
+    out: GlobalPtr<u8>,
+    tokens: u32,
+    row_bytes: u32,
+    budget: SpinBudget,
+) {
+    // SAFETY: forwarded from the launch contract.
+    unsafe { body::combine::<Bf16Lanes>(h, y, y_bytes, out, tokens, row_bytes, budget) }
+}
+
+/// Combine of f32 rows. See [`body::combine`].
+///
+/// # Safety
+/// As for [`body::combine`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn ep_combine_f32(
+    h: EpHandle,
+    y: GlobalPtr<u8>,
+    y_bytes: u64,
+    out: GlobalPtr<u8>,
+    tokens: u32,
+    row_bytes: u32,
+    budget: SpinBudget,
+) {
+    // SAFETY: forwarded from the launch contract.
+    unsafe { body::combine::<F32Lanes>(h, y, y_bytes, out, tokens, row_bytes, budget) }
+}

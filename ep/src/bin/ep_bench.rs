@@ -1,0 +1,325 @@
+//! `ep_bench`: expert-parallel dispatch and combine against NCCL in the same run, at
+//! DeepSeek-V3-like shapes: hidden 7168, 256 experts, top-8, bf16, every token routed to 8
+//! distinct random experts; `prefill` dispatches 4096 tokens per rank, `decode` 128.
+//!
+//! ```sh
+//! mpirun -np 2 ep_bench                      # or: ep_bench --ranks 2 (built-in launcher)
+//! MSCCLPP_RS_EP_SHAPES=decode ...            # which shapes (default prefill,decode)
+//! MSCCLPP_RS_EP_REPS=30 ...                  # timed batches (default 20)
+//! MSCCLPP_RS_NCCL=/path/libnccl.so.2 ...     # which NCCL (default: the loader's libnccl.so.2)
+//! ```
+//! Times are medians of CUDA-event timings of single operations: every batch starts with a
+//! host barrier and one untimed dispatch and combine (which line the ranks up on the GPU), then
+//! times [`BATCH`] pairs back to back, an event between every two operations. Ours: the layout
+//! kernel and the dispatch kernel; the combine kernel. Bandwidth as DeepEP counts it: the bytes
+//! of every row a rank receives in dispatch (its own included) per dispatch time, the same bytes
+//! per combine time; and NVLink bytes only (rows from, or back to, the other ranks).
+//!
+//! The NCCL baseline moves the same rows: one grouped `ncclSend`/`ncclRecv` of the packed rows
+//! per destination (this rank's included), and the reverse for combine, with every size known in
+//! advance; its packing, count exchange and final sum are not timed, so it is a lower bound of
+//! what a framework pays with NCCL. Before timing, our combine's result is checked against the
+//! host (identity experts: each token's rows summed over the ranks it went to), and NCCL's
+//! dispatch result against the expected rows.
+//!
+//! Rank 0 prints the table; `MSCCLPP_RS_BENCH_OUT` names a JSON-lines file for the results.
+//! Without NCCL the run still measures ours, then fails naming why.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use cudarc::driver::CudaStream;
+use cudarc::driver::sys::CUevent_flags;
+use mscclpp_collectives::nccl::{Nccl, NcclComm, Transfer};
+use mscclpp_ep::reference::{self, Routing};
+use mscclpp_ep::{Config, DataType, DispatchInput, ExpertParallel};
+use mscclpp_host::comm::Communicator;
+use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
+
+/// Timed pairs per batch.
+const BATCH: usize = 4;
+const HIDDEN: usize = 7168;
+const EXPERTS: usize = 256;
+const TOPK: usize = 8;
+
+fn main() -> ExitCode {
+    mscclpp_collectives::runner::main("ep_bench", 2, run)
+}
+
+fn drv<T>(r: std::result::Result<T, cudarc::driver::DriverError>, what: &str) -> Result<T> {
+    r.map_err(|e| Error::Driver { context: what.into(), source: e })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v[v.len() / 2]
+}
+
+/// Median microseconds of the two operations of `pair` over `reps` batches of [`BATCH`] pairs.
+fn time_pairs(
+    comm: &Communicator,
+    reps: usize,
+    mut pair: impl FnMut(&CudaStream, usize) -> Result<()>,
+) -> Result<(f64, f64)> {
+    let gpu = comm.gpu();
+    let stream = gpu.stream();
+    let ctx = gpu.context();
+    let events = (0..2 * BATCH + 1)
+        .map(|_| drv(ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)), "creating an event"))
+        .collect::<Result<Vec<_>>>()?;
+    let (mut first, mut second) = (vec![], vec![]);
+    for _ in 0..reps {
+        comm.bootstrap().barrier()?;
+        pair(stream, 0)?;
+        pair(stream, 1)?;
+        for i in 0..BATCH {
+            drv(events[2 * i].record(stream), "recording an event")?;
+            pair(stream, 0)?;
+            drv(events[2 * i + 1].record(stream), "recording an event")?;
+            pair(stream, 1)?;
+        }
+        drv(events[2 * BATCH].record(stream), "recording an event")?;
+        gpu.synchronize_timeout(Duration::from_secs(60))?;
+        for i in 0..BATCH {
+            first.push(drv(events[2 * i].elapsed_ms(&events[2 * i + 1]), "reading an event")? as f64 * 1e3);
+            second.push(drv(events[2 * i + 1].elapsed_ms(&events[2 * i + 2]), "reading an event")? as f64 * 1e3);
+        }
+    }
+    Ok((median(first), median(second)))
+}
+
+fn env_list(name: &str, default: &str) -> Vec<String> {
+    std::env::var(name).unwrap_or_else(|_| default.into()).split(',').map(|s| s.trim().to_string()).collect()
+}
+
+struct Shape {
+    name: String,
+    tokens: usize,
+}
+
+/// Per-rank results, gathered to rank 0.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct RankResult {
+    dispatch_us: f64,
+    combine_us: f64,
+    nccl_dispatch_us: f64,
+    nccl_combine_us: f64,
+    /// Bytes of every received row.
+    recv_bytes: f64,
+    /// Bytes of the rows received from other ranks.
+    nvlink_bytes: f64,
+    wrong: f64,
+    nccl_wrong: f64,
+}
+
+fn run(comm: &Communicator) -> Result<()> {
+    let (n, me) = (comm.world_size(), comm.rank());
+    let reps: usize = std::env::var("MSCCLPP_RS_EP_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(20).max(1);
+    let shapes: Vec<Shape> = env_list("MSCCLPP_RS_EP_SHAPES", "prefill,decode")
+        .into_iter()
+        .filter_map(|s| match s.as_str() {
+            "prefill" => Some(Shape { name: s, tokens: 4096 }),
+            "decode" => Some(Shape { name: s, tokens: 128 }),
+            _ => None,
+        })
+        .collect();
+    let nccl = Nccl::load();
+    let nc = match &nccl {
+        Ok(lib) => Some(lib.communicator(comm.bootstrap().as_ref(), comm.gpu())?),
+        Err(_) => None,
+    };
+    let mut out = std::env::var_os("MSCCLPP_RS_BENCH_OUT")
+        .filter(|_| me == 0)
+        .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
+    if me == 0 {
+        println!(
+            "ep_bench: {n} ranks, GPU {} ({}), {}, hidden {HIDDEN}, {EXPERTS} experts, top-{TOPK}, bf16, {reps} x {BATCH} timed pairs",
+            comm.gpu().ordinal(),
+            comm.gpu().info().name,
+            match &nccl {
+                Ok(l) => format!("NCCL {} from {}", l.version_string(), l.path()),
+                Err(e) => format!("no NCCL ({e})"),
+            },
+        );
+        println!(
+            "time: median us per operation (ours: layout + dispatch kernels; combine kernel). GB/s: DeepEP's count (all received rows) / NVLink rows only, mean over ranks; time: slowest rank"
+        );
+        println!(
+            "{:>8} {:>6} | {:>10} {:>8} {:>8} | {:>10} {:>8} {:>8} | {:>10} {:>10} | {:>6} {:>6} | #wrong",
+            "shape",
+            "tokens",
+            "dispatch",
+            "GB/s",
+            "nvl GB/s",
+            "combine",
+            "GB/s",
+            "nvl GB/s",
+            "nccl disp",
+            "nccl comb",
+            "disp x",
+            "comb x"
+        );
+    }
+    for shape in &shapes {
+        let r = measure(comm, shape, reps, nc.as_ref())?;
+        let all = comm.bootstrap().all_gather_pod(&r)?;
+        if me == 0 {
+            let max = |f: fn(&RankResult) -> f64| all.iter().map(f).fold(0.0, f64::max);
+            let mean = |f: &dyn Fn(&RankResult) -> f64| all.iter().map(f).sum::<f64>() / n as f64;
+            let (d, c) = (max(|r| r.dispatch_us), max(|r| r.combine_us));
+            let (nd, ncb) = (max(|r| r.nccl_dispatch_us), max(|r| r.nccl_combine_us));
+            let d_bw = mean(&|r| r.recv_bytes / r.dispatch_us / 1e3);
+            let d_nvl = mean(&|r| r.nvlink_bytes / r.dispatch_us / 1e3);
+            let c_bw = mean(&|r| r.recv_bytes / r.combine_us / 1e3);
+            let c_nvl = mean(&|r| r.nvlink_bytes / r.combine_us / 1e3);
+            let wrong = all.iter().map(|r| r.wrong).sum::<f64>();
+            let nccl_wrong = all.iter().map(|r| r.nccl_wrong).sum::<f64>();
+            println!(
+                "{:>8} {:>6} | {:>10.2} {:>8.1} {:>8.1} | {:>10.2} {:>8.1} {:>8.1} | {:>10.2} {:>10.2} | {:>6.2} {:>6.2} | {} / nccl {}",
+                shape.name,
+                shape.tokens,
+                d,
+                d_bw,
+                d_nvl,
+                c,
+                c_bw,
+                c_nvl,
+                nd,
+                ncb,
+                nd / d,
+                ncb / c,
+                wrong,
+                nccl_wrong
+            );
+            if let Some(f) = out.as_mut() {
+                let _ = writeln!(
+                    f,
+                    "{{\"bench\":\"ep\",\"shape\":\"{}\",\"ranks\":{n},\"tokens\":{},\"hidden\":{HIDDEN},\"experts\":{EXPERTS},\"topk\":{TOPK},\"dtype\":\"bf16\",\"dispatch_us\":{d:.3},\"combine_us\":{c:.3},\"dispatch_gbps\":{d_bw:.2},\"dispatch_nvlink_gbps\":{d_nvl:.2},\"combine_gbps\":{c_bw:.2},\"combine_nvlink_gbps\":{c_nvl:.2},\"nccl_dispatch_us\":{nd:.3},\"nccl_combine_us\":{ncb:.3},\"wrong\":{wrong},\"nccl_wrong\":{nccl_wrong},\"nccl\":\"{}\"}}",
+                    shape.name,
+                    shape.tokens,
+                    nccl.as_ref().map(|l| l.version_string()).unwrap_or_else(|_| "none".into()),
+                );
+            }
+            if wrong > 0.0 || nccl_wrong > 0.0 {
+                return Err(Error::InvalidArgument(format!(
+                    "{}: {wrong} wrong rows of ours, {nccl_wrong} of NCCL",
+                    shape.name
+                )));
+            }
+        }
+    }
+    drop(nc);
+    nccl.map(|_| ())
+}
+
+fn measure(comm: &Communicator, shape: &Shape, reps: usize, nc: Option<&NcclComm>) -> Result<RankResult> {
+    let (n, me) = (comm.world_size(), comm.rank());
+    let gpu = comm.gpu().clone();
+    let dtype = DataType::Bf16;
+    let row = HIDDEN * dtype.bytes();
+    let t = shape.tokens;
+    let mut ep = ExpertParallel::new(comm, Config::new(t, HIDDEN, EXPERTS, TOPK))?;
+    if me == 0 {
+        let (blocks, dt, ct) = ep.grid();
+        println!("{}: {blocks} blocks, {dt} threads (dispatch), {ct} threads (combine)", shape.name);
+    }
+    let routing = Routing::Random { none: 0.0 };
+    let seed = 0x5eed;
+    let inputs: Vec<_> =
+        (0..n).map(|r| reference::random_input(seed, r, dtype, t, HIDDEN, TOPK, (EXPERTS, n), routing)).collect();
+    let layouts: Vec<_> = inputs.iter().map(|i| reference::layout(&i.topk_idx, t, TOPK, EXPERTS, n)).collect();
+    let recv: Vec<_> = (0..n).map(|d| reference::received(&inputs, &layouts, d, EXPERTS, row)).collect();
+    let mine = &inputs[me];
+    let x = DeviceBuffer::from_slice(&gpu, &mine.x)?;
+    let idx = DeviceBuffer::from_slice(&gpu, &mine.topk_idx)?;
+    let w = DeviceBuffer::from_slice(&gpu, &mine.topk_weights)?;
+    let rows = recv[me].rows;
+    // Identity experts: y is the received rows; combine sums each token's copies.
+    let y = DeviceBuffer::from_slice(&gpu, &recv[me].x)?;
+    let out_buf = DeviceBuffer::filled(&gpu, t * row, 0xa5)?;
+    let input = DispatchInput { x: &x, dtype, topk_idx: &idx, topk_weights: &w, tokens: t, k: TOPK };
+    let stream = gpu.stream();
+
+    // Correctness before timing.
+    let d = ep.dispatch(&input, stream)?;
+    let got = ep.read_received(&d, stream)?;
+    let mut wrong = (0..rows).filter(|&i| got.x[i * row..(i + 1) * row] != recv[me].x[i * row..(i + 1) * row]).count();
+    ep.combine(&d, &y, &out_buf, dtype, stream)?;
+    gpu.synchronize()?;
+    let ys: Vec<Vec<u8>> = recv.iter().map(|r| r.x.clone()).collect();
+    let offsets: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
+    let want = reference::combine(dtype, &layouts[me], me, t, (&ys, &offsets), row);
+    let got_out = out_buf.to_vec::<u8>()?;
+    wrong += (0..t).filter(|&i| got_out[i * row..(i + 1) * row] != want[i * row..(i + 1) * row]).count();
+
+    let mut pending = None;
+    let (dispatch_us, combine_us) = time_pairs(comm, reps, |s, op| {
+        if op == 0 {
+            pending = Some(ep.dispatch(&input, s)?);
+            Ok(())
+        } else {
+            let d = pending.take().ok_or_else(|| Error::InvalidArgument("combine without dispatch".into()))?;
+            ep.combine(&d, &y, &out_buf, dtype, s)
+        }
+    })?;
+    let got_out = out_buf.to_vec::<u8>()?;
+    wrong += (0..t).filter(|&i| got_out[i * row..(i + 1) * row] != want[i * row..(i + 1) * row]).count();
+    drop(ep);
+
+    // NCCL: the same rows, packed by destination, sizes known.
+    let counts = |s: usize, d: usize| layouts[s].tokens_per_rank[d] as usize;
+    let mut packed = Vec::with_capacity(layouts[me].tokens_per_rank.iter().sum::<u32>() as usize * row);
+    let mut send_off = vec![0usize; n + 1];
+    for dst in 0..n {
+        for tok in 0..t {
+            if layouts[me].is_token_in_rank[tok * n + dst] {
+                packed.extend_from_slice(&mine.x[tok * row..(tok + 1) * row]);
+            }
+        }
+        send_off[dst + 1] = send_off[dst] + counts(me, dst);
+    }
+    let recv_off = &recv[me].offsets;
+    let mut nccl_dispatch_us = 0.0;
+    let mut nccl_combine_us = 0.0;
+    let mut nccl_wrong = 0;
+    if let Some(nc) = nc {
+        let send = DeviceBuffer::from_slice(&gpu, &packed)?;
+        let land = DeviceBuffer::filled(&gpu, rows * row, 0xa5)?;
+        let back = DeviceBuffer::alloc(&gpu, send_off[n] * row)?;
+        let at = |b: &DeviceBuffer, rows: usize| b.addr() + (rows * row) as u64;
+        let disp_sends: Vec<Transfer> =
+            (0..n).map(|p| Transfer { peer: p, addr: at(&send, send_off[p]), bytes: counts(me, p) * row }).collect();
+        let disp_recvs: Vec<Transfer> =
+            (0..n).map(|p| Transfer { peer: p, addr: at(&land, recv_off[p]), bytes: counts(p, me) * row }).collect();
+        let comb_sends: Vec<Transfer> =
+            (0..n).map(|p| Transfer { peer: p, addr: at(&y, recv_off[p]), bytes: counts(p, me) * row }).collect();
+        let comb_recvs: Vec<Transfer> =
+            (0..n).map(|p| Transfer { peer: p, addr: at(&back, send_off[p]), bytes: counts(me, p) * row }).collect();
+        (nccl_dispatch_us, nccl_combine_us) = time_pairs(comm, reps, |s, op| {
+            // SAFETY: every transfer lies inside its buffer (sizes from the layouts), and the
+            // buffers outlive the synchronisation at the end of every timed batch.
+            unsafe {
+                if op == 0 {
+                    nc.send_recv(&disp_sends, &disp_recvs, s)
+                } else {
+                    nc.send_recv(&comb_sends, &comb_recvs, s)
+                }
+            }
+        })?;
+        let got = land.to_vec::<u8>()?;
+        nccl_wrong = (0..rows).filter(|&i| got[i * row..(i + 1) * row] != recv[me].x[i * row..(i + 1) * row]).count();
+    }
+    let nvlink_rows = rows - counts(me, me);
+    Ok(RankResult {
+        dispatch_us,
+        combine_us,
+        nccl_dispatch_us,
+        nccl_combine_us,
+        recv_bytes: (rows * row) as f64,
+        nvlink_bytes: (nvlink_rows * row) as f64,
+        wrong: wrong as f64,
+        nccl_wrong: nccl_wrong as f64,
+    })
+}

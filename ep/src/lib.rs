@@ -1,0 +1,828 @@
+//! Expert-parallel dispatch and combine among the GPUs of one machine (NVLink peer memory), for
+//! mixture-of-experts layers: every token goes to the ranks that host its top-k experts, once per
+//! rank, and the experts' results come back to the token's rank and are summed.
+//!
+//! ```text
+//!  ExpertParallel::new(&comm, Config::new(max_tokens, hidden, experts, max_topk))
+//!        every rank allocates a shared buffer sized for the maxima and maps everybody's
+//!  ep.dispatch(&DispatchInput { x, dtype, topk_idx, topk_weights, tokens, k }, stream)
+//!        layout kernel:   counts per rank / expert, is-token-in-rank, positions (prefix sums)
+//!        dispatch kernel: counts to every rank, then rows, ids, weights and source indices
+//!        -> Dispatched: this rank's received rows, grouped by source rank, on the GPU
+//!  (your experts: one output row per received row, in a buffer `y` of your own)
+//!  ep.combine(&dispatched, &y, &out, dtype, stream)
+//!        rows go back to their source ranks; out[t] = sum over the ranks token t went to, in
+//!        rank order, of their row for t (f32 sums, rounded once)
+//! ```
+//!
+//! **Layout** ([`reference::layout`] is its specification, the kernel `ep_layout` computes it on
+//! the GPU): for `tokens x k` expert ids (`-1`, or any id outside `0..experts`, means "no
+//! expert") and `experts` split into equal contiguous ranges over the ranks: the number of tokens
+//! toward each rank (a token counts once per rank), the number of (token, slot) pairs toward each
+//! expert, whether each token goes to each rank, and its position among the tokens that do
+//! (exclusive prefix sums in token order), as DeepEP's `get_dispatch_layout` defines them.
+//!
+//! **Dispatch** puts the rows of rank `s` for rank `d` at rows `offset(s) + position` of `d`'s
+//! receive buffer, where `offset(s)` is the number of rows `d` receives from ranks below `s`:
+//! the first pass exchanges every rank's counts (tagged words in every rank's shared buffer), so
+//! every sender knows where its rows go and the receive buffer is contiguous, grouped by source
+//! rank, tokens in their source order. Alongside: the token's `k` expert ids (global ids, as
+//! given), its `k` weights (f32) and its index on the source rank. What was received (rows, the
+//! offsets by source, rows per local expert) stays on the GPU ([`Dispatched`]); reading it to the
+//! host is the caller's choice ([`ExpertParallel::recv_counts`]), never needed by the library.
+//!
+//! **Combine** takes one row per received row (`y`, the expert layer's output for that row,
+//! typically the sum over this rank's experts of the token of weight x expert output: the
+//! weights came with the dispatch) and returns, for every token of this rank, the sum over the
+//! ranks it went to, added in rank order in f32 from 0 and rounded once to the element type:
+//! the same bits on every run. A token that went nowhere gets zeros. The weights are applied
+//! where the experts run, so one row per (token, rank) crosses NVLink each way, as in DeepEP's
+//! normal mode; weighting at the source would need one row per (token, expert), up to `k / ranks`
+//! times the traffic.
+//!
+//! Memory: every rank allocates about `2 * ranks * max_tokens * hidden * 4` bytes (receive rows
+//! and combine landing, sized for f32 rows; [`Config::shared_bytes`]).
+//!
+//! Every call is collective (every rank, same order, same `k` and element type; the token count
+//! may differ between ranks, 0 included) and stream-ordered: nothing waits on the host. A
+//! dispatch's received rows stay valid until the next dispatch on the same [`ExpertParallel`];
+//! work that reads them (the experts) must be ordered before that dispatch on the stream. Each
+//! dispatch may be followed by at most one combine, before the next dispatch.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaStream};
+use mscclpp_device::poll::SpinBudget;
+use mscclpp_device::ptr::GlobalPtr;
+use mscclpp_host::comm::{Communicator, PeerBuffers};
+use mscclpp_host::{Args, BootstrapExt, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
+
+pub mod reference;
+pub mod shared;
+
+pub use mscclpp_collectives::DataType;
+use shared::{EXCHANGE_SHARED_BYTES, EpHandle, LAYOUT_THREADS, MAX_EXPERTS, MAX_RANKS, MAX_TOPK};
+
+/// The PTX of the kernels (built from `kernels/` by this crate's build script).
+pub const PTX: &str = include_str!(env!("MSCCLPP_EP_PTX"));
+
+// SAFETY: `EpHandle` is `repr(C)` of u64 and u32 fields with no padding (72 bytes, asserted in
+// `shared`), the same file compiled for both targets.
+unsafe impl mscclpp_device::abi::DeviceAbi for EpHandle {}
+
+/// Largest `max_tokens` (row indices stay below 2^31 with [`MAX_RANKS`] ranks).
+pub const MAX_TOKENS: usize = 1 << 24;
+
+/// How an [`ExpertParallel`] is built. Every rank must use the same sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Most tokens one rank dispatches in one call.
+    pub max_tokens: usize,
+    /// Elements per token (a multiple of 8, so that bf16 and f32 rows are whole 16-byte vectors).
+    pub hidden: usize,
+    /// Number of experts, split into equal contiguous ranges: rank `r` hosts experts
+    /// `r * experts / n .. (r + 1) * experts / n`.
+    pub experts: usize,
+    /// Largest top-k of a call.
+    pub max_topk: usize,
+    /// Blocks of dispatch and combine (default: the GPU's SM count; at most that, since the
+    /// blocks wait for each other). Ranks that differ use the smallest.
+    pub blocks: Option<u32>,
+    /// Threads per block of dispatch and combine (default 1024, or what the kernels' registers
+    /// allow).
+    pub threads: Option<u32>,
+    /// How long any wait inside a kernel may last before the kernel traps with a message.
+    pub budget: SpinBudget,
+    /// Launch with programmatic stream serialization, so that each kernel's launch overlaps the
+    /// end of the kernel before it (every kernel waits for its predecessor before touching
+    /// memory). Default on; `MSCCLPP_RS_EP_PDL=0` in the environment turns it off.
+    pub overlap: bool,
+}
+
+impl Config {
+    /// The sizes, with the default blocks, threads, a 20-second wait budget and overlapped
+    /// launches (unless `MSCCLPP_RS_EP_PDL=0`).
+    pub fn new(max_tokens: usize, hidden: usize, experts: usize, max_topk: usize) -> Self {
+        Self {
+            max_tokens,
+            hidden,
+            experts,
+            max_topk,
+            blocks: None,
+            threads: None,
+            budget: SpinBudget::from_millis(20_000),
+            overlap: std::env::var("MSCCLPP_RS_EP_PDL").as_deref() != Ok("0"),
+        }
+    }
+
+    /// Checks the sizes for `ranks` ranks (no GPU needed).
+    pub fn check(&self, ranks: usize) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(format!("ep: {m}")));
+        if ranks == 0 || ranks > MAX_RANKS {
+            return bad(format!("{ranks} ranks (1 to {MAX_RANKS} are supported)"));
+        }
+        if self.experts < ranks || !self.experts.is_multiple_of(ranks) || self.experts > MAX_EXPERTS {
+            return bad(format!(
+                "{} experts over {ranks} ranks (a positive multiple of the rank count, at most {MAX_EXPERTS})",
+                self.experts
+            ));
+        }
+        if self.hidden == 0 || !self.hidden.is_multiple_of(8) || self.hidden > (u32::MAX / 4) as usize {
+            return bad(format!("hidden size {} (a positive multiple of 8)", self.hidden));
+        }
+        if self.max_topk == 0 || self.max_topk > MAX_TOPK {
+            return bad(format!("max_topk {} (1 to {MAX_TOPK})", self.max_topk));
+        }
+        if self.max_tokens == 0 || self.max_tokens > MAX_TOKENS {
+            return bad(format!("max_tokens {} (1 to {MAX_TOKENS})", self.max_tokens));
+        }
+        Ok(())
+    }
+
+    /// The kernel handle of `rank` among `ranks` ranks with `blocks` blocks, its sizes filled
+    /// and its addresses 0 ([`ExpertParallel::new`] fills them; the emulation test too).
+    pub fn kernel_handle(&self, rank: usize, ranks: usize, blocks: u32) -> EpHandle {
+        EpHandle {
+            peers: 0,
+            shared: 0,
+            state: 0,
+            layout: 0,
+            info: 0,
+            rank: rank as u32,
+            n_ranks: ranks as u32,
+            experts: self.experts as u32,
+            max_tokens: self.max_tokens as u32,
+            hidden: self.hidden as u32,
+            max_topk: self.max_topk as u32,
+            blocks,
+            reserved: 0,
+        }
+    }
+
+    /// Bytes of the shared buffer every rank allocates for `ranks` ranks and `blocks` blocks:
+    /// about `2 * ranks * max_tokens * hidden * 4` (receive rows and combine landing, sized for
+    /// f32) plus the ids, weights and flags.
+    pub fn shared_bytes(&self, ranks: usize, blocks: u32) -> u64 {
+        self.kernel_handle(0, ranks, blocks).shared_regions().total
+    }
+}
+
+/// The element-type code of the kernels, or why the type is not supported.
+fn dtype_code(dtype: DataType) -> Result<u32> {
+    match dtype {
+        DataType::Bf16 => Ok(shared::DTYPE_BF16),
+        DataType::F32 => Ok(shared::DTYPE_F32),
+        other => Err(Error::Unsupported(format!("ep: element type {} (bf16 and f32 are supported)", other.name()))),
+    }
+}
+
+/// The checks of a dispatch that need no GPU: the element type, `tokens` and `k` within the
+/// configuration, and buffer lengths (bytes of `x`, `topk_idx`, `topk_weights`) that hold the
+/// batch. Returns the bytes of one row.
+pub fn check_dispatch(
+    config: &Config,
+    dtype: DataType,
+    tokens: usize,
+    k: usize,
+    (x_len, idx_len, w_len): (usize, usize, usize),
+) -> Result<usize> {
+    dtype_code(dtype)?;
+    let bad = |m: String| Err(Error::InvalidArgument(format!("ep dispatch: {m}")));
+    if tokens > config.max_tokens {
+        return bad(format!("{tokens} tokens, more than max_tokens ({})", config.max_tokens));
+    }
+    if k == 0 || k > config.max_topk {
+        return bad(format!("k = {k} (1 to max_topk = {})", config.max_topk));
+    }
+    let row = config.hidden * dtype.bytes();
+    let need =
+        [("x", x_len, tokens * row), ("topk_idx", idx_len, tokens * k * 4), ("topk_weights", w_len, tokens * k * 4)];
+    for (what, has, needs) in need {
+        if has < needs {
+            return bad(format!("the {what} buffer holds {has} bytes, {tokens} tokens need {needs}"));
+        }
+    }
+    Ok(row)
+}
+
+/// The checks of a combine that need no GPU: the element type and an output buffer (`out_len`
+/// bytes) that holds `tokens` rows. Returns the bytes of one row.
+pub fn check_combine(config: &Config, dtype: DataType, tokens: usize, out_len: usize) -> Result<usize> {
+    dtype_code(dtype)?;
+    let row = config.hidden * dtype.bytes();
+    if out_len < tokens * row {
+        return Err(Error::InvalidArgument(format!(
+            "ep combine: the output buffer holds {out_len} bytes, {tokens} tokens need {}",
+            tokens * row
+        )));
+    }
+    Ok(row)
+}
+
+/// One rank's batch for [`ExpertParallel::dispatch`] (buffers on this rank's GPU).
+#[derive(Clone, Copy, Debug)]
+pub struct DispatchInput<'a> {
+    /// `tokens` rows of `hidden` elements of `dtype`.
+    pub x: &'a DeviceBuffer,
+    /// bf16 or f32.
+    pub dtype: DataType,
+    /// `tokens x k` i32 expert ids; `-1` (or any id outside `0..experts`) for none.
+    pub topk_idx: &'a DeviceBuffer,
+    /// `tokens x k` f32 weights, carried to the receivers.
+    pub topk_weights: &'a DeviceBuffer,
+    /// Tokens of this rank (0 to `max_tokens`; may differ between ranks).
+    pub tokens: usize,
+    /// Experts per token (1 to `max_topk`; the same on every rank).
+    pub k: usize,
+}
+
+/// What a dispatch delivered to this rank, on the GPU; the handle a combine reuses. The
+/// addresses stay valid (and their contents current) until the next dispatch on the same
+/// [`ExpertParallel`]; the number of rows is on the GPU ([`Dispatched::info_addr`]) or, after a
+/// synchronisation, from [`ExpertParallel::recv_counts`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dispatched {
+    generation: u64,
+    tokens: usize,
+    k: usize,
+    dtype: DataType,
+    row_bytes: usize,
+    recv_x: u64,
+    recv_topk_idx: u64,
+    recv_topk_weights: u64,
+    recv_src: u64,
+    info: u64,
+    max_rows: usize,
+}
+
+impl Dispatched {
+    /// Tokens this rank dispatched.
+    pub fn tokens(&self) -> usize {
+        self.tokens
+    }
+    /// Top-k of the call.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    /// Element type of the rows.
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+    /// Most rows a rank can receive (`ranks * max_tokens`).
+    pub fn max_rows(&self) -> usize {
+        self.max_rows
+    }
+    /// Device address of the received rows (`rows x row_bytes`, grouped by source rank).
+    pub fn recv_x_addr(&self) -> u64 {
+        self.recv_x
+    }
+    /// Device address of the received rows' expert ids (`rows x k` i32, global ids).
+    pub fn recv_topk_idx_addr(&self) -> u64 {
+        self.recv_topk_idx
+    }
+    /// Device address of the received rows' weights (`rows x k` f32).
+    pub fn recv_topk_weights_addr(&self) -> u64 {
+        self.recv_topk_weights
+    }
+    /// Device address of the received rows' token index on their source rank (`rows` i32).
+    pub fn recv_src_addr(&self) -> u64 {
+        self.recv_src
+    }
+    /// Device address of the receive info (u32): `[0]` rows received, `[1 ..= n + 1]` the
+    /// offset of each source rank's rows (and the total), then the `n x n` count matrix
+    /// (`[source][destination]`), then the rows received per local expert.
+    pub fn info_addr(&self) -> u64 {
+        self.info
+    }
+}
+
+/// What one rank received, read to the host ([`ExpertParallel::recv_counts`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecvCounts {
+    /// Rows received.
+    pub rows: usize,
+    /// `n + 1` offsets: the rows of source rank `s` are `offsets[s]..offsets[s + 1]`.
+    pub offsets: Vec<usize>,
+    /// Tokens every rank sent to every rank, `[source * n + destination]`.
+    pub matrix: Vec<u32>,
+    /// Received (token, slot) pairs per expert of this rank.
+    pub per_expert: Vec<u32>,
+}
+
+/// The received rows, read to the host ([`ExpertParallel::read_received`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReceivedRows {
+    /// `rows x row_bytes` bytes.
+    pub x: Vec<u8>,
+    /// `rows x k` expert ids.
+    pub topk_idx: Vec<i32>,
+    /// `rows x k` weights.
+    pub topk_weights: Vec<f32>,
+    /// `rows` source token indices.
+    pub src: Vec<i32>,
+}
+
+/// Expert-parallel dispatch and combine of one rank: the shared buffers, the device state and
+/// the kernels. Built collectively by every rank ([`ExpertParallel::new`]).
+pub struct ExpertParallel {
+    gpu: Arc<Gpu>,
+    config: Config,
+    handle: EpHandle,
+    /// Threads per block of dispatch and of combine.
+    threads: (u32, u32),
+    layout_threads: u32,
+    f_layout: CudaFunction,
+    f_dispatch: CudaFunction,
+    f_combine_bf16: CudaFunction,
+    f_combine_f32: CudaFunction,
+    /// Dispatches so far; a [`Dispatched`] carries its number.
+    generation: u64,
+    /// The dispatch a combine may still follow.
+    pending: Option<u64>,
+    /// Tokens of the last layout (for [`ExpertParallel::read_layout`]).
+    layout_tokens: usize,
+    // Drop order: the mappings of the peers' buffers close before this rank's memory is freed.
+    _peers: PeerBuffers,
+    _table: DeviceBuffer,
+    shared: DeviceBuffer,
+    _state: DeviceBuffer,
+    layout: DeviceBuffer,
+    info: DeviceBuffer,
+}
+
+impl std::fmt::Debug for ExpertParallel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExpertParallel")
+            .field("config", &self.config)
+            .field("handle", &self.handle)
+            .field("threads", &self.threads)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExpertParallel {
+    /// Builds the buffers and loads the kernels. Every rank calls it at the same point with the
+    /// same sizes; all ranks must be on this machine.
+    pub fn new(comm: &Communicator, config: Config) -> Result<Self> {
+        let gpu = comm.gpu().clone();
+        let boot = comm.bootstrap();
+        let (n, me) = (comm.world_size(), comm.rank());
+        if boot.info().local_size != n {
+            return Err(Error::Unsupported(format!(
+                "ep: all {n} ranks must be on one machine ({} are on this one)",
+                boot.info().local_size
+            )));
+        }
+        config.check(n)?;
+        let sms = gpu.info().sm_count.max(1);
+        let own_blocks = config.blocks.unwrap_or(sms);
+        if own_blocks == 0 || own_blocks > sms {
+            return Err(Error::InvalidArgument(format!(
+                "ep: {own_blocks} blocks (1 to the GPU's {sms} SMs: the blocks wait for each other, so all must be resident)"
+            )));
+        }
+        let f_layout = gpu.function(PTX, "ep_layout")?;
+        let f_dispatch = gpu.function(PTX, "ep_dispatch")?;
+        let f_combine_bf16 = gpu.function(PTX, "ep_combine_bf16")?;
+        let f_combine_f32 = gpu.function(PTX, "ep_combine_f32")?;
+        let pick = |limit: u32| config.threads.unwrap_or(1024).min(limit).max(32) / 32 * 32;
+        let threads = (
+            pick(mscclpp_host::launch::max_threads_per_block(&f_dispatch)?),
+            pick(
+                mscclpp_host::launch::max_threads_per_block(&f_combine_bf16)?
+                    .min(mscclpp_host::launch::max_threads_per_block(&f_combine_f32)?),
+            ),
+        );
+        let layout_threads =
+            LAYOUT_THREADS.min(mscclpp_host::launch::max_threads_per_block(&f_layout)?).max(32) / 32 * 32;
+        // Every rank must agree on the sizes: take the smallest block count, check the rest.
+        let mine = [
+            config.max_tokens as u64,
+            config.hidden as u64,
+            config.experts as u64,
+            config.max_topk as u64,
+            own_blocks as u64,
+        ];
+        let all = boot.all_gather_pod(&mine)?;
+        if let Some(r) = all.iter().position(|v| v[..4] != mine[..4]) {
+            return Err(Error::InvalidArgument(format!(
+                "ep: rank {r} uses max_tokens, hidden, experts, max_topk {:?}, this rank {:?}",
+                &all[r][..4],
+                &mine[..4]
+            )));
+        }
+        let blocks = all.iter().map(|v| v[4]).min().unwrap_or(1) as u32;
+        let mut handle = config.kernel_handle(me, n, blocks);
+        let total = handle.shared_regions().total;
+        let shared = DeviceBuffer::exportable_filled(&gpu, total as usize, 0)?;
+        let peers = comm.exchange(&shared)?;
+        if let Some(r) = (0..n).find(|&r| peers.len(r) != total) {
+            return Err(Error::InvalidArgument(format!(
+                "ep: rank {r} has a shared buffer of {} bytes, this rank {total}",
+                peers.len(r)
+            )));
+        }
+        let table = DeviceBuffer::from_slice(&gpu, peers.addrs())?;
+        // Every block's epochs start at 1 (0 is "never signalled" in the flags).
+        let state = DeviceBuffer::from_slice(&gpu, &vec![1u64; 2 * blocks as usize])?;
+        let layout = DeviceBuffer::filled(&gpu, handle.layout_regions().total as usize, 0)?;
+        let info = DeviceBuffer::filled(&gpu, handle.info_words() as usize * 4, 0)?;
+        handle.peers = table.addr();
+        handle.shared = shared.addr();
+        handle.state = state.addr();
+        handle.layout = layout.addr();
+        handle.info = info.addr();
+        // Nobody writes into a peer before every rank has its buffer mapped and zeroed.
+        boot.barrier()?;
+        Ok(Self {
+            gpu,
+            config,
+            handle,
+            threads,
+            layout_threads,
+            f_layout,
+            f_dispatch,
+            f_combine_bf16,
+            f_combine_f32,
+            generation: 0,
+            pending: None,
+            layout_tokens: 0,
+            _peers: peers,
+            _table: table,
+            shared,
+            _state: state,
+            layout,
+            info,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+    /// This rank's GPU.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+    /// Blocks of dispatch and combine, threads per block of dispatch, of combine.
+    pub fn grid(&self) -> (u32, u32, u32) {
+        (self.handle.blocks, self.threads.0, self.threads.1)
+    }
+    /// This rank and the number of ranks.
+    pub fn rank(&self) -> (usize, usize) {
+        (self.handle.rank as usize, self.handle.n_ranks as usize)
+    }
+
+    fn check_stream(&self, stream: &CudaStream) -> Result<()> {
+        if stream.context().cu_ctx() != self.gpu.context().cu_ctx() {
+            return Err(Error::InvalidArgument(format!(
+                "ep: the stream belongs to another GPU than this rank's GPU {}",
+                self.gpu.ordinal()
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_gpu(&self, bufs: &[&DeviceBuffer]) -> Result<()> {
+        match bufs.iter().find(|b| b.gpu().ordinal() != self.gpu.ordinal()) {
+            Some(b) => Err(Error::InvalidArgument(format!(
+                "ep: a buffer is on GPU {}, this rank uses GPU {}",
+                b.gpu().ordinal(),
+                self.gpu.ordinal()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for `stream` (and this GPU's default stream), reporting an abort's cause.
+    fn synchronize(&self, stream: &CudaStream) -> Result<()> {
+        self.gpu.bind()?;
+        stream.synchronize().map_err(|e| Error::Driver {
+            context: format!("synchronizing a stream of GPU {}", self.gpu.ordinal()),
+            source: e,
+        })?;
+        self.gpu.synchronize()
+    }
+
+    /// Launches `f` on `stream`, overlapped with the kernel before it when configured.
+    ///
+    /// # Safety
+    /// As for [`mscclpp_host::launch::launch_on`]; the kernel waits for its predecessor before
+    /// its first memory access (all of this crate's kernels do).
+    unsafe fn launch(&self, stream: &CudaStream, f: &CudaFunction, cfg: LaunchConfig, args: &mut Args) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe {
+            if self.config.overlap {
+                mscclpp_host::launch::launch_overlapped_on(&self.gpu, stream, f, cfg, args)
+            } else {
+                mscclpp_host::launch::launch_on(&self.gpu, stream, f, cfg, args)
+            }
+        }
+    }
+
+    fn enqueue_layout(&mut self, topk_idx: &DeviceBuffer, tokens: usize, k: usize, stream: &CudaStream) -> Result<()> {
+        let h = &self.handle;
+        let lr = h.layout_regions();
+        let (n, p) = (h.n_ranks, self.layout_threads);
+        let mut args = Args::new()
+            .arg(GlobalPtr::<i32>::from_addr(topk_idx.addr()))
+            .arg(tokens as u32)
+            .arg(k as u32)
+            .arg(h.experts)
+            .arg(n)
+            .arg(GlobalPtr::<u32>::from_addr(h.layout + lr.per_rank))
+            .arg(GlobalPtr::<u32>::from_addr(h.layout + lr.per_expert))
+            .arg(GlobalPtr::<u8>::from_addr(h.layout + lr.in_rank))
+            .arg(GlobalPtr::<i32>::from_addr(h.layout + lr.send_index));
+        let cfg = LaunchConfig::new(1, p).shared((n * p + h.experts) * 4);
+        // SAFETY: the kernel takes (ptr, u32, u32, u32, u32, ptr, ptr, ptr, ptr) as passed;
+        // `topk_idx` holds tokens * k ids (checked by the caller); the layout buffer holds the
+        // regions for max_tokens >= tokens; shared memory for the per-thread and expert counts.
+        unsafe { self.launch(stream, &self.f_layout, cfg, &mut args)? };
+        self.layout_tokens = tokens;
+        Ok(())
+    }
+
+    /// Computes this rank's dispatch layout on the GPU (what [`ExpertParallel::dispatch`] does
+    /// first) without dispatching: a local operation, for inspection with
+    /// [`ExpertParallel::read_layout`]. It replaces the layout of the last dispatch, so that
+    /// dispatch can no longer be combined.
+    pub fn layout(&mut self, topk_idx: &DeviceBuffer, tokens: usize, k: usize, stream: &CudaStream) -> Result<()> {
+        self.check_stream(stream)?;
+        self.check_gpu(&[topk_idx])?;
+        if tokens > self.config.max_tokens || k == 0 || k > self.config.max_topk {
+            return Err(Error::InvalidArgument(format!(
+                "ep layout: {tokens} tokens, k = {k} (at most {} tokens, k from 1 to {})",
+                self.config.max_tokens, self.config.max_topk
+            )));
+        }
+        if topk_idx.len() < tokens * k * 4 {
+            return Err(Error::InvalidArgument(format!(
+                "ep layout: the topk_idx buffer holds {} bytes, {tokens} x {k} ids need {}",
+                topk_idx.len(),
+                tokens * k * 4
+            )));
+        }
+        self.pending = None;
+        self.enqueue_layout(topk_idx, tokens, k, stream)
+    }
+
+    /// The layout of the last [`ExpertParallel::layout`] or dispatch, read to the host (waits
+    /// for `stream`).
+    pub fn read_layout(&self, stream: &CudaStream) -> Result<reference::Layout> {
+        self.synchronize(stream)?;
+        let (h, t) = (&self.handle, self.layout_tokens);
+        let (n, lr) = (h.n_ranks as usize, h.layout_regions());
+        let mut tokens_per_rank = vec![0u32; n];
+        let mut tokens_per_expert = vec![0u32; h.experts as usize];
+        let mut in_rank = vec![0u8; t * n];
+        let mut send_index = vec![0i32; t * n];
+        self.layout.read(lr.per_rank as usize, &mut tokens_per_rank)?;
+        self.layout.read(lr.per_expert as usize, &mut tokens_per_expert)?;
+        self.layout.read(lr.in_rank as usize, &mut in_rank)?;
+        self.layout.read(lr.send_index as usize, &mut send_index)?;
+        Ok(reference::Layout {
+            tokens_per_rank,
+            tokens_per_expert,
+            // Exactly 1 is "in rank": another non-zero byte would be a kernel bug, caught as a
+            // mismatch with the reference.
+            is_token_in_rank: in_rank.iter().map(|&b| b == 1).collect(),
+            send_index,
+        })
+    }
+
+    /// Dispatches this rank's batch (see the crate documentation): enqueues the layout kernel
+    /// and the dispatch kernel on `stream` and returns without waiting. Every rank calls it.
+    pub fn dispatch(&mut self, input: &DispatchInput, stream: &CudaStream) -> Result<Dispatched> {
+        self.check_stream(stream)?;
+        self.check_gpu(&[input.x, input.topk_idx, input.topk_weights])?;
+        let lens = (input.x.len(), input.topk_idx.len(), input.topk_weights.len());
+        let row_bytes = check_dispatch(&self.config, input.dtype, input.tokens, input.k, lens)?;
+        let code = dtype_code(input.dtype)?;
+        self.pending = None;
+        self.enqueue_layout(input.topk_idx, input.tokens, input.k, stream)?;
+        let h = self.handle;
+        let mut args = Args::new()
+            .arg(h)
+            .arg(GlobalPtr::<u8>::from_addr(input.x.addr()))
+            .arg(GlobalPtr::<i32>::from_addr(input.topk_idx.addr()))
+            .arg(GlobalPtr::<u32>::from_addr(input.topk_weights.addr()))
+            .arg(input.tokens as u32)
+            .arg(input.k as u32)
+            .arg(row_bytes as u32)
+            .arg(shared::signature(input.k as u32, code))
+            .arg(self.config.budget);
+        let cfg = LaunchConfig::new(h.blocks, self.threads.0).shared(EXCHANGE_SHARED_BYTES);
+        // SAFETY: the kernel takes (EpHandle, ptr, ptr, ptr, u32, u32, u32, u32, SpinBudget) as
+        // passed; the inputs hold the batch (checked above); the handle's buffers live as long as
+        // `self`; the grid is `h.blocks` blocks (at most one per SM, so all resident) of at least
+        // 32 threads; every rank enqueues the same sequence of operations (the caller's
+        // contract), and a rank whose arguments differ traps with a message rather than writing
+        // outside the buffers (counts are checked against max_tokens on the GPU).
+        unsafe { self.launch(stream, &self.f_dispatch, cfg, &mut args)? };
+        self.generation += 1;
+        self.pending = Some(self.generation);
+        let r = h.shared_regions();
+        Ok(Dispatched {
+            generation: self.generation,
+            tokens: input.tokens,
+            k: input.k,
+            dtype: input.dtype,
+            row_bytes,
+            recv_x: h.shared + r.recv_x,
+            recv_topk_idx: h.shared + r.recv_idx,
+            recv_topk_weights: h.shared + r.recv_w,
+            recv_src: h.shared + r.recv_src,
+            info: h.info,
+            max_rows: h.max_recv_rows() as usize,
+        })
+    }
+
+    /// Combines (see the crate documentation): `y` holds one row of `hidden` elements of `dtype`
+    /// per row `d` received (in the received order); `out` gets `d.tokens()` rows. Enqueued on
+    /// `stream`; returns without waiting. Every rank calls it, with the same `dtype`. `d` must be
+    /// this object's last dispatch, not yet combined. A `y` shorter than the received rows makes
+    /// the kernel trap with a message (the error surfaces at the next synchronisation).
+    pub fn combine(
+        &mut self,
+        d: &Dispatched,
+        y: &DeviceBuffer,
+        out: &DeviceBuffer,
+        dtype: DataType,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        if self.pending != Some(d.generation) {
+            return Err(Error::InvalidArgument(
+                "ep combine: the handle is not this object's last dispatch, or that dispatch was already combined"
+                    .into(),
+            ));
+        }
+        self.check_stream(stream)?;
+        self.check_gpu(&[y, out])?;
+        let row_bytes = check_combine(&self.config, dtype, d.tokens, out.len())?;
+        let f = match dtype {
+            DataType::F32 => &self.f_combine_f32,
+            _ => &self.f_combine_bf16,
+        };
+        let h = self.handle;
+        let mut args = Args::new()
+            .arg(h)
+            .arg(GlobalPtr::<u8>::from_addr(y.addr()))
+            .arg(y.len() as u64)
+            .arg(GlobalPtr::<u8>::from_addr(out.addr()))
+            .arg(d.tokens as u32)
+            .arg(row_bytes as u32)
+            .arg(self.config.budget);
+        let cfg = LaunchConfig::new(h.blocks, self.threads.1).shared(EXCHANGE_SHARED_BYTES);
+        // SAFETY: the kernel takes (EpHandle, ptr, u64, ptr, u32, u32, SpinBudget) as passed;
+        // `out` holds the tokens' rows (checked); the kernel reads at most `y.len()` bytes of `y`
+        // (it checks the received rows against it); the layout and info it reads are this
+        // dispatch's (no dispatch or layout since: `pending`); grid as for dispatch.
+        unsafe { self.launch(stream, f, cfg, &mut args)? };
+        self.pending = None;
+        Ok(())
+    }
+
+    fn check_current(&self, d: &Dispatched) -> Result<()> {
+        if d.generation != self.generation {
+            return Err(Error::InvalidArgument(
+                "ep: the handle is not this object's last dispatch (its rows were overwritten)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// What this rank received in dispatch `d` (its last), read to the host: waits for `stream`.
+    pub fn recv_counts(&self, d: &Dispatched, stream: &CudaStream) -> Result<RecvCounts> {
+        self.check_current(d)?;
+        self.synchronize(stream)?;
+        let h = &self.handle;
+        let n = h.n_ranks as usize;
+        let words = self.info.to_vec::<u32>()?;
+        let at = |i: u32| i as usize;
+        Ok(RecvCounts {
+            rows: words[0] as usize,
+            offsets: words[at(EpHandle::INFO_OFFSETS)..at(EpHandle::INFO_OFFSETS) + n + 1]
+                .iter()
+                .map(|&v| v as usize)
+                .collect(),
+            matrix: words[at(h.info_matrix())..at(h.info_matrix()) + n * n].to_vec(),
+            per_expert: words[at(h.info_per_expert())..at(h.info_per_expert()) + h.experts_per_rank() as usize]
+                .to_vec(),
+        })
+    }
+
+    /// The rows this rank received in dispatch `d` (its last), read to the host: waits for
+    /// `stream`.
+    pub fn read_received(&self, d: &Dispatched, stream: &CudaStream) -> Result<ReceivedRows> {
+        let rows = self.recv_counts(d, stream)?.rows;
+        let r = self.handle.shared_regions();
+        let mut x = vec![0u8; rows * d.row_bytes];
+        let mut topk_idx = vec![0i32; rows * d.k];
+        let mut topk_weights = vec![0f32; rows * d.k];
+        let mut src = vec![0i32; rows];
+        self.shared.read(r.recv_x as usize, &mut x)?;
+        self.shared.read(r.recv_idx as usize, &mut topk_idx)?;
+        self.shared.read(r.recv_w as usize, &mut topk_weights)?;
+        self.shared.read(r.recv_src as usize, &mut src)?;
+        Ok(ReceivedRows { x, topk_idx, topk_weights, src })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_exist_in_the_ptx() {
+        for name in ["ep_layout", "ep_dispatch", "ep_combine_bf16", "ep_combine_f32"] {
+            assert!(PTX.contains(&format!(".entry {name}(")), "{name} missing from the PTX");
+        }
+    }
+
+    #[test]
+    fn configs_are_checked() {
+        let ok = Config::new(4096, 7168, 256, 8);
+        assert!(ok.check(2).is_ok());
+        assert!(ok.check(8).is_ok());
+        assert!(ok.check(0).is_err());
+        assert!(ok.check(9).is_err());
+        assert!(ok.check(3).is_err(), "256 experts do not split over 3 ranks");
+        let e = |c: Config| c.check(2).unwrap_err().to_string();
+        assert!(e(Config { hidden: 7170, ..ok }).contains("multiple of 8"));
+        assert!(e(Config { hidden: 0, ..ok }).contains("hidden"));
+        assert!(e(Config { max_topk: 0, ..ok }).contains("max_topk"));
+        assert!(e(Config { max_topk: MAX_TOPK + 1, ..ok }).contains("max_topk"));
+        assert!(e(Config { experts: 1, ..ok }).contains("experts"));
+        assert!(e(Config { experts: MAX_EXPERTS + 2, ..ok }).contains("experts"));
+        assert!(e(Config { max_tokens: 0, ..ok }).contains("max_tokens"));
+        assert!(e(Config { max_tokens: MAX_TOKENS + 1, ..ok }).contains("max_tokens"));
+        // DeepSeek-V3 sizes on two ranks: receive rows and landing, both for f32 rows.
+        let b = ok.shared_bytes(2, 132);
+        let rows = 2 * 2 * 4096 * 7168 * 4;
+        assert!((rows..rows + (8 << 20)).contains(&b), "{b}");
+    }
+
+    #[test]
+    fn batches_beyond_the_configuration_are_errors() {
+        let c = Config::new(100, 64, 16, 4);
+        let lens = |t: usize, k: usize, w: usize| (t * 64 * w, t * k * 4, t * k * 4);
+        assert_eq!(check_dispatch(&c, DataType::Bf16, 100, 4, lens(100, 4, 2)).unwrap(), 128);
+        assert_eq!(check_dispatch(&c, DataType::F32, 7, 1, lens(7, 1, 4)).unwrap(), 256);
+        assert_eq!(check_dispatch(&c, DataType::F32, 0, 1, (0, 0, 0)).unwrap(), 256, "an empty batch is fine");
+        let e = |r: Result<usize>| r.unwrap_err().to_string();
+        assert!(e(check_dispatch(&c, DataType::Bf16, 101, 4, lens(101, 4, 2))).contains("more than max_tokens (100)"));
+        assert!(e(check_dispatch(&c, DataType::Bf16, 10, 5, lens(10, 5, 2))).contains("k = 5"));
+        assert!(e(check_dispatch(&c, DataType::Bf16, 10, 0, lens(10, 1, 2))).contains("k = 0"));
+        let short_x = (10 * 128 - 1, 10 * 4 * 4, 10 * 4 * 4);
+        assert!(e(check_dispatch(&c, DataType::Bf16, 10, 4, short_x)).contains("x buffer holds 1279 bytes"));
+        let short_w = (10 * 128, 10 * 4 * 4, 10 * 4 * 4 - 4);
+        assert!(e(check_dispatch(&c, DataType::Bf16, 10, 4, short_w)).contains("topk_weights"));
+        assert!(matches!(check_dispatch(&c, DataType::F16, 1, 1, lens(1, 1, 2)), Err(Error::Unsupported(_))));
+        assert_eq!(check_combine(&c, DataType::Bf16, 10, 1280).unwrap(), 128);
+        assert!(e(check_combine(&c, DataType::F32, 10, 1280)).contains("need 2560"));
+        assert!(matches!(check_combine(&c, DataType::I32, 1, 1 << 20), Err(Error::Unsupported(_))));
+    }
+
+    #[test]
+    fn regions_do_not_overlap_and_stay_aligned() {
+        for n in 1..=MAX_RANKS as u32 {
+            for blocks in [1, 7, 132] {
+                let h = Config::new(33, 24, 8 * n as usize, 5).kernel_handle(0, n as usize, blocks);
+                let r = h.shared_regions();
+                assert_eq!(h.dispatch_flag(n - 1, blocks - 1) + 8, r.combine_flags);
+                assert_eq!(h.combine_flag(n - 1, blocks - 1) + 8, r.counts);
+                assert!(h.count_word(1, n - 1, h.count_words() - 1) + 8 <= r.recv_x);
+                assert!(r.recv_x + h.max_recv_rows() * h.max_row_bytes() <= r.recv_idx);
+                assert!(r.recv_idx + h.max_recv_rows() * 5 * 4 <= r.recv_w);
+                assert!(r.recv_w + h.max_recv_rows() * 5 * 4 <= r.recv_src);
+                assert!(r.recv_src + h.max_recv_rows() * 4 <= r.combine);
+                assert_eq!(h.combine_region(n - 1) + h.combine_region_bytes(), r.total);
+                for off in [r.recv_x, r.recv_idx, r.recv_w, r.recv_src, r.combine, h.combine_region(1)] {
+                    assert_eq!(off % 16, 0);
+                }
+                let l = h.layout_regions();
+                assert!(l.per_rank + n as u64 * 4 <= l.per_expert);
+                assert!(l.per_expert + h.experts as u64 * 4 <= l.in_rank);
+                assert!(l.in_rank + 33 * n as u64 <= l.send_index);
+                assert_eq!(l.send_index % 4, 0);
+                assert_eq!(h.info_per_expert() + h.experts_per_rank(), h.info_words());
+            }
+        }
+    }
+
+    #[test]
+    fn count_words_carry_a_tag_that_is_never_zero() {
+        assert_eq!(shared::count_tag(1), 1);
+        assert_eq!(shared::count_tag(1 << 32), 1, "0 would match a word nobody wrote");
+        assert_eq!(shared::count_tag((1 << 32) + 5), 5);
+        assert_eq!(shared::pack_count(7, 9) >> 32, 7);
+        assert_eq!(shared::pack_count(7, u32::MAX) as u32, u32::MAX);
+        assert_ne!(shared::signature(8, shared::DTYPE_BF16), shared::signature(8, shared::DTYPE_F32));
+        assert_ne!(shared::signature(1, shared::DTYPE_BF16), shared::signature(2, shared::DTYPE_BF16));
+    }
+}

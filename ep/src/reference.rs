@@ -1,0 +1,474 @@
+//! Host references, computed on the CPU independently of the kernels: the dispatch layout (the
+//! specification the layout kernel is tested against), what every rank receives, the tests'
+//! expert layer, what combine returns, and random routings and batches.
+
+use half::bf16;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+use crate::DataType;
+use crate::shared::{f32_to_bf16_bits, rank_of_expert, valid_expert};
+
+/// The dispatch layout of one rank's batch (DeepEP's `get_dispatch_layout` semantics).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Tokens toward each rank (a token counts once per rank however many of its experts live
+    /// there).
+    pub tokens_per_rank: Vec<u32>,
+    /// (token, slot) pairs toward each expert.
+    pub tokens_per_expert: Vec<u32>,
+    /// `[token * ranks + rank]`: whether the token goes to the rank.
+    pub is_token_in_rank: Vec<bool>,
+    /// `[token * ranks + rank]`: the token's position among this rank's tokens that go to the
+    /// rank (an exclusive prefix sum of `is_token_in_rank` in token order), or -1.
+    pub send_index: Vec<i32>,
+}
+
+/// The layout of `tokens x k` expert ids among `experts` experts split into equal contiguous
+/// ranges over `ranks` ranks. Ids outside `0..experts` (-1 by convention) name no expert.
+///
+/// # Panics
+/// If `ranks` is 0, `experts` is not a positive multiple of `ranks`, or `topk_idx` holds fewer
+/// than `tokens * k` ids.
+pub fn layout(topk_idx: &[i32], tokens: usize, k: usize, experts: usize, ranks: usize) -> Layout {
+    assert!(ranks > 0 && experts >= ranks && experts.is_multiple_of(ranks), "{experts} experts over {ranks} ranks");
+    assert!(topk_idx.len() >= tokens * k, "{} ids for {tokens} x {k}", topk_idx.len());
+    let mut l = Layout {
+        tokens_per_rank: vec![0; ranks],
+        tokens_per_expert: vec![0; experts],
+        is_token_in_rank: vec![false; tokens * ranks],
+        send_index: vec![-1; tokens * ranks],
+    };
+    for t in 0..tokens {
+        for &id in &topk_idx[t * k..(t + 1) * k] {
+            if valid_expert(id, experts as u32) {
+                l.tokens_per_expert[id as usize] += 1;
+                let r = rank_of_expert(id as u32, experts as u32, ranks as u32) as usize;
+                l.is_token_in_rank[t * ranks + r] = true;
+            }
+        }
+        for r in 0..ranks {
+            if l.is_token_in_rank[t * ranks + r] {
+                l.send_index[t * ranks + r] = l.tokens_per_rank[r] as i32;
+                l.tokens_per_rank[r] += 1;
+            }
+        }
+    }
+    l
+}
+
+/// How the tests route tokens.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Routing {
+    /// `k` distinct experts per token, uniformly; each slot is -1 with probability `none`, and a
+    /// token has no expert at all with probability `none / 2`.
+    Random {
+        /// Probability of an empty slot.
+        none: f64,
+    },
+    /// Every slot picks an expert of this rank (distinct while the rank has enough experts).
+    ToRank(usize),
+}
+
+/// `tokens x k` expert ids routed as `routing` says.
+pub fn random_topk(
+    rng: &mut StdRng,
+    tokens: usize,
+    k: usize,
+    experts: usize,
+    ranks: usize,
+    routing: Routing,
+) -> Vec<i32> {
+    let epr = experts / ranks;
+    let mut out = Vec::with_capacity(tokens * k);
+    for _ in 0..tokens {
+        let (lo, count, none) = match routing {
+            Routing::Random { none } => (0, experts, none),
+            Routing::ToRank(r) => (r * epr, epr, 0.0),
+        };
+        let nothing = none > 0.0 && rng.random_bool(none / 2.0);
+        let mut picked: Vec<i32> = Vec::with_capacity(k);
+        for _ in 0..k {
+            let id = loop {
+                let id = (lo + rng.random_range(0..count)) as i32;
+                if picked.len() >= count || !picked.contains(&id) {
+                    break id;
+                }
+            };
+            picked.push(id);
+        }
+        for id in picked {
+            out.push(if nothing || (none > 0.0 && rng.random_bool(none)) { -1 } else { id });
+        }
+    }
+    out
+}
+
+/// One rank's batch, on the host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankInput {
+    /// Tokens.
+    pub tokens: usize,
+    /// Experts per token.
+    pub k: usize,
+    /// `tokens` rows of `hidden` elements (little-endian bytes of the element type).
+    pub x: Vec<u8>,
+    /// `tokens x k` expert ids.
+    pub topk_idx: Vec<i32>,
+    /// `tokens x k` weights.
+    pub topk_weights: Vec<f32>,
+}
+
+/// A random batch of rank `rank` for `seed`: the same on every machine, so every rank can
+/// compute every other rank's batch. Elements are finite values in [-4, 4), weights in [0, 1).
+#[allow(clippy::too_many_arguments)]
+pub fn random_input(
+    seed: u64,
+    rank: usize,
+    dtype: DataType,
+    tokens: usize,
+    hidden: usize,
+    k: usize,
+    (experts, ranks): (usize, usize),
+    routing: Routing,
+) -> RankInput {
+    let mut rng = StdRng::seed_from_u64(seed ^ (rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let values: Vec<f32> = (0..tokens * hidden).map(|_| rng.random_range(-4.0f32..4.0)).collect();
+    let x = from_f32(dtype, &values);
+    let topk_idx = random_topk(&mut rng, tokens, k, experts, ranks, routing);
+    let topk_weights = (0..tokens * k).map(|_| rng.random_range(0.0f32..1.0)).collect();
+    RankInput { tokens, k, x, topk_idx, topk_weights }
+}
+
+/// Elements of `dtype` (bf16 or f32) as f32.
+///
+/// # Panics
+/// For other element types.
+pub fn to_f32(dtype: DataType, bytes: &[u8]) -> Vec<f32> {
+    match dtype {
+        DataType::Bf16 => bytes.as_chunks::<2>().0.iter().map(|c| bf16::from_le_bytes(*c).to_f32()).collect(),
+        DataType::F32 => bytes.as_chunks::<4>().0.iter().map(|c| f32::from_le_bytes(*c)).collect(),
+        other => panic!("ep reference: element type {}", other.name()),
+    }
+}
+
+/// f32 values as elements of `dtype` (rounded to nearest even for bf16, as the kernels do).
+///
+/// # Panics
+/// For other element types.
+pub fn from_f32(dtype: DataType, v: &[f32]) -> Vec<u8> {
+    match dtype {
+        DataType::Bf16 => v.iter().flat_map(|x| f32_to_bf16_bits(x.to_bits()).to_le_bytes()).collect(),
+        DataType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        other => panic!("ep reference: element type {}", other.name()),
+    }
+}
+
+/// What one rank receives in a dispatch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Received {
+    /// Rows.
+    pub rows: usize,
+    /// `n + 1` offsets of the source ranks' rows.
+    pub offsets: Vec<usize>,
+    /// `[source * n + destination]` token counts.
+    pub matrix: Vec<u32>,
+    /// (token, slot) pairs toward each expert of the rank.
+    pub per_expert: Vec<u32>,
+    /// The rows (bytes).
+    pub x: Vec<u8>,
+    /// Their ids.
+    pub topk_idx: Vec<i32>,
+    /// Their weights.
+    pub topk_weights: Vec<f32>,
+    /// Their source token indices.
+    pub src: Vec<i32>,
+}
+
+/// What rank `d` receives when every rank dispatches its `inputs[s]` (with `layouts[s]`, its
+/// layout), rows of `row_bytes` bytes.
+pub fn received(inputs: &[RankInput], layouts: &[Layout], d: usize, experts: usize, row_bytes: usize) -> Received {
+    let n = inputs.len();
+    let epr = experts / n;
+    let matrix: Vec<u32> = (0..n * n).map(|i| layouts[i / n].tokens_per_rank[i % n]).collect();
+    let mut offsets = vec![0usize; n + 1];
+    for s in 0..n {
+        offsets[s + 1] = offsets[s] + matrix[s * n + d] as usize;
+    }
+    let per_expert = (0..epr).map(|j| layouts.iter().map(|l| l.tokens_per_expert[d * epr + j]).sum()).collect();
+    let mut r = Received {
+        rows: offsets[n],
+        offsets,
+        matrix,
+        per_expert,
+        x: vec![],
+        topk_idx: vec![],
+        topk_weights: vec![],
+        src: vec![],
+    };
+    for (inp, l) in inputs.iter().zip(layouts) {
+        for t in 0..inp.tokens {
+            if l.is_token_in_rank[t * n + d] {
+                r.x.extend_from_slice(&inp.x[t * row_bytes..(t + 1) * row_bytes]);
+                r.topk_idx.extend_from_slice(&inp.topk_idx[t * inp.k..(t + 1) * inp.k]);
+                r.topk_weights.extend_from_slice(&inp.topk_weights[t * inp.k..(t + 1) * inp.k]);
+                r.src.push(t as i32);
+            }
+        }
+    }
+    r
+}
+
+/// The tests' expert layer on rank `rank`: expert `e` multiplies by `e + 1`. For every received
+/// row, the sum over its slots whose expert lives on `rank`, in slot order, of
+/// `(weight * (e + 1)) * x` in f32 (each product and sum rounded), rounded to `dtype`.
+pub fn scaled_experts(
+    dtype: DataType,
+    recv: &Received,
+    k: usize,
+    rank: usize,
+    experts: usize,
+    ranks: usize,
+) -> Vec<u8> {
+    let x = to_f32(dtype, &recv.x);
+    let hidden = x.len().checked_div(recv.rows).unwrap_or(0);
+    let mut y = vec![0f32; x.len()];
+    for i in 0..recv.rows {
+        for j in 0..k {
+            let id = recv.topk_idx[i * k + j];
+            if valid_expert(id, experts as u32)
+                && rank_of_expert(id as u32, experts as u32, ranks as u32) as usize == rank
+            {
+                let s = recv.topk_weights[i * k + j] * (id + 1) as f32;
+                for h in 0..hidden {
+                    y[i * hidden + h] += s * x[i * hidden + h];
+                }
+            }
+        }
+    }
+    from_f32(dtype, &y)
+}
+
+/// What combine returns on rank `s` (its `layout`, `tokens` tokens): for every token, the rows
+/// the ranks it went to computed (`outputs[r]`, the rows of rank `r` in its received order,
+/// `offsets[r]` its offsets by source), summed in rank order in f32 from 0, rounded to `dtype`.
+pub fn combine(
+    dtype: DataType,
+    layout: &Layout,
+    s: usize,
+    tokens: usize,
+    (outputs, offsets): (&[Vec<u8>], &[Vec<usize>]),
+    row_bytes: usize,
+) -> Vec<u8> {
+    let n = outputs.len();
+    let hidden = row_bytes / dtype.bytes();
+    let mut acc = vec![0f32; tokens * hidden];
+    for t in 0..tokens {
+        for r in 0..n {
+            let si = layout.send_index[t * n + r];
+            if si >= 0 {
+                let row = offsets[r][s] + si as usize;
+                let v = to_f32(dtype, &outputs[r][row * row_bytes..(row + 1) * row_bytes]);
+                for h in 0..hidden {
+                    acc[t * hidden + h] += v[h];
+                }
+            }
+        }
+    }
+    from_f32(dtype, &acc)
+}
+
+/// The mixture the tests' experts compute for rank input `inp`, exactly (f64):
+/// `sum_j w_j * (e_j + 1) * x` over the token's valid slots; and the sum of the terms' magnitudes
+/// (for a rounding bound).
+pub fn moe_exact(dtype: DataType, inp: &RankInput, experts: usize) -> (Vec<f64>, Vec<f64>) {
+    let x = to_f32(dtype, &inp.x);
+    let hidden = x.len().checked_div(inp.tokens).unwrap_or(0);
+    let mut sum = vec![0f64; x.len()];
+    let mut mag = vec![0f64; x.len()];
+    for t in 0..inp.tokens {
+        for j in 0..inp.k {
+            let id = inp.topk_idx[t * inp.k + j];
+            if valid_expert(id, experts as u32) {
+                let s = inp.topk_weights[t * inp.k + j] as f64 * (id + 1) as f64;
+                for h in 0..hidden {
+                    let v = s * x[t * hidden + h] as f64;
+                    sum[t * hidden + h] += v;
+                    mag[t * hidden + h] += v.abs();
+                }
+            }
+        }
+    }
+    (sum, mag)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn hand_case_two_ranks() {
+        // 4 experts on 2 ranks (0, 1 on rank 0; 2, 3 on rank 1), k = 2.
+        let idx = [0, 1, 2, -1, 1, 3, -1, -1];
+        let l = layout(&idx, 4, 2, 4, 2);
+        assert_eq!(l.tokens_per_rank, [2, 2]);
+        assert_eq!(l.tokens_per_expert, [1, 2, 1, 1]);
+        assert_eq!(l.is_token_in_rank, [true, false, false, true, true, true, false, false]);
+        assert_eq!(l.send_index, [0, -1, -1, 0, 1, 1, -1, -1]);
+    }
+
+    #[test]
+    fn ids_outside_the_experts_name_none_and_duplicates_count_per_slot() {
+        // 8 experts on 4 ranks; k = 3.
+        let idx = [8, -7, 3, 1, 1, -1, 100, i32::MIN, i32::MAX];
+        let l = layout(&idx, 3, 3, 8, 4);
+        assert_eq!(l.tokens_per_rank, [1, 1, 0, 0]);
+        assert_eq!(l.tokens_per_expert, [0, 2, 0, 1, 0, 0, 0, 0]);
+        assert_eq!(l.send_index, [-1, 0, -1, -1, 0, -1, -1, -1, -1, -1, -1, -1]);
+    }
+
+    #[test]
+    fn empty_batches_and_one_rank() {
+        let l = layout(&[], 0, 8, 16, 8);
+        assert_eq!(l.tokens_per_rank, [0; 8]);
+        assert_eq!(l.tokens_per_expert, [0; 16]);
+        assert!(l.send_index.is_empty());
+        let l = layout(&[2, 0, -1, -1, 1, 1], 3, 2, 3, 1);
+        assert_eq!(l.tokens_per_rank, [2]);
+        assert_eq!(l.send_index, [0, -1, 1]);
+        assert_eq!(l.tokens_per_expert, [1, 2, 1]);
+    }
+
+    #[test]
+    fn routings_do_what_they_say() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let ids = random_topk(&mut rng, 500, 8, 64, 4, Routing::ToRank(2));
+        assert!(ids.iter().all(|&e| (32..48).contains(&e)));
+        for t in ids.chunks(8) {
+            let mut s = t.to_vec();
+            s.sort();
+            s.dedup();
+            assert_eq!(s.len(), 8, "distinct experts: {t:?}");
+        }
+        let ids = random_topk(&mut rng, 2000, 4, 64, 4, Routing::Random { none: 0.2 });
+        let empty_slots = ids.iter().filter(|&&e| e == -1).count();
+        let empty_tokens = ids.chunks(4).filter(|t| t.iter().all(|&e| e == -1)).count();
+        assert!(empty_slots > 1000 && empty_slots < 3000, "{empty_slots}");
+        assert!(empty_tokens > 100, "{empty_tokens}");
+        // More slots than a rank has experts: repeats are allowed.
+        let ids = random_topk(&mut rng, 10, 4, 8, 4, Routing::ToRank(0));
+        assert!(ids.iter().all(|&e| (0..2).contains(&e)));
+    }
+
+    #[test]
+    fn receive_expectations_group_by_source_rank() {
+        let (experts, n, hidden) = (8, 2, 8);
+        let inputs: Vec<RankInput> = (0..n)
+            .map(|r| {
+                random_input(9, r, DataType::Bf16, 20 + r * 5, hidden, 3, (experts, n), Routing::Random { none: 0.1 })
+            })
+            .collect();
+        let layouts: Vec<Layout> = inputs.iter().map(|i| layout(&i.topk_idx, i.tokens, i.k, experts, n)).collect();
+        let row = hidden * 2;
+        for d in 0..n {
+            let r = received(&inputs, &layouts, d, experts, row);
+            assert_eq!(r.rows, layouts.iter().map(|l| l.tokens_per_rank[d] as usize).sum::<usize>());
+            assert_eq!(r.x.len(), r.rows * row);
+            assert_eq!(r.offsets[1], layouts[0].tokens_per_rank[d] as usize);
+            // Rows of one source are in token order.
+            for s in 0..n {
+                let src = &r.src[r.offsets[s]..r.offsets[s + 1]];
+                assert!(src.windows(2).all(|w| w[0] < w[1]), "{src:?}");
+            }
+            assert_eq!(r.per_expert.iter().sum::<u32>(), {
+                let e = experts / n;
+                layouts.iter().map(|l| l.tokens_per_expert[d * e..(d + 1) * e].iter().sum::<u32>()).sum::<u32>()
+            });
+        }
+    }
+
+    #[test]
+    fn combine_of_the_scaled_experts_is_the_mixture() {
+        let (experts, n, hidden, k) = (16, 4, 16, 4);
+        for dtype in [DataType::Bf16, DataType::F32] {
+            let inputs: Vec<RankInput> = (0..n)
+                .map(|r| random_input(3, r, dtype, 30, hidden, k, (experts, n), Routing::Random { none: 0.1 }))
+                .collect();
+            let layouts: Vec<Layout> = inputs.iter().map(|i| layout(&i.topk_idx, i.tokens, k, experts, n)).collect();
+            let row = hidden * dtype.bytes();
+            let recv: Vec<Received> = (0..n).map(|d| received(&inputs, &layouts, d, experts, row)).collect();
+            let ys: Vec<Vec<u8>> = (0..n).map(|d| scaled_experts(dtype, &recv[d], k, d, experts, n)).collect();
+            let offs: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
+            for s in 0..n {
+                let out = to_f32(dtype, &combine(dtype, &layouts[s], s, 30, (&ys, &offs), row));
+                let (want, mag) = moe_exact(dtype, &inputs[s], experts);
+                let eps = if dtype == DataType::Bf16 { 3.0 / 256.0 } else { 1e-5 };
+                for i in 0..out.len() {
+                    assert!((out[i] as f64 - want[i]).abs() <= eps * mag[i] + 1e-30, "{dtype:?} {i}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_rounding_matches_half() {
+        // Ties at 1 + 2^-8 (rounds down to even) and 1 + 3 * 2^-8 (rounds up to even), subnormals.
+        let tie = 2f32.powi(-8);
+        for x in [0f32, -0.0, 1.0, 1.0 + tie, 1.0 + 3.0 * tie, f32::MAX, f32::MIN_POSITIVE, 1e-40, f32::INFINITY] {
+            assert_eq!(f32_to_bf16_bits(x.to_bits()), bf16::from_f32(x).to_bits(), "{x}");
+            assert_eq!(f32_to_bf16_bits((-x).to_bits()), bf16::from_f32(-x).to_bits(), "{}", -x);
+        }
+        assert!(bf16::from_bits(f32_to_bf16_bits(f32::NAN.to_bits())).is_nan());
+    }
+
+    proptest! {
+        #[test]
+        fn bf16_rounding_matches_half_everywhere(bits in any::<u32>()) {
+            let x = f32::from_bits(bits);
+            let ours = bf16::from_bits(f32_to_bf16_bits(bits));
+            if x.is_nan() {
+                prop_assert!(ours.is_nan());
+            } else {
+                prop_assert_eq!(ours.to_bits(), bf16::from_f32(x).to_bits());
+            }
+        }
+
+        /// The layout against its definition, restated: counts, positions as prefix sums in token
+        /// order, and a rank computed as floor(e * ranks / experts).
+        #[test]
+        fn layout_is_a_prefix_sum_of_membership(
+            ranks in 1usize..=8,
+            epr in 1usize..=8,
+            k in 1usize..=8,
+            tokens in 0usize..150,
+            seed in any::<u64>(),
+        ) {
+            let experts = ranks * epr;
+            let mut rng = StdRng::seed_from_u64(seed);
+            let idx: Vec<i32> = (0..tokens * k).map(|_| rng.random_range(-2..experts as i32 + 2)).collect();
+            let l = layout(&idx, tokens, k, experts, ranks);
+            for r in 0..ranks {
+                let mut next = 0;
+                for t in 0..tokens {
+                    let member = idx[t * k..(t + 1) * k]
+                        .iter()
+                        .any(|&e| e >= 0 && (e as usize) < experts && e as usize * ranks / experts == r);
+                    prop_assert_eq!(l.is_token_in_rank[t * ranks + r], member);
+                    if member {
+                        prop_assert_eq!(l.send_index[t * ranks + r], next);
+                        next += 1;
+                    } else {
+                        prop_assert_eq!(l.send_index[t * ranks + r], -1);
+                    }
+                }
+                prop_assert_eq!(l.tokens_per_rank[r], next as u32);
+            }
+            for (e, &count) in l.tokens_per_expert.iter().enumerate() {
+                let c = idx[..tokens * k].iter().filter(|&&x| x == e as i32).count();
+                prop_assert_eq!(count as usize, c);
+            }
+            prop_assert_eq!(l.tokens_per_expert.len(), experts);
+        }
+    }
+}

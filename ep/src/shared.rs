@@ -1,0 +1,240 @@
+//! What the host crate and the kernel crate (`ep/kernels`, which includes this file by path)
+//! must agree on: the kernel handle, where every region of the buffers starts, the tags of the
+//! count words and the bf16 rounding. Plain `core` code, compiled for both targets.
+//!
+//! Every rank owns one *shared* buffer that every other rank has mapped (CUDA IPC):
+//!
+//! ```text
+//!  dispatch flags  [sender][block] u64     block b of `sender` stores the dispatch epoch here
+//!                                          once its rows for this rank are written
+//!  combine flags   [sender][block] u64     the same for combine
+//!  count words     [parity][sender][word] u64, word 0: signature (k, element type),
+//!                  words 1..=n: the sender's token count toward every rank,
+//!                  then one word per expert of this rank: the sender's (token, slot) count;
+//!                  each word is (tag << 32 | value), the tag naming the dispatch
+//!  recv_x          [n * max_tokens] rows of `row_bytes` (the call's hidden * element bytes)
+//!  recv_idx        [n * max_tokens][k] i32 (global expert ids, -1 for none)
+//!  recv_w          [n * max_tokens][k] f32
+//!  recv_src        [n * max_tokens] i32 (the token's index on its source rank)
+//!  combine landing [sender][max_tokens] rows: what `sender` computed for this rank's tokens
+//! ```
+//!
+//! And two local buffers per rank: the *layout* (this rank's routing, written by the layout
+//! kernel) and the *info* (what this rank received in the last dispatch).
+
+/// Most ranks (GPUs of one machine).
+pub const MAX_RANKS: usize = 8;
+/// Largest top-k.
+pub const MAX_TOPK: usize = 32;
+/// Most experts (the layout kernel counts them in shared memory).
+pub const MAX_EXPERTS: usize = 4096;
+/// Threads of the (single-block) layout kernel, unless the kernel allows fewer.
+pub const LAYOUT_THREADS: u32 = 512;
+
+/// Dynamic shared memory of the dispatch and combine kernels (their per-block tables).
+pub const EXCHANGE_SHARED_BYTES: u32 = 512;
+
+/// Element type code of bf16 in the dispatch signature.
+pub const DTYPE_BF16: u32 = 1;
+/// Element type code of f32 in the dispatch signature.
+pub const DTYPE_F32: u32 = 2;
+
+/// The dispatch signature: every rank must pass the same `k` and element type.
+pub const fn signature(k: u32, dtype: u32) -> u32 {
+    (k << 8) | dtype
+}
+
+/// The tag of dispatch epoch `e` in the count words: its low 32 bits, never 0 (a zeroed word
+/// is "nothing written yet").
+pub const fn count_tag(e: u64) -> u32 {
+    let t = e as u32;
+    if t == 0 { 1 } else { t }
+}
+
+/// A count word: `tag` in the high half, `value` in the low half.
+pub const fn pack_count(tag: u32, value: u32) -> u64 {
+    ((tag as u64) << 32) | value as u64
+}
+
+/// The rank that hosts `expert` (experts are split into equal contiguous ranges).
+pub const fn rank_of_expert(expert: u32, experts: u32, ranks: u32) -> u32 {
+    expert / (experts / ranks)
+}
+
+/// Whether a top-k entry names an expert (`0 <= id < experts`); anything else (-1 by
+/// convention) is "no expert" for the layout, the dispatch and the combine alike.
+pub const fn valid_expert(id: i32, experts: u32) -> bool {
+    id >= 0 && (id as u32) < experts
+}
+
+/// The f32 bits of a bf16 value (exact).
+pub const fn bf16_to_f32_bits(h: u16) -> u32 {
+    (h as u32) << 16
+}
+
+/// bf16 bits of an f32 value, rounded to nearest, ties to even; NaNs stay NaNs (quiet).
+pub const fn f32_to_bf16_bits(x: u32) -> u16 {
+    if (x & 0x7fff_ffff) > 0x7f80_0000 {
+        return ((x >> 16) | 0x0040) as u16;
+    }
+    // No overflow: the largest non-NaN pattern is 0xff80_0000.
+    ((x + 0x7fff + ((x >> 16) & 1)) >> 16) as u16
+}
+
+const fn round_up(x: u64, to: u64) -> u64 {
+    x.div_ceil(to) * to
+}
+
+/// The kernel handle of one rank (passed by value to the dispatch and combine kernels).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EpHandle {
+    /// Device address of `n_ranks` u64: rank q's shared buffer as mapped on this GPU.
+    pub peers: u64,
+    /// This rank's shared buffer.
+    pub shared: u64,
+    /// This rank's epochs: `blocks` u64 for dispatch, then `blocks` for combine (all 1 at first).
+    pub state: u64,
+    /// This rank's layout buffer ([`EpHandle::layout_regions`]).
+    pub layout: u64,
+    /// This rank's receive info ([`EpHandle::info_words`] u32).
+    pub info: u64,
+    /// This rank.
+    pub rank: u32,
+    /// Number of ranks (1..=[`MAX_RANKS`]).
+    pub n_ranks: u32,
+    /// Number of experts (a multiple of `n_ranks`).
+    pub experts: u32,
+    /// Most tokens one rank dispatches in one call.
+    pub max_tokens: u32,
+    /// Hidden size (elements per token).
+    pub hidden: u32,
+    /// Largest k.
+    pub max_topk: u32,
+    /// Blocks of every dispatch and combine launch (the flags exist for this many).
+    pub blocks: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<EpHandle>() == 72);
+
+/// Byte offsets of the regions of a shared buffer (the same on every rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedRegions {
+    /// Dispatch flags.
+    pub dispatch_flags: u64,
+    /// Combine flags.
+    pub combine_flags: u64,
+    /// Count words.
+    pub counts: u64,
+    /// Received rows.
+    pub recv_x: u64,
+    /// Received top-k ids.
+    pub recv_idx: u64,
+    /// Received top-k weights.
+    pub recv_w: u64,
+    /// Received source token indices.
+    pub recv_src: u64,
+    /// Combine landing rows.
+    pub combine: u64,
+    /// Total bytes.
+    pub total: u64,
+}
+
+/// Byte offsets of the regions of a layout buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayoutRegions {
+    /// Tokens toward every rank: `n_ranks` u32.
+    pub per_rank: u64,
+    /// (token, slot) pairs toward every expert: `experts` u32.
+    pub per_expert: u64,
+    /// `[token][rank]` u8: 1 when the token goes to the rank.
+    pub in_rank: u64,
+    /// `[token][rank]` i32: the token's position among the tokens sent to the rank, or -1.
+    pub send_index: u64,
+    /// Total bytes.
+    pub total: u64,
+}
+
+impl EpHandle {
+    /// Experts per rank.
+    pub const fn experts_per_rank(&self) -> u32 {
+        self.experts / self.n_ranks
+    }
+    /// Words of one sender's count slot: signature, `n_ranks` token counts, one per expert of
+    /// the receiving rank.
+    pub const fn count_words(&self) -> u32 {
+        1 + self.n_ranks + self.experts_per_rank()
+    }
+    /// Rows a rank can receive in one dispatch.
+    pub const fn max_recv_rows(&self) -> u64 {
+        self.n_ranks as u64 * self.max_tokens as u64
+    }
+    /// Bytes of the widest row (f32).
+    pub const fn max_row_bytes(&self) -> u64 {
+        self.hidden as u64 * 4
+    }
+    /// Bytes of one sender's combine landing region.
+    pub const fn combine_region_bytes(&self) -> u64 {
+        self.max_tokens as u64 * self.max_row_bytes()
+    }
+    /// The shared buffer's regions.
+    pub const fn shared_regions(&self) -> SharedRegions {
+        let (n, b) = (self.n_ranks as u64, self.blocks as u64);
+        let dispatch_flags = 0;
+        let combine_flags = n * b * 8;
+        let counts = 2 * n * b * 8;
+        let counts_end = counts + 2 * n * self.count_words() as u64 * 8;
+        let rows = self.max_recv_rows();
+        let recv_x = round_up(counts_end, 256);
+        let recv_idx = round_up(recv_x + rows * self.max_row_bytes(), 256);
+        let recv_w = round_up(recv_idx + rows * self.max_topk as u64 * 4, 256);
+        let recv_src = round_up(recv_w + rows * self.max_topk as u64 * 4, 256);
+        let combine = round_up(recv_src + rows * 4, 256);
+        let total = combine + n * self.combine_region_bytes();
+        SharedRegions { dispatch_flags, combine_flags, counts, recv_x, recv_idx, recv_w, recv_src, combine, total }
+    }
+    /// Offset of the dispatch flag of (`sender`, `block`).
+    pub const fn dispatch_flag(&self, sender: u32, block: u32) -> u64 {
+        self.shared_regions().dispatch_flags + (sender as u64 * self.blocks as u64 + block as u64) * 8
+    }
+    /// Offset of the combine flag of (`sender`, `block`).
+    pub const fn combine_flag(&self, sender: u32, block: u32) -> u64 {
+        self.shared_regions().combine_flags + (sender as u64 * self.blocks as u64 + block as u64) * 8
+    }
+    /// Offset of count word `word` of `sender` in slot `parity`.
+    pub const fn count_word(&self, parity: u64, sender: u32, word: u32) -> u64 {
+        let w = self.count_words() as u64;
+        self.shared_regions().counts + ((parity * self.n_ranks as u64 + sender as u64) * w + word as u64) * 8
+    }
+    /// Offset of `sender`'s combine landing region.
+    pub const fn combine_region(&self, sender: u32) -> u64 {
+        self.shared_regions().combine + sender as u64 * self.combine_region_bytes()
+    }
+    /// The layout buffer's regions.
+    pub const fn layout_regions(&self) -> LayoutRegions {
+        let n = self.n_ranks as u64;
+        let per_rank = 0;
+        let per_expert = round_up(n * 4, 256);
+        let in_rank = round_up(per_expert + self.experts as u64 * 4, 256);
+        let send_index = round_up(in_rank + self.max_tokens as u64 * n, 256);
+        let total = send_index + self.max_tokens as u64 * n * 4;
+        LayoutRegions { per_rank, per_expert, in_rank, send_index, total }
+    }
+    /// Words (u32) of the info buffer: received rows, `n + 1` offsets by source rank, the
+    /// `n x n` count matrix (`[source][destination]`), rows received per local expert.
+    pub const fn info_words(&self) -> u32 {
+        2 + self.n_ranks + self.n_ranks * self.n_ranks + self.experts_per_rank()
+    }
+    /// Index of the first offset in the info buffer (offset of source `s` at `+ s`).
+    pub const INFO_OFFSETS: u32 = 1;
+    /// Index of the count matrix in the info buffer.
+    pub const fn info_matrix(&self) -> u32 {
+        2 + self.n_ranks
+    }
+    /// Index of the per-expert counts in the info buffer.
+    pub const fn info_per_expert(&self) -> u32 {
+        2 + self.n_ranks + self.n_ranks * self.n_ranks
+    }
+}

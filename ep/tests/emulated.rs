@@ -1,0 +1,592 @@
+//! The kernels' bodies (`ep/kernels/src/body.rs`, the code the GPU runs) on CPU threads, against
+//! the host references, bit for bit. Every GPU thread is an OS thread; a block's barrier, its
+//! shared memory (filled with garbage), the acquire/release words and the vector copies have
+//! their CPU meaning (`hw` below), and every rank's buffers live in one address space as on
+//! GPUs that mapped each other's memory. Each rank runs its operations in its own thread with no
+//! synchronisation between ranks other than the kernels' own, as separate GPUs would: the
+//! epochs, the parity of the count slots and the flags are exercised with ranks running ahead.
+//!
+//! What this cannot check: the GPU memory model's details, the generated PTX, the launches (the
+//! multi-rank GPU test `mp_ep` does those).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use mscclpp_device::poll::SpinBudget;
+use mscclpp_device::ptr::GlobalPtr;
+use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
+use mscclpp_ep::shared::{DTYPE_BF16, DTYPE_F32, EpHandle, signature};
+use mscclpp_ep::{Config, DataType};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+mod shared {
+    pub use mscclpp_ep::shared::*;
+}
+
+#[path = "../kernels/src/body.rs"]
+#[allow(dead_code)]
+mod body;
+
+/// The device operations of `body.rs` on CPU threads.
+mod hw {
+    use std::cell::RefCell;
+    use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+    use std::sync::{Arc, Condvar, Mutex};
+    use std::time::{Duration, Instant};
+
+    use mscclpp_device::poll::SpinBudget;
+
+    /// How long any wait may last before the emulation calls it a hang.
+    const HANG: Duration = Duration::from_secs(60);
+
+    /// A block barrier that gives up when another thread failed or after [`HANG`].
+    pub struct Barrier {
+        state: Mutex<(u32, u64)>,
+        cv: Condvar,
+        n: u32,
+    }
+
+    impl Barrier {
+        fn new(n: u32) -> Self {
+            Self { state: Mutex::new((0, 0)), cv: Condvar::new(), n }
+        }
+        fn wait(&self, failed: &AtomicBool) {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let generation = s.1;
+            s.0 += 1;
+            if s.0 == self.n {
+                *s = (0, generation + 1);
+                self.cv.notify_all();
+                return;
+            }
+            let start = Instant::now();
+            while s.1 == generation {
+                s = self.cv.wait_timeout(s, Duration::from_millis(20)).unwrap_or_else(|e| e.into_inner()).0;
+                if failed.load(Ordering::Relaxed) || start.elapsed() > HANG {
+                    drop(s); // give up without poisoning the lock
+                    assert!(!failed.load(Ordering::Relaxed), "emulation: another thread failed");
+                    panic!("emulation: a block barrier waited {HANG:?}");
+                }
+            }
+        }
+    }
+
+    /// What a thread knows about itself.
+    struct Ctx {
+        tid: u32,
+        ntid: u32,
+        ctaid: u32,
+        nctaid: u32,
+        shared: *mut u8,
+        barrier: Arc<Barrier>,
+        failed: Arc<AtomicBool>,
+    }
+
+    thread_local! {
+        static CTX: RefCell<Option<Ctx>> = const { RefCell::new(None) };
+    }
+
+    fn with<T>(f: impl FnOnce(&Ctx) -> T) -> T {
+        CTX.with(|c| f(c.borrow().as_ref().expect("a kernel body outside an emulated launch")))
+    }
+
+    /// Runs `body` as a grid of `grid` blocks of `block` threads with `shared_bytes` of shared
+    /// memory each (garbage-filled); returns when every thread has; a thread's panic becomes this
+    /// call's panic, after the others gave up.
+    pub fn launch(grid: u32, block: u32, shared_bytes: usize, failed: &Arc<AtomicBool>, body: impl Fn() + Sync) {
+        let mut memories: Vec<Vec<u128>> =
+            (0..grid).map(|_| vec![0xa5a5_a5a5_a5a5_a5a5_a5a5_a5a5_a5a5_a5a5u128; shared_bytes.div_ceil(16)]).collect();
+        let bases: Vec<usize> = memories.iter_mut().map(|m| m.as_mut_ptr() as usize).collect();
+        let body = &body;
+        let first_panic: Mutex<Option<String>> = Mutex::new(None);
+        std::thread::scope(|scope| {
+            for (b, &base) in bases.iter().enumerate() {
+                let barrier = Arc::new(Barrier::new(block));
+                for t in 0..block {
+                    let (barrier, failed, first_panic) = (barrier.clone(), failed.clone(), &first_panic);
+                    std::thread::Builder::new()
+                        .stack_size(256 << 10)
+                        .spawn_scoped(scope, move || {
+                            let ctx = Ctx {
+                                tid: t,
+                                ntid: block,
+                                ctaid: b as u32,
+                                nctaid: grid,
+                                shared: base as *mut u8,
+                                barrier,
+                                failed: failed.clone(),
+                            };
+                            CTX.with(|c| *c.borrow_mut() = Some(ctx));
+                            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+                            CTX.with(|c| *c.borrow_mut() = None);
+                            if let Err(e) = r {
+                                failed.store(true, Ordering::Relaxed);
+                                let msg = e
+                                    .downcast_ref::<String>()
+                                    .cloned()
+                                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                                    .unwrap_or_default();
+                                let mut f = first_panic.lock().unwrap_or_else(|e| e.into_inner());
+                                if f.is_none() || f.as_deref().is_some_and(|m| m.contains("another thread failed")) {
+                                    *f = Some(msg);
+                                }
+                            }
+                        })
+                        .expect("spawning an emulated GPU thread");
+                }
+            }
+        });
+        drop(memories);
+        if let Some(msg) = first_panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            panic!("{msg}");
+        }
+    }
+
+    /// Kernels of one emulated stream run one after the other: nothing to wait for.
+    pub fn follow_previous_grid() {}
+    pub fn tid() -> u32 {
+        with(|c| c.tid)
+    }
+    pub fn ntid() -> u32 {
+        with(|c| c.ntid)
+    }
+    pub fn ctaid() -> u32 {
+        with(|c| c.ctaid)
+    }
+    pub fn nctaid() -> u32 {
+        with(|c| c.nctaid)
+    }
+    pub fn sync_threads() {
+        with(|c| c.barrier.wait(&c.failed))
+    }
+    pub fn shared_base() -> *mut u8 {
+        with(|c| c.shared)
+    }
+    /// # Safety
+    /// `p` valid and 8-aligned, only accessed atomically.
+    pub unsafe fn load_acquire(p: *const u64) -> u64 {
+        // SAFETY: forwarded.
+        unsafe { AtomicU64::from_ptr(p.cast_mut()) }.load(Ordering::Acquire)
+    }
+    /// # Safety
+    /// As for [`load_acquire`].
+    pub unsafe fn store_release(p: *mut u64, v: u64) {
+        // SAFETY: forwarded.
+        unsafe { AtomicU64::from_ptr(p) }.store(v, Ordering::Release)
+    }
+    /// # Safety
+    /// `p` valid and 4-aligned, only accessed atomically while others add.
+    pub unsafe fn red_add_cta(p: *mut u32, v: u32) {
+        // SAFETY: forwarded.
+        unsafe { AtomicU32::from_ptr(p) }.fetch_add(v, Ordering::Relaxed);
+    }
+    /// # Safety
+    /// `p` valid and 16-aligned.
+    pub unsafe fn ld_v4(p: *const u32) -> [u32; 4] {
+        assert!(p as usize % 16 == 0, "misaligned vector load");
+        // SAFETY: forwarded.
+        unsafe { p.cast::<[u32; 4]>().read_volatile() }
+    }
+    /// # Safety
+    /// `p` valid and 16-aligned.
+    pub unsafe fn st_v4(p: *mut u32, v: [u32; 4]) {
+        assert!(p as usize % 16 == 0, "misaligned vector store");
+        // SAFETY: forwarded.
+        unsafe { p.cast::<[u32; 4]>().write_volatile(v) }
+    }
+    pub fn spin_until(_budget: SpinBudget, name: &'static core::ffi::CStr, mut cond: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !cond() {
+            if with(|c| c.failed.load(Ordering::Relaxed)) {
+                panic!("emulation: another thread failed");
+            }
+            assert!(start.elapsed() < HANG, "emulation: {name:?} waited {HANG:?}");
+            std::thread::yield_now();
+        }
+    }
+    pub fn fail(msg: &'static core::ffi::CStr) -> ! {
+        panic!("{}", msg.to_str().unwrap_or("?"))
+    }
+}
+
+const BUDGET: SpinBudget = SpinBudget::from_millis(60_000);
+/// Threads of the emulated layout kernel (fewer than the tokens: several tokens per thread).
+const LAYOUT_THREADS: u32 = 32;
+
+/// 16-byte aligned host memory standing for device memory.
+struct Mem(Vec<u128>);
+
+impl Mem {
+    fn zeroed(bytes: usize) -> Self {
+        Mem(vec![0; bytes.div_ceil(16).max(1)])
+    }
+    fn from_bytes(b: &[u8]) -> Self {
+        let mut m = Self::zeroed(b.len());
+        m.bytes_mut()[..b.len()].copy_from_slice(b);
+        m
+    }
+    fn from_pod<T: bytemuck::Pod>(v: &[T]) -> Self {
+        Self::from_bytes(bytemuck::cast_slice(v))
+    }
+    fn addr(&self) -> u64 {
+        self.0.as_ptr() as u64
+    }
+    fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(&mut self.0)
+    }
+    fn read<T: bytemuck::Pod>(&self, offset: u64, count: usize) -> Vec<T> {
+        let b = &self.bytes()[offset as usize..offset as usize + count * std::mem::size_of::<T>()];
+        b.chunks_exact(std::mem::size_of::<T>()).map(bytemuck::pod_read_unaligned).collect()
+    }
+}
+
+/// One emulated rank: its handle and its memory.
+struct Rank {
+    h: EpHandle,
+    shared: Mem,
+    layout: Mem,
+    info: Mem,
+    _state: Mem,
+    _peers: Mem,
+}
+
+/// Every rank's memory, allocated and wired as `ExpertParallel::new` does.
+fn world(cfg: &Config, n: usize, blocks: u32) -> Vec<Rank> {
+    cfg.check(n).unwrap();
+    let mut ranks: Vec<Rank> = (0..n)
+        .map(|r| {
+            let mut h = cfg.kernel_handle(r, n, blocks);
+            let shared = Mem::zeroed(h.shared_regions().total as usize);
+            let layout = Mem::zeroed(h.layout_regions().total as usize);
+            let info = Mem::zeroed(h.info_words() as usize * 4);
+            let state = Mem::from_pod(&vec![1u64; 2 * blocks as usize]);
+            h.shared = shared.addr();
+            h.layout = layout.addr();
+            h.info = info.addr();
+            h.state = state.addr();
+            Rank { h, shared, layout, info, _state: state, _peers: Mem::zeroed(8) }
+        })
+        .collect();
+    let table: Vec<u64> = ranks.iter().map(|r| r.shared.addr()).collect();
+    for r in &mut ranks {
+        r._peers = Mem::from_pod(&table);
+        r.h.peers = r._peers.addr();
+    }
+    ranks
+}
+
+/// One operation of a sequence: a batch per rank (known to all), dispatched, then combined
+/// unless `combine` is false.
+#[derive(Clone, Copy, Debug)]
+struct Op {
+    dtype: DataType,
+    k: usize,
+    routing: Routing,
+    tokens: [usize; 4],
+    combine: bool,
+}
+
+/// The host side of an operation for every rank.
+struct Expect {
+    inputs: Vec<RankInput>,
+    layouts: Vec<Layout>,
+    recv: Vec<Received>,
+    ys: Vec<Vec<u8>>,
+    outs: Vec<Vec<u8>>,
+}
+
+fn expect(op: &Op, cfg: &Config, n: usize, seed: u64) -> Expect {
+    let inputs: Vec<RankInput> = (0..n)
+        .map(|r| {
+            let t = op.tokens[r % 4].min(cfg.max_tokens);
+            reference::random_input(seed, r, op.dtype, t, cfg.hidden, op.k, (cfg.experts, n), op.routing)
+        })
+        .collect();
+    let layouts: Vec<Layout> =
+        inputs.iter().map(|i| reference::layout(&i.topk_idx, i.tokens, op.k, cfg.experts, n)).collect();
+    let row = cfg.hidden * op.dtype.bytes();
+    let recv: Vec<Received> = (0..n).map(|d| reference::received(&inputs, &layouts, d, cfg.experts, row)).collect();
+    let ys: Vec<Vec<u8>> =
+        (0..n).map(|d| reference::scaled_experts(op.dtype, &recv[d], op.k, d, cfg.experts, n)).collect();
+    let offsets: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
+    let outs =
+        (0..n).map(|s| reference::combine(op.dtype, &layouts[s], s, inputs[s].tokens, (&ys, &offsets), row)).collect();
+    Expect { inputs, layouts, recv, ys, outs }
+}
+
+/// What a rank saw after one dispatch and combine.
+#[derive(Default)]
+struct Seen {
+    layout: Option<Layout>,
+    info: Vec<u32>,
+    x: Vec<u8>,
+    idx: Vec<i32>,
+    w: Vec<u32>,
+    src: Vec<i32>,
+    out: Vec<u8>,
+}
+
+fn code(dtype: DataType) -> u32 {
+    if dtype == DataType::F32 { DTYPE_F32 } else { DTYPE_BF16 }
+}
+
+/// The layout kernel of rank `r` on `idx`, then its results.
+fn run_layout(r: &Rank, idx: &Mem, tokens: usize, k: usize, failed: &Arc<AtomicBool>) -> Layout {
+    let h = r.h;
+    let lr = h.layout_regions();
+    let shared = ((h.n_ranks * LAYOUT_THREADS + h.experts) * 4) as usize;
+    let idx_addr = idx.addr();
+    hw::launch(1, LAYOUT_THREADS, shared, failed, || {
+        // SAFETY: the buffers hold what the layout kernel touches (sizes from the handle).
+        unsafe {
+            body::layout(
+                GlobalPtr::from_addr(idx_addr),
+                tokens as u32,
+                k as u32,
+                h.experts,
+                h.n_ranks,
+                GlobalPtr::from_addr(h.layout + lr.per_rank),
+                GlobalPtr::from_addr(h.layout + lr.per_expert),
+                GlobalPtr::from_addr(h.layout + lr.in_rank),
+                GlobalPtr::from_addr(h.layout + lr.send_index),
+            )
+        }
+    });
+    let n = h.n_ranks as usize;
+    Layout {
+        tokens_per_rank: r.layout.read(lr.per_rank, n),
+        tokens_per_expert: r.layout.read(lr.per_expert, h.experts as usize),
+        is_token_in_rank: r.layout.read::<u8>(lr.in_rank, tokens * n).iter().map(|&b| b == 1).collect(),
+        send_index: r.layout.read(lr.send_index, tokens * n),
+    }
+}
+
+/// Rank `me`'s sequence of operations, as its stream would run them.
+fn run_rank(
+    r: &Rank,
+    me: usize,
+    ops: &[Op],
+    exp: &[Expect],
+    (blocks, threads): (u32, u32),
+    sig_k: Option<usize>,
+    failed: &Arc<AtomicBool>,
+) -> Vec<Seen> {
+    let h = r.h;
+    let sr = h.shared_regions();
+    let mut seen = vec![];
+    for (i, (op, e)) in ops.iter().zip(exp).enumerate() {
+        // Ranks reach their kernels at different times (as GPUs with different loads would).
+        std::thread::sleep(std::time::Duration::from_millis(((me * 7 + i * 3) % 5) as u64));
+        let inp = &e.inputs[me];
+        let (x, idx, w) = (Mem::from_bytes(&inp.x), Mem::from_pod(&inp.topk_idx), Mem::from_pod(&inp.topk_weights));
+        let row = h.hidden as usize * op.dtype.bytes();
+        let mut s = Seen { layout: Some(run_layout(r, &idx, inp.tokens, op.k, failed)), ..Seen::default() };
+        let sig = signature(sig_k.unwrap_or(op.k) as u32, code(op.dtype));
+        let (xa, ia, wa) = (x.addr(), idx.addr(), w.addr());
+        hw::launch(blocks, threads, shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
+            // SAFETY: the inputs hold the batch; the world's buffers the handle's regions.
+            unsafe {
+                body::dispatch(
+                    h,
+                    GlobalPtr::from_addr(xa),
+                    GlobalPtr::from_addr(ia),
+                    GlobalPtr::from_addr(wa),
+                    inp.tokens as u32,
+                    op.k as u32,
+                    row as u32,
+                    sig,
+                    BUDGET,
+                )
+            }
+        });
+        // What arrived, read before this rank's next dispatch (as a stream-ordered reader would).
+        s.info = r.info.read(0, h.info_words() as usize);
+        let rows = s.info[0] as usize;
+        s.x = r.shared.read(sr.recv_x, rows * row);
+        s.idx = r.shared.read(sr.recv_idx, rows * op.k);
+        s.w = r.shared.read(sr.recv_w, rows * op.k);
+        s.src = r.shared.read(sr.recv_src, rows);
+        if op.combine {
+            std::thread::sleep(std::time::Duration::from_millis(((me * 5 + i) % 4) as u64));
+            let y = Mem::from_bytes(&e.ys[me]);
+            let out = Mem::from_bytes(&vec![0xa5; inp.tokens * row + 64]);
+            let (ya, oa, y_bytes) = (y.addr(), out.addr(), e.ys[me].len() as u64);
+            hw::launch(blocks, threads, shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
+                let (y, out) = (GlobalPtr::from_addr(ya), GlobalPtr::from_addr(oa));
+                let t = inp.tokens as u32;
+                // SAFETY: `y` holds the received rows' outputs, `out` the tokens' rows.
+                unsafe {
+                    if op.dtype == DataType::F32 {
+                        body::combine::<body::F32Lanes>(h, y, y_bytes, out, t, row as u32, BUDGET)
+                    } else {
+                        body::combine::<body::Bf16Lanes>(h, y, y_bytes, out, t, row as u32, BUDGET)
+                    }
+                }
+            });
+            s.out = out.bytes()[..inp.tokens * row + 64].to_vec();
+        }
+        seen.push(s);
+    }
+    seen
+}
+
+/// Runs `ops` on `n` emulated ranks (each in its own thread) and checks everything.
+fn run_world(cfg: &Config, n: usize, grid: (u32, u32), ops: &[Op], seed: u64) {
+    let ranks = world(cfg, n, grid.0);
+    let exp: Vec<Expect> = ops.iter().enumerate().map(|(i, op)| expect(op, cfg, n, seed + i as u64)).collect();
+    let failed = Arc::new(AtomicBool::new(false));
+    let seen: Vec<Vec<Seen>> = std::thread::scope(|scope| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .enumerate()
+            .map(|(me, r)| {
+                let (exp, failed) = (&exp, &failed);
+                scope.spawn(move || run_rank(r, me, ops, exp, grid, None, failed))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
+    for (me, per_op) in seen.iter().enumerate() {
+        for (i, (s, (op, e))) in per_op.iter().zip(ops.iter().zip(&exp)).enumerate() {
+            let what = format!("{n} ranks {grid:?}, rank {me}, op {i} {op:?}");
+            let h = ranks[me].h;
+            assert_eq!(s.layout.as_ref(), Some(&e.layouts[me]), "{what}: layout");
+            let want = &e.recv[me];
+            let nn = n as u32;
+            assert_eq!(s.info[0] as usize, want.rows, "{what}: rows");
+            let offsets: Vec<usize> = s.info[1..1 + n + 1].iter().map(|&v| v as usize).collect();
+            assert_eq!(offsets, want.offsets, "{what}: offsets");
+            let m = h.info_matrix() as usize;
+            assert_eq!(&s.info[m..m + n * n], &want.matrix[..], "{what}: matrix");
+            let pe = h.info_per_expert() as usize;
+            assert_eq!(&s.info[pe..pe + (h.experts / nn) as usize], &want.per_expert[..], "{what}: per expert");
+            assert!(s.x == want.x, "{what}: received rows differ");
+            assert_eq!(s.idx, want.topk_idx, "{what}: ids");
+            assert_eq!(s.w, want.topk_weights.iter().map(|w| w.to_bits()).collect::<Vec<_>>(), "{what}: weights");
+            assert_eq!(s.src, want.src, "{what}: source indices");
+            if op.combine {
+                let t = e.outs[me].len();
+                assert!(s.out[..t] == e.outs[me][..], "{what}: combine output differs");
+                assert!(s.out[t..].iter().all(|&b| b == 0xa5), "{what}: combine wrote past the output");
+            }
+        }
+    }
+}
+
+fn ops(n: usize) -> Vec<Op> {
+    let random = Routing::Random { none: 0.2 };
+    let op = |dtype, k, routing, tokens, combine| Op { dtype, k, routing, tokens, combine };
+    vec![
+        op(DataType::Bf16, 3, random, [40, 17, 33, 1], true),
+        op(DataType::F32, 1, random, [5, 40, 0, 39], true),
+        op(DataType::Bf16, 4, Routing::ToRank(n - 1), [40, 40, 12, 30], true),
+        op(DataType::Bf16, 2, random, [0, 0, 0, 0], true),
+        op(DataType::F32, 4, Routing::Random { none: 0.0 }, [0, 40, 40, 40], true),
+        // A dispatch nobody combines, then more: the slots and flags go on.
+        op(DataType::Bf16, 4, random, [21, 22, 23, 24], false),
+        op(DataType::Bf16, 2, Routing::ToRank(0), [40, 3, 7, 40], true),
+        op(DataType::F32, 3, random, [9, 8, 7, 6], true),
+    ]
+}
+
+#[test]
+fn two_ranks_dispatch_and_combine_match_the_references() {
+    let cfg = Config::new(40, 24, 12, 4);
+    run_world(&cfg, 2, (2, 32), &ops(2), 11);
+}
+
+#[test]
+fn three_ranks_with_more_threads() {
+    let cfg = Config::new(40, 16, 12, 4);
+    run_world(&cfg, 3, (3, 64), &ops(3), 12);
+}
+
+#[test]
+fn one_rank_and_one_block() {
+    let cfg = Config::new(40, 8, 4, 4);
+    run_world(&cfg, 1, (1, 32), &ops(1)[..4], 13);
+}
+
+#[test]
+fn few_tokens_are_cut_into_pieces() {
+    // 8 warps, rows of 16 (f32) or 8 (bf16) vectors, 0 to 3 tokens per rank: each row is cut into
+    // up to 8 pieces, each copied and summed by another warp.
+    let cfg = Config::new(4, 64, 8, 4);
+    let random = Routing::Random { none: 0.1 };
+    let op = |dtype, k, tokens| Op { dtype, k, routing: random, tokens, combine: true };
+    let ops = [
+        op(DataType::F32, 4, [1, 2, 3, 0]),
+        op(DataType::Bf16, 3, [3, 1, 0, 2]),
+        op(DataType::F32, 1, [2, 2, 2, 2]),
+        op(DataType::Bf16, 4, [4, 4, 1, 3]),
+    ];
+    run_world(&cfg, 2, (4, 64), &ops, 14);
+    assert_eq!(body::pieces(8, 1, 16), 8);
+    assert_eq!(body::pieces(8, 3, 16), 2);
+    assert_eq!(body::pieces(8, 3, 1), 1);
+    assert_eq!(body::pieces(3696, 4096, 896), 1);
+    assert_eq!(body::pieces(3696, 128, 896), 28);
+    assert_eq!(body::pieces(8, 0, 16), 1);
+}
+
+#[test]
+fn layout_kernel_matches_the_reference() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let failed = Arc::new(AtomicBool::new(false));
+    for case in 0..24 {
+        let n = 1 + case % 8;
+        let epr = 1 + rng.random_range(0..6usize);
+        let k = 1 + rng.random_range(0..8usize);
+        let tokens = rng.random_range(0..150usize);
+        let cfg = Config::new(150, 8, n * epr, 8);
+        let ranks = world(&cfg, n, 1);
+        let e = (n * epr) as i32;
+        let idx: Vec<i32> = (0..tokens * k).map(|_| rng.random_range(-2..e + 2)).collect();
+        let got = run_layout(&ranks[0], &Mem::from_pod(&idx), tokens, k, &failed);
+        assert_eq!(
+            got,
+            reference::layout(&idx, tokens, k, n * epr, n),
+            "case {case}: {n} ranks, {tokens} tokens, k {k}"
+        );
+    }
+}
+
+/// Runs one dispatch where rank 1 claims another k; returns the ranks' failure messages.
+fn mismatched_k() -> Vec<String> {
+    let cfg = Config::new(8, 8, 4, 4);
+    let ranks = world(&cfg, 2, 1);
+    let op = Op { dtype: DataType::Bf16, k: 2, routing: Routing::Random { none: 0.0 }, tokens: [8; 4], combine: false };
+    let exp = vec![expect(&op, &cfg, 2, 5)];
+    let failed = Arc::new(AtomicBool::new(false));
+    std::thread::scope(|scope| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .enumerate()
+            .map(|(me, r)| {
+                let (exp, failed) = (&exp, &failed);
+                scope.spawn(move || {
+                    catch_unwind(AssertUnwindSafe(|| {
+                        run_rank(r, me, &[op], exp, (1, 32), (me == 1).then_some(3), failed)
+                    }))
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .filter_map(|h| h.join().expect("the rank thread catches its panics").err())
+            .map(|e| e.downcast_ref::<String>().cloned().unwrap_or_default())
+            .collect()
+    })
+}
+
+#[test]
+fn ranks_that_disagree_on_k_fail_with_a_message() {
+    let msgs = mismatched_k();
+    // Whichever rank reads the other's signature first reports it; the other may only see
+    // that a thread failed (on a GPU: the trap of the first, then the budget or the abort).
+    assert!(msgs.iter().any(|m| m.contains("the ranks were called with different k or element types")), "{msgs:?}");
+}

@@ -1,0 +1,388 @@
+//! Expert-parallel dispatch and combine among N ranks, one process per rank, against the host
+//! references on fresh random data, bit for bit:
+//!
+//! * the layout kernel alone (token counts from 1 to `max_tokens`, ids outside the experts);
+//! * dispatch then combine for random routing (tokens with no expert, tokens with no expert on
+//!   some rank), k from 1 to 8, bf16 and f32, token counts that differ between ranks, all tokens
+//!   to one rank, empty batches (on one rank and on all), full batches; with the default grid
+//!   and with 3 blocks of 64 threads (many tokens per warp, launches not overlapped), and at
+//!   DeepSeek-V3's hidden size:
+//!   after each dispatch the layout, the receive counts and every received row, id, weight and
+//!   source index are compared; the "experts" (expert e scales by e + 1, weighted by the
+//!   token's weight, summed over the rank's experts of the token) run on the host; combine must
+//!   return the host's sum in rank order, and past the output nothing may be written;
+//! * pairs of dispatch and combine enqueued back to back with no host synchronisation (the same
+//!   batch twice among them must give the same bits);
+//! * requests beyond the configuration, stale and repeated combines: errors, before any launch.
+//!
+//! ```sh
+//! cargo test --release -p mscclpp-ep --test mp_ep   # 2 ranks (launcher)
+//! target/release/deps/mp_ep-... --ranks 4
+//! mpirun -np 2 target/release/deps/mp_ep-...
+//! ```
+//! `MSCCLPP_RS_SEED` repeats a run's data. Without GPUs every rank prints a GPU-SKIP line.
+
+use std::process::ExitCode;
+
+use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
+use mscclpp_ep::{Config, DataType, DispatchInput, Dispatched, ExpertParallel};
+use mscclpp_host::comm::Communicator;
+use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+fn main() -> ExitCode {
+    mscclpp_collectives::runner::main("mp_ep", 2, run)
+}
+
+fn fail(what: String) -> Error {
+    Error::InvalidArgument(what)
+}
+
+const POISON: u8 = 0xa5;
+/// Bytes past the end of every output that must stay poisoned.
+const TAIL: usize = 64;
+
+/// One collective case: every rank's batch is known to every rank (generated from the seed).
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    dtype: DataType,
+    k: usize,
+    routing: Routing,
+    /// Tokens of rank r: `tokens[r % 4]` capped at max_tokens.
+    tokens: [usize; 4],
+    seed: u64,
+}
+
+/// The host side of one case, for every rank.
+struct Plan {
+    inputs: Vec<RankInput>,
+    layouts: Vec<Layout>,
+    recv: Vec<Received>,
+    /// The experts' output rows of every rank.
+    ys: Vec<Vec<u8>>,
+    /// What combine returns on this rank.
+    out: Vec<u8>,
+}
+
+fn plan(c: &Case, cfg: &Config, n: usize, me: usize) -> Plan {
+    let inputs: Vec<RankInput> = (0..n)
+        .map(|r| {
+            let t = c.tokens[r % 4].min(cfg.max_tokens);
+            reference::random_input(c.seed, r, c.dtype, t, cfg.hidden, c.k, (cfg.experts, n), c.routing)
+        })
+        .collect();
+    let layouts: Vec<Layout> =
+        inputs.iter().map(|i| reference::layout(&i.topk_idx, i.tokens, c.k, cfg.experts, n)).collect();
+    let row = cfg.hidden * c.dtype.bytes();
+    let recv: Vec<Received> = (0..n).map(|d| reference::received(&inputs, &layouts, d, cfg.experts, row)).collect();
+    let ys: Vec<Vec<u8>> =
+        (0..n).map(|d| reference::scaled_experts(c.dtype, &recv[d], c.k, d, cfg.experts, n)).collect();
+    let offsets: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
+    let out = reference::combine(c.dtype, &layouts[me], me, inputs[me].tokens, (&ys, &offsets), row);
+    Plan { inputs, layouts, recv, ys, out }
+}
+
+/// This rank's device buffers of one case.
+struct Bufs {
+    x: DeviceBuffer,
+    idx: DeviceBuffer,
+    w: DeviceBuffer,
+    y: DeviceBuffer,
+    out: DeviceBuffer,
+}
+
+fn upload(ep: &ExpertParallel, p: &Plan, me: usize) -> Result<Bufs> {
+    let gpu = ep.gpu();
+    let i = &p.inputs[me];
+    let out_bytes = p.out.len() + TAIL;
+    Ok(Bufs {
+        x: DeviceBuffer::from_slice(gpu, &i.x)?,
+        idx: DeviceBuffer::from_slice(gpu, &i.topk_idx)?,
+        w: DeviceBuffer::from_slice(gpu, &i.topk_weights)?,
+        y: DeviceBuffer::from_slice(gpu, &p.ys[me])?,
+        out: DeviceBuffer::filled(gpu, out_bytes, POISON)?,
+    })
+}
+
+fn dispatch(ep: &mut ExpertParallel, c: &Case, b: &Bufs, tokens: usize) -> Result<Dispatched> {
+    let input = DispatchInput { x: &b.x, dtype: c.dtype, topk_idx: &b.idx, topk_weights: &b.w, tokens, k: c.k };
+    ep.dispatch(&input, ep.gpu().clone().stream())
+}
+
+fn check_eq<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T]) -> Result<()> {
+    if got.len() != want.len() {
+        return Err(fail(format!("{what}: {} values, expected {}", got.len(), want.len())));
+    }
+    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+        let wrong = got.iter().zip(want).filter(|(a, b)| a != b).count();
+        return Err(fail(format!(
+            "{what}: {wrong} of {} values wrong, first at {i}: {:?}, expected {:?}",
+            want.len(),
+            got[i],
+            want[i]
+        )));
+    }
+    Ok(())
+}
+
+/// Compares a layout read from the GPU with the reference, field by field.
+fn check_layout(what: &str, got: &Layout, want: &Layout) -> Result<()> {
+    check_eq(&format!("{what}: tokens per rank"), &got.tokens_per_rank, &want.tokens_per_rank)?;
+    check_eq(&format!("{what}: tokens per expert"), &got.tokens_per_expert, &want.tokens_per_expert)?;
+    check_eq(&format!("{what}: is token in rank"), &got.is_token_in_rank, &want.is_token_in_rank)?;
+    check_eq(&format!("{what}: send index"), &got.send_index, &want.send_index)
+}
+
+/// Checks the combine output (and the poisoned tail) of this rank.
+fn check_out(what: &str, b: &Bufs, want: &[u8]) -> Result<()> {
+    let got = b.out.to_vec::<u8>()?;
+    check_eq(&format!("{what}: combine output"), &got[..want.len()], want)?;
+    if got[want.len()..].iter().any(|&x| x != POISON) {
+        return Err(fail(format!("{what}: combine wrote past the output")));
+    }
+    Ok(())
+}
+
+/// Dispatch, full inspection, experts, combine, check: one case.
+fn run_case(ep: &mut ExpertParallel, c: &Case, what: &str) -> Result<()> {
+    let (me, n) = ep.rank();
+    let cfg = *ep.config();
+    let p = plan(c, &cfg, n, me);
+    let b = upload(ep, &p, me)?;
+    let stream = ep.gpu().clone();
+    let stream = stream.stream();
+    let d = dispatch(ep, c, &b, p.inputs[me].tokens)?;
+    check_layout(what, &ep.read_layout(stream)?, &p.layouts[me])?;
+    let rc = ep.recv_counts(&d, stream)?;
+    let want = &p.recv[me];
+    check_eq(&format!("{what}: received rows"), &[rc.rows], &[want.rows])?;
+    check_eq(&format!("{what}: offsets by source"), &rc.offsets, &want.offsets)?;
+    check_eq(&format!("{what}: count matrix"), &rc.matrix, &want.matrix)?;
+    check_eq(&format!("{what}: rows per local expert"), &rc.per_expert, &want.per_expert)?;
+    let got = ep.read_received(&d, stream)?;
+    check_eq(&format!("{what}: received x"), &got.x, &want.x)?;
+    check_eq(&format!("{what}: received ids"), &got.topk_idx, &want.topk_idx)?;
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    check_eq(&format!("{what}: received weights"), &bits(&got.topk_weights), &bits(&want.topk_weights))?;
+    check_eq(&format!("{what}: received source indices"), &got.src, &want.src)?;
+    ep.combine(&d, &b.y, &b.out, c.dtype, stream)?;
+    ep.gpu().synchronize()?;
+    check_out(what, &b, &p.out)?;
+    // The reference itself is the mixture the experts define (within rounding).
+    let (exact, mag) = reference::moe_exact(c.dtype, &p.inputs[me], cfg.experts);
+    let eps = if c.dtype == DataType::Bf16 { 3.0 / 256.0 } else { 1e-5 };
+    let out = reference::to_f32(c.dtype, &p.out);
+    if let Some(i) = (0..out.len()).find(|&i| (out[i] as f64 - exact[i]).abs() > eps * mag[i] + 1e-30) {
+        return Err(fail(format!("{what}: the reference differs from the mixture at {i}: {} vs {}", out[i], exact[i])));
+    }
+    Ok(())
+}
+
+/// The layout kernel alone against the reference: token counts around the block size, ids
+/// outside the experts.
+fn layouts(ep: &mut ExpertParallel, seed: u64) -> Result<usize> {
+    let (me, n) = ep.rank();
+    let cfg = *ep.config();
+    let mut rng = StdRng::seed_from_u64(seed ^ ((me as u64 + 1) * 0x51));
+    let mut cases = 0;
+    for (i, &tokens) in [1usize, 2, 511, 512, 513, 1000, 1024, 1025, cfg.max_tokens].iter().enumerate() {
+        let tokens = tokens.min(cfg.max_tokens);
+        let k = 1 + (i * 3 + me) % cfg.max_topk;
+        let e = cfg.experts as i32;
+        let idx: Vec<i32> = (0..tokens * k).map(|_| rng.random_range(-3..e + 3)).collect();
+        let buf = DeviceBuffer::from_slice(ep.gpu(), &idx)?;
+        let stream = ep.gpu().clone();
+        ep.layout(&buf, tokens, k, stream.stream())?;
+        let got = ep.read_layout(stream.stream())?;
+        let want = reference::layout(&idx, tokens, k, cfg.experts, n);
+        check_layout(&format!("layout of {tokens} tokens, k = {k}"), &got, &want)?;
+        cases += 1;
+    }
+    Ok(cases)
+}
+
+/// Dispatch and combine pairs enqueued with no host synchronisation, checked after one.
+fn back_to_back(ep: &mut ExpertParallel, base: &Case) -> Result<usize> {
+    let (me, n) = ep.rank();
+    let cfg = *ep.config();
+    let mut cases = vec![];
+    for i in 0..7u64 {
+        let dtype = if i % 3 == 2 { DataType::F32 } else { DataType::Bf16 };
+        let k = 1 + (i as usize * 5) % cfg.max_topk;
+        // Pairs 1 and 4 are the same batch: the same bits must come out.
+        let seed = if i == 4 { base.seed + 1 } else { base.seed + i };
+        let k = if i == 4 { 1 + 5 % cfg.max_topk } else { k };
+        let dtype = if i == 4 { DataType::Bf16 } else { dtype };
+        let routing = if i == 5 { Routing::ToRank(0) } else { base.routing };
+        cases.push(Case { dtype, k, routing, seed, ..*base });
+    }
+    let plans: Vec<Plan> = cases.iter().map(|c| plan(c, &cfg, n, me)).collect();
+    let bufs = plans.iter().map(|p| upload(ep, p, me)).collect::<Result<Vec<_>>>()?;
+    let gpu = ep.gpu().clone();
+    for ((c, p), b) in cases.iter().zip(&plans).zip(&bufs) {
+        let d = dispatch(ep, c, b, p.inputs[me].tokens)?;
+        ep.combine(&d, &b.y, &b.out, c.dtype, gpu.stream())?;
+    }
+    gpu.synchronize()?;
+    for (i, (p, b)) in plans.iter().zip(&bufs).enumerate() {
+        check_out(&format!("back-to-back pair {i}"), b, &p.out)?;
+    }
+    let (a, b4) = (bufs[1].out.to_vec::<u8>()?, bufs[4].out.to_vec::<u8>()?);
+    if a != b4 {
+        return Err(fail("back-to-back: the same batch twice gave different bits".into()));
+    }
+    Ok(cases.len())
+}
+
+/// Requests the host refuses before launching anything (every rank makes the same ones).
+fn refusals(ep: &mut ExpertParallel, base: &Case) -> Result<()> {
+    let (me, n) = ep.rank();
+    let cfg = *ep.config();
+    let p = plan(base, &cfg, n, me);
+    let b = upload(ep, &p, me)?;
+    let gpu = ep.gpu().clone();
+    let s = gpu.stream();
+    let expect_err = |r: Result<()>, what: &str, needle: &str| -> Result<()> {
+        match r {
+            Err(e) if e.to_string().contains(needle) => Ok(()),
+            Err(e) => Err(fail(format!("{what}: unexpected error {e}"))),
+            Ok(()) => Err(fail(format!("{what}: accepted"))),
+        }
+    };
+    let too_many = DispatchInput {
+        x: &b.x,
+        dtype: base.dtype,
+        topk_idx: &b.idx,
+        topk_weights: &b.w,
+        tokens: cfg.max_tokens + 1,
+        k: base.k,
+    };
+    expect_err(ep.dispatch(&too_many, s).map(|_| ()), "too many tokens", "more than max_tokens")?;
+    let big_k = DispatchInput { k: cfg.max_topk + 1, tokens: 1, ..too_many };
+    expect_err(ep.dispatch(&big_k, s).map(|_| ()), "k above max_topk", "max_topk")?;
+    let f16 = DispatchInput { dtype: DataType::F16, tokens: 1, ..too_many };
+    expect_err(ep.dispatch(&f16, s).map(|_| ()), "f16", "bf16 and f32 are supported")?;
+    let t = p.inputs[me].tokens;
+    let short_x = DeviceBuffer::alloc(&gpu, 17 * cfg.hidden * base.dtype.bytes() - 1)?;
+    let short = DispatchInput { x: &short_x, tokens: 17, ..too_many };
+    expect_err(ep.dispatch(&short, s).map(|_| ()), "short x", "x buffer holds")?;
+    // Two dispatches; the first can no longer be combined, the second once.
+    let d1 = dispatch(ep, base, &b, t)?;
+    let d2 = dispatch(ep, base, &b, t)?;
+    expect_err(ep.combine(&d1, &b.y, &b.out, base.dtype, s), "stale combine", "last dispatch")?;
+    ep.combine(&d2, &b.y, &b.out, base.dtype, s)?;
+    expect_err(ep.combine(&d2, &b.y, &b.out, base.dtype, s), "second combine", "already combined")?;
+    gpu.synchronize()?;
+    check_out("after refusals", &b, &p.out)
+}
+
+fn run(comm: &Communicator) -> Result<()> {
+    let (me, n) = (comm.rank(), comm.world_size());
+    let own_seed: u64 =
+        std::env::var("MSCCLPP_RS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random::<u64>);
+    let seed = comm.bootstrap().all_gather_pod(&own_seed)?[0];
+    if me == 0 {
+        println!("mp_ep: {n} ranks, seed {seed} (MSCCLPP_RS_SEED={seed} repeats this run)");
+    }
+    let random = Routing::Random { none: 0.15 };
+    let mut total = 0usize;
+
+    // Hidden 1000 (not a power of two), 64 experts, up to 1100 tokens (more than two per
+    // thread of the layout kernel) and top-8.
+    let cfg = Config::new(1100, 1000, 64, 8);
+    let mut ep = ExpertParallel::new(comm, cfg)?;
+    let (blocks, dt, ct) = ep.grid();
+    total += layouts(&mut ep, seed)?;
+    let mut cases: Vec<(String, Case)> = vec![];
+    for k in 1..=8 {
+        let tokens = [300 - 13 * k, 217 + 3 * k, 1 + k, 256];
+        cases.push((
+            format!("random bf16 k={k}"),
+            Case { dtype: DataType::Bf16, k, routing: random, tokens, seed: seed + k as u64 },
+        ));
+    }
+    for (k, tokens) in [(2, [100, 300, 7, 64]), (8, [300, 299, 298, 297])] {
+        cases.push((
+            format!("random f32 k={k}"),
+            Case { dtype: DataType::F32, k, routing: random, tokens, seed: seed + 20 + k as u64 },
+        ));
+    }
+    let last = n - 1;
+    cases.push((
+        format!("all to rank {last} bf16 k=8"),
+        Case {
+            dtype: DataType::Bf16,
+            k: 8,
+            routing: Routing::ToRank(last),
+            tokens: [300, 150, 1, 299],
+            seed: seed + 30,
+        },
+    ));
+    cases.push((
+        "all to rank 0 f32 k=3".into(),
+        Case { dtype: DataType::F32, k: 3, routing: Routing::ToRank(0), tokens: [10, 300, 200, 0], seed: seed + 31 },
+    ));
+    cases.push((
+        "empty batches".into(),
+        Case { dtype: DataType::Bf16, k: 4, routing: random, tokens: [0; 4], seed: seed + 32 },
+    ));
+    cases.push((
+        "rank 0 empty".into(),
+        Case { dtype: DataType::Bf16, k: 6, routing: random, tokens: [0, 300, 300, 300], seed: seed + 33 },
+    ));
+    cases.push((
+        "full, every slot an expert".into(),
+        Case {
+            dtype: DataType::Bf16,
+            k: 8,
+            routing: Routing::Random { none: 0.0 },
+            tokens: [1100; 4],
+            seed: seed + 34,
+        },
+    ));
+    for (what, c) in &cases {
+        run_case(&mut ep, c, &format!("{what} [{blocks} blocks x {dt}/{ct} threads]"))?;
+        total += 1;
+    }
+    total += back_to_back(&mut ep, &cases[3].1)?;
+    refusals(&mut ep, &cases[7].1)?;
+    drop(ep);
+
+    // Few blocks, few threads: many tokens per warp and per block; plain launches (the other
+    // configurations overlap each kernel's launch with the end of the one before).
+    let small = Config { blocks: Some(3), threads: Some(64), overlap: false, ..cfg };
+    let mut ep = ExpertParallel::new(comm, small)?;
+    let (blocks, dt, ct) = ep.grid();
+    for (what, c) in [&cases[7], &cases[9], &cases[10], &cases[12]].map(|x| (x.0.clone(), x.1)) {
+        run_case(&mut ep, &c, &format!("{what} [{blocks} blocks x {dt}/{ct} threads]"))?;
+        total += 1;
+    }
+    drop(ep);
+
+    // DeepSeek-V3's hidden size and expert count, a decoding batch.
+    let big = Config::new(128, 7168, 256, 8);
+    let mut ep = ExpertParallel::new(comm, big)?;
+    let (blocks, dt, ct) = ep.grid();
+    for (what, c) in [
+        (
+            "deepseek bf16 k=8",
+            Case {
+                dtype: DataType::Bf16,
+                k: 8,
+                routing: Routing::Random { none: 0.0 },
+                tokens: [128, 100, 128, 77],
+                seed: seed + 40,
+            },
+        ),
+        (
+            "deepseek f32 k=4",
+            Case { dtype: DataType::F32, k: 4, routing: random, tokens: [50, 128, 0, 128], seed: seed + 41 },
+        ),
+    ] {
+        run_case(&mut ep, &c, &format!("{what} [{blocks} blocks x {dt}/{ct} threads]"))?;
+        total += 1;
+    }
+    println!("mp_ep: rank {me}: {total} cases ok (layouts, dispatch + combine, back-to-back), refusals ok");
+    Ok(())
+}

@@ -1,0 +1,307 @@
+//! Where every rank runs: its machine and the GPU it drives, exchanged through the bootstrap, and
+//! the transport each pair of ranks uses ([`crate::transport`]).
+//!
+//! A machine is named by its boot id (`/proc/sys/kernel/random/boot_id`, else
+//! `/etc/machine-id`) together with its host name: a host name alone is not enough (cloned
+//! machines and containers share names), and neither is an id alone (containers of one machine
+//! share its boot id but not its IPC namespace when their host names differ, so they are kept
+//! apart). Two ranks share a machine only when both are known and equal.
+
+use crate::bootstrap::Bootstrap;
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::transport::{TransportChoice, TransportKind};
+
+/// The name of a machine.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HostIdentity {
+    /// The boot id, else the machine id; empty when neither could be read.
+    pub machine: String,
+    /// The host name.
+    pub hostname: String,
+}
+
+impl HostIdentity {
+    /// This machine's identity.
+    pub fn this_machine() -> Self {
+        let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default();
+        let mut machine = read("/proc/sys/kernel/random/boot_id");
+        if machine.is_empty() {
+            machine = read("/etc/machine-id");
+        }
+        Self { machine, hostname: hostname() }
+    }
+
+    /// Whether both name the same machine (both fully known and equal).
+    pub fn same_machine(&self, other: &Self) -> bool {
+        !self.machine.is_empty() && !self.hostname.is_empty() && self == other
+    }
+}
+
+/// This machine's host name (empty if it cannot be read).
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `len` bytes into the buffer we own.
+    let r = unsafe { nix::libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if r != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// One rank's place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankPlace {
+    /// Its machine.
+    pub host: HostIdentity,
+    /// The ordinal of its GPU in its process.
+    pub gpu_ordinal: u32,
+    /// Its GPU's PCI bus id (`0000:19:00.0`), the same in every process of the machine whatever
+    /// `CUDA_VISIBLE_DEVICES` says; empty if unknown.
+    pub gpu_bus_id: String,
+    /// What its `MSCCLPP_RS_TRANSPORT` asked for.
+    pub choice: TransportChoice,
+}
+
+/// Longest string field of a [`RankPlace`] on the wire.
+const MAX_FIELD: usize = 255;
+
+impl RankPlace {
+    /// This rank's place, driving `gpu`.
+    pub fn this_rank(gpu: &Gpu) -> Result<Self> {
+        Ok(Self {
+            host: HostIdentity::this_machine(),
+            gpu_ordinal: gpu.ordinal() as u32,
+            gpu_bus_id: pci_bus_id(gpu).unwrap_or_default(),
+            choice: TransportChoice::from_env()?,
+        })
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut v = vec![1u8, u8::from(self.choice == TransportChoice::ForceTcp)];
+        v.extend_from_slice(&self.gpu_ordinal.to_le_bytes());
+        for s in [&self.host.machine, &self.host.hostname, &self.gpu_bus_id] {
+            let b = &s.as_bytes()[..s.len().min(MAX_FIELD)];
+            v.push(b.len() as u8);
+            v.extend_from_slice(b);
+        }
+        v
+    }
+
+    fn decode(b: &[u8]) -> std::result::Result<Self, String> {
+        let (&[version, choice], rest) = b.split_first_chunk::<2>().ok_or("too short")?;
+        if version != 1 {
+            return Err(format!("place format {version}, this rank speaks 1"));
+        }
+        let choice = match choice {
+            0 => TransportChoice::Auto,
+            1 => TransportChoice::ForceTcp,
+            c => return Err(format!("transport choice {c}")),
+        };
+        let (ordinal, mut rest) = rest.split_first_chunk::<4>().ok_or("too short")?;
+        let mut field = || -> std::result::Result<String, String> {
+            let (&len, r) = rest.split_first().ok_or("too short")?;
+            let (s, r) = r.split_at_checked(len as usize).ok_or("a field runs past the end")?;
+            rest = r;
+            String::from_utf8(s.to_vec()).map_err(|_| "a field is not UTF-8".to_string())
+        };
+        let (machine, hostname, gpu_bus_id) = (field()?, field()?, field()?);
+        if !rest.is_empty() {
+            return Err(format!("{} bytes after the last field", rest.len()));
+        }
+        Ok(Self {
+            host: HostIdentity { machine, hostname },
+            gpu_ordinal: u32::from_le_bytes(*ordinal),
+            gpu_bus_id,
+            choice,
+        })
+    }
+}
+
+fn pci_bus_id(gpu: &Gpu) -> Option<String> {
+    let mut buf = [0 as std::ffi::c_char; 32];
+    gpu.bind().ok()?;
+    // SAFETY: the driver writes at most `len` bytes, NUL-terminated, into our buffer.
+    let r = unsafe {
+        cudarc::driver::sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, gpu.context().cu_device())
+    };
+    if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    // SAFETY: NUL-terminated within the buffer on success.
+    let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+    Some(s.to_string_lossy().into_owned())
+}
+
+/// Every rank's place, as this rank sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Topology {
+    me: usize,
+    ranks: Vec<RankPlace>,
+}
+
+impl Topology {
+    /// Exchanges every rank's place (collective over `boot`: one all-gather).
+    pub fn exchange(boot: &dyn Bootstrap, gpu: &Gpu) -> Result<Self> {
+        let mine = RankPlace::this_rank(gpu)?;
+        let all = boot.all_gather(&mine.encode())?;
+        let ranks = all
+            .iter()
+            .enumerate()
+            .map(|(r, b)| {
+                RankPlace::decode(b).map_err(|why| Error::Bootstrap {
+                    rank: boot.rank(),
+                    step: "exchanging where the ranks run".into(),
+                    cause: Box::new(Error::Protocol(format!("rank {r}'s place: {why}"))),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { me: boot.rank(), ranks })
+    }
+
+    /// A topology from known places (`me` indexes `ranks`).
+    pub fn from_places(me: usize, ranks: Vec<RankPlace>) -> Result<Self> {
+        if me >= ranks.len() {
+            return Err(Error::InvalidArgument(format!("rank {me} of {} places", ranks.len())));
+        }
+        Ok(Self { me, ranks })
+    }
+
+    /// This rank.
+    pub fn me(&self) -> usize {
+        self.me
+    }
+
+    /// Rank `r`'s place (`None` past the last rank).
+    pub fn place(&self, r: usize) -> Option<&RankPlace> {
+        self.ranks.get(r)
+    }
+
+    /// Whether rank `p` runs on this rank's machine.
+    pub fn same_machine(&self, p: usize) -> bool {
+        self.pair_same_machine(self.me, p)
+    }
+
+    fn pair_same_machine(&self, a: usize, b: usize) -> bool {
+        match (self.ranks.get(a), self.ranks.get(b)) {
+            (Some(x), Some(y)) => a == b || x.host.same_machine(&y.host),
+            _ => false,
+        }
+    }
+
+    /// Whether every rank runs on this machine.
+    pub fn single_machine(&self) -> bool {
+        (0..self.ranks.len()).all(|p| self.same_machine(p))
+    }
+
+    /// The transport between this rank and rank `p`.
+    pub fn transport(&self, p: usize) -> TransportKind {
+        self.pair_transport(self.me, p)
+    }
+
+    fn pair_transport(&self, a: usize, b: usize) -> TransportKind {
+        match (self.ranks.get(a), self.ranks.get(b)) {
+            // A rank's own memory is always mapped.
+            _ if a == b => TransportKind::CudaIpc,
+            (Some(x), Some(y)) => TransportChoice::between(x.choice, y.choice, self.pair_same_machine(a, b)),
+            _ => TransportKind::Tcp,
+        }
+    }
+
+    /// Whether any pair of ranks (not only this rank's) uses TCP: every rank computes the same
+    /// answer, so collective set-up steps can depend on it.
+    pub fn any_tcp(&self) -> bool {
+        let n = self.ranks.len();
+        (0..n).any(|a| (a + 1..n).any(|b| self.pair_transport(a, b) == TransportKind::Tcp))
+    }
+
+    /// The first rank that is not on this machine, if any.
+    pub fn first_off_machine(&self) -> Option<usize> {
+        (0..self.ranks.len()).find(|&p| !self.same_machine(p))
+    }
+
+    /// Why rank `p` cannot be reached through mapped memory, for error messages.
+    pub fn off_machine_reason(&self, p: usize) -> String {
+        let name = |r: usize| self.ranks.get(r).map_or("?".to_string(), |x| x.host.hostname.clone());
+        format!(
+            "rank {p} runs on another machine ({}, this rank on {}): this needs the peer's GPU memory mapped into \
+             this process (CUDA IPC), which only works between processes of one machine; port channels reach \
+             other machines through the proxy (TCP)",
+            name(p),
+            name(self.me)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place(machine: &str, host: &str, gpu: u32, choice: TransportChoice) -> RankPlace {
+        RankPlace {
+            host: HostIdentity { machine: machine.into(), hostname: host.into() },
+            gpu_ordinal: gpu,
+            gpu_bus_id: format!("0000:{gpu:02x}:00.0"),
+            choice,
+        }
+    }
+
+    #[test]
+    fn places_round_trip_and_malformed_ones_are_refused() {
+        let p = place("3b1f-boot", "node-a", 3, TransportChoice::ForceTcp);
+        assert_eq!(RankPlace::decode(&p.encode()), Ok(p.clone()));
+        let b = p.encode();
+        for cut in 0..b.len() {
+            assert!(RankPlace::decode(&b[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut long = b.clone();
+        long.push(0);
+        assert!(RankPlace::decode(&long).is_err());
+        let mut v = b.clone();
+        v[0] = 2;
+        assert!(RankPlace::decode(&v).unwrap_err().contains("format 2"));
+        let mut c = b.clone();
+        c[1] = 7;
+        assert!(RankPlace::decode(&c).is_err());
+        let mut utf = b;
+        utf[7] = 0xff; // inside the machine id
+        assert!(RankPlace::decode(&utf).is_err());
+        // An over-long field is cut on the way out, never sent as a length that wraps.
+        let big = place(&"x".repeat(300), "h", 0, TransportChoice::Auto);
+        assert_eq!(RankPlace::decode(&big.encode()).unwrap().host.machine.len(), MAX_FIELD);
+    }
+
+    #[test]
+    fn machines_need_both_names_and_transports_follow() {
+        use TransportChoice::*;
+        let ranks = vec![
+            place("boot-1", "a", 0, Auto),
+            place("boot-1", "a", 1, Auto),
+            place("boot-2", "b", 0, Auto),
+            place("boot-1", "a2", 0, Auto), // same boot id, another host name: a container apart
+            place("", "a", 0, Auto),        // unknown machine id
+        ];
+        let t = Topology::from_places(0, ranks.clone()).unwrap();
+        assert_eq!((0..5).map(|p| t.same_machine(p)).collect::<Vec<_>>(), [true, true, false, false, false]);
+        assert_eq!(t.transport(1), TransportKind::CudaIpc);
+        assert_eq!(t.transport(2), TransportKind::Tcp);
+        assert_eq!(t.first_off_machine(), Some(2));
+        assert!(!t.single_machine() && t.any_tcp());
+        assert!(t.off_machine_reason(2).contains("rank 2 runs on another machine (b, this rank on a)"));
+        // One machine: IPC unless a rank forces TCP; then every pair with that rank uses TCP,
+        // and every rank agrees that some pair does.
+        let one = vec![place("m", "h", 0, Auto), place("m", "h", 1, Auto), place("m", "h", 0, ForceTcp)];
+        for me in 0..3 {
+            let t = Topology::from_places(me, one.clone()).unwrap();
+            assert!(t.single_machine() && t.any_tcp());
+            for p in 0..3 {
+                let want = if me != p && (me == 2 || p == 2) { TransportKind::Tcp } else { TransportKind::CudaIpc };
+                assert_eq!(t.transport(p), want, "{me} -> {p}");
+            }
+        }
+        let t = Topology::from_places(1, one[..2].to_vec()).unwrap();
+        assert!(t.single_machine() && !t.any_tcp());
+        assert!(Topology::from_places(3, one).is_err());
+    }
+}

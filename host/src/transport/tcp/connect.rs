@@ -1,0 +1,368 @@
+//! Opening the TCP transport's connections through the bootstrap.
+//!
+//! [`connect_peers`] is collective: every rank calls it at the same point, each with the peers it
+//! reaches over TCP (the relation is symmetric). It
+//!
+//! 1. agrees on an instance number (rank 0's, through an all-gather), which every handshake
+//!    names, so that a connection meant for another set of channels is never taken for this one;
+//! 2. takes the key from [`Bootstrap::hints`] (derived from the session token), or, for a
+//!    bootstrap without one, the key rank 0 drew, sent in the same all-gather;
+//! 3. listens on an ephemeral port of every interface and all-gathers `address:port`; a peer on
+//!    this machine is reached through loopback, others at the address the peer advertised
+//!    ([`ENV_TRANSPORT_ADDR`], else the bootstrap's local address, else the host name's);
+//! 4. connects to every peer (the connection this rank sends on) while accepting theirs (the
+//!    ones it receives on), and runs a challenge-response on each: the accepting side sends a
+//!    nonce, the connecting side answers with its introduction (from, to, instance), its own
+//!    nonce and an HMAC-SHA256 over all of it under the key, and the accepting side's welcome
+//!    carries the largest chunk it accepts and its own HMAC. A connection that fails this is
+//!    dropped and the wait goes on (a stray process must not take the job down); the deadline's
+//!    error names the ranks still missing and the last rejection.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use super::wire::{self, Introduction, NONCE_LEN};
+use crate::bootstrap::{Bootstrap, Token};
+use crate::error::{Error, Result};
+
+/// The environment variable naming the address (an IP) other machines reach this rank's TCP
+/// transport at, when the default (the bootstrap's local address) is not the right interface.
+pub const ENV_TRANSPORT_ADDR: &str = "MSCCLPP_RS_TRANSPORT_ADDR";
+
+/// How long one incoming connection may take over its handshake before it is dropped.
+const HANDSHAKE_WAIT: Duration = Duration::from_secs(2);
+/// The pause before a dropped handshake is tried again.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// How [`connect_peers`] connects.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// The largest put chunk this rank accepts (its landing slots' size); told to every peer.
+    pub max_chunk: u64,
+    /// The address to advertise; default: [`ENV_TRANSPORT_ADDR`], else the bootstrap's local
+    /// address, else the first address of the host name.
+    pub advertise: Option<IpAddr>,
+    /// The deadline for the whole set-up; default: the bootstrap's timeout, else 30 s.
+    pub timeout: Option<Duration>,
+}
+
+/// A peer to connect to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerAddr {
+    /// Its rank.
+    pub rank: usize,
+    /// Whether it runs on this machine (then loopback is used).
+    pub same_machine: bool,
+}
+
+/// The two authenticated connections with one peer.
+#[derive(Debug)]
+pub struct Link {
+    /// The peer's rank.
+    pub peer: usize,
+    /// The connection this rank opened: it sends operations on it and reads acknowledgements.
+    pub outgoing: TcpStream,
+    /// The connection the peer opened: this rank receives operations on it.
+    pub incoming: TcpStream,
+    /// The largest put chunk the peer accepts.
+    pub peer_max_chunk: u64,
+}
+
+fn random_nonce() -> [u8; NONCE_LEN] {
+    use rand::RngExt;
+    rand::rng().random()
+}
+
+/// The address to advertise when none is given.
+fn default_advertise(boot: &dyn Bootstrap) -> Result<IpAddr> {
+    if let Ok(v) = std::env::var(ENV_TRANSPORT_ADDR) {
+        return v
+            .trim()
+            .parse()
+            .map_err(|_| Error::InvalidArgument(format!("{ENV_TRANSPORT_ADDR}={v:?} is not an IP address")));
+    }
+    if let Some(ip) = boot.hints().local_ip {
+        return Ok(ip);
+    }
+    let host = crate::topology::hostname();
+    let resolved =
+        (host.as_str(), 0).to_socket_addrs().map(|a| a.map(|a| a.ip()).collect::<Vec<_>>()).unwrap_or_default();
+    Ok(resolved.iter().copied().find(|ip| !ip.is_loopback()).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)))
+}
+
+/// Opens and authenticates both connections with every peer of `peers` (collective over `boot`;
+/// see the module documentation). Returns the links in the order of `peers`.
+pub fn connect_peers(boot: &dyn Bootstrap, peers: &[PeerAddr], opts: &ConnectOptions) -> Result<Vec<Link>> {
+    let me = boot.rank();
+    let wrap = |step: String| move |e: Error| Error::Bootstrap { rank: me, step, cause: Box::new(e) };
+    let hints = boot.hints();
+    let timeout = opts.timeout.or(hints.timeout).unwrap_or(crate::bootstrap::env::DEFAULT_TIMEOUT);
+    // 1, 2: instance and fallback key from rank 0.
+    let mut mine = [0u8; 24];
+    mine[..NONCE_LEN].copy_from_slice(&random_nonce());
+    mine[NONCE_LEN..].copy_from_slice(&random_nonce()[..8]);
+    let all = boot.all_gather(&mine)?;
+    let root: [u8; 24] = all[0].as_slice().try_into().map_err(|_| {
+        wrap("port channels over TCP".into())(Error::Protocol(format!(
+            "rank 0 sent {} bytes of set-up, not 24",
+            all[0].len()
+        )))
+    })?;
+    let key = hints.key.unwrap_or_else(|| Token(root[..16].try_into().expect("16 bytes")));
+    let instance = u64::from_le_bytes(root[16..].try_into().expect("8 bytes"));
+    // 3: listen and tell everyone where.
+    let advertise = match opts.advertise {
+        Some(a) => a,
+        None => default_advertise(boot)?,
+    };
+    let listener = if peers.is_empty() {
+        None
+    } else {
+        let any =
+            if advertise.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
+        let l = TcpListener::bind((any, 0))
+            .map_err(|source| Error::Io { context: "listening for the TCP transport".into(), source })?;
+        Some(l)
+    };
+    let text = match &listener {
+        Some(l) => {
+            let port = l
+                .local_addr()
+                .map_err(|source| Error::Io { context: "the transport listener's port".into(), source })?
+                .port();
+            SocketAddr::new(advertise, port).to_string()
+        }
+        None => String::new(),
+    };
+    let addrs = boot.all_gather(text.as_bytes())?;
+    let Some(listener) = listener else { return Ok(Vec::new()) };
+    let deadline = crate::bootstrap::after(timeout);
+    // 4: accept theirs on a thread while connecting to them here.
+    let expected: Vec<usize> = peers.iter().map(|p| p.rank).collect();
+    let max_chunk = opts.max_chunk;
+    let acceptor = std::thread::Builder::new()
+        .name("mscclpp-tcp-accept".into())
+        .spawn(move || accept_all(&listener, &key, (me, instance), &expected, max_chunk, (deadline, timeout)))
+        .map_err(|source| Error::Io { context: "starting the transport's accept thread".into(), source })?;
+    let mut outgoing = Vec::with_capacity(peers.len());
+    let mut first_error = None;
+    for p in peers {
+        let step = format!("port channels: connecting to rank {} over TCP", p.rank);
+        let r = peer_addr(&addrs, p, advertise).and_then(|addr| {
+            let intro = Introduction { from: me as u32, to: p.rank as u32, instance };
+            // The peer drops a handshake that takes it more than HANDSHAKE_WAIT (a loaded
+            // machine, a stray ahead in its queue): try again until the deadline, unless the
+            // peer answered and its answer was wrong.
+            loop {
+                match connect_one(addr, &key, intro, deadline, timeout) {
+                    Err(e) if !matches!(e, Error::Protocol(_)) && Instant::now() + RETRY_PAUSE < deadline => {
+                        std::thread::sleep(RETRY_PAUSE);
+                    }
+                    r => break r,
+                }
+            }
+        });
+        match r {
+            Ok(x) => outgoing.push(x),
+            Err(e) => {
+                first_error = Some(wrap(step)(e));
+                break;
+            }
+        }
+    }
+    let incoming =
+        acceptor.join().unwrap_or_else(|_| Err(Error::Protocol("the transport's accept thread panicked".into())));
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let mut incoming = incoming.map_err(wrap("port channels: accepting TCP connections".into()))?;
+    Ok(peers
+        .iter()
+        .zip(outgoing)
+        .map(|(p, (out, peer_max_chunk))| Link {
+            peer: p.rank,
+            outgoing: out,
+            incoming: incoming.remove(&p.rank).expect("accept_all returns every expected peer"),
+            peer_max_chunk,
+        })
+        .collect())
+}
+
+/// Where to reach peer `p`: loopback on this machine, else the address it advertised.
+fn peer_addr(addrs: &[Vec<u8>], p: &PeerAddr, advertise: IpAddr) -> Result<SocketAddr> {
+    let raw = addrs.get(p.rank).ok_or_else(|| Error::InvalidArgument(format!("rank {} is not in the job", p.rank)))?;
+    let text = std::str::from_utf8(raw)
+        .map_err(|_| Error::Protocol(format!("rank {} advertised a non-UTF-8 address", p.rank)))?;
+    let addr: SocketAddr = text.parse().map_err(|_| {
+        Error::Protocol(format!("rank {} advertised {text:?}, not an address (it has no TCP peers?)", p.rank))
+    })?;
+    if p.same_machine {
+        let lo = if advertise.is_ipv4() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { IpAddr::V6(Ipv6Addr::LOCALHOST) };
+        Ok(SocketAddr::new(lo, addr.port()))
+    } else {
+        Ok(addr)
+    }
+}
+
+fn io(what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io { context: what.to_string(), source }
+}
+
+fn read_record(s: &mut TcpStream, len: usize, deadline: Instant, what: &str) -> Result<Vec<u8>> {
+    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    s.set_read_timeout(Some(left)).map_err(io(what))?;
+    let mut b = vec![0u8; len];
+    s.read_exact(&mut b).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            Error::Timeout { after: left, waiting_for: what.to_string() }
+        }
+        _ => Error::Io { context: format!("reading {what}"), source: e },
+    })?;
+    Ok(b)
+}
+
+fn write_record(s: &mut TcpStream, b: &[u8], deadline: Instant, what: &str) -> Result<()> {
+    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    s.set_write_timeout(Some(left)).map_err(io(what))?;
+    s.write_all(b).map_err(|source| Error::Io { context: format!("sending {what}"), source })
+}
+
+/// The connecting side: connects (retrying until `deadline`), answers the challenge, checks the
+/// welcome. Returns the stream and the largest chunk the peer accepts.
+fn connect_one(
+    addr: SocketAddr,
+    key: &Token,
+    intro: Introduction,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<(TcpStream, u64)> {
+    let mut pause = Duration::from_millis(5);
+    let mut s = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Timeout { after: timeout, waiting_for: format!("a TCP connection to {addr}") });
+        }
+        match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(5))) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            Err(source) => return Err(Error::Io { context: format!("connecting to {addr}"), source }),
+        }
+    };
+    let challenge = read_record(&mut s, wire::CHALLENGE_LEN, deadline, "the peer's challenge")?;
+    let server = wire::parse_challenge(&challenge).map_err(Error::Protocol)?;
+    let client = random_nonce();
+    write_record(&mut s, &wire::hello(key, &intro, &server, &client), deadline, "the hello")?;
+    let welcome = read_record(&mut s, wire::WELCOME_LEN, deadline, "the peer's welcome")?;
+    let max_chunk = wire::parse_welcome(&welcome, key, &intro, &server, &client)
+        .map_err(|e| Error::Protocol(format!("{addr}: {e}")))?;
+    s.set_read_timeout(None).map_err(io("clearing the read timeout"))?;
+    s.set_write_timeout(None).map_err(io("clearing the write timeout"))?;
+    Ok((s, max_chunk))
+}
+
+/// The accepting side of one connection: challenge, check the hello, welcome. `Err(reason)` drops
+/// the connection as a stray.
+fn accept_one(
+    mut s: TcpStream,
+    key: &Token,
+    me: usize,
+    instance: u64,
+    waiting: &[usize],
+    max_chunk: u64,
+    deadline: Instant,
+) -> std::result::Result<(usize, TcpStream), String> {
+    let server = random_nonce();
+    write_record(&mut s, &wire::challenge(&server), deadline, "the challenge").map_err(|e| e.to_string())?;
+    let hello = read_record(&mut s, wire::HELLO_LEN, deadline, "a hello").map_err(|e| e.to_string())?;
+    let (intro, client, proof) = wire::parse_hello(&hello)?;
+    if !wire::verify_hello(key, &intro, &server, &client, &proof) {
+        return Err("wrong key (failed the challenge: a process of another job?)".into());
+    }
+    if intro.instance != instance {
+        return Err(format!("rank {} introduced itself for another set of channels", intro.from));
+    }
+    let from = intro.from as usize;
+    if intro.to as usize != me || !waiting.contains(&from) {
+        return Err(format!("unexpected connection from rank {} to rank {}", intro.from, intro.to));
+    }
+    write_record(&mut s, &wire::welcome(key, &intro, &server, &client, max_chunk), deadline, "the welcome")
+        .map_err(|e| e.to_string())?;
+    s.set_read_timeout(None).map_err(|e| e.to_string())?;
+    s.set_write_timeout(None).map_err(|e| e.to_string())?;
+    Ok((from, s))
+}
+
+/// Accepts until every rank of `expected` has connected, or `deadline`.
+fn accept_all(
+    listener: &TcpListener,
+    key: &Token,
+    (me, instance): (usize, u64),
+    expected: &[usize],
+    max_chunk: u64,
+    (deadline, timeout): (Instant, Duration),
+) -> Result<HashMap<usize, TcpStream>> {
+    listener.set_nonblocking(true).map_err(io("making the listener non-blocking"))?;
+    let mut got = HashMap::new();
+    let mut waiting: Vec<usize> = expected.to_vec();
+    let (mut rejected, mut last_reason) = (0usize, String::new());
+    while !waiting.is_empty() {
+        match listener.accept() {
+            Ok((s, from)) => {
+                s.set_nonblocking(false).map_err(io("making a connection blocking"))?;
+                let until = deadline.min(Instant::now() + HANDSHAKE_WAIT);
+                match accept_one(s, key, me, instance, &waiting, max_chunk, until) {
+                    Ok((rank, s)) => {
+                        waiting.retain(|&r| r != rank);
+                        got.insert(rank, s);
+                    }
+                    Err(why) => {
+                        rejected += 1;
+                        last_reason = format!("{from}: {why}");
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    let note = if rejected > 0 {
+                        format!(" ({rejected} connection(s) rejected, the last: {last_reason})")
+                    } else {
+                        String::new()
+                    };
+                    return Err(Error::Timeout {
+                        after: timeout,
+                        waiting_for: format!("TCP transport connections from rank(s) {waiting:?}{note}"),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(source) => return Err(Error::Io { context: "accepting a transport connection".into(), source }),
+        }
+    }
+    Ok(got)
+}
+
+/// [`accept_all`] for the transport's tests.
+#[cfg(test)]
+pub(super) fn accept_all_for_test(
+    listener: &TcpListener,
+    key: &Token,
+    me: usize,
+    instance: u64,
+    expected: &[usize],
+    max_chunk: u64,
+    deadline: Instant,
+) -> Result<HashMap<usize, TcpStream>> {
+    accept_all(listener, key, (me, instance), expected, max_chunk, (deadline, Duration::from_secs(10)))
+}
+
+/// [`connect_one`] for the transport's tests.
+#[cfg(test)]
+pub(super) fn connect_for_test(addr: SocketAddr, key: &Token, intro: Introduction) -> Result<(TcpStream, u64)> {
+    connect_one(addr, key, intro, Instant::now() + Duration::from_secs(5), Duration::from_secs(5))
+}

@@ -1,0 +1,602 @@
+//! The TCP transport on host memory, between threads over real loopback sockets: data, order,
+//! flushes, atomic adds, every kind of bad message, lost and silent peers, and the connection
+//! set-up through a bootstrap.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::{RngExt, SeedableRng};
+
+use super::connect::{ConnectOptions, PeerAddr, connect_peers};
+use super::wire::{HEADER_LEN, Header, Op};
+use super::*;
+use crate::bootstrap::{Bootstrap, BootstrapHints, RankInfo, RankSource, Token};
+use crate::transport::{RemoteSpan, Transport};
+
+/// A bootstrap for threads of one process: all-gathers through shared memory.
+struct LocalBootstrap {
+    info: RankInfo,
+    shared: Arc<(Mutex<Gathers>, Condvar)>,
+    round: Mutex<u64>,
+    hints: BootstrapHints,
+}
+
+#[derive(Default)]
+struct Gathers {
+    /// (round, rank) -> contribution.
+    parts: std::collections::HashMap<(u64, usize), Vec<u8>>,
+}
+
+fn local_bootstraps(n: usize, hints: BootstrapHints) -> Vec<LocalBootstrap> {
+    let shared = Arc::new((Mutex::new(Gathers::default()), Condvar::new()));
+    (0..n)
+        .map(|rank| LocalBootstrap {
+            info: RankInfo { rank, world_size: n, local_rank: rank, local_size: n, source: RankSource::Launcher },
+            shared: shared.clone(),
+            round: Mutex::new(0),
+            hints: hints.clone(),
+        })
+        .collect()
+}
+
+impl Bootstrap for LocalBootstrap {
+    fn info(&self) -> &RankInfo {
+        &self.info
+    }
+    fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let round = {
+            let mut r = self.round.lock().unwrap();
+            *r += 1;
+            *r
+        };
+        let (m, cv) = &*self.shared;
+        let mut g = m.lock().unwrap();
+        g.parts.insert((round, self.info.rank), data.to_vec());
+        cv.notify_all();
+        let n = self.info.world_size;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while (0..n).any(|r| !g.parts.contains_key(&(round, r))) {
+            let left = deadline.checked_duration_since(Instant::now()).expect("all_gather timed out");
+            g = cv.wait_timeout(g, left).unwrap().0;
+        }
+        Ok((0..n).map(|r| g.parts[&(round, r)].clone()).collect())
+    }
+    fn barrier(&self) -> Result<()> {
+        self.all_gather(&[]).map(drop)
+    }
+    fn send_tagged(&self, _: usize, _: u32, _: &[u8]) -> Result<()> {
+        Err(Error::Unsupported("LocalBootstrap has no point-to-point messages".into()))
+    }
+    fn recv_tagged(&self, _: usize, _: u32) -> Result<Vec<u8>> {
+        Err(Error::Unsupported("LocalBootstrap has no point-to-point messages".into()))
+    }
+    fn hints(&self) -> BootstrapHints {
+        self.hints.clone()
+    }
+}
+
+/// One rank's side of a two-rank test: its transport toward the other, its source and landing
+/// regions and its semaphores.
+struct Side {
+    t: TcpTransport,
+    src: Arc<HostRegion>,
+    dst: Arc<HostRegion>,
+    sems: Vec<Arc<AtomicU64>>,
+}
+
+const POISON: u8 = 0xA5;
+
+fn cfg(chunk: usize, slots: usize, timeout: Duration) -> TcpConfig {
+    TcpConfig { chunk_bytes: chunk, slots, timeout }
+}
+
+/// Two ranks on threads, connected through [`connect_peers`] over a [`LocalBootstrap`]: each
+/// has `bytes` of random source and `bytes` of poisoned destination, and two semaphores.
+fn two_sides(bytes: usize, c: TcpConfig, seed: u64) -> (Side, Side) {
+    let hints = BootstrapHints { key: Some(Token([9; 16])), timeout: Some(Duration::from_secs(20)), local_ip: None };
+    let boots = local_bootstraps(2, hints);
+    let mut handles = Vec::new();
+    for (rank, boot) in boots.into_iter().enumerate() {
+        handles.push(std::thread::spawn(move || {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed + rank as u64);
+            let mut data = vec![0u8; bytes];
+            rng.fill(&mut data[..]);
+            let src = HostRegion::from_slice(&data);
+            let dst = HostRegion::filled(bytes, POISON);
+            let sems = vec![Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+            let peer = PeerAddr { rank: 1 - rank, same_machine: true };
+            let opts = ConnectOptions { max_chunk: c.chunk_bytes as u64, ..Default::default() };
+            let link = connect_peers(&boot, &[peer], &opts).unwrap().pop().unwrap();
+            assert_eq!(link.peer, 1 - rank);
+            let source = HostSource::new(vec![src.clone()], c.slots, c.chunk_bytes).unwrap();
+            let landing = HostLanding::new(vec![dst.clone()], sems.clone(), c.slots, c.chunk_bytes).unwrap();
+            let remote = RemoteMemory { regions: vec![bytes as u64], semaphores: 2 };
+            let t = TcpTransport::start(link, source, landing, remote, &c).unwrap();
+            Side { t, src, dst, sems }
+        }));
+    }
+    let mut sides: Vec<Side> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let b = sides.pop().unwrap();
+    (sides.pop().unwrap(), b)
+}
+
+fn wait_for(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::yield_now();
+    }
+}
+
+fn deadline() -> Instant {
+    Instant::now() + Duration::from_secs(20)
+}
+
+#[test]
+fn puts_land_in_order_before_their_signals_both_ways() {
+    // Small chunks and few slots: every put of more than 4 KiB is cut and pipelined.
+    let bytes = 256 << 10;
+    let (mut a, mut b) = two_sides(bytes, cfg(4096, 3, Duration::from_secs(20)), 1);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    // Random pieces, each followed by a signal; sizes from 1 byte to several chunks.
+    let mut pieces = Vec::new();
+    let mut at = 0usize;
+    while at < bytes {
+        let len = rng.random_range(1..=20_000usize).min(bytes - at);
+        pieces.push((at, len));
+        at += len;
+    }
+    let run = |me: &mut Side, other_src: Vec<u8>, pieces: &[(usize, usize)]| {
+        for (k, &(off, len)) in pieces.iter().enumerate() {
+            me.t.put(RemoteSpan { region: 0, offset: off as u64 }, me.src.addr() + off as u64, len as u64).unwrap();
+            me.t.signal(0).unwrap();
+            // The peer's puts into this side arrive concurrently: each signal seen means its
+            // piece (and every earlier one) has landed.
+            let seen = me.sems[0].load(Ordering::Acquire) as usize;
+            if seen > 0 {
+                let (o, l) = pieces[seen - 1];
+                assert_eq!(&me.dst.to_vec()[..o + l], &other_src[..o + l], "signal {seen} before its data");
+            }
+            let _ = k;
+        }
+        me.t.flush(deadline()).unwrap();
+    };
+    let (sa, sb) = (a.src.to_vec(), b.src.to_vec());
+    let pa = pieces.clone();
+    let ta = std::thread::spawn(move || {
+        run(&mut a, sb, &pa);
+        a
+    });
+    run(&mut b, sa.clone(), &pieces);
+    let a = ta.join().unwrap();
+    wait_for("all signals", || a.sems[0].load(Ordering::Acquire) as usize == pieces.len());
+    wait_for("all signals", || b.sems[0].load(Ordering::Acquire) as usize == pieces.len());
+    assert_eq!(b.dst.to_vec(), sa, "what rank 0 put into rank 1");
+    assert_eq!(a.dst.to_vec(), b.src.to_vec(), "what rank 1 put into rank 0");
+    assert_eq!(a.sems[1].load(Ordering::Acquire), 0);
+}
+
+#[test]
+fn flush_means_landed_and_atomic_adds_add() {
+    let bytes = 64 << 10;
+    let (mut a, b) = two_sides(bytes, cfg(8192, 2, Duration::from_secs(20)), 2);
+    // Into the middle, unaligned, across chunks; then atomic adds on words of another part.
+    a.t.put(RemoteSpan { region: 0, offset: 1001 }, a.src.addr() + 3, 30_000).unwrap();
+    for v in [5u64, 7, u64::MAX] {
+        a.t.atomic_add(RemoteSpan { region: 0, offset: 40_000 }, v).unwrap();
+    }
+    a.t.atomic_add(RemoteSpan { region: 0, offset: 40_008 }, 1).unwrap();
+    a.t.signal(1).unwrap();
+    a.t.flush(deadline()).unwrap();
+    // After the flush, without waiting: everything is there.
+    let got = b.dst.to_vec();
+    let src = a.src.to_vec();
+    assert_eq!(&got[1001..31_001], &src[3..30_003]);
+    assert!(got[..1001].iter().all(|&x| x == POISON) && got[31_001..40_000].iter().all(|&x| x == POISON));
+    let poison = u64::from_le_bytes([POISON; 8]);
+    assert_eq!(b.dst.read_u64(40_000), Some(poison.wrapping_add(5 + 7).wrapping_add(u64::MAX)));
+    assert_eq!(b.dst.read_u64(40_008), Some(poison.wrapping_add(1)));
+    assert_eq!(b.sems[1].load(Ordering::Acquire), 1);
+    // Closing both in order ends cleanly.
+    let mut b = b;
+    let tb = std::thread::spawn(move || b.t.close(deadline()));
+    a.t.close(deadline()).unwrap();
+    tb.join().unwrap().unwrap();
+}
+
+#[test]
+fn bad_requests_are_refused_before_they_are_sent() {
+    let (mut a, _b) = two_sides(4096, cfg(1024, 2, Duration::from_secs(20)), 3);
+    let e = a.t.put(RemoteSpan { region: 0, offset: 4000 }, a.src.addr(), 97).unwrap_err().to_string();
+    assert!(e.contains("outside region 0") && e.contains("rank 1"), "{e}");
+    assert!(a.t.put(RemoteSpan { region: 1, offset: 0 }, a.src.addr(), 1).is_err());
+    assert!(a.t.signal(2).is_err());
+    assert!(a.t.atomic_add(RemoteSpan { region: 0, offset: 4 }, 1).is_err());
+    assert!(a.t.atomic_add(RemoteSpan { region: 0, offset: 4096 }, 1).is_err());
+    // A source outside the registered memory fails in the sender, and the transport reports it.
+    a.t.put(RemoteSpan { region: 0, offset: 0 }, a.src.addr() + 4000, 200).unwrap();
+    let e = a.t.flush(deadline()).unwrap_err().to_string();
+    assert!(e.contains("not in a registered region"), "{e}");
+}
+
+/// A transport under test (rank 0's view: its peer is rank 1) whose incoming connection is
+/// driven by the test through the returned stream, raw; its outgoing connection goes to a
+/// socket the test holds too.
+struct Raw {
+    t: TcpTransport,
+    dst: Arc<HostRegion>,
+    sems: Vec<Arc<AtomicU64>>,
+    /// Writes into the transport's receiver; reads its replies (acks, refusals).
+    feed: TcpStream,
+    /// The other end of the transport's outgoing connection.
+    peer_in: TcpStream,
+}
+
+fn socket_pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    (a, b)
+}
+
+fn raw(timeout: Duration) -> Raw {
+    raw_with(timeout, |l| l)
+}
+
+/// [`raw`] with the landing memory wrapped by `wrap`.
+fn raw_with<L: LandingMemory>(timeout: Duration, wrap: impl FnOnce(HostLanding) -> L) -> Raw {
+    let (feed, incoming) = socket_pair();
+    let (outgoing, peer_in) = socket_pair();
+    let dst = HostRegion::filled(4096, POISON);
+    let sems = vec![Arc::new(AtomicU64::new(0))];
+    let src = HostRegion::filled(4096, 1);
+    let c = cfg(1024, 2, timeout);
+    let link = Link { peer: 1, outgoing, incoming, peer_max_chunk: 1024 };
+    let source = HostSource::new(vec![src], 2, 1024).unwrap();
+    let landing = wrap(HostLanding::new(vec![dst.clone()], sems.clone(), 2, 1024).unwrap());
+    let t =
+        TcpTransport::start(link, source, landing, RemoteMemory { regions: vec![4096], semaphores: 1 }, &c).unwrap();
+    Raw { t, dst, sems, feed, peer_in }
+}
+
+/// A landing memory that, like a GPU stream, only queues its work: it takes effect at
+/// `wait_all`, or when a staging slot is needed again.
+struct Deferred {
+    inner: HostLanding,
+    queue: Vec<Deferred1>,
+}
+
+enum Deferred1 {
+    Land(u32, u64, Vec<u8>),
+    Signal(u32),
+    Add(u32, u64, u64),
+}
+
+impl Deferred {
+    fn run(&mut self) -> Result<()> {
+        for op in std::mem::take(&mut self.queue) {
+            match op {
+                Deferred1::Land(r, o, data) => {
+                    self.inner.slot(0, deadline())?[..data.len()].copy_from_slice(&data);
+                    self.inner.land(0, r, o, data.len())?;
+                }
+                Deferred1::Signal(s) => self.inner.signal(s)?,
+                Deferred1::Add(r, o, v) => self.inner.atomic_add(r, o, v)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LandingMemory for Deferred {
+    fn regions(&self) -> &[u64] {
+        self.inner.regions()
+    }
+    fn semaphores(&self) -> usize {
+        self.inner.semaphores()
+    }
+    fn slots(&self) -> usize {
+        self.inner.slots()
+    }
+    fn slot_bytes(&self) -> usize {
+        self.inner.slot_bytes()
+    }
+    fn slot(&mut self, slot: usize, deadline: Instant) -> Result<&mut [u8]> {
+        self.inner.slot(slot, deadline)
+    }
+    fn land(&mut self, slot: usize, region: u32, offset: u64, len: usize) -> Result<()> {
+        let data = self.inner.slot(slot, deadline())?[..len].to_vec();
+        self.queue.push(Deferred1::Land(region, offset, data));
+        Ok(())
+    }
+    fn signal(&mut self, semaphore: u32) -> Result<()> {
+        self.queue.push(Deferred1::Signal(semaphore));
+        Ok(())
+    }
+    fn atomic_add(&mut self, region: u32, offset: u64, value: u64) -> Result<()> {
+        self.queue.push(Deferred1::Add(region, offset, value));
+        Ok(())
+    }
+    fn wait_all(&mut self, _deadline: Instant) -> Result<()> {
+        self.run()
+    }
+}
+
+#[test]
+fn a_flush_is_acknowledged_only_once_the_landing_memory_has_done_everything() {
+    let mut r = raw_with(Duration::from_secs(20), |inner| Deferred { inner, queue: Vec::new() });
+    r.feed.write_all(&put_msg(0, 0, 64, &[1, 2, 3, 4])).unwrap();
+    r.feed.write_all(&Header::new(Op::Signal, 0, 1, 0, 0).encode()).unwrap();
+    r.feed.write_all(&Header::new(Op::AtomicAdd, 0, 2, 0, 1).encode()).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(r.sems[0].load(Ordering::Acquire), 0, "the deferred landing ran early (the test proves nothing)");
+    r.feed.write_all(&Header::new(Op::Flush, 0, 3, 1, 0).encode()).unwrap();
+    let mut ack = [0u8; HEADER_LEN];
+    r.feed.read_exact(&mut ack).unwrap();
+    assert_eq!(Header::decode(&ack).unwrap().op, Op::Ack);
+    // Acknowledged: all of it has taken effect.
+    assert_eq!(&r.dst.to_vec()[64..68], &[1, 2, 3, 4]);
+    assert_eq!(r.sems[0].load(Ordering::Acquire), 1);
+    assert_eq!(r.dst.read_u64(0), Some(u64::from_le_bytes([POISON; 8]).wrapping_add(1)));
+    r.t.poll().unwrap();
+}
+
+fn put_msg(seq: u64, region: u32, offset: u64, data: &[u8]) -> Vec<u8> {
+    let mut m = Header::new(Op::Put, region, seq, offset, data.len() as u64).encode().to_vec();
+    m.extend_from_slice(data);
+    m
+}
+
+/// Waits for the transport to report its failure, and returns it.
+fn failure(t: &mut TcpTransport) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Err(e) = t.poll() {
+            return e.to_string();
+        }
+        assert!(Instant::now() < deadline, "the transport never failed");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The refusal the receiver sent back on the feed connection.
+fn refusal(feed: &mut TcpStream) -> String {
+    feed.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut h = [0u8; HEADER_LEN];
+    feed.read_exact(&mut h).unwrap();
+    let h = Header::decode(&h).unwrap();
+    assert_eq!(h.op, Op::Fail);
+    let mut text = vec![0u8; h.len as usize];
+    feed.read_exact(&mut text).unwrap();
+    String::from_utf8(text).unwrap()
+}
+
+#[test]
+fn valid_raw_messages_land_and_are_acknowledged() {
+    let mut r = raw(Duration::from_secs(20));
+    r.feed.write_all(&put_msg(0, 0, 100, &[1, 2, 3])).unwrap();
+    r.feed.write_all(&Header::new(Op::Signal, 0, 1, 0, 0).encode()).unwrap();
+    r.feed.write_all(&Header::new(Op::AtomicAdd, 0, 2, 8, 3).encode()).unwrap();
+    r.feed.write_all(&Header::new(Op::Flush, 0, 3, 77, 0).encode()).unwrap();
+    let mut ack = [0u8; HEADER_LEN];
+    r.feed.read_exact(&mut ack).unwrap();
+    assert_eq!(Header::decode(&ack).unwrap(), Header::new(Op::Ack, 0, 0, 77, 0));
+    assert_eq!(&r.dst.to_vec()[100..103], &[1, 2, 3]);
+    assert_eq!(r.sems[0].load(Ordering::Acquire), 1);
+    assert_eq!(r.dst.read_u64(8), Some(u64::from_le_bytes([POISON; 8]).wrapping_add(3)));
+    r.feed.write_all(&Header::new(Op::Close, 0, 4, 0, 0).encode()).unwrap();
+    // The peer closed its side in order; this side's close sends its own Close and returns.
+    r.t.close(deadline()).unwrap();
+    let mut close = [0u8; HEADER_LEN];
+    r.peer_in.read_exact(&mut close).unwrap();
+    assert_eq!(Header::decode(&close).unwrap(), Header::new(Op::Close, 0, 0, 0, 0));
+}
+
+/// Each bad message ends the channel with an error naming rank 1, writes nothing, and the
+/// sender is told why.
+#[test]
+fn bad_messages_end_the_channel_without_a_write() {
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("out of bounds", put_msg(0, 0, 4000, &[7; 200]), "outside region 0"),
+        ("unknown region", put_msg(0, 3, 0, &[7; 8]), "region 3 is not registered"),
+        ("wrapping offset", put_msg(0, 0, u64::MAX - 3, &[7; 8]), "outside region 0"),
+        ("chunk over the slot", put_msg(0, 0, 0, &[7; 1025]), "put chunk of 1025 bytes"),
+        ("empty put", put_msg(0, 0, 0, &[]), "put chunk of 0 bytes"),
+        ("out of sequence", put_msg(5, 0, 0, &[7; 8]), "out of sequence"),
+        (
+            "bad magic",
+            {
+                let mut m = put_msg(0, 0, 0, &[7; 8]);
+                m[0] = b'X';
+                m
+            },
+            "bad magic",
+        ),
+        (
+            "bad version",
+            {
+                let mut m = put_msg(0, 0, 0, &[7; 8]);
+                m[4] = 9;
+                m
+            },
+            "version 9",
+        ),
+        (
+            "stray field",
+            {
+                let mut m = Header::new(Op::Signal, 0, 0, 0, 0).encode().to_vec();
+                m[32] = 1;
+                m
+            },
+            "non-zero length",
+        ),
+        ("unknown semaphore", Header::new(Op::Signal, 1, 0, 0, 0).encode().to_vec(), "semaphore 1 of 1"),
+        ("unaligned add", Header::new(Op::AtomicAdd, 0, 0, 4, 1).encode().to_vec(), "unaligned"),
+        ("add past the end", Header::new(Op::AtomicAdd, 0, 0, 4096, 1).encode().to_vec(), "outside region 0"),
+        ("a reply as request", Header::new(Op::Ack, 0, 0, 1, 0).encode().to_vec(), "reply on the request stream"),
+    ];
+    for (name, msg, want) in cases {
+        let mut r = raw(Duration::from_secs(20));
+        r.feed.write_all(&msg).unwrap();
+        let e = failure(&mut r.t);
+        assert!(e.contains("rank 1") && e.contains(want), "{name}: {e}");
+        assert!(refusal(&mut r.feed).contains(want), "{name}: the sender was not told");
+        assert!(r.dst.to_vec().iter().all(|&x| x == POISON), "{name}: something was written");
+        assert_eq!(r.sems[0].load(Ordering::Acquire), 0, "{name}");
+    }
+}
+
+#[test]
+fn a_truncated_put_writes_nothing_and_names_the_peer() {
+    let mut r = raw(Duration::from_secs(20));
+    // A whole valid put, then a put whose payload stops half-way, then the connection closes.
+    r.feed.write_all(&put_msg(0, 0, 0, &[3; 16])).unwrap();
+    let m = put_msg(1, 0, 100, &[9; 600]);
+    r.feed.write_all(&m[..HEADER_LEN + 300]).unwrap();
+    r.feed.shutdown(std::net::Shutdown::Write).unwrap();
+    let e = failure(&mut r.t);
+    assert!(e.contains("connection to rank 1 lost") && e.contains("300 bytes into a put of 600"), "{e}");
+    let d = r.dst.to_vec();
+    assert_eq!(&d[..16], &[3; 16], "the whole put before it landed");
+    assert!(d[16..].iter().all(|&x| x == POISON), "the cut put left bytes behind");
+}
+
+#[test]
+fn a_truncated_header_and_a_silent_peer_are_named() {
+    let mut r = raw(Duration::from_secs(20));
+    r.feed.write_all(&put_msg(0, 0, 0, &[3; 16])[..10]).unwrap();
+    r.feed.shutdown(std::net::Shutdown::Write).unwrap();
+    let e = failure(&mut r.t);
+    assert!(e.contains("connection to rank 1 lost") && e.contains("10 bytes into a message header"), "{e}");
+    // A peer that starts a message and goes silent: the timeout, with the peer named.
+    let mut r = raw(Duration::from_millis(300));
+    r.feed.write_all(&put_msg(0, 0, 0, &[3; 16])[..HEADER_LEN + 4]).unwrap();
+    let t = Instant::now();
+    let e = failure(&mut r.t);
+    assert!(e.contains("timed out") && e.contains("rank 1"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert!(r.dst.to_vec().iter().all(|&x| x == POISON));
+}
+
+#[test]
+fn a_flush_the_peer_never_confirms_times_out_by_name() {
+    // The peer's end reads nothing and never acknowledges.
+    let mut r = raw(Duration::from_millis(300));
+    r.t.put(RemoteSpan { region: 0, offset: 0 }, 0, 0).unwrap();
+    let t = Instant::now();
+    let e = r.t.flush(Instant::now() + Duration::from_millis(300)).unwrap_err().to_string();
+    assert!(e.contains("timed out") && e.contains("rank 1 to confirm"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // The peer that vanishes instead: its end of the connection closes.
+    drop(r.peer_in);
+    let e = failure(&mut r.t);
+    assert!(e.contains("connection to rank 1 lost"), "{e}");
+}
+
+#[test]
+fn a_lost_peer_fails_flush_and_poll_with_its_rank() {
+    let (mut a, b) = two_sides(4096, cfg(1024, 2, Duration::from_secs(20)), 4);
+    drop(b); // rank 1 goes away without closing
+    let t = Instant::now();
+    let e = failure(&mut a.t);
+    assert!(e.contains("connection to rank 1 lost"), "{e}");
+    assert!(a.t.flush(deadline()).is_err());
+    assert!(t.elapsed() < Duration::from_secs(10), "noticed only after {:?}", t.elapsed());
+}
+
+#[test]
+fn close_waits_for_the_peer_and_reports_one_that_never_closes() {
+    let (mut a, _b) = two_sides(4096, cfg(1024, 2, Duration::from_secs(20)), 5);
+    // Rank 1 stays up without closing: rank 0's close gives up at its deadline, by name.
+    let e = a.t.close(Instant::now() + Duration::from_millis(300)).unwrap_err().to_string();
+    assert!(e.contains("rank 1 to close"), "{e}");
+}
+
+#[test]
+fn handshakes_need_the_key_and_the_right_instance() {
+    use super::wire::{self, Introduction};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let key = Token([1; 16]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let acceptor = std::thread::spawn(move || {
+        super::connect::accept_all_for_test(&l, &Token([1; 16]), 0, 42, &[1, 2], 1 << 20, deadline)
+    });
+    // Wrong key, wrong instance, wrong destination rank, an unexpected rank: all dropped.
+    let wrong_key =
+        super::connect::connect_for_test(addr, &Token([2; 16]), Introduction { from: 1, to: 0, instance: 42 });
+    assert!(wrong_key.is_err());
+    let wrong_instance = super::connect::connect_for_test(addr, &key, Introduction { from: 1, to: 0, instance: 41 });
+    assert!(wrong_instance.is_err());
+    let wrong_to = super::connect::connect_for_test(addr, &key, Introduction { from: 1, to: 3, instance: 42 });
+    assert!(wrong_to.is_err());
+    let stranger = super::connect::connect_for_test(addr, &key, Introduction { from: 5, to: 0, instance: 42 });
+    assert!(stranger.is_err());
+    // A process that connects and says nothing, and one that sends garbage.
+    let mut silent = TcpStream::connect(addr).unwrap();
+    let mut junk = [0u8; wire::CHALLENGE_LEN];
+    silent.read_exact(&mut junk).unwrap();
+    drop(silent);
+    let mut garbage = TcpStream::connect(addr).unwrap();
+    garbage.write_all(&[0x55; wire::HELLO_LEN]).unwrap();
+    drop(garbage);
+    // The real ranks get through.
+    let one = super::connect::connect_for_test(addr, &key, Introduction { from: 1, to: 0, instance: 42 }).unwrap();
+    let two = super::connect::connect_for_test(addr, &key, Introduction { from: 2, to: 0, instance: 42 }).unwrap();
+    assert_eq!((one.1, two.1), (1 << 20, 1 << 20));
+    let got = acceptor.join().unwrap().unwrap();
+    let mut ranks: Vec<usize> = got.keys().copied().collect();
+    ranks.sort();
+    assert_eq!(ranks, [1, 2]);
+}
+
+#[test]
+fn connect_peers_times_out_naming_the_missing_rank() {
+    // Three ranks; rank 2 never calls connect_peers (it still takes part in the all-gathers).
+    let hints = BootstrapHints { key: None, timeout: Some(Duration::from_millis(500)), local_ip: None };
+    let mut boots = local_bootstraps(3, hints);
+    let b2 = boots.pop().unwrap();
+    let opts = ConnectOptions { max_chunk: 1024, ..Default::default() };
+    let silent = std::thread::spawn(move || {
+        // Its share of the two all-gathers, and no listener.
+        b2.all_gather(&[0; 24]).unwrap();
+        b2.all_gather(b"").unwrap();
+    });
+    let hs: Vec<_> = boots
+        .into_iter()
+        .map(|b| {
+            let o = opts.clone();
+            std::thread::spawn(move || {
+                let me = b.rank();
+                let peers: Vec<PeerAddr> =
+                    (0..3).filter(|&p| p != me).map(|rank| PeerAddr { rank, same_machine: true }).collect();
+                connect_peers(&b, &peers, &o).map(|_| ()).map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    silent.join().unwrap();
+    for h in hs {
+        let e = h.join().unwrap().unwrap_err();
+        assert!(e.contains("rank 2"), "{e}");
+    }
+}
+
+#[test]
+fn a_peer_that_closed_in_order_and_left_is_no_failure() {
+    let (mut a, mut b) = two_sides(4096, cfg(1024, 2, Duration::from_secs(20)), 6);
+    a.t.put(RemoteSpan { region: 0, offset: 0 }, a.src.addr(), 4096).unwrap();
+    a.t.flush(deadline()).unwrap();
+    // Rank 1 ends first: it announces its end, waits (briefly) for rank 0's, and goes away.
+    b.t.start_close();
+    let e = b.t.close(Instant::now() + Duration::from_millis(200)).unwrap_err().to_string();
+    assert!(e.contains("rank 0 to close"), "{e}");
+    drop(b);
+    std::thread::sleep(Duration::from_millis(100));
+    // Rank 0 saw an orderly end, not a lost peer; with nothing to flush, its own end is clean.
+    a.t.poll().unwrap();
+    a.t.start_close();
+    a.t.close(deadline()).unwrap();
+}
