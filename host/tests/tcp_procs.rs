@@ -260,7 +260,9 @@ fn a_frozen_peer_fails_the_flush_by_name_within_the_timeout() -> Check {
     // A generous bootstrap timeout (a loaded machine may be slow to start the ranks); the flush
     // under test gets FROZEN_FLUSH.
     let run = launch("stopped", 2, 20.0, Duration::from_secs(1));
-    let l = run.line("[rank 0] rank 0: toward rank 1: ").ok_or("rank 0 reported no failure toward rank 1")?;
+    let l = run.line("[rank 0] rank 0: toward rank 1: ").ok_or_else(|| {
+        format!("rank 0 reported no failure toward rank 1 ({:?}); the ranks printed {:?}", run.result, run.lines)
+    })?;
     ensure(l.contains("timed out") && l.contains("rank 1"), || l.clone())?;
     println!("  {l}");
     ensure(run.took < Duration::from_secs(30), || format!("took {:?}", run.took))
