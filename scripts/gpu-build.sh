@@ -28,8 +28,8 @@ for line in sys.stdin:
 
 cargo build --release --bin mscclpp-rs
 cp target/release/mscclpp-rs .gpu/bin/report
-cargo test --release --no-run -p mscclpp-rs -p mscclpp-collectives -p mscclpp-ep
-collect test --release --no-run -p mscclpp-rs -p mscclpp-collectives -p mscclpp-ep | while read -r name kind path; do
+cargo test --release --no-run -p mscclpp-rs -p mscclpp-collectives -p mscclpp-ep -p mscclpp-executor
+collect test --release --no-run -p mscclpp-rs -p mscclpp-collectives -p mscclpp-ep -p mscclpp-executor | while read -r name kind path; do
   case "$name" in unit_*|mp_*|peer_abort) cp "$path" ".gpu/bin/$name" ;; esac
 done
 cargo bench --no-run

@@ -180,14 +180,12 @@ mod device {
             // SAFETY: word i lies inside every operand (caller's contract).
             unsafe {
                 let mut acc = ld_st::ld_global_u64(src.add(i as usize).as_ptr());
-                for k in 0..op.n_others as usize {
+                for &other in op.others.iter().take(op.n_others as usize) {
                     let v = if packets {
-                        let p = arena.byte_add((op.others[k] + shift) as usize).cast::<LL16Packet>();
+                        let p = arena.byte_add((other + shift) as usize).cast::<LL16Packet>();
                         p.add(i as usize).read(flag, b)
                     } else {
-                        ld_st::ld_global_u64(
-                            arena.byte_add(op.others[k] as usize).cast::<u64>().add(i as usize).as_ptr(),
-                        )
+                        ld_st::ld_global_u64(arena.byte_add(other as usize).cast::<u64>().add(i as usize).as_ptr())
                     };
                     acc = add64::<E>(acc, v);
                 }
