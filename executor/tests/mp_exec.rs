@@ -2,7 +2,8 @@
 //! `mscclpp_plan::examples` (packet one-shot and two-shot allreduce, allgather over memory and
 //! over port channels) on fresh random inputs with poisoned outputs, checked bit for bit against
 //! a host reference that sums in the plan's order; several launches per plan (the packet flags
-//! and semaphores carry over), and launches back to back with no host synchronisation.
+//! and semaphores carry over), launches back to back with no host synchronisation, and one
+//! launch captured in a CUDA graph and replayed 200 times.
 //!
 //! ```sh
 //! cargo test --release -p mscclpp-executor --test mp_exec      # 2 ranks (launcher)
@@ -12,6 +13,7 @@
 
 use std::process::ExitCode;
 
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use mscclpp_collectives::DataType;
 use mscclpp_collectives::reference::{count_wrong, random_input, sum_in_order};
 use mscclpp_executor::{Config, ElementType, Executor};
@@ -106,6 +108,54 @@ fn run(comm: &Communicator) -> Result<()> {
         }
     }
     println!("mp_exec: rank {me}: {cases} plan cases ok ({} plans, f32 and bf16, 3 chunk sizes)", programs.len());
+    for program in &programs {
+        graph_replays(comm, program, case_seed ^ 0x5a)?;
+    }
+    println!("mp_exec: rank {me}: {REPLAYS} graph replays of every plan ok");
+    Ok(())
+}
+
+const REPLAYS: u32 = 200;
+
+/// One launch captured in a CUDA graph and replayed: the result and the launch counter after.
+fn graph_replays(comm: &Communicator, program: &Program, seed: u64) -> Result<()> {
+    let (n, me) = (comm.world_size(), comm.rank());
+    let chunk = 4096;
+    let exec = Executor::new(comm, program, Config::new(chunk, ElementType::F32))?;
+    let (in_off, in_len) = exec.input();
+    let (out_off, out_len) = exec.output();
+    let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(DataType::F32, in_len / 4, seed, r)).collect();
+    let want = expected(program, DataType::F32, &inputs, me, chunk);
+    exec.arena().write(in_off, &inputs[me])?;
+    exec.arena().write(out_off, &vec![POISON; out_len])?;
+    comm.bootstrap().barrier()?;
+    let drv = |what: &str| {
+        let what = what.to_string();
+        move |e| Error::Driver { context: what, source: e }
+    };
+    let stream = comm.gpu().stream();
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(drv("beginning a capture"))?;
+    let captured = exec.launch(stream);
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).map_err(drv("ending a capture"))?;
+    captured?;
+    let graph = graph.ok_or_else(|| Error::InvalidArgument("the capture produced no graph".into()))?;
+    for _ in 0..REPLAYS {
+        graph.launch().map_err(drv("launching a graph"))?;
+    }
+    comm.gpu().synchronize()?;
+    let got = exec.arena().to_vec::<u8>()?[out_off..out_off + out_len].to_vec();
+    check(program, DataType::F32, chunk, REPLAYS as usize, &got, &want)?;
+    let epoch = exec.epoch()?;
+    if epoch != 1 + REPLAYS {
+        return Err(Error::InvalidArgument(format!(
+            "{}: block 0's launch counter is {epoch} after {REPLAYS} graph replays (want {})",
+            program.name,
+            1 + REPLAYS
+        )));
+    }
+    comm.bootstrap().barrier()?;
     Ok(())
 }
 
