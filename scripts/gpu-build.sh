@@ -28,8 +28,8 @@ for line in sys.stdin:
 
 cargo build --release --bin mscclpp-rs
 cp target/release/mscclpp-rs .gpu/bin/report
-cargo test --release --no-run -p mscclpp-rs -p mscclpp-collectives -p mscclpp-ep
-collect test --release --no-run -p mscclpp-rs -p mscclpp-collectives -p mscclpp-ep | while read -r name kind path; do
+cargo test --release --no-run -p mscclpp-rs -p mscclpp-collectives -p mscclpp-ep -p mscclpp-executor
+collect test --release --no-run -p mscclpp-rs -p mscclpp-collectives -p mscclpp-ep -p mscclpp-executor | while read -r name kind path; do
   case "$name" in unit_*|mp_*|peer_abort) cp "$path" ".gpu/bin/$name" ;; esac
 done
 cargo bench --no-run
@@ -47,6 +47,9 @@ cargo build --release -p mscclpp-host --example tcp_bench
 cp target/release/examples/tcp_bench .gpu/bin/tcp_bench
 cargo build --release -p mscclpp-ep --bin ep_bench
 cp target/release/ep_bench .gpu/bin/ep_bench
+# The plan executor against the hand-written collectives.
+cargo build --release -p mscclpp-executor --example exec_bench
+cp target/release/examples/exec_bench .gpu/bin/exec_bench
 strip --strip-debug .gpu/bin/* 2>/dev/null || true
 # Everything the report runs must be in the bundle.
 for n in report unit_bulk unit_sync unit_memchan mp_patterns mp_collectives bench_bulk bench_sync bench_memchan coll_bench; do

@@ -87,6 +87,7 @@ pub mod bulk;
 pub mod channel;
 pub mod collective;
 pub mod copy;
+pub mod executor;
 pub mod fifo;
 pub mod multimem;
 pub mod op;

@@ -38,8 +38,8 @@
 //! # Ok::<(), mscclpp_plan::PlanError>(())
 //! ```
 //!
-//! Only the CPU side lives here: the executor kernel that interprets a plan on GPUs, and the
-//! GPU runs, are separate work. Nothing in this crate touches a device.
+//! Only the CPU side lives here: `mscclpp-executor` runs plans on GPUs. Nothing in this crate
+//! touches a device.
 #![forbid(unsafe_code)]
 
 pub mod builder;

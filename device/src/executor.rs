@@ -1,0 +1,354 @@
+//! The plan executor's device side: one rank's execution plan encoded as flat `#[repr(C)]`
+//! records that one generic kernel interprets ([`ExecPlan::run`]), with the channel APIs of this
+//! crate doing the work.
+//!
+//! ```text
+//!  ExecPlan { ops, tb_start, memory, port, arena, epochs, ... }
+//!  block b runs ops[tb_start[b] .. tb_start[b + 1]] in order, all its threads together:
+//!    data ops (put, get, copy, reduce, packets) share the work among the block's threads;
+//!    signal / wait / flush / port requests are made by thread 0, with a bar.sync on each side.
+//! ```
+//!
+//! Offsets are bytes into an *arena*: one exportable buffer per rank holding its input, output
+//! and scratch buffers. A memory channel's `src` is this rank's arena and its `dst` the peer's, so
+//! a remote offset is an offset into the peer's arena; a port channel's memories are the same
+//! two arenas. The host encoder (`mscclpp-executor`) turns a checked plan into these records.
+//!
+//! Packets (LL16) carry a flag: block `b` uses `epochs[b]` (1 at the first launch, one more at
+//! every launch, so every rank's blocks agree on it), and packet operands in scratch
+//! ([`flags::DST_PKT_SCRATCH`], [`flags::SRC_PKT_SCRATCH`]) alternate between two copies of the
+//! packet scratch by the flag's parity, so a rank one launch ahead never overwrites packets its
+//! peer is still reading.
+
+use crate::abi::DeviceAbi;
+use crate::channel::memory::MemoryChannel;
+use crate::channel::port::PortChannel;
+use crate::ptr::GlobalPtr;
+
+/// Most operands of a reduction besides its first (`src`): 7, enough for 8 ranks.
+pub const MAX_OTHERS: usize = 7;
+
+/// Operation codes of [`ExecOp::kind`].
+pub mod opcode {
+    /// Memory channel: `remote[dst] = local[src]`.
+    pub const PUT: u32 = 1;
+    /// Memory channel: `local[dst] = remote[src]`.
+    pub const GET: u32 = 2;
+    /// Memory channel: signal the peer (relaxed with [`super::flags::RELAXED`]).
+    pub const SIGNAL: u32 = 3;
+    /// Memory channel: wait for the peer's signal.
+    pub const WAIT: u32 = 4;
+    /// Memory channel: `remote[dst] = packets(local[src])` with this launch's flag.
+    pub const PUT_PACKETS: u32 = 5;
+    /// Memory channel: `remote[dst] = local packets at src` (forwarded with the same flag).
+    pub const READ_PUT_PACKETS: u32 = 6;
+    /// Local: `local[dst] = local[src]`.
+    pub const COPY: u32 = 7;
+    /// Local: `local[dst] = packets(local[src])`.
+    pub const COPY_PACKETS: u32 = 8;
+    /// Local: `local[dst] = data of the packets at local[src]`.
+    pub const UNPACK_PACKETS: u32 = 9;
+    /// Local: `local[dst] = local[src] + sum of others` (others as packets with
+    /// [`super::flags::PACKET_OTHERS`]).
+    pub const REDUCE: u32 = 10;
+    /// Port channel: a put request.
+    pub const PORT_PUT: u32 = 11;
+    /// Port channel: a put and a signal in one request.
+    pub const PORT_PUT_WITH_SIGNAL: u32 = 12;
+    /// Port channel: put, signal and wait for completion.
+    pub const PORT_PUT_WITH_SIGNAL_AND_FLUSH: u32 = 13;
+    /// Port channel: a signal request.
+    pub const PORT_SIGNAL: u32 = 14;
+    /// Port channel: wait for the peer's signal.
+    pub const PORT_WAIT: u32 = 15;
+    /// Port channel: wait until this proxy completed the earlier requests.
+    pub const PORT_FLUSH: u32 = 16;
+}
+
+/// Bits of [`ExecOp::flags`].
+pub mod flags {
+    /// Signal / wait without ordering the data (relaxed).
+    pub const RELAXED: u32 = 1;
+    /// The reduction's other operands are LL16 packets.
+    pub const PACKET_OTHERS: u32 = 2;
+    /// `dst` is in the packet scratch (shifted by the flag's parity).
+    pub const DST_PKT_SCRATCH: u32 = 4;
+    /// `src` (and a reduction's packet operands) are in the packet scratch.
+    pub const SRC_PKT_SCRATCH: u32 = 8;
+}
+
+/// Element types of a reduction ([`ExecPlan::dtype`]).
+pub mod dtype {
+    /// `f32`.
+    pub const F32: u32 = 0;
+    /// `bf16`.
+    pub const BF16: u32 = 1;
+    /// `f16`.
+    pub const F16: u32 = 2;
+    /// `i32` (wrapping).
+    pub const I32: u32 = 3;
+    /// `u32` (wrapping).
+    pub const U32: u32 = 4;
+}
+
+/// One operation of a thread block (96 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ExecOp {
+    /// One of [`opcode`].
+    pub kind: u32,
+    /// Index into [`ExecPlan::memory`] or [`ExecPlan::port`] (by kind); 0 for local operations.
+    pub channel: u32,
+    /// Bits of [`flags`].
+    pub flags: u32,
+    /// Number of used entries of `others`.
+    pub n_others: u32,
+    /// Destination offset in bytes (local or remote arena, by kind).
+    pub dst: u64,
+    /// Source offset in bytes (local or remote arena, by kind).
+    pub src: u64,
+    /// Bytes of data (packets take twice as many bytes of scratch).
+    pub bytes: u64,
+    /// Offsets of a reduction's other operands in the local arena.
+    pub others: [u64; MAX_OTHERS],
+}
+static_assertions::assert_eq_size!(ExecOp, [u64; 12]);
+// SAFETY: repr(C), integers only, no implicit padding (asserted size).
+unsafe impl DeviceAbi for ExecOp {}
+
+/// One rank's plan on the device, passed to the executor kernel by value (80 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ExecPlan {
+    /// Every block's operations, block after block.
+    pub ops: GlobalPtr<ExecOp>,
+    /// `n_blocks + 1` indices into `ops`: block b runs `ops[tb_start[b]..tb_start[b + 1]]`.
+    pub tb_start: GlobalPtr<u32>,
+    /// Memory channels of this rank, by [`ExecOp::channel`].
+    pub memory: GlobalPtr<MemoryChannel>,
+    /// Port channels of this rank, by [`ExecOp::channel`].
+    pub port: GlobalPtr<PortChannel>,
+    /// This rank's arena (input, output, scratch).
+    pub arena: GlobalPtr<u8>,
+    /// One launch counter per block, starting at 1: the packet flag.
+    pub epochs: GlobalPtr<u32>,
+    /// Bytes of one copy of the packet scratch (the shift for odd flags).
+    pub pkt_shift: u64,
+    /// Blocks the plan has (the grid must have exactly this many).
+    pub n_blocks: u32,
+    /// Element type of reductions (one of [`dtype`]).
+    pub dtype: u32,
+    /// Size of the arena in bytes.
+    pub arena_bytes: u64,
+    /// Padding (zero).
+    pub _pad: u64,
+}
+static_assertions::assert_eq_size!(ExecPlan, [u64; 10]);
+// SAFETY: repr(C) of addresses and integers, no implicit padding (asserted size).
+unsafe impl DeviceAbi for ExecPlan {}
+
+#[cfg(any(target_arch = "nvptx64", doc))]
+mod device {
+    use super::*;
+    use crate::collective::{Bf16, Element, F16, F32, I32, U32};
+    use crate::copy::{Threads, copy_widest};
+    use crate::packet::{LL16Packet, copy_from_packets, copy_to_packets};
+    use crate::poll::{SpinBudget, fail};
+    use crate::ptx::ld_st;
+    use crate::ptx::misc::barrier_sync;
+    use crate::ptx::sreg;
+
+    /// Lane-wise sum of two 8-byte words.
+    #[inline(always)]
+    fn add64<E: Element>(a: u64, b: u64) -> u64 {
+        E::add32(a as u32, b as u32) as u64 | (E::add32((a >> 32) as u32, (b >> 32) as u32) as u64) << 32
+    }
+
+    /// `dst = src + others...` in 8-byte words, in operand order.
+    ///
+    /// # Safety
+    /// Every operand valid for `bytes` (a multiple of 8) and 8-byte aligned; packet operands
+    /// valid for `2 * bytes`.
+    #[inline(always)]
+    unsafe fn reduce<E: Element>(arena: GlobalPtr<u8>, op: &ExecOp, shift: u64, flag: u32, t: Threads, b: SpinBudget) {
+        let words = op.bytes / 8;
+        let packets = op.flags & flags::PACKET_OTHERS != 0;
+        let src = arena.byte_add(op.src as usize).cast::<u64>();
+        let dst = arena.byte_add(op.dst as usize).cast::<u64>();
+        let mut i = t.index as u64;
+        while i < words {
+            // SAFETY: word i lies inside every operand (caller's contract).
+            unsafe {
+                let mut acc = ld_st::ld_global_u64(src.add(i as usize).as_ptr());
+                for &other in op.others.iter().take(op.n_others as usize) {
+                    let v = if packets {
+                        let p = arena.byte_add((other + shift) as usize).cast::<LL16Packet>();
+                        p.add(i as usize).read(flag, b)
+                    } else {
+                        ld_st::ld_global_u64(arena.byte_add(other as usize).cast::<u64>().add(i as usize).as_ptr())
+                    };
+                    acc = add64::<E>(acc, v);
+                }
+                ld_st::st_global_u64(dst.add(i as usize).as_ptr(), acc);
+            }
+            i += t.count as u64;
+        }
+    }
+
+    impl ExecPlan {
+        /// Runs this block's operations (see the module documentation). Every thread of every
+        /// block calls it; the grid has `n_blocks` 1-D blocks.
+        ///
+        /// # Safety
+        /// The plan comes from the host encoder of `mscclpp-executor` (offsets inside the arenas,
+        /// channels and tables alive), every rank runs its plan of the same program, and nothing
+        /// else uses the arenas while it runs.
+        #[inline(always)]
+        pub unsafe fn run(&self, budget: SpinBudget) {
+            let b = sreg::ctaid_x();
+            if b >= self.n_blocks {
+                fail(c"exec_plan: the grid has more blocks than the plan");
+            }
+            let t = Threads::block();
+            let leader = t.index == 0;
+            // SAFETY: the tables hold n_blocks + 1 indices and n_blocks epochs (encoder).
+            let (start, end, flag) = unsafe {
+                (
+                    self.tb_start.add(b as usize).as_ptr().read(),
+                    self.tb_start.add(b as usize + 1).as_ptr().read(),
+                    self.epochs.add(b as usize).as_ptr().read(),
+                )
+            };
+            let shift = if flag & 1 == 1 { self.pkt_shift } else { 0 };
+            let arena = self.arena;
+            for i in start..end {
+                // SAFETY: indices below tb_start[n_blocks] are inside `ops` (encoder).
+                let op = unsafe { self.ops.add(i as usize).as_ptr().read() };
+                let dshift = if op.flags & flags::DST_PKT_SCRATCH != 0 { shift } else { 0 };
+                let sshift = if op.flags & flags::SRC_PKT_SCRATCH != 0 { shift } else { 0 };
+                let (dst, src) = (op.dst + dshift, op.src + sshift);
+                let mem = || {
+                    // SAFETY: the encoder only names channels of the table.
+                    unsafe { self.memory.add(op.channel as usize).as_ptr().read() }
+                };
+                let port = || {
+                    // SAFETY: as above.
+                    unsafe { self.port.add(op.channel as usize).as_ptr().read() }
+                };
+                // SAFETY: offsets and sizes were checked by the encoder against both arenas;
+                // every thread of the block runs the same operation; one thread signals, waits
+                // and makes port requests, with barriers around it.
+                unsafe {
+                    match op.kind {
+                        opcode::PUT => mem().put(dst, src, op.bytes, t),
+                        opcode::GET => mem().get(src, dst, op.bytes, t),
+                        opcode::COPY => {
+                            copy_widest(arena.byte_add(dst as usize), arena.byte_add(src as usize), op.bytes, t)
+                        }
+                        opcode::PUT_PACKETS => {
+                            let c = mem();
+                            copy_to_packets::<LL16Packet>(
+                                c.dst.byte_add(dst as usize).cast(),
+                                arena.byte_add(src as usize),
+                                op.bytes,
+                                flag,
+                                t,
+                            )
+                        }
+                        opcode::READ_PUT_PACKETS => {
+                            let c = mem();
+                            let from = arena.byte_add(src as usize).cast::<LL16Packet>();
+                            let to = c.dst.byte_add(dst as usize).cast::<LL16Packet>();
+                            let mut k = t.index as u64;
+                            while k < op.bytes / 8 {
+                                to.add(k as usize).write(from.add(k as usize).read(flag, budget), flag);
+                                k += t.count as u64;
+                            }
+                        }
+                        opcode::COPY_PACKETS => copy_to_packets::<LL16Packet>(
+                            arena.byte_add(dst as usize).cast(),
+                            arena.byte_add(src as usize),
+                            op.bytes,
+                            flag,
+                            t,
+                        ),
+                        opcode::UNPACK_PACKETS => copy_from_packets::<LL16Packet>(
+                            arena.byte_add(dst as usize),
+                            arena.byte_add(src as usize).cast(),
+                            op.bytes,
+                            flag,
+                            t,
+                            budget,
+                        ),
+                        opcode::REDUCE => {
+                            // Packet operands are in the packet scratch, shifted by the parity.
+                            let s = if op.flags & flags::PACKET_OTHERS != 0 { shift } else { 0 };
+                            let o = ExecOp { dst, ..op };
+                            match self.dtype {
+                                dtype::F32 => reduce::<F32>(arena, &o, s, flag, t, budget),
+                                dtype::BF16 => reduce::<Bf16>(arena, &o, s, flag, t, budget),
+                                dtype::F16 => reduce::<F16>(arena, &o, s, flag, t, budget),
+                                dtype::I32 => reduce::<I32>(arena, &o, s, flag, t, budget),
+                                dtype::U32 => reduce::<U32>(arena, &o, s, flag, t, budget),
+                                _ => fail(c"exec_plan: unknown element type"),
+                            }
+                        }
+                        opcode::SIGNAL => {
+                            barrier_sync();
+                            if leader {
+                                if op.flags & flags::RELAXED != 0 { mem().relaxed_signal() } else { mem().signal() }
+                            }
+                        }
+                        opcode::WAIT => {
+                            if leader {
+                                if op.flags & flags::RELAXED != 0 {
+                                    mem().relaxed_wait(budget)
+                                } else {
+                                    mem().wait(budget)
+                                }
+                            }
+                        }
+                        opcode::PORT_PUT
+                        | opcode::PORT_PUT_WITH_SIGNAL
+                        | opcode::PORT_PUT_WITH_SIGNAL_AND_FLUSH
+                        | opcode::PORT_SIGNAL
+                        | opcode::PORT_WAIT
+                        | opcode::PORT_FLUSH => {
+                            // The proxy copies what the whole block wrote before the request.
+                            barrier_sync();
+                            if leader {
+                                let c = port();
+                                match op.kind {
+                                    opcode::PORT_PUT => {
+                                        c.put(dst, src, op.bytes, budget);
+                                    }
+                                    opcode::PORT_PUT_WITH_SIGNAL => {
+                                        c.put_with_signal(dst, src, op.bytes, budget);
+                                    }
+                                    opcode::PORT_PUT_WITH_SIGNAL_AND_FLUSH => {
+                                        c.put_with_signal_and_flush(dst, src, op.bytes, budget)
+                                    }
+                                    opcode::PORT_SIGNAL => {
+                                        c.signal(budget);
+                                    }
+                                    opcode::PORT_WAIT => c.wait(budget),
+                                    _ => c.flush(budget),
+                                }
+                            }
+                        }
+                        _ => fail(c"exec_plan: unknown operation"),
+                    }
+                }
+                // Every operation ends with the block in step: the next one may read what this
+                // one wrote (or what the leader's wait made visible).
+                barrier_sync();
+            }
+            if leader {
+                // 0 marks an empty packet slot: after u32::MAX comes 2, keeping the parity turn.
+                let next = if flag == u32::MAX { 2 } else { flag + 1 };
+                // SAFETY: this block's own counter; the next launch reads it after this grid.
+                unsafe { self.epochs.add(b as usize).as_ptr().write(next) };
+            }
+        }
+    }
+}

@@ -1,0 +1,346 @@
+//! The host encoder: one rank's part of a [`Program`] as the device records of
+//! [`mscclpp_device::executor`], with every offset resolved in the arenas' layout and every
+//! operation the executor cannot run refused up front (never a partial run).
+
+use mscclpp_device::executor::{ExecOp, MAX_OTHERS, flags, opcode};
+use mscclpp_host::{Error, Result};
+use mscclpp_plan::{BufferType, Channel, ChannelType, Chunk, Op, OpKind, Program, ReduceOp, SyncType};
+
+/// Alignment of the arena's regions.
+const REGION_ALIGN: u64 = 256;
+
+/// Where one rank's buffers lie in its arena (bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Offset of the input buffer (always 0).
+    pub input: u64,
+    /// Bytes of the input buffer.
+    pub input_bytes: u64,
+    /// Offset of the output buffer.
+    pub output: u64,
+    /// Bytes of the output buffer.
+    pub output_bytes: u64,
+    /// Offset of the scratch buffer.
+    pub scratch: u64,
+    /// Bytes of one copy of the packet scratch (0 when the plan uses no packets).
+    pub pkt_shift: u64,
+    /// Bytes of the whole arena.
+    pub bytes: u64,
+}
+
+/// One rank's encoded plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Encoded {
+    /// The rank.
+    pub rank: usize,
+    /// Every thread block's operations, block after block.
+    pub ops: Vec<ExecOp>,
+    /// `blocks + 1` indices into `ops`.
+    pub tb_start: Vec<u32>,
+    /// This rank's memory-channel table: (channel set, peer) of each entry.
+    pub memory: Vec<(usize, usize)>,
+    /// This rank's port-channel table: (channel set, peer) of each entry.
+    pub port: Vec<(usize, usize)>,
+    /// How many memory-channel sets every rank builds (the most channels between two ranks).
+    pub memory_sets: usize,
+    /// How many port-channel sets every rank builds.
+    pub port_sets: usize,
+    /// Every rank's arena layout.
+    pub layouts: Vec<Layout>,
+    /// Bytes of one chunk.
+    pub chunk_bytes: u64,
+}
+
+impl Encoded {
+    /// Thread blocks of this rank.
+    pub fn blocks(&self) -> usize {
+        self.tb_start.len() - 1
+    }
+    /// This rank's layout.
+    pub fn layout(&self) -> Layout {
+        self.layouts[self.rank]
+    }
+}
+
+fn unsupported(rank: usize, tb: usize, i: usize, op: &Op, why: &str) -> Error {
+    Error::Unsupported(format!("executor: rank {rank} thread block {tb} operation {i} ({}): {why}", op.kind.name()))
+}
+
+/// Whether the operation reads or writes scratch as packets / as plain data.
+fn scratch_uses(k: &OpKind) -> (bool, bool) {
+    let s = |c: &Chunk| c.buffer == BufferType::Scratch;
+    match k {
+        OpKind::PutPackets { dst, src, .. } | OpKind::CopyPackets { dst, src } => (s(dst), s(src)),
+        OpKind::ReadPutPackets { dst, src, .. } => (s(dst) || s(src), false),
+        OpKind::UnpackPackets { dst, src } => (s(src), s(dst)),
+        OpKind::Reduce { src, others, dst, packet: true, .. } => (others.iter().any(s), s(src) || s(dst)),
+        OpKind::Reduce { src, others, dst, packet: false, .. } => (false, s(src) || s(dst) || others.iter().any(s)),
+        OpKind::Put { dst, src, .. }
+        | OpKind::PutWithSignal { dst, src, .. }
+        | OpKind::PutWithSignalAndFlush { dst, src, .. }
+        | OpKind::Get { dst, src, .. }
+        | OpKind::Copy { dst, src } => (false, s(dst) || s(src)),
+        _ => (false, false),
+    }
+}
+
+/// Every chunk operand of an operation.
+fn chunks(k: &OpKind) -> Vec<Chunk> {
+    match k {
+        OpKind::Put { dst, src, .. }
+        | OpKind::PutWithSignal { dst, src, .. }
+        | OpKind::PutWithSignalAndFlush { dst, src, .. }
+        | OpKind::Get { dst, src, .. }
+        | OpKind::PutPackets { dst, src, .. }
+        | OpKind::ReadPutPackets { dst, src, .. }
+        | OpKind::Copy { dst, src }
+        | OpKind::CopyPackets { dst, src }
+        | OpKind::UnpackPackets { dst, src } => vec![*dst, *src],
+        OpKind::Reduce { src, others, dst, .. } => [*src, *dst].into_iter().chain(others.iter().copied()).collect(),
+        OpKind::ChannelReduce { local_src, remote_srcs, local_dst, .. } => {
+            [*local_src, *local_dst].into_iter().chain(remote_srcs.iter().copied()).collect()
+        }
+        OpKind::SwitchReduce { dst, .. } => vec![*dst],
+        OpKind::SwitchBroadcast { src, .. } => vec![*src],
+        _ => vec![],
+    }
+}
+
+fn align(v: u64) -> u64 {
+    v.div_ceil(REGION_ALIGN) * REGION_ALIGN
+}
+
+/// Encodes rank `rank`'s part of `p` with chunks of `chunk_bytes` (a positive multiple of 16).
+/// The plan should have passed [`mscclpp_plan::check()`]; this refuses what the executor cannot
+/// run: switch channels, channel reductions, reductions other than sum or with more than
+/// [`MAX_OTHERS`] other operands, thread-block groups on synchronisation, and scratch used both
+/// as packets and as plain data.
+pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
+    let n = p.ranks.len();
+    if rank >= n {
+        return Err(Error::InvalidArgument(format!("executor: rank {rank} but the plan has {n} ranks")));
+    }
+    if chunk_bytes == 0 || !chunk_bytes.is_multiple_of(16) {
+        return Err(Error::InvalidArgument(format!(
+            "executor: chunk_bytes {chunk_bytes} is not a positive multiple of 16"
+        )));
+    }
+    // Packet or plain scratch: decided for the whole plan (every rank lays out alike).
+    let (mut pkt, mut plain) = (false, false);
+    for r in &p.ranks {
+        for op in r.threadblocks.iter().flatten() {
+            let (a, b) = scratch_uses(&op.kind);
+            pkt |= a;
+            plain |= b;
+        }
+    }
+    if pkt && plain {
+        return Err(Error::Unsupported(
+            "executor: the plan uses scratch both for packets and for plain data (one or the other is supported)"
+                .into(),
+        ));
+    }
+    let scratch_stride = if pkt { 2 * chunk_bytes } else { chunk_bytes };
+    let layouts: Vec<Layout> = p
+        .ranks
+        .iter()
+        .map(|r| {
+            let output = align(r.input_chunks as u64 * chunk_bytes);
+            let scratch = output + align(r.output_chunks as u64 * chunk_bytes);
+            let one = r.scratch_chunks as u64 * scratch_stride;
+            let pkt_shift = if pkt { align(one) } else { 0 };
+            let bytes = scratch + if pkt { 2 * pkt_shift } else { align(one) };
+            Layout {
+                input: 0,
+                input_bytes: r.input_chunks as u64 * chunk_bytes,
+                output,
+                output_bytes: r.output_chunks as u64 * chunk_bytes,
+                scratch,
+                pkt_shift,
+                bytes: bytes.max(REGION_ALIGN),
+            }
+        })
+        .collect();
+    // Channel tables: the k-th channel of a type from r to q is in set k on both sides.
+    let mut memory = vec![];
+    let mut port = vec![];
+    let mut table_index = vec![None; p.channels.len()];
+    let (mut memory_sets, mut port_sets) = (0, 0);
+    let mut counts = std::collections::HashMap::new();
+    for (c, ch) in p.channels.iter().enumerate() {
+        let (ty, (src, dst)) = match ch.endpoints() {
+            Some(e) => (ch.channel_type(), e),
+            None => continue,
+        };
+        let k = counts.entry((ty, src, dst)).or_insert(0usize);
+        let set = *k;
+        *k += 1;
+        match ty {
+            ChannelType::Memory => memory_sets = memory_sets.max(set + 1),
+            _ => port_sets = port_sets.max(set + 1),
+        }
+        if src == rank {
+            let table = if ty == ChannelType::Memory { &mut memory } else { &mut port };
+            table_index[c] = Some(table.len() as u32);
+            table.push((set, dst));
+        }
+    }
+    let off = |c: &Chunk, start: u64| -> u64 {
+        let l = &layouts[c.rank];
+        match c.buffer {
+            BufferType::Input => l.input + c.index as u64 * chunk_bytes + start,
+            BufferType::Output => l.output + c.index as u64 * chunk_bytes + start,
+            BufferType::Scratch if pkt => l.scratch + c.index as u64 * scratch_stride + 2 * start,
+            BufferType::Scratch => l.scratch + c.index as u64 * chunk_bytes + start,
+        }
+    };
+    let is_pkt = |c: &Chunk| pkt && c.buffer == BufferType::Scratch;
+    let mut ops = vec![];
+    let mut tb_start = vec![0u32];
+    for (tb, list) in p.ranks[rank].threadblocks.iter().enumerate() {
+        for (i, op) in list.iter().enumerate() {
+            let err = |why: &str| unsupported(rank, tb, i, op, why);
+            let channel = |c: usize, want: ChannelType| -> Result<u32> {
+                match (p.channels.get(c), table_index.get(c).copied().flatten()) {
+                    (Some(ch), Some(t)) if ch.channel_type() == want => Ok(t),
+                    _ => Err(err(&format!("channel {c} is not a {want} channel of this rank"))),
+                }
+            };
+            // A thread-block group splits the data: this block's byte range of the chunk.
+            let span = |c: &Chunk| -> (u64, u64) {
+                let total = c.size as u64 * chunk_bytes;
+                match op.tbg {
+                    Some(g) if g.size > 1 => {
+                        let part = total.div_ceil(g.size as u64).div_ceil(16) * 16;
+                        let start = (g.index as u64 * part).min(total);
+                        (start, part.min(total - start))
+                    }
+                    _ => (0, total),
+                }
+            };
+            let sync_flags = |data_sync: SyncType, relaxed: bool| -> u32 {
+                if relaxed || data_sync == SyncType::None { flags::RELAXED } else { 0 }
+            };
+            let mut e = ExecOp { kind: 0, channel: 0, flags: 0, n_others: 0, dst: 0, src: 0, bytes: 0, others: [0; 7] };
+            let data = |e: &mut ExecOp, kind: u32, dst: &Chunk, src: &Chunk| {
+                let (start, len) = span(src);
+                e.kind = kind;
+                e.dst = off(dst, start);
+                e.src = off(src, start);
+                e.bytes = len;
+                if is_pkt(dst) {
+                    e.flags |= flags::DST_PKT_SCRATCH;
+                }
+                if is_pkt(src) {
+                    e.flags |= flags::SRC_PKT_SCRATCH;
+                }
+            };
+            for c in chunks(&op.kind) {
+                let have = p.ranks.get(c.rank).map(|r| r.buffer_chunks(c.buffer)).unwrap_or(0);
+                if c.size == 0 || c.index.checked_add(c.size).is_none_or(|end| end > have) {
+                    return Err(err(&format!("chunk {c} is outside its {have}-chunk buffer or empty")));
+                }
+            }
+            if op.tbg.is_some_and(|g| g.size > 1)
+                && matches!(op.kind, OpKind::Signal { .. } | OpKind::Wait { .. } | OpKind::Flush { .. })
+            {
+                return Err(err("thread-block groups on signal, wait or flush are not supported"));
+            }
+            match &op.kind {
+                OpKind::Put { channel: c, dst, src } => match p.channels.get(*c).map(Channel::channel_type) {
+                    Some(ChannelType::Port) => {
+                        e.channel = channel(*c, ChannelType::Port)?;
+                        data(&mut e, opcode::PORT_PUT, dst, src);
+                    }
+                    _ => {
+                        e.channel = channel(*c, ChannelType::Memory)?;
+                        data(&mut e, opcode::PUT, dst, src);
+                    }
+                },
+                OpKind::PutWithSignal { channel: c, dst, src } => {
+                    e.channel = channel(*c, ChannelType::Port)?;
+                    data(&mut e, opcode::PORT_PUT_WITH_SIGNAL, dst, src);
+                }
+                OpKind::PutWithSignalAndFlush { channel: c, dst, src } => {
+                    e.channel = channel(*c, ChannelType::Port)?;
+                    data(&mut e, opcode::PORT_PUT_WITH_SIGNAL_AND_FLUSH, dst, src);
+                }
+                OpKind::Get { channel: c, dst, src } => {
+                    e.channel = channel(*c, ChannelType::Memory)?;
+                    data(&mut e, opcode::GET, dst, src);
+                }
+                OpKind::PutPackets { channel: c, dst, src } => {
+                    if p.channels.get(*c).map(Channel::channel_type) == Some(ChannelType::Port) {
+                        return Err(err("packets over port channels are not supported"));
+                    }
+                    e.channel = channel(*c, ChannelType::Memory)?;
+                    data(&mut e, opcode::PUT_PACKETS, dst, src);
+                }
+                OpKind::ReadPutPackets { channel: c, dst, src } => {
+                    e.channel = channel(*c, ChannelType::Memory)?;
+                    data(&mut e, opcode::READ_PUT_PACKETS, dst, src);
+                }
+                OpKind::Signal { channel: c, data_sync, relaxed } => {
+                    match p.channels.get(*c).map(Channel::channel_type) {
+                        Some(ChannelType::Port) => {
+                            e.channel = channel(*c, ChannelType::Port)?;
+                            e.kind = opcode::PORT_SIGNAL;
+                        }
+                        _ => {
+                            e.channel = channel(*c, ChannelType::Memory)?;
+                            e.kind = opcode::SIGNAL;
+                            e.flags = sync_flags(*data_sync, *relaxed);
+                        }
+                    }
+                }
+                OpKind::Wait { channel: c, data_sync, relaxed } => {
+                    match p.channels.get(*c).map(Channel::channel_type) {
+                        Some(ChannelType::Port) => {
+                            e.channel = channel(*c, ChannelType::Port)?;
+                            e.kind = opcode::PORT_WAIT;
+                        }
+                        _ => {
+                            e.channel = channel(*c, ChannelType::Memory)?;
+                            e.kind = opcode::WAIT;
+                            e.flags = sync_flags(*data_sync, *relaxed);
+                        }
+                    }
+                }
+                OpKind::Flush { channel: c, .. } => {
+                    e.channel = channel(*c, ChannelType::Port)?;
+                    e.kind = opcode::PORT_FLUSH;
+                }
+                OpKind::Copy { dst, src } => data(&mut e, opcode::COPY, dst, src),
+                OpKind::CopyPackets { dst, src } => data(&mut e, opcode::COPY_PACKETS, dst, src),
+                OpKind::UnpackPackets { dst, src } => data(&mut e, opcode::UNPACK_PACKETS, dst, src),
+                OpKind::Reduce { src, others, dst, reduce_op, packet } => {
+                    if *reduce_op != ReduceOp::Sum {
+                        return Err(err(&format!("reduction {reduce_op:?} (only Sum is supported)")));
+                    }
+                    if others.len() > MAX_OTHERS {
+                        return Err(err(&format!("{} other operands (at most {MAX_OTHERS})", others.len())));
+                    }
+                    if *packet && others.iter().any(|o| !is_pkt(o)) {
+                        return Err(err("packet operands must be in scratch"));
+                    }
+                    data(&mut e, opcode::REDUCE, dst, src);
+                    let (start, _) = span(src);
+                    for (k, o) in others.iter().enumerate() {
+                        e.others[k] = off(o, start);
+                    }
+                    e.n_others = others.len() as u32;
+                    if *packet {
+                        e.flags |= flags::PACKET_OTHERS;
+                    }
+                }
+                OpKind::ChannelReduce { .. } => return Err(err("channel reductions are not supported yet")),
+                OpKind::SwitchReduce { .. } | OpKind::SwitchBroadcast { .. } => {
+                    return Err(err("switch channels are not supported yet"));
+                }
+            }
+            ops.push(e);
+        }
+        tb_start.push(ops.len() as u32);
+    }
+    Ok(Encoded { rank, ops, tb_start, memory, port, memory_sets, port_sets, layouts, chunk_bytes })
+}

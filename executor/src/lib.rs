@@ -1,0 +1,262 @@
+//! Runs [`mscclpp_plan`] execution plans on GPUs: one generic kernel interprets a rank's plan
+//! from device memory ([`mscclpp_device::executor`]).
+//!
+//! ```text
+//!  Program (builder, JSON or MSCCL++ plan) ──check()──► encode(rank) ──► ExecOp records
+//!  Executor::new(comm, program, config): every rank allocates its arena (input | output |
+//!      scratch), builds the memory and port channels the plan names through the Communicator,
+//!      uploads its records
+//!  executor.launch(stream): one kernel, one block per thread block of the plan (graph-capturable)
+//! ```
+//!
+//! Data lives in the arena: write the input at [`Executor::input`], read the output at
+//! [`Executor::output`] (or copy on the stream, before and after the launch).
+//!
+//! Packet plans need every rank's launch `k + 1` to depend on every other rank's launch `k`
+//! (true of allreduce): the packet scratch is double-buffered, so a rank may run at most one
+//! launch ahead of a peer that reads its packets.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaStream};
+use mscclpp_device::executor::{ExecPlan, dtype};
+use mscclpp_device::poll::SpinBudget;
+use mscclpp_host::comm::{Communicator, MemoryChannels, PortChannels};
+use mscclpp_host::{Args, BootstrapExt, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
+use mscclpp_plan::Program;
+
+pub mod encode;
+
+pub use encode::{Encoded, Layout, encode};
+
+/// The PTX of the executor kernel (built from `kernels/` by this crate's build script).
+pub const PTX: &str = include_str!(env!("MSCCLPP_EXECUTOR_PTX"));
+
+/// Element type of the plan's reductions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElementType {
+    /// `f32`.
+    F32,
+    /// bfloat16.
+    Bf16,
+    /// IEEE half precision.
+    F16,
+    /// `i32` (wrapping).
+    I32,
+    /// `u32` (wrapping).
+    U32,
+}
+
+impl ElementType {
+    fn code(self) -> u32 {
+        match self {
+            ElementType::F32 => dtype::F32,
+            ElementType::Bf16 => dtype::BF16,
+            ElementType::F16 => dtype::F16,
+            ElementType::I32 => dtype::I32,
+            ElementType::U32 => dtype::U32,
+        }
+    }
+}
+
+/// How an [`Executor`] runs. Every rank must use the same values.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// Bytes of one chunk of the plan (a positive multiple of 16).
+    pub chunk_bytes: usize,
+    /// Element type of reductions.
+    pub element: ElementType,
+    /// Threads per block (a multiple of 32).
+    pub threads: u32,
+    /// How long any wait of the kernel may last before it traps with a message.
+    pub budget: SpinBudget,
+}
+
+impl Config {
+    /// Chunks of `chunk_bytes` reduced as `element`, 512 threads per block, a 20 s budget.
+    pub fn new(chunk_bytes: usize, element: ElementType) -> Self {
+        Self { chunk_bytes, element, threads: 512, budget: SpinBudget::from_millis(20_000) }
+    }
+}
+
+/// One rank's plan on its GPU: the arena, the channels, the encoded operations and the kernel.
+pub struct Executor {
+    gpu: Arc<Gpu>,
+    function: CudaFunction,
+    plan: ExecPlan,
+    encoded: Encoded,
+    config: Config,
+    // Drop order: the channels (their proxies and mappings) before the tables and the arena.
+    _ports: Vec<PortChannels>,
+    _memory: Vec<MemoryChannels>,
+    _tables: Vec<DeviceBuffer>,
+    epochs: DeviceBuffer,
+    arena: DeviceBuffer,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor").field("plan", &self.plan).field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Executor {
+    /// Checks `program` ([`mscclpp_plan::check()`]), encodes this rank's part, allocates the
+    /// arena and builds the channels the plan names. Every rank calls it at the same point with
+    /// the same program and configuration. A plan that fails the checker, or uses an operation
+    /// the executor does not support, is an error here: nothing runs.
+    pub fn new(comm: &Communicator, program: &Program, config: Config) -> Result<Self> {
+        let n = comm.world_size();
+        let me = comm.rank();
+        if program.ranks.len() != n {
+            return Err(Error::InvalidArgument(format!(
+                "executor: the plan {:?} has {} ranks, the communicator {n}",
+                program.name,
+                program.ranks.len()
+            )));
+        }
+        if let Err(errors) = mscclpp_plan::check(program) {
+            let list: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+            return Err(Error::InvalidArgument(format!(
+                "executor: the plan {:?} fails the checker: {}",
+                program.name,
+                list.join("; ")
+            )));
+        }
+        if config.threads == 0 || !config.threads.is_multiple_of(32) || config.threads > 1024 {
+            return Err(Error::InvalidArgument(format!(
+                "executor: {} threads per block (a multiple of 32 up to 1024)",
+                config.threads
+            )));
+        }
+        let encoded = encode(program, me, config.chunk_bytes as u64)?;
+        // Every rank must agree on the chunk size and element type.
+        let mine = [config.chunk_bytes as u64, config.element.code() as u64];
+        let all = comm.bootstrap().all_gather_pod(&mine)?;
+        if let Some(r) = all.iter().position(|v| *v != mine) {
+            return Err(Error::InvalidArgument(format!(
+                "executor: rank {r} uses chunk bytes and element {:?}, this rank {mine:?}",
+                all[r]
+            )));
+        }
+        let gpu = comm.gpu().clone();
+        let layout = encoded.layout();
+        let arena = DeviceBuffer::exportable_filled(&gpu, layout.bytes as usize, 0)?;
+        // Collective calls: every rank builds the same number of sets, in the same order.
+        let memory: Vec<MemoryChannels> =
+            (0..encoded.memory_sets).map(|_| comm.memory_channels(&arena, 16)).collect::<Result<_>>()?;
+        let ports: Vec<PortChannels> =
+            (0..encoded.port_sets).map(|_| comm.port_channels(&arena, &arena)).collect::<Result<_>>()?;
+        fn pick<T>(what: &str, got: Option<T>, peer: usize) -> Result<T> {
+            got.ok_or_else(|| Error::InvalidArgument(format!("executor: no {what} channel toward rank {peer}")))
+        }
+        let memory_table = encoded
+            .memory
+            .iter()
+            .map(|&(set, peer)| pick("memory", memory[set].get(peer), peer))
+            .collect::<Result<Vec<_>>>()?;
+        let port_table = encoded
+            .port
+            .iter()
+            .map(|&(set, peer)| pick("port", ports[set].get(peer), peer))
+            .collect::<Result<Vec<_>>>()?;
+        // Tables are never empty (a null table is never read: no operation names it).
+        let table = |bytes: &[u8]| DeviceBuffer::from_slice(&gpu, if bytes.is_empty() { &[0u8; 8][..] } else { bytes });
+        let ops = table(bytemuck::cast_slice(&encoded.ops))?;
+        let tb_start = DeviceBuffer::from_slice(&gpu, &encoded.tb_start)?;
+        let mem = table(bytemuck::cast_slice(&memory_table))?;
+        let port = table(bytemuck::cast_slice(&port_table))?;
+        let blocks = encoded.blocks().max(1);
+        let epochs = DeviceBuffer::from_slice(&gpu, &vec![1u32; blocks])?;
+        let plan = ExecPlan {
+            ops: ops.ptr(),
+            tb_start: tb_start.ptr(),
+            memory: mem.ptr(),
+            port: port.ptr(),
+            arena: arena.ptr(),
+            epochs: epochs.ptr(),
+            pkt_shift: layout.pkt_shift,
+            n_blocks: encoded.blocks() as u32,
+            dtype: config.element.code(),
+            arena_bytes: layout.bytes,
+            _pad: 0,
+        };
+        let function = gpu.function(PTX, "exec_plan")?;
+        let max = mscclpp_host::launch::max_threads_per_block(&function)?;
+        if config.threads > max {
+            return Err(Error::InvalidArgument(format!(
+                "executor: {} threads per block, the kernel allows {max}",
+                config.threads
+            )));
+        }
+        // Nobody launches before every rank has its arena and channels in place.
+        comm.bootstrap().barrier()?;
+        Ok(Self {
+            gpu,
+            function,
+            plan,
+            encoded,
+            config,
+            _ports: ports,
+            _memory: memory,
+            _tables: vec![ops, tb_start, mem, port],
+            epochs,
+            arena,
+        })
+    }
+
+    /// The arena: this rank's input, output and scratch (see [`Executor::layout`]).
+    pub fn arena(&self) -> &DeviceBuffer {
+        &self.arena
+    }
+
+    /// Where this rank's buffers lie in the arena.
+    pub fn layout(&self) -> Layout {
+        self.encoded.layout()
+    }
+
+    /// The encoded plan of this rank.
+    pub fn encoded(&self) -> &Encoded {
+        &self.encoded
+    }
+
+    /// (offset in the arena, bytes) of this rank's input buffer.
+    pub fn input(&self) -> (usize, usize) {
+        let l = self.layout();
+        (l.input as usize, l.input_bytes as usize)
+    }
+
+    /// (offset in the arena, bytes) of this rank's output buffer.
+    pub fn output(&self) -> (usize, usize) {
+        let l = self.layout();
+        (l.output as usize, l.output_bytes as usize)
+    }
+
+    /// Block 0's launch counter (1 + the launches completed so far); reads device memory.
+    pub fn epoch(&self) -> Result<u32> {
+        let mut e = [0u32];
+        self.epochs.read(0, &mut e)?;
+        Ok(e[0])
+    }
+
+    /// Enqueues one run of the plan on `stream` (of this rank's GPU) without waiting; no host
+    /// synchronisation, so it may be captured in a CUDA graph. Every rank launches the same
+    /// number of times.
+    pub fn launch(&self, stream: &CudaStream) -> Result<()> {
+        if self.encoded.blocks() == 0 {
+            return Ok(());
+        }
+        if stream.context().cu_ctx() != self.gpu.context().cu_ctx() {
+            return Err(Error::InvalidArgument(format!(
+                "executor: the stream belongs to another GPU than this rank's GPU {}",
+                self.gpu.ordinal()
+            )));
+        }
+        let mut args = Args::new().arg(self.plan).arg(self.config.budget);
+        let cfg = LaunchConfig::new(self.encoded.blocks() as u32, self.config.threads);
+        // SAFETY: the kernel takes (ExecPlan, SpinBudget) as passed; the plan was encoded from a
+        // checked program whose offsets lie inside every rank's arena; its tables, channels and
+        // arena live as long as `self`; every rank built the same program's channels.
+        unsafe { mscclpp_host::launch::launch_on(&self.gpu, stream, &self.function, cfg, &mut args) }
+    }
+}

@@ -1,0 +1,174 @@
+//! The plan executor among N ranks, one process per rank: the example plans of
+//! `mscclpp_plan::examples` (packet one-shot and two-shot allreduce, allgather over memory and
+//! over port channels) on fresh random inputs with poisoned outputs, checked bit for bit against
+//! a host reference that sums in the plan's order; several launches per plan (the packet flags
+//! and semaphores carry over), launches back to back with no host synchronisation, and one
+//! launch captured in a CUDA graph and replayed 200 times.
+//!
+//! ```sh
+//! cargo test --release -p mscclpp-executor --test mp_exec      # 2 ranks (launcher)
+//! target/release/deps/mp_exec-... --ranks 4
+//! ```
+//! `MSCCLPP_RS_SEED` repeats a run's data. Without GPUs every rank prints a GPU-SKIP line.
+
+use std::process::ExitCode;
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use mscclpp_collectives::DataType;
+use mscclpp_collectives::reference::{count_wrong, random_input, sum_in_order};
+use mscclpp_executor::{Config, ElementType, Executor};
+use mscclpp_host::comm::Communicator;
+use mscclpp_host::{BootstrapExt, Error, Result};
+use mscclpp_plan::{Program, examples};
+
+fn main() -> ExitCode {
+    mscclpp_collectives::runner::main("mp_exec", 2, run)
+}
+
+const POISON: u8 = 0xa5;
+
+/// The expected output of `program` on rank `me`, from every rank's input.
+fn expected(program: &Program, dtype: DataType, inputs: &[Vec<u8>], me: usize, chunk: usize) -> Vec<u8> {
+    let n = inputs.len();
+    // Own operand first, then the peers in rank order (the plans' reduction order).
+    let order = |r: usize| std::iter::once(r).chain((0..n).filter(move |&q| q != r));
+    match program.name.as_str() {
+        "allreduce_packets" => {
+            let ops: Vec<&[u8]> = order(me).map(|q| inputs[q].as_slice()).collect();
+            sum_in_order(dtype, &ops)
+        }
+        "allreduce_two_shot" => (0..n)
+            .flat_map(|c| {
+                let ops: Vec<&[u8]> = order(c).map(|q| &inputs[q][c * chunk..(c + 1) * chunk]).collect();
+                sum_in_order(dtype, &ops)
+            })
+            .collect(),
+        "allgather_memory" | "allgather_port" => inputs.concat(),
+        other => panic!("no reference for {other}"),
+    }
+}
+
+fn run(comm: &Communicator) -> Result<()> {
+    let (n, me) = (comm.world_size(), comm.rank());
+    let own_seed: u64 =
+        std::env::var("MSCCLPP_RS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random::<u64>);
+    let seed = comm.bootstrap().all_gather_pod(&own_seed)?[0];
+    if me == 0 {
+        println!("mp_exec: {n} ranks, seed {seed} (MSCCLPP_RS_SEED={seed} repeats this run)");
+    }
+    let plan_err = |e: mscclpp_plan::PlanError| Error::InvalidArgument(format!("building the plan: {e}"));
+    let programs = [
+        examples::allreduce_packets(n).map_err(plan_err)?,
+        examples::allreduce_two_shot(n).map_err(plan_err)?,
+        examples::allgather_memory(n).map_err(plan_err)?,
+        examples::allgather_port(n).map_err(plan_err)?,
+    ];
+    let mut case_seed = seed;
+    let mut cases = 0;
+    for program in &programs {
+        for (dtype, element) in [(DataType::F32, ElementType::F32), (DataType::Bf16, ElementType::Bf16)] {
+            if program.collective == "allgather" && dtype != DataType::F32 {
+                continue; // bytes are bytes
+            }
+            for chunk in [16usize, 4096, 48 << 10] {
+                let exec = Executor::new(comm, program, Config::new(chunk, element))?;
+                let (in_off, in_len) = exec.input();
+                let (out_off, out_len) = exec.output();
+                let count = in_len / dtype.bytes();
+                // Fresh data every launch, checked after each; then three launches back to back
+                // on one input, with no host synchronisation between them.
+                for round in 0..4 {
+                    case_seed = case_seed.wrapping_add(1);
+                    let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(dtype, count, case_seed, r)).collect();
+                    let want = expected(program, dtype, &inputs, me, chunk);
+                    assert_eq!(want.len(), out_len, "reference size");
+                    exec.arena().write(in_off, &inputs[me])?;
+                    exec.arena().write(out_off, &vec![POISON; out_len])?;
+                    // No rank launches before every rank has written its input and poison.
+                    comm.bootstrap().barrier()?;
+                    let launches = if round < 3 { 1 } else { 3 };
+                    for _ in 0..launches {
+                        exec.launch(comm.gpu().stream())?;
+                    }
+                    comm.gpu().synchronize()?;
+                    let got = exec.arena().to_vec::<u8>()?[out_off..out_off + out_len].to_vec();
+                    check(program, dtype, chunk, round, &got, &want)?;
+                    // No rank overwrites its input before every rank has finished.
+                    comm.bootstrap().barrier()?;
+                }
+                let epoch = exec.epoch()?;
+                if epoch != 7 {
+                    return Err(Error::InvalidArgument(format!(
+                        "{}: block 0's launch counter is {epoch} after 6 launches (want 7)",
+                        program.name
+                    )));
+                }
+                cases += 1;
+            }
+        }
+    }
+    println!("mp_exec: rank {me}: {cases} plan cases ok ({} plans, f32 and bf16, 3 chunk sizes)", programs.len());
+    for program in &programs {
+        graph_replays(comm, program, case_seed ^ 0x5a)?;
+    }
+    println!("mp_exec: rank {me}: {REPLAYS} graph replays of every plan ok");
+    Ok(())
+}
+
+const REPLAYS: u32 = 200;
+
+/// One launch captured in a CUDA graph and replayed: the result and the launch counter after.
+fn graph_replays(comm: &Communicator, program: &Program, seed: u64) -> Result<()> {
+    let (n, me) = (comm.world_size(), comm.rank());
+    let chunk = 4096;
+    let exec = Executor::new(comm, program, Config::new(chunk, ElementType::F32))?;
+    let (in_off, in_len) = exec.input();
+    let (out_off, out_len) = exec.output();
+    let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(DataType::F32, in_len / 4, seed, r)).collect();
+    let want = expected(program, DataType::F32, &inputs, me, chunk);
+    exec.arena().write(in_off, &inputs[me])?;
+    exec.arena().write(out_off, &vec![POISON; out_len])?;
+    comm.bootstrap().barrier()?;
+    let drv = |what: &str| {
+        let what = what.to_string();
+        move |e| Error::Driver { context: what, source: e }
+    };
+    let stream = comm.gpu().stream();
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(drv("beginning a capture"))?;
+    let captured = exec.launch(stream);
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).map_err(drv("ending a capture"))?;
+    captured?;
+    let graph = graph.ok_or_else(|| Error::InvalidArgument("the capture produced no graph".into()))?;
+    for _ in 0..REPLAYS {
+        graph.launch().map_err(drv("launching a graph"))?;
+    }
+    comm.gpu().synchronize()?;
+    let got = exec.arena().to_vec::<u8>()?[out_off..out_off + out_len].to_vec();
+    check(program, DataType::F32, chunk, REPLAYS as usize, &got, &want)?;
+    let epoch = exec.epoch()?;
+    if epoch != 1 + REPLAYS {
+        return Err(Error::InvalidArgument(format!(
+            "{}: block 0's launch counter is {epoch} after {REPLAYS} graph replays (want {})",
+            program.name,
+            1 + REPLAYS
+        )));
+    }
+    comm.bootstrap().barrier()?;
+    Ok(())
+}
+
+fn check(program: &Program, dtype: DataType, chunk: usize, round: usize, got: &[u8], want: &[u8]) -> Result<()> {
+    let wrong = count_wrong(dtype, got, want);
+    if wrong > 0 {
+        let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0) / dtype.bytes();
+        return Err(Error::InvalidArgument(format!(
+            "{} {} chunk {chunk} launch {round}: {wrong} of {} elements wrong (first at element {first})",
+            program.name,
+            dtype.name(),
+            want.len() / dtype.bytes()
+        )));
+    }
+    Ok(())
+}
