@@ -162,10 +162,27 @@ fn rank_main(cfg: BootstrapConfig) -> ExitCode {
                 }
             }
             "stopped" => {
-                r.boot.barrier()?;
+                // Rank 1 tells rank 0 its process id, then freezes itself (like a hung machine:
+                // nothing reads, nothing answers). Rank 0 puts only once the kernel reports rank 1
+                // stopped: before that, rank 1's receiver threads could still take the data and
+                // confirm the flush.
                 if me == 1 {
-                    // Alive but frozen (like a hung machine): nothing reads, nothing answers.
+                    r.boot.send(0, &std::process::id().to_le_bytes())?;
                     let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+                }
+                let pid = u32::from_le_bytes(
+                    r.boot.recv(1)?.try_into().map_err(|_| mscclpp_host::Error::Protocol("a bad process id".into()))?,
+                );
+                let stat = format!("/proc/{pid}/stat");
+                let stopped = || {
+                    std::fs::read_to_string(&stat).is_ok_and(|s| {
+                        s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) == Some("T")
+                    })
+                };
+                let waiting = Instant::now();
+                while !stopped() {
+                    check(waiting.elapsed() < Duration::from_secs(20), || format!("rank 1 (pid {pid}) never stopped"))?;
+                    std::thread::sleep(Duration::from_millis(1));
                 }
                 let t = Instant::now();
                 let (p, tr) = &mut r.transports[0];
