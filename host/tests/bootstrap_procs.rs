@@ -5,12 +5,13 @@
 //! for each scenario and checks what they print; started by the launcher (`--scenario NAME`) it
 //! is one rank of that scenario.
 
+mod procs;
+use procs::{Check, Run, Test, ensure};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mscclpp_host::bootstrap::env::ENV_TIMEOUT;
-use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, BootstrapExt, EnvSnapshot, Launcher, TcpBootstrap, Token};
+use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, BootstrapExt, EnvSnapshot, TcpBootstrap, Token};
 
 const RANKS: usize = 4;
 /// The world of the scenarios where most ranks have no connection to the one that dies.
@@ -156,61 +157,14 @@ fn rank_main(mut cfg: BootstrapConfig) -> ExitCode {
         }
         Ok(())
     })();
-    match outcome {
-        Ok(()) => {
-            println!("rank {me}: ok");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            println!("rank {me}: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    procs::rank_exit(me, outcome)
 }
 
 // ----------------------------------------------------------------------------------------------
 // The driver.
 
-struct Run {
-    result: Result<(), String>,
-    lines: Vec<String>,
-    took: Duration,
-}
-
-impl Run {
-    fn has(&self, needle: &str) -> bool {
-        self.lines.iter().any(|l| l.contains(needle))
-    }
-    fn err(&self) -> &str {
-        self.result.as_ref().err().map(String::as_str).unwrap_or("")
-    }
-}
-
 fn launch(scenario: &str, timeout_s: f64, deadline: Duration, grace: Duration) -> Run {
-    launch_n(RANKS, scenario, timeout_s, deadline, grace)
-}
-
-fn launch_n(ranks: usize, scenario: &str, timeout_s: f64, deadline: Duration, grace: Duration) -> Run {
-    let t = Instant::now();
-    let (r, lines) = Launcher::current_exe(ranks)
-        .expect("current_exe")
-        .args(["--scenario", scenario])
-        .env(ENV_TIMEOUT, timeout_s.to_string())
-        .deadline(deadline)
-        .grace(grace)
-        .run_captured();
-    *LAST_LINES.lock().unwrap_or_else(|e| e.into_inner()) = lines.clone();
-    Run { result: r.map_err(|e| e.to_string()), lines, took: t.elapsed() }
-}
-
-/// What the ranks of the last launch printed, shown when a check fails.
-static LAST_LINES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-
-type Check = Result<(), String>;
-type Test = fn() -> Check;
-
-fn ensure(cond: bool, what: impl FnOnce() -> String) -> Check {
-    if cond { Ok(()) } else { Err(what()) }
+    procs::launch(RANKS, scenario, timeout_s, deadline, grace)
 }
 
 fn all_ok(run: &Run) -> Check {
@@ -254,7 +208,7 @@ fn a_killed_rank_is_reported_to_the_loss_hooks_within_a_second() -> Check {
 /// A death among 16 ranks, seen directly only by rank 0 and the victim's ring neighbours: every
 /// survivor's hook fires once, for the victim, within a second.
 fn a_killed_rank_among_many_is_reported_to_every_survivor_within_a_second() -> Check {
-    let run = launch_n(MANY, "kill_one_of_many", 20.0, Duration::from_secs(90), Duration::from_secs(5));
+    let run = procs::launch(MANY, "kill_one_of_many", 20.0, Duration::from_secs(90), Duration::from_secs(5));
     let killed = format!("rank {VICTIM} (killed by signal 9 (SIGKILL))");
     ensure(run.err().contains(&killed), || format!("launcher said: {}", run.err()))?;
     for r in (0..MANY).filter(|&r| r != VICTIM) {
@@ -267,7 +221,7 @@ fn a_killed_rank_among_many_is_reported_to_every_survivor_within_a_second() -> C
 
 /// Rank 0 dies: every other rank has a connection to it, so every hook fires within a second.
 fn a_killed_rank_zero_is_reported_to_every_rank_within_a_second() -> Check {
-    let run = launch_n(MANY, "kill_rank_zero", 20.0, Duration::from_secs(90), Duration::from_secs(5));
+    let run = procs::launch(MANY, "kill_rank_zero", 20.0, Duration::from_secs(90), Duration::from_secs(5));
     ensure(run.err().contains("rank 0 (killed by signal 9 (SIGKILL))"), || format!("launcher said: {}", run.err()))?;
     for r in 1..MANY {
         ensure(run.has(&format!("[rank {r}] rank {r}: rank 0 reported lost ")), || format!("rank {r}: no report"))?;
@@ -348,34 +302,5 @@ fn driver() -> ExitCode {
         ("a_rank_with_a_foreign_token_is_turned_away", a_rank_with_a_foreign_token_is_turned_away),
         ("ranks_outliving_the_deadline_are_killed", ranks_outliving_the_deadline_are_killed),
     ];
-    // Arguments: name filters; `--verbose` also shows what the ranks printed when they passed.
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let verbose = std::env::args().any(|a| a == "--verbose");
-    let (mut passed, mut failed) = (0, 0);
-    for (name, test) in tests {
-        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        let t = Instant::now();
-        match test() {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok ({:.1} s)", t.elapsed().as_secs_f64());
-                if verbose {
-                    for l in LAST_LINES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-                        println!("    {l}");
-                    }
-                }
-            }
-            Err(why) => {
-                failed += 1;
-                println!("test {name} ... FAILED: {why}");
-                for l in LAST_LINES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-                    println!("    {l}");
-                }
-            }
-        }
-    }
-    println!("bootstrap_procs: {passed} passed, {failed} failed");
-    if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    procs::driver(tests)
 }

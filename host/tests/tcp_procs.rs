@@ -6,13 +6,14 @@
 //! connect through the TCP bootstrap (its session key authenticates the transport's
 //! connections), exchange random data with puts, signals and atomic adds, and check every byte.
 
+mod procs;
+use procs::{Check, Run, Test, ensure};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mscclpp_host::bootstrap::env::ENV_TIMEOUT;
-use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, EnvSnapshot, Launcher, TcpBootstrap};
+use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, EnvSnapshot, TcpBootstrap};
 use mscclpp_host::transport::tcp::connect::PeerAddr;
 use mscclpp_host::transport::tcp::{
     ConnectOptions, HostLanding, HostRegion, HostSource, RemoteMemory, TcpConfig, TcpTransport, connect_peers,
@@ -199,53 +200,14 @@ fn rank_main(cfg: BootstrapConfig) -> ExitCode {
         }
         Ok(())
     })();
-    match outcome {
-        Ok(()) => {
-            println!("rank {me}: ok");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            println!("rank {me}: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    procs::rank_exit(me, outcome)
 }
 
 // ----------------------------------------------------------------------------------------------
 // The driver.
 
-struct Run {
-    result: Result<(), String>,
-    lines: Vec<String>,
-    took: Duration,
-}
-
-impl Run {
-    fn has(&self, needle: &str) -> bool {
-        self.lines.iter().any(|l| l.contains(needle))
-    }
-    fn line(&self, needle: &str) -> Option<&String> {
-        self.lines.iter().find(|l| l.contains(needle))
-    }
-}
-
 fn launch(scenario: &str, ranks: usize, timeout_s: f64, grace: Duration) -> Run {
-    let t = Instant::now();
-    let (r, lines) = Launcher::current_exe(ranks)
-        .expect("current_exe")
-        .args(["--scenario", scenario])
-        .env(ENV_TIMEOUT, timeout_s.to_string())
-        .deadline(Duration::from_secs(120))
-        .grace(grace)
-        .run_captured();
-    Run { result: r.map_err(|e| e.to_string()), lines, took: t.elapsed() }
-}
-
-type Check = Result<(), String>;
-type Test = fn() -> Check;
-
-fn ensure(cond: bool, what: impl FnOnce() -> String) -> Check {
-    if cond { Ok(()) } else { Err(what()) }
+    procs::launch(ranks, scenario, timeout_s, Duration::from_secs(120), grace)
 }
 
 fn three_ranks_exchange_every_byte() -> Check {
@@ -294,20 +256,5 @@ fn driver() -> ExitCode {
             a_frozen_peer_fails_the_flush_by_name_within_the_timeout,
         ),
     ];
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let mut failed = 0;
-    for (name, test) in tests {
-        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        match test() {
-            Ok(()) => println!("test {name} ... ok"),
-            Err(why) => {
-                failed += 1;
-                println!("test {name} ... FAILED: {why}");
-            }
-        }
-    }
-    println!("test result: {}", if failed == 0 { "ok".to_string() } else { format!("FAILED ({failed})") });
-    if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    procs::driver(&tests)
 }
