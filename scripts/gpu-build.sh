@@ -60,10 +60,12 @@ env -u MSCCLPP_RS_BENCH_OUT MSCCLPP_RS_REPORT_DIR=.gpu/cpu-report .gpu/bin/repor
   || { cat .gpu/cpu-report.log; echo "gpu-build: the CPU report failed" >&2; exit 1; }
 rm -f .gpu/cpu-report/*.svg
 cp scripts/gpu-runner.sh .gpu/run.sh
+# The executables travel packed (the embedded PTX compresses about 4x); run.sh unpacks them.
+tar -C .gpu -czf .gpu/bin.tgz bin
 git rev-parse --short HEAD > .gpu/commit 2>/dev/null || echo unknown > .gpu/commit
 echo
 ls -la .gpu/bin
-du -sh .gpu
+du -sh .gpu/bin .gpu/bin.tgz
 echo
-echo 'on a machine with two GPUs (carry .gpu):  bash .gpu/run.sh report    (the full GPU report, into $OUT/report/)'
+echo 'on a machine with two GPUs (carry .gpu, or only .gpu/run.sh, .gpu/bin.tgz, .gpu/cpu-report):  bash .gpu/run.sh report    (the full GPU report, into $OUT/report/)'
 echo '                                           bash .gpu/run.sh           (also mpirun, 4 ranks and the example)'

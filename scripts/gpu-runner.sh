@@ -24,6 +24,10 @@
 # MSCCLPP_RS_EP_SHAPES / MSCCLPP_RS_EP_REPS (ep_bench: prefill,decode; timed batches).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+# scripts/gpu-build.sh packs the executables into bin.tgz; unpack them when only the archive came.
+if [ ! -x "$here/bin/report" ] && [ -f "$here/bin.tgz" ]; then
+  tar -C "$here" -xzf "$here/bin.tgz" || { echo "run.sh: cannot unpack $here/bin.tgz" >&2; exit 1; }
+fi
 out=${OUT:-/tmp/mscclpp-rs-out}
 mkdir -p "$out"
 export MSCCLPP_RS_REQUIRE_GPU=${MSCCLPP_RS_REQUIRE_GPU:-1}  # 0 on a one-GPU machine: two-GPU tests skip
