@@ -381,6 +381,35 @@ fn proxy_rejects_out_of_range_put_with_an_error() {
     assert!(e.contains("outside memory") && e.contains("position 1"), "{e}");
 }
 
+/// Two kernels of one GPU (one context) that wait on each other, the second looked up only once
+/// the first spins. With lazy loading (the driver's default since CUDA 12.2) the first lookup of
+/// a kernel can wait for the context to go idle, which the spinning waiter never does until its
+/// budget runs out; [`Gpu::module`] loads every kernel of a module up front, so the later lookup
+/// loads nothing and the setter runs at once.
+#[test]
+fn kernel_looked_up_while_another_spins_still_runs() {
+    let Some(gpus) = gpus_or_skip("kernel_looked_up_while_another_spins_still_runs", 1) else { return };
+    let g = &gpus[0];
+    let flag = DeviceBuffer::filled(g, 8, 0).unwrap();
+    let seen = DeviceBuffer::filled(g, 8, POISON).unwrap();
+    sync(g, "filling the flag");
+    let value = testing::random_range(1, u64::MAX);
+    let stream = g.new_stream().unwrap();
+    let waiter = g.function(PTX, "late_lookup_waiter").unwrap();
+    let mut args = Args::new().arg(flag.addr()).arg(seen.addr()).arg(10_000_000_000i64);
+    let t = Instant::now();
+    // SAFETY: the kernel takes (flag, seen, budget) in this order and types; both buffers outlive
+    // the stream's synchronize below.
+    unsafe { mscclpp_host::launch::launch_on(g, &stream, &waiter, LaunchConfig::new(1, 32), &mut args) }.unwrap();
+    launch(g, "late_lookup_setter", LaunchConfig::new(1, 32), Args::new().arg(flag.addr()).arg(value));
+    g.synchronize_timeout(Duration::from_secs(30)).unwrap();
+    stream.synchronize().unwrap();
+    let took = t.elapsed();
+    assert_eq!(seen.to_vec::<u64>().unwrap(), [value], "what the waiter saw");
+    // The waiter's budget is 10 s: a setter held back until then would have made it trap.
+    assert!(took < Duration::from_secs(5), "the pair took {took:?}");
+}
+
 #[test]
 fn semaphore_wait_never_signalled_traps() {
     trap_test(

@@ -134,11 +134,10 @@ fn tcp_transport_moves_gpu_memory_both_ways() {
 /// what arrived.
 #[test]
 fn port_channel_over_the_tcp_transport() {
-    // Two GPUs: with both sides in one process on one GPU the waiter timed out on an H200 (the
-    // signals never arrived; not understood yet). Across processes on one GPU the same path
-    // passes (the forced-TCP pattern phase and port-channel example).
-    let Some(gpus) = gpus_or_skip("port_channel_over_the_tcp_transport", 2) else { return };
-    let (g0, g1) = (&gpus[0], &gpus[1]);
+    // One GPU is enough: the kernels of both sides then share its context (the putter is looked
+    // up while the waiter already spins, which `Gpu::module`'s eager loading makes safe).
+    let Some(gpus) = gpus_or_skip("port_channel_over_the_tcp_transport", 1) else { return };
+    let (g0, g1) = (&gpus[0], &gpus[gpus.len().min(2) - 1]);
     let (count, chunk) = (48usize, 100_000usize);
     let cfg = TcpConfig { chunk_bytes: 256 << 10, slots: 4, timeout: Duration::from_secs(30) };
     let (a, b) = (Side::new(g0, count * chunk), Side::new(g1, count * chunk));

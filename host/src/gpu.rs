@@ -296,7 +296,10 @@ impl Gpu {
     }
 
     /// Loads `ptx` into this context once (keyed by the text's address) and returns the module,
-    /// with this GPU's abort word's address written into it ([`crate::abort`]).
+    /// with this GPU's abort word's address written into it ([`crate::abort`]) and every kernel it
+    /// declares loaded, so that a later [`Gpu::function`] never loads code while another kernel
+    /// of this GPU runs. Loading a module may itself wait for the GPU's running kernels: load
+    /// every module before launching kernels that wait for one another.
     pub fn module(&self, ptx: &'static str) -> Result<Arc<CudaModule>> {
         let key = ptx.as_ptr() as usize;
         let mut mods = self.modules.lock().unwrap_or_else(|e| e.into_inner());
@@ -308,8 +311,27 @@ impl Gpu {
             .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
             .ctx(|| format!("loading PTX ({} bytes) on GPU {}", ptx.len(), self.ordinal()))?;
         self.abort.install(&m, &self.stream, self.ordinal())?;
+        // Load every kernel now. With lazy loading (the driver's default since CUDA 12.2) a
+        // kernel is loaded at its first lookup, and that load may wait for the whole context to
+        // go idle: a kernel looked up while another kernel of this GPU spins waiting for it
+        // would hang until the spinner's budget ran out.
+        for name in ptx_entries(ptx) {
+            self.remember(&m, key, name)?;
+        }
         mods.insert(key, m.clone());
         Ok(m)
+    }
+
+    /// Looks up kernel `name` of `module` (keyed by `key`) and remembers it and its parameters.
+    fn remember(&self, module: &Arc<CudaModule>, key: usize, name: &str) -> Result<CudaFunction> {
+        if name.contains('\0') {
+            return Err(Error::InvalidArgument(format!("kernel name {name:?} contains a NUL")));
+        }
+        let f = module.load_function(name).ctx(|| format!("looking up kernel `{name}` on GPU {}", self.ordinal()))?;
+        let params = Arc::new(KernelParams::query(&f, Some(name)));
+        self.params.lock().unwrap_or_else(|e| e.into_inner()).insert(f.cu_function() as usize, params);
+        self.functions.lock().unwrap_or_else(|e| e.into_inner()).insert((key, name.to_string()), f.clone());
+        Ok(f)
     }
 
     /// This GPU's abort word: set it to make every bounded wait of this GPU's kernels trap with
@@ -324,14 +346,13 @@ impl Gpu {
         if let Some(f) = self.functions.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(f.clone());
         }
-        let f = self
-            .module(ptx)?
-            .load_function(name)
-            .ctx(|| format!("looking up kernel `{name}` on GPU {}", self.ordinal()))?;
-        let params = Arc::new(KernelParams::query(&f, Some(name)));
-        self.params.lock().unwrap_or_else(|e| e.into_inner()).insert(f.cu_function() as usize, params);
-        self.functions.lock().unwrap_or_else(|e| e.into_inner()).insert(key, f.clone());
-        Ok(f)
+        let module = self.module(ptx)?;
+        // Loading the module looked up every kernel it declares; this finds the rest (none, unless
+        // the declarations were not recognised) or reports the missing name.
+        if let Some(f) = self.functions.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(f.clone());
+        }
+        self.remember(&module, key.0, name)
     }
 
     /// The size in bytes of each parameter of kernel `name` of module `ptx`, as the driver
@@ -374,9 +395,35 @@ impl Gpu {
     }
 }
 
+/// The kernels (`.entry` declarations) of a PTX module, by name, in order.
+fn ptx_entries(ptx: &str) -> Vec<&str> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '%');
+    ptx.lines()
+        .filter_map(|line| {
+            let line = line.split("//").next().unwrap_or("");
+            let mut words = line.split_whitespace().skip_while(|w| !matches!(*w, ".entry") && !w.starts_with(".entry"));
+            let first = words.next()?;
+            // `.entry name(`, `.entry name (` or `.entry\tname(`.
+            let rest = first.strip_prefix(".entry").filter(|r| !r.is_empty()).or_else(|| words.next())?;
+            let name = &rest[..rest.find(|c: char| !ident(c)).unwrap_or(rest.len())];
+            (!name.is_empty()).then_some(name)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ptx_entries_finds_every_kernel_declaration() {
+        let ptx = "//\n// .entry not_this_one(\n.version 8.0\n.target sm_90\n\
+                   .visible .entry first(\n\t.param .u64 first_param_0\n)\n{\n\tret;\n}\n\
+                   .entry second (\n)\n{ ret; }\n.weak .entry $third_1(.param .u32 a)\n\
+                   .visible .func helper(\n)\n.global .u64 abort_word;\n";
+        assert_eq!(ptx_entries(ptx), ["first", "second", "$third_1"]);
+        assert!(ptx_entries(".version 8.0\n.func f()\n").is_empty());
+    }
 
     fn dev(ordinal: usize) -> DeviceInfo {
         DeviceInfo {

@@ -245,6 +245,18 @@ kernels! {
         }
     }
 
+    /// Thread 0 waits (`budget_ns`) for `*flag` to become nonzero, then writes what it saw to
+    /// `*seen`. Only the late-lookup test uses it (and its partner below).
+    fn late_lookup_waiter(flag: *const u64, seen: *mut u64, budget_ns: i64) {
+        if sreg::tid_x() != 0 { return; }
+        spin_until(SpinBudget::from_nanos(budget_ns), c"late_lookup_waiter", || atomic::load::<Acquire, Sys, u64>(flag) != 0);
+        write_volatile(seen, atomic::load::<Acquire, Sys, u64>(flag));
+    }
+    /// Thread 0 stores `value` to `*flag` (release): the partner of `late_lookup_waiter`.
+    fn late_lookup_setter(flag: *mut u64, value: u64) {
+        if sreg::tid_x() != 0 { return; }
+        atomic::store::<Release, Sys, u64>(flag, value);
+    }
     /// Waits on a semaphore that is never signalled, with a `budget_ns` budget: must trap.
     /// Reads element `i` of a four-element array: an index of 4 or more fails the bounds check,
     /// and the device crate's panic handler prints the location and traps.
