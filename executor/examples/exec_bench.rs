@@ -1,15 +1,24 @@
-//! `exec_bench`: the plan executor against the hand-written collectives for the same operation,
-//! on the same ranks in the same run: allgather (the `allgather_memory` plan against
-//! `Collectives::allgather`) and allreduce (the `allreduce_packets` plan against the one-shot
-//! LL allreduce). Time per operation: median over trials of back-to-back launches timed on the
-//! host around a synchronise; the results are checked after the timed launches.
+//! `exec_bench`: the plan executor against the hand-written collectives running the same
+//! algorithm, on the same ranks in the same run:
+//!
+//! * allgather: the `allgather_memory_parts` plan (direct puts into the peers' outputs, a signal
+//!   and a wait per part) against `Collectives::allgather` forced to its pipelined memory-channel
+//!   form;
+//! * allreduce: the `allreduce_packets_parts` plan against the one-shot LL allreduce (both write
+//!   LL packets into every peer's scratch and reduce them).
+//!
+//! Each plan is cut into about as many parts per peer as the collective's grid has blocks at
+//! that size (a power of two; `MSCCLPP_RS_EXEC_PARTS=k` forces `k`), and the one-part form runs
+//! too. Time per operation: median over trials of back-to-back launches timed on the host around
+//! a synchronise; the results are checked after the timed launches.
 //!
 //! ```sh
 //! exec_bench --ranks 2                          # built-in launcher (or under mpirun -np N)
 //! MSCCLPP_RS_BENCH_SIZES=65536,1048576 ...      # bytes per rank (default 4 KiB .. 4 MiB, x4)
 //! ```
-//! Rank 0 prints one line per (operation, size): both times and the ratio (collective's time /
-//! executor's; the goal is at least 0.9).
+//! Rank 0 prints one line per (operation, size): the executor's times (one part, and the parts
+//! used), the collective's, and the ratio (collective's time / executor's with parts; the goal is
+//! at least 0.9).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -53,6 +62,15 @@ fn wrong(what: &str, got: &[u8], want: &[u8]) -> Result<()> {
     }
 }
 
+/// Parts per peer for a plan of `bytes` per rank: about one per `unit` bytes, the largest power
+/// of two from 1 to `max` at most that, unless `MSCCLPP_RS_EXEC_PARTS` says otherwise.
+fn parts(bytes: usize, unit: usize, max: usize) -> usize {
+    match std::env::var("MSCCLPP_RS_EXEC_PARTS").ok().and_then(|v| v.trim().parse().ok()) {
+        Some(k) if k > 0 => k,
+        _ => 1 << (bytes / unit).clamp(1, max).ilog2(),
+    }
+}
+
 fn run(comm: &Communicator) -> Result<()> {
     let (n, me) = (comm.world_size(), comm.rank());
     let sizes: Vec<usize> = match std::env::var("MSCCLPP_RS_BENCH_SIZES") {
@@ -60,61 +78,83 @@ fn run(comm: &Communicator) -> Result<()> {
         Err(_) => (0..6).map(|k| 4096 << (2 * k)).collect(),
     };
     let plan_err = |e: mscclpp_plan::PlanError| Error::InvalidArgument(e.to_string());
-    let gather_plan = examples::allgather_memory(n).map_err(plan_err)?;
-    let reduce_plan = examples::allreduce_packets(n).map_err(plan_err)?;
-    let coll = Collectives::with_config(comm, CollConfig::default())?;
+    let pipelined = Collectives::with_config(
+        comm,
+        CollConfig { force: Some(CollectiveAlgorithm::Pipelined), ..CollConfig::default() },
+    )?;
     let one_shot = Collectives::with_config(
         comm,
         CollConfig { force: Some(CollectiveAlgorithm::OneShotLl), ..CollConfig::default() },
     )?;
     let gpu = comm.gpu().clone();
     let stream = gpu.stream().clone();
+    // Most blocks per rank a plan may use: the SM count.
+    let max_parts = (gpu.info().sm_count as usize / n).max(1);
     for &bytes in &sizes {
-        let bytes = bytes.div_ceil(16 * n) * 16 * n;
+        // Allgather: `bytes` per rank. The pipelined collective runs a block per 16 KiB; the plan
+        // a block per part and peer (and one per part for the local copy).
+        let k = parts(bytes, 16 << 10, max_parts);
+        let bytes = bytes.div_ceil(16 * n * k) * 16 * n * k;
         let count = bytes / 4;
         let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(DataType::F32, count, bytes as u64, r)).collect();
-        // Allgather: `bytes` per rank.
-        let exec = Executor::new(comm, &gather_plan, Config::new(bytes, ElementType::F32))?;
-        exec.arena().write(exec.input().0, &inputs[me])?;
-        comm.bootstrap().barrier()?;
-        let t_exec = time(comm, || exec.launch(&stream))?;
-        let (o, l) = exec.output();
-        wrong("executor allgather", &exec.arena().to_vec::<u8>()?[o..o + l], &inputs.concat())?;
-        let send = DeviceBuffer::from_slice(&gpu, &inputs[me])?;
-        let recv = DeviceBuffer::filled(&gpu, n * bytes, 0xa5)?;
-        let t_coll = time(comm, || coll.allgather(&send, &recv, count, DataType::F32, &stream))?;
-        wrong("collectives allgather", &recv.to_vec::<u8>()?, &inputs.concat())?;
-        report(me, "allgather", bytes, t_exec, t_coll);
-        drop(exec);
-        // Allreduce: a `bytes` buffer, one-shot with packets on both sides (up to 1 MiB, the
-        // one-shot form's default limit).
-        if bytes <= 1 << 20 {
-            let exec = Executor::new(comm, &reduce_plan, Config::new(bytes / n, ElementType::F32))?;
+        let mut t_exec = Vec::new();
+        for k in [1, k] {
+            let plan = examples::allgather_memory_parts(n, k).map_err(plan_err)?;
+            let exec = Executor::new(comm, &plan, Config::new(bytes / k, ElementType::F32))?;
             exec.arena().write(exec.input().0, &inputs[me])?;
             comm.bootstrap().barrier()?;
-            let t_exec = time(comm, || exec.launch(&stream))?;
+            t_exec.push(time(comm, || exec.launch(&stream))?);
+            let (o, l) = exec.output();
+            wrong("executor allgather", &exec.arena().to_vec::<u8>()?[o..o + l], &inputs.concat())?;
+        }
+        let send = DeviceBuffer::from_slice(&gpu, &inputs[me])?;
+        let recv = DeviceBuffer::filled(&gpu, n * bytes, 0xa5)?;
+        let t_coll = time(comm, || pipelined.allgather(&send, &recv, count, DataType::F32, &stream))?;
+        wrong("collectives allgather", &recv.to_vec::<u8>()?, &inputs.concat())?;
+        report(me, "allgather", bytes, k, &t_exec, t_coll);
+        // Allreduce: a `bytes` buffer, one-shot with packets on both sides (up to 1 MiB, the
+        // one-shot form's default limit). The collective runs a thread per packet (8 bytes) in
+        // blocks of 1024 threads; the plan a block per part and peer plus two reducers per part.
+        if bytes <= 1 << 20 {
+            let k = parts(bytes, 32 << 10, max_parts);
+            let bytes = bytes.div_ceil(16 * n * k) * 16 * n * k;
+            let count = bytes / 4;
+            let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(DataType::F32, count, bytes as u64, r)).collect();
             let order: Vec<&[u8]> =
                 std::iter::once(me).chain((0..n).filter(|&q| q != me)).map(|q| inputs[q].as_slice()).collect();
-            let (o, l) = exec.output();
-            wrong("executor allreduce", &exec.arena().to_vec::<u8>()?[o..o + l], &sum_in_order(DataType::F32, &order))?;
+            let want = sum_in_order(DataType::F32, &order);
+            let mut t_exec = Vec::new();
+            for k in [1, k] {
+                let plan = examples::allreduce_packets_parts(n, k).map_err(plan_err)?;
+                let exec = Executor::new(comm, &plan, Config::new(bytes / (n * k), ElementType::F32))?;
+                exec.arena().write(exec.input().0, &inputs[me])?;
+                comm.bootstrap().barrier()?;
+                t_exec.push(time(comm, || exec.launch(&stream))?);
+                let (o, l) = exec.output();
+                wrong("executor allreduce", &exec.arena().to_vec::<u8>()?[o..o + l], &want)?;
+            }
+            let send = DeviceBuffer::from_slice(&gpu, &inputs[me])?;
             let recv = DeviceBuffer::filled(&gpu, bytes, 0xa5)?;
             let t_coll = time(comm, || one_shot.allreduce(&send, &recv, count, DataType::F32, ReduceOp::Sum, &stream))?;
             let all: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
             wrong("collectives allreduce", &recv.to_vec::<u8>()?, &sum_in_order(DataType::F32, &all))?;
-            report(me, "allreduce", bytes, t_exec, t_coll);
+            report(me, "allreduce", bytes, k, &t_exec, t_coll);
         }
         comm.bootstrap().barrier()?;
     }
     Ok(())
 }
 
-fn report(me: usize, op: &str, bytes: usize, exec: f64, coll: f64) {
+/// `exec`: the executor's seconds with one part, then with `parts`.
+fn report(me: usize, op: &str, bytes: usize, parts: usize, exec: &[f64], coll: f64) {
     if me == 0 {
         println!(
-            "exec_bench: {op:9} {bytes:>10} B/rank: executor {:9.2} us, collectives {:9.2} us, ratio {:.2} (goal >= 0.9)",
-            exec * 1e6,
+            "exec_bench: {op:9} {bytes:>10} B/rank: executor {:9.2} us (1 part), {:9.2} us ({parts} parts), \
+             collectives {:9.2} us, ratio {:.2} (goal >= 0.9)",
+            exec[0] * 1e6,
+            exec[1] * 1e6,
             coll * 1e6,
-            coll / exec
+            coll / exec[1]
         );
     }
 }

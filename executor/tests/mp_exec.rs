@@ -1,6 +1,6 @@
 //! The plan executor among N ranks, one process per rank: the example plans of
 //! `mscclpp_plan::examples` (packet one-shot and two-shot allreduce, allgather over memory and
-//! over port channels) on fresh random inputs with poisoned outputs, checked bit for bit against
+//! over port channels, and the packet allreduce and memory allgather cut into three parts) on fresh random inputs with poisoned outputs, checked bit for bit against
 //! a host reference that sums in the plan's order; several launches per plan (the packet flags
 //! and semaphores carry over), launches back to back with no host synchronisation, and one
 //! launch captured in a CUDA graph and replayed 200 times.
@@ -33,7 +33,7 @@ fn expected(program: &Program, dtype: DataType, inputs: &[Vec<u8>], me: usize, c
     // Own operand first, then the peers in rank order (the plans' reduction order).
     let order = |r: usize| std::iter::once(r).chain((0..n).filter(move |&q| q != r));
     match program.name.as_str() {
-        "allreduce_packets" => {
+        "allreduce_packets" | "allreduce_packets_parts" => {
             let ops: Vec<&[u8]> = order(me).map(|q| inputs[q].as_slice()).collect();
             sum_in_order(dtype, &ops)
         }
@@ -43,7 +43,7 @@ fn expected(program: &Program, dtype: DataType, inputs: &[Vec<u8>], me: usize, c
                 sum_in_order(dtype, &ops)
             })
             .collect(),
-        "allgather_memory" | "allgather_port" => inputs.concat(),
+        "allgather_memory" | "allgather_memory_parts" | "allgather_port" => inputs.concat(),
         other => panic!("no reference for {other}"),
     }
 }
@@ -62,6 +62,8 @@ fn run(comm: &Communicator) -> Result<()> {
         examples::allreduce_two_shot(n).map_err(plan_err)?,
         examples::allgather_memory(n).map_err(plan_err)?,
         examples::allgather_port(n).map_err(plan_err)?,
+        examples::allreduce_packets_parts(n, 3).map_err(plan_err)?,
+        examples::allgather_memory_parts(n, 3).map_err(plan_err)?,
     ];
     let mut case_seed = seed;
     let mut cases = 0;

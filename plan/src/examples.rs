@@ -1,5 +1,6 @@
 //! Example plans written with the builder. Each is accepted by [`crate::check()`] for any
-//! number of ranks from 2 up; the tests check 2, 4 and 8.
+//! number of ranks from 2 up (and any number of parts for the `_parts` forms); the tests check
+//! 2, 4 and 8 ranks.
 //!
 //! Chunk `i` of a buffer is the `i`-th of `n` equal parts of the message; thread blocks are
 //! numbered per rank.
@@ -14,28 +15,49 @@ fn peers(n: usize, r: usize) -> impl Iterator<Item = (usize, usize)> {
 /// One-shot allreduce with packets: every rank writes its whole input as packets into slot
 /// `r` of every peer's scratch (one thread block per peer), then a group of two thread blocks
 /// reduces its input with the `n - 1` packet slots into the output. Packets carry their own
-/// flags, so no signal or wait is needed.
+/// flags, so no signal or wait is needed. The message is `n` chunks.
 pub fn allreduce_packets(n: usize) -> Result<Program, PlanError> {
-    let mut p = Program::new("allreduce_packets", "allreduce", n, n, n, n * n);
-    let reducers = ThreadBlockGroup::new(vec![n - 1, n])?;
+    allreduce_packets_parts(n, 1)
+}
+
+/// [`allreduce_packets`] spread over more thread blocks: the input is cut into `parts` parts of
+/// `n` chunks each (the message is `n * parts` chunks); thread block `j * parts + s` writes part
+/// `s` to the `j`-th peer, and a group of `2 * parts` thread blocks after those reduces.
+pub fn allreduce_packets_parts(n: usize, parts: usize) -> Result<Program, PlanError> {
+    let parts = at_least_one("allreduce_packets_parts", parts)?;
+    let m = n * parts;
+    let name = if parts == 1 { "allreduce_packets" } else { "allreduce_packets_parts" };
+    let mut p = Program::new(name, "allreduce", n, m, m, n * m);
+    let first = (n - 1) * parts;
+    let reducers = ThreadBlockGroup::new((first..first + 2 * parts).collect())?;
     for r in 0..n {
         for (j, q) in peers(n, r) {
             let ch = p.memory_channel(q, r)?;
-            ch.put_packets(&mut p, Chunk::scratch(q, r * n, n), Chunk::input(r, 0, n), j)?;
+            for s in 0..parts {
+                let part = s * n;
+                ch.put_packets(&mut p, Chunk::scratch(q, r * m + part, n), Chunk::input(r, part, n), j * parts + s)?;
+            }
         }
-        let others = peers(n, r).map(|(_, q)| Chunk::scratch(r, q * n, n)).collect();
+        let others = peers(n, r).map(|(_, q)| Chunk::scratch(r, q * m, m)).collect();
         let rank = p.rank(r)?;
         rank.reduce(
             &mut p,
-            Chunk::input(r, 0, n),
+            Chunk::input(r, 0, m),
             others,
             &reducers,
-            Some(Chunk::output(r, 0, n)),
+            Some(Chunk::output(r, 0, m)),
             ReduceOp::Sum,
             true,
         )?;
     }
     Ok(p)
+}
+
+fn at_least_one(op: &'static str, parts: usize) -> Result<usize, PlanError> {
+    if parts == 0 {
+        return Err(PlanError::Empty { op, what: "parts" });
+    }
+    Ok(parts)
 }
 
 /// Two-shot allreduce over memory channels.
@@ -84,15 +106,31 @@ pub fn allreduce_two_shot(n: usize) -> Result<Program, PlanError> {
 /// thread block `1 + j` puts the input into chunk `r` of the `j`-th peer's output, signals,
 /// and waits for that peer's chunk.
 pub fn allgather_memory(n: usize) -> Result<Program, PlanError> {
-    let mut p = Program::new("allgather_memory", "allgather", n, 1, n, 0);
+    allgather_memory_parts(n, 1)
+}
+
+/// [`allgather_memory`] spread over more thread blocks: the input is cut into `parts` chunks;
+/// thread block `s` copies chunk `s` into place, and thread block `parts * (1 + j) + s` puts it
+/// into the `j`-th peer's output over a channel of its own, signals and waits for the peer's
+/// chunk `s`.
+pub fn allgather_memory_parts(n: usize, parts: usize) -> Result<Program, PlanError> {
+    let parts = at_least_one("allgather_memory_parts", parts)?;
+    let name = if parts == 1 { "allgather_memory" } else { "allgather_memory_parts" };
+    let mut p = Program::new(name, "allgather", n, parts, n * parts, 0);
     for r in 0..n {
         let rank = p.rank(r)?;
-        rank.copy(&mut p, Chunk::output(r, r, 1), Chunk::input(r, 0, 1), 0)?;
+        for s in 0..parts {
+            rank.copy(&mut p, Chunk::output(r, r * parts + s, 1), Chunk::input(r, s, 1), s)?;
+        }
         for (j, q) in peers(n, r) {
-            let ch = p.memory_channel(q, r)?;
-            ch.put(&mut p, Chunk::output(q, r, 1), Chunk::input(r, 0, 1), 1 + j)?;
-            ch.signal(&mut p, 1 + j, SyncType::Both, false)?;
-            ch.wait(&mut p, 1 + j, SyncType::Both, false)?;
+            for s in 0..parts {
+                // The s-th channel from r to q pairs with the s-th from q to r.
+                let ch = p.memory_channel(q, r)?;
+                let tb = parts * (1 + j) + s;
+                ch.put(&mut p, Chunk::output(q, r * parts + s, 1), Chunk::input(r, s, 1), tb)?;
+                ch.signal(&mut p, tb, SyncType::Both, false)?;
+                ch.wait(&mut p, tb, SyncType::Both, false)?;
+            }
         }
     }
     Ok(p)
@@ -113,4 +151,25 @@ pub fn allgather_port(n: usize) -> Result<Program, PlanError> {
         }
     }
     Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parts_forms_pass_the_checker_and_use_their_blocks() {
+        for n in [2, 3, 4, 8] {
+            for parts in [1, 2, 5, 16] {
+                let g = allgather_memory_parts(n, parts).unwrap();
+                let r = crate::check(&g).unwrap_or_else(|e| panic!("allgather {n} x {parts}: {e:?}"));
+                assert_eq!(r.threadblocks, n * n * parts, "allgather {n} x {parts}: blocks over all ranks");
+                let a = allreduce_packets_parts(n, parts).unwrap();
+                let r = crate::check(&a).unwrap_or_else(|e| panic!("allreduce {n} x {parts}: {e:?}"));
+                assert_eq!(r.threadblocks, n * (n + 1) * parts, "allreduce {n} x {parts}: blocks over all ranks");
+            }
+        }
+        assert_eq!(allgather_memory_parts(4, 1).unwrap(), allgather_memory(4).unwrap());
+        assert!(allgather_memory_parts(2, 0).is_err() && allreduce_packets_parts(2, 0).is_err());
+    }
 }
