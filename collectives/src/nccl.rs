@@ -23,6 +23,8 @@ struct UniqueId {
 
 type Comm = *mut c_void;
 type Res = c_int;
+/// `ncclAllReduce` and `ncclReduceScatter`: (send, recv, count, type, op, comm, stream).
+type ReduceFn = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, *mut c_void) -> Res;
 
 /// The loaded library and the entry points used here.
 pub struct Nccl {
@@ -32,9 +34,9 @@ pub struct Nccl {
     comm_init_rank: unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> Res,
     comm_destroy: unsafe extern "C" fn(Comm) -> Res,
     error_string: unsafe extern "C" fn(Res) -> *const c_char,
-    all_reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, *mut c_void) -> Res,
+    all_reduce: ReduceFn,
     all_gather: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, *mut c_void) -> Res,
-    reduce_scatter: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, *mut c_void) -> Res,
+    reduce_scatter: ReduceFn,
     send: unsafe extern "C" fn(*const c_void, usize, c_int, c_int, Comm, *mut c_void) -> Res,
     recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, Comm, *mut c_void) -> Res,
     group_start: unsafe extern "C" fn() -> Res,
@@ -186,18 +188,7 @@ impl NcclComm<'_> {
         stream: &CudaStream,
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        let r = unsafe {
-            (self.nccl.all_reduce)(
-                send as *const c_void,
-                recv as *mut c_void,
-                count,
-                nccl_type(dt),
-                nccl_op(op),
-                self.comm,
-                stream.cu_stream().cast(),
-            )
-        };
-        self.nccl.check(r, "ncclAllReduce")
+        unsafe { self.reduce(self.nccl.all_reduce, "ncclAllReduce", send, recv, count, dt, op, stream) }
     }
 
     /// `ncclAllGather(send, recv, count per rank, dtype)` on `stream`.
@@ -240,18 +231,29 @@ impl NcclComm<'_> {
         stream: &CudaStream,
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        let r = unsafe {
-            (self.nccl.reduce_scatter)(
-                send as *const c_void,
-                recv as *mut c_void,
-                count,
-                nccl_type(dt),
-                nccl_op(op),
-                self.comm,
-                stream.cu_stream().cast(),
-            )
-        };
-        self.nccl.check(r, "ncclReduceScatter")
+        unsafe { self.reduce(self.nccl.reduce_scatter, "ncclReduceScatter", send, recv, count, dt, op, stream) }
+    }
+
+    /// `f` (named `name`), a reduction of NCCL's signature, on `stream`.
+    ///
+    /// # Safety
+    /// As for the public function that calls it.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn reduce(
+        &self,
+        f: ReduceFn,
+        name: &str,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dt: DataType,
+        op: ReduceOp,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (send, recv, s) = (send as *const c_void, recv as *mut c_void, stream.cu_stream().cast());
+        // SAFETY: forwarded from the caller.
+        let r = unsafe { f(send, recv, count, nccl_type(dt), nccl_op(op), self.comm, s) };
+        self.nccl.check(r, name)
     }
 }
 

@@ -2,12 +2,49 @@
 //! between the ranks, each checked against data the host recomputes from the shared seed.
 
 use mscclpp_host::bootstrap::Bootstrap;
+use mscclpp_host::comm::{Communicator, MemorySemaphores, PeerBuffers};
 use mscclpp_host::{Args, DeviceBuffer, LaunchConfig};
 use rand::RngExt;
 
 use crate::{
     Ctx, POISON, PhaseResult, barrier, comm, counted, e2s, ints, rank_sum, rng_for, run, same, shared, upload,
 };
+
+/// Exchanges `slots` (exportable, `world * bytes`) and memory semaphores with every rank, then
+/// runs `kernel` (`mp_dispatch` or `mp_allgather`): block p bulk-stores `bytes` of `src` into slot
+/// `rank` of rank p's `slots` through two stages of `tile` bytes, and signals and waits on rank p.
+/// The caller keeps what it returns (the mappings and the semaphores) until the phase's last
+/// barrier, so that nothing the peers map is freed while they may still run.
+fn bulk_store_to_slots(
+    c: &Ctx,
+    cm: &Communicator,
+    kernel: &str,
+    src: &DeviceBuffer,
+    slots: &DeviceBuffer,
+    bytes: usize,
+    tile: u32,
+) -> Result<(PeerBuffers, MemorySemaphores), String> {
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu());
+    let peers = cm.exchange(slots).map_err(e2s)?;
+    let sems = cm.memory_semaphores().map_err(e2s)?;
+    let slot_table = upload(g, peers.addrs())?;
+    let sem_table = upload(g, &sems.table())?;
+    barrier(c)?;
+    run(
+        g,
+        kernel,
+        LaunchConfig::new(n as u32, 32).shared(mscclpp_device::bulk::pipeline_smem_bytes(2, tile)),
+        Args::new()
+            .arg(src.ptr::<u8>())
+            .arg(slot_table.addr())
+            .arg(sem_table.addr())
+            .arg(n as u32)
+            .arg(me as u32)
+            .arg(bytes as u64)
+            .arg(tile),
+    )?;
+    Ok((peers, sems))
+}
 
 /// Each rank bulk-stores a 1 MiB slice into slot `rank` of every peer's receive buffer and
 /// signals; each receiver waits for every peer, then checks every peer's slot, and that its own
@@ -18,25 +55,7 @@ pub(crate) fn staged_dispatch(c: &Ctx) -> PhaseResult {
     let bytes = 1usize << 20;
     let send = upload(&g, &ints::<u8>(c.seed, me, 10, n * bytes))?;
     let recv = DeviceBuffer::exportable_filled(&g, n * bytes, POISON).map_err(e2s)?;
-    let peers = cm.exchange(&recv).map_err(e2s)?;
-    let sems = cm.memory_semaphores().map_err(e2s)?;
-    let recv_table = upload(&g, peers.addrs())?;
-    let sem_table = upload(&g, &sems.table())?;
-    barrier(c)?;
-    let tile = 32 * 1024;
-    run(
-        &g,
-        "mp_dispatch",
-        LaunchConfig::new(n as u32, 32).shared(mscclpp_device::bulk::pipeline_smem_bytes(2, tile)),
-        Args::new()
-            .arg(send.ptr::<u8>())
-            .arg(recv_table.addr())
-            .arg(sem_table.addr())
-            .arg(n as u32)
-            .arg(me as u32)
-            .arg(bytes as u64)
-            .arg(tile),
-    )?;
+    let _mapped = bulk_store_to_slots(c, &cm, "mp_dispatch", &send, &recv, bytes, 32 * 1024)?;
     let got = recv.to_vec::<u8>().map_err(e2s)?;
     for p in (0..n).filter(|&p| p != me) {
         let theirs = ints::<u8>(c.seed, p, 10, n * bytes);
@@ -260,25 +279,7 @@ pub(crate) fn allgather(c: &Ctx) -> PhaseResult {
     let bytes = 4usize << 20;
     let src = upload(&g, &ints::<u8>(c.seed, me, 14, bytes))?;
     let dst = DeviceBuffer::exportable_filled(&g, n * bytes, POISON).map_err(e2s)?;
-    let peers = cm.exchange(&dst).map_err(e2s)?;
-    let sems = cm.memory_semaphores().map_err(e2s)?;
-    let dst_table = upload(&g, peers.addrs())?;
-    let sem_table = upload(&g, &sems.table())?;
-    barrier(c)?;
-    let tile = 32 * 1024u32;
-    run(
-        &g,
-        "mp_allgather",
-        LaunchConfig::new(n as u32, 32).shared(mscclpp_device::bulk::pipeline_smem_bytes(2, tile)),
-        Args::new()
-            .arg(src.ptr::<u8>())
-            .arg(dst_table.addr())
-            .arg(sem_table.addr())
-            .arg(n as u32)
-            .arg(me as u32)
-            .arg(bytes as u64)
-            .arg(tile),
-    )?;
+    let _mapped = bulk_store_to_slots(c, &cm, "mp_allgather", &src, &dst, bytes, 32 * 1024)?;
     let got = dst.to_vec::<u8>().map_err(e2s)?;
     for r in 0..n {
         same(&format!("slot of rank {r}"), &got[r * bytes..(r + 1) * bytes], &ints::<u8>(c.seed, r, 14, bytes))?;
@@ -295,25 +296,7 @@ pub(crate) fn allreduce_small(c: &Ctx) -> PhaseResult {
     let src = upload(&g, &ints::<i32>(c.seed, me, 15, elems))?;
     let slots = DeviceBuffer::exportable_filled(&g, n * elems * 4, POISON).map_err(e2s)?;
     let out = DeviceBuffer::filled(&g, elems * 4, POISON).map_err(e2s)?;
-    let peers = cm.exchange(&slots).map_err(e2s)?;
-    let sems = cm.memory_semaphores().map_err(e2s)?;
-    let slot_table = upload(&g, peers.addrs())?;
-    let sem_table = upload(&g, &sems.table())?;
-    barrier(c)?;
-    let tile = 16 * 1024u32;
-    run(
-        &g,
-        "mp_allgather",
-        LaunchConfig::new(n as u32, 32).shared(mscclpp_device::bulk::pipeline_smem_bytes(2, tile)),
-        Args::new()
-            .arg(src.ptr::<u8>())
-            .arg(slot_table.addr())
-            .arg(sem_table.addr())
-            .arg(n as u32)
-            .arg(me as u32)
-            .arg((elems * 4) as u64)
-            .arg(tile),
-    )?;
+    let _mapped = bulk_store_to_slots(c, &cm, "mp_allgather", &src, &slots, elems * 4, 16 * 1024)?;
     run(
         &g,
         "mp_reduce_slots",

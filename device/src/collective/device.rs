@@ -225,6 +225,40 @@ impl Collective {
 
     // ---------------------------------------------------------------- LL building blocks
 
+    /// Writes `w` as packet `i` of this rank's slot (`half`, `region`) in every peer's scratch.
+    ///
+    /// # Safety
+    /// Packet `i` lies in the slots.
+    #[inline(always)]
+    unsafe fn ll_send(&self, half: u64, region: u64, i: u64, w: u64, flag: u32) {
+        for p in 0..self.n_ranks {
+            if p != self.rank {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.ll_slot(p, half, region, self.rank).add(i as usize).write(w, flag) };
+            }
+        }
+    }
+
+    /// The sum in rank order of word `i`: `own` for this rank, packet `i` of slot (`half`, 0)
+    /// here for every peer.
+    ///
+    /// # Safety
+    /// Packet `i` lies in the slots.
+    #[inline(always)]
+    unsafe fn ll_sum<E: Element>(&self, half: u64, i: u64, own: u64, flag: u32, budget: SpinBudget) -> u64 {
+        let (mut acc, me) = (0u64, self.rank);
+        for q in 0..self.n_ranks {
+            let v = if q == me {
+                own
+            } else {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.ll_slot(me, half, 0, q).add(i as usize).read(flag, budget) }
+            };
+            acc = if q == 0 { v } else { add64::<E>(acc, v) };
+        }
+        acc
+    }
+
     /// One-shot LL allreduce body (no begin/end): `output = sum over ranks of input`, `bytes`
     /// each, shared by the threads of `t`.
     ///
@@ -242,7 +276,6 @@ impl Collective {
         t: Threads,
         budget: SpinBudget,
     ) {
-        let (n, me) = (self.n_ranks, self.rank);
         let (flag, half) = (ll_flag(e), e & 1);
         let words = bytes.div_ceil(8);
         device_assert!(words * LL_PACKET_BYTES <= self.ll_bytes, "allreduce (LL): message larger than the LL slot");
@@ -251,11 +284,7 @@ impl Collective {
             // SAFETY: word i lies in the input; packet i lies in every peer's slot (checked size).
             unsafe {
                 let w = load_word(input, i, bytes);
-                for p in 0..n {
-                    if p != me {
-                        self.ll_slot(p, half, 0, me).add(i as usize).write(w, flag);
-                    }
-                }
+                self.ll_send(half, 0, i, w, flag);
             }
             i += t.count as u64;
         }
@@ -264,11 +293,7 @@ impl Collective {
             // SAFETY: as above, for this rank's own slots.
             unsafe {
                 let own = load_word(input, i, bytes);
-                let mut acc = 0u64;
-                for q in 0..n {
-                    let v = if q == me { own } else { self.ll_slot(me, half, 0, q).add(i as usize).read(flag, budget) };
-                    acc = if q == 0 { v } else { add64::<E>(acc, v) };
-                }
+                let acc = self.ll_sum::<E>(half, i, own, flag, budget);
                 store_word(output, i, bytes, acc);
             }
             i += t.count as u64;
@@ -319,17 +344,9 @@ impl Collective {
             // SAFETY: as above.
             unsafe {
                 let own = load_word(input, s + j, bytes);
-                let mut acc = 0u64;
-                for q in 0..n {
-                    let v = if q == me { own } else { self.ll_slot(me, half, 0, q).add(j as usize).read(flag, budget) };
-                    acc = if q == 0 { v } else { add64::<E>(acc, v) };
-                }
+                let acc = self.ll_sum::<E>(half, j, own, flag, budget);
                 store_word(output, s + j, bytes, acc);
-                for p in 0..n {
-                    if p != me {
-                        self.ll_slot(p, half, 1, me).add(j as usize).write(acc, flag);
-                    }
-                }
+                self.ll_send(half, 1, j, acc, flag);
             }
             j += step;
         }
@@ -376,11 +393,7 @@ impl Collective {
             // SAFETY: word i lies in the input and in my part of the output; packet i in the slots.
             unsafe {
                 let w = load_word(input, i, bytes);
-                for p in 0..n {
-                    if p != me {
-                        self.ll_slot(p, half, 0, me).add(i as usize).write(w, flag);
-                    }
-                }
+                self.ll_send(half, 0, i, w, flag);
                 if !in_place {
                     store_word(mine, i, bytes, w);
                 }
@@ -441,11 +454,7 @@ impl Collective {
             // SAFETY: as above.
             unsafe {
                 let own = load_word(own_shard, i, bytes);
-                let mut acc = 0u64;
-                for q in 0..n {
-                    let v = if q == me { own } else { self.ll_slot(me, half, 0, q).add(i as usize).read(flag, budget) };
-                    acc = if q == 0 { v } else { add64::<E>(acc, v) };
-                }
+                let acc = self.ll_sum::<E>(half, i, own, flag, budget);
                 store_word(output, i, bytes, acc);
             }
             i += t.count as u64;
@@ -645,6 +654,66 @@ impl Collective {
         ((lo * 16).min(bytes), (hi * 16).min(bytes))
     }
 
+    /// The rounds behind the pipelined allgather, reduce-scatter and direct allreduce, through
+    /// two acknowledged slots per peer: piece `[lo, hi)` of round k of this block's part goes from
+    /// `input[p * stride + lo ..]` into this rank's slot `k & 1` at every peer p, then
+    /// `local(lo, hi)` runs; once the peers' piece k has come, `take(k & 1, lo, hi)` consumes it.
+    ///
+    /// # Safety
+    /// Called by every thread of every block; `input` valid for `(n_ranks - 1) * stride +
+    /// bytes`; `local` and `take` touch only the piece and the slots they are given.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn stream_pieces(
+        &self,
+        e: u64,
+        input: GlobalPtr<u8>,
+        stride: u64,
+        bytes: u64,
+        budget: SpinBudget,
+        local: impl Fn(u64, u64),
+        take: impl Fn(u64, u64, u64),
+    ) {
+        let (n, me) = (self.n_ranks, self.rank);
+        let (b, nb) = (sreg::ctaid_x(), sreg::nctaid_x());
+        let t = Threads::block();
+        let part = Self::byte_part(bytes, b, nb);
+        let c = self.piece_bytes(part.1 - part.0);
+        let rounds = (part.1 - part.0).div_ceil(c);
+        device_assert!(rounds < (1 << ROUND_BITS) - 1, "collective (pipelined): too many rounds");
+        let consume = |j: u64| {
+            // SAFETY: block-wide calls; the slots and pieces lie in their buffers.
+            unsafe {
+                self.wait_data(e, j, b, budget);
+                let (lo, hi) = Self::piece(part, j, c);
+                take(j & 1, lo, hi);
+                let ack = if j + 1 == rounds { done_flag(e) } else { round_flag(e, j + 1) };
+                self.raise_gather(b, 1, ack);
+            }
+        };
+        for k in 0..rounds {
+            // SAFETY: block-wide; my slots in the peers' scratch, my pieces of the buffers.
+            unsafe {
+                self.wait_slot_free(e, k, b, budget);
+                let (lo, hi) = Self::piece(part, k, c);
+                for p in 0..n {
+                    if p != me {
+                        let dst = self.peer_scratch(p).byte_add(self.data_gather_offset(b, me, k & 1) as usize);
+                        copy_widest(dst, input.byte_add((p as u64 * stride + lo) as usize), hi - lo, t);
+                    }
+                }
+                local(lo, hi);
+                self.raise_gather(b, 0, round_flag(e, k + 1));
+            }
+            if k >= 1 {
+                consume(k - 1);
+            }
+        }
+        if rounds > 0 {
+            consume(rounds - 1);
+        }
+    }
+
     /// Pipelined allgather body over all blocks: `output[q * bytes ..][.. bytes]` = rank q's
     /// `input`, each block streaming a part of the chunk through two slots per peer, which the
     /// receivers acknowledge.
@@ -662,56 +731,27 @@ impl Collective {
         budget: SpinBudget,
     ) {
         let (n, me) = (self.n_ranks, self.rank);
-        let (b, nb) = (sreg::ctaid_x(), sreg::nctaid_x());
+        let b = sreg::ctaid_x();
         let t = Threads::block();
-        let part = Self::byte_part(bytes, b, nb);
-        let c = self.piece_bytes(part.1 - part.0);
-        let rounds = (part.1 - part.0).div_ceil(c);
-        device_assert!(rounds < (1 << ROUND_BITS) - 1, "allgather (pipelined): too many rounds");
         let mine = output.byte_add((me as u64 * bytes) as usize);
         let in_place = mine == input;
-        let piece = |k: u64| {
-            let a = (part.0 + k * c).min(part.1);
-            (a, (a + c).min(part.1))
-        };
-        let consume = |j: u64| {
-            // SAFETY: block-wide calls; the slots and pieces lie in their buffers.
-            unsafe {
-                self.wait_data(e, j, b, budget);
-                let (lo, hi) = piece(j);
-                for q in 0..n {
-                    if q != me {
-                        let src = self.scratch.byte_add(self.data_gather_offset(b, q, j & 1) as usize);
-                        copy_widest(output.byte_add((q as u64 * bytes + lo) as usize), src, hi - lo, t);
-                    }
-                }
-                let ack = if j + 1 == rounds { done_flag(e) } else { round_flag(e, j + 1) };
-                self.raise_gather(b, 1, ack);
+        let local = |lo: u64, hi: u64| {
+            if !in_place {
+                // SAFETY: the piece lies in the input and in my part of the output.
+                unsafe { copy_widest(mine.byte_add(lo as usize), input.byte_add(lo as usize), hi - lo, t) };
             }
         };
-        for k in 0..rounds {
-            // SAFETY: block-wide; my slots in the peers' scratch, my pieces of the buffers.
-            unsafe {
-                self.wait_slot_free(e, k, b, budget);
-                let (lo, hi) = piece(k);
-                for p in 0..n {
-                    if p != me {
-                        let dst = self.peer_scratch(p).byte_add(self.data_gather_offset(b, me, k & 1) as usize);
-                        copy_widest(dst, input.byte_add(lo as usize), hi - lo, t);
-                    }
+        let take = |slot: u64, lo: u64, hi: u64| {
+            for q in 0..n {
+                if q != me {
+                    let src = self.scratch.byte_add(self.data_gather_offset(b, q, slot) as usize);
+                    // SAFETY: the piece lies in rank q's part of the output and in the slot.
+                    unsafe { copy_widest(output.byte_add((q as u64 * bytes + lo) as usize), src, hi - lo, t) };
                 }
-                if !in_place {
-                    copy_widest(mine.byte_add(lo as usize), input.byte_add(lo as usize), hi - lo, t);
-                }
-                self.raise_gather(b, 0, round_flag(e, k + 1));
             }
-            if k >= 1 {
-                consume(k - 1);
-            }
-        }
-        if rounds > 0 {
-            consume(rounds - 1);
-        }
+        };
+        // SAFETY: forwarded from the caller; every rank receives the same input range.
+        unsafe { self.stream_pieces(e, input, 0, bytes, budget, local, take) }
     }
 
     /// Sums, in rank order, `len` bytes of `own` (this rank's contribution) and of rank q's
@@ -820,49 +860,17 @@ impl Collective {
         stride: u64,
         budget: SpinBudget,
     ) {
-        let (n, me) = (self.n_ranks, self.rank);
-        let (b, nb) = (sreg::ctaid_x(), sreg::nctaid_x());
+        let b = sreg::ctaid_x();
         let t = Threads::block();
-        let part = Self::byte_part(bytes, b, nb);
-        let c = self.piece_bytes(part.1 - part.0);
-        let rounds = (part.1 - part.0).div_ceil(c);
-        device_assert!(rounds < (1 << ROUND_BITS) - 1, "reduce-scatter (pipelined): too many rounds");
-        let piece = |k: u64| {
-            let a = (part.0 + k * c).min(part.1);
-            (a, (a + c).min(part.1))
+        let take = |slot: u64, lo: u64, hi: u64| {
+            let own = input.byte_add((self.rank as u64 * stride + lo) as usize);
+            let slot = |q: u32| self.scratch.byte_add(self.data_gather_offset(b, q, slot) as usize);
+            // SAFETY: the piece lies in the output, in this rank's range of the input and in
+            // every slot.
+            unsafe { self.sum_into::<E>(output.byte_add(lo as usize), own, slot, hi - lo, t) };
         };
-        let consume = |j: u64| {
-            // SAFETY: block-wide calls; the slots and pieces lie in their buffers.
-            unsafe {
-                self.wait_data(e, j, b, budget);
-                let (lo, hi) = piece(j);
-                let own = input.byte_add((me as u64 * stride + lo) as usize);
-                let slot = |q: u32| self.scratch.byte_add(self.data_gather_offset(b, q, j & 1) as usize);
-                self.sum_into::<E>(output.byte_add(lo as usize), own, slot, hi - lo, t);
-                let ack = if j + 1 == rounds { done_flag(e) } else { round_flag(e, j + 1) };
-                self.raise_gather(b, 1, ack);
-            }
-        };
-        for k in 0..rounds {
-            // SAFETY: block-wide; my slots in the peers' scratch, my pieces of the buffers.
-            unsafe {
-                self.wait_slot_free(e, k, b, budget);
-                let (lo, hi) = piece(k);
-                for p in 0..n {
-                    if p != me {
-                        let dst = self.peer_scratch(p).byte_add(self.data_gather_offset(b, me, k & 1) as usize);
-                        copy_widest(dst, input.byte_add((p as u64 * stride + lo) as usize), hi - lo, t);
-                    }
-                }
-                self.raise_gather(b, 0, round_flag(e, k + 1));
-            }
-            if k >= 1 {
-                consume(k - 1);
-            }
-        }
-        if rounds > 0 {
-            consume(rounds - 1);
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.stream_pieces(e, input, stride, bytes, budget, |_, _| {}, take) }
     }
 
     // ---------------------------------------------------------------- whole operations

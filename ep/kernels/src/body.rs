@@ -2,6 +2,8 @@
 //! `crate::shared` (the layouts): the kernel crate's entry points call them on the GPU, and the
 //! host crate's emulation test runs them on CPU threads. See the crate documentation.
 
+use core::ops::{Add, Mul};
+
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 
@@ -236,6 +238,39 @@ fn vec_at(row: u64, v: u32) -> *mut u32 {
     (row + v as u64 * 16) as *mut u32
 }
 
+/// Copies the 16-byte vectors `v, v + step, ..` below `end` from `src` to `dst`, four loads in
+/// flight. The index type is the caller's (u32 where it fits, so the loop counts in 32 bits).
+///
+/// # Safety
+/// Every vector copied lies in both ranges, which are 16-byte aligned.
+#[inline(always)]
+unsafe fn copy_vecs<I>(src: u64, dst: u64, mut v: I, end: I, step: I)
+where
+    I: Copy + PartialOrd + Add<Output = I> + Mul<Output = I> + From<u8> + Into<u64>,
+{
+    let at = |base: u64, v: I| (base + v.into() * 16) as *mut u32;
+    let [two, three, four] = [2, 3, 4].map(I::from);
+    while v + three * step < end {
+        // SAFETY: vectors v .. v + 3 * step lie below end (loop condition).
+        unsafe {
+            let a = ld_v4(at(src, v));
+            let b = ld_v4(at(src, v + step));
+            let c = ld_v4(at(src, v + two * step));
+            let d = ld_v4(at(src, v + three * step));
+            st_v4(at(dst, v), a);
+            st_v4(at(dst, v + step), b);
+            st_v4(at(dst, v + two * step), c);
+            st_v4(at(dst, v + three * step), d);
+        }
+        v = v + four * step;
+    }
+    while v < end {
+        // SAFETY: as above, one vector.
+        unsafe { st_v4(at(dst, v), ld_v4(at(src, v))) };
+        v = v + step;
+    }
+}
+
 /// Dispatch: every token of this rank (`tokens` rows of `row_bytes` at `x`, with `k` expert ids
 /// and weights each) to every rank that hosts one of its experts, once per rank. The layout
 /// kernel ran before on the stream (its results are in `h.layout`). `signature` is
@@ -398,27 +433,9 @@ pub unsafe fn dispatch(
             let row = (unsafe { tb.base.add(d as usize).read() } + si as u32) as u64;
             let base = tb.peer(d);
             let dst = base + sr.recv_x + row * row_bytes as u64;
-            let mut v = v0 + lane;
-            while v + 3 * WARP < v1 {
-                // SAFETY: vectors v .. v + 3 * WARP of the token's row (loop condition, v1 <=
-                // vecs); the destination row is below n * max_tokens (counts checked above).
-                unsafe {
-                    let a = ld_v4(vec_at(src, v));
-                    let b1 = ld_v4(vec_at(src, v + WARP));
-                    let c = ld_v4(vec_at(src, v + 2 * WARP));
-                    let d4 = ld_v4(vec_at(src, v + 3 * WARP));
-                    st_v4(vec_at(dst, v), a);
-                    st_v4(vec_at(dst, v + WARP), b1);
-                    st_v4(vec_at(dst, v + 2 * WARP), c);
-                    st_v4(vec_at(dst, v + 3 * WARP), d4);
-                }
-                v += 4 * WARP;
-            }
-            while v < v1 {
-                // SAFETY: as above, one vector.
-                unsafe { st_v4(vec_at(dst, v), ld_v4(vec_at(src, v))) };
-                v += WARP;
-            }
+            // SAFETY: vectors below v1 <= vecs of the token's row; the destination row is below
+            // n * max_tokens (counts checked above).
+            unsafe { copy_vecs(src, dst, v0 + lane, v1, WARP) };
             // The k ids, the k weights and the source index, by the warp of the first piece.
             let mut j = if piece == 0 { lane } else { 2 * k + 1 };
             while j < 2 * k + 1 {
@@ -576,29 +593,9 @@ pub unsafe fn combine<L: Lanes>(
         let vecs = rows * row_bytes as u64 / 16;
         let src = y.addr() + offset(s) * row_bytes as u64;
         let dst = tb.peer(s) + h.combine_region(me);
-        let at = |base: u64, v: u64| (base + v * 16) as *mut u32;
-        let mut v = g as u64;
-        let step = gn as u64;
-        while v + 3 * step < vecs {
-            // SAFETY: vectors inside this source's rows of `y` (checked against y_bytes) and
-            // inside rank s's landing region (rows <= max_tokens).
-            unsafe {
-                let a = ld_v4(at(src, v));
-                let b1 = ld_v4(at(src, v + step));
-                let c = ld_v4(at(src, v + 2 * step));
-                let d = ld_v4(at(src, v + 3 * step));
-                st_v4(at(dst, v), a);
-                st_v4(at(dst, v + step), b1);
-                st_v4(at(dst, v + 2 * step), c);
-                st_v4(at(dst, v + 3 * step), d);
-            }
-            v += 4 * step;
-        }
-        while v < vecs {
-            // SAFETY: as above.
-            unsafe { st_v4(at(dst, v), ld_v4(at(src, v))) };
-            v += step;
-        }
+        // SAFETY: vectors inside this source's rows of `y` (checked against y_bytes) and inside
+        // rank s's landing region (rows <= max_tokens).
+        unsafe { copy_vecs(src, dst, g as u64, vecs, gn as u64) };
     }
     sync_threads();
     // 2. Signal every other rank, then wait for every block of every other rank.

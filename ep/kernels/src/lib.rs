@@ -71,38 +71,33 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(
     unsafe { body::dispatch(h, x, topk_idx, topk_w, tokens, k, row_bytes, signature, budget) }
 }
 
-/// Combine of bf16 rows (sums in f32, rounded once to bf16). See [`body::combine`].
-///
-/// # Safety
-/// As for [`body::combine`].
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ep_combine_bf16(
-    h: EpHandle,
-    y: GlobalPtr<u8>,
-    y_bytes: u64,
-    out: GlobalPtr<u8>,
-    tokens: u32,
-    row_bytes: u32,
-    budget: SpinBudget,
-) {
-    // SAFETY: forwarded from the launch contract.
-    unsafe { body::combine::<Bf16Lanes>(h, y, y_bytes, out, tokens, row_bytes, budget) }
+/// One combine entry point per element type (an `extern "ptx-kernel"` function cannot be
+/// generic): `body::combine` with that type's lanes.
+macro_rules! combine_kernels {
+    ($($(#[doc = $doc:literal])* $name:ident => $lanes:ty;)*) => { $(
+        $(#[doc = $doc])*
+        ///
+        /// # Safety
+        /// As for [`body::combine`].
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            h: EpHandle,
+            y: GlobalPtr<u8>,
+            y_bytes: u64,
+            out: GlobalPtr<u8>,
+            tokens: u32,
+            row_bytes: u32,
+            budget: SpinBudget,
+        ) {
+            // SAFETY: forwarded from the launch contract.
+            unsafe { body::combine::<$lanes>(h, y, y_bytes, out, tokens, row_bytes, budget) }
+        }
+    )* };
 }
 
-/// Combine of f32 rows. See [`body::combine`].
-///
-/// # Safety
-/// As for [`body::combine`].
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn ep_combine_f32(
-    h: EpHandle,
-    y: GlobalPtr<u8>,
-    y_bytes: u64,
-    out: GlobalPtr<u8>,
-    tokens: u32,
-    row_bytes: u32,
-    budget: SpinBudget,
-) {
-    // SAFETY: forwarded from the launch contract.
-    unsafe { body::combine::<F32Lanes>(h, y, y_bytes, out, tokens, row_bytes, budget) }
+combine_kernels! {
+    /// Combine of bf16 rows (sums in f32, rounded once to bf16). See [`body::combine`].
+    ep_combine_bf16 => Bf16Lanes;
+    /// Combine of f32 rows. See [`body::combine`].
+    ep_combine_f32 => F32Lanes;
 }
