@@ -7,7 +7,7 @@
 # the same PTX, which the report shows when the GPU machine has no ptxas.
 #
 #   scripts/gpu-build.sh            then on a machine with two GPUs:  bash .gpu/run.sh report
-#   bash .gpu/run.sh [unit] [mp] [abort] [example] [report] [bench] [coll] [tcp] [ep]  (default: mp abort
+#   bash .gpu/run.sh [unit] [mp] [abort] [example] [report] [bench] [coll] [tcp] [ep] [exec]  (default: mp abort
 #                                                      example report; filters by binary name prefix too)
 set -euo pipefail
 cd "$(dirname "$0")/.."

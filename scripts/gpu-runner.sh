@@ -9,7 +9,7 @@
 #   bash .gpu/run.sh                  the report, plus mp_patterns under mpirun and with 4 ranks,
 #                                     the dead-peer test and the allreduce example (groups: mp
 #                                     abort example report)
-#   bash .gpu/run.sh unit mp          only those groups (unit, mp, abort, example, report, bench, coll, tcp, ep:
+#   bash .gpu/run.sh unit mp          only those groups (unit, mp, abort, example, report, bench, coll, tcp, ep, exec:
 #                                     unit, bench and coll run those executables on their own)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
 # Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150; the report gets
@@ -123,6 +123,10 @@ if [ -e "$here/bin/coll_bench" ] && selected coll coll_bench; then
     -x MSCCLPP_RS_NCCL -x MSCCLPP_RS_BENCH_SIZES -x MSCCLPP_RS_BENCH_OPS -x MSCCLPP_RS_BENCH_ALGOS \
     -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/coll_bench"
   [ -n "${MSCCLPP_RS_COLL_LAUNCHER:-}" ] && run coll_bench-launcher2 "$here/bin/coll_bench" --ranks 2
+fi
+# The plan executor against the hand-written collectives running the same algorithms.
+if [ -e "$here/bin/exec_bench" ] && selected exec exec_bench; then
+  run exec_bench-launcher2 "$here/bin/exec_bench" --ranks 2
 fi
 # Expert-parallel dispatch and combine against NCCL (grouped send/receive of the same rows).
 if [ -e "$here/bin/ep_bench" ] && selected ep ep_bench; then
