@@ -100,6 +100,71 @@ impl std::fmt::Debug for Executor {
     }
 }
 
+/// What every rank must agree on ([`Executor::new`] all-gathers it): chunk bytes, element type,
+/// memory and port channel sets, then the rank's own arena layout (input, input bytes, output,
+/// output bytes, scratch, packet shift, total bytes) as its program describes it.
+type Agreement = [u64; 11];
+
+fn agreement(config: &Config, encoded: &Encoded, rank: usize) -> Agreement {
+    let l = encoded.layouts[rank];
+    [
+        config.chunk_bytes as u64,
+        config.element.code() as u64,
+        encoded.memory_sets as u64,
+        encoded.port_sets as u64,
+        l.input,
+        l.input_bytes,
+        l.output,
+        l.output_bytes,
+        l.scratch,
+        l.pkt_shift,
+        l.bytes,
+    ]
+}
+
+/// Checks the gathered agreements (`all[r]` from rank `r`) against this rank's configuration and
+/// program: the same settings, and rank `r`'s arena laid out as this rank's program says.
+fn check_agreement(config: &Config, encoded: &Encoded, all: &[Agreement]) -> Result<()> {
+    if all.len() != encoded.layouts.len() {
+        return Err(Error::InvalidArgument(format!(
+            "executor: {} ranks answered, the plan has {}",
+            all.len(),
+            encoded.layouts.len()
+        )));
+    }
+    let mine = agreement(config, encoded, encoded.rank);
+    for (r, theirs) in all.iter().enumerate() {
+        if theirs[..4] != mine[..4] {
+            return Err(Error::InvalidArgument(format!(
+                "executor: rank {r} uses chunk bytes, element, memory and port channel sets {:?}, this rank {:?}",
+                &theirs[..4],
+                &mine[..4]
+            )));
+        }
+        let expected = agreement(config, encoded, r);
+        if theirs[4..] != expected[4..] {
+            return Err(Error::InvalidArgument(format!(
+                "executor: rank {r} lays out its arena as {:?} (input, input bytes, output, output bytes, scratch, \
+                 packet shift, total), this rank's plan says {:?}: the ranks run different plans",
+                &theirs[4..],
+                &expected[4..]
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks that the buffer a memory channel maps for `peer` (`dst_bytes`) holds the peer's arena.
+fn check_peer_arena(peer: usize, dst_bytes: u64, layouts: &[Layout]) -> Result<()> {
+    let need = layouts.get(peer).map_or(u64::MAX, |l| l.bytes);
+    if dst_bytes < need {
+        return Err(Error::InvalidArgument(format!(
+            "executor: the memory channel toward rank {peer} maps {dst_bytes} bytes, its arena needs {need}"
+        )));
+    }
+    Ok(())
+}
+
 impl Executor {
     /// Checks `program` ([`mscclpp_plan::check()`]), encodes this rank's part, allocates the
     /// arena and builds the channels the plan names. Every rank calls it at the same point with
@@ -130,15 +195,12 @@ impl Executor {
             )));
         }
         let encoded = encode(program, me, config.chunk_bytes as u64)?;
-        // Every rank must agree on the chunk size and element type.
-        let mine = [config.chunk_bytes as u64, config.element.code() as u64];
+        // Every rank must agree on the chunk size, the element type, the channel sets and every
+        // rank's arena layout: this rank writes into its peers' arenas at offsets computed from
+        // its own copy of the program.
+        let mine = agreement(&config, &encoded, me);
         let all = comm.bootstrap().all_gather_pod(&mine)?;
-        if let Some(r) = all.iter().position(|v| *v != mine) {
-            return Err(Error::InvalidArgument(format!(
-                "executor: rank {r} uses chunk bytes and element {:?}, this rank {mine:?}",
-                all[r]
-            )));
-        }
+        check_agreement(&config, &encoded, &all)?;
         let gpu = comm.gpu().clone();
         let layout = encoded.layout();
         let arena = DeviceBuffer::exportable_filled(&gpu, layout.bytes as usize, 0)?;
@@ -155,6 +217,11 @@ impl Executor {
             .iter()
             .map(|&(set, peer)| pick("memory", memory[set].get(peer), peer))
             .collect::<Result<Vec<_>>>()?;
+        // Memory channels write into the peer's arena with no bound on the device: the mapped
+        // buffer must hold the peer's whole layout.
+        for (&(_, peer), ch) in encoded.memory.iter().zip(&memory_table) {
+            check_peer_arena(peer, ch.dst_bytes, &encoded.layouts)?;
+        }
         let port_table = encoded
             .port
             .iter()
@@ -258,5 +325,47 @@ impl Executor {
         // checked program whose offsets lie inside every rank's arena; its tables, channels and
         // arena live as long as `self`; every rank built the same program's channels.
         unsafe { mscclpp_host::launch::launch_on(&self.gpu, stream, &self.function, cfg, &mut args) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mscclpp_plan::examples;
+
+    #[test]
+    fn ranks_with_other_plans_or_settings_are_refused() {
+        let config = Config::new(4096, ElementType::F32);
+        let p = examples::allgather_memory(4).unwrap();
+        let e0 = encode(&p, 0, 4096).unwrap();
+        let all: Vec<Agreement> = (0..4).map(|r| agreement(&config, &encode(&p, r, 4096).unwrap(), r)).collect();
+        assert!(check_agreement(&config, &e0, &all).is_ok());
+        // Rank 2 runs the same plan with a bigger output buffer: rank 0 would compute offsets
+        // into rank 2's arena from a layout rank 2 does not have.
+        let mut q = p.clone();
+        q.ranks[2].output_chunks += 3;
+        let mut other = all.clone();
+        other[2] = agreement(&config, &encode(&q, 2, 4096).unwrap(), 2);
+        let err = check_agreement(&config, &e0, &other).unwrap_err().to_string();
+        assert!(err.contains("rank 2 lays out its arena") && err.contains("different plans"), "{err}");
+        // Another chunk size, element type or channel set count.
+        for (i, v) in [(0, 8192), (1, 3), (2, 9), (3, 1)] {
+            let mut other = all.clone();
+            other[1][i] = v;
+            let err = check_agreement(&config, &e0, &other).unwrap_err().to_string();
+            assert!(err.contains("rank 1 uses chunk bytes"), "{err}");
+        }
+        assert!(check_agreement(&config, &e0, &all[..3]).is_err(), "a rank missing");
+    }
+
+    #[test]
+    fn memory_channels_must_map_the_whole_peer_arena() {
+        let e = encode(&examples::allgather_memory(2).unwrap(), 0, 4096).unwrap();
+        let need = e.layouts[1].bytes;
+        assert!(check_peer_arena(1, need, &e.layouts).is_ok());
+        assert!(check_peer_arena(1, 2 << 20, &e.layouts).is_ok());
+        let err = check_peer_arena(1, need - 1, &e.layouts).unwrap_err().to_string();
+        assert!(err.contains(&format!("maps {} bytes, its arena needs {need}", need - 1)), "{err}");
+        assert!(check_peer_arena(7, u64::MAX - 1, &e.layouts).is_err(), "no such rank");
     }
 }
