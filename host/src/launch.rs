@@ -201,7 +201,11 @@ pub unsafe fn launch_cooperative_on(
     args: &mut Args,
 ) -> Result<()> {
     prepare(gpu, func, cfg, args)?;
-    let threads = cfg.block.0 * cfg.block.1 * cfg.block.2;
+    // u64: three u32 factors may overflow u32 (the driver then refuses the launch anyway).
+    let threads = cfg.block.0 as u64 * cfg.block.1 as u64 * cfg.block.2 as u64;
+    let threads = u32::try_from(threads).map_err(|_| {
+        Error::InvalidArgument(format!("cooperative launch with {threads} threads per block ({:?})", cfg.block))
+    })?;
     let per_sm = func
         .occupancy_max_active_blocks_per_multiprocessor(threads, cfg.shared_bytes as usize, None)
         .ctx(|| "querying occupancy".to_string())? as u64;
