@@ -573,6 +573,14 @@ impl Communicator {
     ) -> Result<PortChannels> {
         let n = self.world_size();
         let me = self.rank();
+        // (`dst` is checked by its exchange.) The proxy copies from `src` on this GPU's stream.
+        if src.gpu().ordinal() != self.gpu.ordinal() {
+            return Err(Error::InvalidArgument(format!(
+                "port channels: the source buffer is on GPU {}, this rank uses GPU {}",
+                src.gpu().ordinal(),
+                self.gpu.ordinal()
+            )));
+        }
         let topo = self.topology()?;
         let kinds: Vec<Option<TransportKind>> = (0..n).map(|p| (p != me).then(|| topo.transport(p))).collect();
         let tcp = |p: usize| kinds[p] == Some(TransportKind::Tcp);
