@@ -52,11 +52,14 @@ pub struct Encoded {
 }
 
 impl Encoded {
-    /// Thread blocks of this rank.
+    /// Thread blocks of this rank (0 for a record list without its leading 0).
     pub fn blocks(&self) -> usize {
-        self.tb_start.len() - 1
+        self.tb_start.len().saturating_sub(1)
     }
     /// This rank's layout.
+    ///
+    /// # Panics
+    /// If `rank` is not below `layouts.len()`, which [`encode`] never produces.
     pub fn layout(&self) -> Layout {
         self.layouts[self.rank]
     }
