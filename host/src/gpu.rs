@@ -180,6 +180,11 @@ pub const ABORT_REPORT_WAIT: std::time::Duration = std::time::Duration::from_mil
 impl Gpu {
     /// Opens device `ordinal` (retains its primary context, creates a non-blocking stream).
     pub fn open(ordinal: usize) -> Result<Arc<Self>> {
+        // The driver takes an int: 2^32 would name device 0 under another ordinal (and the
+        // checks that compare ordinals would disagree with the device).
+        if i32::try_from(ordinal).is_err() {
+            return Err(Error::InvalidArgument(format!("GPU ordinal {ordinal} is not a device number")));
+        }
         if !driver_present() {
             return Err(Error::NoDriver("libcuda could not be loaded".into()));
         }
@@ -426,6 +431,14 @@ fn ptx_entries(ptx: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ordinals_beyond_the_drivers_int_are_refused() {
+        for ordinal in [1usize << 31, 1 << 32, (1 << 32) + 1, usize::MAX] {
+            let e = Gpu::open(ordinal).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{ordinal}: {e}");
+        }
+    }
 
     #[test]
     fn ptx_with_a_nul_is_refused_before_the_driver_sees_it() {
