@@ -403,16 +403,25 @@ impl Collectives {
                 boot.info().local_size
             )));
         }
-        let chunk = config.check(n)?;
+        // The verdict of this rank's own checks travels with its settings (block count 0: refused),
+        // so that a configuration one rank refuses is refused on all: none waits for the others.
+        let local = config.check(n);
         let own_blocks = config.max_blocks.unwrap_or(gpu.info().sm_count).clamp(1, MAX_BLOCKS);
         // Every rank must agree on the layout and on what picks each operation's algorithm and
         // grid (a rank with other thresholds or blocks would stream other parts through the
         // same slots): take the smallest block count, check the rest.
-        let shared = config.shared(chunk);
         let mut mine = [0u64; 11];
-        mine[0] = own_blocks as u64;
-        mine[1..].copy_from_slice(&shared);
+        if let Ok(chunk) = local {
+            mine[0] = own_blocks as u64;
+            mine[1..].copy_from_slice(&config.shared(chunk));
+        }
         let all = boot.all_gather_pod(&mine)?;
+        let chunk = local?;
+        if let Some(r) = all.iter().position(|v| v[0] == 0) {
+            return Err(Error::InvalidArgument(format!(
+                "collectives: rank {r} refused its configuration (its own error says why)"
+            )));
+        }
         let max_blocks = all.iter().map(|v| v[0]).min().unwrap_or(1) as u32;
         if let Some(r) = all.iter().position(|v| v[1..] != mine[1..]) {
             return Err(Error::InvalidArgument(format!(

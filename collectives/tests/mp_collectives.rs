@@ -224,6 +224,9 @@ fn refused_arguments(comm: &Communicator, coll: &Collectives) -> Result<()> {
     }
     let built = |c: Config| Collectives::with_config(comm, c).map(drop);
     refused("block_bytes 0", built(Config { block_bytes: 0, ..Config::default() }))?;
+    // Refused on rank 0 alone: the others must refuse too, not wait for rank 0.
+    let block_bytes = if comm.rank() == 0 { 0 } else { 16 << 10 };
+    refused("block_bytes 0 on rank 0", built(Config { block_bytes, ..Config::default() }))?;
     refused("LL slots of 2^62 bytes", built(Config { ll_slot_bytes: 1 << 62, ..Config::default() }))?;
     // Rank 0 alone asks for other blocks: every rank must refuse (none may wait for the others).
     let blocks = if comm.rank() == 0 { Some(2) } else { None };

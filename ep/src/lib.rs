@@ -400,14 +400,19 @@ impl ExpertParallel {
                 boot.info().local_size
             )));
         }
-        config.check(n)?;
         let sms = gpu.info().sm_count.max(1);
         let own_blocks = config.blocks.unwrap_or(sms);
-        if own_blocks == 0 || own_blocks > sms {
-            return Err(Error::InvalidArgument(format!(
-                "ep: {own_blocks} blocks (1 to the GPU's {sms} SMs: the blocks wait for each other, so all must be resident)"
-            )));
-        }
+        // This rank's own checks; their verdict travels with its sizes (all zero: refused), so
+        // that sizes one rank refuses are refused on all and none waits for the others.
+        let local = config.check(n).and_then(|()| {
+            if own_blocks == 0 || own_blocks > sms {
+                return Err(Error::InvalidArgument(format!(
+                    "ep: {own_blocks} blocks (1 to the GPU's {sms} SMs: the blocks wait for each other, so all must \
+                     be resident)"
+                )));
+            }
+            Ok(())
+        });
         let f_layout = gpu.function(PTX, "ep_layout")?;
         let f_dispatch = gpu.function(PTX, "ep_dispatch")?;
         let f_combine_bf16 = gpu.function(PTX, "ep_combine_bf16")?;
@@ -423,14 +428,23 @@ impl ExpertParallel {
         let layout_threads =
             LAYOUT_THREADS.min(mscclpp_host::launch::max_threads_per_block(&f_layout)?).max(32) / 32 * 32;
         // Every rank must agree on the sizes: take the smallest block count, check the rest.
-        let mine = [
-            config.max_tokens as u64,
-            config.hidden as u64,
-            config.experts as u64,
-            config.max_topk as u64,
-            own_blocks as u64,
-        ];
+        let mine = match local {
+            Ok(()) => [
+                config.max_tokens as u64,
+                config.hidden as u64,
+                config.experts as u64,
+                config.max_topk as u64,
+                own_blocks as u64,
+            ],
+            Err(_) => [0; 5],
+        };
         let all = boot.all_gather_pod(&mine)?;
+        local?;
+        if let Some(r) = all.iter().position(|v| v[4] == 0) {
+            return Err(Error::InvalidArgument(format!(
+                "ep: rank {r} refused its configuration (its own error says why)"
+            )));
+        }
         if let Some(r) = all.iter().position(|v| v[..4] != mine[..4]) {
             return Err(Error::InvalidArgument(format!(
                 "ep: rank {r} uses max_tokens, hidden, experts, max_topk {:?}, this rank {:?}",

@@ -284,6 +284,12 @@ fn refusals(ep: &mut ExpertParallel, base: &Case) -> Result<()> {
 fn another_objects_handle(comm: &Communicator, base: &Case) -> Result<()> {
     let (me, n) = (comm.rank(), comm.world_size());
     let cfg = Config::new(300, 64, 8 * n, 4);
+    // Sizes refused on rank 0 alone are refused on every rank (none waits for rank 0).
+    let bad = Config { hidden: if me == 0 { 7 } else { cfg.hidden }, ..cfg };
+    match ExpertParallel::new(comm, bad) {
+        Err(Error::InvalidArgument(_)) => {}
+        other => return Err(fail(format!("a configuration refused on rank 0: {other:?}"))),
+    }
     let mut a = ExpertParallel::new(comm, cfg)?;
     let mut b = ExpertParallel::new(comm, cfg)?;
     let c = Case { k: 4, tokens: [200, 150, 17, 99], ..*base };
