@@ -36,6 +36,10 @@ fn fifo_many_pushers_wrap_a_small_ring() {
     let (blocks, threads, per) = (8u32, 64u32, 64u32);
     let total = (blocks * threads * per) as usize;
     let mut fifo = Fifo::new(g, 64).unwrap();
+    // Completing with nothing published changes nothing (it used to move the tail past the
+    // producers' head, so their first trigger would have been skipped).
+    assert!(!fifo.complete() && !fifo.complete());
+    assert_eq!(fifo.position(), 0);
     launch(g, "fifo_push_many", LaunchConfig::new(blocks, threads), Args::new().arg(fifo.device_handle()).arg(per));
     let mut next: HashMap<u32, u32> = HashMap::new();
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -231,8 +231,9 @@ impl Config {
         if let Ok(a) = std::env::var("MSCCLPP_RS_COLL_ALGO") {
             c.force = Some(parse_algorithm(&a)?);
         }
-        c.threads = num("MSCCLPP_RS_COLL_THREADS")?.map(|v| v as u32);
-        c.blocks = num("MSCCLPP_RS_COLL_BLOCKS")?.map(|v| v as u32);
+        let num32 = |name: &str| -> Result<Option<u32>> { num(name)?.map(|v| to_u32(name, v)).transpose() };
+        c.threads = num32("MSCCLPP_RS_COLL_THREADS")?;
+        c.blocks = num32("MSCCLPP_RS_COLL_BLOCKS")?;
         c.chunk_bytes = num("MSCCLPP_RS_COLL_CHUNK")?;
         if let Some(v) = num("MSCCLPP_RS_COLL_BLOCK_BYTES")? {
             c.block_bytes = v.max(1);
@@ -240,11 +241,106 @@ impl Config {
         if let Some(v) = num("MSCCLPP_RS_COLL_PDL")? {
             c.overlap = v != 0;
         }
-        if let Some(v) = num("MSCCLPP_RS_COLL_ROUNDS")? {
-            c.min_rounds = v as u32;
+        if let Some(v) = num32("MSCCLPP_RS_COLL_ROUNDS")? {
+            c.min_rounds = v;
         }
         Ok(c)
     }
+
+    /// Checks the settings that need no GPU and returns the pipelined slot size: `chunk_bytes`
+    /// and `ll_slot_bytes` positive multiples of 16, `block_bytes` positive, `max_blocks` and
+    /// `blocks` at most [`MAX_BLOCKS`].
+    pub fn check(&self, n_ranks: usize) -> Result<u64> {
+        let chunk = self.chunk_bytes.unwrap_or(if n_ranks <= 4 { 128 << 10 } else { 32 << 10 });
+        let bad = |m: String| Err(Error::InvalidArgument(format!("collectives: {m}")));
+        if chunk == 0 || !chunk.is_multiple_of(16) {
+            return bad(format!("chunk_bytes {chunk} is not a positive multiple of 16"));
+        }
+        if self.ll_slot_bytes == 0 || !self.ll_slot_bytes.is_multiple_of(16) {
+            return bad(format!("ll_slot_bytes {} is not a positive multiple of 16", self.ll_slot_bytes));
+        }
+        if self.block_bytes == 0 {
+            return bad("block_bytes is 0 (the pipelined forms give each block block_bytes of traffic)".into());
+        }
+        for (what, v) in [("max_blocks", self.max_blocks), ("blocks", self.blocks)] {
+            if v.is_some_and(|b| b > MAX_BLOCKS) {
+                return bad(format!("{what} {} (at most {MAX_BLOCKS})", v.unwrap_or(0)));
+            }
+        }
+        Ok(chunk)
+    }
+
+    /// The settings every rank must share (they decide the scratch layout and every
+    /// operation's algorithm and grid), for the all-gather of [`Collectives::with_config`].
+    /// Threads per block may differ: they change only how a block shares its work.
+    fn shared(&self, chunk: u64) -> [u64; 10] {
+        let t = &self.thresholds;
+        let force = self.force.map_or(u64::MAX, |a| a as u64);
+        [
+            chunk,
+            self.ll_slot_bytes,
+            self.min_rounds as u64,
+            t.allreduce_one_shot,
+            t.allreduce_two_shot,
+            t.allreduce_direct,
+            t.gather_one_shot,
+            force,
+            self.blocks.map_or(u64::MAX, u64::from),
+            self.block_bytes,
+        ]
+    }
+}
+
+/// Most blocks one operation may use ([`Config::max_blocks`], [`Config::blocks`]): far more than
+/// any GPU's SM count; every block has its flags, slots and counter in the scratch and state.
+pub const MAX_BLOCKS: u32 = 1 << 16;
+
+/// `v` as a u32 setting read from variable `name`.
+fn to_u32(name: &str, v: u64) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::InvalidArgument(format!("{name}={v} is larger than {}", u32::MAX)))
+}
+
+/// The scratch bytes of `h`'s layout, computed without wrapping: a layout that does not fit the
+/// address space is an error, never a small buffer that the kernels would write past.
+pub fn checked_scratch_bytes(h: &Collective) -> Result<u64> {
+    let (n, b) = (h.n_ranks as u128, h.max_blocks as u128);
+    let flags = b * n * 2 * 8;
+    let ll = (2 * flags).div_ceil(256) * 256;
+    let total = ll + 4 * n * h.ll_bytes as u128 + b * n * 6 * h.chunk_bytes as u128;
+    match u64::try_from(total) {
+        Ok(t) if usize::try_from(t).is_ok() => {
+            // Every term fits, so the device's u64 arithmetic agrees.
+            debug_assert_eq!(h.scratch_bytes(), t);
+            Ok(t)
+        }
+        _ => Err(Error::InvalidArgument(format!(
+            "collectives: a scratch buffer of {total} bytes ({} ranks, {} blocks, LL slots of {}, pipelined slots of \
+             {}) does not fit the address space",
+            h.n_ranks, h.max_blocks, h.ll_bytes, h.chunk_bytes
+        ))),
+    }
+}
+
+/// Checks that a pipelined or direct operation of `bytes` per rank over `blocks` blocks takes
+/// fewer rounds per block than its flags can count (`2^24 - 1`, [`mscclpp_device::collective::ROUND_BITS`]);
+/// beyond that a round's flag would run into the epoch's bits. LL algorithms have no rounds.
+pub fn check_rounds(h: &Collective, algorithm: Algorithm, bytes: u64, blocks: u32) -> Result<()> {
+    if matches!(algorithm, Algorithm::OneShotLl | Algorithm::TwoShotLl) {
+        return Ok(());
+    }
+    // The largest part of any block, in bytes (whole 16-byte vectors, the split's rounding up).
+    // (Capped far above any buffer, so that `piece_bytes` cannot overflow either.)
+    let part = bytes.div_ceil(16).div_ceil(blocks.max(1) as u64).saturating_mul(16).min(1 << 62);
+    let rounds = part.div_ceil(h.piece_bytes(part).max(1));
+    let limit = (1u64 << mscclpp_device::collective::ROUND_BITS) - 1;
+    if rounds >= limit {
+        return Err(Error::InvalidArgument(format!(
+            "collectives: {bytes} bytes over {blocks} blocks takes {rounds} pipelined rounds per block (fewer than \
+             {limit} are possible): use more blocks or larger chunk_bytes ({} now)",
+            h.chunk_bytes
+        )));
+    }
+    Ok(())
 }
 
 /// Parses `oneshot`, `twoshot` or `pipelined`.
@@ -307,26 +403,30 @@ impl Collectives {
                 boot.info().local_size
             )));
         }
-        let chunk = config.chunk_bytes.unwrap_or(if n <= 4 { 128 << 10 } else { 32 << 10 });
-        if chunk == 0 || !chunk.is_multiple_of(16) {
-            return Err(Error::InvalidArgument(format!(
-                "collectives: chunk_bytes {chunk} is not a positive multiple of 16"
-            )));
+        // The verdict of this rank's own checks travels with its settings (block count 0: refused),
+        // so that a configuration one rank refuses is refused on all: none waits for the others.
+        let local = config.check(n);
+        let own_blocks = config.max_blocks.unwrap_or(gpu.info().sm_count).clamp(1, MAX_BLOCKS);
+        // Every rank must agree on the layout and on what picks each operation's algorithm and
+        // grid (a rank with other thresholds or blocks would stream other parts through the
+        // same slots): take the smallest block count, check the rest.
+        let mut mine = [0u64; 11];
+        if let Ok(chunk) = local {
+            mine[0] = own_blocks as u64;
+            mine[1..].copy_from_slice(&config.shared(chunk));
         }
-        if config.ll_slot_bytes == 0 || !config.ll_slot_bytes.is_multiple_of(16) {
-            return Err(Error::InvalidArgument(format!(
-                "collectives: ll_slot_bytes {} is not a positive multiple of 16",
-                config.ll_slot_bytes
-            )));
-        }
-        let own_blocks = config.max_blocks.unwrap_or(gpu.info().sm_count).max(1);
-        // Every rank must agree on the layout: take the smallest block count, check the rest.
-        let mine = [own_blocks as u64, chunk, config.ll_slot_bytes, config.min_rounds as u64];
         let all = boot.all_gather_pod(&mine)?;
+        let chunk = local?;
+        if let Some(r) = all.iter().position(|v| v[0] == 0) {
+            return Err(Error::InvalidArgument(format!(
+                "collectives: rank {r} refused its configuration (its own error says why)"
+            )));
+        }
         let max_blocks = all.iter().map(|v| v[0]).min().unwrap_or(1) as u32;
         if let Some(r) = all.iter().position(|v| v[1..] != mine[1..]) {
             return Err(Error::InvalidArgument(format!(
-                "collectives: rank {r} uses chunk, LL slot and round settings {:?}, this rank {:?}",
+                "collectives: rank {r} uses the settings {:?} (chunk, LL slot, rounds, thresholds, forced algorithm, \
+                 blocks, block bytes), this rank {:?}",
                 &all[r][1..],
                 &mine[1..]
             )));
@@ -342,7 +442,7 @@ impl Collectives {
             max_blocks,
             min_rounds: config.min_rounds,
         };
-        let total = handle.scratch_bytes();
+        let total = checked_scratch_bytes(&handle)?;
         let scratch = DeviceBuffer::exportable_filled(&gpu, total as usize, 0)?;
         let peers = comm.exchange(&scratch)?;
         if let Some(r) = (0..n).find(|&r| peers.len(r) != total) {
@@ -442,9 +542,9 @@ impl Collectives {
             // A block per `block_bytes` of traffic toward each peer.
             Algorithm::Pipelined => {
                 let per_peer = if op == Operation::AllReduce { bytes / n } else { bytes };
-                per_peer.div_ceil(self.config.block_bytes)
+                per_peer.div_ceil(self.config.block_bytes.max(1))
             }
-            Algorithm::Direct => bytes.div_ceil(self.config.block_bytes),
+            Algorithm::Direct => bytes.div_ceil(self.config.block_bytes.max(1)),
         });
         Plan { algorithm, blocks: blocks.clamp(1, max_blocks) as u32, threads }
     }
@@ -476,6 +576,7 @@ impl Collectives {
             )));
         }
         let plan = self.plan(op, bytes);
+        check_rounds(&self.handle, plan.algorithm, bytes, plan.blocks)?;
         let name = kernel_name(op, plan.algorithm, dtype).unwrap_or_default();
         let (f, _) =
             self.functions.get(&name).ok_or_else(|| Error::Unsupported(format!("collectives: no kernel {name}")))?;
@@ -705,5 +806,78 @@ mod tests {
         assert_eq!(req(AllReduce, 0, DataType::U32, Some(ReduceOp::Sum), 2, (0, None)).unwrap(), 0);
         assert!(parse_algorithm("fast").is_err());
         assert_eq!(parse_algorithm("twoshot").unwrap(), Algorithm::TwoShotLl);
+    }
+
+    fn handle(n: u32, max_blocks: u32, ll_bytes: u64, chunk_bytes: u64) -> Collective {
+        Collective {
+            scratch: GlobalPtr::null(),
+            peers: GlobalPtr::null(),
+            state: GlobalPtr::null(),
+            ll_bytes,
+            chunk_bytes,
+            rank: 0,
+            n_ranks: n,
+            max_blocks,
+            min_rounds: 1,
+        }
+    }
+
+    #[test]
+    fn configurations_that_would_divide_by_zero_or_overflow_are_errors() {
+        let ok = Config::default();
+        assert_eq!(ok.check(2).unwrap(), 128 << 10);
+        assert_eq!(ok.check(8).unwrap(), 32 << 10);
+        // `plan` divided by block_bytes: a Config literal with 0 panicked at the first pipelined call.
+        let e = Config { block_bytes: 0, ..ok }.check(2).unwrap_err().to_string();
+        assert!(e.contains("block_bytes is 0"), "{e}");
+        assert!(Config { chunk_bytes: Some(24), ..ok }.check(2).is_err());
+        assert!(Config { ll_slot_bytes: 0, ..ok }.check(2).is_err());
+        assert!(Config { max_blocks: Some(MAX_BLOCKS + 1), ..ok }.check(2).is_err());
+        assert!(Config { blocks: Some(u32::MAX), ..ok }.check(2).is_err());
+        // Slots so large that the layout wraps: unchecked, the scratch would be a few bytes
+        // and the LL capacity (computed from ll_bytes) would let the kernels write past it.
+        let huge = 1u64 << 62;
+        for h in [handle(2, 132, huge, 128 << 10), handle(8, 132, 16, huge), handle(8, MAX_BLOCKS, 16, 1 << 50)] {
+            let e = checked_scratch_bytes(&h).unwrap_err().to_string();
+            assert!(e.contains("does not fit the address space"), "{e}");
+        }
+        let h = handle(8, 132, 2 << 20, 32 << 10);
+        assert_eq!(checked_scratch_bytes(&h).unwrap(), h.scratch_bytes());
+        assert_eq!(to_u32("X", 5).unwrap(), 5);
+        assert!(to_u32("MSCCLPP_RS_COLL_THREADS", 1 << 32).unwrap_err().to_string().contains("larger than"));
+    }
+
+    #[test]
+    fn ranks_must_share_what_picks_the_algorithm_and_grid() {
+        let ok = Config::default();
+        let base = ok.shared(128 << 10);
+        let differ = [
+            Config { thresholds: Thresholds { allreduce_one_shot: 1, ..Thresholds::default() }, ..ok },
+            Config { force: Some(Algorithm::Pipelined), ..ok },
+            Config { blocks: Some(4), ..ok },
+            Config { block_bytes: 32 << 10, ..ok },
+            Config { min_rounds: 3, ..ok },
+            Config { ll_slot_bytes: 1 << 20, ..ok },
+        ];
+        for c in differ {
+            assert_ne!(c.shared(128 << 10), base, "{c:?}");
+        }
+        assert_eq!(Config { threads: Some(256), overlap: false, ..ok }.shared(128 << 10), base);
+    }
+
+    #[test]
+    fn pipelined_operations_with_more_rounds_than_flags_count_are_errors() {
+        // 16-byte slots: every round moves 16 bytes; 1 GiB in one block is 2^26 rounds.
+        let h = handle(2, 1, 1 << 20, 16);
+        let e = check_rounds(&h, Algorithm::Pipelined, 1 << 30, 1).unwrap_err().to_string();
+        assert!(e.contains("pipelined rounds per block"), "{e}");
+        assert!(check_rounds(&h, Algorithm::Direct, 1 << 30, 1).is_err());
+        assert!(check_rounds(&h, Algorithm::OneShotLl, 1 << 30, 1).is_ok(), "LL forms have no rounds");
+        assert!(check_rounds(&h, Algorithm::Pipelined, 1 << 20, 1).is_ok());
+        // The default slots: 2^24 rounds of 128 KiB would be 2 TiB per block.
+        let d = handle(2, 132, 2 << 20, 128 << 10);
+        assert!(check_rounds(&d, Algorithm::Pipelined, 1 << 40, 132).is_ok());
+        assert!(check_rounds(&d, Algorithm::Pipelined, 1 << 60, 1).is_err());
+        assert!(check_rounds(&d, Algorithm::Pipelined, u64::MAX, 1).is_err());
     }
 }

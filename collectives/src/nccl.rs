@@ -131,11 +131,15 @@ impl Nccl {
             // SAFETY: `id` is an out-parameter.
             self.check(unsafe { (self.get_unique_id)(&mut id) }, "ncclGetUniqueId")?;
         }
+        let int = |v: usize, what: &str| {
+            c_int::try_from(v).map_err(|_| Error::InvalidArgument(format!("NCCL: {what} {v} does not fit an int")))
+        };
+        let (world, rank) = (int(boot.world_size(), "world size")?, int(boot.rank(), "rank")?);
         let id = boot.all_gather_pod(&id)?[0];
         gpu.bind()?;
         let mut comm: Comm = std::ptr::null_mut();
         // SAFETY: `comm` is an out-parameter; the GPU's context is current on this thread.
-        let r = unsafe { (self.comm_init_rank)(&mut comm, boot.world_size() as c_int, id, boot.rank() as c_int) };
+        let r = unsafe { (self.comm_init_rank)(&mut comm, world, id, rank) };
         self.check(r, "ncclCommInitRank")?;
         Ok(NcclComm { nccl: self, comm })
     }

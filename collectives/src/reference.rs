@@ -55,6 +55,9 @@ fn add(dtype: DataType, a: &[u8], b: &[u8], out: &mut [u8]) {
 }
 
 /// Element-wise sum of equally long inputs, added in order (`inputs[0] + inputs[1] + ...`).
+///
+/// # Panics
+/// If `inputs` is empty or the inputs differ in length (a test's own mistake).
 pub fn sum_in_order(dtype: DataType, inputs: &[&[u8]]) -> Vec<u8> {
     let w = dtype.bytes();
     let mut acc = inputs[0].to_vec();

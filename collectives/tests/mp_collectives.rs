@@ -178,6 +178,60 @@ fn run(comm: &Communicator) -> Result<()> {
     println!("mp_collectives: rank {me}: {n_cases} operation cases ok (every algorithm, type, odd counts, in place)");
     back_to_back(comm, &colls[0], seed ^ 0x55)?;
     graph_replays(comm, &colls[0], seed ^ 0xaa)?;
+    refused_arguments(comm, &colls[0])?;
+    Ok(())
+}
+
+/// What a caller can get wrong is an `InvalidArgument` on every rank, before anything is
+/// launched: buffers too small for the count (each operation, in place and not), a block size
+/// of 0, slots so large that the scratch layout overflows, and ranks with different settings.
+/// The operation counter proves that nothing ran.
+fn refused_arguments(comm: &Communicator, coll: &Collectives) -> Result<()> {
+    let gpu = coll.gpu();
+    let stream = gpu.stream();
+    let n = comm.world_size();
+    let before = coll.epoch()?;
+    let refused = |what: &str, r: Result<()>| match r {
+        Err(Error::InvalidArgument(m)) => {
+            println!("mp_collectives: rank {}: {what}: refused ({m})", comm.rank());
+            Ok(())
+        }
+        other => Err(fail(format!("{what}: expected InvalidArgument, got {other:?}"))),
+    };
+    let count = 4099;
+    let bytes = count * 4;
+    let short = DeviceBuffer::filled(gpu, bytes - 4, 0)?;
+    let fits = DeviceBuffer::filled(gpu, bytes, 0)?;
+    let all = DeviceBuffer::filled(gpu, n * bytes, 0)?;
+    let all_short = DeviceBuffer::filled(gpu, n * bytes - 4, 0)?;
+    let (f32, sum) = (DataType::F32, ReduceOp::Sum);
+    refused("allreduce, short send", coll.allreduce(&short, &fits, count, f32, sum, stream))?;
+    refused("allreduce, short receive", coll.allreduce(&fits, &short, count, f32, sum, stream))?;
+    refused("allreduce in place, short", coll.allreduce(&short, &short, count, f32, sum, stream))?;
+    refused("allgather, short receive", coll.allgather(&fits, &all_short, count, f32, stream))?;
+    refused("allgather, short send", coll.allgather(&short, &all, count, f32, stream))?;
+    refused("allgather in place, short", coll.allgather_in_place(&all_short, count, f32, stream))?;
+    refused("reduce-scatter, short send", coll.reduce_scatter(&all_short, &fits, count, f32, sum, stream))?;
+    refused("reduce-scatter, short receive", coll.reduce_scatter(&all, &short, count, f32, sum, stream))?;
+    refused("reduce-scatter in place, short", coll.reduce_scatter_in_place(&all_short, count, f32, sum, stream))?;
+    refused("allreduce, count overflows", coll.allreduce(&all, &all, usize::MAX / 2, f32, sum, stream))?;
+    gpu.synchronize()?;
+    if coll.epoch()? != before {
+        return Err(fail(format!(
+            "a refused call ran: the operation counter moved from {before} to {}",
+            coll.epoch()?
+        )));
+    }
+    let built = |c: Config| Collectives::with_config(comm, c).map(drop);
+    refused("block_bytes 0", built(Config { block_bytes: 0, ..Config::default() }))?;
+    // Refused on rank 0 alone: the others must refuse too, not wait for rank 0.
+    let block_bytes = if comm.rank() == 0 { 0 } else { 16 << 10 };
+    refused("block_bytes 0 on rank 0", built(Config { block_bytes, ..Config::default() }))?;
+    refused("LL slots of 2^62 bytes", built(Config { ll_slot_bytes: 1 << 62, ..Config::default() }))?;
+    // Rank 0 alone asks for other blocks: every rank must refuse (none may wait for the others).
+    let blocks = if comm.rank() == 0 { Some(2) } else { None };
+    refused("settings differing between ranks", built(Config { blocks, ..Config::default() }))?;
+    println!("mp_collectives: rank {}: refused arguments ok (nothing launched)", comm.rank());
     Ok(())
 }
 

@@ -70,25 +70,31 @@ macro_rules! common_ptr_impls {
             pub const fn addr(self) -> $int {
                 self.addr
             }
-            /// The address `count` elements further on (no bounds check).
+            /// The address `count` elements further on (no bounds check; an address is plain
+            /// data, so the arithmetic wraps as a release build's does, in every build).
             #[inline(always)]
             pub const fn add(self, count: usize) -> Self {
-                Self { addr: self.addr + (count * core::mem::size_of::<T>()) as $int, _t: PhantomData }
+                let bytes = count.wrapping_mul(core::mem::size_of::<T>()) as $int;
+                Self { addr: self.addr.wrapping_add(bytes), _t: PhantomData }
             }
-            /// The address `bytes` bytes further on.
+            /// The address `bytes` bytes further on (wrapping, as [`Self::add`]).
             #[inline(always)]
             pub const fn byte_add(self, bytes: usize) -> Self {
-                Self { addr: self.addr + bytes as $int, _t: PhantomData }
+                Self { addr: self.addr.wrapping_add(bytes as $int), _t: PhantomData }
             }
             /// The same address with another element type.
             #[inline(always)]
             pub const fn cast<U>(self) -> $name<U> {
                 $name { addr: self.addr, _t: PhantomData }
             }
-            /// Whether the address is a multiple of `align` bytes.
+            /// Whether the address is a multiple of `align` bytes (never, for an `align` of 0
+            /// or one the address type cannot hold).
             #[inline(always)]
             pub const fn is_aligned_to(self, align: usize) -> bool {
-                self.addr % (align as $int) == 0
+                match self.addr.checked_rem(align as $int) {
+                    Some(r) => r == 0 && align as $int as usize == align,
+                    None => false,
+                }
             }
         }
     };
@@ -165,6 +171,20 @@ mod tests {
         let s = SharedPtr::<u32>::from_addr(64);
         assert_eq!(s.add(4).addr(), 80);
         assert_eq!(s.cast::<u64>().add(1).addr(), 72);
+    }
+
+    #[test]
+    fn address_arithmetic_never_panics() {
+        // These overflowed (a panic in debug builds) or divided by zero.
+        let top = GlobalPtr::<u64>::from_addr(u64::MAX - 7);
+        assert_eq!(top.add(1).addr(), 0);
+        assert_eq!(top.byte_add(usize::MAX).addr(), u64::MAX - 8);
+        assert_eq!(GlobalPtr::<u64>::null().add(usize::MAX).addr(), 0u64.wrapping_sub(8));
+        assert!(!top.is_aligned_to(0));
+        let s = SharedPtr::<u8>::from_addr(u32::MAX);
+        assert_eq!(s.byte_add(1).addr(), 0);
+        assert!(!SharedPtr::<u8>::from_addr(0).is_aligned_to(1 << 32), "2^32 does not fit a shared address");
+        assert!(SharedPtr::<u8>::from_addr(0).is_aligned_to(1 << 16));
     }
 }
 

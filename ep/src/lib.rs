@@ -161,9 +161,10 @@ impl Config {
 
     /// Bytes of the shared buffer every rank allocates for `ranks` ranks and `blocks` blocks:
     /// about `2 * ranks * max_tokens * hidden * 4` (receive rows and combine landing, sized for
-    /// f32) plus the ids, weights and flags.
-    pub fn shared_bytes(&self, ranks: usize, blocks: u32) -> u64 {
-        self.kernel_handle(0, ranks, blocks).shared_regions().total
+    /// f32) plus the ids, weights and flags. The sizes must pass [`Config::check`] for `ranks`.
+    pub fn shared_bytes(&self, ranks: usize, blocks: u32) -> Result<u64> {
+        self.check(ranks)?;
+        Ok(self.kernel_handle(0, ranks, blocks).shared_regions().total)
     }
 }
 
@@ -194,9 +195,13 @@ pub fn check_dispatch(
     if k == 0 || k > config.max_topk {
         return bad(format!("k = {k} (1 to max_topk = {})", config.max_topk));
     }
-    let row = config.hidden * dtype.bytes();
-    let need =
-        [("x", x_len, tokens * row), ("topk_idx", idx_len, tokens * k * 4), ("topk_weights", w_len, tokens * k * 4)];
+    // Checked: this function takes any configuration, not only one that passed `Config::check`.
+    let row = row_bytes(config, dtype)?;
+    let bytes = |a: usize, b: usize| {
+        a.checked_mul(b).ok_or_else(|| Error::InvalidArgument(format!("ep dispatch: {tokens} tokens overflow")))
+    };
+    let ids = bytes(tokens, k.saturating_mul(4))?;
+    let need = [("x", x_len, bytes(tokens, row)?), ("topk_idx", idx_len, ids), ("topk_weights", w_len, ids)];
     for (what, has, needs) in need {
         if has < needs {
             return bad(format!("the {what} buffer holds {has} bytes, {tokens} tokens need {needs}"));
@@ -209,14 +214,31 @@ pub fn check_dispatch(
 /// bytes) that holds `tokens` rows. Returns the bytes of one row.
 pub fn check_combine(config: &Config, dtype: DataType, tokens: usize, out_len: usize) -> Result<usize> {
     dtype_code(dtype)?;
-    let row = config.hidden * dtype.bytes();
-    if out_len < tokens * row {
+    let row = row_bytes(config, dtype)?;
+    let need = tokens
+        .checked_mul(row)
+        .ok_or_else(|| Error::InvalidArgument(format!("ep combine: {tokens} tokens of {row} bytes overflow")))?;
+    if out_len < need {
         return Err(Error::InvalidArgument(format!(
-            "ep combine: the output buffer holds {out_len} bytes, {tokens} tokens need {}",
-            tokens * row
+            "ep combine: the output buffer holds {out_len} bytes, {tokens} tokens need {need}"
         )));
     }
     Ok(row)
+}
+
+/// Bytes of one row of `config.hidden` elements of `dtype`, or an error when that overflows.
+fn row_bytes(config: &Config, dtype: DataType) -> Result<usize> {
+    config
+        .hidden
+        .checked_mul(dtype.bytes())
+        .ok_or_else(|| Error::InvalidArgument(format!("ep: hidden size {} overflows a row", config.hidden)))
+}
+
+/// Numbers every dispatch of every [`ExpertParallel`] of this process uniquely, so that a
+/// [`Dispatched`] is recognised by the object that made it and by no other.
+fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// One rank's batch for [`ExpertParallel::dispatch`] (buffers on this rank's GPU).
@@ -339,7 +361,8 @@ pub struct ExpertParallel {
     f_dispatch: CudaFunction,
     f_combine_bf16: CudaFunction,
     f_combine_f32: CudaFunction,
-    /// Dispatches so far; a [`Dispatched`] carries its number.
+    /// The number of this object's last dispatch (0: none yet); a [`Dispatched`] carries its
+    /// number, unique in the process ([`next_generation`]).
     generation: u64,
     /// The dispatch a combine may still follow.
     pending: Option<u64>,
@@ -377,14 +400,19 @@ impl ExpertParallel {
                 boot.info().local_size
             )));
         }
-        config.check(n)?;
         let sms = gpu.info().sm_count.max(1);
         let own_blocks = config.blocks.unwrap_or(sms);
-        if own_blocks == 0 || own_blocks > sms {
-            return Err(Error::InvalidArgument(format!(
-                "ep: {own_blocks} blocks (1 to the GPU's {sms} SMs: the blocks wait for each other, so all must be resident)"
-            )));
-        }
+        // This rank's own checks; their verdict travels with its sizes (all zero: refused), so
+        // that sizes one rank refuses are refused on all and none waits for the others.
+        let local = config.check(n).and_then(|()| {
+            if own_blocks == 0 || own_blocks > sms {
+                return Err(Error::InvalidArgument(format!(
+                    "ep: {own_blocks} blocks (1 to the GPU's {sms} SMs: the blocks wait for each other, so all must \
+                     be resident)"
+                )));
+            }
+            Ok(())
+        });
         let f_layout = gpu.function(PTX, "ep_layout")?;
         let f_dispatch = gpu.function(PTX, "ep_dispatch")?;
         let f_combine_bf16 = gpu.function(PTX, "ep_combine_bf16")?;
@@ -400,14 +428,23 @@ impl ExpertParallel {
         let layout_threads =
             LAYOUT_THREADS.min(mscclpp_host::launch::max_threads_per_block(&f_layout)?).max(32) / 32 * 32;
         // Every rank must agree on the sizes: take the smallest block count, check the rest.
-        let mine = [
-            config.max_tokens as u64,
-            config.hidden as u64,
-            config.experts as u64,
-            config.max_topk as u64,
-            own_blocks as u64,
-        ];
+        let mine = match local {
+            Ok(()) => [
+                config.max_tokens as u64,
+                config.hidden as u64,
+                config.experts as u64,
+                config.max_topk as u64,
+                own_blocks as u64,
+            ],
+            Err(_) => [0; 5],
+        };
         let all = boot.all_gather_pod(&mine)?;
+        local?;
+        if let Some(r) = all.iter().position(|v| v[4] == 0) {
+            return Err(Error::InvalidArgument(format!(
+                "ep: rank {r} refused its configuration (its own error says why)"
+            )));
+        }
         if let Some(r) = all.iter().position(|v| v[..4] != mine[..4]) {
             return Err(Error::InvalidArgument(format!(
                 "ep: rank {r} uses max_tokens, hidden, experts, max_topk {:?}, this rank {:?}",
@@ -624,7 +661,7 @@ impl ExpertParallel {
         // contract), and a rank whose arguments differ traps with a message rather than writing
         // outside the buffers (counts are checked against max_tokens on the GPU).
         unsafe { self.launch(stream, &self.f_dispatch, cfg, &mut args)? };
-        self.generation += 1;
+        self.generation = next_generation();
         self.pending = Some(self.generation);
         let r = h.shared_regions();
         Ok(Dispatched {
@@ -688,7 +725,7 @@ impl ExpertParallel {
     }
 
     fn check_current(&self, d: &Dispatched) -> Result<()> {
-        if d.generation != self.generation {
+        if d.generation != self.generation || self.generation == 0 {
             return Err(Error::InvalidArgument(
                 "ep: the handle is not this object's last dispatch (its rows were overwritten)".into(),
             ));
@@ -720,6 +757,13 @@ impl ExpertParallel {
     /// `stream`.
     pub fn read_received(&self, d: &Dispatched, stream: &CudaStream) -> Result<ReceivedRows> {
         let rows = self.recv_counts(d, stream)?.rows;
+        // The count comes from the GPU: never size host memory by more than the buffer holds.
+        if rows > d.max_rows {
+            return Err(Error::Protocol(format!(
+                "ep: the GPU reports {rows} received rows, more than the {} a rank can receive",
+                d.max_rows
+            )));
+        }
         let r = self.handle.shared_regions();
         let mut x = vec![0u8; rows * d.row_bytes];
         let mut topk_idx = vec![0i32; rows * d.k];
@@ -762,7 +806,7 @@ mod tests {
         assert!(e(Config { max_tokens: 0, ..ok }).contains("max_tokens"));
         assert!(e(Config { max_tokens: MAX_TOKENS + 1, ..ok }).contains("max_tokens"));
         // DeepSeek-V3 sizes on two ranks: receive rows and landing, both for f32 rows.
-        let b = ok.shared_bytes(2, 132);
+        let b = ok.shared_bytes(2, 132).unwrap();
         let rows = 2 * 2 * 4096 * 7168 * 4;
         assert!((rows..rows + (8 << 20)).contains(&b), "{b}");
     }
@@ -786,6 +830,27 @@ mod tests {
         assert_eq!(check_combine(&c, DataType::Bf16, 10, 1280).unwrap(), 128);
         assert!(e(check_combine(&c, DataType::F32, 10, 1280)).contains("need 2560"));
         assert!(matches!(check_combine(&c, DataType::I32, 1, 1 << 20), Err(Error::Unsupported(_))));
+    }
+
+    #[test]
+    fn unchecked_configurations_are_errors_not_panics() {
+        let ok = Config::new(4096, 7168, 256, 8);
+        // `experts / ranks` divided by zero; huge sizes overflowed the products.
+        assert!(ok.shared_bytes(0, 132).unwrap_err().to_string().contains("0 ranks"));
+        assert!(Config { hidden: usize::MAX, ..ok }.shared_bytes(2, 1).is_err());
+        let wide = Config { hidden: usize::MAX / 2, max_tokens: usize::MAX, ..ok };
+        let e = check_dispatch(&wide, DataType::F32, 3, 1, (0, 0, 0)).unwrap_err().to_string();
+        assert!(e.contains("overflow"), "{e}");
+        let e = check_combine(&wide, DataType::Bf16, 3, usize::MAX).unwrap_err().to_string();
+        assert!(e.contains("overflow"), "{e}");
+        let many = Config { max_tokens: usize::MAX, max_topk: usize::MAX, ..ok };
+        assert!(check_dispatch(&many, DataType::F32, usize::MAX / 2, usize::MAX / 2, (0, 0, 0)).is_err());
+    }
+
+    #[test]
+    fn dispatch_numbers_are_unique_in_the_process() {
+        let a: Vec<u64> = (0..1000).map(|_| next_generation()).collect();
+        assert!(a.windows(2).all(|w| w[0] < w[1]) && a[0] > 0);
     }
 
     #[test]

@@ -71,6 +71,10 @@ pub enum Routing {
 }
 
 /// `tokens x k` expert ids routed as `routing` says.
+///
+/// # Panics
+/// If `ranks` is 0, or the experts to pick from (all of them, or those of the rank of
+/// [`Routing::ToRank`]) are none.
 pub fn random_topk(
     rng: &mut StdRng,
     tokens: usize,

@@ -277,6 +277,45 @@ fn refusals(ep: &mut ExpertParallel, base: &Case) -> Result<()> {
     check_out("after refusals", &b, &p.out)
 }
 
+/// Two objects built alike, each with one dispatch: each one's handle belongs to it alone. (The
+/// handles used to carry a per-object dispatch count, so the first dispatch of two fresh objects
+/// had the same number and the second object accepted the first one's handle: its combine would
+/// have run with the other dispatch's token count over its own layout.)
+fn another_objects_handle(comm: &Communicator, base: &Case) -> Result<()> {
+    let (me, n) = (comm.rank(), comm.world_size());
+    let cfg = Config::new(300, 64, 8 * n, 4);
+    // Sizes refused on rank 0 alone are refused on every rank (none waits for rank 0).
+    let bad = Config { hidden: if me == 0 { 7 } else { cfg.hidden }, ..cfg };
+    match ExpertParallel::new(comm, bad) {
+        Err(Error::InvalidArgument(_)) => {}
+        other => return Err(fail(format!("a configuration refused on rank 0: {other:?}"))),
+    }
+    let mut a = ExpertParallel::new(comm, cfg)?;
+    let mut b = ExpertParallel::new(comm, cfg)?;
+    let c = Case { k: 4, tokens: [200, 150, 17, 99], ..*base };
+    let p = plan(&c, &cfg, n, me);
+    let (ba, bb) = (upload(&a, &p, me)?, upload(&b, &p, me)?);
+    let t = p.inputs[me].tokens;
+    let da = dispatch(&mut a, &c, &ba, t)?;
+    let db = dispatch(&mut b, &c, &bb, t)?;
+    let s = b.gpu().clone();
+    match b.combine(&da, &bb.y, &bb.out, c.dtype, s.stream()) {
+        Err(Error::InvalidArgument(m)) if m.contains("last dispatch") => {}
+        other => return Err(fail(format!("combine with another object's handle: {other:?}"))),
+    }
+    if b.recv_counts(&da, s.stream()).is_ok() || a.recv_counts(&db, s.stream()).is_ok() {
+        return Err(fail("recv_counts accepted another object's handle".into()));
+    }
+    // Each object still combines its own dispatch, with the reference's result.
+    a.combine(&da, &ba.y, &ba.out, c.dtype, s.stream())?;
+    b.combine(&db, &bb.y, &bb.out, c.dtype, s.stream())?;
+    s.synchronize()?;
+    check_out("object a", &ba, &p.out)?;
+    check_out("object b", &bb, &p.out)?;
+    println!("mp_ep: rank {me}: another object's handle refused");
+    Ok(())
+}
+
 fn run(comm: &Communicator) -> Result<()> {
     let (me, n) = (comm.rank(), comm.world_size());
     let own_seed: u64 =
@@ -348,6 +387,7 @@ fn run(comm: &Communicator) -> Result<()> {
     total += back_to_back(&mut ep, &cases[3].1)?;
     refusals(&mut ep, &cases[7].1)?;
     drop(ep);
+    another_objects_handle(comm, &cases[3].1)?;
 
     // Few blocks, few threads: many tokens per warp and per block; plain launches (the other
     // configurations overlap each kernel's launch with the end of the one before).

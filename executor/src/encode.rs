@@ -4,7 +4,7 @@
 
 use mscclpp_device::executor::{ExecOp, MAX_OTHERS, flags, opcode};
 use mscclpp_host::{Error, Result};
-use mscclpp_plan::{BufferType, Channel, ChannelType, Chunk, Op, OpKind, Program, ReduceOp, SyncType};
+use mscclpp_plan::{BufferType, Channel, ChannelType, Chunk, Op, OpKind, Program, RankPlan, ReduceOp, SyncType};
 
 /// Alignment of the arena's regions.
 const REGION_ALIGN: u64 = 256;
@@ -52,11 +52,14 @@ pub struct Encoded {
 }
 
 impl Encoded {
-    /// Thread blocks of this rank.
+    /// Thread blocks of this rank (0 for a record list without its leading 0).
     pub fn blocks(&self) -> usize {
-        self.tb_start.len() - 1
+        self.tb_start.len().saturating_sub(1)
     }
     /// This rank's layout.
+    ///
+    /// # Panics
+    /// If `rank` is not below `layouts.len()`, which [`encode`] never produces.
     pub fn layout(&self) -> Layout {
         self.layouts[self.rank]
     }
@@ -106,8 +109,29 @@ fn chunks(k: &OpKind) -> Vec<Chunk> {
     }
 }
 
-fn align(v: u64) -> u64 {
-    v.div_ceil(REGION_ALIGN) * REGION_ALIGN
+/// Rank `rank`'s arena layout (`rp`'s buffers in chunks of `chunk_bytes`, the scratch as
+/// double-buffered packets with `pkt`), every size computed without wrapping: a layout that does
+/// not fit 64 bits is an error, never a small arena that operations would address past its end.
+fn layout(rp: &RankPlan, chunk_bytes: u64, pkt: bool, rank: usize) -> Result<Layout> {
+    let too_large = || {
+        Error::InvalidArgument(format!(
+            "executor: rank {rank}'s buffers ({} input, {} output, {} scratch chunks of {chunk_bytes} bytes) do not \
+             fit 64 bits",
+            rp.input_chunks, rp.output_chunks, rp.scratch_chunks
+        ))
+    };
+    let bytes_of = |chunks: usize, stride: u64| (chunks as u64).checked_mul(stride).ok_or_else(too_large);
+    let align = |v: u64| v.checked_next_multiple_of(REGION_ALIGN).ok_or_else(too_large);
+    let add = |a: u64, b: u64| a.checked_add(b).ok_or_else(too_large);
+    let input_bytes = bytes_of(rp.input_chunks, chunk_bytes)?;
+    let output_bytes = bytes_of(rp.output_chunks, chunk_bytes)?;
+    let stride = if pkt { chunk_bytes.checked_mul(2).ok_or_else(too_large)? } else { chunk_bytes };
+    let one = align(bytes_of(rp.scratch_chunks, stride)?)?;
+    let output = align(input_bytes)?;
+    let scratch = add(output, align(output_bytes)?)?;
+    let pkt_shift = if pkt { one } else { 0 };
+    let bytes = add(scratch, if pkt { one.checked_mul(2).ok_or_else(too_large)? } else { one })?;
+    Ok(Layout { input: 0, input_bytes, output, output_bytes, scratch, pkt_shift, bytes: bytes.max(REGION_ALIGN) })
 }
 
 /// Encodes rank `rank`'s part of `p` with chunks of `chunk_bytes` (a positive multiple of 16).
@@ -140,27 +164,8 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                 .into(),
         ));
     }
-    let scratch_stride = if pkt { 2 * chunk_bytes } else { chunk_bytes };
-    let layouts: Vec<Layout> = p
-        .ranks
-        .iter()
-        .map(|r| {
-            let output = align(r.input_chunks as u64 * chunk_bytes);
-            let scratch = output + align(r.output_chunks as u64 * chunk_bytes);
-            let one = r.scratch_chunks as u64 * scratch_stride;
-            let pkt_shift = if pkt { align(one) } else { 0 };
-            let bytes = scratch + if pkt { 2 * pkt_shift } else { align(one) };
-            Layout {
-                input: 0,
-                input_bytes: r.input_chunks as u64 * chunk_bytes,
-                output,
-                output_bytes: r.output_chunks as u64 * chunk_bytes,
-                scratch,
-                pkt_shift,
-                bytes: bytes.max(REGION_ALIGN),
-            }
-        })
-        .collect();
+    let layouts: Vec<Layout> =
+        p.ranks.iter().enumerate().map(|(r, rp)| layout(rp, chunk_bytes, pkt, r)).collect::<Result<_>>()?;
     // Channel tables: the k-th channel of a type from r to q is in set k on both sides.
     let mut memory = vec![];
     let mut port = vec![];
@@ -185,6 +190,9 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
             table.push((set, dst));
         }
     }
+    let scratch_stride = if pkt { 2 * chunk_bytes } else { chunk_bytes };
+    // In range of u64: every chunk lies in its buffer (checked below before any offset is taken),
+    // and every buffer in an arena whose size was computed without wrapping.
     let off = |c: &Chunk, start: u64| -> u64 {
         let l = &layouts[c.rank];
         match c.buffer {
@@ -211,8 +219,10 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                 let total = c.size as u64 * chunk_bytes;
                 match op.tbg {
                     Some(g) if g.size > 1 => {
-                        let part = total.div_ceil(g.size as u64).div_ceil(16) * 16;
-                        let start = (g.index as u64 * part).min(total);
+                        // Saturating: `encode` may be given a plan that skipped the checker
+                        // (a group index at or past its size); it must not panic on it.
+                        let part = total.div_ceil(g.size as u64).div_ceil(16).saturating_mul(16);
+                        let start = (g.index as u64).saturating_mul(part).min(total);
                         (start, part.min(total - start))
                     }
                     _ => (0, total),

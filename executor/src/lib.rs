@@ -100,45 +100,90 @@ impl std::fmt::Debug for Executor {
     }
 }
 
+/// Values of one layout in an agreement: input, input bytes, output, output bytes, scratch,
+/// packet shift, total bytes.
+const LAYOUT_WORDS: usize = 7;
+
+/// What every rank must agree on ([`Executor::new`] all-gathers it): chunk bytes, element type,
+/// memory and port channel sets, then every rank's arena layout as this rank's program describes
+/// it. Each rank sends the whole table, so that a difference anywhere is seen by every rank (all
+/// of them refuse; none goes on to build channels the others never build).
+fn agreement(config: &Config, encoded: &Encoded) -> Vec<u64> {
+    let mut v = vec![
+        config.chunk_bytes as u64,
+        config.element.code() as u64,
+        encoded.memory_sets as u64,
+        encoded.port_sets as u64,
+    ];
+    for l in &encoded.layouts {
+        v.extend([l.input, l.input_bytes, l.output, l.output_bytes, l.scratch, l.pkt_shift, l.bytes]);
+    }
+    v
+}
+
+/// Checks the gathered agreements (`all[r]` from rank `r`) against this rank's own (`mine`).
+fn check_agreement(mine: &[u64], all: &[Vec<u64>]) -> Result<()> {
+    for (r, theirs) in all.iter().enumerate() {
+        if theirs.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "executor: rank {r} refused the plan or the configuration (its own error says why)"
+            )));
+        }
+        if theirs[..theirs.len().min(4)] != mine[..4] {
+            return Err(Error::InvalidArgument(format!(
+                "executor: rank {r} uses chunk bytes, element, memory and port channel sets {:?}, this rank {:?}",
+                &theirs[..theirs.len().min(4)],
+                &mine[..4]
+            )));
+        }
+        if theirs.len() != mine.len() {
+            return Err(Error::InvalidArgument(format!(
+                "executor: rank {r}'s plan has {} ranks, this rank's {}: the ranks run different plans",
+                (theirs.len() - 4) / LAYOUT_WORDS,
+                (mine.len() - 4) / LAYOUT_WORDS
+            )));
+        }
+        let layouts = |v: &[u64]| v[4..].chunks(LAYOUT_WORDS).map(<[u64]>::to_vec).collect::<Vec<_>>();
+        let (a, b) = (layouts(theirs), layouts(mine));
+        if let Some(q) = (0..a.len()).find(|&q| a[q] != b[q]) {
+            return Err(Error::InvalidArgument(format!(
+                "executor: rank {r}'s plan lays out rank {q}'s arena as {:?} (input, input bytes, output, output \
+                 bytes, scratch, packet shift, total), this rank's plan as {:?}: the ranks run different plans",
+                a[q], b[q]
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks that the buffer a memory channel maps for `peer` (`dst_bytes`) holds the peer's arena.
+fn check_peer_arena(peer: usize, dst_bytes: u64, layouts: &[Layout]) -> Result<()> {
+    let need = layouts.get(peer).map_or(u64::MAX, |l| l.bytes);
+    if dst_bytes < need {
+        return Err(Error::InvalidArgument(format!(
+            "executor: the memory channel toward rank {peer} maps {dst_bytes} bytes, its arena needs {need}"
+        )));
+    }
+    Ok(())
+}
+
 impl Executor {
     /// Checks `program` ([`mscclpp_plan::check()`]), encodes this rank's part, allocates the
     /// arena and builds the channels the plan names. Every rank calls it at the same point with
     /// the same program and configuration. A plan that fails the checker, or uses an operation
     /// the executor does not support, is an error here: nothing runs.
     pub fn new(comm: &Communicator, program: &Program, config: Config) -> Result<Self> {
-        let n = comm.world_size();
-        let me = comm.rank();
-        if program.ranks.len() != n {
-            return Err(Error::InvalidArgument(format!(
-                "executor: the plan {:?} has {} ranks, the communicator {n}",
-                program.name,
-                program.ranks.len()
-            )));
-        }
-        if let Err(errors) = mscclpp_plan::check(program) {
-            let list: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-            return Err(Error::InvalidArgument(format!(
-                "executor: the plan {:?} fails the checker: {}",
-                program.name,
-                list.join("; ")
-            )));
-        }
-        if config.threads == 0 || !config.threads.is_multiple_of(32) || config.threads > 1024 {
-            return Err(Error::InvalidArgument(format!(
-                "executor: {} threads per block (a multiple of 32 up to 1024)",
-                config.threads
-            )));
-        }
-        let encoded = encode(program, me, config.chunk_bytes as u64)?;
-        // Every rank must agree on the chunk size and element type.
-        let mine = [config.chunk_bytes as u64, config.element.code() as u64];
-        let all = comm.bootstrap().all_gather_pod(&mine)?;
-        if let Some(r) = all.iter().position(|v| *v != mine) {
-            return Err(Error::InvalidArgument(format!(
-                "executor: rank {r} uses chunk bytes and element {:?}, this rank {mine:?}",
-                all[r]
-            )));
-        }
+        // What this rank can check alone. Its verdict goes through the all-gather below either
+        // way, so that a plan refused on one rank is refused on all (a rank that went on alone
+        // would wait in the channels' exchange for ranks that never come).
+        let local = Self::check_local(comm, program, &config);
+        // Every rank must agree on the chunk size, the element type, the channel sets and every
+        // rank's arena layout: this rank writes into its peers' arenas at offsets computed from
+        // its own copy of the program.
+        let mine = local.as_ref().map_or_else(|_| Vec::new(), |e| agreement(&config, e));
+        let all = comm.bootstrap().all_gather_pod_slice(&mine)?;
+        let encoded = local?;
+        check_agreement(&mine, &all)?;
         let gpu = comm.gpu().clone();
         let layout = encoded.layout();
         let arena = DeviceBuffer::exportable_filled(&gpu, layout.bytes as usize, 0)?;
@@ -155,6 +200,11 @@ impl Executor {
             .iter()
             .map(|&(set, peer)| pick("memory", memory[set].get(peer), peer))
             .collect::<Result<Vec<_>>>()?;
+        // Memory channels write into the peer's arena with no bound on the device: the mapped
+        // buffer must hold the peer's whole layout.
+        for (&(_, peer), ch) in encoded.memory.iter().zip(&memory_table) {
+            check_peer_arena(peer, ch.dst_bytes, &encoded.layouts)?;
+        }
         let port_table = encoded
             .port
             .iter()
@@ -203,6 +253,33 @@ impl Executor {
             epochs,
             arena,
         })
+    }
+
+    /// The checks of [`Executor::new`] that need no other rank, and this rank's encoded plan.
+    fn check_local(comm: &Communicator, program: &Program, config: &Config) -> Result<Encoded> {
+        let n = comm.world_size();
+        if program.ranks.len() != n {
+            return Err(Error::InvalidArgument(format!(
+                "executor: the plan {:?} has {} ranks, the communicator {n}",
+                program.name,
+                program.ranks.len()
+            )));
+        }
+        if let Err(errors) = mscclpp_plan::check(program) {
+            let list: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+            return Err(Error::InvalidArgument(format!(
+                "executor: the plan {:?} fails the checker: {}",
+                program.name,
+                list.join("; ")
+            )));
+        }
+        if config.threads == 0 || !config.threads.is_multiple_of(32) || config.threads > 1024 {
+            return Err(Error::InvalidArgument(format!(
+                "executor: {} threads per block (a multiple of 32 up to 1024)",
+                config.threads
+            )));
+        }
+        encode(program, comm.rank(), config.chunk_bytes as u64)
     }
 
     /// The arena: this rank's input, output and scratch (see [`Executor::layout`]).
@@ -258,5 +335,57 @@ impl Executor {
         // checked program whose offsets lie inside every rank's arena; its tables, channels and
         // arena live as long as `self`; every rank built the same program's channels.
         unsafe { mscclpp_host::launch::launch_on(&self.gpu, stream, &self.function, cfg, &mut args) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mscclpp_plan::examples;
+
+    #[test]
+    fn ranks_with_other_plans_or_settings_are_refused() {
+        let config = Config::new(4096, ElementType::F32);
+        let p = examples::allgather_memory(4).unwrap();
+        let tables: Vec<Vec<u64>> = (0..4).map(|r| agreement(&config, &encode(&p, r, 4096).unwrap())).collect();
+        assert!(tables.iter().all(|t| check_agreement(t, &tables).is_ok()));
+        // Rank 2 runs the plan with a bigger output buffer of its own: rank 0 would compute
+        // offsets into rank 2's arena from a layout rank 2 does not have. Every rank must see
+        // it, rank 2 included (a rank that went on alone would wait in the channels' exchange).
+        let mut q = p.clone();
+        q.ranks[2].output_chunks += 3;
+        let mut other = tables.clone();
+        other[2] = agreement(&config, &encode(&q, 2, 4096).unwrap());
+        for (r, mine) in other.iter().enumerate() {
+            let err = check_agreement(mine, &other).unwrap_err().to_string();
+            assert!(err.contains("lays out rank 2's arena") && err.contains("different plans"), "rank {r}: {err}");
+        }
+        // Another chunk size, element type or channel set count.
+        for (i, v) in [(0, 8192), (1, 3), (2, 9), (3, 1)] {
+            let mut other = tables.clone();
+            other[1][i] = v;
+            let err = check_agreement(&tables[0], &other).unwrap_err().to_string();
+            assert!(err.contains("rank 1 uses chunk bytes"), "{err}");
+        }
+        // A plan of another rank count.
+        let mut other = tables.clone();
+        other[3] = agreement(&config, &encode(&examples::allgather_memory(2).unwrap(), 0, 4096).unwrap());
+        assert!(check_agreement(&tables[0], &other).unwrap_err().to_string().contains("has 2 ranks"));
+        other[3].truncate(2);
+        assert!(check_agreement(&tables[0], &other).is_err(), "a short table");
+        // A rank whose own checks failed sends an empty table: the others refuse too.
+        other[3].clear();
+        assert!(check_agreement(&tables[0], &other).unwrap_err().to_string().contains("rank 3 refused"));
+    }
+
+    #[test]
+    fn memory_channels_must_map_the_whole_peer_arena() {
+        let e = encode(&examples::allgather_memory(2).unwrap(), 0, 4096).unwrap();
+        let need = e.layouts[1].bytes;
+        assert!(check_peer_arena(1, need, &e.layouts).is_ok());
+        assert!(check_peer_arena(1, 2 << 20, &e.layouts).is_ok());
+        let err = check_peer_arena(1, need - 1, &e.layouts).unwrap_err().to_string();
+        assert!(err.contains(&format!("maps {} bytes, its arena needs {need}", need - 1)), "{err}");
+        assert!(check_peer_arena(7, u64::MAX - 1, &e.layouts).is_err(), "no such rank");
     }
 }

@@ -149,3 +149,36 @@ fn unsupported_operations_are_refused_by_name() {
     assert!(encode(&base, 2, CHUNK).is_err(), "rank out of range");
     assert!(encode(&base, 0, 24).is_err(), "chunk size not a multiple of 16");
 }
+
+#[test]
+fn layouts_that_overflow_64_bits_are_errors_not_small_arenas() {
+    // 2 input chunks of 2^63 bytes wrap to 0: unchecked, the arena would be 256 bytes and the
+    // copy of chunk 1 would address byte 2^63 of it.
+    let mut p = Program::new("huge", "none", 1, 2, 2, 0);
+    p.ranks[0].threadblocks =
+        vec![vec![Op { kind: OpKind::Copy { dst: Chunk::output(0, 1, 1), src: Chunk::input(0, 1, 1) }, tbg: None }]];
+    for chunk in [1u64 << 63, 1 << 62, u64::MAX / 3 / 16 * 16, (u64::MAX / 2).next_multiple_of(16)] {
+        let err = encode(&p, 0, chunk).expect_err("the layout overflows").to_string();
+        assert!(err.contains("do not fit 64 bits"), "{chunk}: {err}");
+    }
+    // Packet scratch is twice the chunk, twice over.
+    let mut q = examples::allreduce_packets(2).unwrap();
+    q.ranks[1].scratch_chunks = usize::MAX / 2;
+    assert!(encode(&q, 0, CHUNK).unwrap_err().to_string().contains("rank 1's buffers"));
+    // Below the limit the same plan encodes, with offsets inside its arena.
+    let e = encode(&p, 0, 1 << 40).unwrap();
+    let l = e.layout();
+    assert_eq!(e.ops[0].src, 1 << 40);
+    assert!(e.ops[0].dst + e.ops[0].bytes <= l.bytes);
+}
+
+#[test]
+fn unchecked_group_placements_do_not_panic() {
+    // `encode` may be called without the checker: a group index past its size must not overflow.
+    let mut p = Program::new("tbg", "none", 1, 4, 4, 0);
+    let kind = OpKind::Copy { dst: Chunk::output(0, 0, 4), src: Chunk::input(0, 0, 4) };
+    let tbg = Some(mscclpp_plan::TbgInfo { index: usize::MAX, size: 2 });
+    p.ranks[0].threadblocks = vec![vec![Op { kind, tbg }]];
+    let e = encode(&p, 0, CHUNK).unwrap();
+    assert_eq!(e.ops[0].bytes, 0, "an index past the group's end gets an empty slice");
+}

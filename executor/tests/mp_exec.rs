@@ -114,6 +114,38 @@ fn run(comm: &Communicator) -> Result<()> {
         graph_replays(comm, program, case_seed ^ 0x5a)?;
     }
     println!("mp_exec: rank {me}: {REPLAYS} graph replays of every plan ok");
+    refused_plans(comm, &programs[2])?;
+    Ok(())
+}
+
+/// Ranks that would lay out their arenas differently are refused on every rank before any
+/// channel is built: rank 0 alone runs the plan with a larger output buffer, so its peers would
+/// write into its arena at offsets of their own plan (and it into theirs); then every rank asks
+/// for chunks whose layout overflows 64 bits.
+fn refused_plans(comm: &Communicator, program: &Program) -> Result<()> {
+    let me = comm.rank();
+    let mut mine = program.clone();
+    if me == 0 {
+        mine.ranks[0].output_chunks += 2;
+    }
+    let refused = |what: &str, r: Result<Executor>, needle: &str| match r {
+        Err(Error::InvalidArgument(m)) if m.contains(needle) => {
+            println!("mp_exec: rank {me}: {what}: refused ({m})");
+            Ok(())
+        }
+        Err(e) => Err(Error::InvalidArgument(format!("{what}: unexpected error {e}"))),
+        Ok(_) => Err(Error::InvalidArgument(format!("{what}: accepted"))),
+    };
+    refused(
+        "plans differing between ranks",
+        Executor::new(comm, &mine, Config::new(4096, ElementType::F32)),
+        "different plans",
+    )?;
+    // (n output chunks of 2^63 - 16 bytes: the output alone overflows.)
+    let huge = Config::new((1 << 63) - 16, ElementType::F32);
+    refused("chunks of 2^63 - 16 bytes", Executor::new(comm, program, huge), "64 bits")?;
+    // The communicator still works: the plan as everyone has it runs.
+    Executor::new(comm, program, Config::new(4096, ElementType::F32))?;
     Ok(())
 }
 

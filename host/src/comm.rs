@@ -87,14 +87,23 @@ impl std::fmt::Debug for PeerBuffers {
 
 impl PeerBuffers {
     /// Rank `r`'s buffer address, valid on this rank's GPU.
+    ///
+    /// # Panics
+    /// If `r` is not below [`PeerBuffers::ranks`] (as slice indexing does).
     pub fn addr(&self, r: usize) -> u64 {
         self.addrs[r]
     }
     /// Rank `r`'s buffer as a typed pointer.
+    ///
+    /// # Panics
+    /// If `r` is not below [`PeerBuffers::ranks`].
     pub fn ptr<T>(&self, r: usize) -> GlobalPtr<T> {
         GlobalPtr::from_addr(self.addrs[r])
     }
     /// Rank `r`'s buffer size in bytes.
+    ///
+    /// # Panics
+    /// If `r` is not below [`PeerBuffers::ranks`].
     pub fn len(&self, r: usize) -> u64 {
         self.sizes[r]
     }
@@ -122,9 +131,10 @@ impl std::fmt::Debug for MemorySemaphores {
 }
 
 impl MemorySemaphores {
-    /// The handle toward rank `peer` (`None` for this rank itself).
+    /// The handle toward rank `peer` (`None` for this rank itself, or a rank that does not
+    /// exist).
     pub fn get(&self, peer: usize) -> Option<MemoryDevice2DeviceSemaphore> {
-        self.handles[peer]
+        self.handles.get(peer).copied().flatten()
     }
     /// A table in rank order for device code: this rank's own entry is zeroed.
     pub fn table(&self) -> Vec<MemoryDevice2DeviceSemaphore> {
@@ -160,9 +170,9 @@ impl std::fmt::Debug for PortChannels {
 }
 
 impl PortChannels {
-    /// The channel toward rank `peer` (`None` for this rank).
+    /// The channel toward rank `peer` (`None` for this rank, or a rank that does not exist).
     pub fn get(&self, peer: usize) -> Option<PortChannel> {
-        self.channels[peer]
+        self.channels.get(peer).copied().flatten()
     }
     /// A table in rank order for device code: this rank's own entry is zeroed.
     pub fn table(&self) -> Vec<PortChannel> {
@@ -234,6 +244,20 @@ fn packet_buffer_bytes(packet_bytes: usize, world_size: usize) -> Result<usize> 
     packet_bytes.checked_mul(world_size).ok_or_else(|| {
         Error::InvalidArgument(format!("memory channels: {world_size} regions of {packet_bytes} packet bytes overflow"))
     })
+}
+
+/// Most blocks [`Communicator::switch_channels`] builds barriers for: each is an exchange of
+/// its own semaphore buffer (a 2 MiB exportable allocation), and a grid of co-resident blocks
+/// (what the barriers serve) has far fewer on any GPU.
+pub const MAX_SWITCH_BLOCKS: usize = 1024;
+
+fn check_switch_blocks(blocks: usize) -> Result<()> {
+    if blocks > MAX_SWITCH_BLOCKS {
+        return Err(Error::InvalidArgument(format!(
+            "switch channels: {blocks} blocks (at most {MAX_SWITCH_BLOCKS}, each with barriers of its own)"
+        )));
+    }
+    Ok(())
 }
 
 /// Rank `me`'s channel toward rank `peer`, from addresses valid on `me`'s GPU: `dst` is the
@@ -491,6 +515,7 @@ impl Communicator {
     /// ([`crate::nvls::MulticastBuffer`]), so the emulation over peer pointers is returned, with
     /// the reason ([`EmulatedSwitchChannels::reason`]).
     pub fn switch_channels(&self, buf: &DeviceBuffer, blocks: usize) -> Result<EmulatedSwitchChannels> {
+        check_switch_blocks(blocks)?;
         self.require_one_machine("switch channels")?;
         let reason = match crate::nvls::multicast_allowed_by_env() {
             Err(e) => e.to_string(),
@@ -548,6 +573,14 @@ impl Communicator {
     ) -> Result<PortChannels> {
         let n = self.world_size();
         let me = self.rank();
+        // (`dst` is checked by its exchange.) The proxy copies from `src` on this GPU's stream.
+        if src.gpu().ordinal() != self.gpu.ordinal() {
+            return Err(Error::InvalidArgument(format!(
+                "port channels: the source buffer is on GPU {}, this rank uses GPU {}",
+                src.gpu().ordinal(),
+                self.gpu.ordinal()
+            )));
+        }
         let topo = self.topology()?;
         let kinds: Vec<Option<TransportKind>> = (0..n).map(|p| (p != me).then(|| topo.transport(p))).collect();
         let tcp = |p: usize| kinds[p] == Some(TransportKind::Tcp);
@@ -660,7 +693,7 @@ impl Communicator {
         let mut own = SharedHostMemory::create(&name, n * 8)?;
         own.register(&self.gpu)?;
         let own_device = own.device_addr().ok_or_else(|| Error::proxy("registered memory without an address"))?;
-        let names = self.boot.all_gather(name.as_bytes())?;
+        let names = self.boot.all_gather_checked(name.as_bytes())?;
         let mut peers = Vec::with_capacity(n);
         for (r, other) in names.iter().enumerate() {
             if r == me {
@@ -688,6 +721,20 @@ struct HostCounters {
     own: Arc<SharedHostMemory>,
     own_device: u64,
     peers: Vec<Option<Arc<SharedHostMemory>>>,
+}
+
+#[cfg(test)]
+mod switch_tests {
+    #[test]
+    fn switch_channel_block_counts_are_bounded_before_anything_is_allocated() {
+        assert!(super::check_switch_blocks(0).is_ok());
+        assert!(super::check_switch_blocks(super::MAX_SWITCH_BLOCKS).is_ok());
+        // `Vec::with_capacity(usize::MAX)` of handles was a capacity-overflow panic.
+        for blocks in [super::MAX_SWITCH_BLOCKS + 1, 1 << 40, usize::MAX] {
+            let e = super::check_switch_blocks(blocks).unwrap_err().to_string();
+            assert!(e.contains(&format!("{blocks} blocks")), "{e}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -101,16 +101,24 @@ impl Fifo {
         self.consumer.peek(&host_view(&self.ring, self.size, &self.tail))
     }
 
-    /// Marks the current trigger handled and frees its slot.
-    pub fn complete(&mut self) {
+    /// Marks the current trigger handled and frees its slot; returns whether there was one. With
+    /// no trigger published at the position (nothing to complete), nothing changes: moving the
+    /// tail past the producers' head would lose their next trigger and let a kernel's flush
+    /// return before the proxy handled its requests.
+    pub fn complete(&mut self) -> bool {
         let view = host_view(&self.ring, self.size, &self.tail);
+        if self.consumer.peek(&view).is_none() {
+            return false;
+        }
         self.consumer.complete(&view);
+        true
     }
 
     /// Pops the next trigger if there is one (peek + complete).
     pub fn try_pop(&mut self) -> Option<ProxyTrigger> {
-        let t = self.peek()?;
-        self.complete();
+        let view = host_view(&self.ring, self.size, &self.tail);
+        let t = self.consumer.peek(&view)?;
+        self.consumer.complete(&view);
         Some(t)
     }
 

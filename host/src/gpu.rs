@@ -180,6 +180,11 @@ pub const ABORT_REPORT_WAIT: std::time::Duration = std::time::Duration::from_mil
 impl Gpu {
     /// Opens device `ordinal` (retains its primary context, creates a non-blocking stream).
     pub fn open(ordinal: usize) -> Result<Arc<Self>> {
+        // The driver takes an int: 2^32 would name device 0 under another ordinal (and the
+        // checks that compare ordinals would disagree with the device).
+        if i32::try_from(ordinal).is_err() {
+            return Err(Error::InvalidArgument(format!("GPU ordinal {ordinal} is not a device number")));
+        }
         if !driver_present() {
             return Err(Error::NoDriver("libcuda could not be loaded".into()));
         }
@@ -301,6 +306,7 @@ impl Gpu {
     /// of this GPU runs. Loading a module may itself wait for the GPU's running kernels: load
     /// every module before launching kernels that wait for one another.
     pub fn module(&self, ptx: &'static str) -> Result<Arc<CudaModule>> {
+        check_ptx_text(ptx)?;
         let key = ptx.as_ptr() as usize;
         let mut mods = self.modules.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(m) = mods.get(&key) {
@@ -395,6 +401,17 @@ impl Gpu {
     }
 }
 
+/// PTX text the driver can be given: cudarc passes it as a C string and panics on a NUL byte.
+fn check_ptx_text(ptx: &str) -> Result<()> {
+    match ptx.find('\0') {
+        Some(at) => Err(Error::InvalidArgument(format!(
+            "PTX text of {} bytes contains a NUL byte at {at}; a module is text without NULs",
+            ptx.len()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// The kernels (`.entry` declarations) of a PTX module, by name, in order.
 fn ptx_entries(ptx: &str) -> Vec<&str> {
     let ident = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '%');
@@ -414,6 +431,21 @@ fn ptx_entries(ptx: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ordinals_beyond_the_drivers_int_are_refused() {
+        for ordinal in [1usize << 31, 1 << 32, (1 << 32) + 1, usize::MAX] {
+            let e = Gpu::open(ordinal).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{ordinal}: {e}");
+        }
+    }
+
+    #[test]
+    fn ptx_with_a_nul_is_refused_before_the_driver_sees_it() {
+        assert!(check_ptx_text(".version 8.0\n.target sm_90\n").is_ok());
+        let e = check_ptx_text(".version 8.0\0.target sm_90").unwrap_err().to_string();
+        assert!(e.contains("NUL byte at 12"), "{e}");
+    }
 
     #[test]
     fn ptx_entries_finds_every_kernel_declaration() {

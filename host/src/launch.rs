@@ -18,7 +18,12 @@
 //!    kernel**, not merely until the launch function returns: launches are asynchronous.
 //!    [`crate::DeviceBuffer`] and [`crate::PinnedBuffer`] free their memory as soon as they are
 //!    dropped, without waiting for the GPU, so keep them alive until a synchronize (or an event
-//!    recorded after the kernel) has seen the kernel finish.
+//!    recorded after the kernel) has seen the kernel finish. This includes the addresses a
+//!    handle reaches indirectly: the memories and semaphore counters registered with the proxy
+//!    that serves a port channel ([`crate::proxy::ProxyBuilder::add_memory`] and
+//!    [`crate::proxy::ProxyBuilder::add_semaphore`] take plain addresses; the proxy copies into
+//!    them when the kernel asks), and the buffers a [`crate::comm::Communicator`] built channels
+//!    over, here and on the peers.
 //! 3. **The stream and the function belong to the GPU's context** (the functions that take a
 //!    stream): `stream` comes from [`Gpu::stream`] or [`Gpu::new_stream`] of the same `gpu`, and
 //!    `func` from [`Gpu::function`] of it. [`Gpu::launch`] and [`Gpu::launch_cooperative`] use
@@ -201,7 +206,11 @@ pub unsafe fn launch_cooperative_on(
     args: &mut Args,
 ) -> Result<()> {
     prepare(gpu, func, cfg, args)?;
-    let threads = cfg.block.0 * cfg.block.1 * cfg.block.2;
+    // u64: three u32 factors may overflow u32 (the driver then refuses the launch anyway).
+    let threads = cfg.block.0 as u64 * cfg.block.1 as u64 * cfg.block.2 as u64;
+    let threads = u32::try_from(threads).map_err(|_| {
+        Error::InvalidArgument(format!("cooperative launch with {threads} threads per block ({:?})", cfg.block))
+    })?;
     let per_sm = func
         .occupancy_max_active_blocks_per_multiprocessor(threads, cfg.shared_bytes as usize, None)
         .ctx(|| "querying occupancy".to_string())? as u64;

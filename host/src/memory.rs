@@ -147,12 +147,10 @@ impl DeviceBuffer {
         self.gpu.synchronize()
     }
 
-    /// The whole buffer as `T`s (the size must be a multiple of `size_of::<T>()`).
+    /// The whole buffer as `T`s (the size must be a multiple of `size_of::<T>()`, and `T` not
+    /// zero-sized).
     pub fn to_vec<T: bytemuck::Pod>(&self) -> Result<Vec<T>> {
-        let n = self.bytes / std::mem::size_of::<T>();
-        if n * std::mem::size_of::<T>() != self.bytes {
-            return Err(Error::InvalidArgument(format!("{} bytes is not a whole number of elements", self.bytes)));
-        }
+        let n = whole_elements(self.bytes, std::mem::size_of::<T>())?;
         let mut v = vec![T::zeroed(); n];
         self.read(0, &mut v)?;
         Ok(v)
@@ -165,6 +163,16 @@ impl DeviceBuffer {
         unsafe { cudarc::driver::result::memset_d8_async(self.ptr, byte, self.bytes, self.gpu.stream().cu_stream()) }
             .ctx(|| format!("filling {} bytes on GPU {}", self.bytes, self.gpu.ordinal()))?;
         self.gpu.synchronize()
+    }
+}
+
+/// How many elements of `size` bytes make up `bytes` exactly: an error for a zero size (a
+/// zero-sized type has no element count) or a remainder.
+pub(crate) fn whole_elements(bytes: usize, size: usize) -> Result<usize> {
+    match bytes.checked_div(size) {
+        Some(n) if n * size == bytes => Ok(n),
+        Some(_) => Err(Error::InvalidArgument(format!("{bytes} bytes is not a whole number of {size}-byte elements"))),
+        None => Err(Error::InvalidArgument(format!("{bytes} bytes cannot be read as zero-sized elements"))),
     }
 }
 
@@ -185,5 +193,20 @@ impl PinnedBuffer {
     /// memory is portable to every context).
     pub fn zeroed(gpu: &Gpu, bytes: usize) -> Result<Self> {
         Self::zeroed_in(gpu.context(), bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::whole_elements;
+
+    #[test]
+    fn element_counts_refuse_zero_sized_types_and_remainders() {
+        assert_eq!(whole_elements(64, 4).unwrap(), 16);
+        assert_eq!(whole_elements(0, 8).unwrap(), 0);
+        // `to_vec::<()>()` divided by zero before.
+        assert!(whole_elements(64, 0).unwrap_err().to_string().contains("zero-sized"));
+        assert!(whole_elements(0, 0).is_err());
+        assert!(whole_elements(65, 4).unwrap_err().to_string().contains("not a whole number"));
     }
 }

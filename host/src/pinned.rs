@@ -57,9 +57,10 @@ impl PinnedBuffer {
     pub fn device_addr(&self) -> u64 {
         self.device
     }
-    /// A typed device pointer to byte `offset`.
+    /// A typed device pointer to byte `offset` (an address only: any offset is accepted, and
+    /// one past the buffer is the caller's to avoid dereferencing).
     pub fn device_ptr<T>(&self, offset: usize) -> GlobalPtr<T> {
-        GlobalPtr::from_addr(self.device + offset as u64)
+        GlobalPtr::from_addr(self.device.wrapping_add(offset as u64))
     }
     /// The size in bytes.
     pub fn len(&self) -> usize {

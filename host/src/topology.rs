@@ -145,7 +145,7 @@ impl Topology {
     /// Exchanges every rank's place (collective over `boot`: one all-gather).
     pub fn exchange(boot: &dyn Bootstrap, gpu: &Gpu) -> Result<Self> {
         let mine = RankPlace::this_rank(gpu)?;
-        let all = boot.all_gather(&mine.encode())?;
+        let all = crate::bootstrap::BootstrapExt::all_gather_checked(boot, &mine.encode())?;
         let ranks = all
             .iter()
             .enumerate()
@@ -157,7 +157,7 @@ impl Topology {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { me: boot.rank(), ranks })
+        Self::from_places(boot.rank(), ranks)
     }
 
     /// A topology from known places (`me` indexes `ranks`).

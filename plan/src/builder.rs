@@ -116,6 +116,39 @@ pub enum PlanError {
         /// Group size.
         size: usize,
     },
+    /// A count or index outside what this crate supports (see [`MAX_RANKS`],
+    /// [`MAX_THREADBLOCKS`]), or sizes whose product overflows.
+    #[error("{op}: {what} {value} is outside the supported range ({allowed})")]
+    OutOfLimits {
+        /// Operation.
+        op: &'static str,
+        /// What the value counts.
+        what: &'static str,
+        /// The value.
+        value: usize,
+        /// The supported range.
+        allowed: String,
+    },
+}
+
+/// Most ranks a plan may have (plans read from JSON and the examples are held to it).
+pub const MAX_RANKS: usize = 4096;
+
+/// Most thread blocks a rank of a plan may have (thread block indices are below it): the
+/// executor runs one GPU block per thread block, all of them resident at once.
+pub const MAX_THREADBLOCKS: usize = 4096;
+
+/// [`PlanError::OutOfLimits`] unless `tb` is below [`MAX_THREADBLOCKS`].
+pub(crate) fn check_threadblock(op: &'static str, tb: usize) -> Result<(), PlanError> {
+    if tb >= MAX_THREADBLOCKS {
+        return Err(PlanError::OutOfLimits {
+            op,
+            what: "thread block",
+            value: tb,
+            allowed: format!("0 to {}", MAX_THREADBLOCKS - 1),
+        });
+    }
+    Ok(())
 }
 
 /// A set of thread blocks that share one logical operation, each doing its slice.
@@ -162,7 +195,8 @@ impl From<&ThreadBlockGroup> for Tb {
 fn in_range(p: &Program, op: &'static str, role: &'static str, c: &Chunk) -> Result<(), PlanError> {
     let rp = p.ranks.get(c.rank).ok_or(PlanError::RankOutOfRange { op, rank: c.rank, num_ranks: p.ranks.len() })?;
     let n = rp.buffer_chunks(c.buffer);
-    if c.size == 0 || c.index + c.size > n {
+    // Checked: an index near `usize::MAX` must not wrap around and pass (plans come from JSON).
+    if c.size == 0 || c.index.checked_add(c.size).is_none_or(|end| end > n) {
         return Err(PlanError::ChunkOutOfRange { op, role, chunk: *c, buffer_chunks: n });
     }
     Ok(())
@@ -431,6 +465,9 @@ impl Program {
                 g.tbs.iter().enumerate().map(|(i, &t)| (t, Some(TbgInfo { index: i, size: g.tbs.len() }))).collect()
             }
         };
+        for &(t, _) in &placements {
+            check_threadblock(name, t)?;
+        }
         let tbs = &mut self.ranks[rank].threadblocks;
         for (t, tbg) in placements {
             if tbs.len() <= t {

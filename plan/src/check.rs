@@ -40,7 +40,7 @@
 //! return before the data arrived. A port put's local source must not be overwritten before a
 //! `flush` of that channel (or a `put_with_signal_and_flush`).
 
-use crate::builder::{PlanError, validate_op};
+use crate::builder::{MAX_RANKS, MAX_THREADBLOCKS, PlanError, validate_op};
 use crate::plan::*;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -168,6 +168,23 @@ pub enum CheckError {
         write: OpRef,
         /// Rank that may finish too early.
         rank: usize,
+    },
+    /// A channel declaration names a rank the plan does not have, or connects a rank to itself
+    /// (plans read from JSON are not built through the builder's checks).
+    #[error("channel {channel}: {error}")]
+    InvalidChannel {
+        /// Position in [`Program::channels`].
+        channel: usize,
+        /// The rule broken.
+        error: PlanError,
+    },
+    /// The plan needs more time or memory to check than the checker allows itself (a plan from
+    /// an untrusted file must not make it run for hours or exhaust memory): see
+    /// [`CHECK_STEP_BUDGET`] and [`CHECK_MEMORY_BUDGET`].
+    #[error("the plan is too large to check: {what}")]
+    TooLarge {
+        /// What ran over.
+        what: String,
     },
     /// The source of a port put is overwritten before a flush of the channel.
     #[error("{write} overwrites {location}, the source of {put}, before a flush of its channel")]
@@ -367,10 +384,91 @@ fn unit_chunks(c: Chunk) -> impl Iterator<Item = Chunk> {
 
 const MAX_ERRORS: usize = 32;
 
+/// Most elementary steps (a unit chunk visited, an earlier access compared, a word of a
+/// happens-before set joined or copied) one [`check()`] takes before it gives up with
+/// [`CheckError::TooLarge`]: about 20 seconds of an optimised build. Measured (release build):
+/// `allreduce_packets_parts(8, 16)`, 8 ranks of 144 thread blocks, takes 2.5e7 steps (0.2 s);
+/// `allreduce_packets_parts(8, 64)` 1.5e9 steps (7.5 s) and 0.84 GB of state.
+pub const CHECK_STEP_BUDGET: u64 = 1 << 32;
+
+/// Most bytes one [`check()`] keeps (happens-before sets, access records, packets), charged
+/// before it allocates them: [`CheckError::TooLarge`] beyond it.
+pub const CHECK_MEMORY_BUDGET: u64 = 1 << 30;
+
+/// The checker's use of time and memory, charged as it goes (see [`CHECK_STEP_BUDGET`]).
+struct Budget {
+    steps: u64,
+    bytes: u64,
+}
+
+impl Budget {
+    fn new() -> Self {
+        Budget { steps: 0, bytes: 0 }
+    }
+    fn step(&mut self, n: usize) -> Result<(), Vec<CheckError>> {
+        self.steps = self.steps.saturating_add(n as u64);
+        if self.steps > CHECK_STEP_BUDGET {
+            return Err(vec![CheckError::TooLarge {
+                what: format!("more than {CHECK_STEP_BUDGET} steps of the simulation"),
+            }]);
+        }
+        Ok(())
+    }
+    fn store(&mut self, n: usize) -> Result<(), Vec<CheckError>> {
+        self.bytes = self.bytes.saturating_add(n as u64);
+        if self.bytes > CHECK_MEMORY_BUDGET {
+            return Err(vec![CheckError::TooLarge {
+                what: format!("more than {CHECK_MEMORY_BUDGET} bytes of checker state"),
+            }]);
+        }
+        Ok(())
+    }
+}
+
+/// The declarations the checker relies on: at most [`MAX_RANKS`] ranks of at most
+/// [`MAX_THREADBLOCKS`] thread blocks, point-to-point channels between two different ranks of
+/// the plan, switch channels over ranks of the plan.
+fn check_declarations(p: &Program) -> Result<(), Vec<CheckError>> {
+    let n = p.ranks.len();
+    if n > MAX_RANKS {
+        return Err(vec![CheckError::TooLarge { what: format!("{n} ranks (at most {MAX_RANKS})") }]);
+    }
+    if let Some((r, rp)) = p.ranks.iter().enumerate().find(|(_, rp)| rp.threadblocks.len() > MAX_THREADBLOCKS) {
+        let what = format!("rank {r} has {} thread blocks (at most {MAX_THREADBLOCKS})", rp.threadblocks.len());
+        return Err(vec![CheckError::TooLarge { what }]);
+    }
+    let mut errors = Vec::new();
+    for (channel, ch) in p.channels.iter().enumerate() {
+        let op = "channel declaration";
+        let out_of_range = |rank: usize| PlanError::RankOutOfRange { op, rank, num_ranks: n };
+        let error = match ch {
+            Channel::Memory { src_rank, dst_rank } | Channel::Port { src_rank, dst_rank } => {
+                if let Some(&r) = [src_rank, dst_rank].into_iter().find(|&&r| r >= n) {
+                    Some(out_of_range(r))
+                } else if src_rank == dst_rank {
+                    Some(PlanError::SelfChannel { op, rank: *src_rank })
+                } else {
+                    None
+                }
+            }
+            Channel::Switch { ranks, .. } if ranks.is_empty() => Some(PlanError::Empty { op, what: "rank list" }),
+            Channel::Switch { ranks, .. } => ranks.iter().find(|&&r| r >= n).map(|&r| out_of_range(r)),
+        };
+        if let Some(error) = error
+            && errors.len() < MAX_ERRORS
+        {
+            errors.push(CheckError::InvalidChannel { channel, error });
+        }
+    }
+    if errors.is_empty() { Ok(()) } else { Err(errors) }
+}
+
 /// Checks a plan: validity of every operation, signal/wait matching, deadlock freedom and
 /// data races. Returns every problem found (races are capped at a few dozen).
 pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
-    // 0. Re-validate (plans may come from JSON).
+    // 0. Re-validate (plans may come from JSON): the declarations, then every operation.
+    check_declarations(p)?;
+    let mut budget = Budget::new();
     let mut errors = Vec::new();
     for (r, rp) in p.ranks.iter().enumerate() {
         for (t, ops) in rp.threadblocks.iter().enumerate() {
@@ -459,6 +557,10 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
         .enumerate()
         .map(|(k, (c, _))| (c, nt + k))
         .collect();
+    // Bytes of one happens-before set; every set is charged to the budget before it exists.
+    let hb_bytes = (2 * m).div_ceil(64) * 8;
+    let hb_words = hb_bytes / 8;
+    budget.store((nt + lanes.len()).saturating_mul(hb_bytes))?;
     let mut pc = vec![0usize; nt];
     let mut know: Vec<Hb> = (0..nt + lanes.len()).map(|_| Hb::new(2 * m)).collect();
     let mut sems: HashMap<SemKey, VecDeque<Option<Hb>>> = HashMap::new();
@@ -480,6 +582,8 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                 let i = pc[th];
                 let op = &ops[i];
                 let acc = accesses(p, &op.kind);
+                // Every unit chunk the operation touches is visited at least once below.
+                budget.step(1 + acc.iter().map(|a| a.0.size).fold(0, usize::saturating_add))?;
                 // Enabled?
                 if let OpKind::Wait { channel, .. } = op.kind
                     && sems.get(&sem_keys(p, &ord, channel).1).is_none_or(|q| q.is_empty())
@@ -488,7 +592,17 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                 }
                 let packet_reads: Vec<Chunk> =
                     acc.iter().filter(|a| !a.1 && a.2).flat_map(|a| unit_chunks(a.0)).collect();
-                if !packet_reads.iter().all(|u| packets.get(u).is_some_and(|w| covered(w, op.tbg))) {
+                let mut enabled = true;
+                for u in &packet_reads {
+                    let written = packets.get(u);
+                    // `covered` compares every write with every other one.
+                    budget.step(written.map_or(1, |w| w.len().saturating_mul(w.len()).saturating_add(1)))?;
+                    if !written.is_some_and(|w| covered(w, op.tbg)) {
+                        enabled = false;
+                        break;
+                    }
+                }
+                if !enabled {
                     break;
                 }
                 // Execute.
@@ -501,10 +615,12 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                         && data_sync.after()
                         && !relaxed
                     {
+                        budget.step(hb_words)?;
                         know[th].join(&c);
                     }
                 }
                 // Data ancestors: what produced the values this operation reads.
+                budget.step(hb_words)?;
                 let mut anc = Hb::new(2 * m);
                 anc.insert(x);
                 for &(c, write, packet) in &acc {
@@ -513,6 +629,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                     }
                     for u in unit_chunks(c) {
                         if packet {
+                            budget.step(packets[&u].len().saturating_mul(2 * hb_words))?;
                             for (w, d) in &packets[&u] {
                                 if parts_overlap(*w, op.tbg) {
                                     anc.join(d);
@@ -520,6 +637,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                                 }
                             }
                         } else if let Some(d) = data.get(&u) {
+                            budget.step(hb_words)?;
                             anc.join(d);
                         }
                     }
@@ -546,12 +664,20 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                         _ => (x, th),
                     };
                     if actor != th {
+                        budget.step(2 * hb_words)?;
                         let k = know[th].clone();
                         know[actor].join(&k);
                         know[actor].insert(x);
                     }
                     for u in unit_chunks(c) {
                         let list = mem.entry(u).or_default();
+                        // The comparison with every earlier access, the record kept, and for a
+                        // write its ancestors (and the unflushed puts it may overwrite).
+                        budget.step(list.len().saturating_add(if write { hb_words + pending.len() } else { 0 }))?;
+                        budget.store(std::mem::size_of::<Access>() + me.what.len())?;
+                        if write && packet {
+                            budget.store(hb_bytes)?;
+                        }
                         for b in list.iter() {
                             if b.id != id
                                 && b.id != x
@@ -605,6 +731,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                     | OpKind::PutPackets { channel, src, .. }
                         if lanes.contains_key(&channel) =>
                     {
+                        budget.store(src.size.saturating_mul(std::mem::size_of::<Chunk>() * 2 + me.what.len()))?;
                         pending.extend(unit_chunks(src).map(|u| (r, channel, u, me.clone())));
                     }
                     _ => {}
@@ -613,6 +740,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                 if matches!(op.kind, OpKind::Flush { .. } | OpKind::PutWithSignalAndFlush { .. })
                     && let (Some(c), Some(l)) = (op.kind.channel(), lane)
                 {
+                    budget.step(pending.len().saturating_add(2 * hb_words))?;
                     pending.retain(|x| !(x.0 == r && x.1 == c));
                     let k = know[l].clone();
                     know[th].join(&k);
@@ -623,6 +751,8 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                         OpKind::Signal { data_sync, relaxed, .. } => data_sync.before() && !relaxed,
                         _ => true,
                     };
+                    budget.step(2 * hb_words)?;
+                    budget.store(hb_bytes)?;
                     let from = match via_lane {
                         Some(l) => {
                             let k = know[th].clone();
@@ -654,13 +784,19 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                     format!("a signal from rank {peer} on {} channel {channel}", p.channels[channel].channel_type())
                 }
                 _ => {
-                    let missing: Vec<String> = accesses(p, &op.kind)
+                    // The first few (a chunk may span millions of units).
+                    const SHOWN: usize = 16;
+                    let mut missing: Vec<String> = accesses(p, &op.kind)
                         .iter()
                         .filter(|a| !a.1 && a.2)
                         .flat_map(|a| unit_chunks(a.0))
                         .filter(|u| !packets.get(u).is_some_and(|w| covered(w, op.tbg)))
                         .map(|u| u.to_string())
+                        .take(SHOWN + 1)
                         .collect();
+                    if missing.len() > SHOWN {
+                        missing[SHOWN] = "...".into();
+                    }
                     format!("packets in {}", missing.join(", "))
                 }
             };
@@ -674,6 +810,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
 
     // End of the kernel: remote writes into outputs must be known to the rank before it finishes.
     for r in 0..p.ranks.len() {
+        budget.step(mem.len().saturating_add(nt.saturating_mul(hb_words)))?;
         let mut end = Hb::new(2 * m);
         for (th, &(tr, _)) in threads.iter().enumerate() {
             if tr == r {

@@ -5,8 +5,26 @@
 //! Chunk `i` of a buffer is the `i`-th of `n` equal parts of the message; thread blocks are
 //! numbered per rank.
 
-use crate::builder::{PlanError, ThreadBlockGroup};
+use crate::builder::{MAX_RANKS, PlanError, ThreadBlockGroup};
 use crate::plan::*;
+
+/// `n` if it is a rank count the examples support (2 to [`MAX_RANKS`]).
+fn ranks(op: &'static str, n: usize) -> Result<usize, PlanError> {
+    if !(2..=MAX_RANKS).contains(&n) {
+        return Err(PlanError::OutOfLimits { op, what: "rank count", value: n, allowed: format!("2 to {MAX_RANKS}") });
+    }
+    Ok(n)
+}
+
+/// `a * b`, or [`PlanError::OutOfLimits`] naming `what` when it overflows.
+fn product(op: &'static str, what: &'static str, a: usize, b: usize) -> Result<usize, PlanError> {
+    a.checked_mul(b).ok_or_else(|| PlanError::OutOfLimits {
+        op,
+        what,
+        value: b,
+        allowed: format!("a product with {a} below 2^64"),
+    })
+}
 
 fn peers(n: usize, r: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..n).filter(move |&p| p != r).enumerate()
@@ -24,12 +42,19 @@ pub fn allreduce_packets(n: usize) -> Result<Program, PlanError> {
 /// `n` chunks each (the message is `n * parts` chunks); thread block `j * parts + s` writes part
 /// `s` to the `j`-th peer, and a group of `2 * parts` thread blocks after those reduces.
 pub fn allreduce_packets_parts(n: usize, parts: usize) -> Result<Program, PlanError> {
-    let parts = at_least_one("allreduce_packets_parts", parts)?;
-    let m = n * parts;
+    let op = "allreduce_packets_parts";
+    let n = ranks(op, n)?;
+    let parts = at_least_one(op, parts)?;
+    let m = product(op, "parts", n, parts)?;
+    let scratch = product(op, "parts", n, m)?;
+    // Thread blocks `0 .. (n + 1) * parts`, all below the limit (checked before the group's
+    // list is built).
+    let first = product(op, "parts", n - 1, parts)?;
+    let last = product(op, "parts", n + 1, parts)?;
+    crate::builder::check_threadblock(op, last - 1)?;
     let name = if parts == 1 { "allreduce_packets" } else { "allreduce_packets_parts" };
-    let mut p = Program::new(name, "allreduce", n, m, m, n * m);
-    let first = (n - 1) * parts;
-    let reducers = ThreadBlockGroup::new((first..first + 2 * parts).collect())?;
+    let mut p = Program::new(name, "allreduce", n, m, m, scratch);
+    let reducers = ThreadBlockGroup::new((first..last).collect())?;
     for r in 0..n {
         for (j, q) in peers(n, r) {
             let ch = p.memory_channel(q, r)?;
@@ -68,6 +93,7 @@ fn at_least_one(op: &'static str, parts: usize) -> Result<usize, PlanError> {
 /// output chunk `r` into every peer's output and signals on a second set of channels, then
 /// waits for the peers' chunks.
 pub fn allreduce_two_shot(n: usize) -> Result<Program, PlanError> {
+    let n = ranks("allreduce_two_shot", n)?;
     let mut p = Program::new("allreduce_two_shot", "allreduce", n, n, n, n);
     // All first-phase channels are declared before the second-phase ones, so that the k-th
     // channel from r to q pairs with the k-th from q to r in both phases.
@@ -114,9 +140,12 @@ pub fn allgather_memory(n: usize) -> Result<Program, PlanError> {
 /// into the `j`-th peer's output over a channel of its own, signals and waits for the peer's
 /// chunk `s`.
 pub fn allgather_memory_parts(n: usize, parts: usize) -> Result<Program, PlanError> {
-    let parts = at_least_one("allgather_memory_parts", parts)?;
+    let op = "allgather_memory_parts";
+    let n = ranks(op, n)?;
+    let parts = at_least_one(op, parts)?;
+    let outputs = product(op, "parts", n, parts)?;
     let name = if parts == 1 { "allgather_memory" } else { "allgather_memory_parts" };
-    let mut p = Program::new(name, "allgather", n, parts, n * parts, 0);
+    let mut p = Program::new(name, "allgather", n, parts, outputs, 0);
     for r in 0..n {
         let rank = p.rank(r)?;
         for s in 0..parts {
@@ -139,6 +168,7 @@ pub fn allgather_memory_parts(n: usize, parts: usize) -> Result<Program, PlanErr
 /// Allgather over port channels: like [`allgather_memory`], with `put_with_signal`, a wait for
 /// the peer's chunk and a flush so that the input may be reused afterwards.
 pub fn allgather_port(n: usize) -> Result<Program, PlanError> {
+    let n = ranks("allgather_port", n)?;
     let mut p = Program::new("allgather_port", "allgather", n, 1, n, 0);
     for r in 0..n {
         let rank = p.rank(r)?;
@@ -171,5 +201,31 @@ mod tests {
         }
         assert_eq!(allgather_memory_parts(4, 1).unwrap(), allgather_memory(4).unwrap());
         assert!(allgather_memory_parts(2, 0).is_err() && allreduce_packets_parts(2, 0).is_err());
+    }
+
+    #[test]
+    fn rank_and_part_counts_out_of_range_are_errors_not_panics() {
+        type Example = fn(usize) -> Result<Program, PlanError>;
+        let examples: [(&str, Example); 4] = [
+            ("allreduce_packets", allreduce_packets),
+            ("allreduce_two_shot", allreduce_two_shot),
+            ("allgather_memory", allgather_memory),
+            ("allgather_port", allgather_port),
+        ];
+        for (name, f) in examples {
+            for n in [0, 1, MAX_RANKS + 1, usize::MAX] {
+                let e = f(n).expect_err(name).to_string();
+                assert!(e.contains(&format!("rank count {n} is outside")), "{name}({n}): {e}");
+            }
+        }
+        // (n - 1) * parts and n * n * parts overflow; thread blocks beyond the limit.
+        for parts in [usize::MAX, usize::MAX / 2, 1 << 40] {
+            let e = allreduce_packets_parts(4, parts).unwrap_err().to_string();
+            assert!(e.contains("outside the supported range"), "{e}");
+            let e = allgather_memory_parts(4, parts).unwrap_err().to_string();
+            assert!(e.contains("outside the supported range"), "{e}");
+        }
+        let e = allgather_memory_parts(2, crate::MAX_THREADBLOCKS).unwrap_err().to_string();
+        assert!(e.contains("thread block"), "{e}");
     }
 }

@@ -48,6 +48,8 @@ pub mod examples;
 pub mod mscclpp_json;
 pub mod plan;
 
-pub use builder::{MemoryChannel, PlanError, PortChannel, Rank, SwitchChannel, Tb, ThreadBlockGroup};
-pub use check::{CheckError, CheckReport, check};
+pub use builder::{
+    MAX_RANKS, MAX_THREADBLOCKS, MemoryChannel, PlanError, PortChannel, Rank, SwitchChannel, Tb, ThreadBlockGroup,
+};
+pub use check::{CHECK_MEMORY_BUDGET, CHECK_STEP_BUDGET, CheckError, CheckReport, check};
 pub use plan::*;

@@ -13,7 +13,7 @@
 //! of one type from rank `a` to rank `b` is taken to be connected to the `k`-th one from `b` to
 //! `a`, which is how this crate pairs channels too.
 
-use crate::builder::{PlanError, validate_op};
+use crate::builder::{MAX_RANKS, MAX_THREADBLOCKS, PlanError, validate_op};
 use crate::plan::*;
 use serde::Deserialize;
 use serde_json::Value;
@@ -214,6 +214,23 @@ type Operand = (Chunk, bool);
 /// Imports an MSCCL++ execution plan. The result still has to pass [`crate::check()`].
 pub fn read(text: &str) -> Result<Program, ReadError> {
     let m: MPlan = serde_json::from_str(text)?;
+    // Ids come from the file: held to the limits before anything is sized by them.
+    let limit = |gpu: usize, tb: usize, name: &str, what: String| ReadError::Malformed {
+        gpu,
+        tb,
+        index: 0,
+        name: name.into(),
+        what,
+    };
+    for g in &m.gpus {
+        if g.id >= MAX_RANKS {
+            return Err(limit(g.id, 0, "gpu", format!("gpu id {} (at most {})", g.id, MAX_RANKS - 1)));
+        }
+        if let Some(tb) = g.threadblocks.iter().find(|tb| tb.id >= MAX_THREADBLOCKS) {
+            let what = format!("thread block id {} (at most {})", tb.id, MAX_THREADBLOCKS - 1);
+            return Err(limit(g.id, tb.id, "threadblock", what));
+        }
+    }
     let n = m.gpus.iter().map(|g| g.id + 1).max().unwrap_or(0);
     let mut p = Program::new(m.name, m.collective, n, 0, 0, 0);
     // GPU-level channels: (gpu, type) -> program channel ids.

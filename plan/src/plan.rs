@@ -59,7 +59,9 @@ impl Chunk {
 
 impl fmt::Display for Chunk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rank {} {}[{}..{}]", self.rank, self.buffer, self.index, self.index + self.size)
+        // Saturating: a chunk read from JSON may name an index near `usize::MAX`, and an error
+        // message about it must not overflow.
+        write!(f, "rank {} {}[{}..{}]", self.rank, self.buffer, self.index, self.index.saturating_add(self.size))
     }
 }
 

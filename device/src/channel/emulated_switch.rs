@@ -43,9 +43,13 @@ static_assertions::const_assert_eq!(core::mem::offset_of!(EmulatedSwitchChannel,
 unsafe impl DeviceAbi for EmulatedSwitchChannel {}
 
 impl EmulatedSwitchChannel {
-    /// How many whole elements of type `V` the buffer holds.
+    /// How many whole elements of type `V` the buffer holds (0 for a zero-sized `V`, which
+    /// has no elements to address).
     pub const fn len_of<V>(&self) -> u64 {
-        self.size / core::mem::size_of::<V>() as u64
+        match self.size.checked_div(core::mem::size_of::<V>() as u64) {
+            Some(n) => n,
+            None => 0,
+        }
     }
 }
 

@@ -66,9 +66,13 @@ impl SwitchChannel {
     pub const fn barrier(&self) -> &SwitchSemaphore {
         &self.barrier
     }
-    /// How many whole elements of type `V` the buffer holds.
+    /// How many whole elements of type `V` the buffer holds (0 for a zero-sized `V`, which
+    /// has no elements to address).
     pub const fn len_of<V>(&self) -> u64 {
-        self.size / core::mem::size_of::<V>() as u64
+        match self.size.checked_div(core::mem::size_of::<V>() as u64) {
+            Some(n) => n,
+            None => 0,
+        }
     }
     /// Whether element `index` of type `V` lies inside the buffer.
     pub const fn in_bounds<V>(&self, index: usize) -> bool {
@@ -171,6 +175,17 @@ mod tests {
         assert!(c.in_bounds::<u8>(99) && !c.in_bounds::<u8>(100));
         assert_eq!(c.barrier().n_ranks(), 4);
         assert_eq!((c.device_ptr().addr(), c.mc_ptr(), c.size()), (0x1000, mc8, 100));
+        // A zero-sized element divided by zero.
+        assert_eq!(c.len_of::<()>(), 0);
+        assert!(!c.in_bounds::<()>(0));
+        let e = crate::channel::emulated_switch::EmulatedSwitchChannel {
+            buffers: GlobalPtr::null(),
+            semaphores: GlobalPtr::null(),
+            size: 64,
+            rank: 0,
+            n_ranks: 2,
+        };
+        assert_eq!((e.len_of::<()>(), e.len_of::<u32>()), (0, 16));
     }
 }
 

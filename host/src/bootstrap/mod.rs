@@ -269,17 +269,36 @@ pub type PeerLostHook = Arc<dyn Fn(usize, &str) + Send + Sync>;
 /// slice of them, per rank. Each is one [`Bootstrap::all_gather`]; a contribution of the wrong
 /// size is an [`Error::Protocol`] naming the rank that sent it.
 pub trait BootstrapExt: Bootstrap {
+    /// [`all_gather`](Bootstrap::all_gather), checked to return one contribution per rank (and
+    /// this rank below the world size): what every caller that indexes the result by rank
+    /// relies on, whatever the implementation. A wrong count is an [`Error::Protocol`].
+    fn all_gather_checked(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let parts = self.all_gather(data)?;
+        check_gathered(parts.len(), self.world_size(), self.rank())
+            .map_err(|cause| typed_failure(self.rank(), "all_gather", cause))?;
+        Ok(parts)
+    }
     /// [`all_gather`](Bootstrap::all_gather) of one plain value per rank.
     fn all_gather_pod<T: bytemuck::Pod>(&self, value: &T) -> Result<Vec<T>> {
-        let parts = self.all_gather(bytemuck::bytes_of(value))?;
+        let parts = self.all_gather_checked(bytemuck::bytes_of(value))?;
         decode_pods(&parts).map_err(|cause| typed_failure(self.rank(), "all_gather_pod", cause))
     }
     /// [`all_gather`](Bootstrap::all_gather) of a slice of plain values per rank (lengths may
     /// differ).
     fn all_gather_pod_slice<T: bytemuck::Pod>(&self, values: &[T]) -> Result<Vec<Vec<T>>> {
-        let parts = self.all_gather(bytemuck::cast_slice(values))?;
+        let parts = self.all_gather_checked(bytemuck::cast_slice(values))?;
         decode_pod_slices(&parts).map_err(|cause| typed_failure(self.rank(), "all_gather_pod_slice", cause))
     }
+}
+
+/// One contribution per rank of `world`, and `rank` among them.
+fn check_gathered(parts: usize, world: usize, rank: usize) -> Result<()> {
+    if parts != world || rank >= world {
+        return Err(Error::Protocol(format!(
+            "the bootstrap returned {parts} contributions for a world of {world} ranks (this rank {rank})"
+        )));
+    }
+    Ok(())
 }
 
 impl<B: Bootstrap + ?Sized> BootstrapExt for B {}

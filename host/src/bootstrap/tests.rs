@@ -765,3 +765,46 @@ fn absurd_world_sizes_are_errors() {
         assert!(e.contains("above the limit"), "{n}: {e}");
     }
 }
+
+/// A bootstrap whose all-gather returns `answers` contributions, whatever the world size: an
+/// implementation with a bug, which the typed all-gathers (and everything built on them) must
+/// report instead of indexing past its answer.
+struct MiscountingBootstrap {
+    info: RankInfo,
+    answers: usize,
+}
+
+impl Bootstrap for MiscountingBootstrap {
+    fn info(&self) -> &RankInfo {
+        &self.info
+    }
+    fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        Ok(vec![data.to_vec(); self.answers])
+    }
+    fn barrier(&self) -> Result<()> {
+        Ok(())
+    }
+    fn send_tagged(&self, _: usize, _: u32, _: &[u8]) -> Result<()> {
+        Ok(())
+    }
+    fn recv_tagged(&self, _: usize, _: u32) -> Result<Vec<u8>> {
+        Ok(vec![])
+    }
+}
+
+#[test]
+fn typed_all_gathers_refuse_a_wrong_number_of_contributions() {
+    for (rank, world, answers) in [(0, 2, 1), (1, 2, 3), (0, 4, 0), (3, 4, 5)] {
+        let b = MiscountingBootstrap { info: RankInfo::single_node(rank, world).unwrap(), answers };
+        let e = b.all_gather_pod(&7u64).unwrap_err().to_string();
+        assert!(e.contains(&format!("returned {answers} contributions for a world of {world} ranks")), "{e}");
+        assert!(b.all_gather_pod_slice(&[1u32, 2]).is_err());
+        assert!(b.all_gather_checked(b"x").is_err());
+        // A dyn bootstrap too (what the communicator holds).
+        let d: &dyn Bootstrap = &b;
+        assert!(d.all_gather_pod(&7u64).is_err());
+    }
+    let ok = MiscountingBootstrap { info: RankInfo::single_node(1, 3).unwrap(), answers: 3 };
+    assert_eq!(ok.all_gather_pod(&7u64).unwrap(), vec![7, 7, 7]);
+    assert!(check_gathered(3, 3, 3).is_err(), "a rank at or past the world size");
+}

@@ -75,16 +75,17 @@ impl MulticastBuffer {
     pub fn gpus(&self) -> &[Arc<Gpu>] {
         &self.gpus
     }
-    /// Member `i`'s address of its own copy.
-    pub fn device_ptr<T>(&self, i: usize) -> GlobalPtr<T> {
-        GlobalPtr::from_addr(self.layout.members[i].unicast.expect("mapped at creation"))
+    /// Member `i`'s address of its own copy (`None` unless `i` is below the number of GPUs).
+    pub fn device_ptr<T>(&self, i: usize) -> Option<GlobalPtr<T>> {
+        self.layout.members.get(i)?.unicast.map(GlobalPtr::from_addr)
     }
-    /// Member `i`'s address of the multicast mapping (valid on that member's GPU only).
-    pub fn multicast_ptr<T>(&self, i: usize) -> MultimemPtr<T> {
-        let addr = self.layout.members[i].multicast.expect("mapped at creation");
+    /// Member `i`'s address of the multicast mapping, valid on that member's GPU only (`None`
+    /// unless `i` is below the number of GPUs).
+    pub fn multicast_ptr<T>(&self, i: usize) -> Option<MultimemPtr<T>> {
+        let addr = self.layout.members.get(i)?.multicast?;
         // SAFETY: `addr` is the start of a multicast mapping created for this member's device,
         // with every member's memory bound; it stays mapped while `self` lives.
-        unsafe { MultimemPtr::from_addr(addr) }
+        Some(unsafe { MultimemPtr::from_addr(addr) })
     }
 }
 

@@ -24,7 +24,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, T
 use std::time::{Duration, Instant};
 
 use super::wire::{self, Introduction, NONCE_LEN};
-use crate::bootstrap::{Bootstrap, Token};
+use crate::bootstrap::{Bootstrap, BootstrapExt, Token};
 use crate::error::{Error, Result};
 
 /// The environment variable naming the address (an IP) other machines reach this rank's TCP
@@ -103,7 +103,7 @@ pub fn connect_peers(boot: &dyn Bootstrap, peers: &[PeerAddr], opts: &ConnectOpt
     let mut mine = [0u8; 24];
     mine[..NONCE_LEN].copy_from_slice(&random_nonce());
     mine[NONCE_LEN..].copy_from_slice(&random_nonce()[..8]);
-    let all = boot.all_gather(&mine)?;
+    let all = boot.all_gather_checked(&mine)?;
     let root: [u8; 24] = all[0].as_slice().try_into().map_err(|_| {
         wrap("port channels over TCP".into())(Error::Protocol(format!(
             "rank 0 sent {} bytes of set-up, not 24",
@@ -136,7 +136,7 @@ pub fn connect_peers(boot: &dyn Bootstrap, peers: &[PeerAddr], opts: &ConnectOpt
         }
         None => String::new(),
     };
-    let addrs = boot.all_gather(text.as_bytes())?;
+    let addrs = boot.all_gather_checked(text.as_bytes())?;
     let Some(listener) = listener else { return Ok(Vec::new()) };
     let deadline = crate::bootstrap::after(timeout);
     // 4: accept theirs on a thread while connecting to them here.
