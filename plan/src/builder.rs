@@ -116,7 +116,30 @@ pub enum PlanError {
         /// Group size.
         size: usize,
     },
+    /// An operation placed on a thread block beyond [`MAX_THREADBLOCKS`].
+    #[error("{op}: thread block {tb} is out of range (at most {MAX_THREADBLOCKS} thread blocks per rank)")]
+    ThreadBlockOutOfRange {
+        /// Operation.
+        op: &'static str,
+        /// The thread block.
+        tb: usize,
+    },
+    /// A plan that needs more ranks than it was asked for (the example plans need two).
+    #[error("{op}: {num_ranks} rank(s), but the plan needs at least {min}")]
+    TooFewRanks {
+        /// The plan.
+        op: &'static str,
+        /// Ranks asked for.
+        num_ranks: usize,
+        /// Ranks needed.
+        min: usize,
+    },
 }
+
+/// The most thread blocks one rank's plan may use (thread blocks `0..MAX_THREADBLOCKS`): every
+/// thread block is a block of the executor's grid, and a typo such as `1 << 40` must be an
+/// error, not an allocation of that many thread-block lists.
+pub const MAX_THREADBLOCKS: usize = 1 << 16;
 
 /// A set of thread blocks that share one logical operation, each doing its slice.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,7 +185,7 @@ impl From<&ThreadBlockGroup> for Tb {
 fn in_range(p: &Program, op: &'static str, role: &'static str, c: &Chunk) -> Result<(), PlanError> {
     let rp = p.ranks.get(c.rank).ok_or(PlanError::RankOutOfRange { op, rank: c.rank, num_ranks: p.ranks.len() })?;
     let n = rp.buffer_chunks(c.buffer);
-    if c.size == 0 || c.index + c.size > n {
+    if c.size == 0 || c.index.checked_add(c.size).is_none_or(|end| end > n) {
         return Err(PlanError::ChunkOutOfRange { op, role, chunk: *c, buffer_chunks: n });
     }
     Ok(())
@@ -431,6 +454,9 @@ impl Program {
                 g.tbs.iter().enumerate().map(|(i, &t)| (t, Some(TbgInfo { index: i, size: g.tbs.len() }))).collect()
             }
         };
+        if let Some(&(tb, _)) = placements.iter().find(|(t, _)| *t >= MAX_THREADBLOCKS) {
+            return Err(PlanError::ThreadBlockOutOfRange { op: name, tb });
+        }
         let tbs = &mut self.ranks[rank].threadblocks;
         for (t, tbg) in placements {
             if tbs.len() <= t {
@@ -622,5 +648,60 @@ impl Rank {
     ) -> Result<(), PlanError> {
         let dst = dst.unwrap_or(src);
         p.add_op(self.rank, tb, OpKind::Reduce { src, others, dst, reduce_op, packet })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{check, examples};
+
+    /// Inputs a user can type must be errors, never an overflow panic or a huge allocation.
+    #[test]
+    fn extreme_chunks_and_thread_blocks_are_errors() {
+        let mut p = Program::new("bad", "x", 2, 4, 4, 4);
+        let ch = p.memory_channel(1, 0).unwrap();
+        let e = ch.put(&mut p, Chunk::output(1, usize::MAX, 2), Chunk::input(0, 0, 2), 0).unwrap_err();
+        assert!(matches!(e, PlanError::ChunkOutOfRange { role: "destination", .. }), "{e}");
+        assert!(e.to_string().contains(&format!("output[{}..{}+2]", usize::MAX, usize::MAX)), "{e}");
+        for tb in [MAX_THREADBLOCKS, 1 << 40, usize::MAX] {
+            let e = ch.put(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), tb).unwrap_err();
+            assert_eq!(e, PlanError::ThreadBlockOutOfRange { op: "put", tb });
+            let g = ThreadBlockGroup::new(vec![0, tb]).unwrap();
+            assert!(matches!(
+                p.rank(0).unwrap().copy(&mut p, Chunk::output(0, 0, 1), Chunk::input(0, 0, 1), &g),
+                Err(PlanError::ThreadBlockOutOfRange { .. })
+            ));
+        }
+        assert!(p.ranks[0].threadblocks.is_empty(), "a rejected operation left something behind");
+        ch.put(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), MAX_THREADBLOCKS - 1).unwrap();
+        assert_eq!(p.ranks[0].threadblocks.len(), MAX_THREADBLOCKS);
+
+        // The same chunk read from JSON: the checker rejects it too.
+        let mut q = examples::allgather_memory(2).unwrap();
+        let op = q.ranks[0].threadblocks[1].iter_mut().find(|o| matches!(o.kind, OpKind::Put { .. })).unwrap();
+        if let OpKind::Put { dst, .. } = &mut op.kind {
+            dst.index = usize::MAX;
+        }
+        let q = Program::from_json(&q.to_json()).unwrap();
+        let errors = check(&q).unwrap_err();
+        assert!(matches!(errors[0], crate::CheckError::Invalid { error: PlanError::ChunkOutOfRange { .. }, .. }));
+    }
+
+    #[test]
+    fn examples_need_two_ranks() {
+        type Example = fn(usize) -> Result<Program, PlanError>;
+        let all: [(&str, Example); 4] = [
+            ("allreduce_packets", examples::allreduce_packets),
+            ("allreduce_two_shot", examples::allreduce_two_shot),
+            ("allgather_memory", examples::allgather_memory),
+            ("allgather_port", examples::allgather_port),
+        ];
+        for (name, f) in all {
+            for n in [0, 1] {
+                assert_eq!(f(n).unwrap_err(), PlanError::TooFewRanks { op: name, num_ranks: n, min: 2 });
+            }
+            assert!(check(&f(2).unwrap()).is_ok(), "{name}");
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Example plans written with the builder. Each is accepted by [`crate::check()`] for any
-//! number of ranks from 2 up; the tests check 2, 4 and 8.
+//! number of ranks from 2 up (the tests check 2, 4 and 8); fewer is
+//! [`PlanError::TooFewRanks`].
 //!
 //! Chunk `i` of a buffer is the `i`-th of `n` equal parts of the message; thread blocks are
 //! numbered per rank.
@@ -11,11 +12,20 @@ fn peers(n: usize, r: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..n).filter(move |&p| p != r).enumerate()
 }
 
+/// Every example needs at least two ranks.
+fn at_least_two(op: &'static str, n: usize) -> Result<(), PlanError> {
+    if n < 2 {
+        return Err(PlanError::TooFewRanks { op, num_ranks: n, min: 2 });
+    }
+    Ok(())
+}
+
 /// One-shot allreduce with packets: every rank writes its whole input as packets into slot
 /// `r` of every peer's scratch (one thread block per peer), then a group of two thread blocks
 /// reduces its input with the `n - 1` packet slots into the output. Packets carry their own
 /// flags, so no signal or wait is needed.
 pub fn allreduce_packets(n: usize) -> Result<Program, PlanError> {
+    at_least_two("allreduce_packets", n)?;
     let mut p = Program::new("allreduce_packets", "allreduce", n, n, n, n * n);
     let reducers = ThreadBlockGroup::new(vec![n - 1, n])?;
     for r in 0..n {
@@ -46,6 +56,7 @@ pub fn allreduce_packets(n: usize) -> Result<Program, PlanError> {
 /// output chunk `r` into every peer's output and signals on a second set of channels, then
 /// waits for the peers' chunks.
 pub fn allreduce_two_shot(n: usize) -> Result<Program, PlanError> {
+    at_least_two("allreduce_two_shot", n)?;
     let mut p = Program::new("allreduce_two_shot", "allreduce", n, n, n, n);
     // All first-phase channels are declared before the second-phase ones, so that the k-th
     // channel from r to q pairs with the k-th from q to r in both phases.
@@ -84,6 +95,7 @@ pub fn allreduce_two_shot(n: usize) -> Result<Program, PlanError> {
 /// thread block `1 + j` puts the input into chunk `r` of the `j`-th peer's output, signals,
 /// and waits for that peer's chunk.
 pub fn allgather_memory(n: usize) -> Result<Program, PlanError> {
+    at_least_two("allgather_memory", n)?;
     let mut p = Program::new("allgather_memory", "allgather", n, 1, n, 0);
     for r in 0..n {
         let rank = p.rank(r)?;
@@ -101,6 +113,7 @@ pub fn allgather_memory(n: usize) -> Result<Program, PlanError> {
 /// Allgather over port channels: like [`allgather_memory`], with `put_with_signal`, a wait for
 /// the peer's chunk and a flush so that the input may be reused afterwards.
 pub fn allgather_port(n: usize) -> Result<Program, PlanError> {
+    at_least_two("allgather_port", n)?;
     let mut p = Program::new("allgather_port", "allgather", n, 1, n, 0);
     for r in 0..n {
         let rank = p.rank(r)?;

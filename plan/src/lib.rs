@@ -48,6 +48,6 @@ pub mod examples;
 pub mod mscclpp_json;
 pub mod plan;
 
-pub use builder::{MemoryChannel, PlanError, PortChannel, Rank, SwitchChannel, Tb, ThreadBlockGroup};
+pub use builder::{MAX_THREADBLOCKS, MemoryChannel, PlanError, PortChannel, Rank, SwitchChannel, Tb, ThreadBlockGroup};
 pub use check::{CheckError, CheckReport, check};
 pub use plan::*;

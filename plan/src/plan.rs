@@ -59,7 +59,11 @@ impl Chunk {
 
 impl fmt::Display for Chunk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rank {} {}[{}..{}]", self.rank, self.buffer, self.index, self.index + self.size)
+        match self.index.checked_add(self.size) {
+            Some(end) => write!(f, "rank {} {}[{}..{end}]", self.rank, self.buffer, self.index),
+            // (only a chunk the builder and the checker reject: past the end of any buffer)
+            None => write!(f, "rank {} {}[{}..{}+{}]", self.rank, self.buffer, self.index, self.index, self.size),
+        }
     }
 }
 
