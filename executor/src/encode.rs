@@ -106,8 +106,20 @@ fn chunks(k: &OpKind) -> Vec<Chunk> {
     }
 }
 
-fn align(v: u64) -> u64 {
-    v.div_ceil(REGION_ALIGN) * REGION_ALIGN
+fn align(v: u64) -> Option<u64> {
+    v.div_ceil(REGION_ALIGN).checked_mul(REGION_ALIGN)
+}
+
+/// Rank `r`'s arena layout, or `None` when its size does not fit in 64 bits.
+fn layout(r: &mscclpp_plan::RankPlan, chunk_bytes: u64, scratch_stride: u64, pkt: bool) -> Option<Layout> {
+    let input_bytes = (r.input_chunks as u64).checked_mul(chunk_bytes)?;
+    let output_bytes = (r.output_chunks as u64).checked_mul(chunk_bytes)?;
+    let output = align(input_bytes)?;
+    let scratch = output.checked_add(align(output_bytes)?)?;
+    let one = (r.scratch_chunks as u64).checked_mul(scratch_stride)?;
+    let pkt_shift = if pkt { align(one)? } else { 0 };
+    let bytes = scratch.checked_add(if pkt { pkt_shift.checked_mul(2)? } else { align(one)? })?;
+    Some(Layout { input: 0, input_bytes, output, output_bytes, scratch, pkt_shift, bytes: bytes.max(REGION_ALIGN) })
 }
 
 /// Encodes rank `rank`'s part of `p` with chunks of `chunk_bytes` (a positive multiple of 16).
@@ -140,27 +152,21 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                 .into(),
         ));
     }
-    let scratch_stride = if pkt { 2 * chunk_bytes } else { chunk_bytes };
-    let layouts: Vec<Layout> = p
+    let scratch_stride = if pkt { chunk_bytes.saturating_mul(2) } else { chunk_bytes };
+    let layouts = p
         .ranks
         .iter()
-        .map(|r| {
-            let output = align(r.input_chunks as u64 * chunk_bytes);
-            let scratch = output + align(r.output_chunks as u64 * chunk_bytes);
-            let one = r.scratch_chunks as u64 * scratch_stride;
-            let pkt_shift = if pkt { align(one) } else { 0 };
-            let bytes = scratch + if pkt { 2 * pkt_shift } else { align(one) };
-            Layout {
-                input: 0,
-                input_bytes: r.input_chunks as u64 * chunk_bytes,
-                output,
-                output_bytes: r.output_chunks as u64 * chunk_bytes,
-                scratch,
-                pkt_shift,
-                bytes: bytes.max(REGION_ALIGN),
-            }
+        .enumerate()
+        .map(|(r, rp)| {
+            layout(rp, chunk_bytes, scratch_stride, pkt).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "executor: rank {r}'s buffers ({} input, {} output and {} scratch chunks of {chunk_bytes} bytes) \
+                     do not fit in 64 bits",
+                    rp.input_chunks, rp.output_chunks, rp.scratch_chunks
+                ))
+            })
         })
-        .collect();
+        .collect::<Result<Vec<Layout>>>()?;
     // Channel tables: the k-th channel of a type from r to q is in set k on both sides.
     let mut memory = vec![];
     let mut port = vec![];

@@ -4,7 +4,7 @@
 
 use mscclpp_device::executor::{ExecOp, flags, opcode};
 use mscclpp_executor::encode;
-use mscclpp_plan::{Chunk, Op, OpKind, Program, ReduceOp, examples};
+use mscclpp_plan::{Chunk, Op, OpKind, Program, ReduceOp, SyncType, examples};
 
 const CHUNK: u64 = 4096;
 
@@ -148,4 +148,26 @@ fn unsupported_operations_are_refused_by_name() {
     // Every rank refuses a plan that another rank cannot run, as far as the layout goes.
     assert!(encode(&base, 2, CHUNK).is_err(), "rank out of range");
     assert!(encode(&base, 0, 24).is_err(), "chunk size not a multiple of 16");
+}
+
+/// Buffers whose bytes overflow 64 bits are an error naming the rank, not an overflow (a panic in
+/// debug builds, a wrapped arena size in release builds).
+#[test]
+fn arenas_beyond_64_bits_are_refused() {
+    let mut big = Program::new("big", "x", 2, 1 << 60, 1 << 60, 0);
+    let ch = big.memory_channel(1, 0).unwrap();
+    let back = big.memory_channel(0, 1).unwrap();
+    ch.put(&mut big, Chunk::output(1, (1 << 59) + 3, 1), Chunk::input(0, 1 << 59, 1), 0).unwrap();
+    ch.signal(&mut big, 0, SyncType::Both, false).unwrap();
+    back.wait(&mut big, 0, SyncType::Both, false).unwrap();
+    mscclpp_plan::check(&big).unwrap();
+    let e = encode(&big, 0, 16).unwrap_err().to_string();
+    assert!(e.contains("rank 0's buffers") && e.contains("do not fit in 64 bits"), "{e}");
+    let e = encode(&examples::allgather_memory(2).unwrap(), 1, u64::MAX & !15).unwrap_err().to_string();
+    assert!(e.contains("do not fit in 64 bits"), "{e}");
+    // At the edge: 2^32 chunks of 2^31 bytes (2^63 bytes) still encode.
+    let mut edge = Program::new("edge", "x", 2, 1 << 32, 1, 0);
+    edge.rank(0).unwrap().copy(&mut edge, Chunk::output(0, 0, 1), Chunk::input(0, (1 << 32) - 1, 1), 0).unwrap();
+    let l = encode(&edge, 0, 1 << 31).unwrap().layout();
+    assert_eq!((l.input_bytes, l.output), (1 << 63, 1 << 63));
 }
