@@ -162,6 +162,9 @@ impl Config {
     /// Bytes of the shared buffer every rank allocates for `ranks` ranks and `blocks` blocks:
     /// about `2 * ranks * max_tokens * hidden * 4` (receive rows and combine landing, sized for
     /// f32) plus the ids, weights and flags.
+    ///
+    /// Meaningful only for sizes that pass [`Config::check`] for `ranks` (the sizes travel to
+    /// the kernels as 32-bit numbers); with others it may panic on an overflow.
     pub fn shared_bytes(&self, ranks: usize, blocks: u32) -> u64 {
         self.kernel_handle(0, ranks, blocks).shared_regions().total
     }
@@ -194,29 +197,42 @@ pub fn check_dispatch(
     if k == 0 || k > config.max_topk {
         return bad(format!("k = {k} (1 to max_topk = {})", config.max_topk));
     }
-    let row = config.hidden * dtype.bytes();
-    let need =
-        [("x", x_len, tokens * row), ("topk_idx", idx_len, tokens * k * 4), ("topk_weights", w_len, tokens * k * 4)];
+    let row = row_bytes(config, dtype)?;
+    let pairs = tokens.checked_mul(k).and_then(|p| p.checked_mul(4));
+    let need = [("x", x_len, tokens.checked_mul(row)), ("topk_idx", idx_len, pairs), ("topk_weights", w_len, pairs)];
     for (what, has, needs) in need {
-        if has < needs {
-            return bad(format!("the {what} buffer holds {has} bytes, {tokens} tokens need {needs}"));
+        match needs {
+            Some(needs) if has >= needs => {}
+            Some(needs) => return bad(format!("the {what} buffer holds {has} bytes, {tokens} tokens need {needs}")),
+            None => return bad(format!("the {what} buffer of {tokens} tokens would exceed the address space")),
         }
     }
     Ok(row)
+}
+
+/// Bytes of one row of `hidden` elements of `dtype`; an error when that overflows (a
+/// configuration [`Config::check`] would refuse).
+fn row_bytes(config: &Config, dtype: DataType) -> Result<usize> {
+    config
+        .hidden
+        .checked_mul(dtype.bytes())
+        .ok_or_else(|| Error::InvalidArgument(format!("ep: hidden size {} (a positive multiple of 8)", config.hidden)))
 }
 
 /// The checks of a combine that need no GPU: the element type and an output buffer (`out_len`
 /// bytes) that holds `tokens` rows. Returns the bytes of one row.
 pub fn check_combine(config: &Config, dtype: DataType, tokens: usize, out_len: usize) -> Result<usize> {
     dtype_code(dtype)?;
-    let row = config.hidden * dtype.bytes();
-    if out_len < tokens * row {
-        return Err(Error::InvalidArgument(format!(
-            "ep combine: the output buffer holds {out_len} bytes, {tokens} tokens need {}",
-            tokens * row
-        )));
+    let row = row_bytes(config, dtype)?;
+    match tokens.checked_mul(row) {
+        Some(need) if out_len >= need => Ok(row),
+        Some(need) => Err(Error::InvalidArgument(format!(
+            "ep combine: the output buffer holds {out_len} bytes, {tokens} tokens need {need}"
+        ))),
+        None => Err(Error::InvalidArgument(format!(
+            "ep combine: the output of {tokens} tokens would exceed the address space"
+        ))),
     }
-    Ok(row)
 }
 
 /// One rank's batch for [`ExpertParallel::dispatch`] (buffers on this rank's GPU).
@@ -786,6 +802,22 @@ mod tests {
         assert_eq!(check_combine(&c, DataType::Bf16, 10, 1280).unwrap(), 128);
         assert!(e(check_combine(&c, DataType::F32, 10, 1280)).contains("need 2560"));
         assert!(matches!(check_combine(&c, DataType::I32, 1, 1 << 20), Err(Error::Unsupported(_))));
+    }
+
+    /// The GPU-free checks take any configuration, also one `Config::check` refuses: sizes
+    /// whose product overflows are errors, not overflow panics.
+    #[test]
+    fn checks_of_unchecked_configurations_do_not_overflow() {
+        let e = |r: Result<usize>| r.unwrap_err().to_string();
+        let huge_row = Config::new(usize::MAX, usize::MAX / 2, 256, 8);
+        assert!(e(check_dispatch(&huge_row, DataType::F32, 3, 8, (0, 0, 0))).contains("hidden size"));
+        assert!(e(check_combine(&huge_row, DataType::F32, 3, 0)).contains("hidden size"));
+        let many = Config::new(usize::MAX, 8, 256, usize::MAX);
+        let r = check_dispatch(&many, DataType::F32, usize::MAX / 4, 8, (usize::MAX, usize::MAX, usize::MAX));
+        assert!(e(r).contains("x buffer of 4611686018427387903 tokens would exceed the address space"));
+        let r = check_dispatch(&many, DataType::F32, 1 << 40, 1 << 30, (usize::MAX, usize::MAX, usize::MAX));
+        assert!(e(r).contains("topk_idx buffer"));
+        assert!(e(check_combine(&many, DataType::F32, usize::MAX / 4, usize::MAX)).contains("address space"));
     }
 
     #[test]
