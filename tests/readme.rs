@@ -1,7 +1,7 @@
 //! The READMEs' Rust code, compiled, and run as far as a machine without a GPU allows.
 //!
-//! Every Rust block of `README.md`, `host/README.md`, `device/README.md` and
-//! `nvptx-builder/README.md` appears, line for line (up to indentation), in a file the build
+//! Every Rust block of `README.md` and of the crates' READMEs (`host/`, `device/`,
+//! `nvptx-builder/`, `collectives/`) appears, line for line (up to indentation), in a file the build
 //! compiles: the quickstart (`./x quickstart`), the allreduce example's kernels, or this file,
 //! where the host-side fragments sit in functions whose parameters are what the README's text
 //! around them provides. xtask's test `readme_rust_blocks_are_compiled` checks that; change a

@@ -308,7 +308,8 @@ mod tests {
     use super::*;
 
     /// The Markdown files whose Rust code blocks must be compiled code ([`MIRRORS`]).
-    const READMES: [&str; 4] = ["README.md", "host/README.md", "device/README.md", "nvptx-builder/README.md"];
+    const READMES: [&str; 5] =
+        ["README.md", "host/README.md", "device/README.md", "nvptx-builder/README.md", "collectives/README.md"];
 
     /// Files the build compiles that hold the Rust code blocks of [`READMES`]: the quickstart (built
     /// by `./x quickstart`), the allreduce example's kernels (built with the example) and the
