@@ -13,7 +13,7 @@
 //! of one type from rank `a` to rank `b` is taken to be connected to the `k`-th one from `b` to
 //! `a`, which is how this crate pairs channels too.
 
-use crate::builder::{PlanError, validate_op};
+use crate::builder::{MAX_THREADBLOCKS, PlanError, validate_op};
 use crate::plan::*;
 use serde::Deserialize;
 use serde_json::Value;
@@ -61,6 +61,17 @@ pub enum ReadError {
         name: String,
         /// What is wrong.
         what: String,
+    },
+    /// A GPU id not below the number of GPUs listed, or a thread-block id not below
+    /// [`MAX_THREADBLOCKS`] (ids are positions; a larger one would size the plan).
+    #[error("{what} {id} is out of range (expected below {limit})")]
+    IdOutOfRange {
+        /// Which id, e.g. `gpu id` or `gpu 0 thread block id`.
+        what: String,
+        /// The id.
+        id: usize,
+        /// The bound.
+        limit: usize,
     },
     /// The operation breaks one of the DSL's rules.
     #[error("gpu {gpu} tb {tb} op {index}: {error}")]
@@ -214,6 +225,15 @@ type Operand = (Chunk, bool);
 /// Imports an MSCCL++ execution plan. The result still has to pass [`crate::check()`].
 pub fn read(text: &str) -> Result<Program, ReadError> {
     let m: MPlan = serde_json::from_str(text)?;
+    for g in &m.gpus {
+        if g.id >= m.gpus.len() {
+            return Err(ReadError::IdOutOfRange { what: "gpu id".into(), id: g.id, limit: m.gpus.len() });
+        }
+        if let Some(tb) = g.threadblocks.iter().find(|tb| tb.id >= MAX_THREADBLOCKS) {
+            let what = format!("gpu {} thread block id", g.id);
+            return Err(ReadError::IdOutOfRange { what, id: tb.id, limit: MAX_THREADBLOCKS });
+        }
+    }
     let n = m.gpus.iter().map(|g| g.id + 1).max().unwrap_or(0);
     let mut p = Program::new(m.name, m.collective, n, 0, 0, 0);
     // GPU-level channels: (gpu, type) -> program channel ids.
@@ -431,4 +451,33 @@ pub fn read(text: &str) -> Result<Program, ReadError> {
         }
     }
     Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ids size the plan: an id far beyond the plan is an error, not an overflow or an
+    /// allocation of that many ranks or thread blocks.
+    #[test]
+    fn ids_beyond_the_plan_are_errors() {
+        let plan = |gpu: usize, tb: usize| {
+            format!(
+                r#"{{ "name": "x", "gpus": [
+                  {{ "id": 0, "input_chunks": 1, "output_chunks": 1, "scratch_chunks": 0 }},
+                  {{ "id": {gpu}, "input_chunks": 1, "output_chunks": 1, "scratch_chunks": 0,
+                    "threadblocks": [ {{ "id": {tb}, "ops": [] }} ] }} ] }}"#
+            )
+        };
+        let p = read(&plan(1, 3)).unwrap();
+        assert_eq!(p.ranks.len(), 2);
+        for gpu in [2, 1 << 40, usize::MAX] {
+            let e = read(&plan(gpu, 0)).unwrap_err();
+            assert_eq!(e.to_string(), format!("gpu id {gpu} is out of range (expected below 2)"));
+        }
+        for tb in [MAX_THREADBLOCKS, 1 << 40, usize::MAX] {
+            let e = read(&plan(1, tb)).unwrap_err();
+            assert_eq!(e.to_string(), format!("gpu 1 thread block id {tb} is out of range (expected below 65536)"));
+        }
+    }
 }
