@@ -218,7 +218,7 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                 match op.tbg {
                     Some(g) if g.size > 1 => {
                         let part = total.div_ceil(g.size as u64).div_ceil(16) * 16;
-                        let start = (g.index as u64 * part).min(total);
+                        let start = (g.index as u64).saturating_mul(part).min(total);
                         (start, part.min(total - start))
                     }
                     _ => (0, total),
@@ -246,6 +246,12 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                 if c.size == 0 || c.index.checked_add(c.size).is_none_or(|end| end > have) {
                     return Err(err(&format!("chunk {c} is outside its {have}-chunk buffer or empty")));
                 }
+            }
+            if let Some(g) = op.tbg.filter(|g| g.index >= g.size) {
+                return Err(err(&format!(
+                    "thread-block-group index {} is not below the group size {}",
+                    g.index, g.size
+                )));
             }
             if op.tbg.is_some_and(|g| g.size > 1)
                 && matches!(op.kind, OpKind::Signal { .. } | OpKind::Wait { .. } | OpKind::Flush { .. })

@@ -171,3 +171,19 @@ fn arenas_beyond_64_bits_are_refused() {
     let l = encode(&edge, 0, 1 << 31).unwrap().layout();
     assert_eq!((l.input_bytes, l.output), (1 << 63, 1 << 63));
 }
+
+/// A plan that skipped the checker with thread-block-group slices far out of range: the encoder
+/// refuses a slice index beyond its group and never overflows on a huge group.
+#[test]
+fn extreme_group_slices_do_not_overflow() {
+    let mut p = examples::allreduce_packets(2).unwrap();
+    let mut grouped = p.ranks[0].threadblocks.iter_mut().flatten().filter_map(|op| op.tbg.as_mut());
+    let g = grouped.next().unwrap();
+    (g.index, g.size) = (usize::MAX - 1, usize::MAX);
+    let e = encode(&p, 0, CHUNK).unwrap();
+    assert!(e.ops.iter().any(|o| o.bytes == 0), "the last slice of a huge group is empty");
+    let g = p.ranks[0].threadblocks.iter_mut().flatten().find_map(|op| op.tbg.as_mut()).unwrap();
+    g.index = usize::MAX;
+    let e = encode(&p, 0, CHUNK).unwrap_err().to_string();
+    assert!(e.contains("is not below the group size"), "{e}");
+}
