@@ -150,7 +150,7 @@ pub unsafe extern "ptx-kernel" fn allreduce_packets(
     flag: u32, // new for every operation, never 0
 ) {
     let t = Threads::grid(); // this thread's index among all threads of the grid
-    // SAFETY: the caller's contract above.
+    // SAFETY: the caller keeps the kernel's contract (its `# Safety` documentation).
     unsafe {
         let any = channel(chans, (rank + 1) % n_ranks);
         let pkts = packet_half(&any, flag); // alternate halves of each region by flag parity
