@@ -214,7 +214,7 @@ impl Default for Config {
 
 impl Config {
     /// The default configuration with the tuning knobs read from the environment:
-    /// `MSCCLPP_RS_COLL_ALGO` (`oneshot`, `twoshot`, `pipelined`), `MSCCLPP_RS_COLL_THREADS`,
+    /// `MSCCLPP_RS_COLL_ALGO` (`oneshot`, `twoshot`, `pipelined`, `direct`), `MSCCLPP_RS_COLL_THREADS`,
     /// `MSCCLPP_RS_COLL_BLOCKS`, `MSCCLPP_RS_COLL_CHUNK` (bytes), `MSCCLPP_RS_COLL_BLOCK_BYTES`,
     /// `MSCCLPP_RS_COLL_ROUNDS`, `MSCCLPP_RS_COLL_PDL`.
     pub fn from_env() -> Result<Self> {
@@ -343,10 +343,11 @@ pub fn check_rounds(h: &Collective, algorithm: Algorithm, bytes: u64, blocks: u3
     Ok(())
 }
 
-/// Parses `oneshot`, `twoshot` or `pipelined`.
+/// Parses an algorithm's [name](Algorithm::name): `oneshot`, `twoshot`, `pipelined` or `direct`.
 pub fn parse_algorithm(s: &str) -> Result<Algorithm> {
     Algorithm::ALL.into_iter().find(|a| a.name() == s).ok_or_else(|| {
-        Error::InvalidArgument(format!("unknown collective algorithm {s:?} (oneshot, twoshot, pipelined)"))
+        let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+        Error::InvalidArgument(format!("unknown collective algorithm {s:?} ({})", names.join(", ")))
     })
 }
 
@@ -763,6 +764,15 @@ pub fn kernel_name(op: Operation, algo: Algorithm, dtype: DataType) -> Option<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_algorithm_name_parses() {
+        for a in Algorithm::ALL {
+            assert_eq!(parse_algorithm(a.name()).unwrap(), a);
+        }
+        let e = parse_algorithm("fast").unwrap_err().to_string();
+        assert!(e.ends_with("(oneshot, twoshot, pipelined, direct)"), "{e}");
+    }
 
     #[test]
     fn kernel_names_exist_in_the_ptx() {

@@ -179,6 +179,10 @@ pub const ABORT_REPORT_WAIT: std::time::Duration = std::time::Duration::from_mil
 
 impl Gpu {
     /// Opens device `ordinal` (retains its primary context, creates a non-blocking stream).
+    ///
+    /// Without a driver this is [`Error::NoDriver`] ([`Error::is_no_gpu`]); a driver's error
+    /// (such as `CUDA_ERROR_INVALID_DEVICE` for an ordinal it does not have) is
+    /// [`Error::Driver`]. Either message names the GPU.
     pub fn open(ordinal: usize) -> Result<Arc<Self>> {
         // The driver takes an int: 2^32 would name device 0 under another ordinal (and the
         // checks that compare ordinals would disagree with the device).
@@ -186,7 +190,9 @@ impl Gpu {
             return Err(Error::InvalidArgument(format!("GPU ordinal {ordinal} is not a device number")));
         }
         if !driver_present() {
-            return Err(Error::NoDriver("libcuda could not be loaded".into()));
+            return Err(Error::NoDriver(format!(
+                "opening GPU {ordinal}: libcuda could not be loaded (no NVIDIA driver on this machine)"
+            )));
         }
         let ctx = CudaContext::new(ordinal).ctx(|| format!("opening GPU {ordinal}"))?;
         // cudarc's event tracking stays as cudarc sets it (on): it only concerns `CudaSlice`s,
@@ -509,6 +515,16 @@ mod tests {
         let inv = summarize(Vec::new(), Err(Error::NoDriver("no libcuda".into())));
         assert_eq!((inv.discovery, inv.reason.as_deref()), (Discovery::NoDriver, Some("no libcuda")));
         assert!(matches!(usable(Vec::new(), Err(Error::NoDriver("no libcuda".into()))), Err(Error::NoDriver(_))));
+    }
+
+    #[test]
+    fn opening_without_a_driver_names_the_gpu() {
+        if driver_present() {
+            return; // (the message of a machine without a driver)
+        }
+        let e = Gpu::open(3).unwrap_err();
+        assert!(e.is_no_gpu(), "{e}");
+        assert!(e.to_string().contains("opening GPU 3") && e.to_string().contains("no NVIDIA driver"), "{e}");
     }
 
     #[test]

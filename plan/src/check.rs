@@ -465,6 +465,11 @@ fn check_declarations(p: &Program) -> Result<(), Vec<CheckError>> {
 
 /// Checks a plan: validity of every operation, signal/wait matching, deadlock freedom and
 /// data races. Returns every problem found (races are capped at a few dozen).
+///
+/// The race analysis tracks every chunk on its own, so its time and memory grow with the chunks
+/// the operations cover: a plan whose operations cover a million chunks takes seconds and about
+/// a gigabyte, and a plan beyond the checker's budget is refused ([`CheckError::TooLarge`]).
+/// Describe a message in a few chunks (the parts the algorithm moves), not one per element.
 pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
     // 0. Re-validate (plans may come from JSON): the declarations, then every operation.
     check_declarations(p)?;

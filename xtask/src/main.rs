@@ -307,6 +307,102 @@ fn readme_blocks(md: &str) -> Vec<(String, String)> {
 mod tests {
     use super::*;
 
+    /// The Markdown files whose Rust code blocks must be compiled code ([`MIRRORS`]).
+    const READMES: [&str; 5] =
+        ["README.md", "host/README.md", "device/README.md", "nvptx-builder/README.md", "collectives/README.md"];
+
+    /// Files the build compiles that hold the Rust code blocks of [`READMES`]: the quickstart (built
+    /// by `./x quickstart`), the allreduce example's kernels (built with the example) and the
+    /// harness's `tests/readme.rs` (the host-side fragments, wrapped in functions).
+    const MIRRORS: [&str; 5] = [
+        "examples/quickstart/build.rs",
+        "examples/quickstart/src/main.rs",
+        "examples/quickstart/kernels/src/lib.rs",
+        "examples/allreduce/kernels/src/lib.rs",
+        "tests/readme.rs",
+    ];
+
+    /// The fenced code blocks of a Markdown text whose info string starts with `rust`, as (line of
+    /// the opening fence, 1-based; the block's lines).
+    fn rust_blocks(md: &str) -> Vec<(usize, Vec<&str>)> {
+        let mut out = Vec::new();
+        let mut lines = md.lines().enumerate();
+        while let Some((i, line)) = lines.next() {
+            let Some(info) = line.trim_start().strip_prefix("```") else { continue };
+            let body: Vec<&str> =
+                lines.by_ref().map(|(_, l)| l).take_while(|l| !l.trim_start().starts_with("```")).collect();
+            if info.starts_with("rust") {
+                out.push((i + 1, body));
+            }
+        }
+        out
+    }
+
+    /// A line with its indentation dropped and every run of spaces made one (rustfmt may align
+    /// trailing comments differently from a hand-written block).
+    fn normalize(line: &str) -> String {
+        line.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// Whether `block` appears in `file`: its lines in order, contiguous (after [`normalize`]),
+    /// where a block line starting with `// ...` stands for any number of lines.
+    fn contains_block(file: &str, block: &[&str]) -> bool {
+        let file: Vec<String> = file.lines().map(normalize).collect();
+        let block: Vec<String> = block.iter().map(|l| normalize(l)).filter(|l| !l.is_empty()).collect();
+        let file: Vec<&String> = file.iter().filter(|l| !l.is_empty()).collect();
+        let segments: Vec<&[String]> = block.split(|l| l.starts_with("// ...")).filter(|s| !s.is_empty()).collect();
+        let Some((first, rest)) = segments.split_first() else { return true };
+        let at = |from: usize, seg: &[String]| {
+            (from..file.len())
+                .find(|&i| file.len() - i >= seg.len() && seg.iter().zip(&file[i..]).all(|(a, b)| a == *b))
+        };
+        // The first segment may start anywhere; each later one somewhere after the one before.
+        let mut start = 0;
+        while let Some(i) = at(start, first) {
+            let mut pos = Some(i + first.len());
+            for seg in rest {
+                pos = pos.and_then(|p| at(p, seg)).map(|j| j + seg.len());
+            }
+            if pos.is_some() {
+                return true;
+            }
+            start = i + 1;
+        }
+        false
+    }
+
+    #[test]
+    fn block_matching() {
+        let file = "fn f() {\n    let a = 1;  // one\n\n    let b = 2;\n    let c = 3;\n}\n";
+        assert!(contains_block(file, &["let a = 1; // one", "let b = 2;"]));
+        assert!(contains_block(file, &["let a = 1; // one", "// ... then c", "let c = 3;", "}"]));
+        assert!(contains_block(file, &["let b = 2;", "// ... the rest"]));
+        assert!(!contains_block(file, &["let a = 1; // one", "let c = 3;"]));
+        assert!(!contains_block(file, &["let c = 3;", "// ...", "let a = 1; // one"]));
+        assert!(!contains_block(file, &["let a = 1;"]));
+        let md = "text\n```rust,no_run\nfn main() {}\n```\n```sh\nls\n```\n  ```rust\n  x\n  ```\n";
+        assert_eq!(rust_blocks(md), vec![(2, vec!["fn main() {}"]), (8, vec!["  x"])]);
+    }
+
+    /// Every Rust block of the READMEs is compiled: it appears in one of [`MIRRORS`]. When this
+    /// fails, change the README and its mirror together.
+    #[test]
+    fn readme_rust_blocks_are_compiled() {
+        let root = root();
+        let mirrors: Vec<(&str, String)> =
+            MIRRORS.iter().map(|m| (*m, std::fs::read_to_string(root.join(m)).unwrap())).collect();
+        let mut missing = Vec::new();
+        for readme in READMES {
+            let md = std::fs::read_to_string(root.join(readme)).unwrap();
+            for (line, block) in rust_blocks(&md) {
+                if !mirrors.iter().any(|(_, text)| contains_block(text, &block)) {
+                    missing.push(format!("{readme}:{line} ({})", block.first().copied().unwrap_or_default()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "Rust blocks not found in any of {MIRRORS:?} (so not compiled): {missing:#?}");
+    }
+
     #[test]
     fn finds_named_blocks() {
         let md = "x\n```toml\n# kernels/Cargo.toml (the kernel crate)\n[package]\n```\n```rust\n// src/main.rs\nfn main() {}\n```\n```sh\nls\n```\n";

@@ -143,24 +143,26 @@ pub unsafe extern "ptx-kernel" fn allgather_put(
 /// As for [`allgather_packets`], with `4 * n` bytes of data at the start of every buffer.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn allreduce_packets(
-    chans: GlobalPtr<MemoryChannel>,
+    chans: GlobalPtr<MemoryChannel>, // my channel toward every rank
     rank: u32,
     n_ranks: u32,
-    n: u64,
-    flag: u32,
+    n: u64,    // f32 values, in place at the start of my buffer
+    flag: u32, // new for every operation, never 0
 ) {
-    let t = Threads::grid();
-    // SAFETY: the caller's contract above.
+    let t = Threads::grid(); // this thread's index among all threads of the grid
+    // SAFETY: the caller keeps the kernel's contract (its `# Safety` documentation).
     unsafe {
         let any = channel(chans, (rank + 1) % n_ranks);
-        let pkts = packet_half(&any, flag);
+        let pkts = packet_half(&any, flag); // alternate halves of each region by flag parity
         let first = (pkts / size_of::<LL16Packet>() as u64) as usize;
-        let pairs = any.src.cast::<[f32; 2]>();
+        let pairs = any.src.cast::<[f32; 2]>(); // my buffer
+        // My n floats, as packets carrying `flag`, into every peer's region for me.
         for p in peers(rank, n_ranks) {
             channel(chans, p).put_packets::<LL16Packet>(pkts, 0, 4 * n, flag, t);
         }
-        // Packet i goes to thread i % count in `put_packets` too, so each thread only rewrites
-        // values it has already sent to every peer.
+        // Every peer's packets arrive in my regions: wait for each (traps after BUDGET) and add
+        // in rank order, so every rank gets the same bits. Packet i went out from thread
+        // i % count above, so each thread only rewrites values it has already sent.
         let mut i = t.index as usize;
         while i < (n / 2) as usize {
             let p = pairs.add(i).as_ptr();
@@ -195,14 +197,14 @@ pub unsafe extern "ptx-kernel" fn allreduce_put(
     n: u64,
 ) {
     let t = Threads::grid();
-    let blocks = sreg::nctaid_x();
     let bytes = 4 * n;
     // SAFETY: the caller's contract above.
     unsafe {
         for p in peers(rank, n_ranks) {
+            // My values -> slot `rank` of p's scratch.
             channel(chans, p).put(bytes * (1 + rank as u64), 0, bytes, t);
         }
-        syncer.sync(blocks, BUDGET);
+        syncer.sync(sreg::nctaid_x(), BUDGET); // every block has written its share
         if t.index == 0 {
             for p in peers(rank, n_ranks) {
                 // Release: our puts (all blocks, through the barrier). Partner: the peer's wait.
@@ -215,7 +217,8 @@ pub unsafe extern "ptx-kernel" fn allreduce_put(
         }
         // Every peer's values are in the scratch for every thread after this barrier (and every
         // block has finished reading this rank's values for its puts).
-        syncer.sync(blocks, BUDGET);
+        syncer.sync(sreg::nctaid_x(), BUDGET);
+        // values[i] = sum over ranks q, in order, of (q == rank ? values[i] : scratch[q][i])
         let values = channel(chans, (rank + 1) % n_ranks).src.cast::<f32>().as_ptr();
         let scratch = values.add(n as usize);
         let mut i = t.index as usize;
@@ -267,10 +270,9 @@ pub unsafe extern "ptx-kernel" fn scale_allreduce_shift(
             i += t.count as u64;
         }
         // The collective reads any element from any block: every block's writes first.
-        syncer.sync(sreg::nctaid_x(), BUDGET);
+        syncer.sync(sreg::nctaid_x(), BUDGET); // every block's `tmp = alpha * x` written
         coll.allreduce::<F32>(algorithm, tmp.cast(), out.cast(), 4 * n, BUDGET);
-        // And every block's share of the sum before the elementwise step after it.
-        syncer.sync(sreg::nctaid_x(), BUDGET);
+        syncer.sync(sreg::nctaid_x(), BUDGET); // every block's share of the sum written
         let mut i = t.index as u64;
         while i < n {
             let p = out.add(i as usize).as_ptr();
