@@ -345,6 +345,34 @@ pub(super) fn connect_handshake(
     Ok(())
 }
 
+/// How many times a rank introduces itself to rank 0 before it gives up on a connection that
+/// rank 0 dropped during the handshake.
+pub(super) const HELLO_ATTEMPTS: u32 = 3;
+
+/// Connects to rank 0 at `addr` and introduces this rank (`intro` makes the introduction from the
+/// connection), trying again on a fresh connection when rank 0 drops it before its welcome: rank
+/// 0 gives a silent connection [`HANDSHAKE_WAIT`], which a rank starved of CPU between its
+/// connect and its hello can overrun on a loaded machine. A wrong token is also dropped without a
+/// word, so the attempts are few ([`HELLO_ATTEMPTS`]); the last error is the one returned.
+pub(super) fn join_root(
+    addr: SocketAddr,
+    cfg: &BootstrapConfig,
+    deadline: Instant,
+    waiting_for: &str,
+    mut intro: impl FnMut(&TcpStream) -> Result<Vec<u8>>,
+) -> Result<TcpStream> {
+    let mut attempt = 1;
+    loop {
+        let root = connect_until(addr, deadline, cfg.timeout, waiting_for)?;
+        let hello = intro(&root)?;
+        match connect_handshake(&root, cfg, Kind::Hello, &hello, deadline, 0) {
+            Ok(()) => return Ok(root),
+            Err(Error::PeerLost { .. }) if attempt < HELLO_ATTEMPTS && Instant::now() < deadline => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Connects to `addr`, retrying until `deadline` (the other side may not listen yet).
 pub(super) fn connect_until(
     addr: SocketAddr,
@@ -515,14 +543,21 @@ pub(super) fn leaf_rendezvous(
     } else {
         String::new()
     };
-    let root = connect_until(root_addr, deadline, cfg.timeout, &format!("rank 0 at {root_addr}{hint}"))?;
+    let waiting_for = format!("rank 0 at {root_addr}{hint}");
     let io = |context: &str, source| Error::Io { context: context.into(), source };
-    let local_ip: IpAddr = root.local_addr().map_err(|e| io("reading the local address", e))?.ip();
-    let listener =
-        listen(SocketAddr::new(local_ip, 0)).map_err(|e| io(&format!("listening on {local_ip} for other ranks"), e))?;
-    let listening = listener.local_addr().map_err(|e| io("reading the listening address", e))?;
-    let hello = Intro { rank: me, world: n, listen: listening.to_string() };
-    connect_handshake(&root, cfg, Kind::Hello, &hello.encode(), deadline, 0)?;
+    let mut listener = None;
+    let root = join_root(root_addr, cfg, deadline, &waiting_for, |root| {
+        if listener.is_none() {
+            let local_ip: IpAddr = root.local_addr().map_err(|e| io("reading the local address", e))?.ip();
+            let l = listen(SocketAddr::new(local_ip, 0))
+                .map_err(|e| io(&format!("listening on {local_ip} for other ranks"), e))?;
+            listener = Some(l);
+        }
+        let l = listener.as_ref().expect("created above");
+        let listening = l.local_addr().map_err(|e| io("reading the listening address", e))?;
+        Ok(Intro { rank: me, world: n, listen: listening.to_string() }.encode())
+    })?;
+    let listener = listener.expect("join_root succeeded, so the introduction was made");
     let table = expect(&root, cfg, Kind::Table, cfg.max_frame, deadline, 0, "the address table")?;
     let table = decode_table(&table.payload, n).ok_or_else(|| Error::Protocol("malformed address table".into()))?;
     Ok((root, listener, table))

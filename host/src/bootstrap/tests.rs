@@ -512,9 +512,8 @@ fn a_bad_frame_after_the_rendezvous_ends_that_connection() {
     });
     let c1 = &cfgs[1];
     let deadline = Instant::now() + Duration::from_secs(10);
-    let s = connect_until(c1.addr.parse().unwrap(), deadline, c1.timeout, "rank 0").unwrap();
     let hello = Intro { rank: 1, world: 2, listen: "127.0.0.1:9".into() };
-    connect_handshake(&s, c1, Kind::Hello, &hello.encode(), deadline, 0).unwrap();
+    let s = join_root(c1.addr.parse().unwrap(), c1, deadline, "rank 0", |_| Ok(hello.encode())).unwrap();
     expect(&s, c1, Kind::Table, 1 << 20, deadline, 0, "table").unwrap();
     let mut w = &s;
     // Errors writing are left to rank 0's error to explain (it may have failed for another reason).
@@ -743,9 +742,8 @@ fn a_peer_far_ahead_in_collectives_is_cut_off() {
     });
     let c1 = &cfgs[1];
     let deadline = Instant::now() + Duration::from_secs(10);
-    let s = connect_until(c1.addr.parse().unwrap(), deadline, c1.timeout, "rank 0").unwrap();
     let hello = Intro { rank: 1, world: 2, listen: "127.0.0.1:9".into() };
-    connect_handshake(&s, c1, Kind::Hello, &hello.encode(), deadline, 0).unwrap();
+    let s = join_root(c1.addr.parse().unwrap(), c1, deadline, "rank 0", |_| Ok(hello.encode())).unwrap();
     expect(&s, c1, Kind::Table, 1 << 20, deadline, 0, "table").unwrap();
     for seq in 0..4 {
         frame::write_frame(&mut &s, &c1.token, Kind::Barrier, seq, &[]).unwrap();
@@ -807,4 +805,30 @@ fn typed_all_gathers_refuse_a_wrong_number_of_contributions() {
     let ok = MiscountingBootstrap { info: RankInfo::single_node(1, 3).unwrap(), answers: 3 };
     assert_eq!(ok.all_gather_pod(&7u64).unwrap(), vec![7, 7, 7]);
     assert!(check_gathered(3, 3, 3).is_err(), "a rank at or past the world size");
+}
+
+#[test]
+fn a_rank_starved_past_the_handshake_wait_joins_on_its_next_attempt() {
+    // Rank 1, by hand, stays silent past rank 0's handshake wait on its first connection (as a
+    // rank starved of CPU would), so rank 0 drops it; the second attempt completes the rendezvous.
+    let cfgs = configs(2, Duration::from_secs(20));
+    let c0 = cfgs[0].clone();
+    let root = thread::spawn(move || TcpBootstrap::connect(&c0).map(|b| b.world_size()));
+    let c1 = &cfgs[1];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let hello = Intro { rank: 1, world: 2, listen: "127.0.0.1:9".into() };
+    let mut attempts = 0;
+    let s = join_root(c1.addr.parse().unwrap(), c1, deadline, "rank 0", |_| {
+        attempts += 1;
+        if attempts == 1 {
+            thread::sleep(HANDSHAKE_WAIT + Duration::from_millis(500));
+        }
+        Ok(hello.encode())
+    })
+    .unwrap();
+    assert_eq!(attempts, 2);
+    expect(&s, c1, Kind::Table, 1 << 20, deadline, 0, "table").unwrap();
+    // The rendezvous ends with a barrier.
+    frame::write_frame(&mut &s, &c1.token, Kind::Barrier, 0, &[]).unwrap();
+    assert_eq!(root.join().unwrap().unwrap(), 2);
 }
