@@ -18,7 +18,8 @@
 //!   destination memory, then `flush` (which returns once rank 1 confirms it has all landed).
 //!   With GPUs the memory is GPU memory (rank r on GPU `local_rank % count`): device-to-host
 //!   staging, TCP, host-to-device landing, pipelined; with `--host-memory` (or no GPU) it is host
-//!   memory.
+//!   memory, written to the socket from the source region and read into the destination region
+//!   in place (no staging copies).
 //!
 //! Then an 8-byte put with a signal, ping-ponged: each side waits for the other's signal (a
 //! counter in pinned host memory that the landing's stream writes, or a host atomic), against an

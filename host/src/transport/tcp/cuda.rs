@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::TcpConfig;
-use super::memory::{LandingMemory, SourceMemory, check_span};
+use super::memory::{LandingMemory, Outgoing, SourceMemory, check_span};
 use crate::error::{DriverContext, Error, Result};
 use crate::gpu::Gpu;
 use crate::memory::PinnedBuffer;
@@ -147,10 +147,10 @@ impl SourceMemory for CudaSource {
             .ctx(|| format!("copying {len} bytes of a put out to pinned memory"))?;
         self.slots.mark(&mut self.engine, slot)
     }
-    fn staged(&mut self, slot: usize, len: usize, deadline: Instant) -> Result<&[u8]> {
+    fn staged(&mut self, slot: usize, len: usize, deadline: Instant) -> Result<Outgoing<'_>> {
         self.slots.check(slot, len)?;
         self.slots.wait(&mut self.engine, slot, deadline)?;
-        Ok(self.slots.bytes(slot, len))
+        Ok(Outgoing::Staged(self.slots.bytes(slot, len)))
     }
 }
 

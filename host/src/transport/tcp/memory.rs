@@ -1,8 +1,10 @@
-//! What the TCP transport reads from and writes to: [`SourceMemory`] on the sending side (copies
-//! out of local memory into staging slots) and [`LandingMemory`] on the receiving side (staging
-//! slots that land in registered regions, semaphores, atomic adds). The GPU implementations are
-//! in [`super::cuda`]; [`HostSource`] and [`HostLanding`] work on host memory ([`HostRegion`]), so
-//! the transport runs, and is tested, on machines without GPUs.
+//! What the TCP transport reads from and writes to: [`SourceMemory`] on the sending side (the
+//! bytes of each put chunk, staged or in place) and [`LandingMemory`] on the receiving side (where
+//! a put's payload is read to, the regions it lands in, semaphores, atomic adds). The GPU
+//! implementations are in [`super::cuda`] and go through pinned staging slots; [`HostSource`]
+//! and [`HostLanding`] work on host memory ([`HostRegion`]) with no staging at all: the socket
+//! reads out of and writes into the regions themselves ([`HostSpan`]). With them the transport
+//! runs, and is tested, on machines without GPUs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,11 +24,26 @@ pub fn check_span(regions: &[u64], index: u32, offset: u64, len: u64) -> std::re
     }
 }
 
-/// The sending side's memory: where puts read from, through staging slots.
+/// Where the bytes of a staged put chunk are, for the sender to write to the socket.
+#[derive(Debug)]
+pub enum Outgoing<'a> {
+    /// A copy the source made (a staging slot): it stays as it is until the slot is staged again.
+    Staged(&'a [u8]),
+    /// The chunk in place, in host memory: the sender writes it from there, under the region's
+    /// lock, one non-blocking system call at a time.
+    InPlace(HostSpan<'a>),
+}
+
+/// The sending side's memory: where puts read from.
 ///
-/// The sender thread calls these in order: [`Self::stage`] starts copying a chunk into a free
-/// slot, [`Self::staged`] waits for that copy and returns the bytes to send. Several slots are
-/// in flight at once, so copying out overlaps sending.
+/// The sender thread calls these in order: [`Self::stage`] starts preparing a chunk in a free
+/// slot (a GPU source starts a device-to-host copy into it), [`Self::staged`] waits for it and
+/// says where the bytes to send are. Several slots are in flight at once, so copying out overlaps
+/// sending. A source that can hand out the chunk in place ([`Outgoing::InPlace`]) copies nothing;
+/// its slots then only bound how many chunks the sender has prepared ahead. Either way the sender
+/// has read the chunk from the source before it writes anything that comes after it (a flush's
+/// request among them), so a flush that returns means the sources of the puts before it are no
+/// longer read.
 pub trait SourceMemory: Send + 'static {
     /// Called once, on the sender thread, before anything else (a GPU implementation makes its
     /// context current).
@@ -37,15 +54,16 @@ pub trait SourceMemory: Send + 'static {
     fn slots(&self) -> usize;
     /// Bytes per staging slot (the largest chunk).
     fn slot_bytes(&self) -> usize;
-    /// Starts copying `len` bytes at local address `src` into slot `slot`. An address outside the
-    /// memory this source serves, or a chunk larger than a slot, is an error.
+    /// Starts preparing `len` bytes at local address `src` as slot `slot`'s chunk. An address
+    /// outside the memory this source serves, or a chunk larger than a slot, is an error.
     fn stage(&mut self, slot: usize, src: u64, len: usize) -> Result<()>;
-    /// Waits (until `deadline`) for slot `slot`'s copy of `len` bytes and returns them.
-    fn staged(&mut self, slot: usize, len: usize, deadline: Instant) -> Result<&[u8]>;
+    /// Waits (until `deadline`) for slot `slot`'s chunk of `len` bytes and says where it is.
+    fn staged(&mut self, slot: usize, len: usize, deadline: Instant) -> Result<Outgoing<'_>>;
 }
 
-/// The receiving side's memory: staging slots the receiver reads the network into, the regions
-/// they land in, and the semaphores signals increment.
+/// The receiving side's memory: where the receiver reads a put's payload to (the destination
+/// itself, [`Self::direct`], or a staging slot that then lands, [`Self::slot`] and
+/// [`Self::land`]), the regions, and the semaphores signals increment.
 ///
 /// Everything a landing memory is asked to do takes effect in the order asked: a signal or an
 /// atomic add after the puts before it, and [`Self::wait_all`] waits for all of it.
@@ -62,6 +80,16 @@ pub trait LandingMemory: Send + 'static {
     fn slots(&self) -> usize;
     /// Bytes per staging slot (the largest chunk this side accepts).
     fn slot_bytes(&self) -> usize;
+    /// Where the payload of a put to `offset..offset + len` of region `region` may be read to
+    /// directly, without a staging slot: `None` (the default) when this memory has no such place
+    /// (GPU memory). The receiver has checked the range (implementations check it again) and
+    /// reads the payload into the span as it arrives, so what was asked before must already have
+    /// taken effect when this returns. A connection that ends or stalls in the middle of the
+    /// payload leaves the part that arrived in the span; that put is never acknowledged.
+    fn direct(&mut self, region: u32, offset: u64, len: usize) -> Result<Option<HostSpan<'_>>> {
+        let _ = (region, offset, len);
+        Ok(None)
+    }
     /// Waits (until `deadline`) until slot `slot` no longer feeds an earlier landing and returns
     /// it to be filled.
     fn slot(&mut self, slot: usize, deadline: Instant) -> Result<&mut [u8]>;
@@ -79,15 +107,18 @@ pub trait LandingMemory: Send + 'static {
 
 /// A block of host memory with an address of its own (in a range no real pointer uses), so that
 /// the proxy and the transport name it as they name GPU memory: by address, with bounds checked
-/// against it. Reads and writes go through a lock.
+/// against it. Reads and writes go through a lock, the transport's too: it holds the lock only
+/// for one non-blocking system call at a time, never while it waits for the network, so two
+/// transports whose sends and landings use the same regions cannot wait for each other.
 pub struct HostRegion {
     base: u64,
+    len: usize,
     data: Mutex<Box<[u8]>>,
 }
 
 impl std::fmt::Debug for HostRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HostRegion({:#x}, {} B)", self.base, self.len())
+        write!(f, "HostRegion({:#x}, {} B)", self.base, self.len)
     }
 }
 
@@ -102,7 +133,7 @@ impl HostRegion {
         // past the end of one is never inside the next.
         let span = (len as u64).div_ceil(4096).saturating_add(1).saturating_mul(4096);
         let base = NEXT_HOST_ADDR.fetch_add(span, Ordering::Relaxed);
-        Arc::new(Self { base, data: Mutex::new(vec![byte; len].into_boxed_slice()) })
+        Arc::new(Self { base, len, data: Mutex::new(vec![byte; len].into_boxed_slice()) })
     }
 
     /// A region holding a copy of `data`.
@@ -119,12 +150,12 @@ impl HostRegion {
 
     /// Bytes in the region.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.len
     }
 
     /// Whether the region is empty.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len == 0
     }
 
     /// A copy of the contents.
@@ -134,11 +165,14 @@ impl HostRegion {
 
     /// Overwrites bytes from `offset` (an error if they do not fit).
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        let mut d = self.lock();
-        let end = offset.checked_add(data.len()).filter(|&e| e <= d.len()).ok_or_else(|| {
-            Error::InvalidArgument(format!("{} bytes at offset {offset} of a {}-byte host region", data.len(), d.len()))
+        let span = self.span(offset, data.len()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{} bytes at offset {offset} of a {}-byte host region",
+                data.len(),
+                self.len
+            ))
         })?;
-        d[offset..end].copy_from_slice(data);
+        span.with(|d| d.copy_from_slice(data));
         Ok(())
     }
 
@@ -149,6 +183,11 @@ impl HostRegion {
         Some(u64::from_le_bytes(b.try_into().ok()?))
     }
 
+    /// Bytes `offset..offset + len`, if they lie inside.
+    pub fn span(&self, offset: usize, len: usize) -> Option<HostSpan<'_>> {
+        offset.checked_add(len).filter(|&end| end <= self.len).map(|_| HostSpan { region: self, offset, len })
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Box<[u8]>> {
         self.data.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -157,68 +196,100 @@ impl HostRegion {
     fn offset_of(&self, src: u64, len: usize) -> Option<usize> {
         let off = src.checked_sub(self.base)?;
         let end = off.checked_add(len as u64)?;
-        (end <= self.len() as u64).then_some(off as usize)
+        (end <= self.len as u64).then_some(off as usize)
     }
 }
 
-/// Host-memory staging slots.
-fn slots(count: usize, bytes: usize) -> Result<Vec<Box<[u8]>>> {
-    if count == 0 || bytes == 0 {
-        return Err(Error::InvalidArgument(format!("{count} staging slots of {bytes} bytes")));
-    }
-    Ok((0..count).map(|_| vec![0u8; bytes].into_boxed_slice()).collect())
+/// A range of a [`HostRegion`], checked to lie inside it: where the transport's socket reads
+/// from ([`Outgoing::InPlace`]) or writes to ([`LandingMemory::direct`]) without a copy.
+#[derive(Clone, Copy, Debug)]
+pub struct HostSpan<'a> {
+    region: &'a HostRegion,
+    offset: usize,
+    len: usize,
 }
 
-/// A [`SourceMemory`] over host regions: puts may read from any of them.
+impl HostSpan<'_> {
+    /// Bytes in the span.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the span is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Runs `f` on the span's bytes under the region's lock. `f` must not wait for anything
+    /// (the transport's I/O inside it is non-blocking).
+    pub fn with<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        let mut d = self.region.lock();
+        f(&mut d[self.offset..self.offset + self.len])
+    }
+}
+
+/// A [`SourceMemory`] over host regions: puts may read from any of them, in place (staging
+/// copies nothing; the sender writes each chunk to the socket from the region).
 #[derive(Debug)]
 pub struct HostSource {
     regions: Vec<Arc<HostRegion>>,
-    staging: Vec<Box<[u8]>>,
+    slot_bytes: usize,
+    /// Per slot: the chunk staged in it (region index, offset, bytes).
+    staged: Vec<Option<(usize, usize, usize)>>,
 }
 
 impl HostSource {
-    /// Serves `regions`, with `slots` staging slots of `slot_bytes`.
+    /// Serves `regions`, with chunks of at most `slot_bytes` and `slots` of them prepared ahead.
     pub fn new(regions: Vec<Arc<HostRegion>>, slots: usize, slot_bytes: usize) -> Result<Self> {
-        Ok(Self { regions, staging: self::slots(slots, slot_bytes)? })
+        if slots == 0 || slot_bytes == 0 {
+            return Err(Error::InvalidArgument(format!("{slots} staging slots of {slot_bytes} bytes")));
+        }
+        Ok(Self { regions, slot_bytes, staged: vec![None; slots] })
     }
 }
 
 impl SourceMemory for HostSource {
     fn slots(&self) -> usize {
-        self.staging.len()
+        self.staged.len()
     }
     fn slot_bytes(&self) -> usize {
-        self.staging[0].len()
+        self.slot_bytes
     }
     fn stage(&mut self, slot: usize, src: u64, len: usize) -> Result<()> {
-        let staging = self
-            .staging
+        let bytes = self.slot_bytes;
+        let staged = self
+            .staged
             .get_mut(slot)
-            .filter(|s| s.len() >= len)
+            .filter(|_| len <= bytes)
             .ok_or_else(|| Error::InvalidArgument(format!("staging slot {slot} cannot hold {len} bytes")))?;
-        let (region, off) =
-            self.regions.iter().find_map(|r| r.offset_of(src, len).map(|o| (r, o))).ok_or_else(|| {
-                Error::InvalidArgument(format!("put source {src:#x}..+{len} is not in a registered region"))
-            })?;
-        staging[..len].copy_from_slice(&region.lock()[off..off + len]);
+        let at = self.regions.iter().enumerate().find_map(|(i, r)| r.offset_of(src, len).map(|o| (i, o, len)));
+        *staged = Some(at.ok_or_else(|| {
+            Error::InvalidArgument(format!("put source {src:#x}..+{len} is not in a registered region"))
+        })?);
         Ok(())
     }
-    fn staged(&mut self, slot: usize, len: usize, _deadline: Instant) -> Result<&[u8]> {
-        self.staging
-            .get(slot)
-            .and_then(|s| s.get(..len))
-            .ok_or_else(|| Error::InvalidArgument(format!("staging slot {slot} has no {len} bytes")))
+    fn staged(&mut self, slot: usize, len: usize, _deadline: Instant) -> Result<Outgoing<'_>> {
+        match self.staged.get(slot).copied().flatten() {
+            Some((region, offset, staged)) if staged == len => {
+                let span = self.regions[region].span(offset, len).expect("checked when staged");
+                Ok(Outgoing::InPlace(span))
+            }
+            _ => Err(Error::InvalidArgument(format!("staging slot {slot} holds no chunk of {len} bytes"))),
+        }
     }
 }
 
 /// A [`LandingMemory`] over host regions and host semaphore counters. Every operation takes
-/// effect at once, under the region's lock.
+/// effect at once, under the region's lock; a put's payload is read from the socket straight
+/// into its region ([`LandingMemory::direct`]), so the staging slots serve only callers of
+/// [`LandingMemory::slot`] and [`LandingMemory::land`] (allocated at their first use).
 #[derive(Debug)]
 pub struct HostLanding {
     regions: Vec<Arc<HostRegion>>,
     sizes: Vec<u64>,
     semaphores: Vec<Arc<AtomicU64>>,
-    staging: Vec<Box<[u8]>>,
+    slot_bytes: usize,
+    staging: Vec<Option<Box<[u8]>>>,
 }
 
 impl HostLanding {
@@ -229,13 +300,16 @@ impl HostLanding {
         slots: usize,
         slot_bytes: usize,
     ) -> Result<Self> {
+        if slots == 0 || slot_bytes == 0 {
+            return Err(Error::InvalidArgument(format!("{slots} staging slots of {slot_bytes} bytes")));
+        }
         let sizes = regions.iter().map(|r| r.len() as u64).collect();
-        Ok(Self { regions, sizes, semaphores, staging: self::slots(slots, slot_bytes)? })
+        Ok(Self { regions, sizes, semaphores, slot_bytes, staging: vec![None; slots] })
     }
 
-    fn span(&self, region: u32, offset: u64, len: u64) -> Result<(&HostRegion, usize)> {
+    fn span(&self, region: u32, offset: u64, len: u64) -> Result<HostSpan<'_>> {
         check_span(&self.sizes, region, offset, len).map_err(Error::InvalidArgument)?;
-        Ok((&self.regions[region as usize], offset as usize))
+        Ok(self.regions[region as usize].span(offset as usize, len as usize).expect("checked above"))
     }
 }
 
@@ -250,23 +324,26 @@ impl LandingMemory for HostLanding {
         self.staging.len()
     }
     fn slot_bytes(&self) -> usize {
-        self.staging[0].len()
+        self.slot_bytes
+    }
+    fn direct(&mut self, region: u32, offset: u64, len: usize) -> Result<Option<HostSpan<'_>>> {
+        // Everything before took effect when it was asked: nothing is pending.
+        self.span(region, offset, len as u64).map(Some)
     }
     fn slot(&mut self, slot: usize, _deadline: Instant) -> Result<&mut [u8]> {
-        let n = self.staging.len();
-        self.staging
-            .get_mut(slot)
-            .map(|s| &mut s[..])
-            .ok_or_else(|| Error::InvalidArgument(format!("staging slot {slot} of {n}")))
+        let (n, bytes) = (self.staging.len(), self.slot_bytes);
+        let s =
+            self.staging.get_mut(slot).ok_or_else(|| Error::InvalidArgument(format!("staging slot {slot} of {n}")))?;
+        Ok(s.get_or_insert_with(|| vec![0u8; bytes].into_boxed_slice()))
     }
     fn land(&mut self, slot: usize, region: u32, offset: u64, len: usize) -> Result<()> {
-        let (r, off) = self.span(region, offset, len as u64)?;
+        let dst = self.span(region, offset, len as u64)?;
         let src = self
             .staging
             .get(slot)
-            .and_then(|s| s.get(..len))
+            .and_then(|s| s.as_deref()?.get(..len))
             .ok_or_else(|| Error::InvalidArgument(format!("staging slot {slot} has no {len} bytes")))?;
-        r.lock()[off..off + len].copy_from_slice(src);
+        dst.with(|d| d.copy_from_slice(src));
         Ok(())
     }
     fn signal(&mut self, semaphore: u32) -> Result<()> {
@@ -282,11 +359,10 @@ impl LandingMemory for HostLanding {
         if !offset.is_multiple_of(8) {
             return Err(Error::InvalidArgument(format!("atomic add at unaligned offset {offset}")));
         }
-        let (r, off) = self.span(region, offset, 8)?;
-        let mut d = r.lock();
-        let w = &mut d[off..off + 8];
-        let v = u64::from_le_bytes((&*w).try_into().expect("8 bytes")).wrapping_add(value);
-        w.copy_from_slice(&v.to_le_bytes());
+        self.span(region, offset, 8)?.with(|w| {
+            let v = u64::from_le_bytes((&*w).try_into().expect("8 bytes")).wrapping_add(value);
+            w.copy_from_slice(&v.to_le_bytes());
+        });
         Ok(())
     }
     fn wait_all(&mut self, _deadline: Instant) -> Result<()> {
@@ -316,16 +392,37 @@ mod tests {
         let b = HostRegion::filled(4, 9);
         assert!(b.addr() >= a.addr() + 4096 || a.addr() >= b.addr() + 4096);
         let mut s = HostSource::new(vec![a.clone(), b.clone()], 2, 4).unwrap();
+        let bytes = |s: &mut HostSource, slot, len| match s.staged(slot, len, Instant::now()).unwrap() {
+            Outgoing::InPlace(span) => span.with(|d| d.to_vec()),
+            Outgoing::Staged(_) => panic!("a host source copied"),
+        };
         s.stage(0, a.addr() + 1, 3).unwrap();
-        assert_eq!(s.staged(0, 3, Instant::now()).unwrap(), &[2, 3, 4]);
         s.stage(1, b.addr(), 4).unwrap();
-        assert_eq!(s.staged(1, 4, Instant::now()).unwrap(), &[9; 4]);
+        // In place: what the region holds when the chunk is sent, not when it was staged.
+        a.write(3, &[7]).unwrap();
+        assert_eq!(bytes(&mut s, 0, 3), [2, 3, 7]);
+        assert_eq!(bytes(&mut s, 1, 4), [9; 4]);
+        // A length other than the staged one, a slot never staged.
+        assert!(s.staged(0, 2, Instant::now()).is_err());
+        assert!(HostSource::new(vec![a.clone()], 2, 4).unwrap().staged(1, 1, Instant::now()).is_err());
         // One past the end, a range that straddles the end, a chunk larger than a slot.
         assert!(s.stage(0, a.addr() + 4, 1).is_err());
         assert!(s.stage(0, a.addr() + 2, 3).is_err());
         assert!(s.stage(0, a.addr() - 1, 1).is_err());
         assert!(s.stage(0, a.addr(), 5).is_err());
         assert!(s.stage(2, a.addr(), 1).is_err());
+        assert!(HostSource::new(vec![a], 0, 4).is_err());
+    }
+
+    #[test]
+    fn host_spans_stay_inside_their_region() {
+        let r = HostRegion::filled(16, 0);
+        assert_eq!(r.span(0, 16).unwrap().len(), 16);
+        assert!(r.span(16, 0).unwrap().is_empty());
+        assert!(r.span(1, 16).is_none() && r.span(17, 0).is_none() && r.span(usize::MAX, 2).is_none());
+        r.span(3, 2).unwrap().with(|d| d.copy_from_slice(&[1, 2]));
+        assert_eq!(r.to_vec()[..6], [0, 0, 0, 1, 2, 0]);
+        assert!(r.write(15, &[1, 2]).is_err() && r.write(usize::MAX, &[1]).is_err());
     }
 
     #[test]
@@ -333,8 +430,14 @@ mod tests {
         let r = HostRegion::filled(16, 0);
         let sem = Arc::new(AtomicU64::new(0));
         let mut l = HostLanding::new(vec![r.clone()], vec![sem.clone()], 2, 8).unwrap();
+        assert!(l.land(1, 0, 0, 1).is_err(), "a slot never filled");
         l.slot(0, Instant::now()).unwrap()[..4].copy_from_slice(&[5, 6, 7, 8]);
         l.land(0, 0, 12, 4).unwrap();
+        assert_eq!(l.slot(1, Instant::now()).unwrap().len(), 8);
+        assert!(l.slot(2, Instant::now()).is_err());
+        // The direct destination: the checked range of the region itself.
+        l.direct(0, 8, 4).unwrap().unwrap().with(|d| d.copy_from_slice(&[1, 2, 3, 4]));
+        assert!(l.direct(0, 13, 4).is_err() && l.direct(1, 0, 1).is_err() && l.direct(0, u64::MAX, 2).is_err());
         assert!(l.land(0, 0, 13, 4).is_err());
         assert!(l.land(0, 1, 0, 4).is_err());
         assert!(l.land(0, 0, 0, 9).is_err(), "more than the slot holds");
@@ -347,7 +450,7 @@ mod tests {
         assert_eq!(sem.load(Ordering::Acquire), 1);
         let mut want = vec![0u8; 16];
         want[..8].copy_from_slice(&42u64.to_le_bytes());
-        want[12..].copy_from_slice(&[5, 6, 7, 8]);
+        want[8..].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(r.to_vec(), want);
     }
 }

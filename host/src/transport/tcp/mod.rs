@@ -3,8 +3,8 @@
 //! ```text
 //!  rank a (proxy thread)        rank a                                 rank b
 //!  put/signal/atomic/flush ──► sender thread ══ connection a→b ═══► receiver thread ──► landing
-//!  (TcpTransport toward b)     stage chunk i+k (copy out)           read chunk i+1 (network)
-//!                              send chunk i                          land chunk i (copy in)
+//!  (TcpTransport toward b)     stage chunk i+k (GPU: copy out)      read chunk i+1 (network)
+//!                              send chunk i                          land chunk i (GPU: copy in)
 //!                              ack reader   ◄═ acks, refusals ══════ (same connection)
 //!                              receiver thread ◄═ connection b→a ═══ sender thread (rank b's)
 //! ```
@@ -15,14 +15,20 @@
 //!
 //! * the **sender** takes the proxy's operations in order. A put is cut into chunks of at most
 //!   a staging slot ([`TcpConfig::chunk_bytes`], and no more than the peer accepts); each chunk
-//!   is staged ([`SourceMemory::stage`]: a device-to-host copy into pinned memory) while earlier
-//!   ones are being sent, so copying out overlaps the network. Signals, atomic adds and flushes
-//!   queue behind the chunks before them, so they leave in order.
+//!   is staged ([`SourceMemory::stage`]: on a GPU, a device-to-host copy into pinned memory)
+//!   while earlier ones are being sent, so copying out overlaps the network. Host memory is not
+//!   copied: the chunk goes to the socket from the region itself ([`Outgoing::InPlace`]). Either
+//!   way a chunk has been read by the time anything after it is written, so once a flush returns
+//!   the sources of the puts before it are no longer read. Signals, atomic adds and flushes queue
+//!   behind the chunks before them, so they leave in order.
 //! * the **receiver** reads the peer's operations. A put's header is checked against the
-//!   registered regions *before* its payload is read; the payload lands ([`LandingMemory::land`]:
-//!   a host-to-device copy) while the next chunk is read into another slot. Signals and atomic
-//!   adds are issued after the landings before them, on the same stream; a flush is acknowledged
-//!   only once every landing before it has completed.
+//!   registered regions *before* its payload is read. On a GPU the payload is read into a pinned
+//!   slot and lands from there ([`LandingMemory::land`]: a host-to-device copy) while the next
+//!   chunk is read into another slot; signals and atomic adds are issued after the landings
+//!   before them, on the same stream. Into host memory the payload is read straight into the
+//!   destination range ([`LandingMemory::direct`]), and signals and atomic adds take effect
+//!   after it, on this thread. A flush is acknowledged only once every landing before it has
+//!   completed.
 //! * the **ack reader** takes the peer's acknowledgements (what [`Transport::flush`] waits
 //!   for) and refusals.
 //!
@@ -31,7 +37,9 @@
 //! [`Transport::poll`] or flush reports), and reports the error on its own side too. A
 //! connection that closes without the `Close` message, or a peer silent in the middle of a
 //! message or a flush for longer than [`TcpConfig::timeout`] (the bootstrap's timeout), fails the
-//! transport with an error naming the peer.
+//! transport with an error naming the peer. A put cut off that way in the middle of its payload
+//! is never acknowledged; through a staging slot nothing of it lands, but read straight into host
+//! memory the bytes that came before the cut stay in its destination range (and nowhere else).
 //!
 //! Connections are opened and authenticated by [`connect_peers`] (see [`connect`]): addresses
 //! travel through the bootstrap, and each connection starts with a challenge-response under a key
@@ -48,8 +56,9 @@ pub mod memory;
 pub mod wire;
 
 use std::collections::VecDeque;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -57,7 +66,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use connect::{ConnectOptions, Link, connect_peers};
-pub use memory::{HostLanding, HostRegion, HostSource, LandingMemory, SourceMemory, check_span};
+pub use memory::{HostLanding, HostRegion, HostSource, HostSpan, LandingMemory, Outgoing, SourceMemory, check_span};
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::socket::{self, MsgFlags};
 
 use self::wire::{HEADER_LEN, Header, MAX_FAIL_TEXT, Op};
 use super::{RemoteSpan, Transport};
@@ -69,7 +81,7 @@ pub struct TcpConfig {
     /// Bytes per staging slot: the largest chunk a put is cut into (default 1 MiB).
     pub chunk_bytes: usize,
     /// Staging slots per direction (default 8): how many chunks are in flight between copying
-    /// and the network.
+    /// and the network (on host memory, which is sent in place: how many are prepared ahead).
     pub slots: usize,
     /// How long a peer may stay silent in the middle of a message or a flush, and how long a
     /// write may block (default: the bootstrap's timeout, 30 s).
@@ -108,7 +120,7 @@ pub struct RemoteMemory {
 /// How often blocked reads wake up to look at the stop flag.
 const POLL: Duration = Duration::from_millis(50);
 /// Payloads up to this size are copied into the outgoing buffer (one write with their header);
-/// larger ones are written from the staging slot directly.
+/// larger ones are written from where the source has them (its staging slot, or the region).
 const SMALL_PAYLOAD: usize = 64 << 10;
 /// The outgoing buffer is written out once it holds this much.
 const OUT_FLUSH: usize = 256 << 10;
@@ -267,7 +279,8 @@ impl TcpTransport {
         t.readers.push(spawn(format!("mscclpp-tcp-ack{peer}"), ack)?);
         let receiver = ReceiverLoop {
             // Small: it batches the reads of headers and small payloads, while a large payload
-            // (past what is buffered) is read straight into its pinned slot, not copied twice.
+            // (past what is buffered) is read straight into its slot or its region, not copied
+            // twice.
             reader: BufReader::with_capacity(
                 READ_BUFFER,
                 link.incoming.try_clone().map_err(setup("cloning a socket"))?,
@@ -547,14 +560,17 @@ impl<S: SourceMemory> SenderLoop<S> {
     fn emit_front(&mut self) -> Result<()> {
         match self.pipe.pop_front() {
             Some(Pending::Chunk { header, slot, len }) => {
-                let data = self.source.staged(slot, len, Instant::now() + self.timeout)?;
+                let chunk = self.source.staged(slot, len, Instant::now() + self.timeout)?;
                 self.out.extend_from_slice(&header.encode());
-                if len <= SMALL_PAYLOAD {
-                    self.out.extend_from_slice(data);
-                } else {
-                    // What is buffered (this header at least) and the payload, in one system call
-                    // where the socket takes it all.
-                    write_all(&mut self.sock, &[&self.out, data], &self.shared)?;
+                // Larger payloads go out with what is buffered (this header at least), in one
+                // system call where the socket takes it all.
+                match chunk {
+                    Outgoing::Staged(data) if len <= SMALL_PAYLOAD => self.out.extend_from_slice(data),
+                    Outgoing::InPlace(span) if len <= SMALL_PAYLOAD => span.with(|d| self.out.extend_from_slice(d)),
+                    Outgoing::Staged(data) => write_all(&mut self.sock, &[&self.out, data], &self.shared)?,
+                    Outgoing::InPlace(span) => send_in_place(&self.sock, &self.out, span, self.timeout, &self.shared)?,
+                }
+                if len > SMALL_PAYLOAD {
                     self.out.clear();
                 }
                 self.free.push_back(slot);
@@ -611,12 +627,67 @@ fn write_all(sock: &mut TcpStream, parts: &[&[u8]], shared: &Shared) -> Result<(
         }
     }
     r.map_err(|e| match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout {
-            after: sock.write_timeout().ok().flatten().unwrap_or_default(),
-            waiting_for: format!("rank {} to take data sent over TCP (its receiver is stuck)", shared.peer),
-        },
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            stuck(sock.write_timeout().ok().flatten().unwrap_or_default(), shared)
+        }
         _ => shared.lost(format!("sending over TCP: {e}")),
     })
+}
+
+/// A write that made no progress for `after`.
+fn stuck(after: Duration, shared: &Shared) -> Error {
+    Error::Timeout {
+        after,
+        waiting_for: format!("rank {} to take data sent over TCP (its receiver is stuck)", shared.peer),
+    }
+}
+
+/// Writes `head`, then the bytes of `span`, from the region itself: each send is non-blocking and
+/// made under the region's lock; waiting for the socket to take more happens without the lock
+/// (a peer's landing into the same region goes on meanwhile). Fails after `timeout` without
+/// progress, as a blocking write does.
+fn send_in_place(sock: &TcpStream, head: &[u8], span: HostSpan<'_>, timeout: Duration, shared: &Shared) -> Result<()> {
+    let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+    let total = head.len() + span.len();
+    let (mut sent, mut last) = (0, Instant::now());
+    while sent < total {
+        let r = span.with(|d| {
+            let parts = match head.get(sent..) {
+                Some(h) if !h.is_empty() => [io::IoSlice::new(h), io::IoSlice::new(d)],
+                _ => [io::IoSlice::new(&d[sent - head.len()..]), io::IoSlice::new(&[])],
+            };
+            socket::sendmsg::<()>(sock.as_raw_fd(), &parts, &[], flags, None)
+        });
+        match r {
+            Ok(0) => return Err(shared.lost("sending over TCP: the socket took nothing")),
+            Ok(n) => {
+                sent += n;
+                last = Instant::now();
+            }
+            Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => {
+                let waited = last.elapsed();
+                if waited >= timeout {
+                    return Err(stuck(waited, shared));
+                }
+                wait_ready(sock, PollFlags::POLLOUT, (timeout - waited).min(POLL))
+                    .map_err(|e| shared.lost(format!("waiting to send over TCP: {e}")))?;
+            }
+            Err(e) => return Err(shared.lost(format!("sending over TCP: {e}"))),
+        }
+    }
+    Ok(())
+}
+
+/// Waits up to `wait` for `events` on `sock`; whether they came (an interrupted wait counts as
+/// yes: the caller tries again).
+fn wait_ready(sock: &TcpStream, events: PollFlags, wait: Duration) -> io::Result<bool> {
+    let mut fds = [PollFd::new(sock.as_fd(), events)];
+    match poll(&mut fds, PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX)) {
+        Ok(n) => Ok(n > 0),
+        Err(Errno::EINTR) => Ok(true),
+        Err(e) => Err(e.into()),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -637,10 +708,60 @@ enum ReadEnd {
 /// byte has no limit (an idle channel); otherwise, or once a message has started, `timeout`
 /// without progress is an error.
 fn read_full(r: &mut impl Read, buf: &mut [u8], idle_ok: bool, timeout: Duration, shared: &Shared) -> Result<ReadEnd> {
+    read_with(buf.len(), idle_ok, timeout, shared, |got| r.read(&mut buf[got..]))
+}
+
+/// Reads a put's payload from `reader` straight into `span` (its destination): first what the
+/// reader has buffered, then from the socket, under the region's lock only while the socket has
+/// data (see [`recv_into`]). As [`read_full`] otherwise; a stream that ends or stalls part-way
+/// leaves the bytes that came in the span.
+fn read_into(
+    reader: &mut BufReader<TcpStream>,
+    span: HostSpan<'_>,
+    timeout: Duration,
+    shared: &Shared,
+) -> Result<ReadEnd> {
+    read_with(span.len(), false, timeout, shared, |got| {
+        let buffered = reader.buffer();
+        if buffered.is_empty() {
+            return recv_into(reader.get_ref(), span, got);
+        }
+        let n = buffered.len().min(span.len() - got);
+        span.with(|d| d[got..got + n].copy_from_slice(&buffered[..n]));
+        reader.consume(n);
+        Ok(n)
+    })
+}
+
+/// Receives what the socket has, up to the rest of `span` from byte `got`, with a non-blocking
+/// receive under the region's lock; when nothing has come, waits (without the lock) up to
+/// [`POLL`] for data, then tries once more or reports `WouldBlock`. 0: the stream ended.
+fn recv_into(sock: &TcpStream, span: HostSpan<'_>, got: usize) -> io::Result<usize> {
+    let mut waited = false;
+    loop {
+        match span.with(|d| socket::recv(sock.as_raw_fd(), &mut d[got..], MsgFlags::MSG_DONTWAIT)) {
+            Ok(n) => return Ok(n),
+            Err(Errno::EAGAIN) if waited => return Err(io::ErrorKind::WouldBlock.into()),
+            Err(Errno::EAGAIN) => waited = !wait_ready(sock, PollFlags::POLLIN, POLL)?,
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The loop of [`read_full`]: `read_at(got)` reads some of the bytes from `got` on and says how
+/// many (0: the stream ended; `WouldBlock` or `TimedOut`: nothing came for a while).
+fn read_with(
+    len: usize,
+    idle_ok: bool,
+    timeout: Duration,
+    shared: &Shared,
+    mut read_at: impl FnMut(usize) -> io::Result<usize>,
+) -> Result<ReadEnd> {
     let mut got = 0;
     let mut last = Instant::now();
-    while got < buf.len() {
-        match r.read(&mut buf[got..]) {
+    while got < len {
+        match read_at(got) {
             // This side shutting its sockets down reads as an end too: not the peer's doing.
             Ok(0) if shared.stop.load(Ordering::Acquire) => return Ok(ReadEnd::Stopped),
             Ok(0) => return Ok(ReadEnd::Eof { got }),
@@ -742,19 +863,30 @@ impl<L: LandingMemory> ReceiverLoop<L> {
                         return Err(self.refuse(format!("put chunk of {} bytes (accepted: 1..={slot_bytes})", h.len)));
                     }
                     let len = h.len as usize;
-                    let slot = self.slot;
-                    self.slot = (self.slot + 1) % slots;
-                    let buf = self.landing.slot(slot, Instant::now() + self.timeout)?;
-                    match read_full(&mut self.reader, &mut buf[..len], false, self.timeout, &self.shared)? {
+                    // Straight into the destination where the landing memory offers it (host
+                    // memory), else into a staging slot that then lands.
+                    let (end, left) = if let Some(span) = self.landing.direct(h.index, h.offset, len)? {
+                        let end = read_into(&mut self.reader, span, self.timeout, &self.shared)?;
+                        (end, "the bytes that came are in the region; the put was never acknowledged")
+                    } else {
+                        let slot = self.slot;
+                        self.slot = (self.slot + 1) % slots;
+                        let buf = self.landing.slot(slot, Instant::now() + self.timeout)?;
+                        let end = read_full(&mut self.reader, &mut buf[..len], false, self.timeout, &self.shared)?;
+                        if end == ReadEnd::Full {
+                            self.landing.land(slot, h.index, h.offset, len)?;
+                        }
+                        (end, "nothing of that put was written")
+                    };
+                    match end {
                         ReadEnd::Full => {}
                         ReadEnd::Stopped => return Ok(()),
                         ReadEnd::Eof { got } => {
-                            return Err(self.shared.lost(format!(
-                                "the connection closed {got} bytes into a put of {len}; nothing of that put was written"
-                            )));
+                            return Err(self
+                                .shared
+                                .lost(format!("the connection closed {got} bytes into a put of {len}; {left}")));
                         }
                     }
-                    self.landing.land(slot, h.index, h.offset, len)?;
                 }
                 Op::Signal => {
                     if h.index as usize >= self.landing.semaphores() {

@@ -96,6 +96,12 @@ fn cfg(chunk: usize, slots: usize, timeout: Duration) -> TcpConfig {
 /// Two ranks on threads, connected through [`connect_peers`] over a [`LocalBootstrap`]: each
 /// has `bytes` of random source and `bytes` of poisoned destination, and two semaphores.
 fn two_sides(bytes: usize, c: TcpConfig, seed: u64) -> (Side, Side) {
+    sides(bytes, c, seed, false)
+}
+
+/// [`two_sides`]; with `one_region`, each rank has a single region of `2 * bytes` that is both its
+/// source and its destination: random bytes, then `bytes` of poison.
+fn sides(bytes: usize, c: TcpConfig, seed: u64, one_region: bool) -> (Side, Side) {
     let hints = BootstrapHints { key: Some(Token([9; 16])), timeout: Some(Duration::from_secs(20)), local_ip: None };
     let boots = local_bootstraps(2, hints);
     let mut handles = Vec::new();
@@ -104,8 +110,13 @@ fn two_sides(bytes: usize, c: TcpConfig, seed: u64) -> (Side, Side) {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed + rank as u64);
             let mut data = vec![0u8; bytes];
             rng.fill(&mut data[..]);
-            let src = HostRegion::from_slice(&data);
-            let dst = HostRegion::filled(bytes, POISON);
+            let (src, dst) = if one_region {
+                data.resize(2 * bytes, POISON);
+                let r = HostRegion::from_slice(&data);
+                (r.clone(), r)
+            } else {
+                (HostRegion::from_slice(&data), HostRegion::filled(bytes, POISON))
+            };
             let sems = vec![Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
             let peer = PeerAddr { rank: 1 - rank, same_machine: true };
             let opts = ConnectOptions { max_chunk: c.chunk_bytes as u64, ..Default::default() };
@@ -113,7 +124,7 @@ fn two_sides(bytes: usize, c: TcpConfig, seed: u64) -> (Side, Side) {
             assert_eq!(link.peer, 1 - rank);
             let source = HostSource::new(vec![src.clone()], c.slots, c.chunk_bytes).unwrap();
             let landing = HostLanding::new(vec![dst.clone()], sems.clone(), c.slots, c.chunk_bytes).unwrap();
-            let remote = RemoteMemory { regions: vec![bytes as u64], semaphores: 2 };
+            let remote = RemoteMemory { regions: vec![dst.len() as u64], semaphores: 2 };
             let t = TcpTransport::start(link, source, landing, remote, &c).unwrap();
             Side { t, src, dst, sems }
         }));
@@ -260,6 +271,45 @@ fn raw_with<L: LandingMemory>(timeout: Duration, wrap: impl FnOnce(HostLanding) 
     let t =
         TcpTransport::start(link, source, landing, RemoteMemory { regions: vec![4096], semaphores: 1 }, &c).unwrap();
     Raw { t, dst, sems, feed, peer_in }
+}
+
+/// A landing memory that reads every payload into a staging slot and lands it from there (as the
+/// GPU landing does), with no direct destination.
+struct SlotsOnly(HostLanding);
+
+impl LandingMemory for SlotsOnly {
+    fn regions(&self) -> &[u64] {
+        self.0.regions()
+    }
+    fn semaphores(&self) -> usize {
+        self.0.semaphores()
+    }
+    fn slots(&self) -> usize {
+        self.0.slots()
+    }
+    fn slot_bytes(&self) -> usize {
+        self.0.slot_bytes()
+    }
+    fn slot(&mut self, slot: usize, deadline: Instant) -> Result<&mut [u8]> {
+        self.0.slot(slot, deadline)
+    }
+    fn land(&mut self, slot: usize, region: u32, offset: u64, len: usize) -> Result<()> {
+        self.0.land(slot, region, offset, len)
+    }
+    fn signal(&mut self, semaphore: u32) -> Result<()> {
+        self.0.signal(semaphore)
+    }
+    fn atomic_add(&mut self, region: u32, offset: u64, value: u64) -> Result<()> {
+        self.0.atomic_add(region, offset, value)
+    }
+    fn wait_all(&mut self, deadline: Instant) -> Result<()> {
+        self.0.wait_all(deadline)
+    }
+}
+
+/// Both kinds of host landing: payloads read straight into the region, or through slots.
+fn raw_both(timeout: Duration) -> [(&'static str, Raw); 2] {
+    [("direct", raw(timeout)), ("slots", raw_with(timeout, SlotsOnly))]
 }
 
 /// A landing memory that, like a GPU stream, only queues its work: it takes effect at
@@ -438,30 +488,51 @@ fn bad_messages_end_the_channel_without_a_write() {
         ("add past the end", Header::new(Op::AtomicAdd, 0, 0, 4096, 1).encode().to_vec(), "outside region 0"),
         ("a reply as request", Header::new(Op::Ack, 0, 0, 1, 0).encode().to_vec(), "reply on the request stream"),
     ];
-    for (name, msg, want) in cases {
-        let mut r = raw(Duration::from_secs(20));
-        r.feed.write_all(&msg).unwrap();
+    for ((name, msg, want), (kind, mut r)) in
+        cases.iter().flat_map(|c| raw_both(Duration::from_secs(20)).map(|r| (c, r)))
+    {
+        let name = format!("{name} ({kind} landing)");
+        r.feed.write_all(msg).unwrap();
         let e = failure(&mut r.t);
-        assert!(e.contains("rank 1") && e.contains(want), "{name}: {e}");
-        assert!(refusal(&mut r.feed).contains(want), "{name}: the sender was not told");
+        assert!(e.contains("rank 1") && e.contains(*want), "{name}: {e}");
+        assert!(refusal(&mut r.feed).contains(*want), "{name}: the sender was not told");
         assert!(r.dst.to_vec().iter().all(|&x| x == POISON), "{name}: something was written");
         assert_eq!(r.sems[0].load(Ordering::Acquire), 0, "{name}");
     }
 }
 
+/// What a put cut after `got` of its bytes may leave at `at` of the region: with slots, nothing;
+/// read straight into the region, exactly the bytes that came, inside the put's range.
+fn cut_put_left(kind: &str, d: &[u8], at: usize, got: &[u8]) -> Vec<u8> {
+    let mut want = vec![POISON; d.len()];
+    if kind == "direct" {
+        want[at..at + got.len()].copy_from_slice(got);
+    }
+    want
+}
+
 #[test]
-fn a_truncated_put_writes_nothing_and_names_the_peer() {
-    let mut r = raw(Duration::from_secs(20));
-    // A whole valid put, then a put whose payload stops half-way, then the connection closes.
-    r.feed.write_all(&put_msg(0, 0, 0, &[3; 16])).unwrap();
-    let m = put_msg(1, 0, 100, &[9; 600]);
-    r.feed.write_all(&m[..HEADER_LEN + 300]).unwrap();
-    r.feed.shutdown(std::net::Shutdown::Write).unwrap();
-    let e = failure(&mut r.t);
-    assert!(e.contains("connection to rank 1 lost") && e.contains("300 bytes into a put of 600"), "{e}");
-    let d = r.dst.to_vec();
-    assert_eq!(&d[..16], &[3; 16], "the whole put before it landed");
-    assert!(d[16..].iter().all(|&x| x == POISON), "the cut put left bytes behind");
+fn a_truncated_put_is_never_acknowledged_and_names_the_peer() {
+    for (kind, mut r) in raw_both(Duration::from_secs(20)) {
+        // A whole valid put, then a put whose payload stops half-way, then the connection closes.
+        r.feed.write_all(&put_msg(0, 0, 0, &[3; 16])).unwrap();
+        let m = put_msg(1, 0, 100, &[9; 600]);
+        r.feed.write_all(&m[..HEADER_LEN + 300]).unwrap();
+        r.feed.shutdown(std::net::Shutdown::Write).unwrap();
+        let e = failure(&mut r.t);
+        assert!(e.contains("connection to rank 1 lost") && e.contains("300 bytes into a put of 600"), "{kind}: {e}");
+        let left = if kind == "direct" { "never acknowledged" } else { "nothing of that put was written" };
+        assert!(e.contains(left), "{kind}: {e}");
+        let d = r.dst.to_vec();
+        assert_eq!(&d[..16], &[3; 16], "{kind}: the whole put before it landed");
+        assert_eq!(d[16..], cut_put_left(kind, &d, 100, &[9; 300])[16..], "{kind}: what the cut put left");
+        // Nothing was acknowledged: the connection carried no reply before it ended.
+        drop(r.t);
+        let mut reply = Vec::new();
+        r.feed.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let _ = r.feed.read_to_end(&mut reply);
+        assert!(reply.is_empty(), "{kind}: {} bytes of replies", reply.len());
+    }
 }
 
 #[test]
@@ -472,13 +543,15 @@ fn a_truncated_header_and_a_silent_peer_are_named() {
     let e = failure(&mut r.t);
     assert!(e.contains("connection to rank 1 lost") && e.contains("10 bytes into a message header"), "{e}");
     // A peer that starts a message and goes silent: the timeout, with the peer named.
-    let mut r = raw(Duration::from_millis(300));
-    r.feed.write_all(&put_msg(0, 0, 0, &[3; 16])[..HEADER_LEN + 4]).unwrap();
-    let t = Instant::now();
-    let e = failure(&mut r.t);
-    assert!(e.contains("timed out") && e.contains("rank 1"), "{e}");
-    assert!(t.elapsed() < Duration::from_secs(10));
-    assert!(r.dst.to_vec().iter().all(|&x| x == POISON));
+    for (kind, mut r) in raw_both(Duration::from_millis(300)) {
+        r.feed.write_all(&put_msg(0, 0, 8, &[3; 16])[..HEADER_LEN + 4]).unwrap();
+        let t = Instant::now();
+        let e = failure(&mut r.t);
+        assert!(e.contains("timed out") && e.contains("rank 1"), "{kind}: {e}");
+        assert!(t.elapsed() < Duration::from_secs(10));
+        let d = r.dst.to_vec();
+        assert_eq!(d, cut_put_left(kind, &d, 8, &[3; 4]), "{kind}");
+    }
 }
 
 #[test]
@@ -599,4 +672,63 @@ fn a_peer_that_closed_in_order_and_left_is_no_failure() {
     a.t.poll().unwrap();
     a.t.start_close();
     a.t.close(deadline()).unwrap();
+}
+
+/// Host memory goes out of the source region and into the destination region in place: puts of
+/// many sizes (around the chunk, the 64 KiB small-payload limit, the receiver's 16 KiB read
+/// buffer), from and to odd offsets, both ways at once, each rank's one region at the same time
+/// the source of its puts and the destination of its peer's (a sender that held a region's lock
+/// while the socket is full would make the two ranks wait for each other until the timeout).
+/// After each put: a flush, or a signal whose arrival the test waits for, sometimes behind an
+/// atomic add; then the peer's whole destination half is compared with the model, byte for byte.
+#[test]
+fn host_memory_puts_in_place_of_every_size_land_byte_for_byte() {
+    const HALF: usize = 12 << 20;
+    let chunk = 256 << 10;
+    let (a, b) = sides(HALF, cfg(chunk, 3, Duration::from_secs(20)), 11, true);
+    let mut sizes = vec![HALF, 1, 2, 3, 7, 8, 9, 4095, 4097, 16 << 10, (16 << 10) + 1, 65535, 65536, 65537];
+    sizes.extend([chunk - 1, chunk, chunk + 1, 3 * chunk + 5, (5 << 20) + 3]);
+    let run = move |mut me: Side, peer: Arc<HostRegion>, peer_sem: Arc<AtomicU64>, seed: u64| {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut sizes = sizes.clone();
+        sizes.extend((0..24).map(|_| rng.random_range(1..=600_000usize)));
+        let mine = me.src.to_vec();
+        // The peer's second half as it should be: poison, then what this rank put and added.
+        let mut model = vec![POISON; HALF];
+        let mut signals = 0;
+        for (i, &len) in sizes.iter().enumerate() {
+            let src = rng.random_range(0..=HALF - len);
+            let dst = rng.random_range(0..=HALF - len);
+            me.t.put(RemoteSpan { region: 0, offset: (HALF + dst) as u64 }, me.src.addr() + src as u64, len as u64)
+                .unwrap();
+            model[dst..dst + len].copy_from_slice(&mine[src..src + len]);
+            if i % 3 == 2 {
+                // Into the bytes just put, where they allow an aligned word.
+                let at = (dst + len).saturating_sub(8) & !7;
+                let v = rng.random::<u64>();
+                me.t.atomic_add(RemoteSpan { region: 0, offset: (HALF + at) as u64 }, v).unwrap();
+                let w = u64::from_le_bytes(model[at..at + 8].try_into().unwrap()).wrapping_add(v);
+                model[at..at + 8].copy_from_slice(&w.to_le_bytes());
+            }
+            if i % 2 == 0 {
+                me.t.flush(deadline()).unwrap();
+            } else {
+                me.t.signal(0).unwrap();
+                signals += 1;
+                wait_for("the signal after a put", || peer_sem.load(Ordering::Acquire) == signals);
+            }
+            assert!(peer.to_vec()[HALF..] == model[..], "put {i} of {len} from {src} to {dst}");
+        }
+        // This rank's own half was only read.
+        assert!(me.src.to_vec()[..HALF] == mine[..HALF]);
+        me
+    };
+    let (pa, pb) = ((b.dst.clone(), b.sems[0].clone()), (a.dst.clone(), a.sems[0].clone()));
+    let run2 = run.clone();
+    let ta = std::thread::spawn(move || run2(a, pa.0, pa.1, 21));
+    let mut b = run(b, pb.0, pb.1, 22);
+    let mut a = ta.join().unwrap();
+    let tb = std::thread::spawn(move || b.t.close(deadline()));
+    a.t.close(deadline()).unwrap();
+    tb.join().unwrap().unwrap();
 }
