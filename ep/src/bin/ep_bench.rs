@@ -37,6 +37,34 @@ use mscclpp_ep::{Config, DataType, DispatchInput, ExpertParallel};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
 
+/// The peer SM-copy ceiling between two H200s (GB/s), which the bandwidth target is a part of.
+const NVLINK_CEILING_GBPS: f64 = 370.0;
+
+/// The project's target for `shape`, given the slower of dispatch and combine: NVLink GB/s and
+/// speed relative to NCCL (NCCL's time / ours). A bandwidth-bound shape (prefill) must reach 0.8
+/// of the ceiling and be no slower than NCCL; a latency-bound one (decode) twice NCCL's speed.
+fn verdict(shape: &Shape, nvlink_gbps: f64, vs_nccl: f64) -> String {
+    let (met, goal) = if shape.tokens >= 1024 {
+        (
+            nvlink_gbps >= 0.8 * NVLINK_CEILING_GBPS && vs_nccl >= 1.0,
+            format!(">= {:.0} NVLink GB/s and >= 1.0x NCCL", 0.8 * NVLINK_CEILING_GBPS),
+        )
+    } else {
+        (vs_nccl >= 2.0, ">= 2.0x NCCL".to_string())
+    };
+    let verdict = if !vs_nccl.is_finite() {
+        "not measured (no NCCL)"
+    } else if met {
+        "met"
+    } else {
+        "missed"
+    };
+    format!(
+        "{} target ({goal}, the slower of dispatch and combine): {verdict} ({nvlink_gbps:.1} NVLink GB/s, {vs_nccl:.2}x NCCL)",
+        shape.name
+    )
+}
+
 /// Timed pairs per batch.
 const BATCH: usize = 4;
 const HIDDEN: usize = 7168;
@@ -202,6 +230,8 @@ fn run(comm: &Communicator) -> Result<()> {
                     nccl.as_ref().map(|l| l.version_string()).unwrap_or_else(|_| "none".into()),
                 );
             }
+            let vs_nccl = if nd > 0.0 && ncb > 0.0 { (nd / d).min(ncb / c) } else { f64::NAN };
+            println!("ep_bench: {}", verdict(shape, d_nvl.min(c_nvl), vs_nccl));
             if wrong > 0.0 || nccl_wrong > 0.0 {
                 return Err(Error::InvalidArgument(format!(
                     "{}: {wrong} wrong rows of ours, {nccl_wrong} of NCCL",
