@@ -408,3 +408,40 @@ fn grid_barrier_missing_block_traps_within_its_budget() {
         (2, 64),
     );
 }
+
+/// A [`DeviceBuffer::retain`] hold keeps the memory allocated after the buffer is dropped (what
+/// channel sets rely on for the buffers they were built over), and the memory is freed with the
+/// last hold: the driver knows the address while a hold lives, and not after.
+#[test]
+fn retained_memory_outlives_its_buffer_and_is_freed_with_the_last_hold() {
+    use mscclpp_host::cudarc::driver::sys;
+    let Some(gpus) = gpus_or_skip("retained_memory_outlives_its_buffer_and_is_freed_with_the_last_hold", 1) else {
+        return;
+    };
+    let g = &gpus[0];
+    let bytes = 1 << 20;
+    let data = testing::random_bytes(bytes);
+    let b = DeviceBuffer::from_slice(g, &data).unwrap();
+    let addr = b.addr();
+    let (hold, second) = (b.retain(), b.retain());
+    drop(b);
+    drop(second);
+    g.bind().unwrap();
+    let range = |a: u64| {
+        let (mut base, mut size) = (0u64, 0usize);
+        // SAFETY: out-pointers to locals; the context is bound on this thread.
+        let r = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, a) };
+        (r, base, size)
+    };
+    let (r, base, size) = range(addr);
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "the held memory is still allocated");
+    assert!(base <= addr && addr + bytes as u64 <= base + size as u64);
+    // Its contents are intact.
+    let mut back = vec![POISON; bytes];
+    // SAFETY: `addr` holds `bytes` bytes (held above); `back` is that long.
+    unsafe { mscclpp_host::cudarc::driver::result::memcpy_dtoh_sync(&mut back, addr) }.unwrap();
+    assert_same("the held memory", &back, &data);
+    drop(hold);
+    let (r, _, _) = range(addr);
+    assert_ne!(r, sys::CUresult::CUDA_SUCCESS, "the memory is freed with the last hold");
+}

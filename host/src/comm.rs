@@ -47,7 +47,7 @@ use crate::bootstrap::{Bootstrap, BootstrapExt};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::ipc::{ExportedMemory, ImportedMemory};
-use crate::memory::DeviceBuffer;
+use crate::memory::{DeviceBuffer, Retained};
 use crate::proxy::{HostCounter, MemoryRegion, ProxyBuilder, ProxyOptions, ProxyService};
 use crate::semaphore::SemaphoreSlot;
 use crate::shm::SharedHostMemory;
@@ -161,6 +161,9 @@ pub struct PortChannels {
     _dst: PeerBuffers,
     _sems: PeerBuffers,
     _storage: DeviceBuffer,
+    /// This rank's `src` and `dst`: the proxy copies from the one, the peers' puts land in the
+    /// other (through IPC or this rank's transport receivers), so they live as long as this.
+    _buffers: [Retained; 2],
 }
 
 impl std::fmt::Debug for PortChannels {
@@ -205,6 +208,8 @@ pub struct MemoryChannels {
     _buffers: PeerBuffers,
     _semaphores: MemorySemaphores,
     _packets: DeviceBuffer,
+    /// This rank's buffer, which the peers map and write: allocated as long as this lives.
+    _buffer: Retained,
 }
 
 impl std::fmt::Debug for MemoryChannels {
@@ -292,6 +297,8 @@ pub struct EmulatedSwitchChannels {
     _tables: Vec<DeviceBuffer>,
     _semaphores: Vec<MemorySemaphores>,
     _buffers: PeerBuffers,
+    /// This rank's buffer, which the peers map: allocated as long as this lives.
+    _buffer: Retained,
 }
 
 impl std::fmt::Debug for EmulatedSwitchChannels {
@@ -504,6 +511,7 @@ impl Communicator {
             _buffers: buffers,
             _semaphores: semaphores,
             _packets: packets,
+            _buffer: buf.retain(),
         })
     }
 
@@ -544,13 +552,21 @@ impl Communicator {
             semaphores.push(sems);
         }
         tables.push(buffer_table);
-        Ok(EmulatedSwitchChannels { handles, reason, _tables: tables, _semaphores: semaphores, _buffers: buffers })
+        Ok(EmulatedSwitchChannels {
+            handles,
+            reason,
+            _tables: tables,
+            _semaphores: semaphores,
+            _buffers: buffers,
+            _buffer: buf.retain(),
+        })
     }
 
     /// Port channels toward every other rank: puts copy from this rank's `src` (offsets into it)
-    /// to the peer's `dst` (offsets into the peer's buffer), on this rank's proxy. Both buffers
-    /// must stay alive, and in place, as long as the channels: the proxy and the peers reach them
-    /// by address.
+    /// to the peer's `dst` (offsets into the peer's buffer), on this rank's proxy. The channels
+    /// hold both buffers' memory ([`DeviceBuffer::retain`]): it stays allocated as long as they
+    /// exist, even when the caller drops the buffers, since the proxy and the peers reach it by
+    /// address.
     ///
     /// When every rank runs on this machine, the semaphore counters the proxies signal are in
     /// shared host memory ([`crate::shm`]): the receiver's GPU polls its word and the sender's
@@ -620,12 +636,10 @@ impl Communicator {
                 // slot p's inbound counter, which the channel toward p waits on.
                 let inbound = SemaphoreSlot::at(storage.addr(), p).inbound().addr();
                 let dst_region = MemoryRegion { base: dst.addr(), bytes: dst.len() as u64 };
-                // SAFETY: `src` and `dst` are the caller's buffers on this GPU, which stay alive
-                // as long as the channels (this function's contract, as for the CUDA IPC path,
-                // whose proxy reaches them by address too); the inbound counter is in `storage`,
-                // owned by the channels and dropped after the proxy, which closes the transport
-                // (joining its receiver) when it stops; only this receiver writes slot p's
-                // inbound counter.
+                // SAFETY: `src` and `dst` are buffers on this GPU whose memory the channels
+                // retain (`_buffers`); the inbound counter is in `storage`, owned by the channels
+                // too; both are dropped after the proxy, which closes the transport (joining its
+                // receiver) when it stops; only this receiver writes slot p's inbound counter.
                 let (source, landing) = unsafe {
                     (
                         CudaSource::new(&self.gpu, vec![src_region], &cfg)?,
@@ -678,6 +692,7 @@ impl Communicator {
             _dst: dsts,
             _sems: sems,
             _storage: storage,
+            _buffers: [src.retain(), dst.retain()],
         })
     }
 

@@ -23,7 +23,9 @@
 //!    that serves a port channel ([`crate::proxy::ProxyBuilder::add_memory`] and
 //!    [`crate::proxy::ProxyBuilder::add_semaphore`] take plain addresses; the proxy copies into
 //!    them when the kernel asks), and the buffers a [`crate::comm::Communicator`] built channels
-//!    over, here and on the peers.
+//!    over, on the peers too. (The channel sets hold this rank's buffers themselves, see
+//!    [`crate::DeviceBuffer::retain`], so here it is the channel set that must outlive the
+//!    kernel.)
 //! 3. **The stream and the function belong to the GPU's context** (the functions that take a
 //!    stream): `stream` comes from [`Gpu::stream`] or [`Gpu::new_stream`] of the same `gpu`, and
 //!    `func` from [`Gpu::function`] of it. [`Gpu::launch`] and [`Gpu::launch_cooperative`] use

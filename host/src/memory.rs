@@ -9,12 +9,43 @@ use crate::error::{DriverContext, Error, Result};
 use crate::gpu::Gpu;
 
 /// Device memory from `cuMemAlloc` (not the stream-ordered pool, so that it can be exported with
-/// CUDA IPC), freed on drop. Copies to and from it are ordered on the owning [`Gpu`]'s stream.
+/// CUDA IPC), freed on drop, or once the last [`Retained`] hold on it is dropped when channels
+/// were built over it. Copies to and from it are ordered on the owning [`Gpu`]'s stream.
 pub struct DeviceBuffer {
+    mem: Arc<Allocation>,
     gpu: Arc<Gpu>,
     ptr: CUdeviceptr,
     bytes: usize,
     exportable: bool,
+}
+
+/// A driver allocation, freed when the last holder lets go: the [`DeviceBuffer`] and whatever
+/// the runtime built over it ([`Retained`]).
+struct Allocation {
+    gpu: Arc<Gpu>,
+    ptr: CUdeviceptr,
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        // Errors cannot be returned from drop; a failed free after a kernel fault is expected.
+        if self.gpu.bind().is_ok() {
+            // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here.
+            let _ = unsafe { cudarc::driver::result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// Keeps a [`DeviceBuffer`]'s memory allocated after the buffer itself is dropped: channels,
+/// proxies and transports built over a buffer hold one, so the memory they copy to and from
+/// stays theirs for as long as they exist, whatever the caller does with the buffer.
+#[derive(Clone)]
+pub struct Retained(#[allow(dead_code)] Arc<Allocation>);
+
+impl std::fmt::Debug for Retained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Retained(GPU {}, {:#x})", self.0.gpu.ordinal(), self.0.ptr)
+    }
 }
 
 /// Allocation granularity of exportable buffers: each is a driver allocation of its own, so
@@ -60,7 +91,13 @@ impl DeviceBuffer {
         // SAFETY: a plain allocation in the bound context.
         let ptr = unsafe { cudarc::driver::result::malloc_sync(alloc) }
             .ctx(|| format!("allocating {bytes} bytes on GPU {}", gpu.ordinal()))?;
-        Ok(Self { gpu: gpu.clone(), ptr, bytes, exportable })
+        Ok(Self { mem: Arc::new(Allocation { gpu: gpu.clone(), ptr }), gpu: gpu.clone(), ptr, bytes, exportable })
+    }
+
+    /// A hold on this buffer's memory: it stays allocated until the buffer and every hold are
+    /// dropped.
+    pub fn retain(&self) -> Retained {
+        Retained(self.mem.clone())
     }
 
     /// Whether the buffer was allocated with [`DeviceBuffer::alloc_exportable`].
@@ -173,16 +210,6 @@ pub(crate) fn whole_elements(bytes: usize, size: usize) -> Result<usize> {
         Some(n) if n * size == bytes => Ok(n),
         Some(_) => Err(Error::InvalidArgument(format!("{bytes} bytes is not a whole number of {size}-byte elements"))),
         None => Err(Error::InvalidArgument(format!("{bytes} bytes cannot be read as zero-sized elements"))),
-    }
-}
-
-impl Drop for DeviceBuffer {
-    fn drop(&mut self) {
-        // Errors cannot be returned from drop; a failed free after a kernel fault is expected.
-        if self.gpu.bind().is_ok() {
-            // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once.
-            let _ = unsafe { cudarc::driver::result::free_sync(self.ptr) };
-        }
     }
 }
 
