@@ -3,10 +3,12 @@
 //! ```text
 //! tcp_bench [--ranks 2] [--host-memory] [--max-mib N] [--chunk-kib N] [--slots N] [--rounds N]
 //! mpirun -np 2 tcp_bench
+//! tcp_bench --threads                # both ranks as threads of one process
 //! ```
 //!
 //! Started by hand it launches itself as 2 ranks (the built-in launcher); under mpirun or Slurm it
-//! is one of them. Rank 0 sends, rank 1 receives. For every size from 1 MiB to `--max-mib`
+//! is one of them. With `--threads` both ranks run in this process (on one GPU they then share
+//! its context: GPU work of the two ranks needs no switch between processes' contexts). Rank 0 sends, rank 1 receives. For every size from 1 MiB to `--max-mib`
 //! (default 1 GiB with GPUs, 256 MiB on host memory), alternating in each iteration:
 //!
 //! * **raw TCP**: rank 0 writes the bytes into a plain loopback TCP connection (`TCP_NODELAY`)
@@ -39,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mscclpp_host::bootstrap::launcher::{Role, role};
-use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, BootstrapExt, TcpBootstrap};
+use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, BootstrapExt, RankInfo, TcpBootstrap, Token};
 use mscclpp_host::proxy::MemoryRegion;
 use mscclpp_host::transport::tcp::connect::PeerAddr;
 use mscclpp_host::transport::tcp::cuda::{CudaLanding, CudaSource};
@@ -84,6 +86,9 @@ fn options() -> Result<Options> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().any(|a| a == "--threads") {
+        return threads();
+    }
     match role(2) {
         Ok(Role::Rank(cfg)) => match run(&cfg) {
             Ok(()) => ExitCode::SUCCESS,
@@ -98,6 +103,42 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--threads`: both ranks in this process, one thread each (with GPUs, sharing the GPU's one
+/// context when there is one GPU), so that no GPU work has to switch between processes.
+fn threads() -> ExitCode {
+    let port = match std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).and_then(|l| l.local_addr()) {
+        Ok(a) => a.port(),
+        Err(e) => {
+            println!("tcp_bench: FAILED: no free port: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let token = Token::random();
+    let ranks: Vec<_> = (0..2)
+        .map(|r| {
+            std::thread::spawn(move || {
+                let rank = RankInfo::single_node(r, 2).map_err(|e| (r, e))?;
+                run(&BootstrapConfig::new(rank, format!("127.0.0.1:{port}"), token)).map_err(|e| (r, e))
+            })
+        })
+        .collect();
+    let mut code = ExitCode::SUCCESS;
+    for h in ranks {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err((r, e))) => {
+                println!("rank {r}: tcp_bench FAILED: {e}");
+                code = ExitCode::FAILURE;
+            }
+            Err(_) => {
+                println!("tcp_bench: FAILED: a rank's thread panicked");
+                code = ExitCode::FAILURE;
+            }
+        }
+    }
+    code
 }
 
 /// This rank's memory: where puts read from, where the peer's land, the counter its signals
