@@ -82,7 +82,7 @@ fn communicator() -> mscclpp_host::Result<()> {
     use mscclpp_host::{Bootstrap, DeviceBuffer, Gpu, TcpBootstrap, comm::Communicator};
 
     let boot = Arc::new(TcpBootstrap::from_env()?);
-    let gpus = mscclpp_host::gpu::devices()?.len(); // no GPU: Error::NoDriver or Error::NoDevice
+    let gpus = mscclpp_host::gpu::devices()?.len(); // no GPU: Error::NoDriver, NoDevice or the driver's error
     let gpu = Gpu::open(boot.local_rank() % gpus)?; // the ranks of a machine spread over its GPUs
     let comm = Communicator::new(boot, gpu.clone());
     let recv = DeviceBuffer::alloc_exportable(&gpu, 1 << 20)?; // exportable: shared through CUDA IPC
@@ -114,7 +114,7 @@ fn allreduce_rank(
         Role::Launched { outcome, .. } => return outcome, // every rank exited 0, or why not
     };
     let boot = Arc::new(TcpBootstrap::connect(&cfg)?);
-    let gpus = mscclpp_host::gpu::devices()?.len(); // no GPU: Error::NoDriver or Error::NoDevice
+    let gpus = mscclpp_host::gpu::devices()?.len(); // no GPU: Error::NoDriver, NoDevice or the driver's error
     let gpu = Gpu::open(cfg.rank.local_rank % gpus)?;
     let comm = Communicator::new(boot.clone(), gpu.clone());
 

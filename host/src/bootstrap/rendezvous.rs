@@ -350,10 +350,11 @@ pub(super) fn connect_handshake(
 pub(super) const HELLO_ATTEMPTS: u32 = 3;
 
 /// Connects to rank 0 at `addr` and introduces this rank (`intro` makes the introduction from the
-/// connection), trying again on a fresh connection when rank 0 drops it before its welcome: rank
-/// 0 gives a silent connection [`HANDSHAKE_WAIT`], which a rank starved of CPU between its
-/// connect and its hello can overrun on a loaded machine. A wrong token is also dropped without a
-/// word, so the attempts are few ([`HELLO_ATTEMPTS`]); the last error is the one returned.
+/// connection). Rank 0 gives a silent connection [`HANDSHAKE_WAIT`], which a rank starved of CPU
+/// between its connect and its hello can overrun on a loaded machine: when rank 0 drops the
+/// connection after that long, this tries again on a fresh one (at most [`HELLO_ATTEMPTS`] in
+/// all, each reconnect within another [`HANDSHAKE_WAIT`]). A drop sooner than that (a wrong
+/// token, or rank 0 failing) is returned at once, as is the drop itself when the reconnect fails.
 pub(super) fn join_root(
     addr: SocketAddr,
     cfg: &BootstrapConfig,
@@ -361,13 +362,23 @@ pub(super) fn join_root(
     waiting_for: &str,
     mut intro: impl FnMut(&TcpStream) -> Result<Vec<u8>>,
 ) -> Result<TcpStream> {
+    let mut root = connect_until(addr, deadline, cfg.timeout, waiting_for)?;
     let mut attempt = 1;
     loop {
-        let root = connect_until(addr, deadline, cfg.timeout, waiting_for)?;
+        let connected = Instant::now();
         let hello = intro(&root)?;
         match connect_handshake(&root, cfg, Kind::Hello, &hello, deadline, 0) {
             Ok(()) => return Ok(root),
-            Err(Error::PeerLost { .. }) if attempt < HELLO_ATTEMPTS && Instant::now() < deadline => attempt += 1,
+            Err(e @ Error::PeerLost { .. })
+                if attempt < HELLO_ATTEMPTS && connected.elapsed() >= HANDSHAKE_WAIT && Instant::now() < deadline =>
+            {
+                let again = deadline.min(Instant::now() + HANDSHAKE_WAIT);
+                match connect_until(addr, again, cfg.timeout, waiting_for) {
+                    Ok(s) => root = s,
+                    Err(_) => return Err(e),
+                }
+                attempt += 1;
+            }
             Err(e) => return Err(e),
         }
     }

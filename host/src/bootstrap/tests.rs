@@ -832,3 +832,27 @@ fn a_rank_starved_past_the_handshake_wait_joins_on_its_next_attempt() {
     frame::write_frame(&mut &s, &c1.token, Kind::Barrier, 0, &[]).unwrap();
     assert_eq!(root.join().unwrap().unwrap(), 2);
 }
+
+#[test]
+fn a_root_that_drops_the_hello_at_once_is_reported_at_once() {
+    // A stand-in rank 0 that accepts one connection, sends a challenge, drops the connection as
+    // soon as the hello arrives (as for a wrong token) and stops listening: no retry, no wait.
+    let cfgs = configs(2, Duration::from_secs(20));
+    let c1 = &cfgs[1];
+    let listener = TcpListener::bind(c1.addr.as_str()).unwrap();
+    let token = c1.token;
+    let root = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        drop(listener);
+        frame::write_frame(&mut s, &token, Kind::Challenge, 0, &[0; NONCE_LEN]).unwrap();
+        let mut some = [0u8; 1];
+        let _ = s.read(&mut some);
+    });
+    let t = Instant::now();
+    let hello = Intro { rank: 1, world: 2, listen: "127.0.0.1:9".into() };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let e = join_root(c1.addr.parse().unwrap(), c1, deadline, "rank 0", |_| Ok(hello.encode())).unwrap_err();
+    root.join().unwrap();
+    assert!(matches!(e, Error::PeerLost { .. }), "{e}");
+    assert!(t.elapsed() < HANDSHAKE_WAIT, "took {:?}: {e}", t.elapsed());
+}

@@ -514,9 +514,14 @@ fn cut_put_left(kind: &str, d: &[u8], at: usize, got: &[u8]) -> Vec<u8> {
 #[test]
 fn a_truncated_put_is_never_acknowledged_and_names_the_peer() {
     for (kind, mut r) in raw_both(Duration::from_secs(20)) {
-        // A whole valid put, then a put whose payload stops half-way, then the connection closes.
+        // A whole valid put and a flush, acknowledged (so replies do flow on this connection);
+        // then a put whose payload stops half-way, then the connection closes.
         r.feed.write_all(&put_msg(0, 0, 0, &[3; 16])).unwrap();
-        let m = put_msg(1, 0, 100, &[9; 600]);
+        r.feed.write_all(&Header::new(Op::Flush, 0, 1, 5, 0).encode()).unwrap();
+        let mut ack = [0u8; HEADER_LEN];
+        r.feed.read_exact(&mut ack).unwrap();
+        assert_eq!(Header::decode(&ack).unwrap(), Header::new(Op::Ack, 0, 0, 5, 0), "{kind}");
+        let m = put_msg(2, 0, 100, &[9; 600]);
         r.feed.write_all(&m[..HEADER_LEN + 300]).unwrap();
         r.feed.shutdown(std::net::Shutdown::Write).unwrap();
         let e = failure(&mut r.t);
@@ -526,7 +531,7 @@ fn a_truncated_put_is_never_acknowledged_and_names_the_peer() {
         let d = r.dst.to_vec();
         assert_eq!(&d[..16], &[3; 16], "{kind}: the whole put before it landed");
         assert_eq!(d[16..], cut_put_left(kind, &d, 100, &[9; 300])[16..], "{kind}: what the cut put left");
-        // Nothing was acknowledged: the connection carried no reply before it ended.
+        // Nothing more was acknowledged: the connection carried no reply after the flush's.
         drop(r.t);
         let mut reply = Vec::new();
         r.feed.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
