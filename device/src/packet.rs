@@ -202,9 +202,10 @@ impl Packet for LL8Packet {
     }
 }
 
-/// Bytes of packet buffer that `bytes` of data take as packets of type `P`.
+/// Bytes of packet buffer that `bytes` of data take as packets of type `P` (`u64::MAX` when that
+/// does not fit in a u64, which no allocation can satisfy).
 pub const fn packet_bytes<P: Packet>(bytes: u64) -> u64 {
-    bytes / P::PAYLOAD_BYTES * core::mem::size_of::<P>() as u64
+    (bytes / P::PAYLOAD_BYTES).saturating_mul(core::mem::size_of::<P>() as u64)
 }
 
 #[cfg(any(target_arch = "nvptx64", doc))]
@@ -352,6 +353,10 @@ mod tests {
     fn packet_buffer_sizes() {
         assert_eq!(packet_bytes::<LL16Packet>(64), 128);
         assert_eq!(packet_bytes::<LL8Packet>(64), 128);
+        // Sizes beyond a u64 saturate (they overflowed, a panic in debug builds).
+        assert_eq!(packet_bytes::<LL16Packet>(u64::MAX), u64::MAX);
+        assert_eq!(packet_bytes::<LL8Packet>(u64::MAX), u64::MAX);
+        assert_eq!(packet_bytes::<LL16Packet>(u64::MAX / 2 + 1), u64::MAX);
         assert_eq!(LL16Packet::PAYLOAD_BYTES, 8);
         assert_eq!(LL8Packet::PAYLOAD_BYTES, 4);
     }

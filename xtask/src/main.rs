@@ -38,6 +38,7 @@ usage: cargo xtask <command> [args]   (or ./x <command> [args])
                      README says next to this checkout, and runs it (it skips without a GPU)
   setup              only the set-up: the pinned toolchain's components and ptxas, cuobjdump
                      and nvdisasm (from PyPI into .venv-tools/ when they are missing)
+  help               this text
 ";
 
 type Result<T> = std::result::Result<T, String>;
