@@ -28,7 +28,7 @@ use mscclpp_collectives::{CollectiveAlgorithm, Collectives, Config as CollConfig
 use mscclpp_executor::{Config, ElementType, Executor};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{DeviceBuffer, Error, Result};
-use mscclpp_plan::examples;
+use mscclpp_plan::{Program, examples};
 
 const ITERS: usize = 50;
 const TRIALS: usize = 5;
@@ -53,6 +53,18 @@ fn time(comm: &Communicator, mut op: impl FnMut() -> Result<()>) -> Result<f64> 
     }
     t.sort_by(f64::total_cmp);
     Ok(t[TRIALS / 2])
+}
+
+/// Median seconds per launch of `plan` in chunks of `chunk` bytes on this rank's `input`, after
+/// which its output must be `want`.
+fn time_plan(comm: &Communicator, plan: &Program, chunk: usize, input: &[u8], want: &[u8]) -> Result<f64> {
+    let exec = Executor::new(comm, plan, Config::new(chunk, ElementType::F32))?;
+    exec.arena().write(exec.input().0, input)?;
+    comm.bootstrap().barrier()?;
+    let t = time(comm, || exec.launch(comm.gpu().stream()))?;
+    let (o, l) = exec.output();
+    wrong(&format!("executor {}", plan.name), &exec.arena().to_vec::<u8>()?[o..o + l], want)?;
+    Ok(t)
 }
 
 fn wrong(what: &str, got: &[u8], want: &[u8]) -> Result<()> {
@@ -100,12 +112,7 @@ fn run(comm: &Communicator) -> Result<()> {
         let mut t_exec = Vec::new();
         for k in [1, k] {
             let plan = examples::allgather_memory_parts(n, k).map_err(plan_err)?;
-            let exec = Executor::new(comm, &plan, Config::new(bytes / k, ElementType::F32))?;
-            exec.arena().write(exec.input().0, &inputs[me])?;
-            comm.bootstrap().barrier()?;
-            t_exec.push(time(comm, || exec.launch(&stream))?);
-            let (o, l) = exec.output();
-            wrong("executor allgather", &exec.arena().to_vec::<u8>()?[o..o + l], &inputs.concat())?;
+            t_exec.push(time_plan(comm, &plan, bytes / k, &inputs[me], &inputs.concat())?);
         }
         let send = DeviceBuffer::from_slice(&gpu, &inputs[me])?;
         let recv = DeviceBuffer::filled(&gpu, n * bytes, 0xa5)?;
@@ -126,12 +133,7 @@ fn run(comm: &Communicator) -> Result<()> {
             let mut t_exec = Vec::new();
             for k in [1, k] {
                 let plan = examples::allreduce_packets_parts(n, k).map_err(plan_err)?;
-                let exec = Executor::new(comm, &plan, Config::new(bytes / (n * k), ElementType::F32))?;
-                exec.arena().write(exec.input().0, &inputs[me])?;
-                comm.bootstrap().barrier()?;
-                t_exec.push(time(comm, || exec.launch(&stream))?);
-                let (o, l) = exec.output();
-                wrong("executor allreduce", &exec.arena().to_vec::<u8>()?[o..o + l], &want)?;
+                t_exec.push(time_plan(comm, &plan, bytes / (n * k), &inputs[me], &want)?);
             }
             let send = DeviceBuffer::from_slice(&gpu, &inputs[me])?;
             let recv = DeviceBuffer::filled(&gpu, bytes, 0xa5)?;

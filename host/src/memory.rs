@@ -13,8 +13,6 @@ use crate::gpu::Gpu;
 /// were built over it. Copies to and from it are ordered on the owning [`Gpu`]'s stream.
 pub struct DeviceBuffer {
     mem: Arc<Allocation>,
-    gpu: Arc<Gpu>,
-    ptr: CUdeviceptr,
     bytes: usize,
     exportable: bool,
 }
@@ -54,7 +52,7 @@ pub const EXPORT_GRANULARITY: usize = 2 << 20;
 
 impl std::fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DeviceBuffer(GPU {}, {:#x}, {} B)", self.gpu.ordinal(), self.ptr, self.bytes)
+        write!(f, "DeviceBuffer(GPU {}, {:#x}, {} B)", self.mem.gpu.ordinal(), self.mem.ptr, self.bytes)
     }
 }
 
@@ -91,7 +89,7 @@ impl DeviceBuffer {
         // SAFETY: a plain allocation in the bound context.
         let ptr = unsafe { cudarc::driver::result::malloc_sync(alloc) }
             .ctx(|| format!("allocating {bytes} bytes on GPU {}", gpu.ordinal()))?;
-        Ok(Self { mem: Arc::new(Allocation { gpu: gpu.clone(), ptr }), gpu: gpu.clone(), ptr, bytes, exportable })
+        Ok(Self { mem: Arc::new(Allocation { gpu: gpu.clone(), ptr }), bytes, exportable })
     }
 
     /// A hold on this buffer's memory: it stays allocated until the buffer and every hold are
@@ -121,15 +119,15 @@ impl DeviceBuffer {
 
     /// The owning GPU.
     pub fn gpu(&self) -> &Arc<Gpu> {
-        &self.gpu
+        &self.mem.gpu
     }
     /// The device address.
     pub fn addr(&self) -> u64 {
-        self.ptr
+        self.mem.ptr
     }
     /// A typed device pointer to the start.
     pub fn ptr<T>(&self) -> GlobalPtr<T> {
-        GlobalPtr::from_addr(self.ptr)
+        GlobalPtr::from_addr(self.mem.ptr)
     }
     /// The size in bytes.
     pub fn len(&self) -> usize {
@@ -159,13 +157,13 @@ impl DeviceBuffer {
         if bytes.is_empty() {
             return Ok(());
         }
-        self.gpu.bind()?;
-        let s = self.gpu.stream().cu_stream();
+        self.mem.gpu.bind()?;
+        let s = self.mem.gpu.stream().cu_stream();
         // SAFETY: destination range checked above; source is a live host slice and we
         // synchronise before returning, so it outlives the copy.
-        unsafe { cudarc::driver::result::memcpy_htod_async(self.ptr + offset as u64, bytes, s) }
-            .ctx(|| format!("copying {} bytes to GPU {}", bytes.len(), self.gpu.ordinal()))?;
-        self.gpu.synchronize()
+        unsafe { cudarc::driver::result::memcpy_htod_async(self.mem.ptr + offset as u64, bytes, s) }
+            .ctx(|| format!("copying {} bytes to GPU {}", bytes.len(), self.mem.gpu.ordinal()))?;
+        self.mem.gpu.synchronize()
     }
 
     /// Copies from byte `offset` into `out`, ordered after earlier work on the GPU's stream.
@@ -175,13 +173,13 @@ impl DeviceBuffer {
         if bytes.is_empty() {
             return Ok(());
         }
-        self.gpu.bind()?;
-        let s = self.gpu.stream().cu_stream();
+        self.mem.gpu.bind()?;
+        let s = self.mem.gpu.stream().cu_stream();
         // SAFETY: source range checked above; destination is a live host slice and we
         // synchronise before returning.
-        unsafe { cudarc::driver::result::memcpy_dtoh_async(bytes, self.ptr + offset as u64, s) }
-            .ctx(|| format!("copying {} bytes from GPU {}", bytes.len(), self.gpu.ordinal()))?;
-        self.gpu.synchronize()
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(bytes, self.mem.ptr + offset as u64, s) }
+            .ctx(|| format!("copying {} bytes from GPU {}", bytes.len(), self.mem.gpu.ordinal()))?;
+        self.mem.gpu.synchronize()
     }
 
     /// The whole buffer as `T`s (the size must be a multiple of `size_of::<T>()`, and `T` not
@@ -195,11 +193,13 @@ impl DeviceBuffer {
 
     /// Sets every byte to `byte`, ordered on the GPU's stream; returns when done.
     pub fn fill(&self, byte: u8) -> Result<()> {
-        self.gpu.bind()?;
+        self.mem.gpu.bind()?;
         // SAFETY: the whole allocation.
-        unsafe { cudarc::driver::result::memset_d8_async(self.ptr, byte, self.bytes, self.gpu.stream().cu_stream()) }
-            .ctx(|| format!("filling {} bytes on GPU {}", self.bytes, self.gpu.ordinal()))?;
-        self.gpu.synchronize()
+        unsafe {
+            cudarc::driver::result::memset_d8_async(self.mem.ptr, byte, self.bytes, self.mem.gpu.stream().cu_stream())
+        }
+        .ctx(|| format!("filling {} bytes on GPU {}", self.bytes, self.mem.gpu.ordinal()))?;
+        self.mem.gpu.synchronize()
     }
 }
 
