@@ -328,7 +328,7 @@ impl Gpu {
         // go idle: a kernel looked up while another kernel of this GPU spins waiting for it
         // would hang until the spinner's budget ran out.
         for name in ptx_entries(ptx) {
-            self.remember(&m, key, name)?;
+            self.remember(&m, key, &name)?;
         }
         mods.insert(key, m.clone());
         Ok(m)
@@ -418,20 +418,69 @@ fn check_ptx_text(ptx: &str) -> Result<()> {
     }
 }
 
-/// The kernels (`.entry` declarations) of a PTX module, by name, in order.
-fn ptx_entries(ptx: &str) -> Vec<&str> {
+/// The kernels a PTX module defines (its `.entry` directives outside comments, possibly after
+/// `.visible` or `.weak`), by name, in order.
+fn ptx_entries(ptx: &str) -> Vec<String> {
     let ident = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '%');
-    ptx.lines()
-        .filter_map(|line| {
-            let line = line.split("//").next().unwrap_or("");
-            let mut words = line.split_whitespace().skip_while(|w| !matches!(*w, ".entry") && !w.starts_with(".entry"));
-            let first = words.next()?;
-            // `.entry name(`, `.entry name (` or `.entry\tname(`.
-            let rest = first.strip_prefix(".entry").filter(|r| !r.is_empty()).or_else(|| words.next())?;
-            let name = &rest[..rest.find(|c: char| !ident(c)).unwrap_or(rest.len())];
-            (!name.is_empty()).then_some(name)
-        })
-        .collect()
+    let mut names = Vec::new();
+    for line in ptx_without_comments(ptx).lines() {
+        // `.entry name(`, `.entry name (` or `.entry\tname(`; `.extern .entry` declares a kernel
+        // of another module and is skipped, as is every other first word (`.file`, `.func`, ...).
+        let mut words = line.split_whitespace().skip_while(|w| matches!(*w, ".visible" | ".weak"));
+        if words.next() != Some(".entry") {
+            continue;
+        }
+        let rest = words.next().unwrap_or("");
+        let name = &rest[..rest.find(|c: char| !ident(c)).unwrap_or(rest.len())];
+        if !name.is_empty() {
+            names.push(name.to_string());
+        }
+    }
+    names
+}
+
+/// `ptx` with its `//` and `/* */` comments blanked out (a block comment becomes a space, its
+/// line breaks kept); quoted strings (`.file 1 "a/*.rs"`) are kept as they are.
+fn ptx_without_comments(ptx: &str) -> String {
+    let mut out = String::with_capacity(ptx.len());
+    let mut chars = ptx.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, chars.peek()) {
+            ('"', _) => {
+                out.push(c);
+                for s in chars.by_ref() {
+                    out.push(s);
+                    if s == '"' || s == '\n' {
+                        break;
+                    }
+                }
+            }
+            ('/', Some('/')) => {
+                for s in chars.by_ref() {
+                    if s == '\n' {
+                        out.push(s);
+                        break;
+                    }
+                }
+            }
+            ('/', Some('*')) => {
+                chars.next();
+                out.push(' ');
+                let mut star = false;
+                for s in chars.by_ref() {
+                    if star && s == '/' {
+                        break;
+                    }
+                    star = s == '*';
+                    if s == '\n' {
+                        out.push(s);
+                    }
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -461,6 +510,12 @@ mod tests {
                    .visible .func helper(\n)\n.global .u64 abort_word;\n";
         assert_eq!(ptx_entries(ptx), ["first", "second", "$third_1"]);
         assert!(ptx_entries(".version 8.0\n.func f()\n").is_empty());
+        // Block comments (one line or several), a declaration of another module's kernel, and a
+        // comment opener inside a quoted file name.
+        let ptx = ".version 8.0\n/* .entry in_a_comment( */ .entry after_it(\n)\n{ ret; }\n\
+                   /*\n.visible .entry spanning(\n*/\n.extern .entry elsewhere(.param .u32 a);\n\
+                   .file 1 \"src/*.rs\"\n.entry last(){ ret; } // .entry trailing(\n";
+        assert_eq!(ptx_entries(ptx), ["after_it", "last"]);
     }
 
     fn dev(ordinal: usize) -> DeviceInfo {
