@@ -77,12 +77,15 @@ for t in "$here"/bin/mp_*; do
 done
 # A dead peer: survivors must hold the named error within 1 s (the launcher runs every case, then
 # mpirun runs the GPU-wait case with a victim that exits without destructors, as mpirun would tear
-# the job down itself on a death by signal).
+# the job down itself on a death by signal, and the case of a victim that abandons the job).
 if [ -e "$here/bin/peer_abort" ] && selected abort peer_abort; then
   run peer_abort-launcher "$here/bin/peer_abort"
   run peer_abort-mpirun2 mpirun --allow-run-as-root -np 2 -x MSCCLPP_RS_REQUIRE_GPU \
     -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/peer_abort" \
     --case gpu_wait --death exit
+  run peer_abort-abandoned-mpirun2 mpirun --allow-run-as-root -np 2 -x MSCCLPP_RS_REQUIRE_GPU \
+    -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/peer_abort" \
+    --case abandoned
 fi
 # The examples are multi-rank programs: each runs under mpirun and under its built-in launcher.
 for e in "$here"/bin/example_*; do

@@ -381,7 +381,8 @@ mod skip_policy_tests {
             assert_eq!(GpuProblem::from(&e), GpuProblem::Absent(e.to_string()));
         }
         // Driver errors (not displayed here: their text comes from the driver library, which
-        // this machine may lack).
+        // this machine may lack). Discovery itself reads cuInit's CUDA_ERROR_NO_DEVICE as a
+        // driver that reports no device (mscclpp_host::gpu); as an error value it is a failure.
         for (context, code) in [
             ("cuInit", CUresult::CUDA_ERROR_NOT_INITIALIZED),
             ("cuInit", CUresult::CUDA_ERROR_NO_DEVICE),

@@ -10,6 +10,9 @@
 //! * `bootstrap_step`: the survivors wait in a bootstrap barrier; the victim dies. Same limit.
 //! * `requested`: nobody dies; the survivors' GPUs wait for the victim as above and the survivors
 //!   call `Communicator::abort()`; their kernels must trap within 1 s.
+//! * `abandoned`: as `gpu_wait`, but the victim stays alive and calls `Communicator::abandon()`
+//!   (an error path) instead of dying; the survivors must hold the named error within 1 s of
+//!   the call.
 //!
 //! The victim announces the moment of its death (wall clock, every rank is on this machine)
 //! before it dies, so each survivor measures its own delay.
@@ -85,14 +88,19 @@ fn rank_main(cfg: &BootstrapConfig) -> ExitCode {
     }
 }
 
-/// The victim's end: announce, wait, die without a goodbye.
-fn die(boot: &TcpBootstrap, death: &str) -> ! {
+/// Tells the survivors when the victim's end comes (now + [`DEATH_DELAY`]) and waits for it.
+fn announce_end(boot: &TcpBootstrap) {
     let at = now_ns() + DEATH_DELAY.as_nanos();
     for peer in 0..boot.world_size() - 1 {
         // A survivor that has gone already cannot be told; it fails on its own.
         let _ = boot.send_tagged(peer, TAG_DEATH, &at.to_le_bytes());
     }
     std::thread::sleep(DEATH_DELAY);
+}
+
+/// The victim's end: announce, wait, die without a goodbye.
+fn die(boot: &TcpBootstrap, death: &str) -> ! {
+    announce_end(boot);
     println!("rank {}: dying ({death})", boot.rank());
     if death == "exit" {
         // No destructors run: the bootstrap's sockets close without a goodbye, as in a crash.
@@ -159,6 +167,13 @@ fn run_case(cfg: &BootstrapConfig, case: &str, death: &str) -> Result<String, St
     if me == victim {
         match case {
             "gpu_wait" => die(&boot, death),
+            "abandoned" => {
+                announce_end(&boot);
+                cm.abandon();
+                // Alive past the survivors' limit: they must learn of it from the abandon alone.
+                std::thread::sleep(LIMIT + Duration::from_millis(500));
+                return Ok("abandoned the job".into());
+            }
             _ => {
                 // `requested`: stay alive (and out of the GPU wait) until the survivors are done.
                 boot.barrier().map_err(|e| e.to_string())?;
@@ -186,7 +201,7 @@ fn run_case(cfg: &BootstrapConfig, case: &str, death: &str) -> Result<String, St
     }
     .map_err(|e| e.to_string())?;
     let t = match case {
-        "gpu_wait" => death_time(&boot, victim)?,
+        "gpu_wait" | "abandoned" => death_time(&boot, victim)?,
         "requested" => {
             std::thread::sleep(DEATH_DELAY);
             let t = now_ns();
@@ -215,7 +230,11 @@ fn run_case(cfg: &BootstrapConfig, case: &str, death: &str) -> Result<String, St
     // runs from that moment (the abort word set); the time from the kill is printed beside it.
     let seen_dt = Duration::from_nanos(seen.saturating_sub(t) as u64);
     let error_dt = dt.saturating_sub(seen_dt);
-    let event = if case == "requested" { "abort() call" } else { "kill" };
+    let event = match case {
+        "requested" => "abort() call",
+        "abandoned" => "abandon() call",
+        _ => "kill",
+    };
     println!(
         "rank {me}: {case}: abort word set {} ms after the {event}, the named error {} ms after that",
         seen_dt.as_millis(),
@@ -224,7 +243,7 @@ fn run_case(cfg: &BootstrapConfig, case: &str, death: &str) -> Result<String, St
     let Err(e) = sync else { return Err(format!("the kernel finished although rank {victim} never signalled")) };
     // `synchronize_timeout` itself names the cause.
     let named_ok = match (case, e.root_cause()) {
-        ("gpu_wait", Error::PeerLost { peer, .. }) => *peer == victim,
+        ("gpu_wait" | "abandoned", Error::PeerLost { peer, .. }) => *peer == victim,
         ("requested", Error::Aborted) => true,
         _ => false,
     };
@@ -267,6 +286,7 @@ fn driver() -> ExitCode {
         ("gpu_wait", 2, true),
         ("gpu_wait", 4, true),
         ("requested", 2, true),
+        ("abandoned", 2, true),
     ];
     for &(case, ranks, needs_gpu) in cases {
         if needs_gpu && gpus == 0 {
@@ -287,7 +307,7 @@ fn driver() -> ExitCode {
             }
         }
         match case {
-            "requested" => {
+            "requested" | "abandoned" => {
                 if let Err(e) = &r {
                     problems.push(format!("the launch failed: {e}"));
                 }

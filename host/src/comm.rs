@@ -326,7 +326,9 @@ impl Communicator {
     ///
     /// It asks `boot` to report peers lost without a goodbye ([`Bootstrap::on_peer_lost`]); a
     /// loss sets `gpu`'s abort word ([`crate::abort`]), so that every bounded wait of its kernels
-    /// traps within milliseconds, naming the lost rank, instead of spinning out its budget.
+    /// gives up within milliseconds instead of spinning out its budget (the waiting threads exit,
+    /// the first printing the lost rank) and the next [`Gpu::synchronize`] returns
+    /// [`Error::PeerLost`] naming it.
     pub fn new(boot: Arc<dyn Bootstrap>, gpu: Arc<Gpu>) -> Self {
         let target = gpu.clone();
         boot.on_peer_lost(Arc::new(move |peer, _why| {
@@ -359,11 +361,22 @@ impl Communicator {
     }
 
     /// Aborts this GPU's waits: every bounded wait of its kernels that has waited a millisecond
-    /// or more (and every later one that does) prints "aborted by the host" and traps, so the
-    /// next synchronize returns an error. For an error path on which peers may be waiting for
+    /// or more (and every later one that does) gives up and exits its thread (the first prints
+    /// "aborted by the host"), and the next [`Gpu::synchronize`] returns [`Error::Aborted`]. For an error path on which peers may be waiting for
     /// this rank's GPU: abort, then exit. The word stays set; the context is not for reuse.
     pub fn abort(&self) {
         self.gpu.abort_word().set(crate::abort::AbortCause::Requested);
+    }
+
+    /// Gives up on the job, for an error path on which peers may be waiting for this rank:
+    /// [`abort`](Self::abort)s this GPU's waits and [`abandon`](Bootstrap::abandon)s the
+    /// bootstrap, so that every peer sees this rank as lost and its waits give up within
+    /// milliseconds too, its next [`Gpu::synchronize`] returning [`Error::PeerLost`] naming this
+    /// rank (where its bootstrap reports losses, as [`TcpBootstrap`](crate::TcpBootstrap) does).
+    /// The bootstrap is of no further use.
+    pub fn abandon(&self) {
+        self.abort();
+        self.boot.abandon();
     }
 
     /// Why this GPU's waits were aborted, once they were: as an error to report

@@ -99,7 +99,25 @@ fn discover() -> (Vec<DeviceInfo>, Result<()>) {
     let count = cudarc::driver::result::init()
         .ctx(|| "cuInit".into())
         .and_then(|_| cudarc::driver::result::device::get_count().ctx(|| "cuDeviceGetCount".into()));
-    list_devices(count, device_info)
+    list_devices(no_device_is_zero(count), device_info)
+}
+
+/// `CUDA_ERROR_NO_DEVICE`, which `cuInit` returns when the driver sees no device (none
+/// installed, or all hidden, as by `CUDA_VISIBLE_DEVICES=""`), is a driver that reports no
+/// device: an absence, not a failure.
+fn no_device_is_zero(count: Result<i32>) -> Result<i32> {
+    match count {
+        Err(e) if e.is_driver(cudarc::driver::sys::cudaError_enum::CUDA_ERROR_NO_DEVICE) => Ok(0),
+        count => count,
+    }
+}
+
+/// [`Gpu::open`]'s error for `ordinal`: a driver that sees no device is [`Error::NoDevice`].
+fn open_error(ordinal: usize, e: Error) -> Error {
+    match no_device_is_zero(Err(e)) {
+        Ok(_) => Error::NoDevice(format!("opening GPU {ordinal}: {NO_DEVICES}")),
+        Err(e) => e,
+    }
 }
 
 /// Devices `0..count` through `info`, stopping at the first error: the devices before it and
@@ -180,9 +198,9 @@ pub const ABORT_REPORT_WAIT: std::time::Duration = std::time::Duration::from_mil
 impl Gpu {
     /// Opens device `ordinal` (retains its primary context, creates a non-blocking stream).
     ///
-    /// Without a driver this is [`Error::NoDriver`] ([`Error::is_no_gpu`]); a driver's error
-    /// (such as `CUDA_ERROR_INVALID_DEVICE` for an ordinal it does not have) is
-    /// [`Error::Driver`]. Either message names the GPU.
+    /// Without a driver this is [`Error::NoDriver`], with a driver that sees no device
+    /// [`Error::NoDevice`] ([`Error::is_no_gpu`] tells both from failures); an ordinal the
+    /// driver does not have is its `CUDA_ERROR_INVALID_DEVICE`. Each message names the GPU.
     pub fn open(ordinal: usize) -> Result<Arc<Self>> {
         // The driver takes an int: 2^32 would name device 0 under another ordinal (and the
         // checks that compare ordinals would disagree with the device).
@@ -194,7 +212,8 @@ impl Gpu {
                 "opening GPU {ordinal}: libcuda could not be loaded (no NVIDIA driver on this machine)"
             )));
         }
-        let ctx = CudaContext::new(ordinal).ctx(|| format!("opening GPU {ordinal}"))?;
+        let ctx =
+            CudaContext::new(ordinal).ctx(|| format!("opening GPU {ordinal}")).map_err(|e| open_error(ordinal, e))?;
         // cudarc's event tracking stays as cudarc sets it (on): it only concerns `CudaSlice`s,
         // which this crate does not use, and keeps those a program allocates through
         // `Gpu::context` ordered across streams.
@@ -570,6 +589,26 @@ mod tests {
         let inv = summarize(Vec::new(), Err(Error::NoDriver("no libcuda".into())));
         assert_eq!((inv.discovery, inv.reason.as_deref()), (Discovery::NoDriver, Some("no libcuda")));
         assert!(matches!(usable(Vec::new(), Err(Error::NoDriver("no libcuda".into()))), Err(Error::NoDriver(_))));
+    }
+
+    #[test]
+    fn a_driver_without_devices_is_an_absence() {
+        use cudarc::driver::{DriverError, sys::cudaError_enum as E};
+        let driver = |code| Err(Error::Driver { context: "cuInit".into(), source: DriverError(code) });
+        let (devices, outcome) = list_devices(no_device_is_zero(driver(E::CUDA_ERROR_NO_DEVICE)), |i| Ok(dev(i)));
+        let inv = summarize(devices.clone(), outcome);
+        assert_eq!((inv.discovery, inv.reason.as_deref()), (Discovery::Complete, Some(NO_DEVICES)));
+        assert!(matches!(usable(devices, Ok(())), Err(Error::NoDevice(_))));
+        // Any other cuInit error stays a failure (not displayed: a driver error's message comes
+        // from the driver library, absent here).
+        assert!(matches!(no_device_is_zero(driver(E::CUDA_ERROR_UNKNOWN)), Err(Error::Driver { .. })));
+        // Opening: the same split, with the GPU named.
+        let Err(Error::Driver { source, .. }) = driver(E::CUDA_ERROR_NO_DEVICE) else { unreachable!() };
+        let e = open_error(3, Error::Driver { context: "opening GPU 3".into(), source });
+        assert!(e.is_no_gpu() && e.to_string().contains("opening GPU 3"), "{e}");
+        let Err(Error::Driver { source, .. }) = driver(E::CUDA_ERROR_INVALID_DEVICE) else { unreachable!() };
+        let e = open_error(3, Error::Driver { context: "opening GPU 3".into(), source });
+        assert!(matches!(&e, Error::Driver { context, .. } if context == "opening GPU 3"));
     }
 
     #[test]

@@ -6,11 +6,14 @@ const PTX: &str = include_str!(env!("KERNELS_PTX"));
 const BYTES: usize = 4096; // bulk copies move multiples of 16 bytes
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let inventory = mscclpp_host::gpu::inventory(); // never fails; says why there is no GPU
-    if inventory.devices.is_empty() {
-        println!("no GPU, nothing to run: {}", inventory.reason.unwrap_or_default());
-        return Ok(());
-    }
+    match mscclpp_host::gpu::devices() {
+        // No driver, or a driver that reports no device; a driver that fails is an error.
+        Err(e) if e.is_no_gpu() => {
+            println!("no GPU, nothing to run: {e}");
+            return Ok(());
+        }
+        devices => devices?,
+    };
     let gpu = Gpu::open(0)?;
     let src = DeviceBuffer::from_slice(&gpu, &[7u8; BYTES])?;
     let dst = DeviceBuffer::alloc(&gpu, BYTES)?;

@@ -26,6 +26,9 @@ const ACCEPT_POLL: Duration = Duration::from_millis(500);
 /// One connection, as written to (reads happen on its reader thread, on a clone of the socket).
 pub(super) struct Link {
     stream: Mutex<TcpStream>,
+    /// The socket's descriptor, to shut it down without waiting for a writer's lock
+    /// ([`Net::sever`]); valid as long as `stream` is.
+    fd: std::os::fd::RawFd,
 }
 
 #[derive(Default)]
@@ -108,7 +111,8 @@ impl Net {
             stream.set_read_timeout(None).map_err(io)?;
             stream.set_write_timeout(Some(self.timeout())).map_err(io)?;
             let read_half = stream.try_clone().map_err(io)?;
-            let link = Arc::new(Link { stream: Mutex::new(stream) });
+            let fd = stream.as_raw_fd();
+            let link = Arc::new(Link { stream: Mutex::new(stream), fd });
             let mut conns = lock(&self.conns);
             if conns.closed {
                 return Err(Error::Protocol("the bootstrap is closing".into()));
@@ -349,6 +353,22 @@ impl Net {
             }
             // On failure `adopt` takes the count back; the peer then sees the connection end.
             let _ = self.adopt(peer, stream);
+        }
+    }
+
+    /// Ends every connection now, without a goodbye, and takes no new one, so that every peer
+    /// sees this rank as lost (its loss hooks run) while this rank's own do not. Waits for no
+    /// lock or thread, so any thread may call it; [`Net::close`] still ends the threads.
+    pub(super) fn sever(&self) {
+        self.inbox.close();
+        let links = {
+            let mut c = lock(&self.conns);
+            c.closed = true;
+            c.all.clone()
+        };
+        for link in &links {
+            // `link` keeps its stream, so the descriptor is still this socket's.
+            let _ = nix::sys::socket::shutdown(link.fd, nix::sys::socket::Shutdown::Both);
         }
     }
 

@@ -91,8 +91,9 @@
 //!
 //! # A dead rank
 //!
-//! A rank that closes its bootstrap (drop, unless it is panicking) sends a goodbye on each of its
-//! connections; a connection that ends without one is a death, and the
+//! A rank that closes its bootstrap (drop, unless it is panicking or called
+//! [`Bootstrap::abandon`]) sends a goodbye on each of its connections; a connection that ends
+//! without one is a death, and the
 //! [`Bootstrap::on_peer_lost`] hooks run for it (a [`Communicator`](crate::comm::Communicator)
 //! aborts its GPU's waits there). Every rank learns of every death within milliseconds:
 //!
@@ -241,6 +242,12 @@ pub trait Bootstrap: Send + Sync {
         let _ = hook;
         false
     }
+    /// This rank gives up on the job (an error path on which peers may be waiting for it): its
+    /// peers should see it as lost, not as departed, so that their loss hooks run (and their
+    /// [`Communicator`](crate::comm::Communicator)s abort their GPUs' waits, naming this rank).
+    /// [`TcpBootstrap`] ends its connections at once, without goodbyes; later calls fail. The
+    /// default does nothing (the peers' waits then run out their budgets).
+    fn abandon(&self) {}
     /// What the job's other connections (the TCP transport of port channels) may take from this
     /// bootstrap: a key to authenticate them, the timeout, the address this rank is reached at.
     /// The default knows none of these; the transport then uses a key that rank 0 draws and

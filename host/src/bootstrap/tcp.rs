@@ -46,6 +46,8 @@ pub struct TcpBootstrap {
     max_frame: usize,
     net: Arc<Net>,
     counters: Mutex<Counters>,
+    /// Set by [`Bootstrap::abandon`]: close without goodbyes.
+    abandoned: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for TcpBootstrap {
@@ -134,6 +136,7 @@ impl TcpBootstrap {
             max_frame: cfg.max_frame,
             net,
             counters: Mutex::new(Counters::default()),
+            abandoned: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -292,6 +295,14 @@ impl Bootstrap for TcpBootstrap {
         true
     }
 
+    /// Ends every connection now, without goodbyes: every peer sees this rank as lost (rank 0
+    /// reports it to the ranks with no connection to it) and runs its loss hooks. Every later
+    /// call on this bootstrap fails.
+    fn abandon(&self) {
+        self.abandoned.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.net.sever();
+    }
+
     /// Every rank's `data`, in rank order (this rank's own included). Contributions may differ in
     /// length; each must fit in [`max_frame`](TcpBootstrap::max_frame).
     fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -365,10 +376,12 @@ impl Bootstrap for TcpBootstrap {
 
 impl Drop for TcpBootstrap {
     fn drop(&mut self) {
-        // A goodbye first (unless this thread is panicking: then the peers should treat this
-        // rank as lost and abort their waits), so that the peers see a departure, not a death.
+        // A goodbye first (unless this thread is panicking or the rank abandoned the job: then
+        // the peers should treat this rank as lost and abort their waits), so that the peers see
+        // a departure, not a death.
         let completed = lock(&self.counters).completed;
-        self.net.close(!std::thread::panicking(), completed);
+        let abandoned = self.abandoned.load(std::sync::atomic::Ordering::SeqCst);
+        self.net.close(!std::thread::panicking() && !abandoned, completed);
     }
 }
 

@@ -373,6 +373,49 @@ fn rank_zero_reports_a_death_to_every_rank() {
     }
 }
 
+/// A rank that abandons the job (alive, not panicking) is a loss to every peer, reported within
+/// a second, with no hook firing on the rank itself; a rank that closes normally is not.
+#[test]
+fn an_abandoning_rank_is_lost_to_every_peer_and_a_departing_one_is_not() {
+    const N: usize = 5;
+    for (victim, abandon) in [(3, true), (0, true), (3, false)] {
+        let results = run(N, Duration::from_secs(20), Duration::ZERO, move |b| {
+            let fired: Arc<std::sync::Mutex<Vec<(usize, String)>>> = Arc::default();
+            let sink = fired.clone();
+            assert!(b.on_peer_lost(Arc::new(move |peer, why| lock(&sink).push((peer, why.to_string())))));
+            b.barrier()?;
+            if b.rank() == victim {
+                if abandon {
+                    b.abandon();
+                    // Alive for a while: the peers must not need this process to end.
+                    thread::sleep(Duration::from_millis(1500));
+                    assert!(b.barrier().is_err(), "a barrier after abandon must fail");
+                }
+                let own = lock(&fired).clone();
+                drop(b);
+                assert!(own.is_empty(), "rank {victim}'s own hooks fired: {own:?}");
+                return Ok(None);
+            }
+            let start = Instant::now();
+            while lock(&fired).is_empty() && start.elapsed() < Duration::from_millis(1200) {
+                thread::sleep(Duration::from_millis(1));
+            }
+            let took = start.elapsed();
+            let got = lock(&fired).clone();
+            Ok(Some((b.rank(), took, got)))
+        });
+        for r in results {
+            let Some((rank, took, got)) = r.unwrap() else { continue };
+            if abandon {
+                assert!(took < Duration::from_secs(1), "rank {rank}: told after {took:?}");
+                assert!(matches!(&got[..], [(v, _)] if *v == victim), "rank {rank}: hook calls {got:?}");
+            } else {
+                assert!(got.is_empty(), "rank {rank}: a departure fired the hooks: {got:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn closing_is_prompt() {
     // The thread that accepts connections is woken when the bootstrap closes, not polled.
