@@ -68,8 +68,8 @@ fn run_rank(cfg: &BootstrapConfig) -> ExitCode {
     let r = cfg.rank.rank;
     let outcome = TcpBootstrap::connect(cfg).and_then(|boot| {
         let boot: Arc<dyn Bootstrap> = Arc::new(boot);
-        // On an error the bootstrap is dropped on the way out: its connections close, and ranks
-        // waiting on this one fail with "connection to rank r lost" instead of waiting on.
+        // On an error the bootstrap is dropped on the way out (after rank_main abandoned the
+        // job, if its GPU work had begun): ranks waiting on this one fail at once, naming it.
         rank_main(cfg, &boot)
     });
     let require_gpu = std::env::var("MSCCLPP_RS_REQUIRE_GPU").is_ok_and(|v| v == "1");
@@ -132,21 +132,32 @@ fn rank_main(cfg: &BootstrapConfig, boot: &Arc<dyn Bootstrap>) -> Result<Outcome
     }
 
     let comm = Communicator::new(boot.clone(), gpu.clone());
+    let ok = run_operations(&comm, seed).inspect_err(|_| {
+        // The peers' kernels may be waiting for this rank's: make them give up at once, naming
+        // this rank, instead of running out their budgets.
+        comm.abandon();
+    })?;
+    Ok(if ok { Outcome::Ok } else { Outcome::Mismatch })
+}
+
+/// Every operation at every size, then the library's collectives: whether every result matched.
+fn run_operations(comm: &Communicator, seed: u64) -> Result<bool> {
+    let (gpu, n) = (comm.gpu().clone(), comm.world_size());
     // Room for every rank's chunk of an allgather, or for the values and every rank's slot of
     // scratch of an allreduce.
     let buf = DeviceBuffer::alloc_exportable(&gpu, (n + 1) * LARGE)?;
     // Each channel's packet region holds two operations of up to SMALL_MAX bytes (flag parity).
     let chans = comm.memory_channels(&buf, 2 * packet_bytes::<LL16Packet>(SMALL_MAX as u64) as usize)?;
-    let mut ex = Example::new(&comm, &buf, &chans, seed)?;
+    let mut ex = Example::new(comm, &buf, &chans, seed)?;
     let mut ok = true;
     for bytes in SIZES {
         ok &= ex.allgather(bytes)?;
         ok &= ex.allreduce(bytes)?;
     }
-    ok &= library_collectives(&comm, seed)?;
+    ok &= library_collectives(comm, seed)?;
     // Every rank's kernels have finished (each waited for its GPU before the last report's
     // all-gather), so the channels and buffers may go, in that order.
-    Ok(if ok { Outcome::Ok } else { Outcome::Mismatch })
+    Ok(ok)
 }
 
 /// Everything one rank's operations use.
