@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The multi-rank programs under a real OpenMPI mpirun on a machine without GPUs: ranks find each
+# other through OpenMPI's variables (the rendezvous port derived from the job id), the bootstrap
+# phases run, and GPU phases skip with a reason. Installs OpenMPI (Debian's openmpi-bin) when
+# mpirun is missing and this runs as root; otherwise says why it cannot run and fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v mpirun >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "mpirun-cpu: installing openmpi-bin (apt-get)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin >/dev/null
+  else
+    echo "mpirun-cpu: no mpirun, and cannot install openmpi-bin here (needs root and apt-get)" >&2
+    exit 1
+  fi
+fi
+mpirun --version | head -1
+
+# The executable of test or example target $2 of package $1 (cargo's JSON messages name it).
+exe() {
+  cargo build -q --message-format=json -p "$1" "${@:2}" | python3 -c '
+import json, sys
+paths = [m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")]
+print(paths[-1])'
+}
+allreduce=$(exe example-allreduce --bin example-allreduce)
+patterns=$(exe mscclpp-rs --test mp_patterns)
+abort=$(exe mscclpp-rs --test peer_abort)
+
+failed=0
+# run NAME CHECKS ARGS...: runs `mpirun ARGS`; passes when it exits 0 and, for each "COUNT:TEXT"
+# of CHECKS (separated by ";"), TEXT is on exactly COUNT lines of the output.
+run() {
+  local name=$1 checks=$2 out rc=0 problems=""
+  shift 2
+  out=$(timeout 300 mpirun --allow-run-as-root --oversubscribe "$@" 2>&1) || rc=$?
+  [ "$rc" = 0 ] || problems="exit status $rc"
+  local check count text seen
+  IFS=';' read -ra check <<<"$checks"
+  for c in "${check[@]}"; do
+    count=${c%%:*}; text=${c#*:}
+    seen=$(grep -cF -- "$text" <<<"$out" || true)
+    [ "$seen" = "$count" ] || problems="$problems; $seen lines, not $count, with \"$text\""
+  done
+  if [ -z "$problems" ]; then
+    echo "mpirun-cpu: $name ... ok"
+  else
+    echo "mpirun-cpu: $name ... FAILED (${problems#; }):"
+    sed 's/^/    /' <<<"$out"
+    failed=1
+  fi
+}
+run "allreduce example, 2 ranks" "2:allreduce example skipped: rank 0 has no GPU" -np 2 "$allreduce"
+run "mp_patterns, 4 ranks (bootstrap phases; GPU phases skip)" \
+  "4:of 4, via OpenMPI), no GPU;4:bootstrap_all_gather ... ok;4:bootstrap_barrier_x100 ... ok;4:: RESULT ok" \
+  -np 4 "$patterns"
+run "peer_abort bootstrap_step, 3 ranks (a rank exits mid-barrier)" "2:: bootstrap_step ok:;1:rank 2: dying (exit)" \
+  -np 3 "$abort" --case bootstrap_step --death exit
+[ "$failed" = 0 ] && echo "mpirun-cpu: all ok"
+exit "$failed"
