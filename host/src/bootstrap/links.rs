@@ -361,9 +361,14 @@ impl Net {
     /// lock or thread, so any thread may call it; [`Net::close`] still ends the threads.
     pub(super) fn sever(&self) {
         self.inbox.close();
+        self.stop.store(true, Ordering::SeqCst);
         let links = {
             let mut c = lock(&self.conns);
             c.closed = true;
+            if let Some((_, listener)) = &c.acceptor {
+                // Refuse new connections at once (as in `close`, which still joins the thread).
+                let _ = nix::sys::socket::shutdown(listener.as_raw_fd(), nix::sys::socket::Shutdown::Read);
+            }
             c.all.clone()
         };
         for link in &links {

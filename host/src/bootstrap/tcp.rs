@@ -163,6 +163,18 @@ impl TcpBootstrap {
         Error::Bootstrap { rank: self.info.rank, step: step.to_string(), cause: Box::new(cause) }
     }
 
+    /// Refuses `what` at once on a bootstrap this rank [abandoned](Bootstrap::abandon) (its
+    /// connections are severed: the call would otherwise fail late, or wait out its timeout).
+    fn refuse_if_abandoned(&self, what: &str) -> Result<()> {
+        if self.abandoned.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(self.fail(
+                what,
+                Error::InvalidArgument("this rank abandoned the job: its bootstrap is of no further use".into()),
+            ));
+        }
+        Ok(())
+    }
+
     fn next_collective(&self, kind: Kind) -> (u64, String) {
         let mut c = lock(&self.counters);
         c.collective += 1;
@@ -297,7 +309,8 @@ impl Bootstrap for TcpBootstrap {
 
     /// Ends every connection now, without goodbyes: every peer sees this rank as lost (rank 0
     /// reports it to the ranks with no connection to it) and runs its loss hooks. Every later
-    /// call on this bootstrap fails.
+    /// all-gather, barrier, send or receive on this bootstrap fails at once, and the port stops
+    /// taking connections.
     fn abandon(&self) {
         self.abandoned.store(true, std::sync::atomic::Ordering::SeqCst);
         self.net.sever();
@@ -306,11 +319,13 @@ impl Bootstrap for TcpBootstrap {
     /// Every rank's `data`, in rank order (this rank's own included). Contributions may differ in
     /// length; each must fit in [`max_frame`](TcpBootstrap::max_frame).
     fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.refuse_if_abandoned("all_gather")?;
         let (seq, step) = self.next_collective(Kind::AllGather);
         self.collective(&step, Kind::AllGather, seq, data)
     }
 
     fn barrier(&self) -> Result<()> {
+        self.refuse_if_abandoned("barrier")?;
         let (seq, step) = self.next_collective(Kind::Barrier);
         self.collective(&step, Kind::Barrier, seq, &[]).map(drop)
     }
@@ -318,6 +333,7 @@ impl Bootstrap for TcpBootstrap {
     /// Returns once the data is handed to the operating system (after opening a connection to
     /// `peer`, on the first send to it when there is none).
     fn send_tagged(&self, peer: usize, tag: u32, data: &[u8]) -> Result<()> {
+        self.refuse_if_abandoned("send")?;
         let n = self.info.world_size;
         if peer >= n {
             return Err(
@@ -346,6 +362,7 @@ impl Bootstrap for TcpBootstrap {
 
     /// Waits up to the [`timeout`](TcpBootstrap::timeout); a timed-out receive may be retried.
     fn recv_tagged(&self, peer: usize, tag: u32) -> Result<Vec<u8>> {
+        self.refuse_if_abandoned("recv")?;
         let n = self.info.world_size;
         if peer >= n {
             return Err(

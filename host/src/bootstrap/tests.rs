@@ -389,7 +389,21 @@ fn an_abandoning_rank_is_lost_to_every_peer_and_a_departing_one_is_not() {
                     b.abandon();
                     // Alive for a while: the peers must not need this process to end.
                     thread::sleep(Duration::from_millis(1500));
-                    assert!(b.barrier().is_err(), "a barrier after abandon must fail");
+                    // Every later call fails at once, naming the abandon (a receive from a rank
+                    // this one never had a connection with would otherwise wait out the timeout).
+                    let t = Instant::now();
+                    let far = (victim + 2) % N;
+                    let errors = [
+                        b.barrier().err(),
+                        b.all_gather(b"x").err(),
+                        b.send_tagged(far, 7, b"x").err(),
+                        b.recv_tagged(far, 7).err(),
+                    ];
+                    assert!(t.elapsed() < Duration::from_millis(500), "refusals took {:?}", t.elapsed());
+                    for e in errors {
+                        let e = e.expect("a call after abandon must fail");
+                        assert!(e.to_string().contains("abandoned the job"), "rank {victim}: {e}");
+                    }
                 }
                 let own = lock(&fired).clone();
                 drop(b);
