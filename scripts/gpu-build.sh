@@ -52,7 +52,7 @@ cargo build --release -p mscclpp-executor --example exec_bench
 cp target/release/examples/exec_bench .gpu/bin/exec_bench
 strip --strip-debug .gpu/bin/* 2>/dev/null || true
 # Everything the report runs must be in the bundle.
-for n in report unit_bulk unit_sync unit_memchan mp_patterns mp_collectives bench_bulk bench_sync bench_memchan coll_bench; do
+for n in report unit_bulk unit_sync unit_memchan unit_transport mp_patterns mp_collectives mp_ep mp_exec bench_bulk bench_sync bench_memchan coll_bench; do
   [ -x ".gpu/bin/$n" ] || { echo "gpu-build: .gpu/bin/$n is missing" >&2; exit 1; }
 done
 # The PTX/SASS verdict of the embedded PTX, made here where ptxas is (the GPU machine may lack it).

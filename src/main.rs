@@ -259,8 +259,8 @@ enum Kind {
     Tests(&'static str),
     /// The multi-rank pattern test (phases).
     Phases,
-    /// A multi-rank program reporting checks on rank 0 (`PROGRAM: rank 0: ... ok`).
-    Ranks(&'static str),
+    /// A multi-rank program reporting checks of a family on rank 0 (`PROGRAM: rank 0: ... ok`).
+    Ranks { program: &'static str, family: &'static str },
     /// A bench of this family: its rows go to the results file, and a failed run is a failed
     /// check of what it timed (`what`).
     Bench { family: &'static str, what: &'static str },
@@ -278,12 +278,26 @@ fn steps(gpus: usize) -> Vec<Step> {
         tests("unit_bulk", family::BULK),
         tests("unit_sync", family::SYNC),
         tests("unit_memchan", family::MEMCHAN),
+        tests("unit_transport", family::PORT),
         Step { exe: "mp_patterns", args: vec!["--ranks".into(), ranks.clone()], kind: Kind::Phases, need_gpus: 1 },
+        // Multi-rank programs: on a one-GPU machine their two ranks share the GPU.
         Step {
             exe: "mp_collectives",
             args: vec!["--ranks".into(), ranks.clone()],
-            kind: Kind::Ranks("mp_collectives"),
-            need_gpus: 2,
+            kind: Kind::Ranks { program: "mp_collectives", family: family::COLLECTIVES },
+            need_gpus: 1,
+        },
+        Step {
+            exe: "mp_ep",
+            args: vec!["--ranks".into(), ranks.clone()],
+            kind: Kind::Ranks { program: "mp_ep", family: family::EP },
+            need_gpus: 1,
+        },
+        Step {
+            exe: "mp_exec",
+            args: vec!["--ranks".into(), ranks.clone()],
+            kind: Kind::Ranks { program: "mp_exec", family: family::PLANS },
+            need_gpus: 1,
         },
         Step {
             exe: "bench_bulk",
@@ -504,7 +518,7 @@ fn skipped_check(step: &Step, source: &str, why: &str) -> report::Check {
     let fam = match step.kind {
         Kind::Tests(f) | Kind::Bench { family: f, .. } => f,
         Kind::Phases => family::BOOTSTRAP,
-        Kind::Ranks(_) => family::COLLECTIVES,
+        Kind::Ranks { family, .. } => family,
     };
     report::Check {
         family: fam,
@@ -521,7 +535,7 @@ fn checks_of(step: &Step, source: &str, done: &suite::Finished, skips: &str, dea
     let mut out = match step.kind {
         Kind::Tests(fam) => report::parse_libtest(source, text, skips, fam),
         Kind::Phases => report::parse_phases(source, text, family::BOOTSTRAP),
-        Kind::Ranks(program) => report::parse_rank_lines(source, program, text, family::COLLECTIVES),
+        Kind::Ranks { program, family } => report::parse_rank_lines(source, program, text, family),
         Kind::Bench { family: fam, what } => {
             let outcome = if done.success() {
                 Outcome::Passed

@@ -28,8 +28,12 @@ pub mod family {
     pub const BOOTSTRAP: &str = "bootstrap and IPC";
     /// Allreduce, allgather, reduce-scatter.
     pub const COLLECTIVES: &str = "collectives";
+    /// Expert-parallel dispatch and combine (`mscclpp-ep`).
+    pub const EP: &str = "expert parallel";
+    /// Plans run by the executor kernel (`mscclpp-executor`).
+    pub const PLANS: &str = "plans (executor)";
     /// Every family, in report order.
-    pub const ALL: [&str; 8] = [BULK, SYNC, PORT, MEMCHAN, PACKETS, SWITCH, BOOTSTRAP, COLLECTIVES];
+    pub const ALL: [&str; 10] = [BULK, SYNC, PORT, MEMCHAN, PACKETS, SWITCH, BOOTSTRAP, COLLECTIVES, EP, PLANS];
 }
 
 /// The family of a test or phase by the words of its name (`_`-separated; a word matches a key
@@ -722,10 +726,14 @@ mod tests {
     #[test]
     fn every_family_has_gpu_checks() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let mut seen: Vec<&str> = vec![family::COLLECTIVES]; // mp_collectives: every check
-        for (file, default) in
-            [("unit_bulk", family::BULK), ("unit_sync", family::SYNC), ("unit_memchan", family::MEMCHAN)]
-        {
+        // mp_collectives, mp_ep and mp_exec: every check of their families.
+        let mut seen: Vec<&str> = vec![family::COLLECTIVES, family::EP, family::PLANS];
+        for (file, default) in [
+            ("unit_bulk", family::BULK),
+            ("unit_sync", family::SYNC),
+            ("unit_memchan", family::MEMCHAN),
+            ("unit_transport", family::PORT),
+        ] {
             let text = std::fs::read_to_string(root.join("tests").join(format!("{file}.rs"))).unwrap();
             let mut lines = text.lines();
             let mut n = 0;
@@ -738,7 +746,8 @@ mod tests {
                     n += 1;
                 }
             }
-            assert!(n >= 5, "{file}: {n} tests found");
+            let least = if file == "unit_transport" { 2 } else { 5 };
+            assert!(n >= least, "{file}: {n} tests found");
         }
         let mp = std::fs::read_to_string(root.join("tests/mp_patterns/main.rs")).unwrap();
         for l in mp.lines().filter(|l| l.trim_start().starts_with("Phase { name: \"")) {

@@ -11,12 +11,15 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The executables the GPU report runs, by the names the GPU bundle gives them.
-pub const EXECUTABLES: [&str; 9] = [
+pub const EXECUTABLES: [&str; 12] = [
     "unit_bulk",
     "unit_sync",
     "unit_memchan",
+    "unit_transport",
     "mp_patterns",
     "mp_collectives",
+    "mp_ep",
+    "mp_exec",
     "bench_bulk",
     "bench_sync",
     "bench_memchan",
@@ -44,6 +47,10 @@ pub fn cargo_commands() -> [Vec<&'static str>; 2] {
             "mscclpp-rs",
             "-p",
             "mscclpp-collectives",
+            "-p",
+            "mscclpp-ep",
+            "-p",
+            "mscclpp-executor",
             "--test",
             "unit_bulk",
             "--test",
@@ -51,9 +58,15 @@ pub fn cargo_commands() -> [Vec<&'static str>; 2] {
             "--test",
             "unit_memchan",
             "--test",
+            "unit_transport",
+            "--test",
             "mp_patterns",
             "--test",
             "mp_collectives",
+            "--test",
+            "mp_ep",
+            "--test",
+            "mp_exec",
             "--bench",
             "bulk",
             "--bench",
