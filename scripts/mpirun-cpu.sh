@@ -1,26 +1,42 @@
 #!/usr/bin/env bash
 # The multi-rank programs under a real OpenMPI mpirun on a machine without GPUs: ranks find each
 # other through OpenMPI's variables (the rendezvous port derived from the job id), the bootstrap
-# phases run, and GPU phases skip with a reason. Installs OpenMPI (Debian's openmpi-bin) when
-# mpirun is missing and this runs as root; otherwise says why it cannot run and fails.
+# phases run, and GPU phases skip with a reason. Installs OpenMPI (Debian's openmpi-bin) when no
+# OpenMPI mpirun is found and this runs as root (or sudo needs no password); otherwise says why it
+# cannot run and fails. The GPUs are hidden from the ranks (CUDA_VISIBLE_DEVICES=""), so the
+# checks hold on a machine with GPUs too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v mpirun >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+# OpenMPI's mpirun: Debian's alternatives name it mpirun.openmpi; a plain mpirun may be MPICH's.
+is_openmpi() { "$1" --version 2>/dev/null | grep -q 'Open MPI'; }
+find_mpirun() {
+  for m in mpirun.openmpi mpirun; do
+    if command -v "$m" >/dev/null && is_openmpi "$m"; then echo "$m"; return 0; fi
+  done
+  return 1
+}
+if ! mpirun=$(find_mpirun); then
+  sudo=()
+  [ "$(id -u)" = 0 ] || { command -v sudo >/dev/null && sudo -n true 2>/dev/null && sudo=(sudo -n); }
+  if { [ "$(id -u)" = 0 ] || [ ${#sudo[@]} -gt 0 ]; } && command -v apt-get >/dev/null; then
     echo "mpirun-cpu: installing openmpi-bin (apt-get)"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin >/dev/null
+    "${sudo[@]}" apt-get update -qq || echo "mpirun-cpu: apt-get update reported errors; trying the install anyway"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin openssh-client >/dev/null
   else
-    echo "mpirun-cpu: no mpirun, and cannot install openmpi-bin here (needs root and apt-get)" >&2
+    echo "mpirun-cpu: no OpenMPI mpirun, and cannot install openmpi-bin here (needs root, or sudo without a" \
+      "password, and apt-get); install OpenMPI and run this again" >&2
     exit 1
   fi
+  mpirun=$(find_mpirun) || { echo "mpirun-cpu: openmpi-bin installed, but no OpenMPI mpirun found" >&2; exit 1; }
 fi
-mpirun --version | head -1
+"$mpirun" --version | sed -n 1p
+# One machine: OpenMPI starts its daemons locally, without ssh.
+export OMPI_MCA_plm_rsh_agent=${OMPI_MCA_plm_rsh_agent:-false}
 
 # The executable of test or example target $2 of package $1 (cargo's JSON messages name it).
 exe() {
-  cargo build -q --message-format=json -p "$1" "${@:2}" | python3 -c '
+  cargo build -q --message-format=json-render-diagnostics -p "$1" "${@:2}" | python3 -c '
 import json, sys
 paths = [m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")]
 print(paths[-1])'
@@ -35,7 +51,8 @@ failed=0
 run() {
   local name=$1 checks=$2 out rc=0 problems=""
   shift 2
-  out=$(timeout 300 mpirun --allow-run-as-root --oversubscribe "$@" 2>&1) || rc=$?
+  out=$(timeout -k 30 300 "$mpirun" --allow-run-as-root --oversubscribe -x CUDA_VISIBLE_DEVICES= "$@" 2>&1 </dev/null) ||
+    rc=$?
   [ "$rc" = 0 ] || problems="exit status $rc"
   local check count text seen
   IFS=';' read -ra check <<<"$checks"

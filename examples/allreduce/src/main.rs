@@ -134,7 +134,8 @@ fn rank_main(cfg: &BootstrapConfig, boot: &Arc<dyn Bootstrap>) -> Result<Outcome
     let comm = Communicator::new(boot.clone(), gpu.clone());
     let ok = run_operations(&comm, seed).inspect_err(|_| {
         // The peers' kernels may be waiting for this rank's: make them give up at once, naming
-        // this rank, instead of running out their budgets.
+        // this rank, instead of running out their budgets (run_operations abandons already when
+        // an operation fails; a second abandon changes nothing).
         comm.abandon();
     })?;
     Ok(if ok { Outcome::Ok } else { Outcome::Mismatch })
@@ -149,15 +150,23 @@ fn run_operations(comm: &Communicator, seed: u64) -> Result<bool> {
     // Each channel's packet region holds two operations of up to SMALL_MAX bytes (flag parity).
     let chans = comm.memory_channels(&buf, 2 * packet_bytes::<LL16Packet>(SMALL_MAX as u64) as usize)?;
     let mut ex = Example::new(comm, &buf, &chans, seed)?;
-    let mut ok = true;
-    for bytes in SIZES {
-        ok &= ex.allgather(bytes)?;
-        ok &= ex.allreduce(bytes)?;
+    let ran = (|| {
+        let mut ok = true;
+        for bytes in SIZES {
+            ok &= ex.allgather(bytes)?;
+            ok &= ex.allreduce(bytes)?;
+        }
+        ok &= library_collectives(comm, seed)?;
+        Ok(ok)
+    })();
+    if ran.is_err() {
+        // Give up on the job before the channels and buffers go (their release may wait for
+        // work that peers, still waiting for this rank, would never finish).
+        comm.abandon();
     }
-    ok &= library_collectives(comm, seed)?;
     // Every rank's kernels have finished (each waited for its GPU before the last report's
     // all-gather), so the channels and buffers may go, in that order.
-    Ok(ok)
+    ran
 }
 
 /// Everything one rank's operations use.
