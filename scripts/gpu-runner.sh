@@ -149,9 +149,9 @@ for b in "$out"/*-tcp-*.log; do [ -e "$b" ] && grep -E 'port channels toward|por
 [ -s "$out/skips.log" ] && { echo "skipped:"; cat "$out/skips.log"; }
 echo "== summary =="
 printf '%s\n' "${rows[@]}"
-# A GPU machine's output folder ($OUT) returns a few files only: everything goes into two
-# archives (criterion's HTML report apart, it is the largest), and the report's Markdown stays
-# beside them to read at once.
+# With OUT set, the output folder is kept small: everything goes into two archives (criterion's
+# HTML report apart, it is the largest), and the report's Markdown stays beside them to read at
+# once.
 if [ -n "${OUT:-}" ]; then
   tmp=$(mktemp -d)
   [ -d "$out/criterion" ] && tar -czf "$tmp/criterion.tar.gz" -C "$out" criterion && rm -rf "$out/criterion"
