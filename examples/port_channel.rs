@@ -44,10 +44,12 @@ fn main() -> ExitCode {
         Ok(Role::Rank(cfg)) => match rank_main(&cfg) {
             Ok(line) => {
                 println!("rank {}: {line}", cfg.rank.rank);
+                println!("rank {}: RESULT ok", cfg.rank.rank);
                 ExitCode::SUCCESS
             }
             Err(e) => {
                 println!("rank {}: FAILED: {e}", cfg.rank.rank);
+                println!("rank {}: RESULT FAILED", cfg.rank.rank);
                 ExitCode::FAILURE
             }
         },
