@@ -718,3 +718,47 @@ fn packet_data_dependencies_order_an_in_place_update() {
     assert!(m.contains("race on rank 0 input[0..1]: rank 0 tb 0 op 0 (put_packets"), "{m}");
     assert!(m.contains("rank 0 tb 1 op 0 (unpack_packets rank 0 scratch[1..2] -> rank 0 input[0..1])"), "{m}");
 }
+
+/// In place, a rank's input chunks are output chunks: accesses that do not conflict out of
+/// place race in place, and writes into a peer's input must be observed like output writes.
+#[test]
+fn in_place_plans_alias_input_and_output() {
+    // One rank: tb 0 reads input[0], tb 1 writes output[0], nothing between them.
+    let mut p = Program::new("alias", "allreduce", 1, 2, 2, 2);
+    let r0 = p.rank(0).unwrap();
+    r0.copy(&mut p, Chunk::scratch(0, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+    r0.copy(&mut p, Chunk::output(0, 0, 1), Chunk::scratch(0, 1, 1), 1).unwrap();
+    check(&p).unwrap();
+    assert_eq!(p.storage(Chunk::input(0, 1, 1)), Chunk::input(0, 1, 1));
+    p.set_in_place(true);
+    assert_eq!(p.storage(Chunk::input(0, 1, 1)), Chunk::output(0, 1, 1));
+    let (_, m) = rejected(&p);
+    assert!(
+        m.contains("race on rank 0 output[0..1]: rank 0 tb 0 op 0 (copy rank 0 input[0..1] -> rank 0 scratch[0..1])"),
+        "{m}"
+    );
+    round_trip(&p);
+    assert!(!Program::new("x", "y", 1, 1, 1, 0).to_json().contains("in_place"), "absent when out of place");
+
+    // Two ranks of an allgather: rank 0 puts into rank 1's input (its output[1]) unannounced.
+    let mut p = Program::new("unannounced", "allgather", 2, 1, 2, 0);
+    let ch = p.memory_channel(1, 0).unwrap();
+    ch.put(&mut p, Chunk::input(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+    check(&p).unwrap();
+    p.set_in_place(true);
+    assert_eq!(p.input_in_output(0).unwrap(), Some(0));
+    assert_eq!(p.input_in_output(1).unwrap(), Some(1));
+    let (_, m) = rejected(&p);
+    assert!(m.contains("writes rank 1 output[1..2] but rank 1 can finish before it arrives"), "{m}");
+
+    // An input that cannot lie in the output is refused by the checker.
+    let mut p = Program::new("rs", "reducescatter", 2, 2, 1, 0);
+    assert_eq!(p.input_in_output(0).unwrap(), None);
+    p.set_in_place(true);
+    let e = p.input_in_output(1).unwrap_err();
+    assert_eq!(e, PlanError::InPlaceLayout { rank: 1, input_chunks: 2, output_chunks: 1, start: 0 });
+    let (errors, m) = rejected(&p);
+    assert_eq!(errors.len(), 2, "{m}");
+    assert!(matches!(errors[0], CheckError::InPlace(PlanError::InPlaceLayout { rank: 0, .. })), "{m}");
+    assert!(p.input_in_output(2).is_err(), "no rank 2");
+}
