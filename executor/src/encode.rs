@@ -12,7 +12,8 @@ const REGION_ALIGN: u64 = 256;
 /// Where one rank's buffers lie in its arena (bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// Offset of the input buffer (always 0).
+    /// Offset of the input buffer: 0, or for an in-place plan the place in the output buffer
+    /// where the input lies ([`Program::input_in_output`]).
     pub input: u64,
     /// Bytes of the input buffer.
     pub input_bytes: u64,
@@ -69,24 +70,6 @@ fn unsupported(rank: usize, tb: usize, i: usize, op: &Op, why: &str) -> Error {
     Error::Unsupported(format!("executor: rank {rank} thread block {tb} operation {i} ({}): {why}", op.kind.name()))
 }
 
-/// Whether the operation reads or writes scratch as packets / as plain data.
-fn scratch_uses(k: &OpKind) -> (bool, bool) {
-    let s = |c: &Chunk| c.buffer == BufferType::Scratch;
-    match k {
-        OpKind::PutPackets { dst, src, .. } | OpKind::CopyPackets { dst, src } => (s(dst), s(src)),
-        OpKind::ReadPutPackets { dst, src, .. } => (s(dst) || s(src), false),
-        OpKind::UnpackPackets { dst, src } => (s(src), s(dst)),
-        OpKind::Reduce { src, others, dst, packet: true, .. } => (others.iter().any(s), s(src) || s(dst)),
-        OpKind::Reduce { src, others, dst, packet: false, .. } => (false, s(src) || s(dst) || others.iter().any(s)),
-        OpKind::Put { dst, src, .. }
-        | OpKind::PutWithSignal { dst, src, .. }
-        | OpKind::PutWithSignalAndFlush { dst, src, .. }
-        | OpKind::Get { dst, src, .. }
-        | OpKind::Copy { dst, src } => (false, s(dst) || s(src)),
-        _ => (false, false),
-    }
-}
-
 /// Every chunk operand of an operation.
 fn chunks(k: &OpKind) -> Vec<Chunk> {
     match k {
@@ -110,9 +93,10 @@ fn chunks(k: &OpKind) -> Vec<Chunk> {
 }
 
 /// Rank `rank`'s arena layout (`rp`'s buffers in chunks of `chunk_bytes`, the scratch as
-/// double-buffered packets with `pkt`), every size computed without wrapping: a layout that does
+/// double-buffered packets with `pkt`; with `in_output`, the input is no region of its own but
+/// the output from that chunk on), every size computed without wrapping: a layout that does
 /// not fit 64 bits is an error, never a small arena that operations would address past its end.
-fn layout(rp: &RankPlan, chunk_bytes: u64, pkt: bool, rank: usize) -> Result<Layout> {
+fn layout(rp: &RankPlan, chunk_bytes: u64, pkt: bool, rank: usize, in_output: Option<usize>) -> Result<Layout> {
     let too_large = || {
         Error::InvalidArgument(format!(
             "executor: rank {rank}'s buffers ({} input, {} output, {} scratch chunks of {chunk_bytes} bytes) do not \
@@ -127,11 +111,15 @@ fn layout(rp: &RankPlan, chunk_bytes: u64, pkt: bool, rank: usize) -> Result<Lay
     let output_bytes = bytes_of(rp.output_chunks, chunk_bytes)?;
     let stride = if pkt { chunk_bytes.checked_mul(2).ok_or_else(too_large)? } else { chunk_bytes };
     let one = align(bytes_of(rp.scratch_chunks, stride)?)?;
-    let output = align(input_bytes)?;
+    let (input, output) = match in_output {
+        // In place: the output first, the input inside it.
+        Some(start) => (bytes_of(start, chunk_bytes)?, 0),
+        None => (0, align(input_bytes)?),
+    };
     let scratch = add(output, align(output_bytes)?)?;
     let pkt_shift = if pkt { one } else { 0 };
     let bytes = add(scratch, if pkt { one.checked_mul(2).ok_or_else(too_large)? } else { one })?;
-    Ok(Layout { input: 0, input_bytes, output, output_bytes, scratch, pkt_shift, bytes: bytes.max(REGION_ALIGN) })
+    Ok(Layout { input, input_bytes, output, output_bytes, scratch, pkt_shift, bytes: bytes.max(REGION_ALIGN) })
 }
 
 /// Encodes rank `rank`'s part of `p` with chunks of `chunk_bytes` (a positive multiple of 16).
@@ -153,7 +141,7 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
     let (mut pkt, mut plain) = (false, false);
     for r in &p.ranks {
         for op in r.threadblocks.iter().flatten() {
-            let (a, b) = scratch_uses(&op.kind);
+            let (a, b) = op.kind.scratch_uses();
             pkt |= a;
             plain |= b;
         }
@@ -164,8 +152,15 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                 .into(),
         ));
     }
-    let layouts: Vec<Layout> =
-        p.ranks.iter().enumerate().map(|(r, rp)| layout(rp, chunk_bytes, pkt, r)).collect::<Result<_>>()?;
+    let layouts: Vec<Layout> = p
+        .ranks
+        .iter()
+        .enumerate()
+        .map(|(r, rp)| {
+            let in_output = p.input_in_output(r).map_err(|e| Error::InvalidArgument(format!("executor: {e}")))?;
+            layout(rp, chunk_bytes, pkt, r, in_output)
+        })
+        .collect::<Result<_>>()?;
     // Channel tables: the k-th channel of a type from r to q is in set k on both sides.
     let mut memory = vec![];
     let mut port = vec![];

@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Data lives in the arena: write the input at [`Executor::input`], read the output at
-//! [`Executor::output`] (or copy on the stream, before and after the launch).
+//! [`Executor::output`] (or copy on the stream, before and after the launch). For an in-place
+//! plan ([`mscclpp_plan::Program::in_place`]) the input lies inside the output, where
+//! [`mscclpp_plan::Program::input_in_output`] puts it, and the run overwrites it.
 //!
 //! Packet plans need every rank's launch `k + 1` to depend on every other rank's launch `k`
 //! (true of allreduce): the packet scratch is double-buffered, so a rank may run at most one

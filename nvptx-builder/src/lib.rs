@@ -21,9 +21,38 @@
 //! Fat LTO makes the one `.ptx` self-contained (functions from `core` and from dependencies are
 //! defined in it); the no-op linker stands in for `llvm-bitcode-linker`, which is not needed since
 //! the PTX comes from `--emit=asm`. The kernel crate must be `crate-type = ["cdylib"]` and needs a
-//! nightly toolchain with `rust-src`.
+//! nightly toolchain with `rust-src`. The nested cargo also gets `--color never`, and `--locked`
+//! when the kernel crate has a `Cargo.lock` next to its manifest (see [`Builder::locked`]).
+//!
+//! # Where the PTX lands
+//!
+//! In `<nested>/ptx/<crate>-<cpu>-<hash>.ptx`: `<crate>` is the kernel crate's package name with
+//! `-` written `_`, `<cpu>` the target cpu, and `<hash>` 16 hex digits of a hash of what changes
+//! the code (cpu, PTX ISA, features, default features, profile), so each variant has its own file.
+//! `<nested>` is the nested build's target directory, where its own outputs
+//! (`nvptx64-nvidia-cuda/<profile>/...`) go as well:
+//!
+//! - [`Builder::target_dir`], when set;
+//! - in a build script, `nvptx/` in the folder that holds the outer build's profile folder, found
+//!   from `OUT_DIR` (`<dir>/<profile>/build/<pkg>-<hash>/out`, or
+//!   `<dir>/<profile>/build/<pkg>/<hash>/out` in cargo's newer build-directory layout): that is
+//!   `<target>/nvptx` for a plain build and `<target>/<triple>/nvptx` for a build with
+//!   `--target <triple>` (`<target>` being the build directory when `build.build-dir` moves it).
+//!   The outer debug and release builds share it; an `OUT_DIR` of neither shape gives
+//!   `<OUT_DIR>/nvptx`;
+//! - outside a build script, `<crate>/target`.
+//!
+//! Use [`Ptx::path`] rather than building the name: the hash is not a stable format.
+//!
+//! # Warnings
+//!
+//! A successful nested build prints nothing, so [`Builder::build`] returns the warnings it reported
+//! ([`Ptx::warnings`], one per warning with the place it points at) and, in a build script,
+//! forwards the first [`MAX_FORWARDED_WARNINGS`] of them as `cargo:warning=` lines, then one line
+//! saying how many more there were. Cargo's `generated N warnings` summaries are left out.
 
 use std::collections::hash_map::DefaultHasher;
+use std::ffi::OsStr;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -31,6 +60,10 @@ use std::process::Command;
 
 /// The target triple kernels are built for.
 pub const TARGET: &str = "nvptx64-nvidia-cuda";
+
+/// Most warnings of the kernel build forwarded as `cargo:warning=` lines (one more line counts the
+/// rest), so that a crate with hundreds of warnings does not flood the outer build's output.
+pub const MAX_FORWARDED_WARNINGS: usize = 20;
 
 /// Variables the outer build sets for its own compilations that must not leak into the nested
 /// kernel build (they would apply host flags or wrappers such as clippy-driver to nvptx code).
@@ -79,6 +112,16 @@ pub enum Error {
     },
     /// The kernel crate's manifest could not be understood.
     Manifest(String),
+    /// The nested build ran with `--locked` and the kernel crate's `Cargo.lock` does not match its
+    /// manifest (see [`Builder::locked`]).
+    LockOutdated {
+        /// The lock file.
+        lock: PathBuf,
+        /// The command line that failed.
+        command: String,
+        /// Cargo's standard error.
+        stderr: String,
+    },
 }
 
 impl fmt::Display for Error {
@@ -94,6 +137,17 @@ impl fmt::Display for Error {
             ),
             Error::Tool { command, stderr } => write!(f, "{command} failed:\n{stderr}"),
             Error::Manifest(m) => write!(f, "kernel crate manifest: {m}"),
+            Error::LockOutdated { lock, command, stderr } => {
+                let dir = lock.parent().unwrap_or(Path::new("."));
+                write!(
+                    f,
+                    "kernel build failed: {} does not match the kernel crate's manifest and the build runs with \
+                     --locked; update it (`cargo update --workspace` in {}) and commit it, or build with \
+                     Builder::locked(false): {command}\n{stderr}",
+                    lock.display(),
+                    dir.display()
+                )
+            }
         }
     }
 }
@@ -119,6 +173,9 @@ pub struct Ptx {
     pub path: PathBuf,
     /// The kernel crate's package name.
     pub crate_name: String,
+    /// The warnings the nested build reported, one line each (the message and the place it
+    /// points at), all of them: only the first [`MAX_FORWARDED_WARNINGS`] are forwarded.
+    pub warnings: Vec<String>,
 }
 
 impl Ptx {
@@ -139,12 +196,15 @@ pub struct Builder {
     profile: String,
     target_dir: Option<PathBuf>,
     rerun_if_changed: bool,
+    locked: bool,
+    forward_warnings: bool,
 }
 
 impl Builder {
     /// A builder for the kernel crate in `crate_dir` (relative paths are taken from the build
     /// script's `CARGO_MANIFEST_DIR`, or the current directory outside a build script).
-    /// Defaults: target cpu `sm_90`, PTX ISA 8.6, profile `release`.
+    /// Defaults: target cpu `sm_90`, PTX ISA 8.6, profile `release`, `--locked` when the crate
+    /// has a lock file, warnings forwarded from a build script.
     pub fn new(crate_dir: impl AsRef<Path>) -> Self {
         let dir = crate_dir.as_ref();
         let crate_dir = if dir.is_absolute() {
@@ -165,6 +225,8 @@ impl Builder {
             profile: "release".into(),
             target_dir: None,
             rerun_if_changed: std::env::var_os("OUT_DIR").is_some(),
+            locked: true,
+            forward_warnings: std::env::var_os("OUT_DIR").is_some(),
         }
     }
 
@@ -199,8 +261,9 @@ impl Builder {
         self
     }
 
-    /// The nested build's target directory. Default: `<outer target dir>/nvptx` inside a build
-    /// script, else `<crate>/target`.
+    /// The nested build's target directory. Default: `<target>/nvptx` (`<target>/<triple>/nvptx`
+    /// with `--target`) inside a build script, else `<crate>/target`; see the crate docs, "Where
+    /// the PTX lands".
     pub fn target_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.target_dir = Some(dir.into());
         self
@@ -212,17 +275,25 @@ impl Builder {
         self
     }
 
+    /// Whether the nested build runs with `--locked` when the kernel crate has a `Cargo.lock`
+    /// next to its manifest (default: yes). With it, a lock file that no longer matches the
+    /// manifest fails the build ([`Error::LockOutdated`]) instead of being rewritten, as the host
+    /// crate's own lock is under `cargo build --locked`; a kernel crate without a lock file is built
+    /// without `--locked` (cargo would refuse to create one), and writes one.
+    pub fn locked(mut self, on: bool) -> Self {
+        self.locked = on;
+        self
+    }
+
+    /// Whether to print the nested build's warnings as `cargo:warning=` lines (default: when run
+    /// from a build script); they are in [`Ptx::warnings`] either way.
+    pub fn forward_warnings(mut self, on: bool) -> Self {
+        self.forward_warnings = on;
+        self
+    }
+
     fn resolved_target_dir(&self) -> PathBuf {
-        if let Some(d) = &self.target_dir {
-            return d.clone();
-        }
-        // OUT_DIR is <target>[/<triple>]/<profile>/build/<pkg>-<hash>/out.
-        if let Some(out) = std::env::var_os("OUT_DIR")
-            && let Some(t) = Path::new(&out).ancestors().nth(4)
-        {
-            return t.join("nvptx");
-        }
-        self.crate_dir.join("target")
+        nested_target_dir(self.target_dir.as_deref(), std::env::var_os("OUT_DIR").as_deref(), &self.crate_dir)
     }
 
     /// The PTX file name stem: the crate name plus a hash of everything that changes the code.
@@ -241,11 +312,11 @@ impl Builder {
         std::fs::create_dir_all(&out_dir).map_err(io(format!("creating {}", out_dir.display())))?;
         let ptx_path = out_dir.join(format!("{}.ptx", self.variant_tag(&name)));
 
-        self.run_cargo(&target_dir, &ptx_path, None)?;
+        let mut warnings = self.run_cargo(&target_dir, &ptx_path, None)?;
         if !ptx_path.exists() {
             // Cargo considered the crate fresh but the PTX was deleted: force one rebuild by
             // changing the final crate's flags.
-            self.run_cargo(&target_dir, &ptx_path, Some("nvptx_builder_rebuild"))?;
+            warnings = self.run_cargo(&target_dir, &ptx_path, Some("nvptx_builder_rebuild"))?;
         }
         if !ptx_path.exists() {
             return Err(Error::NoPtx(ptx_path));
@@ -254,10 +325,16 @@ impl Builder {
         if self.rerun_if_changed {
             self.emit_rerun(&target_dir, &name);
         }
-        Ok(Ptx { path: ptx_path, crate_name: name })
+        if self.forward_warnings {
+            for line in forwarded_warnings(&name, &self.crate_dir, &warnings) {
+                println!("cargo:warning={line}");
+            }
+        }
+        Ok(Ptx { path: ptx_path, crate_name: name, warnings })
     }
 
-    fn run_cargo(&self, target_dir: &Path, ptx_path: &Path, extra_cfg: Option<&str>) -> Result<(), Error> {
+    /// Runs the nested cargo; returns the warnings it reported.
+    fn run_cargo(&self, target_dir: &Path, ptx_path: &Path, extra_cfg: Option<&str>) -> Result<Vec<String>, Error> {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let (maj, min) = self.ptx_isa;
         let rustflags = format!(
@@ -273,7 +350,13 @@ impl Builder {
             .args(["--config", &rustflags])
             .args(["--config", &format!("profile.{p}.lto=\"fat\"")])
             .args(["--config", &format!("profile.{p}.codegen-units=1")])
-            .args(["--config", &format!("profile.{p}.panic=\"abort\"")]);
+            .args(["--config", &format!("profile.{p}.panic=\"abort\"")])
+            .args(["--color", "never"]);
+        let lock = self.crate_dir.join("Cargo.lock");
+        let locked = self.locked && lock.is_file();
+        if locked {
+            cmd.arg("--locked");
+        }
         if !self.features.is_empty() {
             cmd.arg("--features").arg(self.features.join(","));
         }
@@ -289,10 +372,16 @@ impl Builder {
         }
         let shown = format!("{cmd:?}");
         let out = cmd.output().map_err(io(format!("running {}", Path::new(&cargo).display())))?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         if !out.status.success() {
-            return Err(Error::Cargo { command: shown, stderr: String::from_utf8_lossy(&out.stderr).into_owned() });
+            // "cannot update the lock file ... because --locked was passed" (older cargo: "the lock
+            // file ... needs to be updated but --locked was passed").
+            if locked && stderr.contains("lock file") && stderr.contains("--locked was passed") {
+                return Err(Error::LockOutdated { lock, command: shown, stderr });
+            }
+            return Err(Error::Cargo { command: shown, stderr });
         }
-        Ok(())
+        Ok(warning_lines(&stderr))
     }
 
     fn emit_rerun(&self, target_dir: &Path, name: &str) {
@@ -315,6 +404,98 @@ impl Builder {
             }
         }
     }
+}
+
+/// The nested build's target directory: `explicit` when given; else, in a build script (its
+/// `OUT_DIR` given), `nvptx/` in the folder holding the outer build's profile folder (or in
+/// `OUT_DIR` itself if it has neither known shape); else `<crate_dir>/target`.
+fn nested_target_dir(explicit: Option<&Path>, out_dir: Option<&OsStr>, crate_dir: &Path) -> PathBuf {
+    if let Some(d) = explicit {
+        return d.to_path_buf();
+    }
+    match out_dir.map(Path::new) {
+        Some(out) => outer_build_dir(out).unwrap_or(out).join("nvptx"),
+        None => crate_dir.join("target"),
+    }
+}
+
+/// `<dir>` of a build script's `OUT_DIR`, `<dir>/<profile>/build/<pkg>-<hash>/out` (cargo's
+/// classic layout) or `<dir>/<profile>/build/<pkg>/<hash>/out` (its newer build-directory layout,
+/// told apart by a unit folder named by the hash alone).
+fn outer_build_dir(out: &Path) -> Option<&Path> {
+    if out.file_name()? != "out" {
+        return None;
+    }
+    let unit = out.parent()?;
+    let unit_name = unit.file_name()?.to_str()?;
+    let hash_only = !unit_name.is_empty() && unit_name.bytes().all(|b| b.is_ascii_hexdigit());
+    let build = if hash_only { unit.parent()?.parent()? } else { unit.parent()? };
+    if build.file_name()? != "build" {
+        return None;
+    }
+    let dir = build.parent()?.parent()?;
+    (!dir.as_os_str().is_empty()).then_some(dir)
+}
+
+/// The warnings in a cargo build's standard error (rendered without color), one line each:
+/// the headline (`unused variable: `x``, `[E0170] ...` for a warning with a code) and, when the
+/// diagnostic points somewhere, ` (at <file>:<line>:<column>)`. Cargo's `` `pkg` (lib) generated
+/// N warnings`` summaries and rustc's `N warnings emitted` counts are left out.
+fn warning_lines(stderr: &str) -> Vec<String> {
+    let lines: Vec<&str> = stderr.lines().collect();
+    let mut found = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(rest) = line.strip_prefix("warning") else { continue };
+        let text = if let Some(m) = rest.strip_prefix(": ") {
+            m.trim().to_string()
+        } else if let Some((code, m)) = rest.strip_prefix('[').and_then(|r| r.split_once("]: ")) {
+            format!("[{code}] {}", m.trim())
+        } else {
+            continue;
+        };
+        if is_warning_summary(&text) || text.is_empty() {
+            continue;
+        }
+        // The place: a `--> file:line:col` line of the same diagnostic (it ends at a blank line
+        // or at the next headline).
+        let place = lines[i + 1..]
+            .iter()
+            .take_while(|l| !l.trim().is_empty() && !l.starts_with("warning") && !l.starts_with("error"))
+            .find_map(|l| l.trim_start().strip_prefix("--> "));
+        found.push(match place {
+            Some(p) => format!("{text} (at {})", p.trim()),
+            None => text,
+        });
+    }
+    found
+}
+
+/// Cargo's per-crate count (`` `k` (lib) generated 2 warnings (run `cargo fix` ...)``) or
+/// rustc's (`2 warnings emitted`).
+fn is_warning_summary(text: &str) -> bool {
+    let counts = |s: &str| s.contains(" warning") && s.split_whitespace().any(|w| w.parse::<usize>().is_ok());
+    (text.starts_with('`') && text.contains(") generated ") && counts(text))
+        || ((text.ends_with(" warning emitted") || text.ends_with(" warnings emitted")) && counts(text))
+}
+
+/// The `cargo:warning=` texts for `warnings` of kernel crate `name`: the first
+/// [`MAX_FORWARDED_WARNINGS`], then one line counting the others. Places are as cargo printed
+/// them, relative to the kernel crate's workspace root (its own folder for a crate with its own
+/// `[workspace]`).
+fn forwarded_warnings(name: &str, crate_dir: &Path, warnings: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = warnings
+        .iter()
+        .take(MAX_FORWARDED_WARNINGS)
+        .map(|w| format!("kernel crate {name}: {}", w.replace(['\r', '\n'], " ")))
+        .collect();
+    if warnings.len() > MAX_FORWARDED_WARNINGS {
+        out.push(format!(
+            "kernel crate {name}: {} more warnings not shown (build it with cargo in {} to see them all)",
+            warnings.len() - MAX_FORWARDED_WARNINGS,
+            crate_dir.display()
+        ));
+    }
+    out
 }
 
 /// The files listed on the right of the first rule of a Makefile-style dep-info file.
@@ -474,6 +655,96 @@ mod tests {
         std::fs::write(&m, "[lib]\nname = \"x\"\n").unwrap();
         assert!(matches!(package_name(&m), Err(Error::Manifest(_))));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn nested_target_dir_follows_out_dir() {
+        let t = |explicit: Option<&str>, out: Option<&str>| {
+            nested_target_dir(explicit.map(Path::new), out.map(OsStr::new), Path::new("/k"))
+        };
+        // Cargo's classic layout: <target>/<profile>/build/<pkg>-<hash>/out.
+        assert_eq!(t(None, Some("/w/target/debug/build/host-0123abcd/out")), Path::new("/w/target/nvptx"));
+        assert_eq!(t(None, Some("/w/target/release/build/host-0123abcd/out")), Path::new("/w/target/nvptx"));
+        // ... with --target: <target>/<triple>/<profile>/build/<pkg>-<hash>/out.
+        assert_eq!(
+            t(None, Some("/w/target/x86_64-unknown-linux-gnu/debug/build/host-0123abcd/out")),
+            Path::new("/w/target/x86_64-unknown-linux-gnu/nvptx")
+        );
+        // The newer build-directory layout: <dir>/<profile>/build/<pkg>/<hash>/out, also for a
+        // package named like the folders.
+        assert_eq!(t(None, Some("/w/target/debug/build/host/3d3d23611cf4896e/out")), Path::new("/w/target/nvptx"));
+        assert_eq!(t(None, Some("/w/target/debug/build/build/3d3d23611cf4896e/out")), Path::new("/w/target/nvptx"));
+        assert_eq!(
+            t(None, Some("/w/t/aarch64-unknown-linux-gnu/bench/build/out/3d3d23611cf4896e/out")),
+            Path::new("/w/t/aarch64-unknown-linux-gnu/nvptx")
+        );
+        // Neither shape: inside OUT_DIR itself, never above it.
+        assert_eq!(t(None, Some("/somewhere/else/out")), Path::new("/somewhere/else/out/nvptx"));
+        assert_eq!(t(None, Some("/w/target/debug/out")), Path::new("/w/target/debug/out/nvptx"));
+        assert_eq!(t(None, Some("/out")), Path::new("/out/nvptx"));
+        assert_eq!(t(None, Some("build/host-1/out")), Path::new("build/host-1/out/nvptx"));
+        // No build script: the kernel crate's own target/; an explicit directory wins.
+        assert_eq!(t(None, None), Path::new("/k/target"));
+        assert_eq!(t(Some("/mine"), Some("/w/target/debug/build/host-0123abcd/out")), Path::new("/mine"));
+        assert_eq!(t(Some("/mine"), None), Path::new("/mine"));
+    }
+
+    /// What cargo prints for a kernel crate with two warnings (one with a code), then its summary.
+    const WARNINGS: &str = "   Compiling warn-kernels v0.1.0 (/k)
+warning: unused variable: `unused`
+  --> src/lib.rs:10:9
+   |
+10 |     let unused = 3;
+   |         ^^^^^^ help: if this is intentional, prefix it with an underscore: `_unused`
+   |
+   = note: `#[warn(unused_variables)]` (part of `#[warn(unused)]`) on by default
+
+warning[E0170]: pattern binding `A` is named the same as one of the variants
+ --> /dep/src/x.rs:3:5
+  |
+3 |     A => 1,
+  |     ^
+
+warning: unused manifest key: package.colour
+warning: `warn-kernels` (lib) generated 2 warnings (run `cargo fix --lib -p warn-kernels` to apply 1 suggestion)
+warning: 1 warning emitted
+warning: `dep` (lib) generated 1 warning
+    Finished `release` profile [optimized] target(s) in 0.58s
+";
+
+    #[test]
+    fn warning_lines_are_the_headlines_with_their_places() {
+        assert_eq!(
+            warning_lines(WARNINGS),
+            vec![
+                "unused variable: `unused` (at src/lib.rs:10:9)",
+                "[E0170] pattern binding `A` is named the same as one of the variants (at /dep/src/x.rs:3:5)",
+                "unused manifest key: package.colour",
+            ]
+        );
+        assert!(warning_lines("   Compiling k\n    Finished `release` profile\n").is_empty());
+        assert!(warning_lines("").is_empty());
+        // A warning text that merely mentions counts is kept.
+        assert_eq!(warning_lines("warning: 2 warnings in the docs are wrong\n"), ["2 warnings in the docs are wrong"]);
+    }
+
+    #[test]
+    fn forwarded_warnings_are_capped() {
+        let few: Vec<String> = vec!["a (at src/lib.rs:1:1)".into(), "b\nc".into()];
+        assert_eq!(
+            forwarded_warnings("k", Path::new("/k"), &few),
+            ["kernel crate k: a (at src/lib.rs:1:1)", "kernel crate k: b c"]
+        );
+        let many: Vec<String> = (0..MAX_FORWARDED_WARNINGS + 5).map(|i| format!("w{i}")).collect();
+        let out = forwarded_warnings("k", Path::new("/k"), &many);
+        assert_eq!(out.len(), MAX_FORWARDED_WARNINGS + 1);
+        assert_eq!(out[MAX_FORWARDED_WARNINGS - 1], format!("kernel crate k: w{}", MAX_FORWARDED_WARNINGS - 1));
+        assert_eq!(
+            out[MAX_FORWARDED_WARNINGS],
+            "kernel crate k: 5 more warnings not shown (build it with cargo in /k to see them all)"
+        );
+        let exact: Vec<String> = (0..MAX_FORWARDED_WARNINGS).map(|i| format!("w{i}")).collect();
+        assert_eq!(forwarded_warnings("k", Path::new("/k"), &exact).len(), MAX_FORWARDED_WARNINGS);
     }
 
     #[test]

@@ -116,6 +116,22 @@ pub enum PlanError {
         /// Group size.
         size: usize,
     },
+    /// An in-place plan whose input buffer does not fit in its output buffer where
+    /// [`Program::input_in_output`] puts it.
+    #[error(
+        "in-place plan: rank {rank}'s {input_chunks}-chunk input, placed at output chunk {start}, does not fit in its \
+         {output_chunks}-chunk output"
+    )]
+    InPlaceLayout {
+        /// Rank.
+        rank: usize,
+        /// Its input buffer's size in chunks.
+        input_chunks: usize,
+        /// Its output buffer's size in chunks.
+        output_chunks: usize,
+        /// The output chunk the input would start at.
+        start: usize,
+    },
     /// A count or index outside what this crate supports (see [`MAX_RANKS`],
     /// [`MAX_THREADBLOCKS`]), or sizes whose product overflows.
     #[error("{op}: {what} {value} is outside the supported range ({allowed})")]
@@ -380,7 +396,50 @@ impl Program {
         scratch_chunks: usize,
     ) -> Self {
         let rank = RankPlan { input_chunks, output_chunks, scratch_chunks, threadblocks: Vec::new() };
-        Program { name: name.into(), collective: collective.into(), ranks: vec![rank; num_ranks], channels: Vec::new() }
+        Program {
+            name: name.into(),
+            collective: collective.into(),
+            in_place: false,
+            ranks: vec![rank; num_ranks],
+            channels: Vec::new(),
+        }
+    }
+
+    /// Makes the plan in place (or not): see [`Program::in_place`].
+    pub fn set_in_place(&mut self, in_place: bool) {
+        self.in_place = in_place;
+    }
+
+    /// For an in-place plan, the output chunk where rank `rank`'s input buffer starts (its input
+    /// chunk `i` is output chunk `start + i`); `None` for an out-of-place plan. As in MSCCL++, an
+    /// allgather's input is the rank's own slice of the output (`start = rank × input_chunks`),
+    /// and any other collective's input starts with its output (`start = 0`). An input that does
+    /// not fit in the output from there (a reduce-scatter's larger input, where MSCCL++ leaves its
+    /// place open) is an error, as is a rank the plan does not have.
+    pub fn input_in_output(&self, rank: usize) -> Result<Option<usize>, PlanError> {
+        let n = self.ranks.len();
+        let rp = self.ranks.get(rank).ok_or(PlanError::RankOutOfRange { op: "in-place layout", rank, num_ranks: n })?;
+        if !self.in_place {
+            return Ok(None);
+        }
+        let (input_chunks, output_chunks) = (rp.input_chunks, rp.output_chunks);
+        let start = if self.collective == "allgather" { rank.checked_mul(input_chunks) } else { Some(0) };
+        match start {
+            Some(start) if start.checked_add(input_chunks).is_some_and(|end| end <= output_chunks) => Ok(Some(start)),
+            _ => {
+                Err(PlanError::InPlaceLayout { rank, input_chunks, output_chunks, start: start.unwrap_or(usize::MAX) })
+            }
+        }
+    }
+
+    /// Where a chunk's data is stored: for an in-place plan, an input chunk is the output chunk
+    /// it aliases ([`Program::input_in_output`]); any other chunk is itself. A chunk of a rank
+    /// whose layout is invalid is left as it is (the checker refuses such a plan).
+    pub fn storage(&self, c: Chunk) -> Chunk {
+        match (c.buffer, self.input_in_output(c.rank)) {
+            (BufferType::Input, Ok(Some(start))) => Chunk::output(c.rank, start.saturating_add(c.index), c.size),
+            _ => c,
+        }
     }
 
     /// Number of ranks.

@@ -39,6 +39,10 @@
 //! rank's output buffer must be known to some thread block of that rank, or the collective could
 //! return before the data arrived. A port put's local source must not be overwritten before a
 //! `flush` of that channel (or a `put_with_signal_and_flush`).
+//!
+//! In an in-place plan ([`Program::in_place`]) a rank's input chunks are the output chunks they
+//! alias ([`Program::storage`]): accesses are compared, and output writes required to be known,
+//! by where the data is stored, so races and errors name those output chunks.
 
 use crate::builder::{MAX_RANKS, MAX_THREADBLOCKS, PlanError, validate_op};
 use crate::plan::*;
@@ -186,6 +190,10 @@ pub enum CheckError {
         /// What ran over.
         what: String,
     },
+    /// An in-place plan whose input does not fit in its output (see
+    /// [`Program::input_in_output`]).
+    #[error("{0}")]
+    InPlace(PlanError),
     /// The source of a port put is overwritten before a flush of the channel.
     #[error("{write} overwrites {location}, the source of {put}, before a flush of its channel")]
     SourceOverwrittenBeforeFlush {
@@ -375,6 +383,10 @@ fn accesses(p: &Program, kind: &OpKind) -> Vec<(Chunk, bool, bool)> {
         }
         OpKind::Signal { .. } | OpKind::Wait { .. } | OpKind::Flush { .. } => {}
     }
+    // By where the data is stored (an in-place input is part of the output).
+    for a in &mut v {
+        a.0 = p.storage(a.0);
+    }
     v
 }
 
@@ -458,6 +470,15 @@ fn check_declarations(p: &Program) -> Result<(), Vec<CheckError>> {
             && errors.len() < MAX_ERRORS
         {
             errors.push(CheckError::InvalidChannel { channel, error });
+        }
+    }
+    if p.in_place {
+        for r in 0..n {
+            if let Err(e) = p.input_in_output(r)
+                && errors.len() < MAX_ERRORS
+            {
+                errors.push(CheckError::InPlace(e));
+            }
         }
     }
     if errors.is_empty() { Ok(()) } else { Err(errors) }
@@ -737,7 +758,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                         if lanes.contains_key(&channel) =>
                     {
                         budget.store(src.size.saturating_mul(std::mem::size_of::<Chunk>() * 2 + me.what.len()))?;
-                        pending.extend(unit_chunks(src).map(|u| (r, channel, u, me.clone())));
+                        pending.extend(unit_chunks(p.storage(src)).map(|u| (r, channel, u, me.clone())));
                     }
                     _ => {}
                 }

@@ -7,6 +7,33 @@
 //! operation fails the whole read with [`ReadError::Unsupported`] naming it, and a switch
 //! channel with [`ReadError::UnsupportedChannel`]: a plan is never imported partially.
 //!
+//! # Plan-wide settings
+//!
+//! Every top-level field is read, and one this crate cannot honour fails the read with
+//! [`ReadError::UnsupportedSetting`] naming it and its value (so does a field this reader does not
+//! know). `inplace` and `protocol` are required, as MSCCL++'s executor requires them.
+//!
+//! - `inplace`: `true` gives an in-place [`Program`] ([`Program::in_place`]: each rank's input is
+//!   part of its output, at [`Program::input_in_output`]); refused where the input does not fit
+//!   in the output there (a reduce-scatter's larger input).
+//! - `protocol`: `"Simple"` or `"LL"`; whether scratch holds packets is decided here by the
+//!   operations (packet operations are LL), so both are accepted as written.
+//! - `use_double_scratch_buffer`: MSCCL++ then alternates two copies of the scratch between
+//!   launches. The executor always does that for packet scratch, so `true` is accepted for a plan
+//!   whose scratch holds packets or that has none, and refused for plain scratch, which the
+//!   executor does not alternate; `false` is accepted (alternating only adds room).
+//! - `reuse_resources`: `true` makes MSCCL++ give the plan a fixed-size shared scratch whose
+//!   chunks may be smaller than the data chunks; accepted only for a plan without scratch (it
+//!   then changes nothing that runs), refused otherwise.
+//! - `buffer_alignment` (bytes, default 16): chunk sizes must be multiples of it. The executor's
+//!   chunks are multiples of 16 bytes, so a divisor of 16 is accepted and any other value
+//!   (0, 32, ...) refused.
+//! - `num_threads_per_block`, `min_message_size`, `max_message_size`: launch and selection
+//!   hints (the executor's `Config::threads`, the caller's choice of chunk size): read, held to
+//!   be numbers, and not carried.
+//!
+//! # Layout
+//!
 //! In that format, each GPU lists its channels per type (`connected_to` peers), its remote
 //! buffers (rank and buffer type), and per thread block the GPU channels and remote buffers it
 //! uses; operations refer to those by position in the thread block's lists. The `k`-th channel
@@ -62,6 +89,17 @@ pub enum ReadError {
         /// What is wrong.
         what: String,
     },
+    /// A plan-wide setting (a top-level field) with a value this crate cannot honour, or a
+    /// field this reader does not know.
+    #[error("unsupported plan setting \"{field}\": {value} ({why})")]
+    UnsupportedSetting {
+        /// The field, as written in the plan.
+        field: String,
+        /// Its value, as JSON.
+        value: String,
+        /// Why it cannot be honoured.
+        why: String,
+    },
     /// The operation breaks one of the DSL's rules.
     #[error("gpu {gpu} tb {tb} op {index}: {error}")]
     Invalid {
@@ -81,8 +119,33 @@ struct MPlan {
     name: String,
     #[serde(default)]
     collective: String,
+    inplace: bool,
+    protocol: String,
+    #[serde(default)]
+    reuse_resources: bool,
+    #[serde(default)]
+    use_double_scratch_buffer: bool,
+    #[serde(default = "default_alignment")]
+    buffer_alignment: u64,
+    // Hints, held to be numbers and not carried.
+    #[serde(default, rename = "num_threads_per_block")]
+    _num_threads_per_block: Option<u64>,
+    #[serde(default, rename = "min_message_size")]
+    _min_message_size: Option<u64>,
+    #[serde(default, rename = "max_message_size")]
+    _max_message_size: Option<u64>,
     gpus: Vec<MGpu>,
+    /// Any other top-level field.
+    #[serde(flatten)]
+    other: serde_json::Map<String, Value>,
 }
+
+fn default_alignment() -> u64 {
+    16
+}
+
+/// The alignment the executor's chunks always have (a multiple of 16 bytes).
+const CHUNK_ALIGN: u64 = 16;
 
 #[derive(Deserialize)]
 struct MGpu {
@@ -231,8 +294,28 @@ pub fn read(text: &str) -> Result<Program, ReadError> {
             return Err(limit(g.id, tb.id, "threadblock", what));
         }
     }
+    let setting = |field: &str, value: String, why: &str| ReadError::UnsupportedSetting {
+        field: field.into(),
+        value,
+        why: why.into(),
+    };
+    if let Some((field, value)) = m.other.iter().next() {
+        return Err(setting(field, value.to_string(), "not a setting this reader knows"));
+    }
+    if !matches!(m.protocol.as_str(), "Simple" | "LL") {
+        return Err(setting("protocol", format!("{:?}", m.protocol), "MSCCL++ knows \"Simple\" and \"LL\""));
+    }
+    if m.buffer_alignment == 0 || !CHUNK_ALIGN.is_multiple_of(m.buffer_alignment) {
+        let why = "the executor's chunks are multiples of 16 bytes: only divisors of 16 are honoured";
+        return Err(setting("buffer_alignment", m.buffer_alignment.to_string(), why));
+    }
+    if m.reuse_resources && m.gpus.iter().any(|g| g.scratch_chunks > 0) {
+        let why = "MSCCL++ then shares a fixed-size scratch whose chunks may be smaller than the data chunks; this crate sizes scratch chunks like data chunks";
+        return Err(setting("reuse_resources", "true".into(), why));
+    }
     let n = m.gpus.iter().map(|g| g.id + 1).max().unwrap_or(0);
     let mut p = Program::new(m.name, m.collective, n, 0, 0, 0);
+    p.set_in_place(m.inplace);
     // GPU-level channels: (gpu, type) -> program channel ids.
     let mut gchan: HashMap<(usize, ChannelType), Vec<usize>> = HashMap::new();
     for g in &m.gpus {
@@ -251,6 +334,13 @@ pub fn read(text: &str) -> Result<Program, ReadError> {
                     _ => Channel::Port { src_rank: g.id, dst_rank: peer },
                 });
                 gchan.entry((g.id, t)).or_default().push(p.channels.len() - 1);
+            }
+        }
+    }
+    if m.inplace {
+        for r in 0..n {
+            if let Err(e) = p.input_in_output(r) {
+                return Err(setting("inplace", "true".into(), &e.to_string()));
             }
         }
     }
@@ -446,6 +536,12 @@ pub fn read(text: &str) -> Result<Program, ReadError> {
                 }
             }
         }
+    }
+    if m.use_double_scratch_buffer
+        && p.ranks.iter().flat_map(|r| r.threadblocks.iter().flatten()).any(|o| o.kind.scratch_uses().1)
+    {
+        let why = "the executor alternates two copies of packet scratch between launches, not of plain scratch";
+        return Err(setting("use_double_scratch_buffer", "true".into(), why));
     }
     Ok(p)
 }

@@ -364,6 +364,30 @@ impl OpKind {
         }
     }
 
+    /// Whether the operation uses scratch as packets, and whether it uses scratch as plain data
+    /// (a plan that does both cannot lay its scratch out one way).
+    pub fn scratch_uses(&self) -> (bool, bool) {
+        let s = |c: &Chunk| c.buffer == BufferType::Scratch;
+        match self {
+            OpKind::PutPackets { dst, src, .. } | OpKind::CopyPackets { dst, src } => (s(dst), s(src)),
+            OpKind::ReadPutPackets { dst, src, .. } => (s(dst) || s(src), false),
+            OpKind::UnpackPackets { dst, src } => (s(src), s(dst)),
+            OpKind::Reduce { src, others, dst, packet: true, .. } => (others.iter().any(s), s(src) || s(dst)),
+            OpKind::Reduce { src, others, dst, packet: false, .. } => (false, s(src) || s(dst) || others.iter().any(s)),
+            OpKind::Put { dst, src, .. }
+            | OpKind::PutWithSignal { dst, src, .. }
+            | OpKind::PutWithSignalAndFlush { dst, src, .. }
+            | OpKind::Get { dst, src, .. }
+            | OpKind::Copy { dst, src } => (false, s(dst) || s(src)),
+            OpKind::ChannelReduce { local_src, remote_srcs, local_dst, .. } => {
+                (false, s(local_src) || s(local_dst) || remote_srcs.iter().any(s))
+            }
+            OpKind::SwitchReduce { dst, .. } => (false, s(dst)),
+            OpKind::SwitchBroadcast { src, .. } => (false, s(src)),
+            OpKind::Signal { .. } | OpKind::Wait { .. } | OpKind::Flush { .. } => (false, false),
+        }
+    }
+
     /// The channel the operation uses, if any.
     pub fn channel(&self) -> Option<usize> {
         match self {
@@ -426,6 +450,11 @@ pub struct Program {
     pub name: String,
     /// Collective it implements (`allreduce`, `allgather`, ...).
     pub collective: String,
+    /// Whether the plan runs in place: each rank's input buffer is a part of its output buffer
+    /// (MSCCL++'s `inplace`), so that writing one changes the other. Where it lies is
+    /// [`Program::input_in_output`]; the checker and the executor place it there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_place: bool,
     /// One entry per rank.
     pub ranks: Vec<RankPlan>,
     /// Channel declarations.

@@ -105,7 +105,7 @@ fn plans_too_large_to_check_are_refused_quickly() {
 fn mscclpp_plans_with_huge_ids_are_malformed_not_allocated() {
     let plan = |gpu: &str, tb: &str| {
         format!(
-            r#"{{"name": "x", "gpus": [{{"id": {gpu}, "input_chunks": 1, "output_chunks": 1, "scratch_chunks": 0,
+            r#"{{"name": "x", "protocol": "Simple", "inplace": false, "gpus": [{{"id": {gpu}, "input_chunks": 1, "output_chunks": 1, "scratch_chunks": 0,
                 "threadblocks": [{{"id": {tb}, "ops": []}}]}}]}}"#
         )
     };

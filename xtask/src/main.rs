@@ -267,6 +267,9 @@ fn quickstart(root: &Path) -> Result<()> {
     for dir in [&project, &project.join("kernels")] {
         let _ = std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock"));
     }
+    // The kernel crate's build runs with --locked once it has a lock file (nvptx-builder), so its
+    // copy is trimmed to its own packages first, keeping their versions, still without the registry.
+    cargo(&project.join("kernels"), &["update", "--workspace", "--offline"], &[], &[])?;
     // A target directory next to the workspace's, kept between runs.
     let qt = target.join("quickstart-target");
     let qt = qt.to_string_lossy();
