@@ -380,13 +380,14 @@ impl Bootstrap for TcpBootstrap {
         }
     }
 
-    /// A key derived from the session token, this bootstrap's timeout, and the local address of
-    /// its connections.
+    /// A key derived from the session token (and whether that token was itself derived from the
+    /// job id), this bootstrap's timeout, and the local address of its connections.
     fn hints(&self) -> BootstrapHints {
         BootstrapHints {
             key: Some(self.net.cfg.token.derive_key("port-channel transport")),
             timeout: Some(self.timeout),
             local_ip: self.net.local_ip(),
+            token_derived: self.net.cfg.token_derived,
         }
     }
 }

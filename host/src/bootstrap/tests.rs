@@ -114,6 +114,17 @@ fn one_rank_world() {
 }
 
 #[test]
+fn the_hints_say_whether_the_token_was_derived() {
+    // What the TCP transport decides where it may listen by.
+    let cfg = BootstrapConfig::new(RankInfo::single_node(0, 1).unwrap(), "", Token::random());
+    let given = TcpBootstrap::connect(&cfg).unwrap().hints();
+    assert!(!given.token_derived && given.key.is_some());
+    let derived = TcpBootstrap::connect(&BootstrapConfig { token_derived: true, ..cfg }).unwrap().hints();
+    assert!(derived.token_derived);
+    assert_eq!(derived.key, given.key, "the key follows the token, however it was made");
+}
+
+#[test]
 fn send_recv_interleaved_with_collectives() {
     let results = run(4, Duration::from_secs(20), Duration::ZERO, |b| {
         let (me, n) = (b.rank(), b.world_size());
