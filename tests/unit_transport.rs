@@ -182,3 +182,72 @@ fn port_channel_over_the_tcp_transport() {
     proxy.stop().unwrap();
     tb.close(deadline()).unwrap();
 }
+
+/// A bootstrap of a program's own, for one process: rank information as given, and this rank's
+/// place for the topology exchange, followed by those of the ranks it stands in for (`others`);
+/// anything else it is asked to exchange is refused, so a builder that got past its checks
+/// fails with this bootstrap's error instead.
+struct StandIn {
+    info: mscclpp_host::bootstrap::RankInfo,
+    others: Vec<mscclpp_host::topology::RankPlace>,
+    gathers: std::sync::Mutex<usize>,
+}
+
+impl StandIn {
+    fn new(rank: usize, world_size: usize, others: Vec<mscclpp_host::topology::RankPlace>) -> Arc<Self> {
+        let info = mscclpp_host::bootstrap::RankInfo {
+            rank,
+            world_size,
+            local_rank: 0,
+            local_size: 1,
+            source: mscclpp_host::bootstrap::RankSource::Launcher,
+        };
+        Arc::new(StandIn { info, others, gathers: std::sync::Mutex::new(0) })
+    }
+}
+
+impl mscclpp_host::Bootstrap for StandIn {
+    fn info(&self) -> &mscclpp_host::bootstrap::RankInfo {
+        &self.info
+    }
+    fn all_gather(&self, data: &[u8]) -> mscclpp_host::Result<Vec<Vec<u8>>> {
+        let mut n = self.gathers.lock().unwrap();
+        *n += 1;
+        if *n > 1 {
+            return Err(mscclpp_host::Error::Unsupported("the stand-in bootstrap exchanges only places".into()));
+        }
+        Ok(std::iter::once(data.to_vec()).chain(self.others.iter().map(|p| p.encode())).collect())
+    }
+    fn barrier(&self) -> mscclpp_host::Result<()> {
+        Err(mscclpp_host::Error::Unsupported("the stand-in bootstrap has no barrier".into()))
+    }
+    fn send_tagged(&self, _: usize, _: u32, _: &[u8]) -> mscclpp_host::Result<()> {
+        Err(mscclpp_host::Error::Unsupported("the stand-in bootstrap sends nothing".into()))
+    }
+    fn recv_tagged(&self, _: usize, _: u32) -> mscclpp_host::Result<Vec<u8>> {
+        Err(mscclpp_host::Error::Unsupported("the stand-in bootstrap receives nothing".into()))
+    }
+}
+
+/// A communicator over a bootstrap whose `RankInfo` is impossible (rank 2 of 2) refuses it:
+/// `try_new` at once, `new` at the first call that relies on it (before any exchange: the
+/// stand-in would answer the place exchange).
+#[test]
+fn a_communicator_refuses_impossible_rank_information() {
+    let Some(gpus) = gpus_or_skip("a_communicator_refuses_impossible_rank_information", 1) else { return };
+    use mscclpp_host::comm::Communicator;
+    let g = &gpus[0];
+    let why = "rank 2 is not below the world size 2";
+    let refused = |e: mscclpp_host::Error| {
+        assert!(matches!(&e, mscclpp_host::Error::InvalidArgument(m) if m.contains(why)), "{e}");
+    };
+    refused(Communicator::try_new(StandIn::new(2, 2, vec![]), g.clone()).unwrap_err());
+    let c = Communicator::new(StandIn::new(2, 2, vec![]), g.clone());
+    let buf = DeviceBuffer::alloc_exportable(g, 4096).unwrap();
+    refused(c.topology().unwrap_err());
+    refused(c.exchange(&buf).map(drop).unwrap_err());
+    refused(c.memory_semaphores().map(drop).unwrap_err());
+    refused(c.memory_channels(&buf, 1024).map(drop).unwrap_err());
+    refused(c.switch_channels(&buf, 1).map(drop).unwrap_err());
+    refused(c.port_channels(&buf, &buf).map(drop).unwrap_err());
+}

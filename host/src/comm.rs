@@ -329,6 +329,12 @@ impl Communicator {
     /// gives up within milliseconds instead of spinning out its budget (the waiting threads exit,
     /// the first printing the lost rank) and the next [`Gpu::synchronize`] returns
     /// [`Error::PeerLost`] naming it.
+    ///
+    /// What `boot` says of this rank ([`Bootstrap::info`]: a program's own implementation fills
+    /// in its [`RankInfo`](crate::bootstrap::RankInfo) itself) is checked by the first call that
+    /// relies on it ([`Self::topology`], and with it every builder), which fails with
+    /// [`Error::InvalidArgument`] naming the problem ([`Self::check_bootstrap`]);
+    /// [`Self::try_new`] checks at once.
     pub fn new(boot: Arc<dyn Bootstrap>, gpu: Arc<Gpu>) -> Self {
         let target = gpu.clone();
         boot.on_peer_lost(Arc::new(move |peer, _why| {
@@ -337,15 +343,49 @@ impl Communicator {
         Self { boot, gpu, topology: Arc::default() }
     }
 
+    /// [`Self::new`], with `boot`'s rank information checked first ([`Self::check_bootstrap`]):
+    /// a rank not below the world size, a world above
+    /// [`MAX_WORLD_SIZE`](crate::bootstrap::env::MAX_WORLD_SIZE), ... is an error here, before
+    /// anything is registered with `boot`.
+    pub fn try_new(boot: Arc<dyn Bootstrap>, gpu: Arc<Gpu>) -> Result<Self> {
+        Self::check_bootstrap(&*boot)?;
+        Ok(Self::new(boot, gpu))
+    }
+
+    /// Checks what `boot` says of this rank, as a communicator relies on it: a world of 1 to
+    /// [`MAX_WORLD_SIZE`](crate::bootstrap::env::MAX_WORLD_SIZE) ranks, this rank below it, a
+    /// local rank below a local size no larger than the world, and [`Bootstrap::rank`] and
+    /// [`Bootstrap::world_size`] agreeing with [`Bootstrap::info`]. An
+    /// [`Error::InvalidArgument`] names the first problem.
+    pub fn check_bootstrap(boot: &dyn Bootstrap) -> Result<()> {
+        let info = boot.info();
+        info.check("the bootstrap's RankInfo").map_err(|e| match e {
+            Error::RankEnv(why) => Error::InvalidArgument(why),
+            e => e,
+        })?;
+        if (boot.rank(), boot.world_size()) != (info.rank, info.world_size) {
+            return Err(Error::InvalidArgument(format!(
+                "the bootstrap says rank {} of {} but its RankInfo says rank {} of {}",
+                boot.rank(),
+                boot.world_size(),
+                info.rank,
+                info.world_size
+            )));
+        }
+        Ok(())
+    }
+
     /// Where every rank runs: its machine, its GPU, and the transport port channels toward it
     /// use. Exchanged through the bootstrap at the first call that needs it (this one, or any
     /// builder of semaphores or channels): a collective step, so every rank makes that first
-    /// call at the same point, as with every builder.
+    /// call at the same point, as with every builder. The bootstrap's rank information is
+    /// checked first ([`Self::check_bootstrap`]).
     pub fn topology(&self) -> Result<Arc<Topology>> {
         let mut t = self.topology.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(t) = &*t {
             return Ok(t.clone());
         }
+        Self::check_bootstrap(&*self.boot)?;
         let fresh = Arc::new(Topology::exchange(&*self.boot, &self.gpu)?);
         *t = Some(fresh.clone());
         Ok(fresh)
@@ -547,6 +587,10 @@ impl Communicator {
         if (0..n).any(|r| buffers.len(r) != buf.len() as u64) {
             return Err(Error::InvalidArgument("switch channel buffers differ in size between ranks".into()));
         }
+        let as_u32 = |what: &str, v: usize| {
+            u32::try_from(v).map_err(|_| Error::InvalidArgument(format!("switch channels: {what} {v} is above 2^32")))
+        };
+        let (rank, n_ranks) = (as_u32("rank", self.rank())?, as_u32("world size", n)?);
         let buffer_table = DeviceBuffer::from_slice(&self.gpu, buffers.addrs())?;
         let mut tables = vec![];
         let mut semaphores = Vec::with_capacity(blocks);
@@ -558,8 +602,8 @@ impl Communicator {
                 buffers: buffer_table.ptr(),
                 semaphores: table.ptr(),
                 size: buf.len() as u64,
-                rank: self.rank() as u32,
-                n_ranks: n as u32,
+                rank,
+                n_ranks,
             });
             tables.push(table);
             semaphores.push(sems);

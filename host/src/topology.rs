@@ -78,7 +78,9 @@ impl RankPlace {
         })
     }
 
-    fn encode(&self) -> Vec<u8> {
+    /// The form [`Topology::exchange`] all-gathers (a [`Bootstrap`] of a program's own, or a
+    /// test's, may answer with the places of ranks it stands in for).
+    pub fn encode(&self) -> Vec<u8> {
         let mut v = vec![1u8, u8::from(self.choice == TransportChoice::ForceTcp)];
         v.extend_from_slice(&self.gpu_ordinal.to_le_bytes());
         for s in [&self.host.machine, &self.host.hostname, &self.gpu_bus_id] {
