@@ -251,3 +251,38 @@ fn a_communicator_refuses_impossible_rank_information() {
     refused(c.switch_channels(&buf, 1).map(drop).unwrap_err());
     refused(c.port_channels(&buf, &buf).map(drop).unwrap_err());
 }
+
+/// Toward a rank on another machine, everything that maps the peer's memory is refused with
+/// `Error::OffMachine` naming the peer and why, before any memory is exchanged; the topology
+/// itself is fine.
+#[test]
+fn mapping_toward_a_rank_on_another_machine_is_refused_by_name() {
+    let Some(gpus) = gpus_or_skip("mapping_toward_a_rank_on_another_machine_is_refused_by_name", 1) else { return };
+    use mscclpp_host::comm::Communicator;
+    use mscclpp_host::topology::{HostIdentity, RankPlace};
+    use mscclpp_host::transport::{TransportChoice, TransportKind};
+    let g = &gpus[0];
+    let elsewhere = RankPlace {
+        host: HostIdentity { machine: "another-boot-id".into(), hostname: "node-elsewhere".into() },
+        gpu_ordinal: 0,
+        gpu_bus_id: String::new(),
+        choice: TransportChoice::Auto,
+    };
+    let c = Communicator::new(StandIn::new(0, 2, vec![elsewhere]), g.clone());
+    let t = c.topology().unwrap();
+    assert_eq!((t.first_off_machine(), t.transport(1)), (Some(1), TransportKind::Tcp));
+    let buf = DeviceBuffer::alloc_exportable(g, 4096).unwrap();
+    let off = |what: &str, e: mscclpp_host::Error| {
+        let text = e.to_string();
+        assert!(
+            matches!(&e, mscclpp_host::Error::OffMachine { peer: 1, what: w, reason } if w == what
+                && reason.contains("rank 1 runs on another machine (node-elsewhere")),
+            "{what}: {text}"
+        );
+        assert!(text.starts_with(&format!("{what} toward rank 1: ")), "{text}");
+    };
+    off("mapping GPU memory", c.exchange(&buf).map(drop).unwrap_err());
+    off("memory semaphores", c.memory_semaphores().map(drop).unwrap_err());
+    off("memory channels", c.memory_channels(&buf, 1024).map(drop).unwrap_err());
+    off("switch channels", c.switch_channels(&buf, 1).map(drop).unwrap_err());
+}

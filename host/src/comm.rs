@@ -391,13 +391,10 @@ impl Communicator {
         Ok(fresh)
     }
 
-    /// An [`Error::OffMachine`] for `what` if some rank runs on another machine.
+    /// An [`Error::OffMachine`] for `what` if some rank runs on another machine
+    /// ([`Topology::require_one_machine`]).
     fn require_one_machine(&self, what: &str) -> Result<()> {
-        let t = self.topology()?;
-        match t.first_off_machine() {
-            Some(p) => Err(Error::OffMachine { peer: p, what: what.to_string(), reason: t.off_machine_reason(p) }),
-            None => Ok(()),
-        }
+        self.topology()?.require_one_machine(what)
     }
 
     /// Aborts this GPU's waits: every bounded wait of its kernels that has waited a millisecond
