@@ -154,6 +154,11 @@ impl TcpBootstrap {
         self.timeout = timeout;
         Ok(())
     }
+    /// How many connections to other ranks this rank holds (for the tests of the topology).
+    #[cfg(test)]
+    pub(crate) fn connections(&self) -> usize {
+        self.net.connections()
+    }
     /// The largest payload one operation may carry.
     pub fn max_frame(&self) -> usize {
         self.max_frame

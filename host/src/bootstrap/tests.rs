@@ -125,6 +125,43 @@ fn the_hints_say_whether_the_token_was_derived() {
 }
 
 #[test]
+fn ranks_hold_the_star_and_ring_until_they_send_elsewhere() {
+    // 8 ranks: rank 0 holds one connection per rank; every other rank holds rank 0's and its
+    // ring neighbours' (1 holds 0 and 2; 7 holds 0 and 6), however many collectives run (they go
+    // through rank 0), until it first sends to another rank (a full mesh would hold 7 each).
+    let n = 8;
+    let ring = |r: usize| if r == 0 { n - 1 } else { 1 + usize::from(r >= 2) + usize::from(r + 2 <= n) };
+    let results = run(n, Duration::from_secs(20), Duration::ZERO, |b| {
+        let after_connect = b.connections();
+        for round in 0..3 {
+            b.all_gather(&contribution(b.rank(), round))?;
+            b.barrier()?;
+        }
+        let after_collectives = b.connections();
+        // Rank 1 sends to rank 5 (not a neighbour): one connection more on each of the two.
+        match b.rank() {
+            1 => b.send(5, b"first use")?,
+            5 => assert_eq!(b.recv(1)?, b"first use"),
+            _ => {}
+        }
+        b.barrier()?;
+        Ok((b.rank(), after_connect, after_collectives, b.connections()))
+    });
+    for r in results {
+        let (rank, connect, collectives, end) = r.unwrap();
+        let most = ring(rank);
+        assert!(connect <= most && collectives <= most, "rank {rank}: {connect}, then {collectives} (at most {most})");
+        match rank {
+            0 => assert_eq!((connect, collectives, end), (n - 1, n - 1, n - 1), "rank 0"),
+            1 | 5 => {
+                assert!(end > collectives && end <= most + 1, "rank {rank}: {collectives}, then {end} after a send")
+            }
+            _ => assert_eq!(end, collectives, "rank {rank}: no send, no new connection"),
+        }
+    }
+}
+
+#[test]
 fn send_recv_interleaved_with_collectives() {
     let results = run(4, Duration::from_secs(20), Duration::ZERO, |b| {
         let (me, n) = (b.rank(), b.world_size());
