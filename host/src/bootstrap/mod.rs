@@ -141,7 +141,10 @@
 //! challenge or stays silent is dropped and the rendezvous goes on (a stray process from another
 //! job must not take ours down). Pending handshakes are read concurrently, one short-lived thread
 //! each, up to 128 at once (beyond that the oldest is dropped), and each gets 2 s: idle or slow
-//! connections do not delay the real ranks. The number of rejections, and the last reason,
+//! connections do not delay the real ranks. A connection dropped for its silence is told so
+//! first (a refusal frame where the welcome would be), so a real rank starved of CPU past that
+//! wait on every attempt reports that rank 0 gave up waiting for its hello, not a wrong token or
+//! a failed rank 0. The number of rejections, and the last reason,
 //! appear in the timeout message if the rendezvous then fails. After the rendezvous every rank
 //! but 0 keeps listening, for the connections opened on first use, behind the same gate (a
 //! thread accepts them; strays are dropped the same way), and a bad frame on an established

@@ -27,6 +27,10 @@ pub(super) const ACCEPT_SLICE: Duration = Duration::from_millis(10);
 pub(super) const NONCE_LEN: usize = 32;
 /// Largest hello / connect payload accepted (a rank number, a world size and an address).
 pub(super) const HELLO_MAX: usize = 1024;
+/// Largest reason a [`Kind::Refused`] frame carries (longer ones are cut).
+pub(super) const REFUSAL_MAX: usize = 256;
+/// How long the accepting side may spend handing a refusal to the socket.
+const REFUSAL_WAIT: Duration = Duration::from_millis(100);
 
 /// Reads and writes on a blocking socket, each call bounded by what is left until `deadline`.
 pub(super) struct Deadlined<'a> {
@@ -290,7 +294,15 @@ pub(super) fn accept_handshake(
         Ok(Some(f)) => return Err(format!("sent {} instead of {}", f.kind.name(), kind.name())),
         Ok(None) => return Err(format!("closed without a {} (a wrong session token, or not a rank)", kind.name())),
         Err(FrameError::Io(source)) if is_timeout(&source) => {
-            return Err(format!("timed out: no {} within {} ms", kind.name(), HANDSHAKE_WAIT.as_millis()));
+            let why = format!("timed out: no {} within {} ms", kind.name(), HANDSHAKE_WAIT.as_millis());
+            // Tell the connecting side (a real rank too slow to introduce itself, most likely)
+            // what happened, best effort: it reads this where it expects the welcome.
+            refuse(
+                &stream,
+                token,
+                &format!("it waited {} ms for this rank's {}", HANDSHAKE_WAIT.as_millis(), kind.name()),
+            );
+            return Err(why);
         }
         Err(FrameError::Io(source)) if source.kind() == io::ErrorKind::ConnectionReset => {
             return Err(format!("reset without a {} (a wrong session token, or not a rank)", kind.name()));
@@ -311,6 +323,14 @@ pub(super) fn accept_handshake(
     }
     let intro = Intro::decode(intro_bytes).ok_or_else(|| format!("malformed {}", kind.name()))?;
     Ok(Introduced { stream, from, intro, nonces })
+}
+
+/// Sends a [`Kind::Refused`] frame saying `why` (cut to [`REFUSAL_MAX`] bytes), best effort and
+/// within [`REFUSAL_WAIT`], before the connection is dropped.
+fn refuse(stream: &TcpStream, token: &Token, why: &str) {
+    let why = &why[..why.floor_char_boundary(REFUSAL_MAX)];
+    let mut w = Deadlined { stream, deadline: Instant::now() + REFUSAL_WAIT };
+    let _ = frame::write_frame(&mut w, token, Kind::Refused, 0, why.as_bytes());
 }
 
 /// The connecting side's half: reads the challenge, sends the introduction of `kind` with its
@@ -375,12 +395,22 @@ pub(super) fn join_root(
                 let again = deadline.min(Instant::now() + HANDSHAKE_WAIT);
                 match connect_until(addr, again, cfg.timeout, waiting_for) {
                     Ok(s) => root = s,
-                    Err(_) => return Err(e),
+                    Err(_) => return Err(attempts_note(e, attempt)),
                 }
                 attempt += 1;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(attempts_note(e, attempt)),
         }
+    }
+}
+
+/// `e`, saying how many introductions were made when there was more than one.
+fn attempts_note(e: Error, attempts: u32) -> Error {
+    match e {
+        Error::PeerLost { peer, detail } if attempts > 1 => {
+            Error::PeerLost { peer, detail: format!("{detail} (on attempt {attempts} of {HELLO_ATTEMPTS})") }
+        }
+        e => e,
     }
 }
 
@@ -423,8 +453,15 @@ pub(super) fn expect(
     what: &str,
 ) -> Result<Frame> {
     let mut r = Deadlined { stream, deadline };
-    match frame::read_frame(&mut r, &cfg.token, max) {
+    match frame::read_frame(&mut r, &cfg.token, max.max(REFUSAL_MAX)) {
         Ok(Some(f)) if f.kind == kind => Ok(f),
+        Ok(Some(f)) if f.kind == Kind::Refused => Err(Error::PeerLost {
+            peer,
+            detail: format!(
+                "rank {peer} dropped this connection during the rendezvous, before {what}: {}",
+                String::from_utf8_lossy(&f.payload)
+            ),
+        }),
         Ok(Some(f)) => Err(Error::Protocol(format!("rank {peer} sent {} while {what} was expected", f.kind.name()))),
         Ok(None) => Err(closed(peer, kind, what, String::new())),
         Err(FrameError::Io(source)) if is_timeout(&source) => {

@@ -961,3 +961,51 @@ fn a_root_that_drops_the_hello_at_once_is_reported_at_once() {
     assert!(matches!(e, Error::PeerLost { .. }), "{e}");
     assert!(t.elapsed() < HANDSHAKE_WAIT, "took {:?}: {e}", t.elapsed());
 }
+
+#[test]
+fn a_rank_too_slow_on_every_attempt_is_told_rank_0_gave_up_waiting() {
+    // Rank 1, by hand, stays silent past rank 0's handshake wait on each of its attempts: rank 0
+    // drops every one, saying why, and rank 1's error says so (it used to guess "a wrong session
+    // token, or rank 0 failed").
+    let cfgs = configs(2, Duration::from_secs(30));
+    let c0 = cfgs[0].clone();
+    let root = thread::spawn(move || TcpBootstrap::connect(&c0).map(|b| b.world_size()));
+    let c1 = &cfgs[1];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let hello = Intro { rank: 1, world: 2, listen: "127.0.0.1:9".into() };
+    let mut attempts = 0;
+    let e = join_root(c1.addr.parse().unwrap(), c1, deadline, "rank 0", |_| {
+        attempts += 1;
+        thread::sleep(HANDSHAKE_WAIT + Duration::from_millis(300));
+        Ok(hello.encode())
+    })
+    .unwrap_err();
+    assert_eq!(attempts, HELLO_ATTEMPTS);
+    let text = e.to_string();
+    assert!(matches!(e, Error::PeerLost { peer: 0, .. }), "{text}");
+    assert!(
+        text.contains("rank 0 dropped this connection") && text.contains("waited 2000 ms for this rank's hello"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("attempt {HELLO_ATTEMPTS} of {HELLO_ATTEMPTS}")), "{text}");
+    assert!(!text.contains("wrong session token"), "{text}");
+    // The real rank 1 still joins.
+    TcpBootstrap::connect(c1).unwrap();
+    assert_eq!(root.join().unwrap().unwrap(), 2);
+}
+
+#[test]
+fn a_refusal_in_place_of_a_frame_is_reported_with_its_reason() {
+    let (a, b) = (TcpListener::bind("127.0.0.1:0").unwrap(), Token::random());
+    let mut s = TcpStream::connect(a.local_addr().unwrap()).unwrap();
+    let (peer, _) = a.accept().unwrap();
+    frame::write_frame(&mut s, &b, Kind::Refused, 0, b"it waited 2000 ms for this rank's connect").unwrap();
+    let cfg = BootstrapConfig::new(RankInfo::single_node(1, 2).unwrap(), "127.0.0.1:1", b);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let e = expect(&peer, &cfg, Kind::Welcome, frame::PROOF_LEN, deadline, 3, "the welcome").unwrap_err();
+    assert!(
+        matches!(&e, Error::PeerLost { peer: 3, detail }
+        if detail == "rank 3 dropped this connection during the rendezvous, before the welcome: it waited 2000 ms for this rank's connect"),
+        "{e}"
+    );
+}
