@@ -49,7 +49,7 @@ use crate::gpu::Gpu;
 use crate::ipc::{ExportedMemory, ImportedMemory};
 use crate::memory::{DeviceBuffer, Retained};
 use crate::proxy::{HostCounter, MemoryRegion, ProxyBuilder, ProxyOptions, ProxyService};
-use crate::semaphore::SemaphoreSlot;
+use crate::semaphore::{HostInboundWord, SemaphoreSlot};
 use crate::shm::SharedHostMemory;
 use crate::topology::Topology;
 use crate::transport::TransportKind;
@@ -710,9 +710,12 @@ impl Communicator {
             let sem_id = match &host {
                 Some(h) => {
                     let peer = h.peers[p].clone().ok_or_else(|| Error::proxy(format!("no counters of rank {p}")))?;
-                    // SAFETY: word `me` of rank p's n counters (page-aligned mapping), which only
-                    // this rank's proxy writes; the Arc it gets keeps the mapping alive.
-                    let counter = unsafe { HostCounter::from_raw(peer.host_ptr().cast::<u64>().add(me), peer) };
+                    // SAFETY: word `me` of rank p's array of n counters (a page-aligned mapping of
+                    // HostInboundWord::array_bytes(n) bytes, and me < n), which only this rank's
+                    // proxy writes; the Arc it gets keeps the mapping alive.
+                    let counter = unsafe {
+                        HostCounter::from_raw(peer.host_ptr().add(HostInboundWord::offset(me)).cast::<u64>(), peer)
+                    };
                     b.add_host_semaphore(counter)?
                 }
                 None => b.add_semaphore(SemaphoreSlot::at(sems.addr(p), me).inbound().addr())?,
@@ -729,7 +732,7 @@ impl Communicator {
                     let wait_on = match &host {
                         // The inbound word lives in shared host memory; `expected` stays in the slot.
                         Some(h) if !over_tcp => Host2DeviceSemaphore {
-                            inbound: GlobalPtr::from_addr(h.own_device + (p * 8) as u64),
+                            inbound: HostInboundWord::at(h.own_device, p).ptr(),
                             expected: slot.expected(),
                         },
                         _ => slot.host_to_device(),
@@ -750,7 +753,7 @@ impl Communicator {
         })
     }
 
-    /// Every rank's inbound counters for port channels (one u64 per peer) in shared host memory:
+    /// Every rank's inbound counters for port channels ([`HostInboundWord`]s) in shared host memory:
     /// this rank's registered for its GPU, the others' mapped here for the proxy thread.
     fn host_counters(&self) -> Result<HostCounters> {
         let n = self.world_size();
@@ -759,7 +762,8 @@ impl Communicator {
         // failure here leaves them, and does not stop this run.
         let _ = crate::shm::remove_stale_files();
         let name = format!("{}{}-{}-{:016x}", crate::shm::NAME_PREFIX, std::process::id(), me, rand::random::<u64>());
-        let mut own = SharedHostMemory::create(&name, n * 8)?;
+        let bytes = HostInboundWord::array_bytes(n)?;
+        let mut own = SharedHostMemory::create(&name, bytes)?;
         own.register(&self.gpu)?;
         let own_device = own.device_addr().ok_or_else(|| Error::proxy("registered memory without an address"))?;
         let names = self.boot.all_gather_checked(name.as_bytes())?;
@@ -771,7 +775,7 @@ impl Communicator {
             }
             let other = std::str::from_utf8(other)
                 .map_err(|_| Error::proxy(format!("rank {r} sent a shared-memory name that is not UTF-8")))?;
-            let m = SharedHostMemory::open(other, n * 8).map_err(|e| Error::Bootstrap {
+            let m = SharedHostMemory::open(other, bytes).map_err(|e| Error::Bootstrap {
                 rank: me,
                 step: format!("opening rank {r}'s port-channel counters"),
                 cause: Box::new(e),
