@@ -31,6 +31,9 @@ pub(super) const HELLO_MAX: usize = 1024;
 pub(super) const REFUSAL_MAX: usize = 256;
 /// How long the accepting side may spend handing a refusal to the socket.
 const REFUSAL_WAIT: Duration = Duration::from_millis(100);
+/// What the connecting side's error says after a [`Kind::Refused`] frame (and how [`join_root`]
+/// knows rank 0 gave up waiting, however long this rank thinks it took).
+const REFUSED: &str = "dropped this connection during the rendezvous";
 
 /// Reads and writes on a blocking socket, each call bounded by what is left until `deadline`.
 pub(super) struct Deadlined<'a> {
@@ -373,7 +376,8 @@ pub(super) const HELLO_ATTEMPTS: u32 = 3;
 /// connection). Rank 0 gives a silent connection [`HANDSHAKE_WAIT`], which a rank starved of CPU
 /// between its connect and its hello can overrun on a loaded machine: when rank 0 drops the
 /// connection after that long, this tries again on a fresh one (at most [`HELLO_ATTEMPTS`] in
-/// all, each reconnect within another [`HANDSHAKE_WAIT`]). A drop sooner than that (a wrong
+/// all, each reconnect within another [`HANDSHAKE_WAIT`]), as it does when rank 0 refuses the
+/// connection for its silence however soon that seems here. A drop sooner than that (a wrong
 /// token, or rank 0 failing) is returned at once, as is the drop itself when the reconnect fails.
 pub(super) fn join_root(
     addr: SocketAddr,
@@ -389,8 +393,14 @@ pub(super) fn join_root(
         let hello = intro(&root)?;
         match connect_handshake(&root, cfg, Kind::Hello, &hello, deadline, 0) {
             Ok(()) => return Ok(root),
+            // Rank 0 refused this connection for its silence, or dropped it after as long as it
+            // waits (a refusal lost, or an older rank 0 that did not send one): try again. Rank 0
+            // may have accepted the connection well after this rank made it, so the refusal, not
+            // the time this rank measured, is what tells.
             Err(e @ Error::PeerLost { .. })
-                if attempt < HELLO_ATTEMPTS && connected.elapsed() >= HANDSHAKE_WAIT && Instant::now() < deadline =>
+                if attempt < HELLO_ATTEMPTS
+                    && (refused(&e) || connected.elapsed() >= HANDSHAKE_WAIT)
+                    && Instant::now() < deadline =>
             {
                 let again = deadline.min(Instant::now() + HANDSHAKE_WAIT);
                 match connect_until(addr, again, cfg.timeout, waiting_for) {
@@ -402,6 +412,11 @@ pub(super) fn join_root(
             Err(e) => return Err(attempts_note(e, attempt)),
         }
     }
+}
+
+/// Whether `e` is a [`Kind::Refused`] frame read where another was expected.
+fn refused(e: &Error) -> bool {
+    matches!(e, Error::PeerLost { detail, .. } if detail.contains(REFUSED))
 }
 
 /// `e`, saying how many introductions were made when there was more than one.
@@ -457,10 +472,7 @@ pub(super) fn expect(
         Ok(Some(f)) if f.kind == kind => Ok(f),
         Ok(Some(f)) if f.kind == Kind::Refused => Err(Error::PeerLost {
             peer,
-            detail: format!(
-                "rank {peer} dropped this connection during the rendezvous, before {what}: {}",
-                String::from_utf8_lossy(&f.payload)
-            ),
+            detail: format!("rank {peer} {REFUSED}, before {what}: {}", String::from_utf8_lossy(&f.payload)),
         }),
         Ok(Some(f)) => Err(Error::Protocol(format!("rank {peer} sent {} while {what} was expected", f.kind.name()))),
         Ok(None) => Err(closed(peer, kind, what, String::new())),

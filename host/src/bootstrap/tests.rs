@@ -1009,3 +1009,37 @@ fn a_refusal_in_place_of_a_frame_is_reported_with_its_reason() {
         "{e}"
     );
 }
+
+#[test]
+fn a_refusal_sooner_than_the_wait_seen_here_is_still_retried() {
+    // A stand-in rank 0 refuses the first connection at once, as a rank 0 that accepted it late
+    // would (its wait ran out while the connection sat in its queue, though rank 1 had waited
+    // less than that), and completes the handshake of the second: rank 1 tries again at once.
+    let cfgs = configs(2, Duration::from_secs(20));
+    let (c0, c1) = (cfgs[0].clone(), &cfgs[1]);
+    let listener = TcpListener::bind(c1.addr.as_str()).unwrap();
+    let root = thread::spawn(move || {
+        let token = c0.token;
+        let (mut s, _) = listener.accept().unwrap();
+        frame::write_frame(&mut s, &token, Kind::Challenge, 0, &[0; NONCE_LEN]).unwrap();
+        frame::write_frame(&mut s, &token, Kind::Refused, 0, b"it waited 2000 ms for this rank's hello").unwrap();
+        drop(s);
+        let (s, from) = listener.accept().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let i = accept_handshake(s, from, &token, Kind::Hello, deadline).unwrap();
+        send_frame(&i.stream, &c0, Kind::Welcome, &server_proof(&token, Kind::Hello, &i.nonces), deadline, 1).unwrap();
+        i.intro.rank
+    });
+    let t = Instant::now();
+    let hello = Intro { rank: 1, world: 2, listen: "127.0.0.1:9".into() };
+    let mut attempts = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    join_root(c1.addr.parse().unwrap(), c1, deadline, "rank 0", |_| {
+        attempts += 1;
+        Ok(hello.encode())
+    })
+    .unwrap();
+    assert_eq!(attempts, 2);
+    assert!(t.elapsed() < HANDSHAKE_WAIT, "took {:?}", t.elapsed());
+    assert_eq!(root.join().unwrap(), 1);
+}
