@@ -33,7 +33,7 @@ pub(super) const REFUSAL_MAX: usize = 256;
 const REFUSAL_WAIT: Duration = Duration::from_millis(100);
 /// What the connecting side's error says after a [`Kind::Refused`] frame (and how [`join_root`]
 /// knows rank 0 gave up waiting, however long this rank thinks it took).
-const REFUSED: &str = "dropped this connection during the rendezvous";
+const REFUSED: &str = "dropped this connection during its handshake";
 
 /// Reads and writes on a blocking socket, each call bounded by what is left until `deadline`.
 pub(super) struct Deadlined<'a> {

@@ -1005,7 +1005,7 @@ fn a_refusal_in_place_of_a_frame_is_reported_with_its_reason() {
     let e = expect(&peer, &cfg, Kind::Welcome, frame::PROOF_LEN, deadline, 3, "the welcome").unwrap_err();
     assert!(
         matches!(&e, Error::PeerLost { peer: 3, detail }
-        if detail == "rank 3 dropped this connection during the rendezvous, before the welcome: it waited 2000 ms for this rank's connect"),
+        if detail == "rank 3 dropped this connection during its handshake, before the welcome: it waited 2000 ms for this rank's connect"),
         "{e}"
     );
 }
