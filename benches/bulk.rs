@@ -152,7 +152,7 @@ fn main() {
             .unwrap();
     });
 
-    if gpus.len() >= 2 {
+    if testing::enough_gpus_or_skip("bench bulk peer", gpus.len(), 2) {
         let g1 = &gpus[1];
         g0.enable_peer_access(g1).unwrap();
         g1.enable_peer_access(g0).unwrap();
@@ -185,8 +185,6 @@ fn main() {
         let got: Vec<u32> = peer.to_vec::<f32>().unwrap().into_iter().map(f32::to_bits).collect();
         let want: Vec<u32> = floats.iter().map(|x| (2.0 * x).to_bits()).collect();
         testing::assert_same("peer f32 bulk reduce-store", &got, &want);
-    } else {
-        testing::record_skip("bench bulk peer", "needs 2 GPUs");
     }
     bench::print_summary("bulk");
     c.final_summary();

@@ -348,12 +348,10 @@ fn main() {
         .configure_from_args();
     let Some(gpus) = testing::gpus_or_skip("bench sync", 1) else { return };
     fifo_roundtrip(&mut c, &gpus[0]);
-    if gpus.len() >= 2 {
+    if testing::enough_gpus_or_skip("bench sync (two-GPU parts)", gpus.len(), 2) {
         semaphore_pingpong(&mut c, &gpus[0], &gpus[1]);
         port_pingpong(&mut c, &gpus[0], &gpus[1]);
         driver_latency(&gpus[0], &gpus[1]);
-    } else {
-        testing::record_skip("bench sync (two-GPU parts)", "needs 2 GPUs");
     }
     bench::print_summary("sync");
     c.final_summary();

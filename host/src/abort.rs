@@ -1,7 +1,10 @@
 //! The abort word of a GPU: one 8-byte word of mapped pinned host memory per [`Gpu`](crate::gpu::Gpu), whose
 //! device address the runtime writes into every module it loads (the global
 //! [`mscclpp_device::abort::SYMBOL`]). Every bounded wait on the GPU reads it once it has waited
-//! [`mscclpp_device::abort::POLL_AFTER_NS`], and traps with the cause when it is non-zero.
+//! [`mscclpp_device::abort::POLL_AFTER_NS`], and once it is non-zero gives up: the waiting thread
+//! exits (it does not trap; the first such thread of the module prints which wait gave up and
+//! why), so the kernel ends within about a millisecond with results not to be used, the context
+//! stays usable, and [`Gpu::synchronize`](crate::gpu::Gpu::synchronize) reports the cause.
 //!
 //! Who sets it: a [`Communicator`](crate::comm::Communicator) registers a hook with its bootstrap
 //! that sets [`AbortCause::PeerLost`] when a peer's connection ends without a goodbye (the peer

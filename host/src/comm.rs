@@ -49,7 +49,7 @@ use crate::gpu::Gpu;
 use crate::ipc::{ExportedMemory, ImportedMemory};
 use crate::memory::{DeviceBuffer, Retained};
 use crate::proxy::{HostCounter, MemoryRegion, ProxyBuilder, ProxyOptions, ProxyService};
-use crate::semaphore::SemaphoreSlot;
+use crate::semaphore::{HostInboundWord, SemaphoreSlot};
 use crate::shm::SharedHostMemory;
 use crate::topology::Topology;
 use crate::transport::TransportKind;
@@ -329,6 +329,12 @@ impl Communicator {
     /// gives up within milliseconds instead of spinning out its budget (the waiting threads exit,
     /// the first printing the lost rank) and the next [`Gpu::synchronize`] returns
     /// [`Error::PeerLost`] naming it.
+    ///
+    /// What `boot` says of this rank ([`Bootstrap::info`]: a program's own implementation fills
+    /// in its [`RankInfo`](crate::bootstrap::RankInfo) itself) is checked by the first call that
+    /// relies on it ([`Self::topology`], and with it every builder), which fails with
+    /// [`Error::InvalidArgument`] naming the problem ([`Self::check_bootstrap`]);
+    /// [`Self::try_new`] checks at once.
     pub fn new(boot: Arc<dyn Bootstrap>, gpu: Arc<Gpu>) -> Self {
         let target = gpu.clone();
         boot.on_peer_lost(Arc::new(move |peer, _why| {
@@ -337,27 +343,58 @@ impl Communicator {
         Self { boot, gpu, topology: Arc::default() }
     }
 
+    /// [`Self::new`], with `boot`'s rank information checked first ([`Self::check_bootstrap`]):
+    /// a rank not below the world size, a world above
+    /// [`MAX_WORLD_SIZE`](crate::bootstrap::env::MAX_WORLD_SIZE), ... is an error here, before
+    /// anything is registered with `boot`.
+    pub fn try_new(boot: Arc<dyn Bootstrap>, gpu: Arc<Gpu>) -> Result<Self> {
+        Self::check_bootstrap(&*boot)?;
+        Ok(Self::new(boot, gpu))
+    }
+
+    /// Checks what `boot` says of this rank, as a communicator relies on it: a world of 1 to
+    /// [`MAX_WORLD_SIZE`](crate::bootstrap::env::MAX_WORLD_SIZE) ranks, this rank below it, a
+    /// local rank below a local size no larger than the world, and [`Bootstrap::rank`] and
+    /// [`Bootstrap::world_size`] agreeing with [`Bootstrap::info`]. An
+    /// [`Error::InvalidArgument`] names the first problem.
+    pub fn check_bootstrap(boot: &dyn Bootstrap) -> Result<()> {
+        let info = boot.info();
+        info.check("the bootstrap's RankInfo").map_err(|e| match e {
+            Error::RankEnv(why) => Error::InvalidArgument(why),
+            e => e,
+        })?;
+        if (boot.rank(), boot.world_size()) != (info.rank, info.world_size) {
+            return Err(Error::InvalidArgument(format!(
+                "the bootstrap says rank {} of {} but its RankInfo says rank {} of {}",
+                boot.rank(),
+                boot.world_size(),
+                info.rank,
+                info.world_size
+            )));
+        }
+        Ok(())
+    }
+
     /// Where every rank runs: its machine, its GPU, and the transport port channels toward it
     /// use. Exchanged through the bootstrap at the first call that needs it (this one, or any
     /// builder of semaphores or channels): a collective step, so every rank makes that first
-    /// call at the same point, as with every builder.
+    /// call at the same point, as with every builder. The bootstrap's rank information is
+    /// checked first ([`Self::check_bootstrap`]).
     pub fn topology(&self) -> Result<Arc<Topology>> {
         let mut t = self.topology.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(t) = &*t {
             return Ok(t.clone());
         }
+        Self::check_bootstrap(&*self.boot)?;
         let fresh = Arc::new(Topology::exchange(&*self.boot, &self.gpu)?);
         *t = Some(fresh.clone());
         Ok(fresh)
     }
 
-    /// An [`Error::OffMachine`] for `what` if some rank runs on another machine.
+    /// An [`Error::OffMachine`] for `what` if some rank runs on another machine
+    /// ([`Topology::require_one_machine`]).
     fn require_one_machine(&self, what: &str) -> Result<()> {
-        let t = self.topology()?;
-        match t.first_off_machine() {
-            Some(p) => Err(Error::OffMachine { peer: p, what: what.to_string(), reason: t.off_machine_reason(p) }),
-            None => Ok(()),
-        }
+        self.topology()?.require_one_machine(what)
     }
 
     /// Aborts this GPU's waits: every bounded wait of its kernels that has waited a millisecond
@@ -547,6 +584,10 @@ impl Communicator {
         if (0..n).any(|r| buffers.len(r) != buf.len() as u64) {
             return Err(Error::InvalidArgument("switch channel buffers differ in size between ranks".into()));
         }
+        let as_u32 = |what: &str, v: usize| {
+            u32::try_from(v).map_err(|_| Error::InvalidArgument(format!("switch channels: {what} {v} is above 2^32")))
+        };
+        let (rank, n_ranks) = (as_u32("rank", self.rank())?, as_u32("world size", n)?);
         let buffer_table = DeviceBuffer::from_slice(&self.gpu, buffers.addrs())?;
         let mut tables = vec![];
         let mut semaphores = Vec::with_capacity(blocks);
@@ -558,8 +599,8 @@ impl Communicator {
                 buffers: buffer_table.ptr(),
                 semaphores: table.ptr(),
                 size: buf.len() as u64,
-                rank: self.rank() as u32,
-                n_ranks: n as u32,
+                rank,
+                n_ranks,
             });
             tables.push(table);
             semaphores.push(sems);
@@ -669,9 +710,12 @@ impl Communicator {
             let sem_id = match &host {
                 Some(h) => {
                     let peer = h.peers[p].clone().ok_or_else(|| Error::proxy(format!("no counters of rank {p}")))?;
-                    // SAFETY: word `me` of rank p's n counters (page-aligned mapping), which only
-                    // this rank's proxy writes; the Arc it gets keeps the mapping alive.
-                    let counter = unsafe { HostCounter::from_raw(peer.host_ptr().cast::<u64>().add(me), peer) };
+                    // SAFETY: word `me` of rank p's array of n counters (a page-aligned mapping of
+                    // HostInboundWord::array_bytes(n) bytes, and me < n), which only this rank's
+                    // proxy writes; the Arc it gets keeps the mapping alive.
+                    let counter = unsafe {
+                        HostCounter::from_raw(peer.host_ptr().add(HostInboundWord::offset(me)).cast::<u64>(), peer)
+                    };
                     b.add_host_semaphore(counter)?
                 }
                 None => b.add_semaphore(SemaphoreSlot::at(sems.addr(p), me).inbound().addr())?,
@@ -688,7 +732,7 @@ impl Communicator {
                     let wait_on = match &host {
                         // The inbound word lives in shared host memory; `expected` stays in the slot.
                         Some(h) if !over_tcp => Host2DeviceSemaphore {
-                            inbound: GlobalPtr::from_addr(h.own_device + (p * 8) as u64),
+                            inbound: HostInboundWord::at(h.own_device, p).ptr(),
                             expected: slot.expected(),
                         },
                         _ => slot.host_to_device(),
@@ -709,7 +753,7 @@ impl Communicator {
         })
     }
 
-    /// Every rank's inbound counters for port channels (one u64 per peer) in shared host memory:
+    /// Every rank's inbound counters for port channels ([`HostInboundWord`]s) in shared host memory:
     /// this rank's registered for its GPU, the others' mapped here for the proxy thread.
     fn host_counters(&self) -> Result<HostCounters> {
         let n = self.world_size();
@@ -718,7 +762,8 @@ impl Communicator {
         // failure here leaves them, and does not stop this run.
         let _ = crate::shm::remove_stale_files();
         let name = format!("{}{}-{}-{:016x}", crate::shm::NAME_PREFIX, std::process::id(), me, rand::random::<u64>());
-        let mut own = SharedHostMemory::create(&name, n * 8)?;
+        let bytes = HostInboundWord::array_bytes(n)?;
+        let mut own = SharedHostMemory::create(&name, bytes)?;
         own.register(&self.gpu)?;
         let own_device = own.device_addr().ok_or_else(|| Error::proxy("registered memory without an address"))?;
         let names = self.boot.all_gather_checked(name.as_bytes())?;
@@ -730,7 +775,7 @@ impl Communicator {
             }
             let other = std::str::from_utf8(other)
                 .map_err(|_| Error::proxy(format!("rank {r} sent a shared-memory name that is not UTF-8")))?;
-            let m = SharedHostMemory::open(other, n * 8).map_err(|e| Error::Bootstrap {
+            let m = SharedHostMemory::open(other, bytes).map_err(|e| Error::Bootstrap {
                 rank: me,
                 step: format!("opening rank {r}'s port-channel counters"),
                 cause: Box::new(e),

@@ -365,7 +365,8 @@ impl Gpu {
         Ok(f)
     }
 
-    /// This GPU's abort word: set it to make every bounded wait of this GPU's kernels trap with
+    /// This GPU's abort word: set it to make every bounded wait of this GPU's kernels give up
+    /// (the waiting threads exit, the first printing the cause), and [`Gpu::synchronize`] report
     /// the cause (see [`crate::abort`]).
     pub fn abort_word(&self) -> &crate::abort::AbortWord {
         &self.abort

@@ -8,10 +8,14 @@
 //!   ([`ProxyBuilder::add_host_semaphore`]) is written by the proxy thread itself: at once when
 //!   no copy is in flight, else once the stream has passed a completion mark placed after the
 //!   copies (a stream write into this proxy's pinned memory that the thread polls). A signal
-//!   with no copy in flight then needs no driver call at all (port-channel signal ping-pong
-//!   5.9 us instead of 13.0 us, NOTES.md); after a copy the mark costs what the stream write did.
+//!   with no copy in flight then needs no driver call at all, which makes a signal ping-pong
+//!   faster than through a stream write (`benches/sync.rs` measures both); after a copy the mark
+//!   costs what the stream write did.
 //! * **Sync**: wait for the stream (every earlier request complete), then publish the position.
-//! * **Atomic add** (type 0): add a u64 at an offset of a registered memory (a one-thread kernel).
+//! * **Atomic add** (type 0): add a u64 at an offset of a registered memory, in stream order
+//!   after the earlier requests: the driver's stream memory operation (an atomic reduction after
+//!   a system-scope barrier, no kernel launch) where the device supports it, else a one-thread
+//!   kernel (chosen once per proxy: [`AtomicAddPath`], overridden by [`ATOMIC_ADD_ENV`]).
 //!
 //! Everything runs on one non-blocking stream of the proxy's GPU, so requests complete in FIFO
 //! order and a Flag never overtakes the data before it. The tail (positions handled) is published

@@ -92,6 +92,49 @@ impl SemaphoreSlot {
     }
 }
 
+/// A port channel's inbound counter in shared host memory ([`crate::shm`]), which replaces the
+/// inbound counter of its [`SemaphoreSlot`] when every rank runs on this machine (the `expected`
+/// counter stays in the slot): the one place that knows that layout.
+///
+/// ```text
+///  rank r's array (one per rank, one word per peer):  [ from rank 0 | from rank 1 | ... | from rank N-1 ]
+///  word p: u64 at offset 8 * p, what rank p's proxy thread stores (through its mapping of the
+///          array) and rank r's GPU waits on (through the array's device address)
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostInboundWord {
+    addr: u64,
+}
+
+impl HostInboundWord {
+    /// Bytes of one word.
+    pub const BYTES: usize = 8;
+
+    /// Peer `peer`'s word of an array that starts at address `base` (the device address of
+    /// this rank's array, or, as a number, the host address of a peer's mapping).
+    pub fn at(base: u64, peer: usize) -> Self {
+        Self { addr: base.wrapping_add(Self::offset(peer) as u64) }
+    }
+    /// Bytes from the start of an array to peer `peer`'s word.
+    pub const fn offset(peer: usize) -> usize {
+        peer.wrapping_mul(Self::BYTES)
+    }
+    /// The word's address.
+    pub fn addr(self) -> u64 {
+        self.addr
+    }
+    /// The word as a device pointer (for the semaphore a kernel waits on).
+    pub fn ptr(self) -> GlobalPtr<u64> {
+        GlobalPtr::from_addr(self.addr)
+    }
+    /// Bytes of an array for `ranks` ranks, or an error when that overflows.
+    pub fn array_bytes(ranks: usize) -> Result<usize> {
+        ranks.checked_mul(Self::BYTES).ok_or_else(|| {
+            Error::InvalidArgument(format!("{ranks} shared inbound counters of {} bytes overflow", Self::BYTES))
+        })
+    }
+}
+
 /// The counters of one side of a semaphore (one [`SemaphoreSlot`]), zeroed, in a GPU's memory.
 #[derive(Debug)]
 pub struct SemaphoreStorage {
@@ -210,6 +253,24 @@ mod tests {
             (d.inbound.addr(), d.remote_inbound.addr(), d.expected.addr(), d.outbound.addr()),
             (0x2020, 0x9040, 0x2028, 0x2030)
         );
+    }
+
+    #[test]
+    fn shared_inbound_words_are_8_bytes_apart_in_peer_order() {
+        use super::HostInboundWord;
+        assert_eq!(HostInboundWord::BYTES, std::mem::size_of::<u64>());
+        assert_eq!(HostInboundWord::at(0x4000, 0).addr(), 0x4000);
+        assert_eq!(HostInboundWord::at(0x4000, 3).addr(), 0x4018);
+        assert_eq!(HostInboundWord::at(0x4000, 3).ptr().addr(), 0x4018);
+        // The proxy's host pointer and the GPU's device pointer name the same word.
+        for p in [0, 1, 7, 255] {
+            assert_eq!(HostInboundWord::at(0, p).addr(), HostInboundWord::offset(p) as u64);
+            assert!(
+                HostInboundWord::offset(p) + HostInboundWord::BYTES <= HostInboundWord::array_bytes(p + 1).unwrap()
+            );
+        }
+        assert_eq!(HostInboundWord::array_bytes(4).unwrap(), 32);
+        assert!(HostInboundWord::array_bytes(usize::MAX).is_err());
     }
 
     #[test]

@@ -78,7 +78,9 @@ impl RankPlace {
         })
     }
 
-    fn encode(&self) -> Vec<u8> {
+    /// The form [`Topology::exchange`] all-gathers (a [`Bootstrap`] of a program's own, or a
+    /// test's, may answer with the places of ranks it stands in for).
+    pub fn encode(&self) -> Vec<u8> {
         let mut v = vec![1u8, u8::from(self.choice == TransportChoice::ForceTcp)];
         v.extend_from_slice(&self.gpu_ordinal.to_le_bytes());
         for s in [&self.host.machine, &self.host.hostname, &self.gpu_bus_id] {
@@ -221,6 +223,16 @@ impl Topology {
         (0..self.ranks.len()).find(|&p| !self.same_machine(p))
     }
 
+    /// `Ok` when every rank runs on this machine; else an [`Error::OffMachine`] for `what`
+    /// (`memory channels`, `mapping GPU memory`, ...) naming the first rank elsewhere and why
+    /// ([`Self::off_machine_reason`]). What every builder that maps a peer's memory asks first.
+    pub fn require_one_machine(&self, what: &str) -> Result<()> {
+        match self.first_off_machine() {
+            Some(p) => Err(Error::OffMachine { peer: p, what: what.to_string(), reason: self.off_machine_reason(p) }),
+            None => Ok(()),
+        }
+    }
+
     /// Why rank `p` cannot be reached through mapped memory, for error messages.
     pub fn off_machine_reason(&self, p: usize) -> String {
         let name = |r: usize| self.ranks.get(r).map_or("?".to_string(), |x| x.host.hostname.clone());
@@ -303,5 +315,35 @@ mod tests {
         let t = Topology::from_places(1, one[..2].to_vec()).unwrap();
         assert!(t.single_machine() && !t.any_tcp());
         assert!(Topology::from_places(3, one).is_err());
+    }
+
+    #[test]
+    fn mapping_a_peer_elsewhere_is_refused_naming_it_and_why() {
+        use TransportChoice::*;
+        let ranks = vec![place("boot-1", "node-a", 0, Auto), place("boot-1", "node-a", 1, Auto)];
+        let mut apart = ranks.clone();
+        apart.push(place("boot-2", "node-b", 0, Auto));
+        apart.push(place("boot-3", "node-c", 0, Auto));
+        // One machine, even with TCP forced: mapping works.
+        Topology::from_places(1, ranks.clone()).unwrap().require_one_machine("memory channels").unwrap();
+        let mut forced = ranks;
+        forced[1].choice = ForceTcp;
+        Topology::from_places(0, forced).unwrap().require_one_machine("memory channels").unwrap();
+        // Ranks 2 and 3 elsewhere: the first of them is named, from either side.
+        for (me, peer, here, there) in
+            [(0, 2, "node-a", "node-b"), (1, 2, "node-a", "node-b"), (2, 0, "node-b", "node-a")]
+        {
+            let t = Topology::from_places(me, apart.clone()).unwrap();
+            for what in ["memory channels", "mapping GPU memory"] {
+                let e = t.require_one_machine(what).unwrap_err();
+                let Error::OffMachine { peer: p, what: w, reason } = &e else { panic!("{e:?}") };
+                assert_eq!((*p, w.as_str()), (peer, what));
+                assert!(
+                    reason.contains(&format!("rank {peer} runs on another machine ({there}, this rank on {here})"))
+                );
+                assert!(reason.contains("CUDA IPC") && reason.contains("port channels"), "{reason}");
+                assert!(e.to_string().starts_with(&format!("{what} toward rank {peer}: rank {peer} runs on")), "{e}");
+            }
+        }
     }
 }

@@ -188,3 +188,60 @@ fn the_tcp_bootstrap_behind_the_trait() {
         h.join().unwrap().unwrap();
     }
 }
+
+/// A program's bootstrap fills in its `RankInfo` itself (public fields): what a communicator is
+/// given is checked before it is relied on (`Communicator::new` checks at the first call that
+/// uses it, `try_new` at once, both through `check_bootstrap`).
+#[test]
+fn a_custom_bootstraps_rank_information_is_checked() {
+    use mscclpp_host::bootstrap::RankSource;
+    use mscclpp_host::bootstrap::env::MAX_WORLD_SIZE;
+    use mscclpp_host::comm::Communicator;
+    let info = |rank, world_size, local_rank, local_size| RankInfo {
+        rank,
+        world_size,
+        local_rank,
+        local_size,
+        source: RankSource::Launcher,
+    };
+    let with = |i: RankInfo| ThreadBootstrap { info: i, hub: Arc::new(Hub::default()) };
+    for (bad, why) in [
+        (info(4, 4, 0, 1), "rank 4 is not below the world size 4"),
+        (info(0, 0, 0, 1), "world size is 0"),
+        (info(0, MAX_WORLD_SIZE + 1, 0, 1), "above the limit"),
+        (info(0, usize::MAX, 0, 1), "above the limit"),
+        (info(1, 2, 2, 2), "local rank 2 is not below the local size 2"),
+        (info(0, 2, 0, 3), "local size 3 is above the world size 2"),
+    ] {
+        let e = Communicator::check_bootstrap(&with(bad)).unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument(m) if m.contains(why) && m.contains("RankInfo")), "{bad:?}: {e}");
+    }
+    for good in [info(0, 1, 0, 1), info(3, 4, 1, 2), info(MAX_WORLD_SIZE - 1, MAX_WORLD_SIZE, 0, 1)] {
+        Communicator::check_bootstrap(&with(good)).unwrap();
+    }
+
+    /// A bootstrap whose `rank()` disagrees with its `info()`.
+    struct Overriding(ThreadBootstrap);
+    impl Bootstrap for Overriding {
+        fn info(&self) -> &RankInfo {
+            self.0.info()
+        }
+        fn rank(&self) -> usize {
+            7
+        }
+        fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+            self.0.all_gather(data)
+        }
+        fn barrier(&self) -> Result<()> {
+            self.0.barrier()
+        }
+        fn send_tagged(&self, peer: usize, tag: u32, data: &[u8]) -> Result<()> {
+            self.0.send_tagged(peer, tag, data)
+        }
+        fn recv_tagged(&self, peer: usize, tag: u32) -> Result<Vec<u8>> {
+            self.0.recv_tagged(peer, tag)
+        }
+    }
+    let e = Communicator::check_bootstrap(&Overriding(with(info(1, 2, 1, 2)))).unwrap_err().to_string();
+    assert!(e.contains("says rank 7 of 2 but its RankInfo says rank 1 of 2"), "{e}");
+}

@@ -1,5 +1,6 @@
-//! Switch-channel phases, on the emulated switch channel (multicast is off on the test machines;
-//! `Communicator::switch_channels` says why and returns the emulation).
+//! Switch-channel phases, on the emulated switch channel (`Communicator::switch_channels` returns
+//! the emulation and says why: multicast objects are not yet shared between processes, and the
+//! guard refuses multicast on machines where it is disabled).
 
 use mscclpp_host::bootstrap::Bootstrap;
 use mscclpp_host::comm::Communicator;

@@ -307,6 +307,12 @@ pub struct BootstrapConfig {
     /// The session token (it never travels: frames carry a tag derived from it, and the
     /// rendezvous proves knowledge of it by challenge-response).
     pub token: Token,
+    /// Whether `token` was derived from the job identifier (or the address) rather than given
+    /// (`MSCCLPP_RS_TOKEN`, or [`BootstrapConfig::new`]): such a token is known to anyone who can
+    /// read the job's environment, so nothing keyed by it may listen beyond loopback (the
+    /// bootstrap's address, and the TCP transport's listener, which learns this through
+    /// [`BootstrapHints::token_derived`](super::BootstrapHints::token_derived)).
+    pub token_derived: bool,
     /// Timeout of the rendezvous as a whole and of every later operation.
     pub timeout: Duration,
     /// Largest payload accepted in one frame (and sent: larger sends are refused).
@@ -332,6 +338,7 @@ impl BootstrapConfig {
             addr: addr.into(),
             addr_derived: false,
             token,
+            token_derived: false,
             timeout: DEFAULT_TIMEOUT,
             max_frame: DEFAULT_MAX_FRAME,
             max_queued: DEFAULT_MAX_QUEUED,
@@ -408,6 +415,7 @@ impl BootstrapConfig {
                 (format!("127.0.0.1:{}", derived_port(job)), true)
             }
         };
+        let token_derived = env.get(ENV_TOKEN).is_none();
         let token = match env.get(ENV_TOKEN) {
             Some(t) => Token::from_hex(t).map_err(|e| Error::RankEnv(format!("{ENV_TOKEN}: {}", Error::from(e))))?,
             None if rank.world_size > 1 && !is_loopback_addr(&addr) => {
@@ -424,6 +432,7 @@ impl BootstrapConfig {
             addr,
             addr_derived,
             token,
+            token_derived,
             timeout,
             max_frame: DEFAULT_MAX_FRAME,
             max_queued: DEFAULT_MAX_QUEUED,
@@ -580,6 +589,7 @@ mod tests {
             (c.addr.as_str(), c.addr_derived, c.token, c.timeout),
             ("127.0.0.1:4000", false, t, Duration::from_millis(2500))
         );
+        assert!(!c.token_derived, "a token given in MSCCLPP_RS_TOKEN is not derived");
         for (k, v) in [
             ("MSCCLPP_RS_BOOTSTRAP_TIMEOUT", "0"),
             ("MSCCLPP_RS_BOOTSTRAP_TIMEOUT", "soon"),
@@ -604,6 +614,7 @@ mod tests {
         let a = BootstrapConfig::from_env(&e).unwrap().unwrap();
         let b = BootstrapConfig::from_env(&e.clone().with("OMPI_COMM_WORLD_RANK", "1")).unwrap().unwrap();
         assert!(a.addr_derived && a.addr.starts_with("127.0.0.1:"));
+        assert!(a.token_derived && b.token_derived, "no MSCCLPP_RS_TOKEN: the token comes from the job id");
         assert_eq!((&a.addr, a.token), (&b.addr, b.token), "ranks of one job agree");
         let port = derived_port("PMIX_NAMESPACE=prterun-host-1234@1");
         assert!((DERIVED_PORT_BASE..DERIVED_PORT_BASE + DERIVED_PORT_SPAN).contains(&port));
@@ -619,7 +630,7 @@ mod tests {
         assert!(BootstrapConfig::from_env(&given).unwrap_err().to_string().contains("MSCCLPP_RS_TOKEN"));
         let given = given.with("MSCCLPP_RS_TOKEN", Token::random().to_hex());
         let c = BootstrapConfig::from_env(&given).unwrap().unwrap();
-        assert_eq!((c.addr.as_str(), c.addr_derived), ("node0:29500", false));
+        assert_eq!((c.addr.as_str(), c.addr_derived, c.token_derived), ("node0:29500", false, false));
         // No job identifier at all.
         let bare = env(&[("PMI_RANK", "0"), ("PMI_SIZE", "2")]);
         assert!(BootstrapConfig::from_env(&bare).unwrap_err().to_string().contains("MSCCLPP_RS_BOOTSTRAP"));
@@ -644,7 +655,8 @@ mod tests {
             assert_eq!(ok.unwrap().unwrap().token, t, "{addr}");
         }
         for addr in ["127.0.0.1:29500", "127.8.0.1:1", "localhost:29500", "[::1]:29500"] {
-            assert!(BootstrapConfig::from_env(&base.clone().with(ENV_BOOTSTRAP, addr)).is_ok(), "{addr}");
+            let c = BootstrapConfig::from_env(&base.clone().with(ENV_BOOTSTRAP, addr)).unwrap().unwrap();
+            assert!(c.token_derived, "{addr}");
         }
         assert!(!is_loopback_addr("127.0.0.1"));
     }

@@ -214,6 +214,10 @@ pub enum Kind {
     /// (a timeout, a lost rank or a protocol error); it takes the place of the collective's
     /// result.
     Abort = 11,
+    /// The accepting side of a new connection to the connecting side, just before it drops the
+    /// connection for something other than a wrong token: why (its handshake wait ran out), so
+    /// that the connecting side reports what happened instead of guessing.
+    Refused = 12,
 }
 
 impl Kind {
@@ -231,6 +235,7 @@ impl Kind {
             9 => Kind::Goodbye,
             10 => Kind::Lost,
             11 => Kind::Abort,
+            12 => Kind::Refused,
             _ => return None,
         })
     }
@@ -249,6 +254,7 @@ impl Kind {
             Kind::Goodbye => "goodbye",
             Kind::Lost => "lost-rank report",
             Kind::Abort => "collective abort",
+            Kind::Refused => "refusal",
         }
     }
 }
@@ -729,7 +735,7 @@ mod tests {
         #[test]
         fn codec_round_trip(
             frames in proptest::collection::vec(
-                (1u8..=11, any::<u64>(), proptest::collection::vec(any::<u8>(), 0..300)), 0..8),
+                (1u8..=12, any::<u64>(), proptest::collection::vec(any::<u8>(), 0..300)), 0..8),
             cut in any::<prop::sample::Index>(),
         ) {
             let mut wire = Vec::new();

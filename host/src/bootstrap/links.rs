@@ -86,6 +86,13 @@ impl Net {
         self.out.iter().find_map(|l| l.get().and_then(|l| lock(&l.stream).local_addr().ok())).map(|a| a.ip())
     }
 
+    /// How many connections this rank holds (both of a pair opened from both sides at once
+    /// count): what the star and ring keep small.
+    #[cfg(test)]
+    pub(super) fn connections(&self) -> usize {
+        lock(&self.conns).all.len()
+    }
+
     pub(super) fn timeout(&self) -> Duration {
         *lock(&self.timeout)
     }

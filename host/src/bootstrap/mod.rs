@@ -133,13 +133,18 @@
 //! knows the token, a rank talks only to a process that knows it, and what crosses the network
 //! reveals neither the token nor a reusable proof. A token derived from a job id is public to
 //! anyone who can read the job's environment, so [`BootstrapConfig::from_env`] refuses a
-//! non-loopback address unless `MSCCLPP_RS_TOKEN` is set explicitly.
+//! non-loopback address unless `MSCCLPP_RS_TOKEN` is set explicitly, and the TCP transport of
+//! port channels, whose key is derived from the same token, listens only on loopback then
+//! ([`BootstrapHints::token_derived`]).
 //!
 //! During the rendezvous a connection that sends a foreign or malformed frame, fails the
 //! challenge or stays silent is dropped and the rendezvous goes on (a stray process from another
 //! job must not take ours down). Pending handshakes are read concurrently, one short-lived thread
 //! each, up to 128 at once (beyond that the oldest is dropped), and each gets 2 s: idle or slow
-//! connections do not delay the real ranks. The number of rejections, and the last reason,
+//! connections do not delay the real ranks. A connection dropped for its silence is told so
+//! first (a refusal frame where the welcome would be), so a real rank starved of CPU past that
+//! wait on every attempt reports that rank 0 gave up waiting for its hello, not a wrong token or
+//! a failed rank 0. The number of rejections, and the last reason,
 //! appear in the timeout message if the rendezvous then fails. After the rendezvous every rank
 //! but 0 keeps listening, for the connections opened on first use, behind the same gate (a
 //! thread accepts them; strays are dropped the same way), and a bad frame on an established
@@ -267,6 +272,11 @@ pub struct BootstrapHints {
     pub timeout: Option<Duration>,
     /// The address of this rank's interface toward the others.
     pub local_ip: Option<std::net::IpAddr>,
+    /// Whether `key` comes from a session token that was derived from the job's identifier
+    /// rather than given (`MSCCLPP_RS_TOKEN`): anyone who can read the job's environment can
+    /// compute it, so the TCP transport then refuses to listen beyond loopback. A bootstrap
+    /// whose key is secret leaves it `false` (the default).
+    pub token_derived: bool,
 }
 
 /// What [`Bootstrap::on_peer_lost`] calls: the lost rank and the reason.

@@ -27,6 +27,13 @@ pub(super) const ACCEPT_SLICE: Duration = Duration::from_millis(10);
 pub(super) const NONCE_LEN: usize = 32;
 /// Largest hello / connect payload accepted (a rank number, a world size and an address).
 pub(super) const HELLO_MAX: usize = 1024;
+/// Largest reason a [`Kind::Refused`] frame carries (longer ones are cut).
+pub(super) const REFUSAL_MAX: usize = 256;
+/// How long the accepting side may spend handing a refusal to the socket.
+const REFUSAL_WAIT: Duration = Duration::from_millis(100);
+/// What the connecting side's error says after a [`Kind::Refused`] frame (and how [`join_root`]
+/// knows rank 0 gave up waiting, however long this rank thinks it took).
+const REFUSED: &str = "dropped this connection during its handshake";
 
 /// Reads and writes on a blocking socket, each call bounded by what is left until `deadline`.
 pub(super) struct Deadlined<'a> {
@@ -290,7 +297,15 @@ pub(super) fn accept_handshake(
         Ok(Some(f)) => return Err(format!("sent {} instead of {}", f.kind.name(), kind.name())),
         Ok(None) => return Err(format!("closed without a {} (a wrong session token, or not a rank)", kind.name())),
         Err(FrameError::Io(source)) if is_timeout(&source) => {
-            return Err(format!("timed out: no {} within {} ms", kind.name(), HANDSHAKE_WAIT.as_millis()));
+            let why = format!("timed out: no {} within {} ms", kind.name(), HANDSHAKE_WAIT.as_millis());
+            // Tell the connecting side (a real rank too slow to introduce itself, most likely)
+            // what happened, best effort: it reads this where it expects the welcome.
+            refuse(
+                &stream,
+                token,
+                &format!("it waited {} ms for this rank's {}", HANDSHAKE_WAIT.as_millis(), kind.name()),
+            );
+            return Err(why);
         }
         Err(FrameError::Io(source)) if source.kind() == io::ErrorKind::ConnectionReset => {
             return Err(format!("reset without a {} (a wrong session token, or not a rank)", kind.name()));
@@ -311,6 +326,14 @@ pub(super) fn accept_handshake(
     }
     let intro = Intro::decode(intro_bytes).ok_or_else(|| format!("malformed {}", kind.name()))?;
     Ok(Introduced { stream, from, intro, nonces })
+}
+
+/// Sends a [`Kind::Refused`] frame saying `why` (cut to [`REFUSAL_MAX`] bytes), best effort and
+/// within [`REFUSAL_WAIT`], before the connection is dropped.
+fn refuse(stream: &TcpStream, token: &Token, why: &str) {
+    let why = &why[..why.floor_char_boundary(REFUSAL_MAX)];
+    let mut w = Deadlined { stream, deadline: Instant::now() + REFUSAL_WAIT };
+    let _ = frame::write_frame(&mut w, token, Kind::Refused, 0, why.as_bytes());
 }
 
 /// The connecting side's half: reads the challenge, sends the introduction of `kind` with its
@@ -353,7 +376,8 @@ pub(super) const HELLO_ATTEMPTS: u32 = 3;
 /// connection). Rank 0 gives a silent connection [`HANDSHAKE_WAIT`], which a rank starved of CPU
 /// between its connect and its hello can overrun on a loaded machine: when rank 0 drops the
 /// connection after that long, this tries again on a fresh one (at most [`HELLO_ATTEMPTS`] in
-/// all, each reconnect within another [`HANDSHAKE_WAIT`]). A drop sooner than that (a wrong
+/// all, each reconnect within another [`HANDSHAKE_WAIT`]), as it does when rank 0 refuses the
+/// connection for its silence however soon that seems here. A drop sooner than that (a wrong
 /// token, or rank 0 failing) is returned at once, as is the drop itself when the reconnect fails.
 pub(super) fn join_root(
     addr: SocketAddr,
@@ -369,18 +393,39 @@ pub(super) fn join_root(
         let hello = intro(&root)?;
         match connect_handshake(&root, cfg, Kind::Hello, &hello, deadline, 0) {
             Ok(()) => return Ok(root),
+            // Rank 0 refused this connection for its silence, or dropped it after as long as it
+            // waits (a refusal lost, or an older rank 0 that did not send one): try again. Rank 0
+            // may have accepted the connection well after this rank made it, so the refusal, not
+            // the time this rank measured, is what tells.
             Err(e @ Error::PeerLost { .. })
-                if attempt < HELLO_ATTEMPTS && connected.elapsed() >= HANDSHAKE_WAIT && Instant::now() < deadline =>
+                if attempt < HELLO_ATTEMPTS
+                    && (refused(&e) || connected.elapsed() >= HANDSHAKE_WAIT)
+                    && Instant::now() < deadline =>
             {
                 let again = deadline.min(Instant::now() + HANDSHAKE_WAIT);
                 match connect_until(addr, again, cfg.timeout, waiting_for) {
                     Ok(s) => root = s,
-                    Err(_) => return Err(e),
+                    Err(_) => return Err(attempts_note(e, attempt)),
                 }
                 attempt += 1;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(attempts_note(e, attempt)),
         }
+    }
+}
+
+/// Whether `e` is a [`Kind::Refused`] frame read where another was expected.
+fn refused(e: &Error) -> bool {
+    matches!(e, Error::PeerLost { detail, .. } if detail.contains(REFUSED))
+}
+
+/// `e`, saying how many introductions were made when there was more than one.
+fn attempts_note(e: Error, attempts: u32) -> Error {
+    match e {
+        Error::PeerLost { peer, detail } if attempts > 1 => {
+            Error::PeerLost { peer, detail: format!("{detail} (on attempt {attempts} of {HELLO_ATTEMPTS})") }
+        }
+        e => e,
     }
 }
 
@@ -423,8 +468,12 @@ pub(super) fn expect(
     what: &str,
 ) -> Result<Frame> {
     let mut r = Deadlined { stream, deadline };
-    match frame::read_frame(&mut r, &cfg.token, max) {
+    match frame::read_frame(&mut r, &cfg.token, max.max(REFUSAL_MAX)) {
         Ok(Some(f)) if f.kind == kind => Ok(f),
+        Ok(Some(f)) if f.kind == Kind::Refused => Err(Error::PeerLost {
+            peer,
+            detail: format!("rank {peer} {REFUSED}, before {what}: {}", String::from_utf8_lossy(&f.payload)),
+        }),
         Ok(Some(f)) => Err(Error::Protocol(format!("rank {peer} sent {} while {what} was expected", f.kind.name()))),
         Ok(None) => Err(closed(peer, kind, what, String::new())),
         Err(FrameError::Io(source)) if is_timeout(&source) => {

@@ -154,6 +154,11 @@ impl TcpBootstrap {
         self.timeout = timeout;
         Ok(())
     }
+    /// How many connections to other ranks this rank holds (for the tests of the topology).
+    #[cfg(test)]
+    pub(crate) fn connections(&self) -> usize {
+        self.net.connections()
+    }
     /// The largest payload one operation may carry.
     pub fn max_frame(&self) -> usize {
         self.max_frame
@@ -380,13 +385,14 @@ impl Bootstrap for TcpBootstrap {
         }
     }
 
-    /// A key derived from the session token, this bootstrap's timeout, and the local address of
-    /// its connections.
+    /// A key derived from the session token (and whether that token was itself derived from the
+    /// job id), this bootstrap's timeout, and the local address of its connections.
     fn hints(&self) -> BootstrapHints {
         BootstrapHints {
             key: Some(self.net.cfg.token.derive_key("port-channel transport")),
             timeout: Some(self.timeout),
             local_ip: self.net.local_ip(),
+            token_derived: self.net.cfg.token_derived,
         }
     }
 }

@@ -114,6 +114,54 @@ fn one_rank_world() {
 }
 
 #[test]
+fn the_hints_say_whether_the_token_was_derived() {
+    // What the TCP transport decides where it may listen by.
+    let cfg = BootstrapConfig::new(RankInfo::single_node(0, 1).unwrap(), "", Token::random());
+    let given = TcpBootstrap::connect(&cfg).unwrap().hints();
+    assert!(!given.token_derived && given.key.is_some());
+    let derived = TcpBootstrap::connect(&BootstrapConfig { token_derived: true, ..cfg }).unwrap().hints();
+    assert!(derived.token_derived);
+    assert_eq!(derived.key, given.key, "the key follows the token, however it was made");
+}
+
+#[test]
+fn ranks_hold_the_star_and_ring_until_they_send_elsewhere() {
+    // 8 ranks: rank 0 holds one connection per rank; every other rank holds rank 0's and its
+    // ring neighbours' (1 holds 0 and 2; 7 holds 0 and 6), however many collectives run (they go
+    // through rank 0), until it first sends to another rank (a full mesh would hold 7 each).
+    let n = 8;
+    let ring = |r: usize| if r == 0 { n - 1 } else { 1 + usize::from(r >= 2) + usize::from(r + 2 <= n) };
+    let results = run(n, Duration::from_secs(20), Duration::ZERO, |b| {
+        let after_connect = b.connections();
+        for round in 0..3 {
+            b.all_gather(&contribution(b.rank(), round))?;
+            b.barrier()?;
+        }
+        let after_collectives = b.connections();
+        // Rank 1 sends to rank 5 (not a neighbour): one connection more on each of the two.
+        match b.rank() {
+            1 => b.send(5, b"first use")?,
+            5 => assert_eq!(b.recv(1)?, b"first use"),
+            _ => {}
+        }
+        b.barrier()?;
+        Ok((b.rank(), after_connect, after_collectives, b.connections()))
+    });
+    for r in results {
+        let (rank, connect, collectives, end) = r.unwrap();
+        let most = ring(rank);
+        assert!(connect <= most && collectives <= most, "rank {rank}: {connect}, then {collectives} (at most {most})");
+        match rank {
+            0 => assert_eq!((connect, collectives, end), (n - 1, n - 1, n - 1), "rank 0"),
+            1 | 5 => {
+                assert!(end > collectives && end <= most + 1, "rank {rank}: {collectives}, then {end} after a send")
+            }
+            _ => assert_eq!(end, collectives, "rank {rank}: no send, no new connection"),
+        }
+    }
+}
+
+#[test]
 fn send_recv_interleaved_with_collectives() {
     let results = run(4, Duration::from_secs(20), Duration::ZERO, |b| {
         let (me, n) = (b.rank(), b.world_size());
@@ -912,4 +960,86 @@ fn a_root_that_drops_the_hello_at_once_is_reported_at_once() {
     root.join().unwrap();
     assert!(matches!(e, Error::PeerLost { .. }), "{e}");
     assert!(t.elapsed() < HANDSHAKE_WAIT, "took {:?}: {e}", t.elapsed());
+}
+
+#[test]
+fn a_rank_too_slow_on_every_attempt_is_told_rank_0_gave_up_waiting() {
+    // Rank 1, by hand, stays silent past rank 0's handshake wait on each of its attempts: rank 0
+    // drops every one, saying why, and rank 1's error says so (it used to guess "a wrong session
+    // token, or rank 0 failed").
+    let cfgs = configs(2, Duration::from_secs(30));
+    let c0 = cfgs[0].clone();
+    let root = thread::spawn(move || TcpBootstrap::connect(&c0).map(|b| b.world_size()));
+    let c1 = &cfgs[1];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let hello = Intro { rank: 1, world: 2, listen: "127.0.0.1:9".into() };
+    let mut attempts = 0;
+    let e = join_root(c1.addr.parse().unwrap(), c1, deadline, "rank 0", |_| {
+        attempts += 1;
+        thread::sleep(HANDSHAKE_WAIT + Duration::from_millis(300));
+        Ok(hello.encode())
+    })
+    .unwrap_err();
+    assert_eq!(attempts, HELLO_ATTEMPTS);
+    let text = e.to_string();
+    assert!(matches!(e, Error::PeerLost { peer: 0, .. }), "{text}");
+    assert!(
+        text.contains("rank 0 dropped this connection") && text.contains("waited 2000 ms for this rank's hello"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("attempt {HELLO_ATTEMPTS} of {HELLO_ATTEMPTS}")), "{text}");
+    assert!(!text.contains("wrong session token"), "{text}");
+    // The real rank 1 still joins.
+    TcpBootstrap::connect(c1).unwrap();
+    assert_eq!(root.join().unwrap().unwrap(), 2);
+}
+
+#[test]
+fn a_refusal_in_place_of_a_frame_is_reported_with_its_reason() {
+    let (a, b) = (TcpListener::bind("127.0.0.1:0").unwrap(), Token::random());
+    let mut s = TcpStream::connect(a.local_addr().unwrap()).unwrap();
+    let (peer, _) = a.accept().unwrap();
+    frame::write_frame(&mut s, &b, Kind::Refused, 0, b"it waited 2000 ms for this rank's connect").unwrap();
+    let cfg = BootstrapConfig::new(RankInfo::single_node(1, 2).unwrap(), "127.0.0.1:1", b);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let e = expect(&peer, &cfg, Kind::Welcome, frame::PROOF_LEN, deadline, 3, "the welcome").unwrap_err();
+    assert!(
+        matches!(&e, Error::PeerLost { peer: 3, detail }
+        if detail == "rank 3 dropped this connection during its handshake, before the welcome: it waited 2000 ms for this rank's connect"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_refusal_sooner_than_the_wait_seen_here_is_still_retried() {
+    // A stand-in rank 0 refuses the first connection at once, as a rank 0 that accepted it late
+    // would (its wait ran out while the connection sat in its queue, though rank 1 had waited
+    // less than that), and completes the handshake of the second: rank 1 tries again at once.
+    let cfgs = configs(2, Duration::from_secs(20));
+    let (c0, c1) = (cfgs[0].clone(), &cfgs[1]);
+    let listener = TcpListener::bind(c1.addr.as_str()).unwrap();
+    let root = thread::spawn(move || {
+        let token = c0.token;
+        let (mut s, _) = listener.accept().unwrap();
+        frame::write_frame(&mut s, &token, Kind::Challenge, 0, &[0; NONCE_LEN]).unwrap();
+        frame::write_frame(&mut s, &token, Kind::Refused, 0, b"it waited 2000 ms for this rank's hello").unwrap();
+        drop(s);
+        let (s, from) = listener.accept().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let i = accept_handshake(s, from, &token, Kind::Hello, deadline).unwrap();
+        send_frame(&i.stream, &c0, Kind::Welcome, &server_proof(&token, Kind::Hello, &i.nonces), deadline, 1).unwrap();
+        i.intro.rank
+    });
+    let t = Instant::now();
+    let hello = Intro { rank: 1, world: 2, listen: "127.0.0.1:9".into() };
+    let mut attempts = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    join_root(c1.addr.parse().unwrap(), c1, deadline, "rank 0", |_| {
+        attempts += 1;
+        Ok(hello.encode())
+    })
+    .unwrap();
+    assert_eq!(attempts, 2);
+    assert!(t.elapsed() < HANDSHAKE_WAIT, "took {:?}", t.elapsed());
+    assert_eq!(root.join().unwrap(), 1);
 }

@@ -8,7 +8,8 @@ use crate::error::{Error, Result};
 /// The opt-in variable: multicast objects are created only when it is exactly `1`.
 pub const ALLOW_VAR: &str = "MSCCLPP_RS_ALLOW_MULTICAST";
 
-/// Variables through which other libraries' users (and the shared GPU machines) turn NVLS off.
+/// Variables through which other libraries' users (and machines where multicast is disabled)
+/// turn NVLS off.
 /// Each one, unless it clearly leaves NVLS on, makes [`multicast_allowed_by_env`] refuse.
 pub const DISABLE_VARS: [&str; 3] = ["NCCL_NVLS_ENABLE", "NVSHMEM_DISABLE_NVLS", "TORCH_SYMM_MEM_DISABLE_MULTICAST"];
 

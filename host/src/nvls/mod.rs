@@ -1,6 +1,7 @@
 //! NVLink multicast (NVLS) buffers, behind a guard.
 //!
-//! **Creating multicast objects on a shared machine can put its GPUs out of service**, so
+//! **Creating multicast objects on a machine where multicast is disabled can put its GPUs out of
+//! service**, so
 //! nothing in this module reaches the driver without a [`MulticastPermit`], and the only way to
 //! get one is [`multicast_allowed_by_env`], which looks at nothing but the environment and refuses when
 //!

@@ -7,9 +7,14 @@
 //!    names, so that a connection meant for another set of channels is never taken for this one;
 //! 2. takes the key from [`Bootstrap::hints`] (derived from the session token), or, for a
 //!    bootstrap without one, the key rank 0 drew, sent in the same all-gather;
-//! 3. listens on an ephemeral port of every interface and all-gathers `address:port`; a peer on
-//!    this machine is reached through loopback, others at the address the peer advertised
-//!    ([`ENV_TRANSPORT_ADDR`], else the bootstrap's local address, else the host name's);
+//! 3. listens on an ephemeral port and all-gathers `address:port`. The listener binds loopback
+//!    when every peer this rank serves runs on this machine (TCP forced on one machine), else
+//!    the one address it advertises ([`ENV_TRANSPORT_ADDR`], else the bootstrap's local
+//!    address, else the host name's), never every interface. A non-loopback listener needs a
+//!    key that is not public: when the bootstrap's token was derived from the job id
+//!    ([`BootstrapHints::token_derived`]) it is refused, with an error saying to set
+//!    `MSCCLPP_RS_TOKEN`. A rank that cannot listen tells the others in the same all-gather,
+//!    so that they fail at once, naming it, instead of waiting out the timeout;
 //! 4. connects to every peer (the connection this rank sends on) while accepting theirs (the
 //!    ones it receives on), and runs a challenge-response on each: the accepting side sends a
 //!    nonce, the connecting side answers with its introduction (from, to, instance), its own
@@ -24,25 +29,31 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, T
 use std::time::{Duration, Instant};
 
 use super::wire::{self, Introduction, NONCE_LEN};
-use crate::bootstrap::{Bootstrap, BootstrapExt, Token};
+use crate::bootstrap::{Bootstrap, BootstrapExt, BootstrapHints, Token};
 use crate::error::{Error, Result};
 
-/// The environment variable naming the address (an IP) other machines reach this rank's TCP
-/// transport at, when the default (the bootstrap's local address) is not the right interface.
+/// The environment variable naming the address (an IP of this machine) other machines reach
+/// this rank's TCP transport at, and that its listener binds, when the default (the bootstrap's
+/// local address) is not the right interface.
 pub const ENV_TRANSPORT_ADDR: &str = "MSCCLPP_RS_TRANSPORT_ADDR";
 
 /// How long one incoming connection may take over its handshake before it is dropped.
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(2);
 /// The pause before a dropped handshake is tried again.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// What a rank that could not listen contributes instead of its address: this, then why.
+const NOT_LISTENING: &str = "!";
+/// Longest reason a rank that could not listen sends (the all-gather carries it to every rank).
+const MAX_REASON: usize = 512;
 
 /// How [`connect_peers`] connects.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConnectOptions {
     /// The largest put chunk this rank accepts (its landing slots' size); told to every peer.
     pub max_chunk: u64,
-    /// The address to advertise; default: [`ENV_TRANSPORT_ADDR`], else the bootstrap's local
-    /// address, else the first address of the host name.
+    /// The address to listen on and advertise when a peer runs on another machine (with every
+    /// peer on this machine, loopback is used instead); default: [`ENV_TRANSPORT_ADDR`], else
+    /// the bootstrap's local address, else the first address of the host name.
     pub advertise: Option<IpAddr>,
     /// The deadline for the whole set-up; default: the bootstrap's timeout, else 30 s.
     pub timeout: Option<Duration>,
@@ -113,31 +124,32 @@ pub fn connect_peers(boot: &dyn Bootstrap, peers: &[PeerAddr], opts: &ConnectOpt
     let key = hints.key.unwrap_or_else(|| Token(root[..16].try_into().expect("16 bytes")));
     let instance = u64::from_le_bytes(root[16..].try_into().expect("8 bytes"));
     // 3: listen and tell everyone where.
+    // (A failure here is reported in the all-gather too, so that no peer waits for this rank.)
     let advertise = match opts.advertise {
-        Some(a) => a,
-        None => default_advertise(boot)?,
+        Some(a) => Ok(a),
+        None => default_advertise(boot),
     };
-    let listener = if peers.is_empty() {
-        None
-    } else {
-        let any =
-            if advertise.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
-        let l = TcpListener::bind((any, 0))
-            .map_err(|source| Error::Io { context: "listening for the TCP transport".into(), source })?;
-        Some(l)
-    };
+    let listener = if peers.is_empty() { None } else { Some(advertise.and_then(|a| listen(peers, a, &hints))) };
     let text = match &listener {
-        Some(l) => {
-            let port = l
-                .local_addr()
-                .map_err(|source| Error::Io { context: "the transport listener's port".into(), source })?
-                .port();
-            SocketAddr::new(advertise, port).to_string()
+        Some(Ok((_, addr))) => addr.to_string(),
+        Some(Err(e)) => {
+            let mut why = e.to_string();
+            why.truncate(why.floor_char_boundary(MAX_REASON));
+            format!("{NOT_LISTENING}{why}")
         }
         None => String::new(),
     };
     let addrs = boot.all_gather_checked(text.as_bytes())?;
-    let Some(listener) = listener else { return Ok(Vec::new()) };
+    let listener = match listener {
+        None => return Ok(Vec::new()),
+        Some(l) => l.map_err(wrap("port channels: listening for TCP connections".into()))?.0,
+    };
+    // Every peer's address before anything waits for it: a peer that could not listen fails
+    // this rank now, naming it.
+    let targets = peers
+        .iter()
+        .map(|p| peer_addr(&addrs, p).map_err(wrap(format!("port channels: connecting to rank {} over TCP", p.rank))))
+        .collect::<Result<Vec<_>>>()?;
     let deadline = crate::bootstrap::after(timeout);
     // 4: accept theirs on a thread while connecting to them here.
     let expected: Vec<usize> = peers.iter().map(|p| p.rank).collect();
@@ -148,9 +160,9 @@ pub fn connect_peers(boot: &dyn Bootstrap, peers: &[PeerAddr], opts: &ConnectOpt
         .map_err(|source| Error::Io { context: "starting the transport's accept thread".into(), source })?;
     let mut outgoing = Vec::with_capacity(peers.len());
     let mut first_error = None;
-    for p in peers {
+    for (p, &addr) in peers.iter().zip(&targets) {
         let step = format!("port channels: connecting to rank {} over TCP", p.rank);
-        let r = peer_addr(&addrs, p, advertise).and_then(|addr| {
+        let r = {
             let intro = Introduction { from: me as u32, to: p.rank as u32, instance };
             // The peer drops a handshake that takes it more than HANDSHAKE_WAIT (a loaded
             // machine, a stray ahead in its queue): try again until the deadline, unless the
@@ -163,7 +175,7 @@ pub fn connect_peers(boot: &dyn Bootstrap, peers: &[PeerAddr], opts: &ConnectOpt
                     r => break r,
                 }
             }
-        });
+        };
         match r {
             Ok(x) => outgoing.push(x),
             Err(e) => {
@@ -190,20 +202,68 @@ pub fn connect_peers(boot: &dyn Bootstrap, peers: &[PeerAddr], opts: &ConnectOpt
         .collect())
 }
 
-/// Where to reach peer `p`: loopback on this machine, else the address it advertised.
-fn peer_addr(addrs: &[Vec<u8>], p: &PeerAddr, advertise: IpAddr) -> Result<SocketAddr> {
+/// The address the transport's listener binds: loopback (of `advertise`'s family) when every
+/// peer of `peers` runs on this machine, else `advertise` itself.
+fn listen_ip(peers: &[PeerAddr], advertise: IpAddr) -> IpAddr {
+    if peers.iter().all(|p| p.same_machine) {
+        if advertise.is_ipv4() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { IpAddr::V6(Ipv6Addr::LOCALHOST) }
+    } else {
+        advertise
+    }
+}
+
+/// Whether the transport may listen on `ip`: loopback always; another address only under a
+/// key that is not public (a token given explicitly, or a bootstrap without a token, whose key
+/// rank 0 draws), and never the unspecified address (every interface).
+fn check_listen_ip(ip: IpAddr, hints: &BootstrapHints) -> Result<()> {
+    if ip.is_unspecified() {
+        return Err(Error::InvalidArgument(format!(
+            "the TCP transport would listen on {ip} (every interface), which no peer can be sent to: set \
+             {ENV_TRANSPORT_ADDR} to this machine's address on the network the ranks share"
+        )));
+    }
+    if !ip.is_loopback() && hints.key.is_some() && hints.token_derived {
+        return Err(Error::InvalidArgument(format!(
+            "the TCP transport would listen on {ip}, reachable from other machines, under a key derived from a \
+             session token that was itself derived from the job id (which anyone who can read the job's \
+             environment can compute): set {} to the same 32 random hex digits on every rank (for example \
+             from `openssl rand -hex 16`)",
+            crate::bootstrap::env::ENV_TOKEN
+        )));
+    }
+    Ok(())
+}
+
+/// Opens the transport's listener for `peers` ([`listen_ip`], checked by [`check_listen_ip`]);
+/// returns it with the address it listens on.
+fn listen(peers: &[PeerAddr], advertise: IpAddr, hints: &BootstrapHints) -> Result<(TcpListener, SocketAddr)> {
+    let ip = listen_ip(peers, advertise);
+    check_listen_ip(ip, hints)?;
+    let l = TcpListener::bind((ip, 0)).map_err(|source| Error::Io {
+        context: format!(
+            "listening on {ip} for the TCP transport (if this is not an address of this machine, set \
+             {ENV_TRANSPORT_ADDR} to one)"
+        ),
+        source,
+    })?;
+    let addr =
+        l.local_addr().map_err(|source| Error::Io { context: "the transport listener's address".into(), source })?;
+    Ok((l, addr))
+}
+
+/// Where to reach peer `p`: the address it listens on, as it advertised it (loopback when all
+/// its peers are on its machine).
+fn peer_addr(addrs: &[Vec<u8>], p: &PeerAddr) -> Result<SocketAddr> {
     let raw = addrs.get(p.rank).ok_or_else(|| Error::InvalidArgument(format!("rank {} is not in the job", p.rank)))?;
     let text = std::str::from_utf8(raw)
         .map_err(|_| Error::Protocol(format!("rank {} advertised a non-UTF-8 address", p.rank)))?;
+    if let Some(why) = text.strip_prefix(NOT_LISTENING) {
+        return Err(Error::Protocol(format!("rank {} could not listen for the TCP transport: {why}", p.rank)));
+    }
     let addr: SocketAddr = text.parse().map_err(|_| {
         Error::Protocol(format!("rank {} advertised {text:?}, not an address (it has no TCP peers?)", p.rank))
     })?;
-    if p.same_machine {
-        let lo = if advertise.is_ipv4() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { IpAddr::V6(Ipv6Addr::LOCALHOST) };
-        Ok(SocketAddr::new(lo, addr.port()))
-    } else {
-        Ok(addr)
-    }
+    Ok(addr)
 }
 
 fn io(what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -365,4 +425,16 @@ pub(super) fn accept_all_for_test(
 #[cfg(test)]
 pub(super) fn connect_for_test(addr: SocketAddr, key: &Token, intro: Introduction) -> Result<(TcpStream, u64)> {
     connect_one(addr, key, intro, Instant::now() + Duration::from_secs(5), Duration::from_secs(5))
+}
+
+/// [`listen_ip`] for the transport's tests.
+#[cfg(test)]
+pub(super) fn listen_ip_for_test(peers: &[PeerAddr], advertise: IpAddr) -> IpAddr {
+    listen_ip(peers, advertise)
+}
+
+/// [`check_listen_ip`] for the transport's tests.
+#[cfg(test)]
+pub(super) fn check_listen_ip_for_test(ip: IpAddr, hints: &BootstrapHints) -> Result<()> {
+    check_listen_ip(ip, hints)
 }

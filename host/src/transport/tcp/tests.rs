@@ -3,7 +3,7 @@
 //! set-up through a bootstrap.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -102,7 +102,8 @@ fn two_sides(bytes: usize, c: TcpConfig, seed: u64) -> (Side, Side) {
 /// [`two_sides`]; with `one_region`, each rank has a single region of `2 * bytes` that is both its
 /// source and its destination: random bytes, then `bytes` of poison.
 fn sides(bytes: usize, c: TcpConfig, seed: u64, one_region: bool) -> (Side, Side) {
-    let hints = BootstrapHints { key: Some(Token([9; 16])), timeout: Some(Duration::from_secs(20)), local_ip: None };
+    let hints =
+        BootstrapHints { key: Some(Token([9; 16])), timeout: Some(Duration::from_secs(20)), ..Default::default() };
     let boots = local_bootstraps(2, hints);
     let mut handles = Vec::new();
     for (rank, boot) in boots.into_iter().enumerate() {
@@ -634,7 +635,7 @@ fn handshakes_need_the_key_and_the_right_instance() {
 #[test]
 fn connect_peers_times_out_naming_the_missing_rank() {
     // Three ranks; rank 2 never calls connect_peers (it still takes part in the all-gathers).
-    let hints = BootstrapHints { key: None, timeout: Some(Duration::from_millis(500)), local_ip: None };
+    let hints = BootstrapHints { key: None, timeout: Some(Duration::from_millis(500)), ..Default::default() };
     let mut boots = local_bootstraps(3, hints);
     let b2 = boots.pop().unwrap();
     let opts = ConnectOptions { max_chunk: 1024, ..Default::default() };
@@ -736,4 +737,128 @@ fn host_memory_puts_in_place_of_every_size_land_byte_for_byte() {
     let tb = std::thread::spawn(move || b.t.close(deadline()));
     a.t.close(deadline()).unwrap();
     tb.join().unwrap().unwrap();
+}
+
+/// Hints as a bootstrap whose session token was derived from the job id gives them.
+fn derived_token_hints(timeout: Duration) -> BootstrapHints {
+    BootstrapHints { key: Some(Token([7; 16])), timeout: Some(timeout), token_derived: true, ..Default::default() }
+}
+
+/// Rank 0 of two inside [`connect_peers`] toward rank 1 (on this machine or not, as
+/// `same_machine` says), advertising `advertise`; rank 1 is played by hand: it advertises a
+/// listener that never answers, so rank 0's own listener stays open (for 2 s) while `probe`
+/// runs with the address rank 0 advertised. Returns rank 0's error (rank 1 never completes).
+fn while_rank_0_listens(same_machine: bool, advertise: std::net::IpAddr, probe: impl FnOnce(SocketAddr)) -> String {
+    let mut boots = local_bootstraps(2, derived_token_hints(Duration::from_secs(2)));
+    let b1 = boots.pop().unwrap();
+    let b0 = boots.pop().unwrap();
+    let opts = ConnectOptions { max_chunk: 1024, advertise: Some(advertise), ..Default::default() };
+    let rank0 = std::thread::spawn(move || {
+        connect_peers(&b0, &[PeerAddr { rank: 1, same_machine }], &opts).map(drop).map_err(|e| e.to_string())
+    });
+    b1.all_gather(&[0; 24]).unwrap();
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addrs = b1.all_gather(silent.local_addr().unwrap().to_string().as_bytes()).unwrap();
+    let text = String::from_utf8(addrs[0].clone()).unwrap();
+    probe(text.parse().unwrap_or_else(|_| panic!("rank 0 advertised {text:?}")));
+    rank0.join().unwrap().unwrap_err()
+}
+
+fn connects(addr: SocketAddr) -> bool {
+    TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok()
+}
+
+#[test]
+fn the_listener_binds_loopback_when_every_peer_is_on_this_machine() {
+    // Advertised: an address of no machine (TEST-NET-1); with every peer here it is not used,
+    // and a token derived from the job id is then no obstacle.
+    let e = while_rank_0_listens(true, "192.0.2.1".parse().unwrap(), |addr| {
+        assert_eq!(addr.ip().to_string(), "127.0.0.1", "advertised {addr}");
+        assert!(connects(addr), "rank 0 listens at {addr}");
+        // 127.0.0.2 reaches this machine's every-interface listeners too, never one bound to
+        // 127.0.0.1 (the listener used to bind 0.0.0.0).
+        let other = SocketAddr::new("127.0.0.2".parse().unwrap(), addr.port());
+        assert!(!connects(other), "rank 0's listener takes connections at {other}: bound beyond loopback");
+    });
+    assert!(e.contains("timed out"), "{e}");
+}
+
+#[test]
+fn toward_another_machine_the_listener_binds_the_advertised_address_only() {
+    // 127.0.0.2 stands for this machine's address on the network (any loopback address may be
+    // listened on under a derived token).
+    let e = while_rank_0_listens(false, "127.0.0.2".parse().unwrap(), |addr| {
+        assert_eq!(addr.ip().to_string(), "127.0.0.2", "advertised {addr}");
+        assert!(connects(addr), "rank 0 listens at {addr}");
+        let other = SocketAddr::new("127.0.0.1".parse().unwrap(), addr.port());
+        assert!(!connects(other), "rank 0's listener takes connections at {other}: bound beyond its address");
+    });
+    assert!(e.contains("timed out"), "{e}");
+}
+
+/// Both ranks of two in [`connect_peers`], toward each other as on other machines, rank `r`
+/// advertising `advertise[r]` under `hints`: their errors, and how long the slower took.
+fn two_ranks_apart(advertise: [&str; 2], hints: BootstrapHints) -> ([String; 2], Duration) {
+    let t = Instant::now();
+    let hs: Vec<_> = local_bootstraps(2, hints)
+        .into_iter()
+        .zip(advertise)
+        .map(|(b, a)| {
+            let opts = ConnectOptions { max_chunk: 1024, advertise: Some(a.parse().unwrap()), ..Default::default() };
+            std::thread::spawn(move || {
+                let peer = PeerAddr { rank: 1 - b.rank(), same_machine: false };
+                connect_peers(&b, &[peer], &opts).map(drop).map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    let errors: Vec<String> = hs.into_iter().map(|h| h.join().unwrap().unwrap_err()).collect();
+    (errors.try_into().unwrap(), t.elapsed())
+}
+
+#[test]
+fn a_derived_token_never_listens_beyond_loopback() {
+    // 192.0.2.1 is never bound: the refusal comes first, on both ranks, at once.
+    let (errors, took) = two_ranks_apart(["192.0.2.1", "192.0.2.1"], derived_token_hints(Duration::from_secs(20)));
+    for e in &errors {
+        assert!(e.contains("192.0.2.1") && e.contains("MSCCLPP_RS_TOKEN") && e.contains("openssl rand -hex 16"), "{e}");
+    }
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+#[test]
+fn a_rank_that_cannot_listen_fails_its_peers_at_once_by_name() {
+    // Rank 0 is told to listen on an address of no machine (its token was given, so it tries);
+    // rank 1 listens, and learns in the address all-gather that rank 0 will not.
+    let hints =
+        BootstrapHints { key: Some(Token([7; 16])), timeout: Some(Duration::from_secs(20)), ..Default::default() };
+    let ([e0, e1], took) = two_ranks_apart(["192.0.2.1", "127.0.0.2"], hints);
+    assert!(e0.contains("listening on 192.0.2.1") && e0.contains("MSCCLPP_RS_TRANSPORT_ADDR"), "{e0}");
+    assert!(e1.contains("rank 0 could not listen") && e1.contains("192.0.2.1"), "{e1}");
+    assert!(took < Duration::from_secs(5), "took {took:?}: a peer waited for a rank that was not listening");
+}
+
+#[test]
+fn listen_addresses_follow_the_peers_and_the_token() {
+    use super::connect::{check_listen_ip_for_test as check, listen_ip_for_test as listen_ip};
+    let here = PeerAddr { rank: 1, same_machine: true };
+    let away = PeerAddr { rank: 2, same_machine: false };
+    let (v4, v6): (std::net::IpAddr, std::net::IpAddr) = ("10.1.2.3".parse().unwrap(), "fd00::5".parse().unwrap());
+    assert_eq!(listen_ip(&[here], v4).to_string(), "127.0.0.1");
+    assert_eq!(listen_ip(&[here], v6).to_string(), "::1");
+    assert_eq!(listen_ip(&[here, away], v4), v4);
+    assert_eq!(listen_ip(&[away], v6), v6);
+    let derived = derived_token_hints(Duration::from_secs(1));
+    let given = BootstrapHints { token_derived: false, ..derived.clone() };
+    // A bootstrap without a key: rank 0 draws one, sent through the bootstrap.
+    let keyless = BootstrapHints { key: None, ..derived.clone() };
+    assert!(check(v4, &derived).unwrap_err().to_string().contains("MSCCLPP_RS_TOKEN"));
+    assert!(check(v6, &derived).is_err());
+    for ok in [check(v4, &given), check(v4, &keyless), check("127.0.0.1".parse().unwrap(), &derived)] {
+        ok.unwrap();
+    }
+    check("::1".parse().unwrap(), &derived).unwrap();
+    for any in ["0.0.0.0", "::"] {
+        let e = check(any.parse().unwrap(), &given).unwrap_err().to_string();
+        assert!(e.contains("every interface") && e.contains("MSCCLPP_RS_TRANSPORT_ADDR"), "{e}");
+    }
 }
