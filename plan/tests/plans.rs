@@ -238,14 +238,49 @@ fn signals_from_several_threadblocks_are_ambiguous() {
 
 #[test]
 fn switch_channel_plans() {
-    // Each rank reduces its input chunk over all ranks through the switch: reads only.
+    // Each rank reduces its input chunk over all ranks through the switch. The other ranks'
+    // inputs are written by their hosts before their launches: a barrier (signal every peer,
+    // wait for every peer) must come before the reduction, and another after it, before the
+    // owners may finish and have their inputs rewritten.
     let n = 4;
-    let mut p = Program::new("switch", "allreduce", n, n, n, n);
-    let sw = p.switch_channel((0..n).collect(), BufferType::Input).unwrap();
-    for r in 0..n {
-        sw.reduce(&mut p, r, r, 1, Chunk::output(r, r, 1), 0, ReduceOp::Sum).unwrap();
-    }
-    check(&p).unwrap();
+    let build = |before: bool, after: bool| {
+        let mut p = Program::new("switch", "allreduce", n, n, n, n);
+        let sw = p.switch_channel((0..n).collect(), BufferType::Input).unwrap();
+        let chans: Vec<Vec<MemoryChannel>> =
+            (0..n).map(|r| (0..n).filter(|&q| q != r).map(|q| p.memory_channel(q, r).unwrap()).collect()).collect();
+        let barrier = |p: &mut Program, r: usize| {
+            for c in &chans[r] {
+                c.signal(p, 0, SyncType::Both, false).unwrap();
+            }
+            for c in &chans[r] {
+                c.wait(p, 0, SyncType::Both, false).unwrap();
+            }
+        };
+        for r in 0..n {
+            if before {
+                barrier(&mut p, r);
+            }
+            sw.reduce(&mut p, r, r, 1, Chunk::output(r, r, 1), 0, ReduceOp::Sum).unwrap();
+            if after {
+                barrier(&mut p, r);
+            }
+        }
+        p
+    };
+    check(&build(true, true)).unwrap();
+    let (e, m) = rejected(&build(false, true));
+    assert!(e.iter().all(|e| matches!(e, CheckError::Race { .. })), "{m}");
+    assert!(
+        m.contains(
+            "race on rank 1 input[0..1]: rank 1's host (its input, written before the launch) and rank 0 tb 0 op 0 \
+             (switch reduce -> rank 0 output[0..1] on switch channel 0) are not ordered"
+        ),
+        "{m}"
+    );
+    let (e, m) = rejected(&build(true, false));
+    assert!(e.iter().all(|e| matches!(e, CheckError::InputInUseAtEnd { .. })), "{m}");
+    assert_eq!(e.len(), n * (n - 1), "{m}");
+    assert!(m.contains("uses rank 1 input[0..1] but rank 1 can finish"), "{m}");
     // A broadcast into every scratch read on another rank without synchronization races.
     let mut p = Program::new("switch_race", "test", 2, 1, 1, 1);
     let sw = p.switch_channel(vec![0, 1], BufferType::Scratch).unwrap();
