@@ -5,9 +5,11 @@ use mscclpp_plan::check::describe;
 use mscclpp_plan::*;
 
 type Example = fn(usize) -> Result<Program, PlanError>;
-const EXAMPLES: [(&str, Example); 4] = [
+const EXAMPLES: [(&str, Example); 6] = [
     ("allreduce_packets", examples::allreduce_packets),
     ("allreduce_two_shot", examples::allreduce_two_shot),
+    ("allreduce_two_shot_read", examples::allreduce_two_shot_read),
+    ("allreduce_switch", examples::allreduce_switch),
     ("allgather_memory", examples::allgather_memory),
     ("allgather_port", examples::allgather_port),
 ];
@@ -23,9 +25,9 @@ fn rejected(p: &Program) -> (Vec<CheckError>, String) {
 }
 
 #[test]
-fn examples_pass_the_checker_for_2_4_8_ranks() {
+fn examples_pass_the_checker_for_2_3_4_8_ranks() {
     for (name, build) in EXAMPLES {
-        for n in [2, 4, 8] {
+        for n in [2, 3, 4, 8] {
             let p = build(n).unwrap();
             assert_eq!(p.num_ranks(), n);
             match check(&p) {
@@ -427,7 +429,7 @@ fn round_trip(p: &Program) {
 #[test]
 fn json_round_trips_the_examples() {
     for (_, build) in EXAMPLES {
-        for n in [2, 4, 8] {
+        for n in [2, 3, 4, 8] {
             round_trip(&build(n).unwrap());
         }
     }
