@@ -3,16 +3,21 @@
 //! crate doing the work.
 //!
 //! ```text
-//!  ExecPlan { ops, tb_start, memory, port, arena, epochs, ... }
+//!  ExecPlan { ops, tb_start, memory, port, switch, arena, epochs, ... }
 //!  block b runs ops[tb_start[b] .. tb_start[b + 1]] in order, all its threads together:
-//!    data ops (put, get, copy, reduce, packets) share the work among the block's threads;
+//!    data ops (put, get, copy, reductions, packets, switch reduce / broadcast) share the work
+//!    among the block's threads;
 //!    signal / wait / flush / port requests are made by thread 0, with a bar.sync on each side.
 //! ```
 //!
 //! Offsets are bytes into an *arena*: one exportable buffer per rank holding its input, output
 //! and scratch buffers. A memory channel's `src` is this rank's arena and its `dst` the peer's, so
 //! a remote offset is an offset into the peer's arena; a port channel's memories are the same
-//! two arenas. The host encoder (`mscclpp-executor`) turns a checked plan into these records.
+//! two arenas; a switch channel's buffer is every rank's arena (laid out alike on every rank), so
+//! a switch offset is the same offset into every copy. Switch operations go through the
+//! [`SwitchGroup`](crate::channel::switch::SwitchGroup) API of an
+//! [`EmulatedSwitchChannel`] (peer pointers; NVLink multicast is not used). The host encoder
+//! (`mscclpp-executor`) turns a checked plan into these records.
 //!
 //! Packets (LL16) carry a flag: block `b` uses `epochs[b]` (1 at the first launch, one more at
 //! every launch, so every rank's blocks agree on it), and packet operands in scratch
@@ -21,6 +26,7 @@
 //! peer is still reading.
 
 use crate::abi::DeviceAbi;
+use crate::channel::emulated_switch::EmulatedSwitchChannel;
 use crate::channel::memory::MemoryChannel;
 use crate::channel::port::PortChannel;
 use crate::ptr::GlobalPtr;
@@ -63,6 +69,12 @@ pub mod opcode {
     pub const PORT_WAIT: u32 = 15;
     /// Port channel: wait until this proxy completed the earlier requests.
     pub const PORT_FLUSH: u32 = 16;
+    /// Memory channel: `local[dst] = local[src] + sum of remote[others]` (the peer's arena).
+    pub const CHANNEL_REDUCE: u32 = 17;
+    /// Switch channel: `local[dst] = sum over every rank of its copy at src`.
+    pub const SWITCH_REDUCE: u32 = 18;
+    /// Switch channel: `local[src]` stored at `dst` of every rank's copy.
+    pub const SWITCH_BROADCAST: u32 = 19;
 }
 
 /// Bits of [`ExecOp::flags`].
@@ -109,7 +121,8 @@ pub struct ExecOp {
     pub src: u64,
     /// Bytes of data (packets take twice as many bytes of scratch).
     pub bytes: u64,
-    /// Offsets of a reduction's other operands in the local arena.
+    /// Offsets of a reduction's other operands: in the local arena, or in the peer's for
+    /// [`opcode::CHANNEL_REDUCE`].
     pub others: [u64; MAX_OTHERS],
 }
 static_assertions::assert_eq_size!(ExecOp, [u64; 12]);
@@ -128,6 +141,8 @@ pub struct ExecPlan {
     pub memory: GlobalPtr<MemoryChannel>,
     /// Port channels of this rank, by [`ExecOp::channel`].
     pub port: GlobalPtr<PortChannel>,
+    /// Switch channels of the plan, by [`ExecOp::channel`].
+    pub switch: GlobalPtr<EmulatedSwitchChannel>,
     /// This rank's arena (input, output, scratch).
     pub arena: GlobalPtr<u8>,
     /// One launch counter per block, starting at 1: the packet flag.
@@ -140,8 +155,6 @@ pub struct ExecPlan {
     pub dtype: u32,
     /// Size of the arena in bytes.
     pub arena_bytes: u64,
-    /// Padding (zero).
-    pub _pad: u64,
 }
 static_assertions::assert_eq_size!(ExecPlan, [u64; 10]);
 // SAFETY: repr(C) of addresses and integers, no implicit padding (asserted size).
@@ -150,6 +163,7 @@ unsafe impl DeviceAbi for ExecPlan {}
 #[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
+    use crate::channel::switch::{SwitchElem, SwitchGroup};
     use crate::collective::{Bf16, Element, F16, F32, I32, U32};
     use crate::copy::{Threads, copy_widest};
     use crate::packet::{LL16Packet, copy_from_packets, copy_to_packets};
@@ -157,6 +171,7 @@ mod device {
     use crate::ptx::ld_st;
     use crate::ptx::misc::barrier_sync;
     use crate::ptx::sreg;
+    use crate::vec::{Bf16x8, F16x8, F32x4};
 
     /// Lane-wise sum of two 8-byte words.
     #[inline(always)]
@@ -164,15 +179,22 @@ mod device {
         E::add32(a as u32, b as u32) as u64 | (E::add32((a >> 32) as u32, (b >> 32) as u32) as u64) << 32
     }
 
-    /// `dst = src + others...` in 8-byte words, in operand order.
+    /// `dst = src + others...` with the others as LL16 packets, in 8-byte words (a packet's
+    /// payload), in operand order.
     ///
     /// # Safety
-    /// Every operand valid for `bytes` (a multiple of 8) and 8-byte aligned; packet operands
-    /// valid for `2 * bytes`.
+    /// `src` and `dst` valid for `bytes` (a multiple of 8) and 8-byte aligned; packet operands
+    /// valid for `2 * bytes` and 16-byte aligned.
     #[inline(always)]
-    unsafe fn reduce<E: Element>(arena: GlobalPtr<u8>, op: &ExecOp, shift: u64, flag: u32, t: Threads, b: SpinBudget) {
+    unsafe fn reduce_packets<E: Element>(
+        arena: GlobalPtr<u8>,
+        op: &ExecOp,
+        shift: u64,
+        flag: u32,
+        t: Threads,
+        b: SpinBudget,
+    ) {
         let words = op.bytes / 8;
-        let packets = op.flags & flags::PACKET_OTHERS != 0;
         let src = arena.byte_add(op.src as usize).cast::<u64>();
         let dst = arena.byte_add(op.dst as usize).cast::<u64>();
         let mut i = t.index as u64;
@@ -181,16 +203,92 @@ mod device {
             unsafe {
                 let mut acc = ld_st::ld_global_u64(src.add(i as usize).as_ptr());
                 for &other in op.others.iter().take(op.n_others as usize) {
-                    let v = if packets {
-                        let p = arena.byte_add((other + shift) as usize).cast::<LL16Packet>();
-                        p.add(i as usize).read(flag, b)
-                    } else {
-                        ld_st::ld_global_u64(arena.byte_add(other as usize).cast::<u64>().add(i as usize).as_ptr())
-                    };
-                    acc = add64::<E>(acc, v);
+                    let p = arena.byte_add((other + shift) as usize).cast::<LL16Packet>();
+                    acc = add64::<E>(acc, p.add(i as usize).read(flag, b));
                 }
                 ld_st::st_global_u64(dst.add(i as usize).as_ptr(), acc);
             }
+            i += t.count as u64;
+        }
+    }
+
+    /// `dst = src + others...` in 16-byte words, in operand order: `src` and `dst` in `arena`,
+    /// the others at their offsets in `others` (this rank's arena, or a peer's mapped here).
+    ///
+    /// # Safety
+    /// Every operand valid for `bytes` (a multiple of 16) and 16-byte aligned; the others'
+    /// memory written before this block was ordered after the writes (a wait, or the launch).
+    #[inline(always)]
+    unsafe fn reduce_plain<E: Element>(arena: GlobalPtr<u8>, others: GlobalPtr<u8>, op: &ExecOp, t: Threads) {
+        let words = op.bytes / 16;
+        let src = arena.byte_add(op.src as usize);
+        let dst = arena.byte_add(op.dst as usize);
+        let mut i = t.index as u64;
+        while i < words {
+            let at = (i * 16) as usize;
+            // SAFETY: word i lies inside every operand (caller's contract).
+            unsafe {
+                let mut acc = ld_st::ld_global_v4_u32(src.byte_add(at).cast::<u32>().as_ptr());
+                for &other in op.others.iter().take(op.n_others as usize) {
+                    let v = ld_st::ld_global_v4_u32(others.byte_add(other as usize + at).cast::<u32>().as_ptr());
+                    for (a, b) in acc.iter_mut().zip(v) {
+                        *a = E::add32(*a, b);
+                    }
+                }
+                ld_st::st_global_v4_u32(dst.byte_add(at).cast::<u32>().as_ptr(), acc);
+            }
+            i += t.count as u64;
+        }
+    }
+
+    /// `local[dst..dst + bytes] = reduce(switch[src..src + bytes])` as elements of `V`.
+    ///
+    /// # Safety
+    /// `c` built by the host for this rank; `src`, `dst` and `bytes` multiples of `size_of::<V>()`,
+    /// both ranges inside the arena (every rank's copy for the switch range); every rank's data
+    /// in the range written before a synchronisation this block passed.
+    #[inline(always)]
+    unsafe fn switch_reduce<C: SwitchGroup, V: SwitchElem>(
+        c: &C,
+        arena: GlobalPtr<u8>,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        t: Threads,
+    ) {
+        let size = core::mem::size_of::<V>() as u64;
+        let (first, n) = (src / size, bytes / size);
+        let out = arena.byte_add(dst as usize).cast::<V>();
+        let mut i = t.index as u64;
+        while i < n {
+            // SAFETY: element `first + i` of every copy and element `i` at `dst` are in range
+            // (caller's contract).
+            unsafe { out.add(i as usize).as_ptr().write(c.reduce::<V>((first + i) as usize)) };
+            i += t.count as u64;
+        }
+    }
+
+    /// `switch[dst..dst + bytes] = local[src..src + bytes]` on every rank, as elements of `V`.
+    ///
+    /// # Safety
+    /// As for [`switch_reduce`]; nothing reads the switch range on any rank until a
+    /// synchronisation after this.
+    #[inline(always)]
+    unsafe fn switch_broadcast<C: SwitchGroup, V: SwitchElem>(
+        c: &C,
+        arena: GlobalPtr<u8>,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        t: Threads,
+    ) {
+        let size = core::mem::size_of::<V>() as u64;
+        let (first, n) = (dst / size, bytes / size);
+        let from = arena.byte_add(src as usize).cast::<V>();
+        let mut i = t.index as u64;
+        while i < n {
+            // SAFETY: as for `switch_reduce`.
+            unsafe { c.broadcast::<V>((first + i) as usize, from.add(i as usize).as_ptr().read()) };
             i += t.count as u64;
         }
     }
@@ -234,6 +332,10 @@ mod device {
                 let port = || {
                     // SAFETY: as above.
                     unsafe { self.port.add(op.channel as usize).as_ptr().read() }
+                };
+                let switch = || {
+                    // SAFETY: as above.
+                    unsafe { self.switch.add(op.channel as usize).as_ptr().read() }
                 };
                 // SAFETY: offsets and sizes were checked by the encoder against both arenas;
                 // every thread of the block runs the same operation; one thread signals, waits
@@ -280,18 +382,46 @@ mod device {
                             t,
                             budget,
                         ),
-                        opcode::REDUCE => {
+                        opcode::REDUCE if op.flags & flags::PACKET_OTHERS != 0 => {
                             // Packet operands are in the packet scratch, shifted by the parity.
-                            let s = if op.flags & flags::PACKET_OTHERS != 0 { shift } else { 0 };
                             let o = ExecOp { dst, ..op };
                             match self.dtype {
-                                dtype::F32 => reduce::<F32>(arena, &o, s, flag, t, budget),
-                                dtype::BF16 => reduce::<Bf16>(arena, &o, s, flag, t, budget),
-                                dtype::F16 => reduce::<F16>(arena, &o, s, flag, t, budget),
-                                dtype::I32 => reduce::<I32>(arena, &o, s, flag, t, budget),
-                                dtype::U32 => reduce::<U32>(arena, &o, s, flag, t, budget),
+                                dtype::F32 => reduce_packets::<F32>(arena, &o, shift, flag, t, budget),
+                                dtype::BF16 => reduce_packets::<Bf16>(arena, &o, shift, flag, t, budget),
+                                dtype::F16 => reduce_packets::<F16>(arena, &o, shift, flag, t, budget),
+                                dtype::I32 => reduce_packets::<I32>(arena, &o, shift, flag, t, budget),
+                                dtype::U32 => reduce_packets::<U32>(arena, &o, shift, flag, t, budget),
                                 _ => fail(c"exec_plan: unknown element type"),
                             }
+                        }
+                        opcode::REDUCE | opcode::CHANNEL_REDUCE => {
+                            // A channel reduction reads its other operands in the peer's arena.
+                            let others = if op.kind == opcode::CHANNEL_REDUCE { mem().dst } else { arena };
+                            let o = ExecOp { dst, src, ..op };
+                            match self.dtype {
+                                dtype::F32 => reduce_plain::<F32>(arena, others, &o, t),
+                                dtype::BF16 => reduce_plain::<Bf16>(arena, others, &o, t),
+                                dtype::F16 => reduce_plain::<F16>(arena, others, &o, t),
+                                dtype::I32 => reduce_plain::<I32>(arena, others, &o, t),
+                                dtype::U32 => reduce_plain::<U32>(arena, others, &o, t),
+                                _ => fail(c"exec_plan: unknown element type"),
+                            }
+                        }
+                        opcode::SWITCH_REDUCE => {
+                            let c = switch();
+                            let (d, s, n) = (dst, src, op.bytes);
+                            match self.dtype {
+                                dtype::F32 => switch_reduce::<_, F32x4>(&c, arena, d, s, n, t),
+                                dtype::BF16 => switch_reduce::<_, Bf16x8>(&c, arena, d, s, n, t),
+                                dtype::F16 => switch_reduce::<_, F16x8>(&c, arena, d, s, n, t),
+                                dtype::I32 => switch_reduce::<_, i32>(&c, arena, d, s, n, t),
+                                dtype::U32 => switch_reduce::<_, u32>(&c, arena, d, s, n, t),
+                                _ => fail(c"exec_plan: unknown element type"),
+                            }
+                        }
+                        // Bytes are bytes: 16 at a time whatever the element type.
+                        opcode::SWITCH_BROADCAST => {
+                            switch_broadcast::<_, F32x4>(&switch(), arena, dst, src, op.bytes, t)
                         }
                         opcode::SIGNAL => {
                             barrier_sync();

@@ -5,7 +5,11 @@
 //!   and a wait per part) against `Collectives::allgather` forced to its pipelined memory-channel
 //!   form;
 //! * allreduce: the `allreduce_packets_parts` plan against the one-shot LL allreduce (both write
-//!   LL packets into every peer's scratch and reduce them).
+//!   LL packets into every peer's scratch and reduce them);
+//! * two-shot allreduce: the `allreduce_two_shot_read_parts` plan (reduce-scatter by reading the
+//!   peers' inputs through memory channels, allgather by puts) against `Collectives::allreduce`
+//!   forced to its pipelined form (reduce-scatter then allgather over memory channels, through
+//!   acknowledged slots), at every size.
 //!
 //! Each plan is cut into about as many parts per peer as the collective's grid has blocks at
 //! that size (a power of two; `MSCCLPP_RS_EXEC_PARTS=k` forces `k`), and the one-part form runs
@@ -90,6 +94,7 @@ fn run(comm: &Communicator) -> Result<()> {
         Err(_) => (0..6).map(|k| 4096 << (2 * k)).collect(),
     };
     let plan_err = |e: mscclpp_plan::PlanError| Error::InvalidArgument(e.to_string());
+    // (Pipelined: the allgather's algorithm and the two-shot allreduce's.)
     let pipelined = Collectives::with_config(
         comm,
         CollConfig { force: Some(CollectiveAlgorithm::Pipelined), ..CollConfig::default() },
@@ -100,8 +105,10 @@ fn run(comm: &Communicator) -> Result<()> {
     )?;
     let gpu = comm.gpu().clone();
     let stream = gpu.stream().clone();
-    // Most blocks per rank a plan may use: the SM count.
-    let max_parts = (gpu.info().sm_count as usize / n).max(1);
+    // Most blocks per rank a plan may use: the SM count (the allgather and the packet allreduce
+    // use about n blocks per part, the two-shot allreduce one).
+    let sm_count = (gpu.info().sm_count as usize).max(1);
+    let max_parts = (sm_count / n).max(1);
     for &bytes in &sizes {
         // Allgather: `bytes` per rank. The pipelined collective runs a block per 16 KiB; the plan
         // a block per part and peer (and one per part for the local copy).
@@ -142,6 +149,34 @@ fn run(comm: &Communicator) -> Result<()> {
             wrong("collectives allreduce", &recv.to_vec::<u8>()?, &sum_in_order(DataType::F32, &all))?;
             report(me, "allreduce", bytes, k, &t_exec, t_coll);
         }
+        // Two-shot allreduce: a `bytes` buffer. The pipelined collective runs a block per 16 KiB
+        // toward each peer (of the `bytes / n` each rank reduces); the plan a block per part.
+        let k = parts(bytes / n, 16 << 10, sm_count);
+        let bytes = bytes.div_ceil(16 * n * k) * 16 * n * k;
+        let count = bytes / 4;
+        let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(DataType::F32, count, bytes as u64, r)).collect();
+        // The plan: rank o reduces the o-th n-th of the buffer, its own input first.
+        let shard = bytes / n;
+        let want: Vec<u8> = (0..n)
+            .flat_map(|o| {
+                let order: Vec<&[u8]> = std::iter::once(o)
+                    .chain((0..n).filter(|&q| q != o))
+                    .map(|q| &inputs[q][o * shard..(o + 1) * shard])
+                    .collect();
+                sum_in_order(DataType::F32, &order)
+            })
+            .collect();
+        let mut t_exec = Vec::new();
+        for k in [1, k] {
+            let plan = examples::allreduce_two_shot_read_parts(n, k).map_err(plan_err)?;
+            t_exec.push(time_plan(comm, &plan, bytes / (n * k), &inputs[me], &want)?);
+        }
+        let send = DeviceBuffer::from_slice(&gpu, &inputs[me])?;
+        let recv = DeviceBuffer::filled(&gpu, bytes, 0xa5)?;
+        let t_coll = time(comm, || pipelined.allreduce(&send, &recv, count, DataType::F32, ReduceOp::Sum, &stream))?;
+        let all: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+        wrong("collectives two-shot allreduce", &recv.to_vec::<u8>()?, &sum_in_order(DataType::F32, &all))?;
+        report(me, "allreduce two-shot", bytes, k, &t_exec, t_coll);
         comm.bootstrap().barrier()?;
     }
     Ok(())
@@ -151,7 +186,7 @@ fn run(comm: &Communicator) -> Result<()> {
 fn report(me: usize, op: &str, bytes: usize, parts: usize, exec: &[f64], coll: f64) {
     if me == 0 {
         println!(
-            "exec_bench: {op:9} {bytes:>10} B/rank: executor {:9.2} us (1 part), {:9.2} us ({parts} parts), \
+            "exec_bench: {op:18} {bytes:>10} B/rank: executor {:9.2} us (1 part), {:9.2} us ({parts} parts), \
              collectives {:9.2} us, ratio {:.2} (goal >= 0.9)",
             exec[0] * 1e6,
             exec[1] * 1e6,

@@ -46,6 +46,9 @@ pub struct Encoded {
     pub memory_sets: usize,
     /// How many port-channel sets every rank builds.
     pub port_sets: usize,
+    /// The buffer each switch channel of the plan is bound to, in declaration order: every rank
+    /// builds all of them, over every rank (the table [`ExecOp::channel`] indexes).
+    pub switch: Vec<BufferType>,
     /// Every rank's arena layout.
     pub layouts: Vec<Layout>,
     /// Bytes of one chunk.
@@ -70,8 +73,37 @@ fn unsupported(rank: usize, tb: usize, i: usize, op: &Op, why: &str) -> Error {
     Error::Unsupported(format!("executor: rank {rank} thread block {tb} operation {i} ({}): {why}", op.kind.name()))
 }
 
-/// Every chunk operand of an operation.
-fn chunks(k: &OpKind) -> Vec<Chunk> {
+/// The buffer a switch channel is bound to (`None` for another channel or none).
+fn switch_buffer(p: &Program, channel: usize) -> Option<BufferType> {
+    match p.channels.get(channel) {
+        Some(Channel::Switch { buffer, .. }) => Some(*buffer),
+        _ => None,
+    }
+}
+
+/// Whether the operation uses scratch as packets / as plain data ([`OpKind::scratch_uses`],
+/// and a switch operation's bound buffer on every member).
+fn scratch_uses(p: &Program, k: &OpKind) -> (bool, bool) {
+    let (pkt, plain) = k.scratch_uses();
+    let bound = match k {
+        OpKind::SwitchReduce { channel, .. } | OpKind::SwitchBroadcast { channel, .. } => {
+            switch_buffer(p, *channel) == Some(BufferType::Scratch)
+        }
+        _ => false,
+    };
+    (pkt, plain || bound)
+}
+
+/// Every chunk operand of an operation (a switch operation's range on every member included).
+fn chunks(p: &Program, k: &OpKind) -> Vec<Chunk> {
+    let members = |channel: &usize, offset: &usize, size: &usize| -> Vec<Chunk> {
+        match p.channels.get(*channel) {
+            Some(Channel::Switch { ranks, buffer }) => {
+                ranks.iter().map(|&r| Chunk::new(r, *buffer, *offset, *size)).collect()
+            }
+            _ => vec![],
+        }
+    };
     match k {
         OpKind::Put { dst, src, .. }
         | OpKind::PutWithSignal { dst, src, .. }
@@ -86,8 +118,12 @@ fn chunks(k: &OpKind) -> Vec<Chunk> {
         OpKind::ChannelReduce { local_src, remote_srcs, local_dst, .. } => {
             [*local_src, *local_dst].into_iter().chain(remote_srcs.iter().copied()).collect()
         }
-        OpKind::SwitchReduce { dst, .. } => vec![*dst],
-        OpKind::SwitchBroadcast { src, .. } => vec![*src],
+        OpKind::SwitchReduce { channel, buffer_offset, size, dst, .. } => {
+            [*dst].into_iter().chain(members(channel, buffer_offset, size)).collect()
+        }
+        OpKind::SwitchBroadcast { channel, src, buffer_offset, size } => {
+            [*src].into_iter().chain(members(channel, buffer_offset, size)).collect()
+        }
         _ => vec![],
     }
 }
@@ -124,9 +160,12 @@ fn layout(rp: &RankPlan, chunk_bytes: u64, pkt: bool, rank: usize, in_output: Op
 
 /// Encodes rank `rank`'s part of `p` with chunks of `chunk_bytes` (a positive multiple of 16).
 /// The plan should have passed [`mscclpp_plan::check()`]; this refuses what the executor cannot
-/// run: switch channels, channel reductions, reductions other than sum or with more than
-/// [`MAX_OTHERS`] other operands, thread-block groups on synchronisation, and scratch used both
-/// as packets and as plain data.
+/// run: switch channels over fewer than every rank of the plan, or in a plan whose ranks' arenas
+/// are not laid out alike (every rank's copy of a switch buffer must be at the same offset);
+/// reductions (local, channel or switch) other than sum, or with more than [`MAX_OTHERS`] other
+/// operands; packets over port channels; thread-block groups on synchronisation; and scratch
+/// used both as packets and as plain data (a switch channel bound to scratch uses it as plain
+/// data).
 pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
     let n = p.ranks.len();
     if rank >= n {
@@ -141,7 +180,7 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
     let (mut pkt, mut plain) = (false, false);
     for r in &p.ranks {
         for op in r.threadblocks.iter().flatten() {
-            let (a, b) = op.kind.scratch_uses();
+            let (a, b) = scratch_uses(p, &op.kind);
             pkt |= a;
             plain |= b;
         }
@@ -161,6 +200,38 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
             layout(rp, chunk_bytes, pkt, r, in_output)
         })
         .collect::<Result<_>>()?;
+    // Switch channels: every rank builds every one, over all ranks and the whole arena, so a
+    // switch offset is the same in every rank's copy.
+    let mut switch = vec![];
+    let mut switch_index = vec![None; p.channels.len()];
+    for (c, ch) in p.channels.iter().enumerate() {
+        if let Channel::Switch { ranks, buffer } = ch {
+            let mut members = ranks.clone();
+            members.sort_unstable();
+            members.dedup();
+            if members.len() != n || members.iter().enumerate().any(|(i, &r)| i != r) {
+                return Err(Error::Unsupported(format!(
+                    "executor: switch channel {c} is over ranks {ranks:?}: switch channels are built over every rank \
+                     of the plan (0 to {})",
+                    n - 1
+                )));
+            }
+            if let Some(q) = (1..n).find(|&q| layouts[q] != layouts[0]) {
+                return Err(Error::Unsupported(format!(
+                    "executor: switch channel {c} needs every rank's arena laid out alike, and rank {q}'s buffers \
+                     ({} input, {} output, {} scratch chunks) differ from rank 0's ({}, {}, {})",
+                    p.ranks[q].input_chunks,
+                    p.ranks[q].output_chunks,
+                    p.ranks[q].scratch_chunks,
+                    p.ranks[0].input_chunks,
+                    p.ranks[0].output_chunks,
+                    p.ranks[0].scratch_chunks
+                )));
+            }
+            switch_index[c] = Some(switch.len() as u32);
+            switch.push(*buffer);
+        }
+    }
     // Channel tables: the k-th channel of a type from r to q is in set k on both sides.
     let mut memory = vec![];
     let mut port = vec![];
@@ -209,6 +280,13 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                     _ => Err(err(&format!("channel {c} is not a {want} channel of this rank"))),
                 }
             };
+            // (table index, bound buffer) of a switch channel this rank is a member of.
+            let switch_channel = |c: usize| -> Result<(u32, BufferType)> {
+                match (p.channels.get(c), switch_index.get(c).copied().flatten()) {
+                    (Some(Channel::Switch { ranks, buffer }), Some(t)) if ranks.contains(&rank) => Ok((t, *buffer)),
+                    _ => Err(err(&format!("channel {c} is not a switch channel of this rank"))),
+                }
+            };
             // A thread-block group splits the data: this block's byte range of the chunk.
             let span = |c: &Chunk| -> (u64, u64) {
                 let total = c.size as u64 * chunk_bytes;
@@ -240,7 +318,7 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                     e.flags |= flags::SRC_PKT_SCRATCH;
                 }
             };
-            for c in chunks(&op.kind) {
+            for c in chunks(p, &op.kind) {
                 let have = p.ranks.get(c.rank).map(|r| r.buffer_chunks(c.buffer)).unwrap_or(0);
                 if c.size == 0 || c.index.checked_add(c.size).is_none_or(|end| end > have) {
                     return Err(err(&format!("chunk {c} is outside its {have}-chunk buffer or empty")));
@@ -338,14 +416,45 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                         e.flags |= flags::PACKET_OTHERS;
                     }
                 }
-                OpKind::ChannelReduce { .. } => return Err(err("channel reductions are not supported yet")),
-                OpKind::SwitchReduce { .. } | OpKind::SwitchBroadcast { .. } => {
-                    return Err(err("switch channels are not supported yet"));
+                OpKind::ChannelReduce { channel: c, local_src, remote_srcs, local_dst, reduce_op } => {
+                    if *reduce_op != ReduceOp::Sum {
+                        return Err(err(&format!("reduction {reduce_op:?} (only Sum is supported)")));
+                    }
+                    if remote_srcs.len() > MAX_OTHERS {
+                        return Err(err(&format!("{} remote operands (at most {MAX_OTHERS})", remote_srcs.len())));
+                    }
+                    e.channel = channel(*c, ChannelType::Memory)?;
+                    let peer = p.channels[*c].endpoints().map(|(_, d)| d);
+                    if let Some(o) = remote_srcs.iter().find(|o| Some(o.rank) != peer) {
+                        return Err(err(&format!("remote operand {o} is not on the channel's peer")));
+                    }
+                    if local_src.rank != rank || local_dst.rank != rank {
+                        return Err(err("the local operands must be on this rank"));
+                    }
+                    data(&mut e, opcode::CHANNEL_REDUCE, local_dst, local_src);
+                    let (start, _) = span(local_src);
+                    for (k, o) in remote_srcs.iter().enumerate() {
+                        e.others[k] = off(o, start);
+                    }
+                    e.n_others = remote_srcs.len() as u32;
+                }
+                OpKind::SwitchReduce { channel: c, buffer_offset, size, dst, reduce_op } => {
+                    if *reduce_op != ReduceOp::Sum {
+                        return Err(err(&format!("reduction {reduce_op:?} (only Sum is supported)")));
+                    }
+                    let (table, buffer) = switch_channel(*c)?;
+                    e.channel = table;
+                    data(&mut e, opcode::SWITCH_REDUCE, dst, &Chunk::new(rank, buffer, *buffer_offset, *size));
+                }
+                OpKind::SwitchBroadcast { channel: c, src, buffer_offset, size } => {
+                    let (table, buffer) = switch_channel(*c)?;
+                    e.channel = table;
+                    data(&mut e, opcode::SWITCH_BROADCAST, &Chunk::new(rank, buffer, *buffer_offset, *size), src);
                 }
             }
             ops.push(e);
         }
         tb_start.push(ops.len() as u32);
     }
-    Ok(Encoded { rank, ops, tb_start, memory, port, memory_sets, port_sets, layouts, chunk_bytes })
+    Ok(Encoded { rank, ops, tb_start, memory, port, memory_sets, port_sets, switch, layouts, chunk_bytes })
 }

@@ -4,8 +4,8 @@
 //! ```text
 //!  Program (builder, JSON or MSCCL++ plan) ──check()──► encode(rank) ──► ExecOp records
 //!  Executor::new(comm, program, config): every rank allocates its arena (input | output |
-//!      scratch), builds the memory and port channels the plan names through the Communicator,
-//!      uploads its records
+//!      scratch), builds the memory, port and switch channels the plan names through the
+//!      Communicator, uploads its records
 //!  executor.launch(stream): one kernel, one block per thread block of the plan (graph-capturable)
 //! ```
 //!
@@ -14,6 +14,11 @@
 //! plan ([`mscclpp_plan::Program::in_place`]) the input lies inside the output, where
 //! [`mscclpp_plan::Program::input_in_output`] puts it, and the run overwrites it.
 //!
+//! Switch channels are the emulated kind ([`Communicator::switch_channels`]: every rank's arena
+//! mapped on every GPU, the reduction loading every copy and the broadcast storing into every
+//! copy); NVLink multicast is never used. A plan's switch channel must span every rank, and a
+//! plan with switch channels must lay out every rank's arena alike.
+//!
 //! Packet plans need every rank's launch `k + 1` to depend on every other rank's launch `k`
 //! (true of allreduce): the packet scratch is double-buffered, so a rank may run at most one
 //! launch ahead of a peer that reads its packets.
@@ -21,11 +26,12 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaStream};
+use mscclpp_device::channel::emulated_switch::EmulatedSwitchChannel;
 use mscclpp_device::executor::{ExecPlan, dtype};
 use mscclpp_device::poll::SpinBudget;
-use mscclpp_host::comm::{Communicator, MemoryChannels, PortChannels};
+use mscclpp_host::comm::{Communicator, EmulatedSwitchChannels, MemoryChannels, PortChannels};
 use mscclpp_host::{Args, BootstrapExt, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
-use mscclpp_plan::Program;
+use mscclpp_plan::{BufferType, Program};
 
 pub mod encode;
 
@@ -91,6 +97,7 @@ pub struct Executor {
     // Drop order: the channels (their proxies and mappings) before the tables and the arena.
     _ports: Vec<PortChannels>,
     _memory: Vec<MemoryChannels>,
+    _switch: Vec<EmulatedSwitchChannels>,
     _tables: Vec<DeviceBuffer>,
     epochs: DeviceBuffer,
     arena: DeviceBuffer,
@@ -106,52 +113,83 @@ impl std::fmt::Debug for Executor {
 /// packet shift, total bytes.
 const LAYOUT_WORDS: usize = 7;
 
+/// Words before the layouts in an agreement: chunk bytes, element, memory channel sets, port
+/// channel sets, switch channels.
+const HEADER_WORDS: usize = 5;
+
+/// The code of a switch channel's bound buffer in an agreement.
+fn buffer_code(b: BufferType) -> u64 {
+    match b {
+        BufferType::Input => 0,
+        BufferType::Output => 1,
+        BufferType::Scratch => 2,
+    }
+}
+
 /// What every rank must agree on ([`Executor::new`] all-gathers it): chunk bytes, element type,
-/// memory and port channel sets, then every rank's arena layout as this rank's program describes
-/// it. Each rank sends the whole table, so that a difference anywhere is seen by every rank (all
-/// of them refuse; none goes on to build channels the others never build).
+/// memory and port channel sets, the number of switch channels, then every rank's arena layout
+/// as this rank's program describes it, then the buffer each switch channel is bound to. Each
+/// rank sends the whole table, so that a difference anywhere is seen by every rank (all of them
+/// refuse; none goes on to build channels the others never build).
 fn agreement(config: &Config, encoded: &Encoded) -> Vec<u64> {
     let mut v = vec![
         config.chunk_bytes as u64,
         config.element.code() as u64,
         encoded.memory_sets as u64,
         encoded.port_sets as u64,
+        encoded.switch.len() as u64,
     ];
     for l in &encoded.layouts {
         v.extend([l.input, l.input_bytes, l.output, l.output_bytes, l.scratch, l.pkt_shift, l.bytes]);
     }
+    v.extend(encoded.switch.iter().map(|&b| buffer_code(b)));
     v
 }
 
 /// Checks the gathered agreements (`all[r]` from rank `r`) against this rank's own (`mine`).
 fn check_agreement(mine: &[u64], all: &[Vec<u64>]) -> Result<()> {
+    let h = HEADER_WORDS;
+    let switches = mine.get(h - 1).map_or(0, |&s| s as usize);
     for (r, theirs) in all.iter().enumerate() {
         if theirs.is_empty() {
             return Err(Error::InvalidArgument(format!(
                 "executor: rank {r} refused the plan or the configuration (its own error says why)"
             )));
         }
-        if theirs[..theirs.len().min(4)] != mine[..4] {
+        if theirs[..theirs.len().min(h)] != mine[..h] {
             return Err(Error::InvalidArgument(format!(
-                "executor: rank {r} uses chunk bytes, element, memory and port channel sets {:?}, this rank {:?}",
-                &theirs[..theirs.len().min(4)],
-                &mine[..4]
+                "executor: rank {r} uses chunk bytes, element, memory and port channel sets and switch channels \
+                 {:?}, this rank {:?}",
+                &theirs[..theirs.len().min(h)],
+                &mine[..h]
             )));
         }
+        // Equal headers: the same number of switch channels, so another length is another rank
+        // count.
         if theirs.len() != mine.len() {
             return Err(Error::InvalidArgument(format!(
                 "executor: rank {r}'s plan has {} ranks, this rank's {}: the ranks run different plans",
-                (theirs.len() - 4) / LAYOUT_WORDS,
-                (mine.len() - 4) / LAYOUT_WORDS
+                theirs.len().saturating_sub(h + switches) / LAYOUT_WORDS,
+                (mine.len() - h - switches) / LAYOUT_WORDS
             )));
         }
-        let layouts = |v: &[u64]| v[4..].chunks(LAYOUT_WORDS).map(<[u64]>::to_vec).collect::<Vec<_>>();
+        let end = mine.len() - switches;
+        let layouts = |v: &[u64]| v[h..end].chunks(LAYOUT_WORDS).map(<[u64]>::to_vec).collect::<Vec<_>>();
         let (a, b) = (layouts(theirs), layouts(mine));
         if let Some(q) = (0..a.len()).find(|&q| a[q] != b[q]) {
             return Err(Error::InvalidArgument(format!(
                 "executor: rank {r}'s plan lays out rank {q}'s arena as {:?} (input, input bytes, output, output \
                  bytes, scratch, packet shift, total), this rank's plan as {:?}: the ranks run different plans",
                 a[q], b[q]
+            )));
+        }
+        if let Some(k) = (0..switches).find(|&k| theirs[end + k] != mine[end + k]) {
+            let name = |code: u64| ["input", "output", "scratch"].get(code as usize).copied().unwrap_or("unknown");
+            return Err(Error::InvalidArgument(format!(
+                "executor: rank {r}'s plan binds switch channel {k} to the {} buffer, this rank's plan to the {}: \
+                 the ranks run different plans",
+                name(theirs[end + k]),
+                name(mine[end + k])
             )));
         }
     }
@@ -194,6 +232,21 @@ impl Executor {
             (0..encoded.memory_sets).map(|_| comm.memory_channels(&arena, 16)).collect::<Result<_>>()?;
         let ports: Vec<PortChannels> =
             (0..encoded.port_sets).map(|_| comm.port_channels(&arena, &arena)).collect::<Result<_>>()?;
+        // Every switch channel of the plan over every rank's whole arena (laid out alike on every
+        // rank, which the encoder and the agreement made sure of). Switch operations use no
+        // barrier of the channel (the plan synchronises over memory channels), so one handle
+        // serves every block.
+        let switch: Vec<EmulatedSwitchChannels> =
+            (0..encoded.switch.len()).map(|_| comm.switch_channels(&arena, 1)).collect::<Result<_>>()?;
+        let switch_table: Vec<EmulatedSwitchChannel> = switch
+            .iter()
+            .map(|s| {
+                s.handles()
+                    .first()
+                    .copied()
+                    .ok_or_else(|| Error::InvalidArgument("executor: a switch channel without a handle".into()))
+            })
+            .collect::<Result<_>>()?;
         fn pick<T>(what: &str, got: Option<T>, peer: usize) -> Result<T> {
             got.ok_or_else(|| Error::InvalidArgument(format!("executor: no {what} channel toward rank {peer}")))
         }
@@ -218,6 +271,7 @@ impl Executor {
         let tb_start = DeviceBuffer::from_slice(&gpu, &encoded.tb_start)?;
         let mem = table(bytemuck::cast_slice(&memory_table))?;
         let port = table(bytemuck::cast_slice(&port_table))?;
+        let sw = table(bytemuck::cast_slice(&switch_table))?;
         let blocks = encoded.blocks().max(1);
         let epochs = DeviceBuffer::from_slice(&gpu, &vec![1u32; blocks])?;
         let plan = ExecPlan {
@@ -225,13 +279,13 @@ impl Executor {
             tb_start: tb_start.ptr(),
             memory: mem.ptr(),
             port: port.ptr(),
+            switch: sw.ptr(),
             arena: arena.ptr(),
             epochs: epochs.ptr(),
             pkt_shift: layout.pkt_shift,
             n_blocks: encoded.blocks() as u32,
             dtype: config.element.code(),
             arena_bytes: layout.bytes,
-            _pad: 0,
         };
         let function = gpu.function(PTX, "exec_plan")?;
         let max = mscclpp_host::launch::max_threads_per_block(&function)?;
@@ -251,7 +305,8 @@ impl Executor {
             config,
             _ports: ports,
             _memory: memory,
-            _tables: vec![ops, tb_start, mem, port],
+            _switch: switch,
+            _tables: vec![ops, tb_start, mem, port, sw],
             epochs,
             arena,
         })
@@ -343,7 +398,7 @@ impl Executor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mscclpp_plan::examples;
+    use mscclpp_plan::{Channel, examples};
 
     #[test]
     fn ranks_with_other_plans_or_settings_are_refused() {
@@ -362,8 +417,8 @@ mod tests {
             let err = check_agreement(mine, &other).unwrap_err().to_string();
             assert!(err.contains("lays out rank 2's arena") && err.contains("different plans"), "rank {r}: {err}");
         }
-        // Another chunk size, element type or channel set count.
-        for (i, v) in [(0, 8192), (1, 3), (2, 9), (3, 1)] {
+        // Another chunk size, element type, channel set count or switch channel count.
+        for (i, v) in [(0, 8192), (1, 3), (2, 9), (3, 1), (4, 2)] {
             let mut other = tables.clone();
             other[1][i] = v;
             let err = check_agreement(&tables[0], &other).unwrap_err().to_string();
@@ -378,6 +433,37 @@ mod tests {
         // A rank whose own checks failed sends an empty table: the others refuse too.
         other[3].clear();
         assert!(check_agreement(&tables[0], &other).unwrap_err().to_string().contains("rank 3 refused"));
+    }
+
+    #[test]
+    fn ranks_binding_a_switch_channel_to_another_buffer_are_refused() {
+        let config = Config::new(4096, ElementType::Bf16);
+        let p = examples::allreduce_switch(3).unwrap();
+        let tables: Vec<Vec<u64>> = (0..3).map(|r| agreement(&config, &encode(&p, r, 4096).unwrap())).collect();
+        assert!(tables.iter().all(|t| check_agreement(t, &tables).is_ok()));
+        assert_eq!(tables[0][HEADER_WORDS - 1], 2, "two switch channels");
+        assert_eq!(tables[0][tables[0].len() - 2..], [0, 1], "bound to the input, then the output");
+        // Rank 1's program binds the first switch channel to the output: its reduction would
+        // read the other ranks' outputs at the offsets where they read inputs.
+        let mut q = p.clone();
+        let Channel::Switch { buffer, .. } = &mut q.channels[0] else { panic!("channel 0 is a switch channel") };
+        *buffer = BufferType::Output;
+        let mut other = tables.clone();
+        other[1] = agreement(&config, &encode(&q, 1, 4096).unwrap());
+        for (r, mine) in other.iter().enumerate() {
+            let err = check_agreement(mine, &other).unwrap_err().to_string();
+            assert!(
+                err.contains("binds switch channel 0 to the") && err.contains("different plans"),
+                "rank {r}: {err}"
+            );
+        }
+        // A rank whose plan declares one more switch channel (unused, but built collectively).
+        let mut q = p.clone();
+        q.channels.push(Channel::Switch { ranks: vec![0, 1, 2], buffer: BufferType::Output });
+        let mut other = tables.clone();
+        other[2] = agreement(&config, &encode(&q, 2, 4096).unwrap());
+        let err = check_agreement(&tables[0], &other).unwrap_err().to_string();
+        assert!(err.contains("rank 2 uses chunk bytes") && err.contains("switch channels"), "{err}");
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! The plan executor among N ranks, one process per rank: the example plans of
-//! `mscclpp_plan::examples` (packet one-shot and two-shot allreduce, allgather over memory and
-//! over port channels, and the packet allreduce and memory allgather cut into three parts) on fresh random inputs with poisoned outputs, checked bit for bit against
-//! a host reference that sums in the plan's order; several launches per plan (the packet flags
-//! and semaphores carry over), launches back to back with no host synchronisation, and one
-//! launch captured in a CUDA graph and replayed 200 times.
+//! `mscclpp_plan::examples` (packet one-shot allreduce; two-shot allreduce over memory channels
+//! through scratch, and by channel reductions over the peers' inputs; allreduce over the
+//! emulated switch channels; allgather over memory and over port channels; and the packet
+//! allreduce, the channel-reduction two-shot, the switch allreduce and the memory allgather cut
+//! into three parts) on fresh random inputs with poisoned outputs, checked bit for bit against a
+//! host reference that sums in the plan's order; several launches per plan (the packet flags and
+//! semaphores carry over), launches back to back with no host synchronisation, and one launch
+//! captured in a CUDA graph and replayed 200 times. Plans that differ between ranks (their
+//! layouts, or the buffer a switch channel is bound to) are refused on every rank.
 //!
 //! ```sh
 //! cargo test --release -p mscclpp-executor --test mp_exec      # 2 ranks (launcher)
@@ -19,7 +23,7 @@ use mscclpp_collectives::reference::{count_wrong, random_input, sum_in_order};
 use mscclpp_executor::{Config, ElementType, Executor};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, Error, Result};
-use mscclpp_plan::{Program, examples};
+use mscclpp_plan::{BufferType, Channel, Program, examples};
 
 fn main() -> ExitCode {
     mscclpp_collectives::runner::main("mp_exec", 2, run)
@@ -37,12 +41,21 @@ fn expected(program: &Program, dtype: DataType, inputs: &[Vec<u8>], me: usize, c
             let ops: Vec<&[u8]> = order(me).map(|q| inputs[q].as_slice()).collect();
             sum_in_order(dtype, &ops)
         }
-        "allreduce_two_shot" => (0..n)
-            .flat_map(|c| {
-                let ops: Vec<&[u8]> = order(c).map(|q| &inputs[q][c * chunk..(c + 1) * chunk]).collect();
-                sum_in_order(dtype, &ops)
-            })
-            .collect(),
+        // Chunk c is reduced by its owner, rank c / parts: its own input first.
+        "allreduce_two_shot" | "allreduce_two_shot_read" | "allreduce_two_shot_read_parts" => {
+            let parts = program.ranks[me].output_chunks / n;
+            (0..n * parts)
+                .flat_map(|c| {
+                    let ops: Vec<&[u8]> = order(c / parts).map(|q| &inputs[q][c * chunk..(c + 1) * chunk]).collect();
+                    sum_in_order(dtype, &ops)
+                })
+                .collect()
+        }
+        // The emulated switch channel adds every rank's copy in rank order.
+        "allreduce_switch" | "allreduce_switch_parts" => {
+            let ops: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+            sum_in_order(dtype, &ops)
+        }
         "allgather_memory" | "allgather_memory_parts" | "allgather_port" => inputs.concat(),
         other => panic!("no reference for {other}"),
     }
@@ -64,6 +77,10 @@ fn run(comm: &Communicator) -> Result<()> {
         examples::allgather_port(n).map_err(plan_err)?,
         examples::allreduce_packets_parts(n, 3).map_err(plan_err)?,
         examples::allgather_memory_parts(n, 3).map_err(plan_err)?,
+        examples::allreduce_two_shot_read(n).map_err(plan_err)?,
+        examples::allreduce_two_shot_read_parts(n, 3).map_err(plan_err)?,
+        examples::allreduce_switch(n).map_err(plan_err)?,
+        examples::allreduce_switch_parts(n, 3).map_err(plan_err)?,
     ];
     let mut case_seed = seed;
     let mut cases = 0;
@@ -115,6 +132,33 @@ fn run(comm: &Communicator) -> Result<()> {
     }
     println!("mp_exec: rank {me}: {REPLAYS} graph replays of every plan ok");
     refused_plans(comm, &programs[2])?;
+    let switch = programs.iter().find(|p| p.name == "allreduce_switch").expect("the switch allreduce is a case");
+    refused_switch_binding(comm, switch)?;
+    Ok(())
+}
+
+/// Rank 0 alone binds the first switch channel of the switch allreduce to the output buffer: its
+/// reduction would read the other ranks' outputs where theirs read inputs. Every rank refuses it
+/// before any channel is built, and the plan as everyone has it still runs.
+fn refused_switch_binding(comm: &Communicator, program: &Program) -> Result<()> {
+    let me = comm.rank();
+    let mut mine = program.clone();
+    if me == 0 {
+        match mine.channels.first_mut() {
+            Some(Channel::Switch { buffer, .. }) => *buffer = BufferType::Output,
+            _ => return Err(Error::InvalidArgument(format!("{}: channel 0 is not a switch channel", program.name))),
+        }
+    }
+    match Executor::new(comm, &mine, Config::new(4096, ElementType::F32)) {
+        Err(Error::InvalidArgument(m)) if m.contains("binds switch channel 0") && m.contains("different plans") => {
+            println!("mp_exec: rank {me}: switch channels bound differently: refused ({m})");
+        }
+        Err(e) => {
+            return Err(Error::InvalidArgument(format!("switch channels bound differently: unexpected error {e}")));
+        }
+        Ok(_) => return Err(Error::InvalidArgument("switch channels bound differently: accepted".into())),
+    }
+    Executor::new(comm, program, Config::new(4096, ElementType::F32))?;
     Ok(())
 }
 

@@ -43,6 +43,14 @@
 //! In an in-place plan ([`Program::in_place`]) a rank's input chunks are the output chunks they
 //! alias ([`Program::storage`]): accesses are compared, and output writes required to be known,
 //! by where the data is stored, so races and errors name those output chunks.
+//!
+//! A rank's input is written by its host before its launch and may be rewritten once the launch
+//! has ended, neither of which another rank sees. So the input is modelled as written by a host
+//! operation that every thread block of its rank knows from the start and no other rank knows:
+//! another rank reading (or writing) it without a fenced wait for a signal from its owner races
+//! with that write; and every such access must be known to the owner by the end of its launch,
+//! or the owner's host could rewrite the input under it. (Only the input is modelled this way:
+//! the checker looks at one launch, and the other buffers belong to the plan.)
 
 use crate::builder::{MAX_RANKS, MAX_THREADBLOCKS, PlanError, validate_op};
 use crate::plan::*;
@@ -63,8 +71,21 @@ pub struct OpRef {
     pub what: String,
 }
 
+impl OpRef {
+    /// The `tb` of the host's write of a rank's input before its launch (see the module
+    /// documentation), which is no thread block's operation.
+    pub const HOST: usize = usize::MAX;
+
+    fn host(rank: usize) -> Self {
+        OpRef { rank, tb: Self::HOST, index: 0, what: "its input, written before the launch".into() }
+    }
+}
+
 impl fmt::Display for OpRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.tb == Self::HOST {
+            return write!(f, "rank {}'s host ({})", self.rank, self.what);
+        }
         write!(f, "rank {} tb {} op {} ({})", self.rank, self.tb, self.index, self.what)
     }
 }
@@ -171,6 +192,19 @@ pub enum CheckError {
         /// The write.
         write: OpRef,
         /// Rank that may finish too early.
+        rank: usize,
+    },
+    /// Another rank accesses a rank's input, and that rank can finish (after which its host may
+    /// rewrite the input) before the access is done.
+    #[error(
+        "{access} uses {location} but rank {rank} can finish, and its host rewrite the input, before that is done (no wait covers it)"
+    )]
+    InputInUseAtEnd {
+        /// Chunk concerned.
+        location: Chunk,
+        /// The access.
+        access: OpRef,
+        /// Rank owning the input.
         rank: usize,
     },
     /// A channel declaration names a rank the plan does not have, or connects a rank to itself
@@ -584,11 +618,19 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
         .map(|(k, (c, _))| (c, nt + k))
         .collect();
     // Bytes of one happens-before set; every set is charged to the budget before it exists.
-    let hb_bytes = (2 * m).div_ceil(64) * 8;
+    // Bits: the operations, their transfers, then one per rank for its host's input write.
+    let n = p.ranks.len();
+    let bits = 2 * m + n;
+    let host_bit = |rank: usize| 2 * m + rank;
+    let hb_bytes = bits.div_ceil(64) * 8;
     let hb_words = hb_bytes / 8;
     budget.store((nt + lanes.len()).saturating_mul(hb_bytes))?;
     let mut pc = vec![0usize; nt];
-    let mut know: Vec<Hb> = (0..nt + lanes.len()).map(|_| Hb::new(2 * m)).collect();
+    let mut know: Vec<Hb> = (0..nt + lanes.len()).map(|_| Hb::new(bits)).collect();
+    // Every thread block of a rank starts after its host wrote the input.
+    for (th, &(r, _)) in threads.iter().enumerate() {
+        know[th].insert(host_bit(r));
+    }
     let mut sems: HashMap<SemKey, VecDeque<Option<Hb>>> = HashMap::new();
     let mut packets: HashMap<Chunk, PacketWrites> = HashMap::new();
     // Data ancestors of the last write of each chunk.
@@ -647,7 +689,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                 }
                 // Data ancestors: what produced the values this operation reads.
                 budget.step(hb_words)?;
-                let mut anc = Hb::new(2 * m);
+                let mut anc = Hb::new(bits);
                 anc.insert(x);
                 for &(c, write, packet) in &acc {
                     if write {
@@ -697,6 +739,15 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                     }
                     for u in unit_chunks(c) {
                         let list = mem.entry(u).or_default();
+                        if list.is_empty() && u.buffer == BufferType::Input {
+                            budget.store(std::mem::size_of::<Access>())?;
+                            list.push(Access {
+                                id: host_bit(u.rank),
+                                write: true,
+                                part: None,
+                                op: OpRef::host(u.rank),
+                            });
+                        }
                         // The comparison with every earlier access, the record kept, and for a
                         // write its ancestors (and the unflushed puts it may overwrite).
                         budget.step(list.len().saturating_add(if write { hb_words + pending.len() } else { 0 }))?;
@@ -713,7 +764,9 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                                 && errors.len() < MAX_ERRORS
                                 && reported.insert((b.op.clone(), me.clone()))
                             {
-                                let hint = if u.rank != b.op.rank || u.rank != r {
+                                let hint = if b.op.tb == OpRef::HOST {
+                                    ": another rank's input is ready only once that rank's launch has begun: access it after a fenced wait for a signal from that rank".to_string()
+                                } else if u.rank != b.op.rank || u.rank != r {
                                     ": a remote write is visible only after a fenced signal ordered after it (for a port channel, a signal on that channel or anything after a flush) and a fenced wait ordered before the other access, or to a packet read of it".to_string()
                                 } else {
                                     ": accesses by different thread blocks need a synchronization between them"
@@ -837,7 +890,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
     // End of the kernel: remote writes into outputs must be known to the rank before it finishes.
     for r in 0..p.ranks.len() {
         budget.step(mem.len().saturating_add(nt.saturating_mul(hb_words)))?;
-        let mut end = Hb::new(2 * m);
+        let mut end = Hb::new(bits);
         for (th, &(tr, _)) in threads.iter().enumerate() {
             if tr == r {
                 end.join(&know[th]);
@@ -849,6 +902,15 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
             for a in &mem[u] {
                 if a.write && !end.contains(a.id) && errors.len() < MAX_ERRORS {
                     errors.push(CheckError::UnobservedWrite { location: *u, write: a.op.clone(), rank: r });
+                }
+            }
+        }
+        let mut inputs: Vec<&Chunk> = mem.keys().filter(|c| c.rank == r && c.buffer == BufferType::Input).collect();
+        inputs.sort_by_key(|c| c.index);
+        for u in inputs {
+            for a in &mem[u] {
+                if a.op.rank != r && !end.contains(a.id) && errors.len() < MAX_ERRORS {
+                    errors.push(CheckError::InputInUseAtEnd { location: *u, access: a.op.clone(), rank: r });
                 }
             }
         }

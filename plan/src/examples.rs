@@ -1,11 +1,11 @@
 //! Example plans written with the builder. Each is accepted by [`crate::check()`] for any
 //! number of ranks from 2 up (and any number of parts for the `_parts` forms); the tests check
-//! 2, 4 and 8 ranks.
+//! 2, 3, 4 and 8 ranks.
 //!
 //! Chunk `i` of a buffer is the `i`-th of `n` equal parts of the message; thread blocks are
 //! numbered per rank.
 
-use crate::builder::{MAX_RANKS, PlanError, ThreadBlockGroup};
+use crate::builder::{MAX_RANKS, MemoryChannel, PlanError, ThreadBlockGroup};
 use crate::plan::*;
 
 /// `n` if it is a rank count the examples support (2 to [`MAX_RANKS`]).
@@ -128,6 +128,122 @@ pub fn allreduce_two_shot(n: usize) -> Result<Program, PlanError> {
     Ok(p)
 }
 
+/// The memory channels of a barrier between every pair of ranks, per part: `chans[r][j][s]` is
+/// the channel from rank `r` to its `j`-th peer used by thread block `s`. Declared rank by rank,
+/// peer by peer, part by part, so that the `s`-th channel from `r` to `q` pairs with the `s`-th
+/// from `q` to `r`.
+fn channels_per_part(p: &mut Program, n: usize, parts: usize) -> Result<Vec<Vec<Vec<MemoryChannel>>>, PlanError> {
+    (0..n)
+        .map(|r| {
+            peers(n, r)
+                .map(|(_, q)| (0..parts).map(|_| p.memory_channel(q, r)).collect::<Result<Vec<_>, _>>())
+                .collect()
+        })
+        .collect()
+}
+
+/// On thread block `tb`: signal every channel of `chans`, then wait on every one (fences on both
+/// sides). After it, the thread block knows everything its peers did before their signals.
+fn barrier(p: &mut Program, chans: &[MemoryChannel], tb: usize) -> Result<(), PlanError> {
+    for c in chans {
+        c.signal(p, tb, SyncType::Both, false)?;
+    }
+    for c in chans {
+        c.wait(p, tb, SyncType::Both, false)?;
+    }
+    Ok(())
+}
+
+/// The memory channels of `chans[r]` that thread block `s` uses (one toward every peer).
+fn part(chans: &[Vec<MemoryChannel>], s: usize) -> Vec<MemoryChannel> {
+    chans.iter().map(|per_part| per_part[s]).collect()
+}
+
+/// Two-shot allreduce over memory channels, the reduce-scatter done by reading the peers' inputs
+/// (channel reductions), the allgather by puts; nothing goes through scratch.
+///
+/// Rank `r` owns chunk `r` of the `n`-chunk message. Thread block 0: a barrier with every peer
+/// (their inputs are written: their launches have begun); output chunk `r` = input chunk `r` +
+/// every peer's input chunk `r`, read through the channel toward that peer, one channel
+/// reduction per peer in rank order; output chunk `r` put into every peer's output, each put
+/// followed by a signal; then a wait for every peer's chunk. The closing waits also tell every
+/// rank that its peers have finished reading its input.
+pub fn allreduce_two_shot_read(n: usize) -> Result<Program, PlanError> {
+    allreduce_two_shot_read_parts(n, 1)
+}
+
+/// [`allreduce_two_shot_read`] spread over `parts` thread blocks: the message is `n * parts`
+/// chunks; rank `r` owns chunks `r * parts .. (r + 1) * parts`, and thread block `s` does chunk
+/// `r * parts + s` over channels of its own (a barrier, `n - 1` channel reductions, `n - 1`
+/// puts with signals, `n - 1` waits).
+pub fn allreduce_two_shot_read_parts(n: usize, parts: usize) -> Result<Program, PlanError> {
+    let op = "allreduce_two_shot_read_parts";
+    let n = ranks(op, n)?;
+    let parts = at_least_one(op, parts)?;
+    let m = product(op, "parts", n, parts)?;
+    crate::builder::check_threadblock(op, parts - 1)?;
+    let name = if parts == 1 { "allreduce_two_shot_read" } else { "allreduce_two_shot_read_parts" };
+    let mut p = Program::new(name, "allreduce", n, m, m, 0);
+    let chans = channels_per_part(&mut p, n, parts)?;
+    for (r, to_peers) in chans.iter().enumerate() {
+        for s in 0..parts {
+            let c = r * parts + s;
+            let mine = part(to_peers, s);
+            barrier(&mut p, &mine, s)?;
+            for (j, q) in peers(n, r) {
+                let local = if j == 0 { Chunk::input(r, c, 1) } else { Chunk::output(r, c, 1) };
+                let remote = vec![Chunk::input(q, c, 1)];
+                mine[j].reduce(&mut p, local, remote, s, Some(Chunk::output(r, c, 1)), ReduceOp::Sum)?;
+            }
+            for (j, q) in peers(n, r) {
+                mine[j].put(&mut p, Chunk::output(q, c, 1), Chunk::output(r, c, 1), s)?;
+                mine[j].signal(&mut p, s, SyncType::Both, false)?;
+            }
+            for ch in &mine {
+                ch.wait(&mut p, s, SyncType::Both, false)?;
+            }
+        }
+    }
+    Ok(p)
+}
+
+/// Allreduce over switch channels: one bound to every rank's input, one to every rank's output.
+///
+/// Rank `r` owns chunk `r` of the `n`-chunk message. Thread block 0: a barrier with every peer
+/// over memory channels (every input is written); a switch reduction of input chunk `r` over
+/// every rank into output chunk `r`; a switch broadcast of that chunk into output chunk `r` of
+/// every rank; a second barrier (every chunk has arrived everywhere, and nobody reads an input
+/// any more).
+pub fn allreduce_switch(n: usize) -> Result<Program, PlanError> {
+    allreduce_switch_parts(n, 1)
+}
+
+/// [`allreduce_switch`] spread over `parts` thread blocks: the message is `n * parts` chunks,
+/// thread block `s` of rank `r` does chunk `r * parts + s` with barriers of its own.
+pub fn allreduce_switch_parts(n: usize, parts: usize) -> Result<Program, PlanError> {
+    let op = "allreduce_switch_parts";
+    let n = ranks(op, n)?;
+    let parts = at_least_one(op, parts)?;
+    let m = product(op, "parts", n, parts)?;
+    crate::builder::check_threadblock(op, parts - 1)?;
+    let name = if parts == 1 { "allreduce_switch" } else { "allreduce_switch_parts" };
+    let mut p = Program::new(name, "allreduce", n, m, m, 0);
+    let inputs = p.switch_channel((0..n).collect(), BufferType::Input)?;
+    let outputs = p.switch_channel((0..n).collect(), BufferType::Output)?;
+    let chans = channels_per_part(&mut p, n, parts)?;
+    for (r, to_peers) in chans.iter().enumerate() {
+        for s in 0..parts {
+            let c = r * parts + s;
+            let mine = part(to_peers, s);
+            barrier(&mut p, &mine, s)?;
+            inputs.reduce(&mut p, r, c, 1, Chunk::output(r, c, 1), s, ReduceOp::Sum)?;
+            outputs.broadcast(&mut p, r, Chunk::output(r, c, 1), c, 1, s)?;
+            barrier(&mut p, &mine, s)?;
+        }
+    }
+    Ok(p)
+}
+
 /// Allgather over memory channels: thread block 0 copies the input into output chunk `r`;
 /// thread block `1 + j` puts the input into chunk `r` of the `j`-th peer's output, signals,
 /// and waits for that peer's chunk.
@@ -203,12 +319,117 @@ mod tests {
         assert!(allgather_memory_parts(2, 0).is_err() && allreduce_packets_parts(2, 0).is_err());
     }
 
+    type Parts = fn(usize, usize) -> Result<Program, PlanError>;
+    const NEW: [(&str, Parts); 2] =
+        [("two-shot read", allreduce_two_shot_read_parts), ("switch", allreduce_switch_parts)];
+
+    #[test]
+    fn two_shot_read_and_switch_allreduces_pass_the_checker() {
+        for (name, build) in NEW {
+            for n in [2, 3, 4, 8] {
+                for parts in [1, 2, 5] {
+                    let p = build(n, parts).unwrap();
+                    let r = crate::check(&p).unwrap_or_else(|e| panic!("{name} {n} x {parts}: {e:?}"));
+                    assert_eq!(r.threadblocks, n * parts, "{name} {n} x {parts}: one block per part");
+                    // Two barriers' worth of signal/wait pairs per ordered pair of ranks and part.
+                    assert_eq!(r.sync_pairs, 2 * n * (n - 1) * parts, "{name} {n} x {parts}");
+                    let text = p.to_json();
+                    assert_eq!(Program::from_json(&text).unwrap(), p, "{name} {n} x {parts}: JSON round trip");
+                }
+            }
+            assert!(build(2, 0).is_err() && build(1, 1).is_err(), "{name}");
+            let e = build(2, crate::MAX_THREADBLOCKS + 1).unwrap_err().to_string();
+            assert!(e.contains("thread block"), "{name}: {e}");
+        }
+        assert_eq!(allreduce_two_shot_read_parts(3, 1).unwrap(), allreduce_two_shot_read(3).unwrap());
+        assert_eq!(allreduce_switch_parts(3, 1).unwrap(), allreduce_switch(3).unwrap());
+        // The reduce-scatter reads the peers' inputs through channel reductions, one per peer.
+        let p = allreduce_two_shot_read(4).unwrap();
+        let reads = p.ranks[2].threadblocks[0].iter().filter(|o| matches!(o.kind, OpKind::ChannelReduce { .. }));
+        assert_eq!(reads.count(), 3);
+        assert!(p.ranks.iter().all(|r| r.scratch_chunks == 0));
+    }
+
+    /// `p` without the `k`-th wait of thread block `tb` of rank `r` and without the signal that
+    /// wait would have consumed (so that signals and waits still match).
+    fn without_wait(p: &Program, r: usize, tb: usize, k: usize) -> Program {
+        let ops = &p.ranks[r].threadblocks[tb];
+        let wait_on = |o: &Op| match o.kind {
+            OpKind::Wait { channel, .. } => Some(channel),
+            _ => None,
+        };
+        let (i, ch) = ops.iter().enumerate().filter_map(|(i, o)| wait_on(o).map(|c| (i, c))).nth(k).unwrap();
+        let nth = ops[..i].iter().filter(|o| wait_on(o) == Some(ch)).count();
+        // The partner: the channel back from the peer with the same ordinal.
+        let (me, peer) = p.channels[ch].endpoints().unwrap();
+        let same = |c: &Channel, ends| c.channel_type() == ChannelType::Memory && c.endpoints() == Some(ends);
+        let ordinal = p.channels[..ch].iter().filter(|c| same(c, (me, peer))).count();
+        let partner = p.channels.iter().enumerate().filter(|(_, c)| same(c, (peer, me))).nth(ordinal).unwrap().0;
+        let signal = |o: &Op| matches!(o.kind, OpKind::Signal { channel, .. } if channel == partner);
+        let (t, j) = p.ranks[peer]
+            .threadblocks
+            .iter()
+            .enumerate()
+            .flat_map(|(t, ops)| ops.iter().enumerate().filter(|(_, o)| signal(o)).map(move |(j, _)| (t, j)))
+            .nth(nth)
+            .unwrap();
+        let mut q = p.clone();
+        q.ranks[r].threadblocks[tb].remove(i);
+        q.ranks[peer].threadblocks[t].remove(j);
+        q
+    }
+
+    #[test]
+    fn a_missing_wait_is_rejected() {
+        use crate::CheckError;
+        for (name, build) in NEW {
+            for n in [2, 3, 4] {
+                let p = build(n, 2).unwrap();
+                let waits = 2 * (n - 1);
+                for k in 0..waits {
+                    let q = without_wait(&p, 1, 1, k);
+                    let e = crate::check(&q).expect_err(&format!("{name} {n}: wait {k} removed"));
+                    let text: Vec<String> = e.iter().map(|e| e.to_string()).collect();
+                    if k < n - 1 {
+                        // An opening wait: rank 1 reads (or reduces over) a peer's input that the
+                        // peer's host may still be writing.
+                        assert!(
+                            e.iter().all(|e| matches!(e, CheckError::Race { location, .. } if location.buffer == BufferType::Input)),
+                            "{name} {n}: wait {k}: {text:?}"
+                        );
+                        assert!(text[0].contains("'s host (its input, written before the launch)"), "{text:?}");
+                    } else {
+                        // A closing wait: a peer's chunk may arrive in rank 1's output after rank 1
+                        // finished, and the peer may still be reading rank 1's input.
+                        assert!(
+                            e.iter().any(|e| matches!(e, CheckError::UnobservedWrite { rank: 1, .. }))
+                                && e.iter().all(|e| matches!(
+                                    e,
+                                    CheckError::UnobservedWrite { rank: 1, .. }
+                                        | CheckError::InputInUseAtEnd { rank: 1, .. }
+                                )),
+                            "{name} {n}: wait {k}: {text:?}"
+                        );
+                    }
+                }
+                // A wait removed alone leaves a signal without its wait.
+                let mut q = p.clone();
+                let i = q.ranks[0].threadblocks[0].iter().position(|o| matches!(o.kind, OpKind::Wait { .. })).unwrap();
+                q.ranks[0].threadblocks[0].remove(i);
+                let e = crate::check(&q).unwrap_err();
+                assert!(matches!(e[0], CheckError::UnmatchedSignals { .. }), "{name} {n}: {e:?}");
+            }
+        }
+    }
+
     #[test]
     fn rank_and_part_counts_out_of_range_are_errors_not_panics() {
         type Example = fn(usize) -> Result<Program, PlanError>;
-        let examples: [(&str, Example); 4] = [
+        let examples: [(&str, Example); 6] = [
             ("allreduce_packets", allreduce_packets),
             ("allreduce_two_shot", allreduce_two_shot),
+            ("allreduce_two_shot_read", allreduce_two_shot_read),
+            ("allreduce_switch", allreduce_switch),
             ("allgather_memory", allgather_memory),
             ("allgather_port", allgather_port),
         ];

@@ -13,8 +13,10 @@
 //!   the write it depends on (see the [`check`](mod@check) module for the model);
 //! - plans serialize to and from JSON ([`Program::to_json`], [`Program::from_json`]) and
 //!   [`mscclpp_json::read`] imports MSCCL++'s own execution-plan JSON for these operations;
-//! - [`examples`] holds checked plans: packet one-shot allreduce, two-shot allreduce,
-//!   allgather over memory channels and over port channels.
+//! - [`examples`] holds checked plans: packet one-shot allreduce, two-shot allreduce over
+//!   memory channels (reduce-scatter through scratch, or by reading the peers' inputs with
+//!   channel reductions), allreduce over switch channels, allgather over memory channels and
+//!   over port channels.
 //!
 //! # Example
 //!

@@ -5,9 +5,11 @@ use mscclpp_plan::check::describe;
 use mscclpp_plan::*;
 
 type Example = fn(usize) -> Result<Program, PlanError>;
-const EXAMPLES: [(&str, Example); 4] = [
+const EXAMPLES: [(&str, Example); 6] = [
     ("allreduce_packets", examples::allreduce_packets),
     ("allreduce_two_shot", examples::allreduce_two_shot),
+    ("allreduce_two_shot_read", examples::allreduce_two_shot_read),
+    ("allreduce_switch", examples::allreduce_switch),
     ("allgather_memory", examples::allgather_memory),
     ("allgather_port", examples::allgather_port),
 ];
@@ -23,9 +25,9 @@ fn rejected(p: &Program) -> (Vec<CheckError>, String) {
 }
 
 #[test]
-fn examples_pass_the_checker_for_2_4_8_ranks() {
+fn examples_pass_the_checker_for_2_3_4_8_ranks() {
     for (name, build) in EXAMPLES {
-        for n in [2, 4, 8] {
+        for n in [2, 3, 4, 8] {
             let p = build(n).unwrap();
             assert_eq!(p.num_ranks(), n);
             match check(&p) {
@@ -238,14 +240,49 @@ fn signals_from_several_threadblocks_are_ambiguous() {
 
 #[test]
 fn switch_channel_plans() {
-    // Each rank reduces its input chunk over all ranks through the switch: reads only.
+    // Each rank reduces its input chunk over all ranks through the switch. The other ranks'
+    // inputs are written by their hosts before their launches: a barrier (signal every peer,
+    // wait for every peer) must come before the reduction, and another after it, before the
+    // owners may finish and have their inputs rewritten.
     let n = 4;
-    let mut p = Program::new("switch", "allreduce", n, n, n, n);
-    let sw = p.switch_channel((0..n).collect(), BufferType::Input).unwrap();
-    for r in 0..n {
-        sw.reduce(&mut p, r, r, 1, Chunk::output(r, r, 1), 0, ReduceOp::Sum).unwrap();
-    }
-    check(&p).unwrap();
+    let build = |before: bool, after: bool| {
+        let mut p = Program::new("switch", "allreduce", n, n, n, n);
+        let sw = p.switch_channel((0..n).collect(), BufferType::Input).unwrap();
+        let chans: Vec<Vec<MemoryChannel>> =
+            (0..n).map(|r| (0..n).filter(|&q| q != r).map(|q| p.memory_channel(q, r).unwrap()).collect()).collect();
+        let barrier = |p: &mut Program, r: usize| {
+            for c in &chans[r] {
+                c.signal(p, 0, SyncType::Both, false).unwrap();
+            }
+            for c in &chans[r] {
+                c.wait(p, 0, SyncType::Both, false).unwrap();
+            }
+        };
+        for r in 0..n {
+            if before {
+                barrier(&mut p, r);
+            }
+            sw.reduce(&mut p, r, r, 1, Chunk::output(r, r, 1), 0, ReduceOp::Sum).unwrap();
+            if after {
+                barrier(&mut p, r);
+            }
+        }
+        p
+    };
+    check(&build(true, true)).unwrap();
+    let (e, m) = rejected(&build(false, true));
+    assert!(e.iter().all(|e| matches!(e, CheckError::Race { .. })), "{m}");
+    assert!(
+        m.contains(
+            "race on rank 1 input[0..1]: rank 1's host (its input, written before the launch) and rank 0 tb 0 op 0 \
+             (switch reduce -> rank 0 output[0..1] on switch channel 0) are not ordered"
+        ),
+        "{m}"
+    );
+    let (e, m) = rejected(&build(true, false));
+    assert!(e.iter().all(|e| matches!(e, CheckError::InputInUseAtEnd { .. })), "{m}");
+    assert_eq!(e.len(), n * (n - 1), "{m}");
+    assert!(m.contains("uses rank 1 input[0..1] but rank 1 can finish"), "{m}");
     // A broadcast into every scratch read on another rank without synchronization races.
     let mut p = Program::new("switch_race", "test", 2, 1, 1, 1);
     let sw = p.switch_channel(vec![0, 1], BufferType::Scratch).unwrap();
@@ -392,7 +429,7 @@ fn round_trip(p: &Program) {
 #[test]
 fn json_round_trips_the_examples() {
     for (_, build) in EXAMPLES {
-        for n in [2, 4, 8] {
+        for n in [2, 3, 4, 8] {
             round_trip(&build(n).unwrap());
         }
     }
@@ -917,11 +954,14 @@ fn in_place_plans_alias_input_and_output() {
     round_trip(&p);
     assert!(!Program::new("x", "y", 1, 1, 1, 0).to_json().contains("in_place"), "absent when out of place");
 
-    // Two ranks of an allgather: rank 0 puts into rank 1's input (its output[1]) unannounced.
+    // Two ranks of an allgather: rank 0 puts into rank 1's input (its output[1]) unannounced:
+    // a race with rank 1's host out of place (its input is written before its launch) and in
+    // place alike.
     let mut p = Program::new("unannounced", "allgather", 2, 1, 2, 0);
     let ch = p.memory_channel(1, 0).unwrap();
     ch.put(&mut p, Chunk::input(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
-    check(&p).unwrap();
+    let (_, m) = rejected(&p);
+    assert!(m.contains("race on rank 1 input[0..1]"), "{m}");
     p.set_in_place(true);
     assert_eq!(p.input_in_output(0).unwrap(), Some(0));
     assert_eq!(p.input_in_output(1).unwrap(), Some(1));
