@@ -25,8 +25,31 @@ use core::ffi::CStr;
 /// The layout is one `i64` of nanoseconds, shared with the host (kernel arguments). The value
 /// [`SpinBudget::UNBOUNDED_NANOS`] (`i64::MIN`) is the unbounded budget; any other negative
 /// value, which only raw bytes can produce, counts as zero.
+///
+/// A budget crosses to the device as a kernel argument ([`crate::abi::DeviceAbi`]) and can be
+/// read as bytes (`bytemuck::NoUninit`) or zeroed (a zero budget is bounded), but it is not
+/// `bytemuck::Pod` or `AnyBitPattern`: safe code cannot make one from an integer or from bytes,
+/// which would give it the unbounded value without [`SpinBudget::unbounded`]:
+///
+/// ```compile_fail,E0277
+/// use mscclpp_device::poll::SpinBudget;
+/// let forever: SpinBudget = bytemuck::cast(i64::MIN);
+/// ```
+///
+/// ```compile_fail,E0277
+/// use mscclpp_device::poll::SpinBudget;
+/// let forever: SpinBudget = bytemuck::pod_read_unaligned(&i64::MIN.to_ne_bytes());
+/// ```
+///
+/// ```
+/// use mscclpp_device::poll::SpinBudget;
+/// // Reading one as bytes still works (and a zeroed one is a zero budget).
+/// let b = SpinBudget::from_nanos(5);
+/// assert_eq!(bytemuck::bytes_of(&b), &5i64.to_ne_bytes());
+/// assert_eq!(<SpinBudget as bytemuck::Zeroable>::zeroed(), SpinBudget::from_nanos(0));
+/// ```
 #[repr(transparent)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::NoUninit, bytemuck::Zeroable)]
 pub struct SpinBudget {
     nanos: i64,
 }
@@ -207,7 +230,9 @@ mod tests {
             assert!(b.expired(u64::MAX), "{b:?}");
         }
         // Raw bytes (kernel arguments) with a negative value other than the sentinel: zero.
-        let raw: SpinBudget = bytemuck::cast(-5i64);
+        // SAFETY: `SpinBudget` is `repr(transparent)` over an `i64`; this stands for the bytes a
+        // kernel argument may hold (only the device reads them so).
+        let raw: SpinBudget = unsafe { core::mem::transmute(-5i64) };
         assert!(!raw.is_unbounded());
         assert!(raw.expired(1));
     }
