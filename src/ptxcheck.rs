@@ -162,6 +162,85 @@ pub fn names(symbol: &str, name: &str) -> bool {
     symbol == name || symbol.ends_with(&format!("{}{name}", name.len()))
 }
 
+/// A `core::panic::Location` of a PTX module (what a `#[track_caller]` function or a panic is
+/// handed): file, line and column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    /// The file as the compiler named it.
+    pub file: String,
+    /// 1-based line.
+    pub line: u32,
+    /// 1-based column.
+    pub column: u32,
+}
+
+/// The `Location` statics of a PTX module, by symbol: the 8-aligned
+/// `.u64 SYM[3] = {generic(STR), LEN, LINE | COLUMN << 32}` whose `STR` is a `.b8` array of the
+/// file's `LEN` bytes (the layout of `core::panic::Location` on nvptx64).
+pub fn locations(ptx: &str) -> BTreeMap<String, Location> {
+    let array = |l: &str| -> Option<(String, String)> {
+        let (name, rest) = l.split_once('[')?;
+        let init = rest.split_once("= {")?.1.strip_suffix("};")?;
+        Some((name.rsplit(' ').next()?.to_string(), init.to_string()))
+    };
+    let mut bytes: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut words: Vec<(String, String)> = Vec::new();
+    for l in ptx.lines().map(str::trim) {
+        if let Some(rest) = l.strip_prefix(".global .align 1 .b8 ").or_else(|| l.strip_prefix(".const .align 1 .b8 ")) {
+            if let Some((name, init)) = array(&format!(" {rest}")) {
+                bytes.insert(name, init.split(',').filter_map(|b| b.trim().parse().ok()).collect());
+            }
+        } else if let Some(rest) =
+            l.strip_prefix(".global .align 8 .u64 ").or_else(|| l.strip_prefix(".const .align 8 .u64 "))
+            && let Some((name, init)) = array(&format!(" {rest}"))
+        {
+            words.push((name, init));
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (name, init) in words {
+        let parts: Vec<&str> = init.split(',').map(str::trim).collect();
+        let [file, len, packed] = parts.as_slice() else { continue };
+        let Some(file) = file.strip_prefix("generic(").and_then(|f| f.strip_suffix(')')) else { continue };
+        let (Ok(len), Ok(packed), Some(text)) = (len.parse::<usize>(), packed.parse::<u64>(), bytes.get(file)) else {
+            continue;
+        };
+        if text.len() < len {
+            continue;
+        }
+        let Ok(file) = std::str::from_utf8(&text[..len]) else { continue };
+        if file.ends_with(".rs") {
+            let (line, column) = (packed as u32, (packed >> 32) as u32);
+            out.insert(name, Location { file: file.to_string(), line, column });
+        }
+    }
+    out
+}
+
+/// The symbols moved into registers (`mov.b64 %rd, SYM;`) in each call sequence of `body`
+/// (`{ // callseq N` .. `} // callseq N`) that calls the Rust function `callee` ([`names`]).
+pub fn call_symbols(body: &str, callee: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut current: Option<(Vec<String>, bool)> = None;
+    for l in body.lines().map(str::trim) {
+        if l.starts_with("{ // callseq") {
+            current = Some((Vec::new(), false));
+        } else if l.starts_with("} // callseq") {
+            if let Some((syms, true)) = current.take() {
+                out.push(syms);
+            }
+        } else if let Some((syms, calls)) = &mut current {
+            let t = tokens(l);
+            match t.first() {
+                Some(&"mov.b64" | &"mov.u64") if t.len() == 3 && !t[2].starts_with('%') => syms.push(t[2].to_string()),
+                Some(op) if op.starts_with("call") => *calls |= t.iter().any(|s| names(s, callee)),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
 /// The body of every `.func` defined in a PTX module (declarations skipped), by symbol.
 pub fn funcs(ptx: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -906,5 +985,20 @@ $L__BB0_1:
         assert!(code.contains("let asm = nvptx_builder::assemble(p);"));
         assert!(!code.contains("in a"), "{code}");
         assert!(code.contains("let x = asm.sass;"), "a char literal '\"' ends where it should: {code}");
+    }
+
+    #[test]
+    fn finds_locations_and_the_symbols_of_calls() {
+        let ptx = ".global .align 1 .b8 anon_1[11] = {115, 114, 99, 47, 98, 117, 108, 107, 46, 114, 115};\n\
+                   .global .align 8 .u64 anon_2[3] = {generic(anon_1), 11, 38654705691};\n\
+                   .global .align 8 .u64 anon_3[3] = {generic(anon_1), 4, 1};\n";
+        let locs = locations(ptx);
+        assert_eq!(locs.len(), 1, "a prefix that is not a .rs file is no location: {locs:?}");
+        assert_eq!(locs["anon_2"], Location { file: "src/bulk.rs".into(), line: 27, column: 9 });
+        let body = "\t{ // callseq 1, 0\n\tmov.b64 \t%rd1, anon_2;\n\tmov.b64 \t%rd2, %rd1;\n\
+                    \tcall.uni _RNvNtCs1_14mscclpp_device4poll4fail, (param0, param1);\n\t} // callseq 1\n\
+                    \t{ // callseq 2, 0\n\tmov.b64 \t%rd3, anon_3;\n\tcall.uni vprintf, (param0);\n\t} // callseq 2\n";
+        assert_eq!(call_symbols(body, "fail"), [vec!["anon_2".to_string()]]);
+        assert_eq!(call_symbols(body, "vprintf"), [vec!["anon_3".to_string()]]);
     }
 }

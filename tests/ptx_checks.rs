@@ -312,3 +312,51 @@ fn no_inline_asm_outside_the_ptx_module() {
         .collect();
     assert!(found.is_empty(), "inline assembly outside device/src/ptx:\n{}", found.join("\n"));
 }
+
+/// The locations a trap prints are the kernel's call sites, checked on the CPU from the module
+/// (the GPU trap tests `unit_bulk` and `unit_sync` check the printed line): in the checked
+/// build, every `Location` that `bulk_roundtrip` hands `poll::fail` is a line of the kernel's own
+/// `src/bulk.rs` that calls a bulk copy, the one marked as the size check's among them; and
+/// `panic_out_of_bounds`'s bounds check names the marked indexing line of `src/sync.rs`. A broken
+/// `#[track_caller]` chain (the device's `bulk::check` or `bulk_load` without it) names a line of
+/// the device library instead.
+#[test]
+fn trap_locations_are_the_kernels_call_sites() {
+    use mscclpp_rs::testing::{TRAP_SITE_BULK_SIZE, TRAP_SITE_OUT_OF_BOUNDS, line_of};
+    let cases = [
+        (
+            mscclpp_rs::PTX_CHECKED,
+            "bulk_roundtrip",
+            "fail",
+            "src/bulk.rs",
+            include_str!("../ptx-tests/src/bulk.rs"),
+            TRAP_SITE_BULK_SIZE,
+            "bulk::",
+        ),
+        (
+            mscclpp_rs::PTX,
+            "panic_out_of_bounds",
+            "panic_bounds_check",
+            "src/sync.rs",
+            include_str!("../ptx-tests/src/sync.rs"),
+            TRAP_SITE_OUT_OF_BOUNDS,
+            "[",
+        ),
+    ];
+    for (ptx, kernel, callee, file, src, marker, call) in cases {
+        let locs = ptxcheck::locations(ptx);
+        let entries = ptxcheck::entries(ptx);
+        let body = entries.get(kernel).unwrap_or_else(|| panic!("no kernel {kernel}"));
+        let at: Vec<&ptxcheck::Location> =
+            ptxcheck::call_symbols(body, callee).iter().flatten().filter_map(|s| locs.get(s)).collect();
+        assert!(!at.is_empty(), "{kernel}: no location handed to `{callee}`");
+        let src_lines: Vec<&str> = src.lines().collect();
+        for l in &at {
+            let text = src_lines.get(l.line as usize - 1).copied().unwrap_or_default();
+            assert!(l.file == file, "{kernel}: `{callee}` is handed {l:?}, not a location in the kernel's {file}");
+            assert!(text.contains(call), "{kernel}: `{callee}` is handed {l:?}, not a call site: `{}`", text.trim());
+        }
+        let want = line_of(src, marker);
+        assert!(at.iter().any(|l| l.line == want), "{kernel}: no location at the marked line {want}: {at:?}");
+    }
+}

@@ -448,8 +448,13 @@ fn bounds_check_panic_prints_its_location_and_traps() {
             expect_trap(&g[0], t);
         },
         &["LAUNCH_FAILED"],
-        // The message of a bounds check is formatted, which the device does not print.
-        DeviceMessage::Panic { file: "src/sync.rs", msg: "formatted message not printed" },
+        // The message of a bounds check is formatted, which the device does not print. The
+        // location is the indexing line of the kernel's source.
+        DeviceMessage::Panic {
+            file: "src/sync.rs",
+            line: testing::line_of(include_str!("../ptx-tests/src/sync.rs"), testing::TRAP_SITE_OUT_OF_BOUNDS),
+            msg: "formatted message not printed",
+        },
         (1, 1),
     );
 }

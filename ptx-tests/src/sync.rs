@@ -262,7 +262,7 @@ kernels! {
     /// and the device crate's panic handler prints the location and traps.
     fn panic_out_of_bounds(p: *mut u32, i: u32) {
         let a = [1u32, 2, 3, 4];
-        *p = a[i as usize];
+        *p = a[i as usize]; // trap site: panic_out_of_bounds index
     }
     fn sem_wait_timeout(sem: MemoryDevice2DeviceSemaphore, budget_ns: i64) {
         if sreg::tid_x() != 0 { return; }
