@@ -360,3 +360,18 @@ fn trap_locations_are_the_kernels_call_sites() {
         assert!(at.iter().any(|l| l.line == want), "{kernel}: no location at the marked line {want}: {at:?}");
     }
 }
+
+/// The safe device API's block barrier and timer are the instructions they stand for:
+/// `sync::block_barrier` is one `barrier.sync 0;` (the non-aligned form, safe in divergent code;
+/// never the aligned `bar.sync`), and `poll::now_ns` reads `%globaltimer`.
+#[test]
+fn block_barrier_and_now_ns_are_their_instructions() {
+    let entries = ptxcheck::entries(mscclpp_rs::PTX);
+    let barrier = &entries["block_barrier_exchange"];
+    let ins = ptxcheck::instructions(barrier);
+    assert_eq!(ptxcheck::ptx_barriers(barrier), 1, "one barrier:\n{barrier}");
+    assert!(ins.contains(&"barrier.sync 0;"), "no `barrier.sync 0;`:\n{barrier}");
+    assert!(!ins.iter().any(|l| l.starts_with("bar.sync") || l.contains(".aligned")), "an aligned barrier:\n{barrier}");
+    let timer = ptxcheck::instructions(&entries["global_timer_now"]);
+    assert!(timer.iter().any(|l| ptxcheck::tokens(l).contains(&"%globaltimer")), "no %globaltimer read: {timer:#?}");
+}

@@ -58,10 +58,11 @@
 //! * [`trigger`], [`fifo`], [`channel`]: the proxy's trigger encoding, the trigger FIFO to the
 //!   host proxy, and the memory, port and switch channels.
 //! * [`packet`], [`copy`], [`sync`], [`op`], [`multimem`], [`collective`]: LL packets,
-//!   cooperative copies, the grid barrier, the reduction operation markers, NVLink SHARP forms,
-//!   and device-callable collectives.
+//!   cooperative copies, the block barrier ([`sync::block_barrier`]) and the grid barrier, the
+//!   reduction operation markers, NVLink SHARP forms, and device-callable collectives.
 //! * [`poll`]: [`poll::SpinBudget`], the bound on every wait: when it runs out the kernel prints
-//!   which wait and executes `trap;`, so a lost signal fails the launch instead of hanging it.
+//!   which wait and executes `trap;`, so a lost signal fails the launch instead of hanging it;
+//!   and [`poll::now_ns`], the global timer the budgets are measured in.
 //!
 //! # Safety and checks
 //!

@@ -4,8 +4,8 @@
 //! prints which wait expired (block and thread included) and executes `trap;`: the kernel fails,
 //! the host's next synchronize returns `CUDA_ERROR_LAUNCH_FAILED`, and nothing hangs silently.
 //!
-//! The budget is wall-clock time read from `%globaltimer` (nanoseconds), checked every
-//! [`CHECK_EVERY`] polls so that the common path costs one load and one compare. A wait that has
+//! The budget is wall-clock time read from `%globaltimer` ([`now_ns`], nanoseconds), checked
+//! every [`CHECK_EVERY`] polls so that the common path costs one load and one compare. A wait that has
 //! spun for [`crate::abort::POLL_AFTER_NS`] also reads the host's abort word at those checks, and
 //! gives up at once when the host has set it: the thread exits, and the first to do so prints the
 //! cause, naming the lost rank (see [`crate::abort`]).
@@ -160,6 +160,19 @@ pub fn nul_terminated<'a, const N: usize>(s: &str, buf: &'a mut [u8; N]) -> &'a 
     }
 }
 
+/// The GPU's global timer (`%globaltimer`): nanoseconds of wall-clock time, the clock every
+/// [`SpinBudget`] is measured in. The origin is unspecified and the timer ticks coarsely (its low
+/// bits may stand still for a while), so use the difference of two readings on one GPU,
+/// `now_ns().wrapping_sub(start)`, for elapsed time. For cycle counts of one multiprocessor, see
+/// [`crate::ptx::sreg::clock64`].
+///
+/// Compiled for nvptx64 only.
+#[cfg(any(target_arch = "nvptx64", doc))]
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    crate::ptx::sreg::globaltimer()
+}
+
 /// Spins until `cond()` returns true or `budget` runs out; on expiry prints `name` and traps.
 /// When the host sets the abort word, the calling thread exits instead ([`crate::abort`]).
 ///
@@ -170,7 +183,7 @@ pub fn spin_until(budget: SpinBudget, name: &'static CStr, mut cond: impl FnMut(
     if cond() {
         return;
     }
-    let start = crate::ptx::sreg::globaltimer();
+    let start = now_ns();
     let mut polls: u32 = 0;
     loop {
         if cond() {
@@ -178,7 +191,7 @@ pub fn spin_until(budget: SpinBudget, name: &'static CStr, mut cond: impl FnMut(
         }
         polls = polls.wrapping_add(1);
         if polls.is_multiple_of(CHECK_EVERY) {
-            let elapsed = crate::ptx::sreg::globaltimer().wrapping_sub(start);
+            let elapsed = now_ns().wrapping_sub(start);
             if budget.expired(elapsed) {
                 expired(name, elapsed);
             }
