@@ -162,6 +162,85 @@ pub fn names(symbol: &str, name: &str) -> bool {
     symbol == name || symbol.ends_with(&format!("{}{name}", name.len()))
 }
 
+/// A `core::panic::Location` of a PTX module (what a `#[track_caller]` function or a panic is
+/// handed): file, line and column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    /// The file as the compiler named it.
+    pub file: String,
+    /// 1-based line.
+    pub line: u32,
+    /// 1-based column.
+    pub column: u32,
+}
+
+/// The `Location` statics of a PTX module, by symbol: the 8-aligned
+/// `.u64 SYM[3] = {generic(STR), LEN, LINE | COLUMN << 32}` whose `STR` is a `.b8` array of the
+/// file's `LEN` bytes (the layout of `core::panic::Location` on nvptx64).
+pub fn locations(ptx: &str) -> BTreeMap<String, Location> {
+    let array = |l: &str| -> Option<(String, String)> {
+        let (name, rest) = l.split_once('[')?;
+        let init = rest.split_once("= {")?.1.strip_suffix("};")?;
+        Some((name.rsplit(' ').next()?.to_string(), init.to_string()))
+    };
+    let mut bytes: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut words: Vec<(String, String)> = Vec::new();
+    for l in ptx.lines().map(str::trim) {
+        if let Some(rest) = l.strip_prefix(".global .align 1 .b8 ").or_else(|| l.strip_prefix(".const .align 1 .b8 ")) {
+            if let Some((name, init)) = array(&format!(" {rest}")) {
+                bytes.insert(name, init.split(',').filter_map(|b| b.trim().parse().ok()).collect());
+            }
+        } else if let Some(rest) =
+            l.strip_prefix(".global .align 8 .u64 ").or_else(|| l.strip_prefix(".const .align 8 .u64 "))
+            && let Some((name, init)) = array(&format!(" {rest}"))
+        {
+            words.push((name, init));
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (name, init) in words {
+        let parts: Vec<&str> = init.split(',').map(str::trim).collect();
+        let [file, len, packed] = parts.as_slice() else { continue };
+        let Some(file) = file.strip_prefix("generic(").and_then(|f| f.strip_suffix(')')) else { continue };
+        let (Ok(len), Ok(packed), Some(text)) = (len.parse::<usize>(), packed.parse::<u64>(), bytes.get(file)) else {
+            continue;
+        };
+        if text.len() < len {
+            continue;
+        }
+        let Ok(file) = std::str::from_utf8(&text[..len]) else { continue };
+        if file.ends_with(".rs") {
+            let (line, column) = (packed as u32, (packed >> 32) as u32);
+            out.insert(name, Location { file: file.to_string(), line, column });
+        }
+    }
+    out
+}
+
+/// The symbols moved into registers (`mov.b64 %rd, SYM;`) in each call sequence of `body`
+/// (`{ // callseq N` .. `} // callseq N`) that calls the Rust function `callee` ([`names`]).
+pub fn call_symbols(body: &str, callee: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut current: Option<(Vec<String>, bool)> = None;
+    for l in body.lines().map(str::trim) {
+        if l.starts_with("{ // callseq") {
+            current = Some((Vec::new(), false));
+        } else if l.starts_with("} // callseq") {
+            if let Some((syms, true)) = current.take() {
+                out.push(syms);
+            }
+        } else if let Some((syms, calls)) = &mut current {
+            let t = tokens(l);
+            match t.first() {
+                Some(&"mov.b64" | &"mov.u64") if t.len() == 3 && !t[2].starts_with('%') => syms.push(t[2].to_string()),
+                Some(op) if op.starts_with("call") => *calls |= t.iter().any(|s| names(s, callee)),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
 /// The body of every `.func` defined in a PTX module (declarations skipped), by symbol.
 pub fn funcs(ptx: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -386,18 +465,176 @@ pub fn asm_outside_rows(ptx_dir: &Path) -> std::io::Result<Vec<String>> {
     Ok(out)
 }
 
-/// The files under `dir` that use inline assembly (`asm!`, `global_asm!`, `naked_asm!` or
-/// `core::arch::asm`) outside comments, with the first such line.
-pub fn inline_asm_uses(dir: &Path) -> std::io::Result<Vec<(std::path::PathBuf, String)>> {
+/// Every `.rs` file of the repository at `root`, at any depth, sorted: all but those under a
+/// directory named `target` (build outputs) or a hidden one (`.git`, `.venv-tools`, ...).
+pub fn repository_rust_files(root: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
     let mut out = Vec::new();
-    for f in rust_files(dir)? {
-        let text = std::fs::read_to_string(&f)?;
-        let hit = text.lines().find(|l| {
-            let code = l.split("//").next().unwrap_or("");
-            code.contains("asm!") || code.contains("arch::asm") || code.contains("arch::{asm")
-        });
-        if let Some(l) = hit {
-            out.push((f, l.trim().to_string()));
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            let p = e.path();
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if e.file_type()?.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    stack.push(p);
+                }
+            } else if name.ends_with(".rs") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// `src` with every comment (line, block, doc; nested block comments) and every string, byte
+/// string, C string, raw string and char literal replaced by spaces, newlines kept: what is left
+/// is code, at the same lines and columns.
+pub fn code_only(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = b.to_vec();
+    let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
+        for c in &mut out[from..to.min(b.len())] {
+            if *c != b'\n' {
+                *c = b' ';
+            }
+        }
+    };
+    let ident = |i: usize| i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                let end = b[i..].iter().position(|&c| c == b'\n').map_or(b.len(), |n| i + n);
+                blank(&mut out, i, end);
+                i = end;
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let (start, mut depth) = (i, 0usize);
+                while i < b.len() {
+                    if b[i..].starts_with(b"/*") {
+                        depth += 1;
+                        i += 2;
+                    } else if b[i..].starts_with(b"*/") {
+                        depth -= 1;
+                        i += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        i += 1;
+                    }
+                }
+                blank(&mut out, start, i);
+            }
+            // A raw string: r"..", r#".."#, br"..", cr#".."# (the prefix letter is not part of an
+            // identifier such as `bar"`).
+            b'r' if matches!(b.get(i + 1), Some(b'"' | b'#'))
+                && (!ident(i) || (matches!(b[i - 1], b'b' | b'c') && !ident(i - 1))) =>
+            {
+                let mut j = i + 1;
+                while b.get(j) == Some(&b'#') {
+                    j += 1;
+                }
+                if b.get(j) != Some(&b'"') {
+                    i += 1;
+                    continue;
+                }
+                let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', j - i - 1)).collect();
+                let end = (j + 1..b.len()).find(|&k| b[k..].starts_with(&close)).map_or(b.len(), |k| k + close.len());
+                blank(&mut out, i, end);
+                i = end;
+            }
+            b'"' => {
+                let mut k = i + 1;
+                while k < b.len() && b[k] != b'"' {
+                    k += if b[k] == b'\\' { 2 } else { 1 };
+                }
+                blank(&mut out, i, k + 1);
+                i = k + 1;
+            }
+            b'\'' => {
+                // A char literal ('x', '\n', '\u{1F600}', '\''), or a lifetime / label ('a): only
+                // the literal is blanked.
+                let end = if b.get(i + 1) == Some(&b'\\') {
+                    (i + 3..b.len()).find(|&k| b[k] == b'\'').map(|k| k + 1)
+                } else {
+                    let ch = src[i + 1..].chars().next().map_or(1, char::len_utf8);
+                    (b.get(i + 1 + ch) == Some(&b'\'')).then_some(i + 2 + ch)
+                };
+                match end {
+                    Some(end) => {
+                        blank(&mut out, i, end);
+                        i = end;
+                    }
+                    None => i += 1,
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The lines (1-based, with their text) of Rust source `src` that use inline assembly in code,
+/// not in comments or literals: a call of `asm!`, `global_asm!` or `naked_asm!`, a path to one
+/// (`core::arch::asm`), or a `use` of one from `arch` (`use core::arch::{global_asm, asm};`).
+pub fn inline_asm_lines(src: &str) -> Vec<(usize, String)> {
+    let code = code_only(src);
+    const MACROS: [&str; 3] = ["asm", "global_asm", "naked_asm"];
+    let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut hits = Vec::new();
+    // (line of the `use`, whether it names `arch`) while inside a `use` item.
+    let mut in_use: Option<(usize, bool)> = None;
+    for (n, (line, text)) in code.lines().zip(src.lines()).enumerate() {
+        let b = line.as_bytes();
+        let mut hit = false;
+        let mut i = 0;
+        while i < b.len() {
+            if !is_ident(b[i]) || (i > 0 && is_ident(b[i - 1])) {
+                i += 1;
+                continue;
+            }
+            let end = (i..b.len()).find(|&k| !is_ident(b[k])).unwrap_or(b.len());
+            let word = &line[i..end];
+            let after = line[end..].trim_start();
+            let before = line[..i].trim_end();
+            if word == "use" {
+                in_use = Some((n, false));
+            } else if word == "arch"
+                && let Some((_, named)) = &mut in_use
+            {
+                *named = true;
+            }
+            if MACROS.contains(&word)
+                && ((after.starts_with('!') && !after.starts_with("!="))
+                    || before.ends_with("::")
+                    || in_use.is_some_and(|(_, arch)| arch))
+            {
+                hit = true;
+            }
+            i = end;
+        }
+        if line.contains(';') {
+            in_use = None;
+        }
+        if hit {
+            hits.push((n + 1, text.trim().to_string()));
+        }
+    }
+    hits
+}
+
+/// The files of `files` that use inline assembly ([`inline_asm_lines`]), with the first such
+/// line.
+pub fn inline_asm_uses(files: &[std::path::PathBuf]) -> std::io::Result<Vec<(std::path::PathBuf, usize, String)>> {
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(f)?;
+        if let Some((line, l)) = inline_asm_lines(&text).into_iter().next() {
+            out.push((f.clone(), line, l));
         }
     }
     Ok(out)
@@ -713,5 +950,55 @@ $L__BB0_1:
         assert!(check_sass(&c, &f).is_empty());
         let c = check("check_b", &[], &["UBLKCP"]);
         assert_eq!(check_sass(&c, &f).len(), 1);
+    }
+
+    #[test]
+    fn inline_asm_is_found_in_code_only() {
+        let src = r##"
+            use core::arch::asm;
+            use core::arch::{global_asm, nvptx};
+            use core::{
+                arch::naked_asm,
+                ffi::CStr,
+            };
+            fn f() { unsafe { asm!("trap;") } }
+            fn g() { unsafe { core::arch::asm ! ("exit;") } }
+            global_asm!(".global x");
+            // asm!("in a comment")
+            /* asm!("in a /* nested */ block comment") */
+            /// asm!("in a doc comment")
+            let s = "asm!(\"in a string\")";
+            let r = r#"asm!("in a raw string")"#;
+            let c = c"asm!";
+            let b = br"asm!";
+            let (asm, from_row) = (text.matches("asm!(").count(), 1);
+            let asm = nvptx_builder::assemble(p);
+            if asm != from_row { return }
+            let q = '"'; let x = asm.sass; fn h<'a>(s: &'a str) {}
+            use std::process::Command;
+        "##;
+        let lines: Vec<usize> = inline_asm_lines(src).into_iter().map(|(l, _)| l).collect();
+        assert_eq!(lines, [2, 3, 5, 8, 9, 10]);
+        // Code and line layout survive.
+        let code = code_only(src);
+        assert_eq!(code.lines().count(), src.lines().count());
+        assert!(code.contains("let asm = nvptx_builder::assemble(p);"));
+        assert!(!code.contains("in a"), "{code}");
+        assert!(code.contains("let x = asm.sass;"), "a char literal '\"' ends where it should: {code}");
+    }
+
+    #[test]
+    fn finds_locations_and_the_symbols_of_calls() {
+        let ptx = ".global .align 1 .b8 anon_1[11] = {115, 114, 99, 47, 98, 117, 108, 107, 46, 114, 115};\n\
+                   .global .align 8 .u64 anon_2[3] = {generic(anon_1), 11, 38654705691};\n\
+                   .global .align 8 .u64 anon_3[3] = {generic(anon_1), 4, 1};\n";
+        let locs = locations(ptx);
+        assert_eq!(locs.len(), 1, "a prefix that is not a .rs file is no location: {locs:?}");
+        assert_eq!(locs["anon_2"], Location { file: "src/bulk.rs".into(), line: 27, column: 9 });
+        let body = "\t{ // callseq 1, 0\n\tmov.b64 \t%rd1, anon_2;\n\tmov.b64 \t%rd2, %rd1;\n\
+                    \tcall.uni _RNvNtCs1_14mscclpp_device4poll4fail, (param0, param1);\n\t} // callseq 1\n\
+                    \t{ // callseq 2, 0\n\tmov.b64 \t%rd3, anon_3;\n\tcall.uni vprintf, (param0);\n\t} // callseq 2\n";
+        assert_eq!(call_symbols(body, "fail"), [vec!["anon_2".to_string()]]);
+        assert_eq!(call_symbols(body, "vprintf"), [vec!["anon_3".to_string()]]);
     }
 }

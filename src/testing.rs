@@ -267,22 +267,51 @@ pub enum DeviceMessage<'a> {
         /// The spin budget the kernel was given.
         budget_ns: u64,
     },
-    /// `mscclpp-device: MSG at FILE:LINE (block B, thread T)`, the file exactly `file`.
+    /// `mscclpp-device: MSG at FILE:LINE (block B, thread T)`, the file exactly `file` and the
+    /// line exactly `line`.
     Failure {
         /// The message.
         msg: &'a str,
         /// The caller's file as the compiler names it: the kernel crate's `src/...rs` (a path
         /// into the device library would name the library, not the caller).
         file: &'a str,
+        /// The caller's line in `file` (1-based), found in the kernel's source with [`line_of`]:
+        /// a location that is some other line of the kernel's file (a `#[track_caller]` chain
+        /// broken inside it, a line number printed wrong) fails.
+        line: u32,
     },
-    /// `mscclpp-device: panic at FILE:LINE: MSG`, the file exactly `file`.
+    /// `mscclpp-device: panic at FILE:LINE: MSG`, the file exactly `file` and the line exactly
+    /// `line`.
     Panic {
         /// The panicking code's file, as for [`DeviceMessage::Failure`].
         file: &'a str,
+        /// The panicking code's line, as for [`DeviceMessage::Failure`].
+        line: u32,
         /// Text the message contains.
         msg: &'a str,
     },
 }
+
+/// The line (1-based) of the one line of `src` that contains `marker`: a kernel source's call
+/// site, marked with a comment, for [`DeviceMessage::Failure`] and [`DeviceMessage::Panic`]
+/// (`line_of(include_str!("../ptx-tests/src/bulk.rs"), "trap site: ...")`). Panics unless exactly
+/// one line holds it.
+pub fn line_of(src: &str, marker: &str) -> u32 {
+    let lines: Vec<usize> = src.lines().enumerate().filter(|(_, l)| l.contains(marker)).map(|(i, _)| i + 1).collect();
+    match lines.as_slice() {
+        [one] => u32::try_from(*one).expect("a line number that fits in u32"),
+        [] => panic!("no line holds `{marker}`"),
+        many => panic!("`{marker}` is on several lines: {many:?}"),
+    }
+}
+
+/// The marker on the line of `ptx-tests/src/bulk.rs` whose bulk copy traps in the checked build
+/// (`bulk_roundtrip` given 24 bytes).
+pub const TRAP_SITE_BULK_SIZE: &str = "trap site: bulk_roundtrip size check";
+
+/// The marker on the line of `ptx-tests/src/sync.rs` whose bounds check panics
+/// (`panic_out_of_bounds`).
+pub const TRAP_SITE_OUT_OF_BOUNDS: &str = "trap site: panic_out_of_bounds index";
 
 /// `(file, line)` of `FILE:LINE`, the file a Rust source path.
 fn file_line(s: &str) -> Option<(&str, u32)> {
@@ -300,8 +329,8 @@ fn block_thread(s: &str) -> Option<(u32, u32)> {
 
 /// Checks the device's printed messages in `text` (a child's output): every `mscclpp-device:`
 /// line is one of the three forms, whole, with the block below `blocks` and the thread below
-/// `threads`, a `file.rs:line` location with a line above 0, and at least one line is `want`.
-/// Returns what is wrong.
+/// `threads`, a `file.rs:line` location with a line above 0, and at least one line is `want`
+/// (for a failure or a panic: at `want`'s file and line). Returns what is wrong.
 pub fn check_device_messages(text: &str, want: DeviceMessage, blocks: u32, threads: u32) -> Result<(), String> {
     let mut found = false;
     for line in text.lines().filter_map(|l| l.split_once("mscclpp-device: ").map(|(_, m)| m)) {
@@ -323,25 +352,31 @@ pub fn check_device_messages(text: &str, want: DeviceMessage, blocks: u32, threa
             }
         } else if let Some(rest) = line.strip_prefix("panic at ") {
             let (loc, msg) = rest.split_once(": ").ok_or(format!("malformed panic line: {line}"))?;
-            let (file, _) = file_line(loc).ok_or(format!("no file.rs:line location: {line}"))?;
-            if let DeviceMessage::Panic { file: f, msg: m } = want
+            let (file, at) = file_line(loc).ok_or(format!("no file.rs:line location: {line}"))?;
+            if let DeviceMessage::Panic { file: f, line: l, msg: m } = want
                 && file == f
                 && msg.contains(m)
             {
+                if at != l {
+                    return Err(format!("the location is line {at}, not the panicking line {l} of {f}: {line}"));
+                }
                 found = true;
             }
         } else {
             let (msg, rest) = line.rsplit_once(" at ").ok_or(format!("unrecognised device message: {line}"))?;
             let (loc, bt) = rest.split_once(' ').ok_or(format!("malformed failure line: {line}"))?;
-            let (file, _) = file_line(loc).ok_or(format!("no file.rs:line location: {line}"))?;
+            let (file, at) = file_line(loc).ok_or(format!("no file.rs:line location: {line}"))?;
             if !in_grid(block_thread(bt)) {
                 return Err(format!("block/thread missing or outside the grid: {line}"));
             }
-            if let DeviceMessage::Failure { msg: m, file: f } = want
+            if let DeviceMessage::Failure { msg: m, file: f, line: l } = want
                 && msg == m
             {
                 if file != f {
                     return Err(format!("the location names {file}, not the caller's {f}: {line}"));
+                }
+                if at != l {
+                    return Err(format!("the location is line {at}, not the caller's line {l} of {f}: {line}"));
                 }
                 found = true;
             }
@@ -352,7 +387,7 @@ pub fn check_device_messages(text: &str, want: DeviceMessage, blocks: u32, threa
 
 #[cfg(test)]
 mod device_message_tests {
-    use super::{DeviceMessage, check_device_messages};
+    use super::{DeviceMessage, check_device_messages, line_of};
 
     const T: DeviceMessage = DeviceMessage::Timeout { name: "LL16Packet::read", budget_ns: 20_000_000 };
 
@@ -361,11 +396,11 @@ mod device_message_tests {
         let text = "x\nmscclpp-device: wait LL16Packet::read timed out after 20000512 ns (block 0, thread 31)\n";
         assert_eq!(check_device_messages(text, T, 1, 32), Ok(()));
         let f = "mscclpp-device: bulk copy size is zero at src/bulk.rs:40 (block 1, thread 0)";
-        let want = DeviceMessage::Failure { msg: "bulk copy size is zero", file: "src/bulk.rs" };
+        let want = DeviceMessage::Failure { msg: "bulk copy size is zero", file: "src/bulk.rs", line: 40 };
         assert_eq!(check_device_messages(f, want, 2, 32), Ok(()));
         let p = "mscclpp-device: panic at src/checks.rs:12: index out of bounds";
         assert_eq!(
-            check_device_messages(p, DeviceMessage::Panic { file: "src/checks.rs", msg: "index" }, 1, 1),
+            check_device_messages(p, DeviceMessage::Panic { file: "src/checks.rs", line: 12, msg: "index" }, 1, 1),
             Ok(())
         );
     }
@@ -375,12 +410,13 @@ mod device_message_tests {
         // What an H200 printed when the location went through `%.*s`.
         let garbage = "mscclpp-device: bulk copy size is not a multiple of 16 bytes at \u{fffd}+\u{fffd}\u{7f}:0 \
                        (block 0, thread 2829065216)";
-        let want = DeviceMessage::Failure { msg: "bulk copy size is not a multiple of 16 bytes", file: "bulk.rs" };
+        let want =
+            DeviceMessage::Failure { msg: "bulk copy size is not a multiple of 16 bytes", file: "bulk.rs", line: 27 };
         assert!(check_device_messages(garbage, want, 1, 32).is_err());
         // The library's own file instead of the kernel's call site (a path dependency's file
         // carries its directory).
         let lib = "mscclpp-device: bulk copy size is zero at /src/device/src/bulk.rs:247 (block 0, thread 0)";
-        let want = DeviceMessage::Failure { msg: "bulk copy size is zero", file: "src/bulk.rs" };
+        let want = DeviceMessage::Failure { msg: "bulk copy size is zero", file: "src/bulk.rs", line: 247 };
         assert!(check_device_messages(lib, want, 1, 32).unwrap_err().contains("not the caller"));
         // Early timeout, thread outside the block, missing message.
         let early = "mscclpp-device: wait LL16Packet::read timed out after 100 ns (block 0, thread 0)";
@@ -388,6 +424,45 @@ mod device_message_tests {
         let far = "mscclpp-device: wait LL16Packet::read timed out after 30000000 ns (block 0, thread 32)";
         assert!(check_device_messages(far, T, 1, 32).is_err());
         assert!(check_device_messages("nothing printed", T, 1, 32).is_err());
+    }
+
+    /// The right message in the caller's file but at another line of it (what a broken
+    /// `#[track_caller]` chain inside the kernel crate, or a location printed wrong, gives) fails;
+    /// the old check, a line above 0, passed it.
+    #[test]
+    fn a_location_at_the_wrong_line_fails() {
+        let f = "mscclpp-device: bulk copy size is zero at src/bulk.rs:41 (block 0, thread 0)";
+        let want = DeviceMessage::Failure { msg: "bulk copy size is zero", file: "src/bulk.rs", line: 40 };
+        let e = check_device_messages(f, want, 1, 32).unwrap_err();
+        assert!(e.contains("line 41, not the caller's line 40"), "{e}");
+        let p = "mscclpp-device: panic at src/sync.rs:264: index out of bounds";
+        let want = DeviceMessage::Panic { file: "src/sync.rs", line: 265, msg: "index" };
+        let e = check_device_messages(p, want, 1, 1).unwrap_err();
+        assert!(e.contains("line 264, not the panicking line 265"), "{e}");
+        // Line 0 (no location) fails whatever was expected.
+        let zero = "mscclpp-device: bulk copy size is zero at src/bulk.rs:0 (block 0, thread 0)";
+        let want = DeviceMessage::Failure { msg: "bulk copy size is zero", file: "src/bulk.rs", line: 0 };
+        assert!(check_device_messages(zero, want, 1, 32).is_err());
+    }
+
+    #[test]
+    fn line_of_finds_the_one_marked_line() {
+        let src = "fn k() {\n    a();\n    b(); // trap site: b\n}\n";
+        assert_eq!(line_of(src, "trap site: b"), 3);
+        assert!(std::panic::catch_unwind(|| line_of(src, "trap site: c")).is_err(), "a missing marker");
+        assert!(std::panic::catch_unwind(|| line_of("x // m\ny // m\n", "// m")).is_err(), "a marker twice");
+    }
+
+    /// The markers the GPU trap tests look for are each on one line of their kernel's source, at
+    /// the call that traps.
+    #[test]
+    fn the_trap_tests_markers_are_at_their_calls() {
+        let bulk = include_str!("../ptx-tests/src/bulk.rs");
+        let l = line_of(bulk, super::TRAP_SITE_BULK_SIZE) as usize;
+        assert!(bulk.lines().nth(l - 1).unwrap().contains("bulk::bulk_load("), "line {l} of ptx-tests/src/bulk.rs");
+        let sync = include_str!("../ptx-tests/src/sync.rs");
+        let l = line_of(sync, super::TRAP_SITE_OUT_OF_BOUNDS) as usize;
+        assert!(sync.lines().nth(l - 1).unwrap().contains("a[i as usize]"), "line {l} of ptx-tests/src/sync.rs");
     }
 }
 

@@ -260,25 +260,118 @@ fn macro_rows_emit_what_their_checks_expect() {
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
 }
 
-/// Inline assembly lives only in `device/src/ptx/` (every other crate and module uses its
-/// wrappers).
+/// Inline assembly lives only in `device/src/ptx/`: every other Rust source of the repository
+/// (every crate, kernel crate, test, bench, example, build script and xtask; build outputs under
+/// `target/` aside) uses its wrappers. Comments and literals that name the macros (as this file
+/// does) are not assembly.
 #[test]
 fn no_inline_asm_outside_the_ptx_module() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let ptx = root.join("device/src/ptx");
-    let mut found = Vec::new();
-    for dir in ["device", "host", "collectives", "ptx-tests", "examples", "src", "tests", "benches", "nvptx-builder"] {
-        let dir = root.join(dir);
-        if !dir.exists() {
-            continue;
-        }
-        for (f, line) in ptxcheck::inline_asm_uses(&dir).expect("reading sources") {
-            if !f.starts_with(&ptx) && !f.starts_with(root.join("target")) {
-                found.push(format!("{}: {line}", f.display()));
-            }
-        }
+    let files = ptxcheck::repository_rust_files(root).expect("reading sources");
+    // The scan reaches every crate: each of these holds Rust sources.
+    for dir in [
+        "device/src",
+        "host/src",
+        "nvptx-builder/src",
+        "collectives/src",
+        "collectives/kernels/src",
+        "ep/src",
+        "ep/kernels/src",
+        "executor/src",
+        "executor/kernels/src",
+        "plan/src",
+        "xtask/src",
+        "examples/allreduce/src",
+        "examples/allreduce/kernels/src",
+        "examples/quickstart/src",
+        "examples/quickstart/kernels/src",
+        "ptx-tests/src",
+        "src",
+        "tests",
+        "benches",
+    ] {
+        assert!(files.iter().any(|f| f.starts_with(root.join(dir))), "no Rust source found under {dir}");
     }
-    // This file names the macros in its own text; it is not assembly.
-    found.retain(|f| !f.contains("tests/ptx_checks.rs") && !f.contains("src/ptxcheck.rs"));
+    // And every Rust file git knows (when git is there to ask).
+    if let Ok(out) = std::process::Command::new("git").args(["ls-files", "-z", "*.rs"]).current_dir(root).output()
+        && out.status.success()
+    {
+        let missed: Vec<_> = String::from_utf8_lossy(&out.stdout)
+            .split('\0')
+            .filter(|f| !f.is_empty() && !files.contains(&root.join(f)))
+            .map(str::to_string)
+            .collect();
+        assert!(missed.is_empty(), "tracked Rust sources the scan does not read: {missed:?}");
+    }
+    let outside: Vec<_> = files.into_iter().filter(|f| !f.starts_with(&ptx)).collect();
+    let found: Vec<String> = ptxcheck::inline_asm_uses(&outside)
+        .expect("reading sources")
+        .into_iter()
+        .map(|(f, line, text)| format!("{}:{line}: {text}", f.display()))
+        .collect();
     assert!(found.is_empty(), "inline assembly outside device/src/ptx:\n{}", found.join("\n"));
+}
+
+/// The locations a trap prints are the kernel's call sites, checked on the CPU from the module
+/// (the GPU trap tests `unit_bulk` and `unit_sync` check the printed line): in the checked
+/// build, every `Location` that `bulk_roundtrip` hands `poll::fail` is a line of the kernel's own
+/// `src/bulk.rs` that calls a bulk copy, the one marked as the size check's among them; and
+/// `panic_out_of_bounds`'s bounds check names the marked indexing line of `src/sync.rs`. A broken
+/// `#[track_caller]` chain (the device's `bulk::check` or `bulk_load` without it) names a line of
+/// the device library instead.
+#[test]
+fn trap_locations_are_the_kernels_call_sites() {
+    use mscclpp_rs::testing::{TRAP_SITE_BULK_SIZE, TRAP_SITE_OUT_OF_BOUNDS, line_of};
+    let cases = [
+        (
+            mscclpp_rs::PTX_CHECKED,
+            "bulk_roundtrip",
+            "fail",
+            "src/bulk.rs",
+            include_str!("../ptx-tests/src/bulk.rs"),
+            TRAP_SITE_BULK_SIZE,
+            "bulk::",
+        ),
+        (
+            mscclpp_rs::PTX,
+            "panic_out_of_bounds",
+            "panic_bounds_check",
+            "src/sync.rs",
+            include_str!("../ptx-tests/src/sync.rs"),
+            TRAP_SITE_OUT_OF_BOUNDS,
+            "[",
+        ),
+    ];
+    for (ptx, kernel, callee, file, src, marker, call) in cases {
+        let locs = ptxcheck::locations(ptx);
+        let entries = ptxcheck::entries(ptx);
+        let body = entries.get(kernel).unwrap_or_else(|| panic!("no kernel {kernel}"));
+        let at: Vec<&ptxcheck::Location> =
+            ptxcheck::call_symbols(body, callee).iter().flatten().filter_map(|s| locs.get(s)).collect();
+        assert!(!at.is_empty(), "{kernel}: no location handed to `{callee}`");
+        let src_lines: Vec<&str> = src.lines().collect();
+        for l in &at {
+            let text = src_lines.get(l.line as usize - 1).copied().unwrap_or_default();
+            assert!(l.file == file, "{kernel}: `{callee}` is handed {l:?}, not a location in the kernel's {file}");
+            assert!(text.contains(call), "{kernel}: `{callee}` is handed {l:?}, not a call site: `{}`", text.trim());
+        }
+        let want = line_of(src, marker);
+        assert!(at.iter().any(|l| l.line == want), "{kernel}: no location at the marked line {want}: {at:?}");
+    }
+}
+
+/// The safe device API's block barrier and timer are the instructions they stand for:
+/// `sync::block_barrier` is one `barrier.sync 0;` (the non-aligned form, safe in divergent code;
+/// never the aligned `bar.sync`), and `poll::now_ns` reads `%globaltimer`.
+#[test]
+fn block_barrier_and_now_ns_are_their_instructions() {
+    let entries = ptxcheck::entries(mscclpp_rs::PTX);
+    let barrier = &entries["block_barrier_exchange"];
+    let ins = ptxcheck::instructions(barrier);
+    assert_eq!(ptxcheck::ptx_barriers(barrier), 1, "one barrier:\n{barrier}");
+    assert!(ins.contains(&"barrier.sync 0;"), "no `barrier.sync 0;`:\n{barrier}");
+    assert!(!ins.iter().any(|l| l.starts_with("bar.sync") || l.contains(".aligned")), "an aligned barrier:\n{barrier}");
+    let timer = ptxcheck::instructions(&entries["global_timer_now"]);
+    assert!(timer.iter().any(|l| ptxcheck::tokens(l).contains(&"%globaltimer")), "no %globaltimer read: {timer:#?}");
 }

@@ -402,9 +402,11 @@ fn bulk_misaligned_size_traps_in_a_checked_build() {
     let out = testing::run_child(NAME);
     let text = testing::output_text(&out);
     assert!(out.status.success(), "child failed:\n{text}");
-    // The whole line: the message, the kernel's own call site (the copies are #[track_caller]),
-    // a block and thread inside the launch.
-    let want = DeviceMessage::Failure { msg: "bulk copy size is not a multiple of 16 bytes", file: "src/bulk.rs" };
+    // The whole line: the message, the kernel's own call site, file and line (the copies are
+    // #[track_caller]), a block and thread inside the launch.
+    let line = testing::line_of(include_str!("../ptx-tests/src/bulk.rs"), testing::TRAP_SITE_BULK_SIZE);
+    let want =
+        DeviceMessage::Failure { msg: "bulk copy size is not a multiple of 16 bytes", file: "src/bulk.rs", line };
     if let Err(e) = testing::check_device_messages(&text, want, 1, 32) {
         panic!("{e}");
     }

@@ -69,6 +69,49 @@ fn fifo_many_pushers_wrap_a_small_ring() {
 /// Every round moves a random payload of 8 KiB or more that all 256 threads of the sender write
 /// and all threads of the receiver check (`sem_pingpong_payload`): a signal that can overtake
 /// another thread's payload stores, or a read before the wait, sees the previous round's data.
+/// `sync::block_barrier` orders a block's writes before every thread's reads after it (each
+/// thread reads the word of a thread in another warp), and `poll::now_ns` counts nanoseconds: two
+/// readings 50 ms of host sleep apart differ by at least 50 ms and by no more than the host saw
+/// around both (a cycle counter, about twice as fast, would exceed it).
+#[test]
+fn block_barrier_orders_the_blocks_writes_and_now_ns_counts_nanoseconds() {
+    let Some(gpus) = gpus_or_skip("block_barrier_orders_the_blocks_writes_and_now_ns_counts_nanoseconds", 1) else {
+        return;
+    };
+    let g = &gpus[0];
+    for threads in [64u32, 1024] {
+        let n = threads as usize;
+        let words = DeviceBuffer::filled(g, n * 4, POISON).unwrap();
+        let seen = DeviceBuffer::filled(g, n * 4, POISON).unwrap();
+        for round in 0..20 {
+            launch(
+                g,
+                "block_barrier_exchange",
+                LaunchConfig::new(1, threads),
+                Args::new().arg(words.ptr::<u32>()).arg(seen.ptr::<u32>()),
+            );
+            sync(g, "block_barrier_exchange");
+            let want: Vec<u32> = (0..threads).map(|t| !((t + threads / 2) % threads)).collect();
+            assert_same(&format!("{threads} threads, round {round}"), &seen.to_vec::<u32>().unwrap(), &want);
+            words.fill(POISON).unwrap();
+        }
+    }
+    let out = DeviceBuffer::filled(g, 8, 0).unwrap();
+    let now = || {
+        launch(g, "global_timer_now", LaunchConfig::new(1, 32), Args::new().arg(out.ptr::<u64>()));
+        sync(g, "global_timer_now");
+        out.to_vec::<u64>().unwrap()[0]
+    };
+    let host = Instant::now();
+    let a = now();
+    std::thread::sleep(Duration::from_millis(50));
+    let b = now();
+    let host = host.elapsed().as_nanos() as u64;
+    let gpu = b.wrapping_sub(a);
+    // (1 ms of slack for the timer's coarse ticks.)
+    assert!((50_000_000..=host + 1_000_000).contains(&gpu), "now_ns advanced {gpu} ns while the host saw {host} ns");
+}
+
 fn pingpong(mode: u32) {
     let name = "semaphore_pingpong_100k_rounds";
     let Some(gpus) = gpus_or_skip(name, 2) else { return };
@@ -448,8 +491,13 @@ fn bounds_check_panic_prints_its_location_and_traps() {
             expect_trap(&g[0], t);
         },
         &["LAUNCH_FAILED"],
-        // The message of a bounds check is formatted, which the device does not print.
-        DeviceMessage::Panic { file: "src/sync.rs", msg: "formatted message not printed" },
+        // The message of a bounds check is formatted, which the device does not print. The
+        // location is the indexing line of the kernel's source.
+        DeviceMessage::Panic {
+            file: "src/sync.rs",
+            line: testing::line_of(include_str!("../ptx-tests/src/sync.rs"), testing::TRAP_SITE_OUT_OF_BOUNDS),
+            msg: "formatted message not printed",
+        },
         (1, 1),
     );
 }

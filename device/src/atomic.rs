@@ -1,13 +1,25 @@
 //! Scoped atomics with the memory order and scope in type parameters.
 //!
 //! ```ignore
-//! use mscclpp_device::atomic::{self, Acquire, Release, Sys, Gpu, Relaxed};
-//! let v: u64 = unsafe { atomic::load::<Acquire, Sys, u64>(flag) };
-//! unsafe { atomic::store::<Release, Sys, u64>(flag, v + 1) };
-//! let old = unsafe { atomic::fetch_add::<Relaxed, Gpu, u32>(counter, 1) };
-//! unsafe { atomic::red_add::<Release, Sys, u64>(remote, 1) };
-//! atomic::fence::<AcqRel, Gpu>();
+//! use mscclpp_device::atomic::{self, Acquire, Gpu, Relaxed, Release, Sys};
+//! // SAFETY: `flag`, `counter` and `remote` point to aligned words that every other thread
+//! // accesses atomically.
+//! unsafe {
+//!     // Acquire; partner: the release store of `flag` by the thread before.
+//!     let v: u64 = atomic::load::<Acquire, Sys, u64>(flag);
+//!     // Release; partner: the next thread's acquire load of `flag`.
+//!     atomic::store::<Release, Sys, u64>(flag, v + 1);
+//!     let _ticket: u32 = atomic::fetch_add::<Relaxed, Gpu, u32>(counter, 1);
+//!     // Release; partner: the owner's acquire read of `remote`.
+//!     atomic::red_add::<Release, Sys, u64>(remote, 1);
+//! }
+//! // Partner: a fence or release of the threads whose relaxed accesses this one reads.
+//! atomic::fence_acq_rel::<Gpu>();
 //! ```
+//!
+//! (Device code only, so the example is not a doc test; it is compiled as the kernel
+//! `atomic_doc_example` of the repository's `ptx-tests/src/doc_examples.rs`, which
+//! `tests/doc_examples.rs` holds to this text.)
 //!
 //! Orders and scopes are zero-sized types, so the choice is fixed at compile time and each call
 //! inlines to exactly one PTX instruction (`ld.acquire.sys.u64`, `atom.relaxed.gpu.add.u32`, ...).

@@ -87,14 +87,26 @@ mod device {
             unsafe { crate::ptx::atom_red::atom_release_gpu_global_max_u64(self.0.tail_cache.as_ptr(), tail) };
         }
         #[inline(always)]
-        fn publish(&self, slot: u64, w0: u64, w1: u64) {
-            // Partner: the consumer's acquire read of word 1 (host `read_slot`). One 16-byte store
-            // so both words land together.
-            // SAFETY: `slot < size`; the ring is 16-byte aligned mapped host memory.
+        fn store_word0(&self, slot: u64, w0: u64) {
+            // No partner of its own: the release store of word 1 that follows (`store_word1`)
+            // orders it before any consumer read of it. Relaxed at system scope: an 8-byte
+            // strong access, never a data race with the host.
+            // SAFETY: `slot < size`; the ring is 16-byte aligned mapped host memory, word 0 of a
+            // trigger at its start.
             unsafe {
-                crate::ptx::ld_st::st_release_sys_global_v2_u64(
-                    self.0.triggers.add(slot as usize).as_ptr().cast(),
-                    [w0, w1],
+                crate::ptx::ld_st::st_relaxed_sys_global_u64(self.0.triggers.add(slot as usize).as_ptr().cast(), w0)
+            };
+        }
+        #[inline(always)]
+        fn store_word1(&self, slot: u64, w1: u64) {
+            // Partner: the consumer's acquire load of word 1 (host `load_word1`), which then
+            // reads word 0: the release keeps word 0's store (and everything before the push)
+            // before this one.
+            // SAFETY: `slot < size`; word 1 is the second u64 of the trigger, 8-byte aligned.
+            unsafe {
+                crate::ptx::ld_st::st_release_sys_global_u64(
+                    self.0.triggers.add(slot as usize).as_ptr().cast::<u64>().add(1),
+                    w1,
                 )
             };
         }

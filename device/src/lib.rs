@@ -22,20 +22,22 @@
 //! Kernels live in a crate of their own, `crate-type = ["cdylib"]`, with a nightly toolchain that
 //! has `rust-src`; the host crate's build script turns it into PTX with
 //! `nvptx_builder::Builder::new("kernels").build()`. The repository's README shows a complete
-//! project (kernel crate, host crate, build script). A kernel takes handles by value:
+//! project (kernel crate, host crate, build script). A kernel takes handles by value (device code
+//! only, so this is not a doc test: the repository's `ptx-tests/src/doc_examples.rs` compiles it,
+//! held to this text by `tests/doc_examples.rs`):
 //!
 //! ```ignore
 //! #![no_std]
 //! #![feature(abi_ptx)]
 //! use mscclpp_device::channel::memory::MemoryChannel;
 //! use mscclpp_device::copy::Threads;
-//! use mscclpp_device::poll::SpinBudget;
 //! use mscclpp_device::ptr::GlobalPtr;
 //!
 //! /// Copies `bytes` of my buffer to the peer of `chan`, then tells it the data is there.
 //! #[unsafe(no_mangle)]
 //! pub unsafe extern "ptx-kernel" fn send(chan: GlobalPtr<MemoryChannel>, bytes: u64) {
 //!     let t = Threads::grid();
+//!     // SAFETY: the host passes a channel it built for this GPU, whose buffers hold `bytes`.
 //!     unsafe {
 //!         let chan = chan.as_ptr().read();
 //!         chan.put(0, 0, bytes, t); // every thread of the grid copies its share over NVLink
@@ -58,10 +60,11 @@
 //! * [`trigger`], [`fifo`], [`channel`]: the proxy's trigger encoding, the trigger FIFO to the
 //!   host proxy, and the memory, port and switch channels.
 //! * [`packet`], [`copy`], [`sync`], [`op`], [`multimem`], [`collective`]: LL packets,
-//!   cooperative copies, the grid barrier, the reduction operation markers, NVLink SHARP forms,
-//!   and device-callable collectives.
+//!   cooperative copies, the block barrier ([`sync::block_barrier`]) and the grid barrier, the
+//!   reduction operation markers, NVLink SHARP forms, and device-callable collectives.
 //! * [`poll`]: [`poll::SpinBudget`], the bound on every wait: when it runs out the kernel prints
-//!   which wait and executes `trap;`, so a lost signal fails the launch instead of hanging it.
+//!   which wait and executes `trap;`, so a lost signal fails the launch instead of hanging it;
+//!   and [`poll::now_ns`], the global timer the budgets are measured in.
 //!
 //! # Safety and checks
 //!

@@ -4,8 +4,8 @@
 //! prints which wait expired (block and thread included) and executes `trap;`: the kernel fails,
 //! the host's next synchronize returns `CUDA_ERROR_LAUNCH_FAILED`, and nothing hangs silently.
 //!
-//! The budget is wall-clock time read from `%globaltimer` (nanoseconds), checked every
-//! [`CHECK_EVERY`] polls so that the common path costs one load and one compare. A wait that has
+//! The budget is wall-clock time read from `%globaltimer` ([`now_ns`], nanoseconds), checked
+//! every [`CHECK_EVERY`] polls so that the common path costs one load and one compare. A wait that has
 //! spun for [`crate::abort::POLL_AFTER_NS`] also reads the host's abort word at those checks, and
 //! gives up at once when the host has set it: the thread exits, and the first to do so prints the
 //! cause, naming the lost rank (see [`crate::abort`]).
@@ -25,8 +25,31 @@ use core::ffi::CStr;
 /// The layout is one `i64` of nanoseconds, shared with the host (kernel arguments). The value
 /// [`SpinBudget::UNBOUNDED_NANOS`] (`i64::MIN`) is the unbounded budget; any other negative
 /// value, which only raw bytes can produce, counts as zero.
+///
+/// A budget crosses to the device as a kernel argument ([`crate::abi::DeviceAbi`]) and can be
+/// read as bytes (`bytemuck::NoUninit`) or zeroed (a zero budget is bounded), but it is not
+/// `bytemuck::Pod` or `AnyBitPattern`: safe code cannot make one from an integer or from bytes,
+/// which would give it the unbounded value without [`SpinBudget::unbounded`]:
+///
+/// ```compile_fail,E0277
+/// use mscclpp_device::poll::SpinBudget;
+/// let forever: SpinBudget = bytemuck::cast(i64::MIN);
+/// ```
+///
+/// ```compile_fail,E0277
+/// use mscclpp_device::poll::SpinBudget;
+/// let forever: SpinBudget = bytemuck::pod_read_unaligned(&i64::MIN.to_ne_bytes());
+/// ```
+///
+/// ```
+/// use mscclpp_device::poll::SpinBudget;
+/// // Reading one as bytes still works (and a zeroed one is a zero budget).
+/// let b = SpinBudget::from_nanos(5);
+/// assert_eq!(bytemuck::bytes_of(&b), &5i64.to_ne_bytes());
+/// assert_eq!(<SpinBudget as bytemuck::Zeroable>::zeroed(), SpinBudget::from_nanos(0));
+/// ```
 #[repr(transparent)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::NoUninit, bytemuck::Zeroable)]
 pub struct SpinBudget {
     nanos: i64,
 }
@@ -137,6 +160,19 @@ pub fn nul_terminated<'a, const N: usize>(s: &str, buf: &'a mut [u8; N]) -> &'a 
     }
 }
 
+/// The GPU's global timer (`%globaltimer`): nanoseconds of wall-clock time, the clock every
+/// [`SpinBudget`] is measured in. The origin is unspecified and the timer ticks coarsely (its low
+/// bits may stand still for a while), so use the difference of two readings on one GPU,
+/// `now_ns().wrapping_sub(start)`, for elapsed time. For cycle counts of one multiprocessor, see
+/// [`crate::ptx::sreg::clock64`].
+///
+/// Compiled for nvptx64 only.
+#[cfg(any(target_arch = "nvptx64", doc))]
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    crate::ptx::sreg::globaltimer()
+}
+
 /// Spins until `cond()` returns true or `budget` runs out; on expiry prints `name` and traps.
 /// When the host sets the abort word, the calling thread exits instead ([`crate::abort`]).
 ///
@@ -147,7 +183,7 @@ pub fn spin_until(budget: SpinBudget, name: &'static CStr, mut cond: impl FnMut(
     if cond() {
         return;
     }
-    let start = crate::ptx::sreg::globaltimer();
+    let start = now_ns();
     let mut polls: u32 = 0;
     loop {
         if cond() {
@@ -155,7 +191,7 @@ pub fn spin_until(budget: SpinBudget, name: &'static CStr, mut cond: impl FnMut(
         }
         polls = polls.wrapping_add(1);
         if polls.is_multiple_of(CHECK_EVERY) {
-            let elapsed = crate::ptx::sreg::globaltimer().wrapping_sub(start);
+            let elapsed = now_ns().wrapping_sub(start);
             if budget.expired(elapsed) {
                 expired(name, elapsed);
             }
@@ -207,7 +243,9 @@ mod tests {
             assert!(b.expired(u64::MAX), "{b:?}");
         }
         // Raw bytes (kernel arguments) with a negative value other than the sentinel: zero.
-        let raw: SpinBudget = bytemuck::cast(-5i64);
+        // SAFETY: `SpinBudget` is `repr(transparent)` over an `i64`; this stands for the bytes a
+        // kernel argument may hold (only the device reads them so).
+        let raw: SpinBudget = unsafe { core::mem::transmute(-5i64) };
         assert!(!raw.is_unbounded());
         assert!(raw.expired(1));
     }

@@ -1,7 +1,8 @@
-//! Grid-wide synchronisation inside one GPU: the [`DeviceSyncer`] grid barrier. It lives in
-//! global memory (allocate it zeroed on the host, or declare a `static` in the kernel crate) and
-//! is used through a [`GlobalPtr`](crate::ptr::GlobalPtr) to it. The counting semaphore for the
-//! threads of one GPU is [`crate::semaphore::DeviceSemaphore`].
+//! Synchronisation inside one GPU: [`block_barrier`], the barrier of one thread block, and the
+//! [`DeviceSyncer`] grid barrier. The syncer lives in global memory (allocate it zeroed on the
+//! host, or declare a `static` in the kernel crate) and is used through a
+//! [`GlobalPtr`](crate::ptr::GlobalPtr) to it. The counting semaphore for the threads of one GPU
+//! is [`crate::semaphore::DeviceSemaphore`].
 //!
 //! ```text
 //!  DeviceSyncer::sync(n, budget), every thread of each of the n blocks:
@@ -33,6 +34,26 @@ pub struct DeviceSyncer {
 }
 static_assertions::assert_eq_size!(DeviceSyncer, u64);
 static_assertions::const_assert_eq!(core::mem::offset_of!(DeviceSyncer, generation), 4);
+
+/// Waits until every thread of the calling block has reached a block barrier, and orders the
+/// block's memory accesses: what any thread of the block wrote before its barrier is visible to
+/// every thread of the block after it (the CTA barrier, `barrier.sync 0;`, like CUDA's
+/// `__syncthreads()`). Every thread of the block that has not exited must reach a
+/// `block_barrier` (an exited thread counts as arrived).
+///
+/// The barrier is the form without `.aligned`, correct wherever the threads of a warp arrive
+/// (after a divergent branch or a spin-wait one thread leaves before the others), so it is safe
+/// to call from any code. (The aligned form, [`crate::ptx::misc::bar_sync`], is for code that
+/// every warp runs converged.) A hardware barrier takes no spin budget: a thread that never
+/// comes is one stuck in some other wait, whose own budget traps the kernel, which ends this
+/// barrier's wait too.
+///
+/// Compiled for nvptx64 only.
+#[cfg(any(target_arch = "nvptx64", doc))]
+#[inline(always)]
+pub fn block_barrier() {
+    crate::ptx::misc::barrier_sync();
+}
 
 #[cfg(any(target_arch = "nvptx64", doc))]
 mod device {

@@ -3,8 +3,10 @@
 //! The device `vprintf` reads every `%s` argument up to a NUL and ignores a `*` width or
 //! precision (`%.*s` printed garbage on an H200). So device-side code must (1) never use `*` in a
 //! format string, and (2) pass C strings (`c"..."`), never `&str` literals terminated by a
-//! hand-written `"\0"`. This test scans the device crate, the PTX test kernels and the example
-//! kernels for both.
+//! hand-written `"\0"`. This test scans every device-side source for both: this crate, and in the
+//! repository every kernel crate (each `crate-type = ["cdylib"]` manifest: `ptx-tests/`, the
+//! collectives', executor's and expert-parallel kernels, the examples' kernels) with the files
+//! they include from elsewhere through `#[path = ".."]` (`ep/src/shared.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -137,15 +139,91 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The device-side sources: this crate, the PTX test kernels, the example kernels.
+/// The kernel crates of the repository at `root`: the directories under it (build outputs and
+/// hidden directories aside) whose `Cargo.toml` builds a `cdylib`.
+fn kernel_crates(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if p.is_dir() && name != "target" && !name.starts_with('.') {
+                stack.push(p);
+            } else if name == "Cargo.toml"
+                && std::fs::read_to_string(&p)
+                    .is_ok_and(|t| t.lines().any(|l| l.replace(' ', "") == r#"crate-type=["cdylib"]"#))
+            {
+                out.push(d.clone());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The files that `src` includes through `#[path = "FILE"]`, resolved against `dir` (the
+/// directory of the file holding `src`).
+fn path_includes(src: &str, dir: &Path) -> Vec<PathBuf> {
+    src.lines()
+        .filter_map(|l| l.trim().strip_prefix("#[path = \"")?.split_once('"').map(|(f, _)| f))
+        .map(|f| dir.join(f))
+        .collect()
+}
+
+/// The kernel crates the repository must have (the discovery in [`kernel_crates`] finds them).
+const KERNEL_CRATES: [&str; 6] = [
+    "collectives/kernels",
+    "ep/kernels",
+    "examples/allreduce/kernels",
+    "examples/quickstart/kernels",
+    "executor/kernels",
+    "ptx-tests",
+];
+
+/// The device-side sources: this crate, and within the repository (not in a packaged copy of the
+/// crate) every kernel crate's sources and what they include by `#[path]`.
 fn device_sources() -> Vec<PathBuf> {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    for dir in ["src", "../ptx-tests/src", "../examples/allreduce/kernels/src"] {
-        rust_files(&here.join(dir), &mut files);
-    }
+    rust_files(&here.join("src"), &mut files);
     assert!(files.iter().any(|f| f.ends_with("ptx/print.rs")), "device sources not found under {}", here.display());
+    let root = here.join("..");
+    if root.join("ptx-tests/Cargo.toml").exists() {
+        let root = root.canonicalize().unwrap();
+        let crates = kernel_crates(&root);
+        for want in KERNEL_CRATES {
+            assert!(crates.iter().any(|c| c.ends_with(want)), "kernel crate {want} not found among {crates:?}");
+        }
+        for c in &crates {
+            rust_files(&c.join("src"), &mut files);
+        }
+        let mut i = 0;
+        while i < files.len() {
+            let (src, dir) = (std::fs::read_to_string(&files[i]).unwrap(), files[i].parent().unwrap().to_path_buf());
+            for f in path_includes(&src, &dir) {
+                let f =
+                    f.canonicalize().unwrap_or_else(|e| panic!("{} includes {}: {e}", files[i].display(), f.display()));
+                if !files.iter().any(|g| g.canonicalize().is_ok_and(|g| g == f)) {
+                    files.push(f);
+                }
+            }
+            i += 1;
+        }
+        assert!(
+            files.iter().any(|f| f.ends_with("ep/src/shared.rs")),
+            "ep/src/shared.rs (included by ep/kernels) not scanned"
+        );
+    }
     files
+}
+
+#[test]
+fn path_includes_resolve_against_the_including_file() {
+    let src = "mod a;\n#[path = \"../../src/shared.rs\"]\nmod shared;\n    #[path = \"x.rs\"] mod x;\n";
+    let dir = Path::new("/r/ep/kernels/src");
+    assert_eq!(path_includes(src, dir), [dir.join("../../src/shared.rs"), dir.join("x.rs")]);
 }
 
 #[test]

@@ -37,21 +37,25 @@ struct HostView<'a> {
 }
 
 // SAFETY: a `HostView` is built only by `host_view` from a `Fifo`'s own buffers: `ring` holds
-// `size` (a power of two, checked in `Fifo::new`) 16-byte triggers of pinned memory that outlive
-// the view, and `tail` is that FIFO's tail word. The orderings are the trait's.
+// `size` (a power of two, checked in `Fifo::new`) 16-byte triggers (two u64 words each) of pinned
+// memory that outlive the view, and `tail` is that FIFO's tail word. The orderings are the
+// table's (`order`), as the trait asks.
 unsafe impl ConsumerMem for HostView<'_> {
     fn size(&self) -> u64 {
         self.size
     }
-    fn read_slot(&self, slot: u64) -> (u64, u64) {
+    fn load_word1(&self, slot: u64) -> u64 {
+        // Partner: the producer's release store of word 1 (device `store_word1`), after its store
+        // of word 0; `Consumer::peek` loads this word first, and word 0 only after it.
         // SAFETY: `slot < size`; the ring holds 2 * size aligned u64 words in pinned memory that
-        // lives as long as the Fifo. The GPU writes it with 16-byte release stores.
-        unsafe {
-            let w = self.ring.add(2 * slot as usize);
-            // Partner: the producer's release store of the whole trigger (word 1 read first).
-            let w1 = (*w.add(1)).load(order::READ_WORD1);
-            ((*w).load(order::READ_WORD0), w1)
-        }
+        // lives as long as the Fifo, which the GPU writes with 8-byte atomic stores.
+        unsafe { (*self.ring.add(2 * slot as usize + 1)).load(order::READ_WORD1) }
+    }
+    fn load_word0(&self, slot: u64) -> u64 {
+        // Ordered after the acquire load of word 1 (`load_word1`), which `Consumer::peek` made
+        // first.
+        // SAFETY: as for `load_word1`.
+        unsafe { (*self.ring.add(2 * slot as usize)).load(order::READ_WORD0) }
     }
     fn store_tail(&self, tail: u64) {
         // Partner: the producers' acquire load of the tail (device `load_tail`).

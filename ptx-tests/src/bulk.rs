@@ -24,7 +24,7 @@ kernels! {
         let (bar, tile) = layout();
         bar.init(1);
         bar.arrive_and_expect(bytes);
-        bulk::bulk_load(tile, src, bytes, bar);
+        bulk::bulk_load(tile, src, bytes, bar); // trap site: bulk_roundtrip size check
         let mut phase = 0;
         bar.wait(&mut phase, BUDGET);
         bulk::bulk_store(dst, tile, bytes);

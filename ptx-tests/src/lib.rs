@@ -10,6 +10,7 @@
 
 pub mod barriers;
 pub mod bulk;
+pub mod doc_examples;
 pub mod memchan;
 pub mod mp;
 pub mod shared;

@@ -6,9 +6,10 @@ use mscclpp_device::atomic::{self, AcqRel, Acquire, Release, Sys};
 use mscclpp_device::channel::port::PortChannel;
 use mscclpp_device::copy::Threads;
 use mscclpp_device::fifo::FifoDeviceHandle;
-use mscclpp_device::poll::{SpinBudget, spin_until};
+use mscclpp_device::poll::{SpinBudget, now_ns, spin_until};
 use mscclpp_device::ptx::{atom_red, misc::barrier_sync, sreg};
 use mscclpp_device::semaphore::{CachedMemorySemaphore, Host2DeviceSemaphore, MemoryDevice2DeviceSemaphore};
+use mscclpp_device::sync::block_barrier;
 use mscclpp_device::trigger::{ProxyTrigger, Request, kind};
 
 use crate::kernels;
@@ -39,6 +40,22 @@ kernels! {
         for i in 0..per_thread {
             fifo.push(tagged_trigger(g, i), BUDGET);
         }
+    }
+
+    /// Every thread `t` of the block writes `!t` to `words[t]`, meets the block at
+    /// `sync::block_barrier`, then reads the word of the thread half a block away into `seen[t]`
+    /// (another warp's). Without the barrier some reads come before the write.
+    fn block_barrier_exchange(words: *mut u32, seen: *mut u32) {
+        let (t, n) = (sreg::tid_x(), sreg::ntid_x());
+        *words.add(t as usize) = !t;
+        block_barrier();
+        *seen.add(t as usize) = *words.add(((t + n / 2) % n) as usize);
+    }
+
+    /// Thread 0 writes `poll::now_ns()` to `*out`.
+    fn global_timer_now(out: *mut u64) {
+        if sreg::tid_x() != 0 { return; }
+        *out = now_ns();
     }
 
     /// Thread 0 pushes `rounds` empty Data requests, waiting for each to be handled.
@@ -262,7 +279,7 @@ kernels! {
     /// and the device crate's panic handler prints the location and traps.
     fn panic_out_of_bounds(p: *mut u32, i: u32) {
         let a = [1u32, 2, 3, 4];
-        *p = a[i as usize];
+        *p = a[i as usize]; // trap site: panic_out_of_bounds index
     }
     fn sem_wait_timeout(sem: MemoryDevice2DeviceSemaphore, budget_ns: i64) {
         if sreg::tid_x() != 0 { return; }

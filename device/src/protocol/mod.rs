@@ -1,7 +1,7 @@
 //! Target-independent protocol logic, written once over small memory facades.
 //!
 //! The GPU instantiates these facades with PTX atomics (`crate::fifo`); the host proxy with
-//! `std::sync::atomic` over pinned memory; the model checks (`device/tests/loom_fifo.rs`) with
+//! `std::sync::atomic` over pinned memory; the model checks (`device/tests/fifo_model.rs`) with
 //! `loom`'s atomics, so the code that is model-checked is the code that runs.
 
 pub mod fifo;

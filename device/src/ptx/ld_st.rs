@@ -5,11 +5,15 @@
 //! 32- and 64-bit words, plus `volatile` forms. Generic addressing, so the pointer may point into
 //! global memory (local or peer-mapped), mapped host memory, or shared memory. The `.global`
 //! forms take addresses of the global state space only (this GPU's memory, a peer's mapped memory,
-//! or mapped host memory): the 16-byte accesses of the FIFO, the plain 4/8/16-byte accesses of the
-//! cooperative copies, the volatile 8/16-byte accesses of the LL packets, and the semaphore signal.
+//! or mapped host memory): the 8-byte stores of the FIFO's triggers, the plain 4/8/16-byte accesses
+//! of the cooperative copies, the volatile 8/16-byte accesses of the LL packets, and the semaphore
+//! signal.
 //!
-//! A vector access (`.v2`, `.v4`) is one access of the whole vector; its value is an array of the
-//! lanes, lane 0 at the lowest address.
+//! A vector access (`.v2`, `.v4`) is one instruction for the whole vector; its value is an array
+//! of the lanes, lane 0 at the lowest address. The PTX memory model treats it as one access per
+//! lane, in no order among them: a release or acquire vector access orders the thread's other
+//! accesses against every lane, not the lanes against each other, so a reader that acquires one
+//! lane of a release vector store may still see another lane's old value.
 
 #[cfg(any(target_arch = "nvptx64", doc))]
 use super::asm;
@@ -124,14 +128,17 @@ stores! {
     pub unsafe fn st_volatile_global_v4_u32(ptr: *mut u32, value: [u32; 4]): w4 =
         "st.volatile.global.v4.u32" ("PTX 1.1"),
         sass ["STG.E.128.STRONG.SYS"];
-    /// The semaphore signal.
+    /// The semaphore signal, and the FIFO's publication of a trigger's word 1.
     pub unsafe fn st_release_sys_global_u64(ptr: *mut u64, value: u64): x1 reg64 =
         "st.release.sys.global.u64" ("PTX 6.0, sm_70"),
         sass ["MEMBAR.ALL.SYS", "STG.E.64.STRONG.SYS"], forbid ["multimem"];
+    /// The FIFO's store of a trigger's word 0 (before the release store of word 1).
     pub unsafe fn st_relaxed_sys_global_u64(ptr: *mut u64, value: u64): x1 reg64 =
         "st.relaxed.sys.global.u64" ("PTX 6.0, sm_70"),
         sass ["STG.E.64.STRONG.SYS"], forbid ["multimem", "MEMBAR"];
-    /// One 16-byte store with release semantics at system scope (the FIFO's trigger publication).
+    /// One 16-byte store with release semantics at system scope. Not a publication of both lanes
+    /// at once: their order is unspecified (see the module docs), which is why the FIFO stores a
+    /// trigger's two words with two 8-byte stores, the second with release.
     pub unsafe fn st_release_sys_global_v2_u64(ptr: *mut u64, value: [u64; 2]): d2 =
         "st.release.sys.global.v2.u64" ("PTX 6.0, sm_70"),
         sass ["MEMBAR.ALL.SYS", "STG.E.128.STRONG.SYS"];
