@@ -45,10 +45,15 @@ hand! {
     /// `barrier.sync.aligned`, and a warp reaching two different aligned barrier instructions is
     /// undefined behaviour. Use it where every thread of each warp reaches the barrier together
     /// (uniform code); after code in which some threads may still be spinning or lag behind
-    /// (independent thread scheduling), use [`barrier_sync`].
+    /// (independent thread scheduling), use [`barrier_sync`] (or `sync::block_barrier`, safe).
+    ///
+    /// # Safety
+    /// Every thread of each warp reaches this call converged (all its non-exited threads
+    /// together, not after a divergent branch or spin), and every non-exited thread of the CTA
+    /// reaches it: `.aligned` makes anything else undefined.
     #[inline(always)]
-    pub fn bar_sync() {
-        // SAFETY: a CTA barrier; every thread of the CTA must reach it (caller's contract in callers).
+    pub unsafe fn bar_sync() {
+        // SAFETY: the caller's contract above (converged warps, every thread of the CTA).
         unsafe { core::arch::nvptx::_syncthreads() };
     }
 
