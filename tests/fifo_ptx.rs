@@ -114,7 +114,7 @@ fn a_trigger_is_published_word_zero_then_word_one_with_release() {
 }
 
 /// The SASS of the publication: word 0's 8-byte store, the system-scope fence of the release,
-/// then word 1's 8-byte store at offset 8, in one basic block, and no 16-byte store.
+/// then word 1's 8-byte store at offset 8, in that order in the text, and no 16-byte store.
 #[test]
 fn sass_stores_word_zero_fences_then_stores_word_one() {
     let Some(sass) = ptxcheck::main_sass_or_skip("fifo_ptx::sass") else { return };

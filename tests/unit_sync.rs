@@ -65,10 +65,6 @@ fn fifo_many_pushers_wrap_a_small_ring() {
     assert!(next.values().all(|&n| n == per));
 }
 
-/// `mode`: see the `sem_pingpong` kernel (0 plain, 1 relaxed with fences, 2 cached counters).
-/// Every round moves a random payload of 8 KiB or more that all 256 threads of the sender write
-/// and all threads of the receiver check (`sem_pingpong_payload`): a signal that can overtake
-/// another thread's payload stores, or a read before the wait, sees the previous round's data.
 /// `sync::block_barrier` orders a block's writes before every thread's reads after it (each
 /// thread reads the word of a thread in another warp), and `poll::now_ns` counts nanoseconds: two
 /// readings 50 ms of host sleep apart differ by at least 50 ms and by no more than the host saw
@@ -112,6 +108,10 @@ fn block_barrier_orders_the_blocks_writes_and_now_ns_counts_nanoseconds() {
     assert!((50_000_000..=host + 1_000_000).contains(&gpu), "now_ns advanced {gpu} ns while the host saw {host} ns");
 }
 
+/// `mode`: see the `sem_pingpong` kernel (0 plain, 1 relaxed with fences, 2 cached counters).
+/// Every round moves a random payload of 8 KiB or more that all 256 threads of the sender write
+/// and all threads of the receiver check (`sem_pingpong_payload`): a signal that can overtake
+/// another thread's payload stores, or a read before the wait, sees the previous round's data.
 fn pingpong(mode: u32) {
     let name = "semaphore_pingpong_100k_rounds";
     let Some(gpus) = gpus_or_skip(name, 2) else { return };

@@ -217,6 +217,17 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                 )));
             }
             if let Some(q) = (1..n).find(|&q| layouts[q] != layouts[0]) {
+                let (a, b) = (&p.ranks[q], &p.ranks[0]);
+                if (a.input_chunks, a.output_chunks, a.scratch_chunks)
+                    == (b.input_chunks, b.output_chunks, b.scratch_chunks)
+                {
+                    return Err(Error::Unsupported(format!(
+                        "executor: switch channel {c} needs every rank's arena laid out alike, and rank {q}'s input \
+                         lies at byte {} of its arena, rank 0's at byte {} (an in-place allgather puts each rank's \
+                         input in its own slice of the output)",
+                        layouts[q].input, layouts[0].input
+                    )));
+                }
                 return Err(Error::Unsupported(format!(
                     "executor: switch channel {c} needs every rank's arena laid out alike, and rank {q}'s buffers \
                      ({} input, {} output, {} scratch chunks) differ from rank 0's ({}, {}, {})",

@@ -372,3 +372,17 @@ fn unchecked_group_placements_do_not_panic() {
     let e = encode(&p, 0, CHUNK).unwrap();
     assert_eq!(e.ops[0].bytes, 0, "an index past the group's end gets an empty slice");
 }
+
+/// An in-place allgather puts each rank's input in its own slice of the output, so its ranks'
+/// arenas differ although their buffers have the same sizes: a plan with switch channels is
+/// refused saying so, not that the sizes differ.
+#[test]
+fn in_place_allgather_with_a_switch_channel_names_the_input_offsets() {
+    let mut p = Program::new("ag_switch", "allgather", 2, 1, 2, 0);
+    let out = p.switch_channel(vec![0, 1], BufferType::Output).unwrap();
+    out.broadcast(&mut p, 0, Chunk::input(0, 0, 1), 0, 1, 0).unwrap();
+    encode(&p, 0, CHUNK).unwrap();
+    p.set_in_place(true);
+    let e = encode(&p, 0, CHUNK).unwrap_err().to_string();
+    assert!(e.contains("rank 1's input lies at byte 4096 of its arena, rank 0's at byte 0"), "{e}");
+}

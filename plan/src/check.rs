@@ -424,6 +424,19 @@ fn accesses(p: &Program, kind: &OpKind) -> Vec<(Chunk, bool, bool)> {
     v
 }
 
+/// Whether a stored unit chunk holds its rank's input: an input chunk, or for an in-place plan
+/// the output chunk an input chunk aliases ([`Program::storage`]).
+fn holds_input(p: &Program, u: &Chunk) -> bool {
+    match u.buffer {
+        BufferType::Input => true,
+        BufferType::Output => match (p.input_in_output(u.rank), p.ranks.get(u.rank)) {
+            (Ok(Some(start)), Some(rp)) => u.index >= start && u.index - start < rp.input_chunks,
+            _ => false,
+        },
+        BufferType::Scratch => false,
+    }
+}
+
 fn unit_chunks(c: Chunk) -> impl Iterator<Item = Chunk> {
     (c.index..c.index + c.size).map(move |i| Chunk::new(c.rank, c.buffer, i, 1))
 }
@@ -739,7 +752,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                     }
                     for u in unit_chunks(c) {
                         let list = mem.entry(u).or_default();
-                        if list.is_empty() && u.buffer == BufferType::Input {
+                        if list.is_empty() && holds_input(p, &u) {
                             budget.store(std::mem::size_of::<Access>())?;
                             list.push(Access {
                                 id: host_bit(u.rank),
@@ -905,7 +918,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                 }
             }
         }
-        let mut inputs: Vec<&Chunk> = mem.keys().filter(|c| c.rank == r && c.buffer == BufferType::Input).collect();
+        let mut inputs: Vec<&Chunk> = mem.keys().filter(|c| c.rank == r && holds_input(p, c)).collect();
         inputs.sort_by_key(|c| c.index);
         for u in inputs {
             for a in &mem[u] {

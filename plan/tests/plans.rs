@@ -967,6 +967,7 @@ fn in_place_plans_alias_input_and_output() {
     assert_eq!(p.input_in_output(1).unwrap(), Some(1));
     let (_, m) = rejected(&p);
     assert!(m.contains("writes rank 1 output[1..2] but rank 1 can finish before it arrives"), "{m}");
+    assert!(m.contains("race on rank 1 output[1..2]") && m.contains("its input, written before the launch"), "{m}");
 
     // An input that cannot lie in the output is refused by the checker.
     let mut p = Program::new("rs", "reducescatter", 2, 2, 1, 0);
