@@ -8,6 +8,10 @@ use std::path::Path;
 
 use mscclpp_rs::ptxcheck;
 
+// The block matching of the README check (one source for both).
+#[path = "../xtask/src/blocks.rs"]
+mod blocks;
+
 /// The ```ignore blocks of the doc comments (`//!`, `///`) of a Rust source, as (line of the
 /// opening fence, 1-based; the block's lines with the comment markers taken off).
 fn ignored_doc_blocks(src: &str) -> Vec<(usize, Vec<String>)> {
@@ -30,44 +34,30 @@ fn ignored_doc_blocks(src: &str) -> Vec<(usize, Vec<String>)> {
     out
 }
 
-/// A line with its indentation dropped and every run of white space made one.
-fn normalize(line: &str) -> String {
-    line.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 /// Whether the lines of `block` appear in `file` in order and contiguous (empty lines aside,
-/// after [`normalize`]); a `// ...` line of the block stands for any number of lines. Crate
-/// attributes (`#![..]`) are looked for in `crate_root` instead.
+/// after [`blocks::normalize`]); a `// ...` line of the block stands for any number of lines.
+/// Crate attributes (`#![..]`) are looked for in `crate_root` instead.
 fn mirrored(block: &[String], file: &str, crate_root: &str) -> Result<(), String> {
-    let root: Vec<String> = crate_root.lines().map(normalize).collect();
-    let file: Vec<String> = file.lines().map(normalize).filter(|l| !l.is_empty()).collect();
-    let mut want: Vec<String> = Vec::new();
-    for l in block.iter().map(|l| normalize(l)).filter(|l| !l.is_empty()) {
-        if l.starts_with("#![") {
-            if !root.contains(&l) {
-                return Err(format!("crate attribute `{l}` not in the kernel crate's root"));
+    let root: Vec<String> = crate_root.lines().map(blocks::normalize).collect();
+    let mut want: Vec<&str> = Vec::new();
+    for l in block.iter().filter(|l| !l.trim().is_empty()) {
+        let n = blocks::normalize(l);
+        if n.starts_with("#![") {
+            if !root.contains(&n) {
+                return Err(format!("crate attribute `{n}` not in the kernel crate's root"));
             }
         } else {
             want.push(l);
         }
     }
-    let segments: Vec<&[String]> = want.split(|l| l.starts_with("// ...")).filter(|s| !s.is_empty()).collect();
-    let at = |from: usize, seg: &[String]| {
-        (from..file.len()).find(|&i| file.len() - i >= seg.len() && seg.iter().zip(&file[i..]).all(|(a, b)| a == b))
-    };
-    let Some((first, rest)) = segments.split_first() else { return Ok(()) };
-    let mut start = 0;
-    while let Some(i) = at(start, first) {
-        let mut pos = Some(i + first.len());
-        for seg in rest {
-            pos = pos.and_then(|p| at(p, seg)).map(|j| j + seg.len());
-        }
-        if pos.is_some() {
-            return Ok(());
-        }
-        start = i + 1;
+    if blocks::contains_block(file, &want) {
+        Ok(())
+    } else {
+        Err(format!(
+            "not found in order:\n{}",
+            want.iter().map(|l| blocks::normalize(l)).collect::<Vec<_>>().join("\n")
+        ))
     }
-    Err(format!("not found in order:\n{}", want.join("\n")))
 }
 
 #[test]

@@ -10,6 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use mscclpp_rs::ptxcheck;
+
 /// Module path (`a::b`, empty for the crate root) -> source text, for every `.rs` file under `src`.
 fn module_files(src: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -27,93 +29,6 @@ fn module_files(src: &Path) -> BTreeMap<String, String> {
                 }
                 out.insert(parts.join("::"), std::fs::read_to_string(&path).unwrap());
             }
-        }
-    }
-    out
-}
-
-/// The source with comments, string and character literals blanked out (lines kept).
-fn strip_comments_and_literals(src: &str) -> String {
-    let b: Vec<char> = src.chars().collect();
-    let mut out = String::with_capacity(src.len());
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        let next = b.get(i + 1).copied();
-        if c == '/' && next == Some('/') {
-            while i < b.len() && b[i] != '\n' {
-                i += 1;
-            }
-        } else if c == '/' && next == Some('*') {
-            let mut depth = 0;
-            while i < b.len() {
-                if b[i] == '/' && b.get(i + 1) == Some(&'*') {
-                    depth += 1;
-                    i += 2;
-                } else if b[i] == '*' && b.get(i + 1) == Some(&'/') {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-            out.push(' ');
-        } else if c == 'r' && (next == Some('"') || (next == Some('#') && !prev_is_ident(&b, i))) {
-            // Raw string: r"..." or r#"..."#.
-            let mut j = i + 1;
-            let mut hashes = 0;
-            while b.get(j) == Some(&'#') {
-                hashes += 1;
-                j += 1;
-            }
-            if b.get(j) != Some(&'"') {
-                out.push(c);
-                i += 1;
-                continue;
-            }
-            j += 1;
-            loop {
-                if j >= b.len() {
-                    break;
-                }
-                if b[j] == '"' && (0..hashes).all(|k| b.get(j + 1 + k) == Some(&'#')) {
-                    j += 1 + hashes;
-                    break;
-                }
-                j += 1;
-            }
-            out.push_str("\"\"");
-            i = j;
-        } else if c == '"' {
-            i += 1;
-            while i < b.len() && b[i] != '"' {
-                if b[i] == '\\' {
-                    i += 1;
-                }
-                if b[i.min(b.len() - 1)] == '\n' {
-                    out.push('\n');
-                }
-                i += 1;
-            }
-            i += 1;
-            out.push_str("\"\"");
-        } else if c == '\'' && (b.get(i + 2) == Some(&'\'') || next == Some('\\')) {
-            // A character literal ('x', '\n', '\'', '\u{..}'), not a lifetime.
-            i += 1;
-            if b.get(i) == Some(&'\\') {
-                i += 2;
-            }
-            while i < b.len() && b[i] != '\'' {
-                i += 1;
-            }
-            i += 1;
-            out.push_str("' '");
-        } else {
-            out.push(c);
-            i += 1;
         }
     }
     out
@@ -294,7 +209,7 @@ fn test_only_files(module: &str, src: &str) -> Vec<String> {
 
 /// The dependency graph of the crate whose sources are `files` (module path -> source).
 fn graph(files: &BTreeMap<String, String>) -> Graph {
-    let stripped: BTreeMap<&String, String> = files.iter().map(|(m, s)| (m, strip_comments_and_literals(s))).collect();
+    let stripped: BTreeMap<&String, String> = files.iter().map(|(m, s)| (m, ptxcheck::code_only(s))).collect();
     let test_only: BTreeSet<String> = stripped.iter().flat_map(|(m, s)| test_only_files(m, s)).collect();
     let names: BTreeSet<String> = files.keys().filter(|m| !test_only.contains(*m)).cloned().collect();
     names.iter().filter(|m| !m.is_empty()).map(|m| (m.clone(), dependencies(m, &stripped[m], &names))).collect()
