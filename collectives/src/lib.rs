@@ -710,6 +710,70 @@ impl Collectives {
     }
 }
 
+impl Collectives {
+    /// [`Collectives::allreduce`] on raw device addresses (for callers that hold no
+    /// [`DeviceBuffer`], such as a library with NCCL's interface). `send == recv` is in place.
+    ///
+    /// # Safety
+    /// `send` and `recv` are 16-byte aligned addresses of this rank's GPU, each valid for
+    /// `count` elements until `stream` has passed the operation.
+    pub unsafe fn allreduce_raw(
+        &self,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        check_aligned(&[send, recv])?;
+        let bytes = check_request(Operation::AllReduce, count, dtype, Some(op), self.ranks(), (usize::MAX, Some(usize::MAX)))?;
+        self.enqueue(Operation::AllReduce, dtype, (send, recv), bytes, stream)
+    }
+
+    /// [`Collectives::allgather`] of `bytes` per rank (a multiple of 16) on raw device
+    /// addresses; `send == recv + rank * bytes` is in place.
+    ///
+    /// # Safety
+    /// `send` (valid for `bytes`) and `recv` (valid for `bytes * n_ranks`) are 16-byte aligned
+    /// addresses of this rank's GPU, valid until `stream` has passed the operation.
+    pub unsafe fn allgather_raw(&self, send: u64, recv: u64, bytes: u64, stream: &CudaStream) -> Result<()> {
+        check_aligned(&[send, recv, bytes])?;
+        bytes.checked_mul(self.ranks() as u64).ok_or_else(|| {
+            Error::InvalidArgument(format!("collectives: allgather of {bytes} bytes per rank overflows"))
+        })?;
+        self.enqueue(Operation::AllGather, DataType::U32, (send, recv), bytes, stream)
+    }
+
+    /// [`Collectives::reduce_scatter`] of `count` elements per rank on raw device addresses.
+    ///
+    /// # Safety
+    /// `send` (valid for `count * n_ranks` elements) and `recv` (valid for `count` elements) are
+    /// 16-byte aligned addresses of this rank's GPU, valid until `stream` has passed the operation.
+    pub unsafe fn reduce_scatter_raw(
+        &self,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        check_aligned(&[send, recv])?;
+        let all = (usize::MAX, Some(usize::MAX));
+        let bytes = check_request(Operation::ReduceScatter, count, dtype, Some(op), self.ranks(), all)?;
+        self.enqueue(Operation::ReduceScatter, dtype, (send, recv), bytes, stream)
+    }
+}
+
+/// An error unless every value is a multiple of 16 (the raw entry points' addresses and sizes).
+fn check_aligned(values: &[u64]) -> Result<()> {
+    match values.iter().find(|v| *v % 16 != 0) {
+        Some(v) => Err(Error::InvalidArgument(format!("collectives: {v:#x} is not a multiple of 16"))),
+        None => Ok(()),
+    }
+}
+
 /// The checks of one operation that need no GPU: the element type and the reduction are
 /// implemented, the sizes do not overflow, and the buffers hold what the operation touches.
 /// `lens` is (send bytes, receive bytes), the receive length `None` when the operation is in
