@@ -37,7 +37,10 @@ usage: cargo xtask <command> [args]   (or ./x <command> [args])
   quickstart         checks that examples/quickstart/ is the README's code, builds it as the
                      README says next to this checkout, and runs it (it skips without a GPU)
   setup              only the set-up: the pinned toolchain's components and ptxas, cuobjdump
-                     and nvdisasm (from PyPI into .venv-tools/ when they are missing)
+                     and nvdisasm (from PyPI into .venv-tools/ when they are missing), and
+                     NCCL 2.28's nccl.h (from PyPI's nvidia-nccl-cu13, for the C interface test)
+  nccl               set-up, then builds libmscclpp_nccl.so (release) and lays it out in
+                     target/nccl/ under the names programs load NCCL by (libnccl.so.2, libnccl.so)
   help               this text
 ";
 
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
             setup(&root).and_then(|()| run(Command::new("bash").arg("scripts/gpu-build.sh").current_dir(&root)))
         }
         "quickstart" => quickstart(&root),
+        "nccl" => setup(&root).and_then(|()| nccl_lib(&root)),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())
@@ -136,7 +140,66 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
 /// The set-up: toolchain components, then the CUDA assembler tools.
 fn setup(root: &Path) -> Result<()> {
     toolchain(root)?;
-    tools(root)
+    tools(root)?;
+    nccl_header(root)
+}
+
+/// The NCCL release whose `nccl.h` the C interface test compiles against.
+const NCCL_PACKAGE: &str = "nvidia-nccl-cu13==2.28.9";
+
+/// Where the set-up puts that `nccl.h`, relative to the repository root.
+const NCCL_INCLUDE: &str = ".venv-tools/nccl-2.28.9/include";
+
+/// Installs NCCL's official `nccl.h` into `NCCL_INCLUDE` (only the header is kept from the
+/// PyPI package) unless it is there.
+fn nccl_header(root: &Path) -> Result<()> {
+    let include = root.join(NCCL_INCLUDE);
+    if include.join("nccl.h").exists() {
+        say(format!("nccl.h: {NCCL_INCLUDE}/nccl.h"));
+        return Ok(());
+    }
+    let python = root.join(VENV).join("bin").join("python");
+    let python = if python.exists() { python } else { PathBuf::from("python3") };
+    say(format!("nccl.h not found: taking it from PyPI's {NCCL_PACKAGE} into {NCCL_INCLUDE}/ (first run only)"));
+    let tmp = root.join("target").join("nccl-wheel");
+    std::fs::create_dir_all(&tmp).map_err(|e| format!("mkdir {}: {e}", tmp.display()))?;
+    run(Command::new(&python)
+        .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d"])
+        .arg(&tmp)
+        .arg(NCCL_PACKAGE))
+    .map_err(|e| format!("{e}\n(pip needs to reach PyPI)"))?;
+    let script = "import sys, zipfile, glob, os\n\
+w = glob.glob(os.path.join(sys.argv[1], 'nvidia_nccl_cu13-2.28.9-*.whl'))[0]\n\
+z = zipfile.ZipFile(w)\n\
+os.makedirs(sys.argv[2], exist_ok=True)\n\
+open(os.path.join(sys.argv[2], 'nccl.h'), 'wb').write(z.read('nvidia/nccl/include/nccl.h'))\n";
+    run(Command::new(&python).args(["-c", script]).arg(&tmp).arg(&include))?;
+    let _ = std::fs::remove_dir_all(&tmp);
+    say(format!("nccl.h: {NCCL_INCLUDE}/nccl.h"));
+    Ok(())
+}
+
+/// Builds `libmscclpp_nccl.so` and lays it out in `target/nccl/` as `libnccl.so.2` and
+/// `libnccl.so` too (links to it), for `LD_PRELOAD`, `LD_LIBRARY_PATH` and `-lnccl`.
+fn nccl_lib(root: &Path) -> Result<()> {
+    cargo(root, &["build", "--release", "-p", "mscclpp-nccl", "--lib"], &[], &[])?;
+    let dir = root.join("target").join("nccl");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    let lib = "libmscclpp_nccl.so";
+    std::fs::copy(root.join("target/release").join(lib), dir.join(lib)).map_err(|e| format!("copying {lib}: {e}"))?;
+    for name in ["libnccl.so.2", "libnccl.so"] {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(lib, &link).map_err(|e| format!("linking {name}: {e}"))?;
+    }
+    say(format!(
+        "NCCL in place: {0}/{lib} (also as libnccl.so.2 and libnccl.so)\n  \
+         LD_PRELOAD={0}/{lib} python3 train.py      # PyTorch\n  \
+         LD_LIBRARY_PATH={0} ./my-cudarc-program    # cudarc / candle (libnccl.so by name)\n  \
+         cc app.c -I<nccl include> -L{0} -lnccl     # C, C++",
+        dir.display()
+    ));
+    Ok(())
 }
 
 /// `rustup toolchain install` reads `rust-toolchain.toml` and adds whatever is missing (the

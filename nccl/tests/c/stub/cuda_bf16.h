@@ -1,0 +1,1 @@
+/* nccl.h includes it; the C interface test needs nothing from it. */
