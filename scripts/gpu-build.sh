@@ -50,6 +50,17 @@ cp target/release/ep_bench .gpu/bin/ep_bench
 # The plan executor against the hand-written collectives.
 cargo build --release -p mscclpp-executor --example exec_bench
 cp target/release/examples/exec_bench .gpu/bin/exec_bench
+# NCCL's interface: the library, the cudarc client, the C interface test (with the official
+# header), and the PyTorch script.
+cargo build --release -p mscclpp-nccl --lib
+cp target/release/libmscclpp_nccl.so .gpu/bin/libmscclpp_nccl.so
+collect test --release --no-run -p mscclpp-nccl | while read -r name kind path; do
+  case "$name" in cudarc_nccl) cp "$path" .gpu/bin/cudarc_nccl ;; abi) cp "$path" .gpu/bin/nccl_abi ;; esac
+done
+mkdir -p .gpu/nccl-extra/include
+cp .venv-tools/nccl-2.28.9/include/nccl.h .gpu/nccl-extra/include/
+cp -r nccl/tests/c .gpu/nccl-extra/c
+cp nccl/tests/torch_nccl.py .gpu/nccl-extra/torch_nccl.py
 strip --strip-debug .gpu/bin/* 2>/dev/null || true
 # Everything the report runs must be in the bundle.
 for n in report unit_bulk unit_sync unit_memchan unit_transport mp_patterns mp_collectives mp_ep mp_exec bench_bulk bench_sync bench_memchan coll_bench; do

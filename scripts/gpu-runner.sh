@@ -9,7 +9,7 @@
 #   bash .gpu/run.sh                  the report, plus mp_patterns under mpirun and with 4 ranks,
 #                                     the dead-peer test and the allreduce example (groups: mp
 #                                     abort example report)
-#   bash .gpu/run.sh unit mp          only those groups (unit, mp, abort, example, report, bench, coll, tcp, ep, exec:
+#   bash .gpu/run.sh unit mp          only those groups (unit, mp, abort, example, report, bench, coll, tcp, ep, exec, nccl:
 #                                     unit, bench and coll run those executables on their own)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
 # Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150; the report gets
@@ -137,6 +137,24 @@ if [ -e "$here/bin/ep_bench" ] && selected ep ep_bench; then
     -x MSCCLPP_RS_NCCL -x MSCCLPP_RS_EP_SHAPES -x MSCCLPP_RS_EP_REPS \
     -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/ep_bench"
 fi
+# NCCL's interface (group nccl): cudarc's NCCL API on libmscclpp_nccl.so (2 ranks, processes),
+# the C interface test (a world of one on the GPU), and PyTorch through torchrun with the library
+# in LD_PRELOAD at 2 ranks (sharing the GPU of a one-GPU machine) and at 1 (MSCCLPP_RS_TORCHRUN:
+# torchrun to use, default the first of /opt/torch/.venv/bin/torchrun and PATH's). Carry
+# .gpu/nccl-extra (the header, the C test's sources, the PyTorch script) with the bundle.
+if [ -e "$here/bin/libmscclpp_nccl.so" ] && selected nccl nccl; then
+  mkdir -p "$here/nccl" && ln -sf ../bin/libmscclpp_nccl.so "$here/nccl/libnccl.so" && ln -sf ../bin/libmscclpp_nccl.so "$here/nccl/libnccl.so.2"
+  [ -e "$here/bin/cudarc_nccl" ] && run nccl-cudarc2 env LD_LIBRARY_PATH="$here/nccl" "$here/bin/cudarc_nccl" --ranks 2
+  [ -e "$here/bin/nccl_abi" ] && run nccl-abi env MSCCLPP_RS_NCCL_INCLUDE="$here/nccl-extra/include" \
+    MSCCLPP_RS_NCCL_C="$here/nccl-extra/c" "$here/bin/nccl_abi" --test-threads=1
+  trun=${MSCCLPP_RS_TORCHRUN:-$( [ -x /opt/torch/.venv/bin/torchrun ] && echo /opt/torch/.venv/bin/torchrun || command -v torchrun)}
+  if [ -n "$trun" ] && [ -e "$here/nccl-extra/torch_nccl.py" ]; then
+    for np in 2 1; do
+      run "nccl-torch$np" env LD_PRELOAD="$here/bin/libmscclpp_nccl.so" MSCCLPP_RS_NCCL_STATS=1 \
+        "$trun" --standalone --nproc_per_node="$np" "$here/nccl-extra/torch_nccl.py"
+    done
+  fi
+fi
 # The report: it runs the test and bench executables beside it (its own progress and summary are
 # in report.log; the children's logs in report/logs/). Its bench rows go to report/bench.jsonl.
 selected report report && run report env -u MSCCLPP_RS_BENCH_OUT MSCCLPP_RS_REPORT_DIR="$out/report" "$here/bin/report"
@@ -145,6 +163,7 @@ for b in "$out"/coll_bench-*.log "$out"/ep_bench-*.log; do [ -e "$b" ] && { echo
 for b in "$out"/bench_*.log; do [ -e "$b" ] && sed -n '/^== /,/^$/p' "$b"; done
 [ -e "$out/report.log" ] && { echo "== report"; sed -n '/^Correctness/,$p' "$out/report.log"; }
 for b in "$out"/tcp_bench*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -E 'tcp_bench:|== tcp|variant|put/|rtt' "$b"; }; done
+for b in "$out"/nccl-*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -E 'torch_nccl:|cudarc_nccl:|RESULT|test result' "$b" | head -8; }; done
 for b in "$out"/*-tcp-*.log; do [ -e "$b" ] && grep -E 'port channels toward|port_all_to_all|: ok:' "$b" | head -4; done
 [ -s "$out/skips.log" ] && { echo "skipped:"; cat "$out/skips.log"; }
 echo "== summary =="

@@ -99,7 +99,9 @@ fn the_official_header_compiles_links_and_agrees() {
     let refs: Vec<String> = TABLE.iter().flat_map(|(n, _)| [format!("(void *){n}"), format!("(void *)p{n}")]).collect();
     fns.push_str(&format!("static void *FUNCTIONS[] = {{ {} }};\n", refs.join(", ")));
     std::fs::write(work.join("functions.h"), fns).unwrap();
-    let c_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let c_dir = std::env::var_os("MSCCLPP_RS_NCCL_C")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c"));
     let exe = work.join("abi");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let built = Command::new(&cc)
