@@ -115,8 +115,8 @@ pub struct Served {
     blocks: u32,
     budget: SpinBudget,
     functions: HashMap<String, CudaFunction>,
-    /// The collectives of the fast path.
-    coll: Collectives,
+    /// The collectives of the fast path (none in a world of one, where the general path serves).
+    coll: Option<Collectives>,
     stage_in: DeviceBuffer,
     stage_out: DeviceBuffer,
     /// Every rank's scratch address, in device memory (the reduction kernel's table).
@@ -170,7 +170,7 @@ impl Served {
         ];
         let mut config = mscclpp_collectives::Config::from_env()?;
         config.max_blocks = Some(config.max_blocks.map_or(blocks, |b| b.min(blocks)));
-        let coll = Collectives::with_config(comm, config)?;
+        let coll = if n > 1 { Some(Collectives::with_config(comm, config)?) } else { None };
         let stage_in = DeviceBuffer::alloc(&gpu, to_usize(sizes.stage)?)?;
         let stage_out = DeviceBuffer::alloc(&gpu, to_usize(sizes.stage)?)?;
         gpu.module(PTX)?;
@@ -327,7 +327,7 @@ impl Served {
     pub fn allreduce(&self, s: CUstream, send: u64, recv: u64, count: u64, dtype: DataType, red: Reduction) -> Result<()> {
         let stream = self.stream(s);
         let size = dtype.size() as u64;
-        if let (Some(ct), mscclpp_nccl_device::ReduceOp::Sum) = (dtype.collectives(), red.op) {
+        if let (Some(coll), Some(ct), mscclpp_nccl_device::ReduceOp::Sum) = (&self.coll, dtype.collectives(), red.op) {
             // The fast path, in pieces of at most one staging buffer.
             let per = (self.sizes.stage / size).max(1);
             let mut off = 0;
@@ -338,9 +338,7 @@ impl Served {
                 let output = if dst % 16 == 0 { dst } else { self.stage_out.addr() };
                 // SAFETY: `input` and `output` hold k elements (the caller's buffers, or staging
                 // of at least `stage` bytes) on this GPU.
-                unsafe {
-                    self.coll.allreduce_raw(input, output, k as usize, ct, mscclpp_collectives::ReduceOp::Sum, &stream)?
-                };
+                unsafe { coll.allreduce_raw(input, output, k as usize, ct, mscclpp_collectives::ReduceOp::Sum, &stream)? };
                 if output != dst {
                     self.copy(&stream, &[CopyItem { dst, src: output, bytes: k * size }])?;
                 }
@@ -395,7 +393,7 @@ impl Served {
         let stream = self.stream(s);
         let size = dtype.size() as u64;
         let n = self.n as u64;
-        if let (Some(ct), mscclpp_nccl_device::ReduceOp::Sum) = (dtype.collectives(), red.op) {
+        if let (Some(_), Some(ct), mscclpp_nccl_device::ReduceOp::Sum) = (&self.coll, dtype.collectives(), red.op) {
             let total = count * size * n;
             if total <= self.sizes.stage {
                 let input = self.stage_if_unaligned(&stream, send, total, &self.stage_in)?;
@@ -458,11 +456,10 @@ impl Served {
         count: u64,
         ct: mscclpp_collectives::DataType,
     ) -> Result<()> {
+        let coll = self.coll.as_ref().ok_or_else(|| Error::internal("no collectives in a world of one"))?;
         // SAFETY: `input` holds n * count elements and `output` count elements on this GPU.
-        unsafe {
-            self.coll.reduce_scatter_raw(input, output, count as usize, ct, mscclpp_collectives::ReduceOp::Sum, stream)
-        }
-        .map_err(Error::from)
+        unsafe { coll.reduce_scatter_raw(input, output, count as usize, ct, mscclpp_collectives::ReduceOp::Sum, stream) }
+            .map_err(Error::from)
     }
 
     /// Allgather: rank q's `count` elements land at element `q * count` of every `recv`.
@@ -471,15 +468,15 @@ impl Served {
         let bytes = count * dtype.size() as u64;
         let n = self.n as u64;
         // Bytes move as they are, whatever the type: the fast path takes whole 16-byte words.
-        if bytes == 0 || bytes % 16 != 0 {
+        let Some(coll) = self.coll.as_ref().filter(|_| bytes > 0 && bytes % 16 == 0) else {
             return self.allgather_rounds(&stream, send, recv, bytes);
-        }
+        };
         if bytes * n <= self.sizes.stage {
             let input = self.stage_if_unaligned(&stream, send, bytes, &self.stage_in)?;
             let output = if recv % 16 == 0 { recv } else { self.stage_out.addr() };
             // SAFETY: `input` holds `bytes`, `output` n * bytes (the caller's buffers or
             // staging of `stage` bytes), both on this GPU and 16-byte aligned.
-            unsafe { self.coll.allgather_raw(input, output, bytes, &stream)? };
+            unsafe { coll.allgather_raw(input, output, bytes, &stream)? };
             if output != recv {
                 self.copy(&stream, &[CopyItem { dst: recv, src: output, bytes: bytes * n }])?;
             }
@@ -492,7 +489,7 @@ impl Served {
             let k = per.min(bytes - off);
             let input = self.stage_if_unaligned(&stream, send + off, k, &self.stage_in)?;
             // SAFETY: as above, with k bytes per rank.
-            unsafe { self.coll.allgather_raw(input, self.stage_out.addr(), k, &stream)? };
+            unsafe { coll.allgather_raw(input, self.stage_out.addr(), k, &stream)? };
             let items: Vec<CopyItem> = (0..n)
                 .map(|q| CopyItem { dst: recv + q * bytes + off, src: self.stage_out.addr() + q * k, bytes: k })
                 .collect();

@@ -13,9 +13,11 @@
 //!
 //! The address is chosen where `ncclGetUniqueId` runs, which must be the machine of rank 0 (as
 //! with NCCL, the process that makes the id is rank 0's in practice): `MSCCLPP_RS_BOOTSTRAP` or
-//! NCCL's `NCCL_COMM_ID` (`host:port`) when set, else the first IPv4 address of an interface
-//! that is up and not loopback (restricted by `NCCL_SOCKET_IFNAME` as NCCL reads it: a list of
-//! name prefixes, `^` to exclude, `=` for exact names), else loopback; the port is a free one.
+//! NCCL's `NCCL_COMM_ID` (`host:port`) when set; else, when `NCCL_SOCKET_IFNAME` is set, the
+//! first IPv4 address of an interface that is up, not loopback and matches it (as NCCL reads it:
+//! a list of name prefixes, `^` to exclude, `=` for exact names); else loopback, which serves
+//! every job on one machine. Ranks on several machines therefore need one of these variables,
+//! as they do to pick NCCL's own interface. The port is a free one.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
 
@@ -107,10 +109,12 @@ impl UniqueId {
 
 /// The address `ncclGetUniqueId` offers when none is given (see the module docs).
 fn default_ip() -> IpAddr {
-    let filter = std::env::var("NCCL_SOCKET_IFNAME").ok();
+    let Ok(filter) = std::env::var("NCCL_SOCKET_IFNAME") else {
+        return IpAddr::V4(Ipv4Addr::LOCALHOST);
+    };
     interfaces()
         .into_iter()
-        .find(|(name, ip)| !ip.is_loopback() && filter.as_deref().is_none_or(|f| interface_matches(f, name)))
+        .find(|(name, ip)| !ip.is_loopback() && interface_matches(&filter, name))
         .map(|(_, ip)| IpAddr::V4(ip))
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
