@@ -73,6 +73,15 @@ def fold(xs, f):
     return acc
 
 
+def premul_factor(dtype, factor):
+    """The factor NCCL applies: PyTorch hands ncclRedOpCreatePreMulSum a float for bfloat16 and
+    NCCL reads the type's two bytes of it (its low half), as this library does too."""
+    if dtype == torch.bfloat16:
+        bits = torch.tensor([factor], dtype=torch.float32).view(torch.int32).item() & 0xFFFF
+        return torch.tensor([bits], dtype=torch.int32).to(torch.int16).view(torch.bfloat16).item()
+    return factor
+
+
 def reduce_ref(xs, op, dtype, factor=None):
     """The reduction as NCCL defines it, computed in the element type."""
     if op == "sum":
@@ -89,7 +98,7 @@ def reduce_ref(xs, op, dtype, factor=None):
             return (s.double() / WORLD).to(dtype)
         return torch.div(s, WORLD, rounding_mode="trunc").to(dtype)
     if op == "premul":
-        return fold([x * factor for x in xs], torch.add)
+        return fold([x * premul_factor(dtype, factor) for x in xs], torch.add)
     raise ValueError(op)
 
 
