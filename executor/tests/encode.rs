@@ -93,7 +93,7 @@ fn examples_encode_inside_the_arenas_and_round_trip() {
 #[test]
 fn plans_generated_by_mscclpp_encode_on_every_rank() {
     let allgather = mscclpp_json::read(include_str!("../../plan/tests/mscclpp/allgather.json")).unwrap();
-    let allreduce = mscclpp_json::read(include_str!("../../plan/tests/mscclpp/allreduce_pkt.json")).unwrap();
+    let allreduce = mscclpp_json::read(include_str!("../../plan/tests/mscclpp/allreduce_pkt_2.json")).unwrap();
     for p in [&allgather, &allreduce] {
         mscclpp_plan::check(p).unwrap_or_else(|e| panic!("{}: {e:?}", p.name));
     }
