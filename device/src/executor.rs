@@ -19,6 +19,13 @@
 //! [`EmulatedSwitchChannel`] (peer pointers; NVLink multicast is not used). The host encoder
 //! (`mscclpp-executor`) turns a checked plan into these records.
 //!
+//! Relaxed signals and waits order no data of the launch, but they do order the input the
+//! stream wrote before it: each block's thread 0 runs `fence.acq_rel.sys` before its first
+//! operation (releasing what the stream completed before the launch) and after every relaxed
+//! wait (acquiring what the signalling block released that way), so a rank that has seen a
+//! relaxed signal from a peer may read that peer's input. `mscclpp_plan::check` models exactly
+//! this (see its "Relaxed signals and the input" section).
+//!
 //! Packets (LL16) carry a flag: block `b` uses `epochs[b]` (1 at the first launch, one more at
 //! every launch, so every rank's blocks agree on it), and packet operands in scratch
 //! ([`flags::DST_PKT_SCRATCH`], [`flags::SRC_PKT_SCRATCH`]) alternate between two copies of the
@@ -163,6 +170,7 @@ unsafe impl DeviceAbi for ExecPlan {}
 #[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
+    use crate::atomic::{Sys, fence_acq_rel};
     use crate::channel::switch::{SwitchElem, SwitchGroup};
     use crate::collective::{Bf16, Element, F16, F32, I32, U32};
     use crate::copy::{Threads, copy_widest};
@@ -319,6 +327,11 @@ mod device {
             };
             let shift = if flag & 1 == 1 { self.pkt_shift } else { 0 };
             let arena = self.arena;
+            if leader {
+                // Releases what the stream did before this launch (the host's input) to any
+                // rank that later sees a signal of this block, relaxed ones included.
+                fence_acq_rel::<Sys>();
+            }
             for i in start..end {
                 // SAFETY: indices below tb_start[n_blocks] are inside `ops` (encoder).
                 let op = unsafe { self.ops.add(i as usize).as_ptr().read() };
@@ -432,7 +445,10 @@ mod device {
                         opcode::WAIT => {
                             if leader {
                                 if op.flags & flags::RELAXED != 0 {
-                                    mem().relaxed_wait(budget)
+                                    mem().relaxed_wait(budget);
+                                    // Acquires what the signaller released: its host's input,
+                                    // by the fence at the start of its block.
+                                    fence_acq_rel::<Sys>();
                                 } else {
                                     mem().wait(budget)
                                 }

@@ -47,10 +47,43 @@
 //! A rank's input is written by its host before its launch and may be rewritten once the launch
 //! has ended, neither of which another rank sees. So the input is modelled as written by a host
 //! operation that every thread block of its rank knows from the start and no other rank knows:
-//! another rank reading (or writing) it without a fenced wait for a signal from its owner races
-//! with that write; and every such access must be known to the owner by the end of its launch,
+//! another rank reading (or writing) it before a wait for a signal from its owner (relaxed or
+//! not: see below) races with that write; and every such access must be known to the owner by the end of its launch,
 //! or the owner's host could rewrite the input under it. (Only the input is modelled this way:
 //! the checker looks at one launch, and the other buffers belong to the plan.)
+//!
+//! # Relaxed signals and the input
+//!
+//! A relaxed signal or wait (and a signal without a fence before it, a wait without one after
+//! it) orders none of the launch's data, but every signal, relaxed or not, carries its rank's
+//! host write of the input, and every wait acquires what its signal carries of that: so a rank
+//! may read (or write) a peer's input once it has waited, relaxed or not, for a signal from that
+//! peer. MSCCL++'s reference allreduce and its put, get and read-reduce unit plans rely on this
+//! (a relaxed signal/wait, then reads of the peers' inputs). The argument, in the PTX memory
+//! model, for the executor of `mscclpp-executor`:
+//!
+//! - the host's write `W` of rank A's input is stream work that completed before A's launch
+//!   began (a copy or a kernel earlier in A's stream, or a synchronous copy before the launch),
+//!   so `W` happens before every operation of A's kernel;
+//! - thread 0 of every block of the executor runs `fence.acq_rel.sys` before its first operation,
+//!   and signals are made by thread 0: that fence `F_A` followed by A's signal `S` (a strong
+//!   relaxed atomic at system scope) is a *release pattern*, which `W` precedes;
+//! - thread 0 of the waiting block of rank B spins with strong relaxed loads until one, `R`,
+//!   observes `S`, then runs `fence.acq_rel.sys` (`F_B`; a non-relaxed wait's load is itself an
+//!   acquire): an *acquire pattern*. So `F_A` synchronizes with `F_B`, and `W` is in causality
+//!   order before everything after `F_B` in thread 0, and, through the `bar.sync` that follows
+//!   every operation, in the other threads of that block: their reads of A's input see `W`
+//!   (or later writes), never an older value;
+//! - without `F_A` and `F_B` nothing orders `W` before B's reads (no morally strong
+//!   synchronization relates them), and the model allows B a stale value of the input (a previous
+//!   launch's). MSCCL++'s own executor fences neither side of a relaxed signal/wait, so there the
+//!   pattern is outside what the model guarantees and works because the hardware neither keeps a
+//!   peer's lines in L1 across a launch nor issues the loads before the spin loop ends.
+//!
+//! Only the host's write travels this way: the launch's own writes before a relaxed signal are
+//! not released by the fence at the block's start, so they still need a fenced, non-relaxed
+//! signal/wait pair; and the check that every remote access of a rank's input is known to that
+//! rank before it finishes is unchanged.
 
 use crate::builder::{MAX_RANKS, MAX_THREADBLOCKS, PlanError, validate_op};
 use crate::plan::*;
@@ -692,12 +725,19 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                 let x = first_id[th] + i;
                 if let OpKind::Wait { channel, data_sync, relaxed } = op.kind {
                     let token = sems.get_mut(&sem_keys(p, &ord, channel).1).and_then(|q| q.pop_front()).flatten();
-                    if let Some(c) = token
-                        && data_sync.after()
-                        && !relaxed
-                    {
+                    if let Some(c) = token {
                         budget.step(hb_words)?;
-                        know[th].join(&c);
+                        if data_sync.after() && !relaxed {
+                            know[th].join(&c);
+                        } else {
+                            // Any wait acquires the hosts' inputs the signal carries (see
+                            // "Relaxed signals and the input" above).
+                            for q in 0..n {
+                                if c.contains(host_bit(q)) {
+                                    know[th].insert(host_bit(q));
+                                }
+                            }
+                        }
                     }
                 }
                 // Data ancestors: what produced the values this operation reads.
@@ -778,7 +818,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                                 && reported.insert((b.op.clone(), me.clone()))
                             {
                                 let hint = if b.op.tb == OpRef::HOST {
-                                    ": another rank's input is ready only once that rank's launch has begun: access it after a fenced wait for a signal from that rank".to_string()
+                                    ": another rank's input is ready only once that rank's launch has begun: access it after a wait for a signal from that rank".to_string()
                                 } else if u.rank != b.op.rank || u.rank != r {
                                     ": a remote write is visible only after a fenced signal ordered after it (for a port channel, a signal on that channel or anything after a flush) and a fenced wait ordered before the other access, or to a packet read of it".to_string()
                                 } else {
@@ -853,7 +893,16 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                         }
                         None => th,
                     };
-                    sems.entry(sem_keys(p, &ord, c).0).or_default().push_back(publishes.then(|| know[from].clone()));
+                    // A signal that publishes nothing of the launch still carries the host's
+                    // input of its rank (released by the executor's fence at the block's start).
+                    let token = if publishes {
+                        know[from].clone()
+                    } else {
+                        let mut h = Hb::new(bits);
+                        h.insert(host_bit(r));
+                        h
+                    };
+                    sems.entry(sem_keys(p, &ord, c).0).or_default().push_back(Some(token));
                 }
                 pc[th] += 1;
                 progressed = true;

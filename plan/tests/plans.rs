@@ -655,18 +655,28 @@ fn reads_a_mscclpp_plan() {
 
 #[test]
 fn mscclpp_reader_rejects_what_it_does_not_model() {
-    let unsupported = MSCCLPP_PLAN.replace(r#""name": "nop""#, r#""name": "glres""#);
+    let unsupported = MSCCLPP_PLAN.replace(r#""name": "nop""#, r#""name": "glreduce""#);
     let e = mscclpp_json::read(&unsupported).unwrap_err();
-    assert_eq!(e.to_string(), r#"gpu 0 tb 0 op 1: unsupported operation "glres""#);
+    assert_eq!(e.to_string(), r#"gpu 0 tb 0 op 1: unsupported operation "glreduce""#);
+    // MSCCL++ operations the executor cannot run are refused with the reason.
     let e = mscclpp_json::read(&MSCCLPP_PLAN.replace(r#""name": "nop""#, r#""name": "sem_acquire""#)).unwrap_err();
     assert!(matches!(e, mscclpp_json::ReadError::Unsupported { ref name, .. } if name == "sem_acquire"), "{e}");
+    assert!(e.to_string().ends_with("the executor's thread blocks synchronise only through channels"), "{e}");
+    let e = mscclpp_json::read(&MSCCLPP_PLAN.replacen(
+        r#""channel_type": "memory", "connected_to""#,
+        r#""channel_type": "ib", "connected_to""#,
+        1,
+    ))
+    .unwrap_err();
+    assert_eq!(e.to_string(), r#"gpu 0: unsupported channel type "ib""#);
+    // A switch channel needs its rank group and buffer.
     let e = mscclpp_json::read(&MSCCLPP_PLAN.replacen(
         r#""channel_type": "memory", "connected_to""#,
         r#""channel_type": "switch", "connected_to""#,
         1,
     ))
     .unwrap_err();
-    assert_eq!(e.to_string(), r#"gpu 0: unsupported channel type "switch""#);
+    assert!(e.to_string().ends_with("(switch channel): expects one rank group and a buffer type"), "{e}");
     // A DSL rule broken inside the file is reported with its place.
     let e = mscclpp_json::read(&MSCCLPP_PLAN.replacen(
         r#""index": 0, "size": 1 } ],
@@ -979,4 +989,83 @@ fn in_place_plans_alias_input_and_output() {
     assert_eq!(errors.len(), 2, "{m}");
     assert!(matches!(errors[0], CheckError::InPlace(PlanError::InPlaceLayout { rank: 0, .. })), "{m}");
     assert!(p.input_in_output(2).is_err(), "no rank 2");
+}
+
+/// A relaxed signal/wait orders no data of the launch but carries the signaller's input (its
+/// host wrote it before the launch; the executor fences at a block's start and after a relaxed
+/// wait): rank 1 may get rank 0's input after a relaxed wait for rank 0, but not before any
+/// wait, and not rank 0's output that rank 0's kernel wrote before a relaxed signal.
+#[test]
+fn relaxed_signal_carries_the_input_but_not_the_launch_writes() {
+    let build = |wait: bool, from_output: bool| {
+        let mut p = Program::new("relaxed_get", "test", 2, 1, 1, 0);
+        let to1 = p.memory_channel(1, 0).unwrap();
+        let from0 = p.memory_channel(0, 1).unwrap();
+        let r0 = p.rank(0).unwrap();
+        if from_output {
+            r0.copy(&mut p, Chunk::output(0, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+        }
+        to1.signal(&mut p, 0, SyncType::Both, true).unwrap();
+        if wait {
+            from0.wait(&mut p, 0, SyncType::After, true).unwrap();
+        }
+        let src = if from_output { Chunk::output(0, 0, 1) } else { Chunk::input(0, 0, 1) };
+        from0.get(&mut p, Chunk::output(1, 0, 1), src, 0).unwrap();
+        if !wait {
+            from0.wait(&mut p, 0, SyncType::After, true).unwrap();
+        }
+        // Rank 1 tells rank 0 it is done with rank 0's memory (fenced), so rank 0 outlives the get.
+        from0.signal(&mut p, 0, SyncType::Before, false).unwrap();
+        to1.wait(&mut p, 0, SyncType::After, false).unwrap();
+        p
+    };
+    check(&build(true, false)).unwrap();
+    let (_, m) = rejected(&build(false, false));
+    assert!(m.contains("race on rank 0 input[0..1]: rank 0's host"), "{m}");
+    let (_, m) = rejected(&build(true, true));
+    assert!(m.contains("race on rank 0 output[0..1]: rank 0 tb 0 op 0 (copy"), "{m}");
+}
+
+/// MSCCL++'s switch operations and fused packet reductions are read as this crate's
+/// operations: `glre` a switch reduction, `gstore` a broadcast, `glres` a reduction into the
+/// rank's own copy then its broadcast, `recpkt` / `recspkt` a packet reduction then packet
+/// copies (and puts).
+#[test]
+fn mscclpp_switch_and_fused_packet_operations_are_read() {
+    let text = include_str!("mscclpp/allreduce_nvls_zero_copy_2.json");
+    let p = mscclpp_json::read(text).unwrap();
+    let switches: Vec<&Channel> = p.channels.iter().filter(|c| matches!(c, Channel::Switch { .. })).collect();
+    assert_eq!(switches.len(), 8, "the k-th switch channel of every member is one channel");
+    assert!(switches.iter().all(|c| **c == Channel::Switch { ranks: vec![0, 1], buffer: BufferType::Input }));
+    let kinds: Vec<&OpKind> = p.ranks[1].threadblocks[0].iter().map(|o| &o.kind).collect();
+    let sw = p.channels.iter().position(|c| matches!(c, Channel::Switch { .. })).unwrap();
+    assert!(kinds.contains(&&OpKind::SwitchReduce {
+        channel: sw,
+        buffer_offset: 8,
+        size: 1,
+        dst: Chunk::input(1, 8, 1),
+        reduce_op: ReduceOp::Sum
+    }));
+    assert!(kinds.contains(&&OpKind::SwitchBroadcast {
+        channel: sw,
+        src: Chunk::input(1, 8, 1),
+        buffer_offset: 8,
+        size: 1
+    }));
+
+    let p = mscclpp_json::read(include_str!("mscclpp/reduce_copy_send_packet_test.json")).unwrap();
+    let kinds: Vec<&OpKind> = p.ranks[0].threadblocks[0].iter().map(|o| &o.kind).collect();
+    assert!(
+        matches!(
+            kinds.as_slice(),
+            [
+                OpKind::Reduce { src, others, dst, packet: true, .. },
+                OpKind::CopyPackets { dst: copy, src: copied },
+                OpKind::PutPackets { dst: remote, src: sent, .. },
+            ] if *src == Chunk::input(0, 0, 1) && *others == [Chunk::scratch(0, 0, 1)] && *dst == Chunk::input(0, 0, 1)
+                && *copy == Chunk::scratch(0, 1, 1) && *copied == Chunk::input(0, 0, 1)
+                && remote.rank == 1 && remote.buffer == BufferType::Scratch && *sent == Chunk::input(0, 0, 1)
+        ),
+        "{kinds:?}"
+    );
 }
