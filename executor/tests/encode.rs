@@ -386,3 +386,29 @@ fn in_place_allgather_with_a_switch_channel_names_the_input_offsets() {
     let e = encode(&p, 0, CHUNK).unwrap_err().to_string();
     assert!(e.contains("rank 1's input lies at byte 4096 of its arena, rank 0's at byte 0"), "{e}");
 }
+
+/// Every plan of `plan/tests/mscclpp/` that reads and checks clean encodes on every rank with
+/// offsets inside the arenas (what `mp_exec` then runs on GPUs).
+#[test]
+fn every_clean_mscclpp_plan_encodes_on_every_rank() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plan/tests/mscclpp");
+    let mut encoded = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let Ok(p) = mscclpp_json::read(&std::fs::read_to_string(&path).unwrap()) else { continue };
+        if mscclpp_plan::check(&p).is_err() {
+            continue;
+        }
+        for r in 0..p.ranks.len() {
+            for chunk in [16, CHUNK] {
+                let e = encode(&p, r, chunk).unwrap_or_else(|e| panic!("{}: rank {r}: {e}", path.display()));
+                assert_records_inside(&p, r, &e);
+            }
+        }
+        encoded += 1;
+    }
+    assert_eq!(encoded, 44, "the clean plans of plan/tests/mscclpp");
+}

@@ -260,3 +260,28 @@ impl Machine<'_> {
         }
     }
 }
+
+/// What rank `me`'s output holds after collective `collective` (MSCCL++'s names) of `inputs`,
+/// on 32-bit words with wrapping sums; `None` for a collective without a fixed meaning (MSCCL++'s
+/// `test`, the unit plans) or inputs that do not split evenly.
+///
+/// - `allreduce`: the sum of every rank's input;
+/// - `allgather`: every rank's input, in rank order;
+/// - `alltoall`: block `j` (of `n` equal blocks) is block `me` of rank `j`'s input.
+pub fn collective(collective: &str, inputs: &[Vec<u32>], me: usize) -> Option<Vec<u32>> {
+    let n = inputs.len();
+    let mine = inputs.get(me)?;
+    match collective {
+        "allreduce" => {
+            inputs.iter().all(|x| x.len() == mine.len()).then_some(())?;
+            Some((0..mine.len()).map(|i| inputs.iter().fold(0u32, |a, x| a.wrapping_add(x[i]))).collect())
+        }
+        "allgather" => Some(inputs.concat()),
+        "alltoall" => {
+            let block = mine.len() / n;
+            (block * n == mine.len() && inputs.iter().all(|x| x.len() == mine.len())).then_some(())?;
+            Some((0..n).flat_map(|j| inputs[j][me * block..(me + 1) * block].to_vec()).collect())
+        }
+        _ => None,
+    }
+}

@@ -4,7 +4,7 @@
 //! ([`interpret::run`]) on fresh random data, and a collective's result compared with what the
 //! collective means.
 
-use mscclpp_plan::{Program, check, interpret, mscclpp_json};
+use mscclpp_plan::{check, interpret, mscclpp_json};
 use std::path::Path;
 
 /// What a plan must get: `Clean`, or refused / flagged with a message containing the text.
@@ -158,23 +158,6 @@ fn words(seed: &mut u64, n: usize) -> Vec<u32> {
         .collect()
 }
 
-/// What rank `me`'s output must hold after the collective, `None` for a collective this test
-/// knows no meaning of (MSCCL++'s `test`).
-fn meaning(p: &Program, inputs: &[Vec<u32>], me: usize) -> Option<Vec<u32>> {
-    let n = inputs.len();
-    match p.collective.as_str() {
-        "allreduce" => {
-            Some((0..inputs[me].len()).map(|i| inputs.iter().fold(0u32, |a, x| a.wrapping_add(x[i]))).collect())
-        }
-        "allgather" => Some(inputs.concat()),
-        "alltoall" => {
-            let block = inputs[me].len() / n;
-            Some((0..n).flat_map(|j| inputs[j][me * block..(me + 1) * block].to_vec()).collect())
-        }
-        _ => None,
-    }
-}
-
 /// The verdict on every generated plan, as a table, and each asserted; every clean plan run on
 /// the host against its collective's meaning.
 #[test]
@@ -226,7 +209,7 @@ fn every_mscclpp_plan_gets_its_verdict_and_clean_ones_compute_their_collective()
             Err(e) => failures.push(format!("{name}: the host run is stuck: {e}")),
             Ok(bufs) => {
                 for (me, b) in bufs.iter().enumerate() {
-                    if let Some(want) = meaning(&p, &inputs, me)
+                    if let Some(want) = interpret::collective(&p.collective, &inputs, me)
                         && (b.output != want || b.defined[1].iter().any(|d| !d))
                     {
                         failures.push(format!("{name}: rank {me}'s output is not the {}", p.collective));
@@ -246,4 +229,26 @@ fn every_mscclpp_plan_gets_its_verdict_and_clean_ones_compute_their_collective()
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The host run is no rubber stamp: an allgather whose rank 1 puts nothing leaves rank 0's
+/// slice 1 poisoned, and an allreduce whose inputs differ from the ones run is caught.
+#[test]
+fn the_host_run_catches_a_plan_that_does_not_compute_its_collective() {
+    let mut p = mscclpp_json::read(include_str!("mscclpp/allgather.json")).unwrap();
+    p.ranks[1].threadblocks[0].retain(|o| !matches!(o.kind, mscclpp_plan::OpKind::Put { .. }));
+    let mut s = seed();
+    let inputs: Vec<Vec<u32>> = (0..2).map(|_| words(&mut s, 4)).collect();
+    let out = interpret::run(&p, &inputs, 4, 0xa5a5_a5a5).unwrap();
+    assert_eq!(interpret::collective("allgather", &inputs, 1).unwrap(), out[1].output, "rank 1 got rank 0's put");
+    assert_ne!(interpret::collective("allgather", &inputs, 0).unwrap(), out[0].output, "rank 0 misses rank 1's");
+    assert_eq!(out[0].output[4..], [0xa5a5_a5a5; 4]);
+
+    let p = mscclpp_json::read(include_str!("mscclpp/allreduce_2.json")).unwrap();
+    let inputs: Vec<Vec<u32>> = (0..2).map(|r| words(&mut s, p.ranks[r].input_chunks * 4)).collect();
+    let out = interpret::run(&p, &inputs, 4, 0).unwrap();
+    let mut other = inputs.clone();
+    other[1][0] = other[1][0].wrapping_add(1);
+    assert_eq!(interpret::collective("allreduce", &inputs, 0).unwrap(), out[0].output);
+    assert_ne!(interpret::collective("allreduce", &other, 0).unwrap(), out[0].output);
 }
