@@ -7,7 +7,8 @@
 //!  block b runs ops[tb_start[b] .. tb_start[b + 1]] in order, all its threads together:
 //!    data ops (put, get, copy, reductions, packets, switch reduce / broadcast) share the work
 //!    among the block's threads;
-//!    signal / wait / flush / port requests are made by thread 0, with a bar.sync on each side.
+//!    signal / wait / flush / port requests, barriers among blocks and semaphores between them
+//!    are made by thread 0, with a bar.sync on each side.
 //! ```
 //!
 //! Offsets are bytes into an *arena*: one exportable buffer per rank holding its input, output
@@ -82,6 +83,13 @@ pub mod opcode {
     pub const SWITCH_REDUCE: u32 = 18;
     /// Switch channel: `local[src]` stored at `dst` of every rank's copy.
     pub const SWITCH_BROADCAST: u32 = 19;
+    /// Barrier among `bytes` blocks of this rank on counter `channel` of [`super::ExecPlan::sync`].
+    pub const BARRIER: u32 = 20;
+    /// Adds one to semaphore counter `channel` of [`super::ExecPlan::sync`] (release).
+    pub const SEM_RELEASE: u32 = 21;
+    /// Waits until semaphore counter `channel` is positive and takes one (acquire); one block
+    /// acquires each semaphore.
+    pub const SEM_ACQUIRE: u32 = 22;
 }
 
 /// Bits of [`ExecOp::flags`].
@@ -136,7 +144,7 @@ static_assertions::assert_eq_size!(ExecOp, [u64; 12]);
 // SAFETY: repr(C), integers only, no implicit padding (asserted size).
 unsafe impl DeviceAbi for ExecOp {}
 
-/// One rank's plan on the device, passed to the executor kernel by value (80 bytes).
+/// One rank's plan on the device, passed to the executor kernel by value (88 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ExecPlan {
@@ -154,6 +162,9 @@ pub struct ExecPlan {
     pub arena: GlobalPtr<u8>,
     /// One launch counter per block, starting at 1: the packet flag.
     pub epochs: GlobalPtr<u32>,
+    /// This rank's counters of barriers (arrivals since the arena was made) and semaphores
+    /// between its blocks (their values), by [`ExecOp::channel`].
+    pub sync: GlobalPtr<u64>,
     /// Bytes of one copy of the packet scratch (the shift for odd flags).
     pub pkt_shift: u64,
     /// Blocks the plan has (the grid must have exactly this many).
@@ -163,19 +174,19 @@ pub struct ExecPlan {
     /// Size of the arena in bytes.
     pub arena_bytes: u64,
 }
-static_assertions::assert_eq_size!(ExecPlan, [u64; 10]);
+static_assertions::assert_eq_size!(ExecPlan, [u64; 11]);
 // SAFETY: repr(C) of addresses and integers, no implicit padding (asserted size).
 unsafe impl DeviceAbi for ExecPlan {}
 
 #[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
-    use crate::atomic::{Sys, fence_acq_rel};
+    use crate::atomic::{self, AcqRel, Acquire, Gpu, Relaxed, Release, Sys, fence_acq_rel};
     use crate::channel::switch::{SwitchElem, SwitchGroup};
     use crate::collective::{Bf16, Element, F16, F32, I32, U32};
     use crate::copy::{Threads, copy_widest};
     use crate::packet::{LL16Packet, copy_from_packets, copy_to_packets};
-    use crate::poll::{SpinBudget, fail};
+    use crate::poll::{SpinBudget, fail, spin_until};
     use crate::ptx::ld_st;
     use crate::ptx::misc::barrier_sync;
     use crate::ptx::sreg;
@@ -350,7 +361,8 @@ mod device {
                     // SAFETY: as above.
                     unsafe { self.switch.add(op.channel as usize).as_ptr().read() }
                 };
-                // SAFETY: offsets and sizes were checked by the encoder against both arenas;
+                // SAFETY: offsets and sizes were checked by the encoder against both arenas, and
+                // counter indices against the sync table;
                 // every thread of the block runs the same operation; one thread signals, waits
                 // and makes port requests, with barriers around it.
                 unsafe {
@@ -480,6 +492,36 @@ mod device {
                                     opcode::PORT_WAIT => c.wait(budget),
                                     _ => c.flush(budget),
                                 }
+                            }
+                        }
+                        opcode::BARRIER => {
+                            barrier_sync();
+                            if leader {
+                                let p = self.sync.add(op.channel as usize).as_ptr();
+                                // Arrival `old` belongs to crossing old / count, which is over
+                                // once every block of it has arrived (counts never reset).
+                                let count = op.bytes.max(1);
+                                let old = atomic::fetch_add::<AcqRel, Gpu, u64>(p, 1);
+                                let target = (old / count + 1) * count;
+                                spin_until(budget, c"exec_plan: barrier", || {
+                                    atomic::load::<Acquire, Gpu, u64>(p) >= target
+                                });
+                            }
+                        }
+                        opcode::SEM_RELEASE => {
+                            barrier_sync();
+                            if leader {
+                                atomic::red_add::<Release, Gpu, u64>(self.sync.add(op.channel as usize).as_ptr(), 1);
+                            }
+                        }
+                        opcode::SEM_ACQUIRE => {
+                            if leader {
+                                let p = self.sync.add(op.channel as usize).as_ptr();
+                                spin_until(budget, c"exec_plan: sem_acquire", || {
+                                    atomic::load::<Acquire, Gpu, u64>(p) > 0
+                                });
+                                // The only acquirer (checker): the value cannot drop in between.
+                                atomic::fetch_add::<Relaxed, Gpu, u64>(p, u64::MAX);
                             }
                         }
                         _ => fail(c"exec_plan: unknown operation"),

@@ -53,6 +53,9 @@ pub struct Encoded {
     pub layouts: Vec<Layout>,
     /// Bytes of one chunk.
     pub chunk_bytes: u64,
+    /// Initial values of this rank's sync counters ([`ExecPlan::sync`](mscclpp_device::executor::ExecPlan::sync)):
+    /// one per barrier id the rank uses (0), then one per semaphore (its initial value).
+    pub sync: Vec<u64>,
 }
 
 impl Encoded {
@@ -280,6 +283,17 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
         }
     };
     let is_pkt = |c: &Chunk| pkt && c.buffer == BufferType::Scratch;
+    // Sync counters: the rank's barrier ids in order of first use, then its semaphores.
+    let mut barrier_ids: Vec<usize> = vec![];
+    for op in p.ranks[rank].threadblocks.iter().flatten() {
+        if let OpKind::Barrier { id, .. } = op.kind
+            && !barrier_ids.contains(&id)
+        {
+            barrier_ids.push(id);
+        }
+    }
+    let mut sync = vec![0u64; barrier_ids.len()];
+    sync.extend(&p.ranks[rank].semaphores);
     let mut ops = vec![];
     let mut tb_start = vec![0u32];
     for (tb, list) in p.ranks[rank].threadblocks.iter().enumerate() {
@@ -336,9 +350,19 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                 }
             }
             if op.tbg.is_some_and(|g| g.size > 1)
-                && matches!(op.kind, OpKind::Signal { .. } | OpKind::Wait { .. } | OpKind::Flush { .. })
+                && matches!(
+                    op.kind,
+                    OpKind::Signal { .. }
+                        | OpKind::Wait { .. }
+                        | OpKind::Flush { .. }
+                        | OpKind::Barrier { .. }
+                        | OpKind::SemRelease { .. }
+                        | OpKind::SemAcquire { .. }
+                )
             {
-                return Err(err("thread-block groups on signal, wait or flush are not supported"));
+                return Err(err(
+                    "thread-block groups on signal, wait, flush, barriers or semaphores are not supported",
+                ));
             }
             match &op.kind {
                 OpKind::Put { channel: c, dst, src } => match p.channels.get(*c).map(Channel::channel_type) {
@@ -462,10 +486,26 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                     e.channel = table;
                     data(&mut e, opcode::SWITCH_BROADCAST, &Chunk::new(rank, buffer, *buffer_offset, *size), src);
                 }
+                OpKind::Barrier { id, count } => {
+                    e.kind = opcode::BARRIER;
+                    e.channel = barrier_ids.iter().position(|b| b == id).expect("collected above") as u32;
+                    e.bytes = *count as u64;
+                }
+                OpKind::SemRelease { sem } | OpKind::SemAcquire { sem } => {
+                    if *sem >= p.ranks[rank].semaphores.len() {
+                        return Err(err(&format!("semaphore {sem} is not one of this rank's")));
+                    }
+                    e.kind = if matches!(op.kind, OpKind::SemRelease { .. }) {
+                        opcode::SEM_RELEASE
+                    } else {
+                        opcode::SEM_ACQUIRE
+                    };
+                    e.channel = (barrier_ids.len() + sem) as u32;
+                }
             }
             ops.push(e);
         }
         tb_start.push(ops.len() as u32);
     }
-    Ok(Encoded { rank, ops, tb_start, memory, port, memory_sets, port_sets, switch, layouts, chunk_bytes })
+    Ok(Encoded { rank, ops, tb_start, memory, port, memory_sets, port_sets, switch, layouts, chunk_bytes, sync })
 }

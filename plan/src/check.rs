@@ -28,6 +28,12 @@
 //!   were requested. A port put's remote write is known to the lane, hence to the peer after a
 //!   signal on that channel, but to the issuing thread block only after a `flush` (so a memory
 //!   channel signal after an unflushed port put does not publish it);
+//! - barriers: a thread block at barrier `id` of its rank waits until `count` arrivals of this
+//!   crossing are there, and then knows what all of them knew;
+//! - semaphores between the thread blocks of a rank: an acquire waits for a token (the
+//!   semaphore's initial value, which publishes nothing, then the releases in order) and knows
+//!   what the releasing thread block knew; one thread block releases and one acquires each
+//!   semaphore, as often in a launch (so the next launch finds it as this one did);
 //! - packets order only their data: a packet read adds the packet-writing operation and its data
 //!   ancestors (the operations that produced the values it sent, through packets or memory), not
 //!   the writer's other earlier operations, since packets carry no fence.
@@ -261,6 +267,21 @@ pub enum CheckError {
     /// [`Program::input_in_output`]).
     #[error("{0}")]
     InPlace(PlanError),
+    /// A barrier or semaphore between the thread blocks of a rank used in a way whose outcome
+    /// depends on timing or differs between launches: a barrier met with different thread-block
+    /// counts, a semaphore released or acquired by several thread blocks, or released a
+    /// different number of times than acquired (the next launch would find it changed).
+    #[error("rank {rank} {what}: {problem}: {}", list(ops))]
+    LocalSync {
+        /// Rank.
+        rank: usize,
+        /// "barrier N" or "semaphore N".
+        what: String,
+        /// What is wrong.
+        problem: String,
+        /// The operations.
+        ops: Vec<OpRef>,
+    },
     /// The source of a port put is overwritten before a flush of the channel.
     #[error("{write} overwrites {location}, the source of {put}, before a flush of its channel")]
     SourceOverwrittenBeforeFlush {
@@ -315,6 +336,8 @@ pub fn describe(p: &Program, op: &Op) -> String {
         OpKind::Reduce { src, others, dst, .. } => format!("{n} {src} + {} other(s) -> {dst}", others.len()),
         OpKind::SwitchReduce { channel, dst, .. } => format!("{n} -> {dst} on {}", ch(*channel)),
         OpKind::SwitchBroadcast { channel, src, .. } => format!("{n} {src} on {}", ch(*channel)),
+        OpKind::Barrier { id, count } => format!("{n} {id} of {count} thread blocks"),
+        OpKind::SemRelease { sem } | OpKind::SemAcquire { sem } => format!("{n} semaphore {sem}"),
     };
     if let Some(g) = op.tbg {
         s += &format!(", slice {}/{}", g.index, g.size);
@@ -448,7 +471,12 @@ fn accesses(p: &Program, kind: &OpKind) -> Vec<(Chunk, bool, bool)> {
                 v.extend(ranks.iter().map(|&r| (Chunk::new(r, *buffer, *buffer_offset, *size), true, false)));
             }
         }
-        OpKind::Signal { .. } | OpKind::Wait { .. } | OpKind::Flush { .. } => {}
+        OpKind::Signal { .. }
+        | OpKind::Wait { .. }
+        | OpKind::Flush { .. }
+        | OpKind::Barrier { .. }
+        | OpKind::SemRelease { .. }
+        | OpKind::SemAcquire { .. } => {}
     }
     // By where the data is stored (an in-place input is part of the output).
     for a in &mut v {
@@ -639,6 +667,48 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
             }
         }
     }
+    // Barriers and semaphores between the thread blocks of a rank.
+    let mut barriers: HashMap<(usize, usize), Vec<(usize, OpRef)>> = HashMap::new();
+    let mut local: HashMap<(usize, usize), (Vec<OpRef>, Vec<OpRef>)> = HashMap::new();
+    for (r, rp) in p.ranks.iter().enumerate() {
+        for (t, ops) in rp.threadblocks.iter().enumerate() {
+            for (i, op) in ops.iter().enumerate() {
+                match op.kind {
+                    OpKind::Barrier { id, count } => barriers.entry((r, id)).or_default().push((count, oref(r, t, i))),
+                    OpKind::SemRelease { sem } => local.entry((r, sem)).or_default().0.push(oref(r, t, i)),
+                    OpKind::SemAcquire { sem } => local.entry((r, sem)).or_default().1.push(oref(r, t, i)),
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut keys: Vec<&(usize, usize)> = barriers.keys().collect();
+    keys.sort();
+    for &(rank, id) in keys {
+        let uses = &barriers[&(rank, id)];
+        if uses.iter().any(|u| u.0 != uses[0].0) {
+            let ops = uses.iter().map(|u| u.1.clone()).collect();
+            let (what, problem) = (format!("barrier {id}"), "met with different thread-block counts".into());
+            errors.push(CheckError::LocalSync { rank, what, problem, ops });
+        }
+    }
+    let mut keys: Vec<&(usize, usize)> = local.keys().collect();
+    keys.sort();
+    for &(rank, sem) in keys {
+        let (rel, acq) = &local[&(rank, sem)];
+        let what = format!("semaphore {sem}");
+        let all = || rel.iter().chain(acq).cloned().collect::<Vec<_>>();
+        if rel.len() != acq.len() {
+            let problem = format!("released {} time(s) but acquired {} time(s) in a launch", rel.len(), acq.len());
+            errors.push(CheckError::LocalSync { rank, what: what.clone(), problem, ops: all() });
+        }
+        for (role, ops) in [("released", rel), ("acquired", acq)] {
+            if ops.iter().map(|o| o.tb).collect::<HashSet<_>>().len() > 1 {
+                let problem = format!("{role} by several thread blocks");
+                errors.push(CheckError::LocalSync { rank, what: what.clone(), problem, ops: ops.clone() });
+            }
+        }
+    }
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -686,6 +756,18 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
     let mut pending: Vec<(usize, usize, Chunk, OpRef)> = Vec::new();
     let mut reported: HashSet<(OpRef, OpRef)> = HashSet::new();
     let mut executed = 0;
+    // Barriers: arrivals so far by (rank, id), what the arrivals of each crossing knew by
+    // (rank, id, crossing), and the crossing each thread block waits at.
+    let mut arrivals: HashMap<(usize, usize), usize> = HashMap::new();
+    let mut crossing_know: HashMap<(usize, usize, usize), Hb> = HashMap::new();
+    let mut arrived: Vec<Option<usize>> = vec![None; nt];
+    // Semaphores: initial tokens left (publishing nothing), then releases in order.
+    let mut local_sems: HashMap<(usize, usize), (u64, VecDeque<Hb>)> = HashMap::new();
+    for (r, rp) in p.ranks.iter().enumerate() {
+        for (sem, &init) in rp.semaphores.iter().enumerate() {
+            local_sems.insert((r, sem), (init, VecDeque::new()));
+        }
+    }
 
     loop {
         let mut progressed = false;
@@ -701,6 +783,29 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                 // Enabled?
                 if let OpKind::Wait { channel, .. } = op.kind
                     && sems.get(&sem_keys(p, &ord, channel).1).is_none_or(|q| q.is_empty())
+                {
+                    break;
+                }
+                if let OpKind::Barrier { id, count } = op.kind {
+                    let crossing = match arrived[th] {
+                        Some(c) => c,
+                        None => {
+                            let a = arrivals.entry((r, id)).or_default();
+                            let c = *a / count;
+                            *a += 1;
+                            budget.step(hb_words)?;
+                            budget.store(hb_bytes)?;
+                            crossing_know.entry((r, id, c)).or_insert_with(|| Hb::new(bits)).join(&know[th]);
+                            arrived[th] = Some(c);
+                            c
+                        }
+                    };
+                    if arrivals[&(r, id)] < (crossing + 1) * count {
+                        break;
+                    }
+                }
+                if let OpKind::SemAcquire { sem } = op.kind
+                    && local_sems.get(&(r, sem)).is_none_or(|(free, q)| *free == 0 && q.is_empty())
                 {
                     break;
                 }
@@ -739,6 +844,23 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                             }
                         }
                     }
+                }
+                match op.kind {
+                    OpKind::Barrier { id, .. } => {
+                        let c = arrived[th].take().expect("arrived above");
+                        budget.step(hb_words)?;
+                        know[th].join(&crossing_know[&(r, id, c)]);
+                    }
+                    OpKind::SemAcquire { sem } => {
+                        let (free, q) = local_sems.get_mut(&(r, sem)).expect("enabled above");
+                        if *free > 0 {
+                            *free -= 1;
+                        } else if let Some(k) = q.pop_front() {
+                            budget.step(hb_words)?;
+                            know[th].join(&k);
+                        }
+                    }
+                    _ => {}
                 }
                 // Data ancestors: what produced the values this operation reads.
                 budget.step(hb_words)?;
@@ -877,6 +999,13 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                     let k = know[l].clone();
                     know[th].join(&k);
                 }
+                if let OpKind::SemRelease { sem } = op.kind
+                    && let Some((_, q)) = local_sems.get_mut(&(r, sem))
+                {
+                    budget.step(hb_words)?;
+                    budget.store(hb_bytes)?;
+                    q.push_back(know[th].clone());
+                }
                 if signals(&op.kind) {
                     let c = op.kind.channel().expect("signals use a channel");
                     let publishes = match op.kind {
@@ -920,6 +1049,15 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
             let i = pc[th];
             let op = &p.ranks[r].threadblocks[t][i];
             let waiting_for = match op.kind {
+                OpKind::Barrier { id, count } => {
+                    let c = arrived[th].unwrap_or(0);
+                    let here = arrivals.get(&(r, id)).map_or(0, |a| a.saturating_sub(c * count));
+                    format!(
+                        "{} more thread block(s) at barrier {id} ({here} of {count} there)",
+                        count.saturating_sub(here)
+                    )
+                }
+                OpKind::SemAcquire { sem } => format!("a release of semaphore {sem}"),
                 OpKind::Wait { channel, .. } => {
                     let peer = p.channels[channel].endpoints().map_or(0, |e| e.1);
                     format!("a signal from rank {peer} on {} channel {channel}", p.channels[channel].channel_type())

@@ -80,6 +80,16 @@ pub fn run(p: &Program, inputs: &[Vec<u32>], chunk_words: usize, poison: u32) ->
     // Signals made and not yet consumed, by (channel type, from, to, ordinal).
     let ord = ordinals(p);
     let mut sems: HashMap<(ChannelType, usize, usize, usize), usize> = HashMap::new();
+    // Semaphores of the ranks; barrier arrivals by (rank, id) and the crossing each thread
+    // block waits at.
+    let mut local: HashMap<(usize, usize), u64> = HashMap::new();
+    for (r, rp) in p.ranks.iter().enumerate() {
+        for (s, &v) in rp.semaphores.iter().enumerate() {
+            local.insert((r, s), v);
+        }
+    }
+    let mut arrivals: HashMap<(usize, usize), usize> = HashMap::new();
+    let mut arrived: Vec<Option<usize>> = vec![None; threads.len()];
     loop {
         let mut progressed = false;
         for (th, &(r, t)) in threads.iter().enumerate() {
@@ -97,6 +107,25 @@ pub fn run(p: &Program, inputs: &[Vec<u32>], chunk_words: usize, poison: u32) ->
                             break;
                         }
                         *k -= 1;
+                    }
+                    OpKind::SemAcquire { sem } => {
+                        let v = local.entry((r, sem)).or_default();
+                        if *v == 0 {
+                            break;
+                        }
+                        *v -= 1;
+                    }
+                    OpKind::SemRelease { sem } => *local.entry((r, sem)).or_default() += 1,
+                    OpKind::Barrier { id, count } => {
+                        let a = arrivals.entry((r, id)).or_default();
+                        let crossing = *arrived[th].get_or_insert_with(|| {
+                            *a += 1;
+                            (*a - 1) / count.max(1)
+                        });
+                        if *a < (crossing + 1) * count {
+                            break;
+                        }
+                        arrived[th] = None;
                     }
                     _ if !m.packets_ready(op) => break,
                     _ => m.exec(op),
@@ -256,7 +285,12 @@ impl Machine<'_> {
                     }
                 }
             }
-            OpKind::Signal { .. } | OpKind::Wait { .. } | OpKind::Flush { .. } => {}
+            OpKind::Signal { .. }
+            | OpKind::Wait { .. }
+            | OpKind::Flush { .. }
+            | OpKind::Barrier { .. }
+            | OpKind::SemRelease { .. }
+            | OpKind::SemAcquire { .. } => {}
         }
     }
 }

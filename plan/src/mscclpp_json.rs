@@ -7,13 +7,13 @@
 //! of the result into the other scratch destinations, and for `recspkt` packet puts to peers),
 //! and the switch operations `glre` (a [`OpKind::SwitchReduce`]), `gstore` (a
 //! [`OpKind::SwitchBroadcast`]) and `glres` (a reduction into this rank's own copy of the
-//! switch buffer, then a broadcast of it); it skips `nop` (a barrier inside one thread block).
-//! Operations the executor of `mscclpp-executor` cannot run fail the whole read with
-//! [`ReadError::Unsupported`] naming them and why: `barrier` and `sem_acquire` / `sem_release`
-//! (thread blocks of one rank synchronising with each other; the executor's synchronise only
-//! through channels), `pipeline` (its body repeated over `unit_size`-byte slices of the
-//! chunks; the executor runs each operation once over whole chunks) and `gstorepkt` (packets
-//! through a switch channel). Any other operation, or channel type, fails it too: a plan is never
+//! switch buffer, then a broadcast of it), `barrier` ([`OpKind::Barrier`]) and `sem_acquire` /
+//! `sem_release` (one [`OpKind::SemAcquire`] / [`OpKind::SemRelease`] per semaphore id, the GPU's
+//! `semaphores` giving [`RankPlan::semaphores`]); it skips `nop` (a barrier inside one thread
+//! block). Operations the executor of `mscclpp-executor` cannot run fail the whole read with
+//! [`ReadError::Unsupported`] naming them and why: `pipeline` (its body repeated over
+//! `unit_size`-byte slices of the chunks; the executor runs each operation once over whole
+//! chunks) and `gstorepkt` (packets through a switch channel). Any other operation, or channel type, fails it too: a plan is never
 //! imported partially.
 //!
 //! A GPU's `k`-th switch channel (`rank_groups`, `buffer_type`) is taken to be the same channel
@@ -173,6 +173,14 @@ struct MGpu {
     channels: Vec<MChannel>,
     #[serde(default)]
     remote_buffers: Vec<MRemote>,
+    /// Semaphores between the GPU's thread blocks.
+    #[serde(default)]
+    semaphores: Vec<MSemaphore>,
+}
+
+#[derive(Deserialize)]
+struct MSemaphore {
+    init_value: u64,
 }
 
 #[derive(Deserialize)]
@@ -243,6 +251,14 @@ struct MOp {
     size: Option<usize>,
     #[serde(default)]
     dst_chunk: Option<MBuf>,
+    /// `barrier`.
+    #[serde(default)]
+    barrier_id: Option<usize>,
+    #[serde(default)]
+    num_threadblocks: Option<usize>,
+    /// `sem_acquire`, `sem_release`.
+    #[serde(default)]
+    semaphore_ids: Vec<usize>,
 }
 
 #[derive(Deserialize)]
@@ -291,22 +307,13 @@ const SUPPORTED: &[&str] = &[
     "glre",
     "gstore",
     "glres",
+    "barrier",
+    "sem_acquire",
+    "sem_release",
 ];
 
 /// Operations MSCCL++'s DSL writes that the executor of `mscclpp-executor` cannot run, and why.
 const REFUSED: &[(&str, &str)] = &[
-    (
-        "barrier",
-        "a barrier among thread blocks of one rank: the executor's thread blocks synchronise only through channels",
-    ),
-    (
-        "sem_acquire",
-        "a semaphore between thread blocks of one rank: the executor's thread blocks synchronise only through channels",
-    ),
-    (
-        "sem_release",
-        "a semaphore between thread blocks of one rank: the executor's thread blocks synchronise only through channels",
-    ),
     (
         "pipeline",
         "repeats its operations over slices of unit_size bytes of their chunks: the executor runs each operation once over whole chunks",
@@ -388,6 +395,7 @@ pub fn read(text: &str) -> Result<Program, ReadError> {
         p.ranks[g.id].input_chunks = g.input_chunks;
         p.ranks[g.id].output_chunks = g.output_chunks;
         p.ranks[g.id].scratch_chunks = g.scratch_chunks;
+        p.ranks[g.id].semaphores = g.semaphores.iter().map(|s| s.init_value).collect();
         for c in &g.channels {
             let t = channel_type(&c.channel_type);
             if t == Some(ChannelType::Switch) {
@@ -581,6 +589,24 @@ pub fn read(text: &str) -> Result<Program, ReadError> {
                             "cpkt" => OpKind::CopyPackets { dst, src },
                             _ => OpKind::UnpackPackets { dst, src },
                         });
+                    }
+                    "barrier" => {
+                        let (Some(id), Some(count)) = (op.barrier_id, op.num_threadblocks) else {
+                            return Err(bad("expects barrier_id and num_threadblocks".into()));
+                        };
+                        kinds.push(OpKind::Barrier { id, count });
+                    }
+                    "sem_acquire" | "sem_release" => {
+                        if op.semaphore_ids.is_empty() {
+                            return Err(bad("no semaphore_ids".into()));
+                        }
+                        for &sem in &op.semaphore_ids {
+                            kinds.push(if name == "sem_acquire" {
+                                OpKind::SemAcquire { sem }
+                            } else {
+                                OpKind::SemRelease { sem }
+                            });
+                        }
                     }
                     "glre" => {
                         let (Some(&k), Some(buffer_offset), Some(size), Some(d)) =

@@ -328,6 +328,27 @@ pub enum OpKind {
         /// Reduction.
         reduce_op: ReduceOp,
     },
+    /// Waits until `count` thread blocks of this rank (this one included) have reached a barrier
+    /// `id` as many times as this one has: every write before the barrier in any of them
+    /// happens before everything after it in all of them.
+    Barrier {
+        /// Barrier of the rank (each id is one barrier object, reused by every crossing).
+        id: usize,
+        /// Thread blocks that meet at it.
+        count: usize,
+    },
+    /// Adds one to semaphore `sem` of this rank (see [`RankPlan::semaphores`]), releasing what
+    /// this thread block did before.
+    SemRelease {
+        /// Semaphore of the rank.
+        sem: usize,
+    },
+    /// Waits until semaphore `sem` of this rank is positive and takes one, acquiring what the
+    /// release it takes published.
+    SemAcquire {
+        /// Semaphore of the rank.
+        sem: usize,
+    },
     /// Switch channel: store `src` to `buffer_offset` of every member.
     SwitchBroadcast {
         /// Channel index.
@@ -361,6 +382,9 @@ impl OpKind {
             OpKind::Reduce { .. } => "reduce",
             OpKind::SwitchReduce { .. } => "switch reduce",
             OpKind::SwitchBroadcast { .. } => "switch broadcast",
+            OpKind::Barrier { .. } => "barrier",
+            OpKind::SemRelease { .. } => "sem_release",
+            OpKind::SemAcquire { .. } => "sem_acquire",
         }
     }
 
@@ -384,7 +408,12 @@ impl OpKind {
             }
             OpKind::SwitchReduce { dst, .. } => (false, s(dst)),
             OpKind::SwitchBroadcast { src, .. } => (false, s(src)),
-            OpKind::Signal { .. } | OpKind::Wait { .. } | OpKind::Flush { .. } => (false, false),
+            OpKind::Signal { .. }
+            | OpKind::Wait { .. }
+            | OpKind::Flush { .. }
+            | OpKind::Barrier { .. }
+            | OpKind::SemRelease { .. }
+            | OpKind::SemAcquire { .. } => (false, false),
         }
     }
 
@@ -430,6 +459,11 @@ pub struct RankPlan {
     pub scratch_chunks: usize,
     /// Operation list of each thread block, executed in order.
     pub threadblocks: Vec<Vec<Op>>,
+    /// Initial value of each semaphore between the rank's thread blocks
+    /// ([`OpKind::SemRelease`], [`OpKind::SemAcquire`]); every launch must leave them as it
+    /// found them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub semaphores: Vec<u64>,
 }
 
 impl RankPlan {

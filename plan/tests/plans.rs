@@ -659,9 +659,9 @@ fn mscclpp_reader_rejects_what_it_does_not_model() {
     let e = mscclpp_json::read(&unsupported).unwrap_err();
     assert_eq!(e.to_string(), r#"gpu 0 tb 0 op 1: unsupported operation "glreduce""#);
     // MSCCL++ operations the executor cannot run are refused with the reason.
-    let e = mscclpp_json::read(&MSCCLPP_PLAN.replace(r#""name": "nop""#, r#""name": "sem_acquire""#)).unwrap_err();
-    assert!(matches!(e, mscclpp_json::ReadError::Unsupported { ref name, .. } if name == "sem_acquire"), "{e}");
-    assert!(e.to_string().ends_with("the executor's thread blocks synchronise only through channels"), "{e}");
+    let e = mscclpp_json::read(&MSCCLPP_PLAN.replace(r#""name": "nop""#, r#""name": "pipeline""#)).unwrap_err();
+    assert!(matches!(e, mscclpp_json::ReadError::Unsupported { ref name, .. } if name == "pipeline"), "{e}");
+    assert!(e.to_string().ends_with("the executor runs each operation once over whole chunks"), "{e}");
     let e = mscclpp_json::read(&MSCCLPP_PLAN.replacen(
         r#""channel_type": "memory", "connected_to""#,
         r#""channel_type": "ib", "connected_to""#,
@@ -1068,4 +1068,56 @@ fn mscclpp_switch_and_fused_packet_operations_are_read() {
         ),
         "{kinds:?}"
     );
+}
+
+/// MSCCL++'s `barrier` orders the thread blocks of a rank: in its thread-block-group allgather
+/// thread blocks 1 to 3 put slices of the chunk between two barriers and only thread block 0
+/// signals the peer. Without the second barrier the peer can finish before their slices
+/// arrive; with a thread block missing at the first, the rank deadlocks.
+#[test]
+fn barriers_order_the_thread_blocks_of_a_rank() {
+    let p = mscclpp_json::read(include_str!("mscclpp/allgather_tbg.json")).unwrap();
+    assert_eq!(p.ranks[0].threadblocks[1][0].kind, OpKind::Barrier { id: 0, count: 4 });
+    check(&p).unwrap();
+    let mut q = p.clone();
+    for rank in &mut q.ranks {
+        for tb in &mut rank.threadblocks {
+            let last = tb.iter().rposition(|o| matches!(o.kind, OpKind::Barrier { .. })).unwrap();
+            tb.remove(last);
+        }
+    }
+    let (_, m) = rejected(&q);
+    assert!(m.contains("slice 1/4) writes rank 0 output[") && m.contains("can finish before it arrives"), "{m}");
+    let mut q = p.clone();
+    q.ranks[0].threadblocks[3].remove(0);
+    let (_, m) = rejected(&q);
+    assert!(m.contains("deadlock") && m.contains("1 more thread block(s) at barrier 0 (3 of 4 there)"), "{m}");
+    let mut q = p;
+    q.ranks[0].threadblocks[2][0].kind = OpKind::Barrier { id: 0, count: 3 };
+    let (_, m) = rejected(&q);
+    assert!(m.contains("rank 0 barrier 0: met with different thread-block counts"), "{m}");
+}
+
+/// MSCCL++'s `sem_release` / `sem_acquire` order two thread blocks of a rank: in its ring
+/// alltoall, thread block 16 + k copies what thread block k's peer put only after k's release.
+/// Without the acquire the launch leaves the semaphore raised (the next launch would pass
+/// early); with two acquirers which release each takes depends on timing.
+#[test]
+fn semaphores_order_the_thread_blocks_of_a_rank() {
+    let p = mscclpp_json::read(include_str!("mscclpp/alltoall_ring_2.json")).unwrap();
+    assert_eq!(p.ranks[0].semaphores, vec![0; 16]);
+    check(&p).unwrap();
+    let mut q = p.clone();
+    q.ranks[0].threadblocks[16].retain(|o| !matches!(o.kind, OpKind::SemAcquire { .. }));
+    let (_, m) = rejected(&q);
+    assert!(m.contains("rank 0 semaphore 0: released 1 time(s) but acquired 0 time(s) in a launch"), "{m}");
+    // Two acquirers of one semaphore: which release each gets depends on timing.
+    let mut q = p;
+    q.ranks[0].threadblocks[17].iter_mut().for_each(|o| {
+        if matches!(o.kind, OpKind::SemAcquire { .. }) {
+            o.kind = OpKind::SemAcquire { sem: 0 };
+        }
+    });
+    let (_, m) = rejected(&q);
+    assert!(m.contains("rank 0 semaphore 0: acquired by several thread blocks"), "{m}");
 }
