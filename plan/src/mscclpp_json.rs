@@ -10,11 +10,13 @@
 //! switch buffer, then a broadcast of it), `barrier` ([`OpKind::Barrier`]) and `sem_acquire` /
 //! `sem_release` (one [`OpKind::SemAcquire`] / [`OpKind::SemRelease`] per semaphore id, the GPU's
 //! `semaphores` giving [`RankPlan::semaphores`]); it skips `nop` (a barrier inside one thread
-//! block). Operations the executor of `mscclpp-executor` cannot run fail the whole read with
-//! [`ReadError::Unsupported`] naming them and why: `pipeline` (its body repeated over
-//! `unit_size`-byte slices of the chunks; the executor runs each operation once over whole
-//! chunks) and `gstorepkt` (packets through a switch channel). Any other operation, or channel type, fails it too: a plan is never
-//! imported partially.
+//! block). A `pipeline` is read as its operations in its place, once: MSCCL++ runs its body
+//! `ceil(chunk bytes / unit_size)` times over successive `unit_size`-byte slices of the chunks,
+//! which is once over whole chunks when a chunk is at most `unit_size` bytes, and that is how
+//! the executor runs it at any chunk size (the slicing only staggers the same work in time).
+//! `gstorepkt` (LL packets through a switch channel) fails the whole read with
+//! [`ReadError::Unsupported`] naming it and why the executor cannot run it; so does any other
+//! operation or channel type: a plan is never imported partially.
 //!
 //! A GPU's `k`-th switch channel (`rank_groups`, `buffer_type`) is taken to be the same channel
 //! as every other member's `k`-th one (MSCCL++ builds them collectively, in that order), and
@@ -36,9 +38,10 @@
 //!   launches. The executor always does that for packet scratch, so `true` is accepted for a plan
 //!   whose scratch holds packets or that has none, and refused for plain scratch, which the
 //!   executor does not alternate; `false` is accepted (alternating only adds room).
-//! - `reuse_resources`: `true` makes MSCCL++ give the plan a fixed-size shared scratch whose
-//!   chunks may be smaller than the data chunks; accepted only for a plan without scratch (it
-//!   then changes nothing that runs), refused otherwise.
+//! - `reuse_resources`: `true` makes MSCCL++ give the plan a fixed-size shared scratch, whose
+//!   chunks wrap (offsets modulo its chunk size) once data chunks outgrow it, for pipelines that
+//!   reuse scratch slice after slice. The executor sizes scratch chunks like data chunks, so
+//!   nothing wraps: the plan runs as MSCCL++ runs it when its chunks fit. Accepted either way.
 //! - `buffer_alignment` (bytes, default 16): chunk sizes must be multiples of it. The executor's
 //!   chunks are multiples of 16 bytes, so a divisor of 16 is accepted and any other value
 //!   (0, 32, ...) refused.
@@ -135,8 +138,9 @@ struct MPlan {
     collective: String,
     inplace: bool,
     protocol: String,
-    #[serde(default)]
-    reuse_resources: bool,
+    // Held to be a boolean; changes nothing the executor runs (see the module documentation).
+    #[serde(default, rename = "reuse_resources")]
+    _reuse_resources: bool,
     #[serde(default)]
     use_double_scratch_buffer: bool,
     #[serde(default = "default_alignment")]
@@ -313,16 +317,10 @@ const SUPPORTED: &[&str] = &[
 ];
 
 /// Operations MSCCL++'s DSL writes that the executor of `mscclpp-executor` cannot run, and why.
-const REFUSED: &[(&str, &str)] = &[
-    (
-        "pipeline",
-        "repeats its operations over slices of unit_size bytes of their chunks: the executor runs each operation once over whole chunks",
-    ),
-    (
-        "gstorepkt",
-        "stores LL packets through a switch channel: the executor's switch operations move plain data, and its packet scratch alternates between two copies by launch",
-    ),
-];
+const REFUSED: &[(&str, &str)] = &[(
+    "gstorepkt",
+    "stores LL packets through a switch channel: the executor's switch operations move plain data, and its packet scratch alternates between two copies by launch",
+)];
 
 fn channel_type(s: &str) -> Option<ChannelType> {
     match s {
@@ -379,10 +377,6 @@ pub fn read(text: &str) -> Result<Program, ReadError> {
     if m.buffer_alignment == 0 || !CHUNK_ALIGN.is_multiple_of(m.buffer_alignment) {
         let why = "the executor's chunks are multiples of 16 bytes: only divisors of 16 are honoured";
         return Err(setting("buffer_alignment", m.buffer_alignment.to_string(), why));
-    }
-    if m.reuse_resources && m.gpus.iter().any(|g| g.scratch_chunks > 0) {
-        let why = "MSCCL++ then shares a fixed-size scratch whose chunks may be smaller than the data chunks; this crate sizes scratch chunks like data chunks";
-        return Err(setting("reuse_resources", "true".into(), why));
     }
     let n = m.gpus.iter().map(|g| g.id + 1).max().unwrap_or(0);
     let mut p = Program::new(m.name, m.collective, n, 0, 0, 0);
@@ -478,7 +472,18 @@ pub fn read(text: &str) -> Result<Program, ReadError> {
                     trefs.insert(t, r.remote_buffer_ids.clone());
                 }
             }
-            for (index, v) in tb.ops.iter().enumerate() {
+            // A pipeline's operations are read in its place, once over whole chunks.
+            fn flatten<'v>(ops: &'v [Value], out: &mut Vec<&'v Value>) {
+                for v in ops {
+                    match (v.get("name").and_then(Value::as_str), v.get("ops").and_then(Value::as_array)) {
+                        (Some("pipeline"), Some(inner)) => flatten(inner, out),
+                        _ => out.push(v),
+                    }
+                }
+            }
+            let mut flat = Vec::new();
+            flatten(&tb.ops, &mut flat);
+            for (index, v) in flat.into_iter().enumerate() {
                 let name = v.get("name").and_then(Value::as_str).unwrap_or("<no name>").to_string();
                 if !SUPPORTED.contains(&name.as_str()) {
                     let detail = REFUSED.iter().find(|r| r.0 == name).map_or(String::new(), |r| format!(": {}", r.1));

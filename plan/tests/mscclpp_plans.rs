@@ -16,7 +16,6 @@ enum Want {
 }
 use Want::*;
 
-const PIPELINE: Want = Refused("\"pipeline\": repeats its operations over slices of unit_size bytes");
 const SWITCH_PACKETS: Want = Refused("\"gstorepkt\": stores LL packets through a switch channel");
 // The plan is wrong: MSCCL++ pairs the k-th channel from a to b with the k-th from b to a (one
 // connection tag per pair), and the program signals on channels 0 and 1 but waits on 2 and 3.
@@ -52,16 +51,16 @@ const EXPECTED: &[(&str, Want)] = &[
     ("allreduce_nvls_zero_copy_2", SWITCH_RELAXED_END),
     ("allreduce_nvls_zero_copy_4", SWITCH_RELAXED_END),
     ("allreduce_nvls_zero_copy_8", SWITCH_RELAXED_END),
-    ("allreduce_pipeline", Refused("\"reuse_resources\": true")),
+    ("allreduce_pipeline", Clean),
     ("allreduce_pkt_2", Clean),
     ("allreduce_pkt_4", Clean),
     ("allreduce_pkt_8", Clean),
     ("alltoall_2", Clean),
     ("alltoall_4", Clean),
     ("alltoall_8", Clean),
-    ("alltoall_pipeline_2", PIPELINE),
-    ("alltoall_pipeline_4", PIPELINE),
-    ("alltoall_pipeline_8", PIPELINE),
+    ("alltoall_pipeline_2", Clean),
+    ("alltoall_pipeline_4", Clean),
+    ("alltoall_pipeline_8", Clean),
     ("alltoall_ring_2", Clean),
     ("alltoall_ring_4", Clean),
     ("alltoall_ring_8", Clean),
@@ -78,7 +77,7 @@ const EXPECTED: &[(&str, Want)] = &[
     ("flush_test", Clean),
     ("get_fuse_test", Clean),
     ("get_test", Clean),
-    ("pipeline_test", PIPELINE),
+    ("pipeline_test", Clean),
     // The plan is wrong: each rank puts into the peer's input[0] while the peer may still be
     // reading its input[0] for its own put; nothing orders the two.
     (

@@ -659,9 +659,9 @@ fn mscclpp_reader_rejects_what_it_does_not_model() {
     let e = mscclpp_json::read(&unsupported).unwrap_err();
     assert_eq!(e.to_string(), r#"gpu 0 tb 0 op 1: unsupported operation "glreduce""#);
     // MSCCL++ operations the executor cannot run are refused with the reason.
-    let e = mscclpp_json::read(&MSCCLPP_PLAN.replace(r#""name": "nop""#, r#""name": "pipeline""#)).unwrap_err();
-    assert!(matches!(e, mscclpp_json::ReadError::Unsupported { ref name, .. } if name == "pipeline"), "{e}");
-    assert!(e.to_string().ends_with("the executor runs each operation once over whole chunks"), "{e}");
+    let e = mscclpp_json::read(&MSCCLPP_PLAN.replace(r#""name": "nop""#, r#""name": "gstorepkt""#)).unwrap_err();
+    assert!(matches!(e, mscclpp_json::ReadError::Unsupported { ref name, .. } if name == "gstorepkt"), "{e}");
+    assert!(e.to_string().contains("the executor's switch operations move plain data"), "{e}");
     let e = mscclpp_json::read(&MSCCLPP_PLAN.replacen(
         r#""channel_type": "memory", "connected_to""#,
         r#""channel_type": "ib", "connected_to""#,
@@ -893,10 +893,10 @@ fn mscclpp_plan_settings_are_honoured_or_refused() {
         assert_eq!((f.as_str(), v), ("buffer_alignment", a.to_string()), "{shown}");
     }
 
-    // reuse_resources: only without scratch (this plan has some; the generated allgather none).
-    same(with_setting(MSCCLPP_PLAN, "reuse_resources", Some(json!(false))));
-    let (f, v, shown) = refused_setting(&with_setting(MSCCLPP_PLAN, "reuse_resources", Some(json!(true))));
-    assert_eq!((f.as_str(), v.as_str()), ("reuse_resources", "true"), "{shown}");
+    // reuse_resources: either way (the executor's scratch chunks are data-sized: nothing wraps).
+    for reuse in [false, true] {
+        same(with_setting(MSCCLPP_PLAN, "reuse_resources", Some(json!(reuse))));
+    }
     let ag = mscclpp_json::read(MSCCLPP_ALLGATHER).unwrap();
     assert_eq!(mscclpp_json::read(&with_setting(MSCCLPP_ALLGATHER, "reuse_resources", Some(json!(true)))).unwrap(), ag);
 
@@ -1120,4 +1120,23 @@ fn semaphores_order_the_thread_blocks_of_a_rank() {
     });
     let (_, m) = rejected(&q);
     assert!(m.contains("rank 0 semaphore 0: acquired by several thread blocks"), "{m}");
+}
+
+/// A `pipeline` is read as its operations, once over whole chunks (MSCCL++'s own run when a
+/// chunk is at most `unit_size` bytes), and `reuse_resources` changes nothing the executor runs.
+#[test]
+fn mscclpp_pipelines_are_read_as_their_body() {
+    let p = mscclpp_json::read(include_str!("mscclpp/pipeline_test.json")).unwrap();
+    let kinds: Vec<&OpKind> = p.ranks[0].threadblocks[0].iter().map(|o| &o.kind).collect();
+    assert_eq!(kinds, [&OpKind::Copy { dst: Chunk::output(0, 0, 1), src: Chunk::input(0, 0, 1) }]);
+    let text = include_str!("mscclpp/allreduce_pipeline.json");
+    assert!(text.contains(r#""reuse_resources": true"#) && text.contains(r#""name": "pipeline""#));
+    let p = mscclpp_json::read(text).unwrap();
+    assert!(
+        p.ranks
+            .iter()
+            .flat_map(|r| r.threadblocks.iter().flatten())
+            .any(|o| matches!(o.kind, OpKind::SemAcquire { .. }))
+    );
+    check(&p).unwrap();
 }
