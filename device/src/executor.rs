@@ -83,6 +83,9 @@ pub mod opcode {
     pub const SWITCH_REDUCE: u32 = 18;
     /// Switch channel: `local[src]` stored at `dst` of every rank's copy.
     pub const SWITCH_BROADCAST: u32 = 19;
+    /// Switch channel: the LL16 packets at local `src` (`bytes` of data), each read once its flag
+    /// is this launch's, stored at `dst` of every rank's copy.
+    pub const SWITCH_BROADCAST_PACKETS: u32 = 23;
     /// Barrier among `bytes` blocks of this rank on counter `channel` of [`super::ExecPlan::sync`].
     pub const BARRIER: u32 = 20;
     /// Adds one to semaphore counter `channel` of [`super::ExecPlan::sync`] (release).
@@ -492,6 +495,21 @@ mod device {
                                     opcode::PORT_WAIT => c.wait(budget),
                                     _ => c.flush(budget),
                                 }
+                            }
+                        }
+                        opcode::SWITCH_BROADCAST_PACKETS => {
+                            // A packet is 16 bytes holding 8 of data: read it whole once valid,
+                            // then store it whole to every copy (bytes are bytes).
+                            let c = switch();
+                            let from = arena.byte_add(src as usize).cast::<LL16Packet>();
+                            let first = dst / 16;
+                            let mut k = t.index as u64;
+                            while k < op.bytes / 8 {
+                                let p = from.add(k as usize);
+                                p.read(flag, budget);
+                                let whole = p.cast::<F32x4>().as_ptr().read_volatile();
+                                c.broadcast::<F32x4>((first + k) as usize, whole);
+                                k += t.count as u64;
                             }
                         }
                         opcode::BARRIER => {

@@ -385,12 +385,18 @@ fn unchecked_group_placements_do_not_panic() {
 #[test]
 fn in_place_allgather_with_a_switch_channel_names_the_input_offsets() {
     let mut p = Program::new("ag_switch", "allgather", 2, 1, 2, 0);
-    let out = p.switch_channel(vec![0, 1], BufferType::Output).unwrap();
+    let mut q = p.clone();
+    let out = p.switch_channel(vec![0, 1], BufferType::Input).unwrap();
     out.broadcast(&mut p, 0, Chunk::input(0, 0, 1), 0, 1, 0).unwrap();
     encode(&p, 0, CHUNK).unwrap();
     p.set_in_place(true);
     let e = encode(&p, 0, CHUNK).unwrap_err().to_string();
     assert!(e.contains("rank 1's input lies at byte 4096 of its arena, rank 0's at byte 0"), "{e}");
+    // Bound to the output, which lies at the same place on every rank: accepted.
+    let out = q.switch_channel(vec![0, 1], BufferType::Output).unwrap();
+    out.broadcast(&mut q, 0, Chunk::input(0, 0, 1), 0, 1, 0).unwrap();
+    q.set_in_place(true);
+    encode(&q, 0, CHUNK).unwrap();
 }
 
 /// Every plan of `plan/tests/mscclpp/` that reads and checks clean encodes on every rank with
@@ -416,5 +422,27 @@ fn every_clean_mscclpp_plan_encodes_on_every_rank() {
         }
         encoded += 1;
     }
-    assert_eq!(encoded, 58, "the clean plans of plan/tests/mscclpp");
+    assert_eq!(encoded, 61, "the clean plans of plan/tests/mscclpp");
+}
+
+/// MSCCL++'s `gstorepkt` encodes as a switch store of packets: source and destination in the
+/// packet scratch (shifted by the launch's parity on the device), the same scratch offset on
+/// every rank (an in-place allgather's outputs lie alike, its inputs do not, and the switch
+/// channel is bound to scratch).
+#[test]
+fn packets_through_a_switch_channel_encode_in_the_packet_scratch() {
+    let p = mscclpp_json::read(include_str!("../../plan/tests/mscclpp/allgather_nvls_zero_copy_pkt_2.json")).unwrap();
+    for r in 0..2 {
+        let e = encode(&p, r, CHUNK).unwrap();
+        let op = e.ops.iter().find(|o| o.kind == opcode::SWITCH_BROADCAST_PACKETS).expect("the gstorepkt");
+        let l = e.layout();
+        assert_eq!(
+            op.flags & (flags::DST_PKT_SCRATCH | flags::SRC_PKT_SCRATCH),
+            flags::DST_PKT_SCRATCH | flags::SRC_PKT_SCRATCH
+        );
+        assert_eq!(
+            (op.dst, op.src, op.bytes),
+            (l.scratch + r as u64 * 2 * CHUNK, l.scratch + r as u64 * 2 * CHUNK, CHUNK)
+        );
+    }
 }

@@ -381,6 +381,21 @@ pub fn validate_op(p: &Program, rank: usize, op: &Op) -> Result<(), PlanError> {
             }
             in_range(p, name, "source", src)?;
         }
+        OpKind::SwitchBroadcastPackets { channel, src, buffer_offset, size } => {
+            let (ranks, buffer) = switch(p, name, *channel)?;
+            if !ranks.contains(&rank) {
+                return Err(PlanError::NotSwitchMember { op: name, rank });
+            }
+            on_rank(name, "source", src, rank)?;
+            scratch(name, "source", src)?;
+            same_size(name, "source", src, *size)?;
+            for &r in ranks {
+                let c = Chunk::new(r, buffer, *buffer_offset, *size);
+                scratch(name, "switch buffer", &c)?;
+                in_range(p, name, "switch buffer", &c)?;
+            }
+            in_range(p, name, "source", src)?;
+        }
         OpKind::Barrier { id, count } => {
             let limit = |what, value| PlanError::OutOfLimits {
                 op: name,

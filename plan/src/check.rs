@@ -335,7 +335,9 @@ pub fn describe(p: &Program, op: &Op) -> String {
         }
         OpKind::Reduce { src, others, dst, .. } => format!("{n} {src} + {} other(s) -> {dst}", others.len()),
         OpKind::SwitchReduce { channel, dst, .. } => format!("{n} -> {dst} on {}", ch(*channel)),
-        OpKind::SwitchBroadcast { channel, src, .. } => format!("{n} {src} on {}", ch(*channel)),
+        OpKind::SwitchBroadcast { channel, src, .. } | OpKind::SwitchBroadcastPackets { channel, src, .. } => {
+            format!("{n} {src} on {}", ch(*channel))
+        }
         OpKind::Barrier { id, count } => format!("{n} {id} of {count} thread blocks"),
         OpKind::SemRelease { sem } | OpKind::SemAcquire { sem } => format!("{n} semaphore {sem}"),
     };
@@ -469,6 +471,12 @@ fn accesses(p: &Program, kind: &OpKind) -> Vec<(Chunk, bool, bool)> {
             v.push((*src, false, false));
             if let Channel::Switch { ranks, buffer } = &p.channels[*channel] {
                 v.extend(ranks.iter().map(|&r| (Chunk::new(r, *buffer, *buffer_offset, *size), true, false)));
+            }
+        }
+        OpKind::SwitchBroadcastPackets { channel, src, buffer_offset, size } => {
+            v.push((*src, false, true));
+            if let Channel::Switch { ranks, buffer } = &p.channels[*channel] {
+                v.extend(ranks.iter().map(|&r| (Chunk::new(r, *buffer, *buffer_offset, *size), true, true)));
             }
         }
         OpKind::Signal { .. }

@@ -219,7 +219,9 @@ impl Machine<'_> {
 
     fn packets_ready(&self, op: &Op) -> bool {
         let reads: Vec<Chunk> = match &op.kind {
-            OpKind::UnpackPackets { src, .. } | OpKind::ReadPutPackets { src, .. } => vec![*src],
+            OpKind::UnpackPackets { src, .. }
+            | OpKind::ReadPutPackets { src, .. }
+            | OpKind::SwitchBroadcastPackets { src, .. } => vec![*src],
             OpKind::Reduce { others, packet: true, .. } => others.clone(),
             _ => return true,
         };
@@ -277,11 +279,13 @@ impl Machine<'_> {
                     self.write(*dst, g, &acc.unwrap_or_default(), false);
                 }
             }
-            OpKind::SwitchBroadcast { channel, src, buffer_offset, size } => {
+            OpKind::SwitchBroadcast { channel, src, buffer_offset, size }
+            | OpKind::SwitchBroadcastPackets { channel, src, buffer_offset, size } => {
+                let packet = matches!(op.kind, OpKind::SwitchBroadcastPackets { .. });
                 if let Channel::Switch { ranks, buffer } = &self.p.channels[*channel] {
                     let d = self.read(*src, g);
                     for &r in ranks {
-                        self.write(Chunk::new(r, *buffer, *buffer_offset, *size), g, &d, false);
+                        self.write(Chunk::new(r, *buffer, *buffer_offset, *size), g, &d, packet);
                     }
                 }
             }

@@ -328,6 +328,18 @@ pub enum OpKind {
         /// Reduction.
         reduce_op: ReduceOp,
     },
+    /// Switch channel: store the packets of the local scratch `src` to `buffer_offset` of every
+    /// member (whose bound buffer is scratch), as packets: MSCCL++'s `gstorepkt`.
+    SwitchBroadcastPackets {
+        /// Channel index.
+        channel: usize,
+        /// Local scratch source (read as packets).
+        src: Chunk,
+        /// Offset in the bound scratch.
+        buffer_offset: usize,
+        /// Number of chunks.
+        size: usize,
+    },
     /// Waits until `count` thread blocks of this rank (this one included) have reached a barrier
     /// `id` as many times as this one has: every write before the barrier in any of them
     /// happens before everything after it in all of them.
@@ -382,6 +394,7 @@ impl OpKind {
             OpKind::Reduce { .. } => "reduce",
             OpKind::SwitchReduce { .. } => "switch reduce",
             OpKind::SwitchBroadcast { .. } => "switch broadcast",
+            OpKind::SwitchBroadcastPackets { .. } => "switch broadcast of packets",
             OpKind::Barrier { .. } => "barrier",
             OpKind::SemRelease { .. } => "sem_release",
             OpKind::SemAcquire { .. } => "sem_acquire",
@@ -408,6 +421,8 @@ impl OpKind {
             }
             OpKind::SwitchReduce { dst, .. } => (false, s(dst)),
             OpKind::SwitchBroadcast { src, .. } => (false, s(src)),
+            // The destination is the bound scratch of every member, as packets.
+            OpKind::SwitchBroadcastPackets { .. } => (true, false),
             OpKind::Signal { .. }
             | OpKind::Wait { .. }
             | OpKind::Flush { .. }
@@ -431,7 +446,8 @@ impl OpKind {
             | OpKind::Flush { channel, .. }
             | OpKind::ChannelReduce { channel, .. }
             | OpKind::SwitchReduce { channel, .. }
-            | OpKind::SwitchBroadcast { channel, .. } => Some(*channel),
+            | OpKind::SwitchBroadcast { channel, .. }
+            | OpKind::SwitchBroadcastPackets { channel, .. } => Some(*channel),
             _ => None,
         }
     }

@@ -16,7 +16,6 @@ enum Want {
 }
 use Want::*;
 
-const SWITCH_PACKETS: Want = Refused("\"gstorepkt\": stores LL packets through a switch channel");
 // The plan is wrong: MSCCL++ pairs the k-th channel from a to b with the k-th from b to a (one
 // connection tag per pair), and the program signals on channels 0 and 1 but waits on 2 and 3.
 const FUSED_SIGNAL_WAIT: Want = Flagged("rank 0 -> rank 1 (#0): 1 signal(s) but 0 wait(s)");
@@ -32,9 +31,9 @@ const EXPECTED: &[(&str, Want)] = &[
     ("allgather_nvls_zero_copy_2", SWITCH_RELAXED_END),
     ("allgather_nvls_zero_copy_4", SWITCH_RELAXED_END),
     ("allgather_nvls_zero_copy_8", SWITCH_RELAXED_END),
-    ("allgather_nvls_zero_copy_pkt_2", SWITCH_PACKETS),
-    ("allgather_nvls_zero_copy_pkt_4", SWITCH_PACKETS),
-    ("allgather_nvls_zero_copy_pkt_8", SWITCH_PACKETS),
+    ("allgather_nvls_zero_copy_pkt_2", Clean),
+    ("allgather_nvls_zero_copy_pkt_4", Clean),
+    ("allgather_nvls_zero_copy_pkt_8", Clean),
     ("allgather_pkt_2", Clean),
     ("allgather_pkt_4", Clean),
     ("allgather_pkt_8", Clean),

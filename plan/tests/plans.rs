@@ -658,10 +658,9 @@ fn mscclpp_reader_rejects_what_it_does_not_model() {
     let unsupported = MSCCLPP_PLAN.replace(r#""name": "nop""#, r#""name": "glreduce""#);
     let e = mscclpp_json::read(&unsupported).unwrap_err();
     assert_eq!(e.to_string(), r#"gpu 0 tb 0 op 1: unsupported operation "glreduce""#);
-    // MSCCL++ operations the executor cannot run are refused with the reason.
+    // A known operation without the operands it needs is malformed, with its place.
     let e = mscclpp_json::read(&MSCCLPP_PLAN.replace(r#""name": "nop""#, r#""name": "gstorepkt""#)).unwrap_err();
-    assert!(matches!(e, mscclpp_json::ReadError::Unsupported { ref name, .. } if name == "gstorepkt"), "{e}");
-    assert!(e.to_string().contains("the executor's switch operations move plain data"), "{e}");
+    assert_eq!(e.to_string(), "gpu 0 tb 0 op 1 (gstorepkt): expects one source and one switch destination");
     let e = mscclpp_json::read(&MSCCLPP_PLAN.replacen(
         r#""channel_type": "memory", "connected_to""#,
         r#""channel_type": "ib", "connected_to""#,
@@ -1139,4 +1138,28 @@ fn mscclpp_pipelines_are_read_as_their_body() {
             .any(|o| matches!(o.kind, OpKind::SemAcquire { .. }))
     );
     check(&p).unwrap();
+}
+
+/// `gstorepkt` stores the packets of a rank's scratch into every member's bound scratch: read
+/// as packets (it waits for them), written as packets (the `upkt` of every member waits for them).
+#[test]
+fn mscclpp_packets_through_a_switch_channel() {
+    let p = mscclpp_json::read(include_str!("mscclpp/allgather_nvls_zero_copy_pkt_2.json")).unwrap();
+    let sw = p.channels.iter().position(|c| matches!(c, Channel::Switch { .. })).unwrap();
+    assert_eq!(p.channels[sw], Channel::Switch { ranks: vec![0, 1], buffer: BufferType::Scratch });
+    let kinds: Vec<&OpKind> = p.ranks[1].threadblocks[0].iter().map(|o| &o.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            &OpKind::CopyPackets { dst: Chunk::scratch(1, 1, 1), src: Chunk::output(1, 1, 1) },
+            &OpKind::SwitchBroadcastPackets { channel: sw, src: Chunk::scratch(1, 1, 1), buffer_offset: 1, size: 1 },
+            &OpKind::UnpackPackets { dst: Chunk::output(1, 0, 1), src: Chunk::scratch(1, 0, 1) },
+        ]
+    );
+    check(&p).unwrap();
+    // Without rank 1's packet copy nothing writes the packets its store reads.
+    let mut q = p;
+    q.ranks[1].threadblocks[0].remove(0);
+    let (_, m) = rejected(&q);
+    assert!(m.contains("deadlock") && m.contains("(switch broadcast of packets rank 1 scratch[1..2]"), "{m}");
 }
