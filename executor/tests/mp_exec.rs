@@ -17,7 +17,8 @@
 //! cargo test --release -p mscclpp-executor --test mp_exec      # 2 ranks (launcher)
 //! target/release/deps/mp_exec-... --ranks 4
 //! ```
-//! `MSCCLPP_RS_SEED` repeats a run's data. Without GPUs every rank prints a GPU-SKIP line.
+//! `MSCCLPP_RS_SEED` repeats a run's data; `MSCCLPP_RS_MP_EXEC=mscclpp` runs only MSCCL++'s
+//! plans. Without GPUs every rank prints a GPU-SKIP line.
 
 use std::process::ExitCode;
 
@@ -72,6 +73,11 @@ fn run(comm: &Communicator) -> Result<()> {
     let seed = comm.bootstrap().all_gather_pod(&own_seed)?[0];
     if me == 0 {
         println!("mp_exec: {n} ranks, seed {seed} (MSCCLPP_RS_SEED={seed} repeats this run)");
+    }
+    // MSCCLPP_RS_MP_EXEC=mscclpp: only MSCCL++'s generated plans (every rank reads the same
+    // environment from the launcher).
+    if std::env::var("MSCCLPP_RS_MP_EXEC").as_deref() == Ok("mscclpp") {
+        return mscclpp_plans(comm, seed);
     }
     let plan_err = |e: mscclpp_plan::PlanError| Error::InvalidArgument(format!("building the plan: {e}"));
     let programs = [
