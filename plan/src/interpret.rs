@@ -46,11 +46,21 @@ fn slot(b: BufferType) -> usize {
 }
 
 /// Runs `p` on `inputs` (one per rank, `input_chunks × chunk_words` words each), with every
-/// output word starting as `poison` (defined) and scratch undefined.
+/// output word starting as `poison` (defined) and scratch undefined. Meant for plans that passed
+/// [`crate::check()`]: it holds every operation to the builder's rules first (an error names the
+/// first one broken), allocates every buffer the plan declares, and reports a plan that cannot
+/// finish (a deadlock) as [`Stuck`].
 pub fn run(p: &Program, inputs: &[Vec<u32>], chunk_words: usize, poison: u32) -> Result<Vec<Buffers>, Stuck> {
     let n = p.ranks.len();
     if inputs.len() != n {
         return Err(Stuck(format!("{} inputs for {n} ranks", inputs.len())));
+    }
+    for (r, rp) in p.ranks.iter().enumerate() {
+        for (t, ops) in rp.threadblocks.iter().enumerate() {
+            for (i, op) in ops.iter().enumerate() {
+                crate::builder::validate_op(p, r, op).map_err(|e| Stuck(format!("rank {r} tb {t} op {i}: {e}")))?;
+            }
+        }
     }
     let mut bufs = Vec::with_capacity(n);
     for (r, rp) in p.ranks.iter().enumerate() {
