@@ -22,9 +22,9 @@
 //!
 //! Relaxed signals and waits order no data of the launch, but they do order the input the
 //! stream wrote before it: each block's thread 0 runs `fence.acq_rel.sys` before its first
-//! operation (releasing what the stream completed before the launch) and after every relaxed
-//! wait (acquiring what the signalling block released that way), so a rank that has seen a
-//! relaxed signal from a peer may read that peer's input. `mscclpp_plan::check` models exactly
+//! relaxed signal (releasing what the stream completed before the launch) and after every
+//! relaxed wait (acquiring what the signalling block released that way), so a rank that has
+//! seen a relaxed signal from a peer may read that peer's input. `mscclpp_plan::check` models exactly
 //! this (see its "Relaxed signals and the input" section).
 //!
 //! Packets (LL16) carry a flag: block `b` uses `epochs[b]` (1 at the first launch, one more at
@@ -341,11 +341,9 @@ mod device {
             };
             let shift = if flag & 1 == 1 { self.pkt_shift } else { 0 };
             let arena = self.arena;
-            if leader {
-                // Releases what the stream did before this launch (the host's input) to any
-                // rank that later sees a signal of this block, relaxed ones included.
-                fence_acq_rel::<Sys>();
-            }
+            // Whether thread 0 has fenced since the launch began: before the first relaxed
+            // signal it releases what the stream did before the launch (the host's input).
+            let mut launch_released = false;
             for i in start..end {
                 // SAFETY: indices below tb_start[n_blocks] are inside `ops` (encoder).
                 let op = unsafe { self.ops.add(i as usize).as_ptr().read() };
@@ -454,7 +452,15 @@ mod device {
                         opcode::SIGNAL => {
                             barrier_sync();
                             if leader {
-                                if op.flags & flags::RELAXED != 0 { mem().relaxed_signal() } else { mem().signal() }
+                                if op.flags & flags::RELAXED != 0 {
+                                    if !launch_released {
+                                        fence_acq_rel::<Sys>();
+                                        launch_released = true;
+                                    }
+                                    mem().relaxed_signal()
+                                } else {
+                                    mem().signal()
+                                }
                             }
                         }
                         opcode::WAIT => {
@@ -462,7 +468,7 @@ mod device {
                                 if op.flags & flags::RELAXED != 0 {
                                     mem().relaxed_wait(budget);
                                     // Acquires what the signaller released: its host's input,
-                                    // by the fence at the start of its block.
+                                    // by the fence before its block's first relaxed signal.
                                     fence_acq_rel::<Sys>();
                                 } else {
                                     mem().wait(budget)

@@ -71,9 +71,10 @@
 //! - the host's write `W` of rank A's input is stream work that completed before A's launch
 //!   began (a copy or a kernel earlier in A's stream, or a synchronous copy before the launch),
 //!   so `W` happens before every operation of A's kernel;
-//! - thread 0 of every block of the executor runs `fence.acq_rel.sys` before its first operation,
-//!   and signals are made by thread 0: that fence `F_A` followed by A's signal `S` (a strong
-//!   relaxed atomic at system scope) is a *release pattern*, which `W` precedes;
+//! - thread 0 of every block of the executor, which makes its signals, runs `fence.acq_rel.sys`
+//!   before its first relaxed signal of the launch (a non-relaxed signal is a release itself):
+//!   that fence `F_A` followed by A's signal `S` (a strong relaxed atomic at system scope) is a
+//!   *release pattern*, which `W` precedes;
 //! - thread 0 of the waiting block of rank B spins with strong relaxed loads until one, `R`,
 //!   observes `S`, then runs `fence.acq_rel.sys` (`F_B`; a non-relaxed wait's load is itself an
 //!   acquire): an *acquire pattern*. So `F_A` synchronizes with `F_B`, and `W` is in causality
@@ -86,9 +87,9 @@
 //!   pattern is outside what the model guarantees and works because the hardware neither keeps a
 //!   peer's lines in L1 across a launch nor issues the loads before the spin loop ends.
 //!
-//! Only the host's write travels this way: the launch's own writes before a relaxed signal are
-//! not released by the fence at the block's start, so they still need a fenced, non-relaxed
-//! signal/wait pair; and the check that every remote access of a rank's input is known to that
+//! Only the host's write is modelled as travelling this way: the launch's own writes before a
+//! relaxed signal are released only when the block happens to fence first (its first relaxed
+//! signal), so they still need a fenced, non-relaxed signal/wait pair; and the check that every remote access of a rank's input is known to that
 //! rank before it finishes is unchanged.
 
 use crate::builder::{MAX_RANKS, MAX_THREADBLOCKS, PlanError, validate_op};
@@ -1031,7 +1032,8 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                         None => th,
                     };
                     // A signal that publishes nothing of the launch still carries the host's
-                    // input of its rank (released by the executor's fence at the block's start).
+                    // input of its rank (released by the executor's fence before a block's first
+                    // relaxed signal, or by a non-relaxed signal itself).
                     let token = if publishes {
                         know[from].clone()
                     } else {

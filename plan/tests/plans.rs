@@ -991,9 +991,10 @@ fn in_place_plans_alias_input_and_output() {
 }
 
 /// A relaxed signal/wait orders no data of the launch but carries the signaller's input (its
-/// host wrote it before the launch; the executor fences at a block's start and after a relaxed
-/// wait): rank 1 may get rank 0's input after a relaxed wait for rank 0, but not before any
-/// wait, and not rank 0's output that rank 0's kernel wrote before a relaxed signal.
+/// host wrote it before the launch; the executor fences before a block's first relaxed signal
+/// and after a relaxed wait): rank 1 may get rank 0's input after a relaxed wait for rank 0,
+/// but not before any wait, and not rank 0's output that rank 0's kernel wrote before a relaxed
+/// signal.
 #[test]
 fn relaxed_signal_carries_the_input_but_not_the_launch_writes() {
     let build = |wait: bool, from_output: bool| {
