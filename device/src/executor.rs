@@ -7,7 +7,8 @@
 //!  block b runs ops[tb_start[b] .. tb_start[b + 1]] in order, all its threads together:
 //!    data ops (put, get, copy, reductions, packets, switch reduce / broadcast) share the work
 //!    among the block's threads;
-//!    signal / wait / flush / port requests are made by thread 0, with a bar.sync on each side.
+//!    signal / wait / flush / port requests, barriers among blocks and semaphores between them
+//!    are made by thread 0, with a bar.sync on each side.
 //! ```
 //!
 //! Offsets are bytes into an *arena*: one exportable buffer per rank holding its input, output
@@ -18,6 +19,13 @@
 //! [`SwitchGroup`](crate::channel::switch::SwitchGroup) API of an
 //! [`EmulatedSwitchChannel`] (peer pointers; NVLink multicast is not used). The host encoder
 //! (`mscclpp-executor`) turns a checked plan into these records.
+//!
+//! Relaxed signals and waits order no data of the launch, but they do order the input the
+//! stream wrote before it: each block's thread 0 runs `fence.acq_rel.sys` before its first
+//! relaxed signal (releasing what the stream completed before the launch) and after every
+//! relaxed wait (acquiring what the signalling block released that way), so a rank that has
+//! seen a relaxed signal from a peer may read that peer's input. `mscclpp_plan::check` models exactly
+//! this (see its "Relaxed signals and the input" section).
 //!
 //! Packets (LL16) carry a flag: block `b` uses `epochs[b]` (1 at the first launch, one more at
 //! every launch, so every rank's blocks agree on it), and packet operands in scratch
@@ -75,6 +83,16 @@ pub mod opcode {
     pub const SWITCH_REDUCE: u32 = 18;
     /// Switch channel: `local[src]` stored at `dst` of every rank's copy.
     pub const SWITCH_BROADCAST: u32 = 19;
+    /// Switch channel: the LL16 packets at local `src` (`bytes` of data), each read once its flag
+    /// is this launch's, stored at `dst` of every rank's copy.
+    pub const SWITCH_BROADCAST_PACKETS: u32 = 23;
+    /// Barrier among `bytes` blocks of this rank on counter `channel` of [`super::ExecPlan::sync`].
+    pub const BARRIER: u32 = 20;
+    /// Adds one to semaphore counter `channel` of [`super::ExecPlan::sync`] (release).
+    pub const SEM_RELEASE: u32 = 21;
+    /// Waits until semaphore counter `channel` is positive and takes one (acquire); one block
+    /// acquires each semaphore.
+    pub const SEM_ACQUIRE: u32 = 22;
 }
 
 /// Bits of [`ExecOp::flags`].
@@ -129,7 +147,7 @@ static_assertions::assert_eq_size!(ExecOp, [u64; 12]);
 // SAFETY: repr(C), integers only, no implicit padding (asserted size).
 unsafe impl DeviceAbi for ExecOp {}
 
-/// One rank's plan on the device, passed to the executor kernel by value (80 bytes).
+/// One rank's plan on the device, passed to the executor kernel by value (88 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ExecPlan {
@@ -147,6 +165,9 @@ pub struct ExecPlan {
     pub arena: GlobalPtr<u8>,
     /// One launch counter per block, starting at 1: the packet flag.
     pub epochs: GlobalPtr<u32>,
+    /// This rank's counters of barriers (arrivals since the arena was made) and semaphores
+    /// between its blocks (their values), by [`ExecOp::channel`].
+    pub sync: GlobalPtr<u64>,
     /// Bytes of one copy of the packet scratch (the shift for odd flags).
     pub pkt_shift: u64,
     /// Blocks the plan has (the grid must have exactly this many).
@@ -156,18 +177,19 @@ pub struct ExecPlan {
     /// Size of the arena in bytes.
     pub arena_bytes: u64,
 }
-static_assertions::assert_eq_size!(ExecPlan, [u64; 10]);
+static_assertions::assert_eq_size!(ExecPlan, [u64; 11]);
 // SAFETY: repr(C) of addresses and integers, no implicit padding (asserted size).
 unsafe impl DeviceAbi for ExecPlan {}
 
 #[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
+    use crate::atomic::{self, AcqRel, Acquire, Gpu, Relaxed, Release, Sys, fence_acq_rel};
     use crate::channel::switch::{SwitchElem, SwitchGroup};
     use crate::collective::{Bf16, Element, F16, F32, I32, U32};
     use crate::copy::{Threads, copy_widest};
     use crate::packet::{LL16Packet, copy_from_packets, copy_to_packets};
-    use crate::poll::{SpinBudget, fail};
+    use crate::poll::{SpinBudget, fail, spin_until};
     use crate::ptx::ld_st;
     use crate::ptx::misc::barrier_sync;
     use crate::ptx::sreg;
@@ -319,6 +341,9 @@ mod device {
             };
             let shift = if flag & 1 == 1 { self.pkt_shift } else { 0 };
             let arena = self.arena;
+            // Whether thread 0 has fenced since the launch began: before the first relaxed
+            // signal it releases what the stream did before the launch (the host's input).
+            let mut launch_released = false;
             for i in start..end {
                 // SAFETY: indices below tb_start[n_blocks] are inside `ops` (encoder).
                 let op = unsafe { self.ops.add(i as usize).as_ptr().read() };
@@ -337,7 +362,8 @@ mod device {
                     // SAFETY: as above.
                     unsafe { self.switch.add(op.channel as usize).as_ptr().read() }
                 };
-                // SAFETY: offsets and sizes were checked by the encoder against both arenas;
+                // SAFETY: offsets and sizes were checked by the encoder against both arenas, and
+                // counter indices against the sync table;
                 // every thread of the block runs the same operation; one thread signals, waits
                 // and makes port requests, with barriers around it.
                 unsafe {
@@ -426,13 +452,24 @@ mod device {
                         opcode::SIGNAL => {
                             barrier_sync();
                             if leader {
-                                if op.flags & flags::RELAXED != 0 { mem().relaxed_signal() } else { mem().signal() }
+                                if op.flags & flags::RELAXED != 0 {
+                                    if !launch_released {
+                                        fence_acq_rel::<Sys>();
+                                        launch_released = true;
+                                    }
+                                    mem().relaxed_signal()
+                                } else {
+                                    mem().signal()
+                                }
                             }
                         }
                         opcode::WAIT => {
                             if leader {
                                 if op.flags & flags::RELAXED != 0 {
-                                    mem().relaxed_wait(budget)
+                                    mem().relaxed_wait(budget);
+                                    // Acquires what the signaller released: its host's input,
+                                    // by the fence before its block's first relaxed signal.
+                                    fence_acq_rel::<Sys>();
                                 } else {
                                     mem().wait(budget)
                                 }
@@ -464,6 +501,51 @@ mod device {
                                     opcode::PORT_WAIT => c.wait(budget),
                                     _ => c.flush(budget),
                                 }
+                            }
+                        }
+                        opcode::SWITCH_BROADCAST_PACKETS => {
+                            // A packet is 16 bytes holding 8 of data: read it whole once valid,
+                            // then store it whole to every copy (bytes are bytes).
+                            let c = switch();
+                            let from = arena.byte_add(src as usize).cast::<LL16Packet>();
+                            let first = dst / 16;
+                            let mut k = t.index as u64;
+                            while k < op.bytes / 8 {
+                                let p = from.add(k as usize);
+                                p.read(flag, budget);
+                                let whole = p.cast::<F32x4>().as_ptr().read_volatile();
+                                c.broadcast::<F32x4>((first + k) as usize, whole);
+                                k += t.count as u64;
+                            }
+                        }
+                        opcode::BARRIER => {
+                            barrier_sync();
+                            if leader {
+                                let p = self.sync.add(op.channel as usize).as_ptr();
+                                // Arrival `old` belongs to crossing old / count, which is over
+                                // once every block of it has arrived (counts never reset).
+                                let count = op.bytes.max(1);
+                                let old = atomic::fetch_add::<AcqRel, Gpu, u64>(p, 1);
+                                let target = (old / count + 1) * count;
+                                spin_until(budget, c"exec_plan: barrier", || {
+                                    atomic::load::<Acquire, Gpu, u64>(p) >= target
+                                });
+                            }
+                        }
+                        opcode::SEM_RELEASE => {
+                            barrier_sync();
+                            if leader {
+                                atomic::red_add::<Release, Gpu, u64>(self.sync.add(op.channel as usize).as_ptr(), 1);
+                            }
+                        }
+                        opcode::SEM_ACQUIRE => {
+                            if leader {
+                                let p = self.sync.add(op.channel as usize).as_ptr();
+                                spin_until(budget, c"exec_plan: sem_acquire", || {
+                                    atomic::load::<Acquire, Gpu, u64>(p) > 0
+                                });
+                                // The only acquirer (checker): the value cannot drop in between.
+                                atomic::fetch_add::<Relaxed, Gpu, u64>(p, u64::MAX);
                             }
                         }
                         _ => fail(c"exec_plan: unknown operation"),

@@ -53,6 +53,9 @@ pub struct Encoded {
     pub layouts: Vec<Layout>,
     /// Bytes of one chunk.
     pub chunk_bytes: u64,
+    /// Initial values of this rank's sync counters ([`ExecPlan::sync`](mscclpp_device::executor::ExecPlan::sync)):
+    /// one per barrier id the rank uses (0), then one per semaphore (its initial value).
+    pub sync: Vec<u64>,
 }
 
 impl Encoded {
@@ -121,7 +124,8 @@ fn chunks(p: &Program, k: &OpKind) -> Vec<Chunk> {
         OpKind::SwitchReduce { channel, buffer_offset, size, dst, .. } => {
             [*dst].into_iter().chain(members(channel, buffer_offset, size)).collect()
         }
-        OpKind::SwitchBroadcast { channel, src, buffer_offset, size } => {
+        OpKind::SwitchBroadcast { channel, src, buffer_offset, size }
+        | OpKind::SwitchBroadcastPackets { channel, src, buffer_offset, size } => {
             [*src].into_iter().chain(members(channel, buffer_offset, size)).collect()
         }
         _ => vec![],
@@ -160,8 +164,9 @@ fn layout(rp: &RankPlan, chunk_bytes: u64, pkt: bool, rank: usize, in_output: Op
 
 /// Encodes rank `rank`'s part of `p` with chunks of `chunk_bytes` (a positive multiple of 16).
 /// The plan should have passed [`mscclpp_plan::check()`]; this refuses what the executor cannot
-/// run: switch channels over fewer than every rank of the plan, or in a plan whose ranks' arenas
-/// are not laid out alike (every rank's copy of a switch buffer must be at the same offset);
+/// run: switch channels over fewer than every rank of the plan, or bound to a buffer that does
+/// not lie at the same place, with the same size, in every rank's arena (every rank's copy of a
+/// switch buffer must be at the same offset);
 /// reductions (local, channel or switch) other than sum, or with more than [`MAX_OTHERS`] other
 /// operands; packets over port channels; thread-block groups on synchronisation; and scratch
 /// used both as packets and as plain data (a switch channel bound to scratch uses it as plain
@@ -216,15 +221,25 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                     n - 1
                 )));
             }
-            if let Some(q) = (1..n).find(|&q| layouts[q] != layouts[0]) {
+            // A switch offset is the same offset into every rank's arena: the bound buffer must
+            // lie at the same place, with the same size, in arenas of the same size.
+            let place = |l: &Layout| {
+                let (at, bytes) = match buffer {
+                    BufferType::Input => (l.input, l.input_bytes),
+                    BufferType::Output => (l.output, l.output_bytes),
+                    BufferType::Scratch => (l.scratch, l.bytes.saturating_sub(l.scratch)),
+                };
+                (at, bytes, l.bytes, l.pkt_shift)
+            };
+            if let Some(q) = (1..n).find(|&q| place(&layouts[q]) != place(&layouts[0])) {
                 let (a, b) = (&p.ranks[q], &p.ranks[0]);
                 if (a.input_chunks, a.output_chunks, a.scratch_chunks)
                     == (b.input_chunks, b.output_chunks, b.scratch_chunks)
                 {
                     return Err(Error::Unsupported(format!(
-                        "executor: switch channel {c} needs every rank's arena laid out alike, and rank {q}'s input \
-                         lies at byte {} of its arena, rank 0's at byte {} (an in-place allgather puts each rank's \
-                         input in its own slice of the output)",
+                        "executor: switch channel {c} needs every rank's {buffer} at the same place of its arena, \
+                         and rank {q}'s input lies at byte {} of its arena, rank 0's at byte {} (an in-place \
+                         allgather puts each rank's input in its own slice of the output)",
                         layouts[q].input, layouts[0].input
                     )));
                 }
@@ -280,6 +295,17 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
         }
     };
     let is_pkt = |c: &Chunk| pkt && c.buffer == BufferType::Scratch;
+    // Sync counters: the rank's barrier ids in order of first use, then its semaphores.
+    let mut barrier_ids: Vec<usize> = vec![];
+    for op in p.ranks[rank].threadblocks.iter().flatten() {
+        if let OpKind::Barrier { id, .. } = op.kind
+            && !barrier_ids.contains(&id)
+        {
+            barrier_ids.push(id);
+        }
+    }
+    let mut sync = vec![0u64; barrier_ids.len()];
+    sync.extend(&p.ranks[rank].semaphores);
     let mut ops = vec![];
     let mut tb_start = vec![0u32];
     for (tb, list) in p.ranks[rank].threadblocks.iter().enumerate() {
@@ -336,9 +362,19 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                 }
             }
             if op.tbg.is_some_and(|g| g.size > 1)
-                && matches!(op.kind, OpKind::Signal { .. } | OpKind::Wait { .. } | OpKind::Flush { .. })
+                && matches!(
+                    op.kind,
+                    OpKind::Signal { .. }
+                        | OpKind::Wait { .. }
+                        | OpKind::Flush { .. }
+                        | OpKind::Barrier { .. }
+                        | OpKind::SemRelease { .. }
+                        | OpKind::SemAcquire { .. }
+                )
             {
-                return Err(err("thread-block groups on signal, wait or flush are not supported"));
+                return Err(err(
+                    "thread-block groups on signal, wait, flush, barriers or semaphores are not supported",
+                ));
             }
             match &op.kind {
                 OpKind::Put { channel: c, dst, src } => match p.channels.get(*c).map(Channel::channel_type) {
@@ -462,10 +498,35 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                     e.channel = table;
                     data(&mut e, opcode::SWITCH_BROADCAST, &Chunk::new(rank, buffer, *buffer_offset, *size), src);
                 }
+                OpKind::SwitchBroadcastPackets { channel: c, src, buffer_offset, size } => {
+                    let (table, buffer) = switch_channel(*c)?;
+                    e.channel = table;
+                    let dst = Chunk::new(rank, buffer, *buffer_offset, *size);
+                    if !is_pkt(&dst) || !is_pkt(src) {
+                        return Err(err("packets through a switch channel need scratch on both sides"));
+                    }
+                    data(&mut e, opcode::SWITCH_BROADCAST_PACKETS, &dst, src);
+                }
+                OpKind::Barrier { id, count } => {
+                    e.kind = opcode::BARRIER;
+                    e.channel = barrier_ids.iter().position(|b| b == id).expect("collected above") as u32;
+                    e.bytes = *count as u64;
+                }
+                OpKind::SemRelease { sem } | OpKind::SemAcquire { sem } => {
+                    if *sem >= p.ranks[rank].semaphores.len() {
+                        return Err(err(&format!("semaphore {sem} is not one of this rank's")));
+                    }
+                    e.kind = if matches!(op.kind, OpKind::SemRelease { .. }) {
+                        opcode::SEM_RELEASE
+                    } else {
+                        opcode::SEM_ACQUIRE
+                    };
+                    e.channel = (barrier_ids.len() + sem) as u32;
+                }
             }
             ops.push(e);
         }
         tb_start.push(ops.len() as u32);
     }
-    Ok(Encoded { rank, ops, tb_start, memory, port, memory_sets, port_sets, switch, layouts, chunk_bytes })
+    Ok(Encoded { rank, ops, tb_start, memory, port, memory_sets, port_sets, switch, layouts, chunk_bytes, sync })
 }

@@ -274,6 +274,8 @@ impl Executor {
         let sw = table(bytemuck::cast_slice(&switch_table))?;
         let blocks = encoded.blocks().max(1);
         let epochs = DeviceBuffer::from_slice(&gpu, &vec![1u32; blocks])?;
+        // Barrier and semaphore counters (never empty: a null table is never read).
+        let sync = DeviceBuffer::from_slice(&gpu, if encoded.sync.is_empty() { &[0u64][..] } else { &encoded.sync })?;
         let plan = ExecPlan {
             ops: ops.ptr(),
             tb_start: tb_start.ptr(),
@@ -282,6 +284,7 @@ impl Executor {
             switch: sw.ptr(),
             arena: arena.ptr(),
             epochs: epochs.ptr(),
+            sync: sync.ptr(),
             pkt_shift: layout.pkt_shift,
             n_blocks: encoded.blocks() as u32,
             dtype: config.element.code(),
@@ -306,7 +309,7 @@ impl Executor {
             _ports: ports,
             _memory: memory,
             _switch: switch,
-            _tables: vec![ops, tb_start, mem, port, sw],
+            _tables: vec![ops, tb_start, mem, port, sw, sync],
             epochs,
             arena,
         })

@@ -47,6 +47,12 @@ fn assert_records_inside(p: &Program, r: usize, e: &Encoded) {
     let back: Vec<ExecOp> = bytes.chunks(size_of::<ExecOp>()).map(bytemuck::pod_read_unaligned).collect();
     assert_eq!(back, e.ops);
     for op in &e.ops {
+        if matches!(op.kind, opcode::BARRIER | opcode::SEM_RELEASE | opcode::SEM_ACQUIRE) {
+            // A counter of this rank's sync table; a barrier's `bytes` is its block count.
+            assert!((op.channel as usize) < e.sync.len(), "{} sync counter", p.name);
+            assert!(op.kind != opcode::BARRIER || (1..=e.blocks() as u64).contains(&op.bytes), "{}", p.name);
+            continue;
+        }
         let (rd, rs) = remote(op.kind);
         let peer = |ch: u32| match op.kind {
             opcode::PORT_PUT | opcode::PORT_PUT_WITH_SIGNAL | opcode::PORT_PUT_WITH_SIGNAL_AND_FLUSH => {
@@ -93,7 +99,7 @@ fn examples_encode_inside_the_arenas_and_round_trip() {
 #[test]
 fn plans_generated_by_mscclpp_encode_on_every_rank() {
     let allgather = mscclpp_json::read(include_str!("../../plan/tests/mscclpp/allgather.json")).unwrap();
-    let allreduce = mscclpp_json::read(include_str!("../../plan/tests/mscclpp/allreduce_pkt.json")).unwrap();
+    let allreduce = mscclpp_json::read(include_str!("../../plan/tests/mscclpp/allreduce_pkt_2.json")).unwrap();
     for p in [&allgather, &allreduce] {
         mscclpp_plan::check(p).unwrap_or_else(|e| panic!("{}: {e:?}", p.name));
     }
@@ -379,10 +385,64 @@ fn unchecked_group_placements_do_not_panic() {
 #[test]
 fn in_place_allgather_with_a_switch_channel_names_the_input_offsets() {
     let mut p = Program::new("ag_switch", "allgather", 2, 1, 2, 0);
-    let out = p.switch_channel(vec![0, 1], BufferType::Output).unwrap();
+    let mut q = p.clone();
+    let out = p.switch_channel(vec![0, 1], BufferType::Input).unwrap();
     out.broadcast(&mut p, 0, Chunk::input(0, 0, 1), 0, 1, 0).unwrap();
     encode(&p, 0, CHUNK).unwrap();
     p.set_in_place(true);
     let e = encode(&p, 0, CHUNK).unwrap_err().to_string();
     assert!(e.contains("rank 1's input lies at byte 4096 of its arena, rank 0's at byte 0"), "{e}");
+    // Bound to the output, which lies at the same place on every rank: accepted.
+    let out = q.switch_channel(vec![0, 1], BufferType::Output).unwrap();
+    out.broadcast(&mut q, 0, Chunk::input(0, 0, 1), 0, 1, 0).unwrap();
+    q.set_in_place(true);
+    encode(&q, 0, CHUNK).unwrap();
+}
+
+/// Every plan of `plan/tests/mscclpp/` that reads and checks clean encodes on every rank with
+/// offsets inside the arenas (what `mp_exec` then runs on GPUs).
+#[test]
+fn every_clean_mscclpp_plan_encodes_on_every_rank() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plan/tests/mscclpp");
+    let mut encoded = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let Ok(p) = mscclpp_json::read(&std::fs::read_to_string(&path).unwrap()) else { continue };
+        if mscclpp_plan::check(&p).is_err() {
+            continue;
+        }
+        for r in 0..p.ranks.len() {
+            for chunk in [16, CHUNK] {
+                let e = encode(&p, r, chunk).unwrap_or_else(|e| panic!("{}: rank {r}: {e}", path.display()));
+                assert_records_inside(&p, r, &e);
+            }
+        }
+        encoded += 1;
+    }
+    assert_eq!(encoded, 61, "the clean plans of plan/tests/mscclpp");
+}
+
+/// MSCCL++'s `gstorepkt` encodes as a switch store of packets: source and destination in the
+/// packet scratch (shifted by the launch's parity on the device), the same scratch offset on
+/// every rank (an in-place allgather's outputs lie alike, its inputs do not, and the switch
+/// channel is bound to scratch).
+#[test]
+fn packets_through_a_switch_channel_encode_in_the_packet_scratch() {
+    let p = mscclpp_json::read(include_str!("../../plan/tests/mscclpp/allgather_nvls_zero_copy_pkt_2.json")).unwrap();
+    for r in 0..2 {
+        let e = encode(&p, r, CHUNK).unwrap();
+        let op = e.ops.iter().find(|o| o.kind == opcode::SWITCH_BROADCAST_PACKETS).expect("the gstorepkt");
+        let l = e.layout();
+        assert_eq!(
+            op.flags & (flags::DST_PKT_SCRATCH | flags::SRC_PKT_SCRATCH),
+            flags::DST_PKT_SCRATCH | flags::SRC_PKT_SCRATCH
+        );
+        assert_eq!(
+            (op.dst, op.src, op.bytes),
+            (l.scratch + r as u64 * 2 * CHUNK, l.scratch + r as u64 * 2 * CHUNK, CHUNK)
+        );
+    }
 }

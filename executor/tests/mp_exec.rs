@@ -9,11 +9,16 @@
 //! captured in a CUDA graph and replayed 200 times. Plans that differ between ranks (their
 //! layouts, or the buffer a switch channel is bound to) are refused on every rank.
 //!
+//! Then every plan MSCCL++'s DSL generated (`plan/tests/mscclpp/`) that reads and checks clean
+//! and has as many ranks as the run, on fresh random `i32` data against the host run of the plan
+//! ([`mscclpp_plan::interpret`]), itself equal to what its collective means.
+//!
 //! ```sh
 //! cargo test --release -p mscclpp-executor --test mp_exec      # 2 ranks (launcher)
 //! target/release/deps/mp_exec-... --ranks 4
 //! ```
-//! `MSCCLPP_RS_SEED` repeats a run's data. Without GPUs every rank prints a GPU-SKIP line.
+//! `MSCCLPP_RS_SEED` repeats a run's data; `MSCCLPP_RS_MP_EXEC=mscclpp` runs only MSCCL++'s
+//! plans. Without GPUs every rank prints a GPU-SKIP line.
 
 use std::process::ExitCode;
 
@@ -23,7 +28,7 @@ use mscclpp_collectives::reference::{count_wrong, random_input, sum_in_order};
 use mscclpp_executor::{Config, ElementType, Executor};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, Error, Result};
-use mscclpp_plan::{BufferType, Channel, Program, examples};
+use mscclpp_plan::{BufferType, Channel, Program, RankPlan, examples, interpret, mscclpp_json};
 
 fn main() -> ExitCode {
     mscclpp_collectives::runner::main("mp_exec", 2, run)
@@ -68,6 +73,11 @@ fn run(comm: &Communicator) -> Result<()> {
     let seed = comm.bootstrap().all_gather_pod(&own_seed)?[0];
     if me == 0 {
         println!("mp_exec: {n} ranks, seed {seed} (MSCCLPP_RS_SEED={seed} repeats this run)");
+    }
+    // MSCCLPP_RS_MP_EXEC=mscclpp: only MSCCL++'s generated plans (every rank reads the same
+    // environment from the launcher).
+    if std::env::var("MSCCLPP_RS_MP_EXEC").as_deref() == Ok("mscclpp") {
+        return mscclpp_plans(comm, seed);
     }
     let plan_err = |e: mscclpp_plan::PlanError| Error::InvalidArgument(format!("building the plan: {e}"));
     let programs = [
@@ -134,6 +144,94 @@ fn run(comm: &Communicator) -> Result<()> {
     refused_plans(comm, &programs[2])?;
     let switch = programs.iter().find(|p| p.name == "allreduce_switch").expect("the switch allreduce is a case");
     refused_switch_binding(comm, switch)?;
+    mscclpp_plans(comm, case_seed ^ 0xa5)?;
+    Ok(())
+}
+
+/// MSCCL++'s generated plans (`plan/tests/mscclpp/`, embedded by the build script).
+const MSCCLPP_PLANS: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/mscclpp_plans.rs"));
+
+/// Every MSCCL++ plan that reads and checks clean and has as many ranks as this run (a plan of
+/// one rank also runs in a run of two, the other rank idle) on fresh random `i32` data, chunks of
+/// 16 bytes, 4 KiB and 64 KiB, two launches each, compared bit for bit with
+/// [`interpret::run`] (sums wrap, so the order of a sum does not matter), which for an
+/// allreduce, allgather or alltoall must itself equal what the collective means
+/// ([`interpret::collective`]). Output words the plan leaves undefined (from scratch nobody
+/// wrote) are not compared.
+fn mscclpp_plans(comm: &Communicator, seed: u64) -> Result<()> {
+    let (n, me) = (comm.world_size(), comm.rank());
+    let mut case_seed = seed;
+    let mut ran = Vec::new();
+    for (name, text) in MSCCLPP_PLANS {
+        let Ok(mut program) = mscclpp_json::read(text) else { continue };
+        if mscclpp_plan::check(&program).is_err() {
+            continue;
+        }
+        let m = program.ranks.len();
+        if m != n && !(m == 1 && n == 2) {
+            continue;
+        }
+        // Idle ranks: buffers like rank 0's, no thread blocks.
+        while program.ranks.len() < n {
+            let r0 = &program.ranks[0];
+            let idle = RankPlan { threadblocks: Vec::new(), ..r0.clone() };
+            program.ranks.push(idle);
+        }
+        for chunk in [16usize, 4096, 64 << 10] {
+            let exec = Executor::new(comm, &program, Config::new(chunk, ElementType::I32))?;
+            let (in_off, in_len) = exec.input();
+            let (out_off, out_len) = exec.output();
+            let words = chunk / 4;
+            for launch in 0..2 {
+                case_seed = case_seed.wrapping_add(1);
+                let inputs: Vec<Vec<u32>> = (0..n)
+                    .map(|r| {
+                        let bytes = random_input(DataType::I32, program.ranks[r].input_chunks * words, case_seed, r);
+                        bytes.as_chunks::<4>().0.iter().map(|w| u32::from_le_bytes(*w)).collect()
+                    })
+                    .collect();
+                let poison = u32::from_le_bytes([POISON; 4]);
+                let host = interpret::run(&program, &inputs, words, poison)
+                    .map_err(|e| Error::InvalidArgument(format!("{name}: the host run: {e}")))?;
+                let want = &host[me];
+                if let Some(meant) = interpret::collective(&program.collective, &inputs, me)
+                    && meant != want.output
+                {
+                    return Err(Error::InvalidArgument(format!(
+                        "{name}: the host run does not compute the {}",
+                        program.collective
+                    )));
+                }
+                if want.output.len() * 4 != out_len || inputs[me].len() * 4 != in_len {
+                    return Err(Error::InvalidArgument(format!("{name}: buffer sizes differ from the host run")));
+                }
+                // Poison first: an in-place input lies inside the output.
+                exec.arena().write(out_off, &vec![POISON; out_len])?;
+                let input: Vec<u8> = inputs[me].iter().flat_map(|w| w.to_le_bytes()).collect();
+                exec.arena().write(in_off, &input)?;
+                comm.bootstrap().barrier()?;
+                exec.launch(comm.gpu().stream())?;
+                comm.gpu().synchronize()?;
+                let got = exec.arena().to_vec::<u8>()?[out_off..out_off + out_len].to_vec();
+                let got: Vec<u32> = got.as_chunks::<4>().0.iter().map(|w| u32::from_le_bytes(*w)).collect();
+                let wrong: Vec<usize> =
+                    (0..want.output.len()).filter(|&i| want.defined[1][i] && got[i] != want.output[i]).collect();
+                if let Some(&first) = wrong.first() {
+                    return Err(Error::InvalidArgument(format!(
+                        "{name} i32 chunk {chunk} launch {launch}: rank {me}: {} of {} words wrong (first at word {first})",
+                        wrong.len(),
+                        want.output.len()
+                    )));
+                }
+                comm.bootstrap().barrier()?;
+            }
+        }
+        ran.push(*name);
+    }
+    if ran.is_empty() {
+        return Err(Error::InvalidArgument(format!("no MSCCL++ plan of {n} ranks ran")));
+    }
+    println!("mp_exec: rank {me}: {} MSCCL++ plans ok at {n} ranks: {}", ran.len(), ran.join(", "));
     Ok(())
 }
 

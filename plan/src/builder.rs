@@ -381,6 +381,46 @@ pub fn validate_op(p: &Program, rank: usize, op: &Op) -> Result<(), PlanError> {
             }
             in_range(p, name, "source", src)?;
         }
+        OpKind::SwitchBroadcastPackets { channel, src, buffer_offset, size } => {
+            let (ranks, buffer) = switch(p, name, *channel)?;
+            if !ranks.contains(&rank) {
+                return Err(PlanError::NotSwitchMember { op: name, rank });
+            }
+            on_rank(name, "source", src, rank)?;
+            scratch(name, "source", src)?;
+            same_size(name, "source", src, *size)?;
+            for &r in ranks {
+                let c = Chunk::new(r, buffer, *buffer_offset, *size);
+                scratch(name, "switch buffer", &c)?;
+                in_range(p, name, "switch buffer", &c)?;
+            }
+            in_range(p, name, "source", src)?;
+        }
+        OpKind::Barrier { id, count } => {
+            let limit = |what, value| PlanError::OutOfLimits {
+                op: name,
+                what,
+                value,
+                allowed: format!("1 to {MAX_THREADBLOCKS}"),
+            };
+            if !(1..=MAX_THREADBLOCKS).contains(count) {
+                return Err(limit("thread-block count", *count));
+            }
+            if *id >= MAX_THREADBLOCKS {
+                return Err(limit("barrier id", *id));
+            }
+        }
+        OpKind::SemRelease { sem } | OpKind::SemAcquire { sem } => {
+            let have = p.ranks.get(rank).map_or(0, |r| r.semaphores.len());
+            if *sem >= have {
+                return Err(PlanError::OutOfLimits {
+                    op: name,
+                    what: "semaphore",
+                    value: *sem,
+                    allowed: format!("below the {have} semaphore(s) of rank {rank}"),
+                });
+            }
+        }
     }
     Ok(())
 }
@@ -395,7 +435,8 @@ impl Program {
         output_chunks: usize,
         scratch_chunks: usize,
     ) -> Self {
-        let rank = RankPlan { input_chunks, output_chunks, scratch_chunks, threadblocks: Vec::new() };
+        let rank =
+            RankPlan { input_chunks, output_chunks, scratch_chunks, threadblocks: Vec::new(), semaphores: Vec::new() };
         Program {
             name: name.into(),
             collective: collective.into(),

@@ -28,6 +28,12 @@
 //!   were requested. A port put's remote write is known to the lane, hence to the peer after a
 //!   signal on that channel, but to the issuing thread block only after a `flush` (so a memory
 //!   channel signal after an unflushed port put does not publish it);
+//! - barriers: a thread block at barrier `id` of its rank waits until `count` arrivals of this
+//!   crossing are there, and then knows what all of them knew;
+//! - semaphores between the thread blocks of a rank: an acquire waits for a token (the
+//!   semaphore's initial value, which publishes nothing, then the releases in order) and knows
+//!   what the releasing thread block knew; one thread block releases and one acquires each
+//!   semaphore, as often in a launch (so the next launch finds it as this one did);
 //! - packets order only their data: a packet read adds the packet-writing operation and its data
 //!   ancestors (the operations that produced the values it sent, through packets or memory), not
 //!   the writer's other earlier operations, since packets carry no fence.
@@ -47,10 +53,44 @@
 //! A rank's input is written by its host before its launch and may be rewritten once the launch
 //! has ended, neither of which another rank sees. So the input is modelled as written by a host
 //! operation that every thread block of its rank knows from the start and no other rank knows:
-//! another rank reading (or writing) it without a fenced wait for a signal from its owner races
-//! with that write; and every such access must be known to the owner by the end of its launch,
+//! another rank reading (or writing) it before a wait for a signal from its owner (relaxed or
+//! not: see below) races with that write; and every such access must be known to the owner by the end of its launch,
 //! or the owner's host could rewrite the input under it. (Only the input is modelled this way:
 //! the checker looks at one launch, and the other buffers belong to the plan.)
+//!
+//! # Relaxed signals and the input
+//!
+//! A relaxed signal or wait (and a signal without a fence before it, a wait without one after
+//! it) orders none of the launch's data, but every signal, relaxed or not, carries its rank's
+//! host write of the input, and every wait acquires what its signal carries of that: so a rank
+//! may read (or write) a peer's input once it has waited, relaxed or not, for a signal from that
+//! peer. MSCCL++'s reference allreduce and its put, get and read-reduce unit plans rely on this
+//! (a relaxed signal/wait, then reads of the peers' inputs). The argument, in the PTX memory
+//! model, for the executor of `mscclpp-executor`:
+//!
+//! - the host's write `W` of rank A's input is stream work that completed before A's launch
+//!   began (a copy or a kernel earlier in A's stream, or a synchronous copy before the launch),
+//!   so `W` happens before every operation of A's kernel;
+//! - thread 0 of every block of the executor, which makes its signals, runs `fence.acq_rel.sys`
+//!   before its first relaxed signal of the launch (a non-relaxed signal is a release itself):
+//!   that fence `F_A` followed by A's signal `S` (a strong relaxed atomic at system scope) is a
+//!   *release pattern*, which `W` precedes;
+//! - thread 0 of the waiting block of rank B spins with strong relaxed loads until one, `R`,
+//!   observes `S`, then runs `fence.acq_rel.sys` (`F_B`; a non-relaxed wait's load is itself an
+//!   acquire): an *acquire pattern*. So `F_A` synchronizes with `F_B`, and `W` is in causality
+//!   order before everything after `F_B` in thread 0, and, through the `bar.sync` that follows
+//!   every operation, in the other threads of that block: their reads of A's input see `W`
+//!   (or later writes), never an older value;
+//! - without `F_A` and `F_B` nothing orders `W` before B's reads (no morally strong
+//!   synchronization relates them), and the model allows B a stale value of the input (a previous
+//!   launch's). MSCCL++'s own executor fences neither side of a relaxed signal/wait, so there the
+//!   pattern is outside what the model guarantees and works because the hardware neither keeps a
+//!   peer's lines in L1 across a launch nor issues the loads before the spin loop ends.
+//!
+//! Only the host's write is modelled as travelling this way: the launch's own writes before a
+//! relaxed signal are released only when the block happens to fence first (its first relaxed
+//! signal), so they still need a fenced, non-relaxed signal/wait pair; and the check that every remote access of a rank's input is known to that
+//! rank before it finishes is unchanged.
 
 use crate::builder::{MAX_RANKS, MAX_THREADBLOCKS, PlanError, validate_op};
 use crate::plan::*;
@@ -228,6 +268,21 @@ pub enum CheckError {
     /// [`Program::input_in_output`]).
     #[error("{0}")]
     InPlace(PlanError),
+    /// A barrier or semaphore between the thread blocks of a rank used in a way whose outcome
+    /// depends on timing or differs between launches: a barrier met with different thread-block
+    /// counts, a semaphore released or acquired by several thread blocks, or released a
+    /// different number of times than acquired (the next launch would find it changed).
+    #[error("rank {rank} {what}: {problem}: {}", list(ops))]
+    LocalSync {
+        /// Rank.
+        rank: usize,
+        /// "barrier N" or "semaphore N".
+        what: String,
+        /// What is wrong.
+        problem: String,
+        /// The operations.
+        ops: Vec<OpRef>,
+    },
     /// The source of a port put is overwritten before a flush of the channel.
     #[error("{write} overwrites {location}, the source of {put}, before a flush of its channel")]
     SourceOverwrittenBeforeFlush {
@@ -281,7 +336,11 @@ pub fn describe(p: &Program, op: &Op) -> String {
         }
         OpKind::Reduce { src, others, dst, .. } => format!("{n} {src} + {} other(s) -> {dst}", others.len()),
         OpKind::SwitchReduce { channel, dst, .. } => format!("{n} -> {dst} on {}", ch(*channel)),
-        OpKind::SwitchBroadcast { channel, src, .. } => format!("{n} {src} on {}", ch(*channel)),
+        OpKind::SwitchBroadcast { channel, src, .. } | OpKind::SwitchBroadcastPackets { channel, src, .. } => {
+            format!("{n} {src} on {}", ch(*channel))
+        }
+        OpKind::Barrier { id, count } => format!("{n} {id} of {count} thread blocks"),
+        OpKind::SemRelease { sem } | OpKind::SemAcquire { sem } => format!("{n} semaphore {sem}"),
     };
     if let Some(g) = op.tbg {
         s += &format!(", slice {}/{}", g.index, g.size);
@@ -415,7 +474,18 @@ fn accesses(p: &Program, kind: &OpKind) -> Vec<(Chunk, bool, bool)> {
                 v.extend(ranks.iter().map(|&r| (Chunk::new(r, *buffer, *buffer_offset, *size), true, false)));
             }
         }
-        OpKind::Signal { .. } | OpKind::Wait { .. } | OpKind::Flush { .. } => {}
+        OpKind::SwitchBroadcastPackets { channel, src, buffer_offset, size } => {
+            v.push((*src, false, true));
+            if let Channel::Switch { ranks, buffer } = &p.channels[*channel] {
+                v.extend(ranks.iter().map(|&r| (Chunk::new(r, *buffer, *buffer_offset, *size), true, true)));
+            }
+        }
+        OpKind::Signal { .. }
+        | OpKind::Wait { .. }
+        | OpKind::Flush { .. }
+        | OpKind::Barrier { .. }
+        | OpKind::SemRelease { .. }
+        | OpKind::SemAcquire { .. } => {}
     }
     // By where the data is stored (an in-place input is part of the output).
     for a in &mut v {
@@ -606,6 +676,48 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
             }
         }
     }
+    // Barriers and semaphores between the thread blocks of a rank.
+    let mut barriers: HashMap<(usize, usize), Vec<(usize, OpRef)>> = HashMap::new();
+    let mut local: HashMap<(usize, usize), (Vec<OpRef>, Vec<OpRef>)> = HashMap::new();
+    for (r, rp) in p.ranks.iter().enumerate() {
+        for (t, ops) in rp.threadblocks.iter().enumerate() {
+            for (i, op) in ops.iter().enumerate() {
+                match op.kind {
+                    OpKind::Barrier { id, count } => barriers.entry((r, id)).or_default().push((count, oref(r, t, i))),
+                    OpKind::SemRelease { sem } => local.entry((r, sem)).or_default().0.push(oref(r, t, i)),
+                    OpKind::SemAcquire { sem } => local.entry((r, sem)).or_default().1.push(oref(r, t, i)),
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut keys: Vec<&(usize, usize)> = barriers.keys().collect();
+    keys.sort();
+    for &(rank, id) in keys {
+        let uses = &barriers[&(rank, id)];
+        if uses.iter().any(|u| u.0 != uses[0].0) {
+            let ops = uses.iter().map(|u| u.1.clone()).collect();
+            let (what, problem) = (format!("barrier {id}"), "met with different thread-block counts".into());
+            errors.push(CheckError::LocalSync { rank, what, problem, ops });
+        }
+    }
+    let mut keys: Vec<&(usize, usize)> = local.keys().collect();
+    keys.sort();
+    for &(rank, sem) in keys {
+        let (rel, acq) = &local[&(rank, sem)];
+        let what = format!("semaphore {sem}");
+        let all = || rel.iter().chain(acq).cloned().collect::<Vec<_>>();
+        if rel.len() != acq.len() {
+            let problem = format!("released {} time(s) but acquired {} time(s) in a launch", rel.len(), acq.len());
+            errors.push(CheckError::LocalSync { rank, what: what.clone(), problem, ops: all() });
+        }
+        for (role, ops) in [("released", rel), ("acquired", acq)] {
+            if ops.iter().map(|o| o.tb).collect::<HashSet<_>>().len() > 1 {
+                let problem = format!("{role} by several thread blocks");
+                errors.push(CheckError::LocalSync { rank, what: what.clone(), problem, ops: ops.clone() });
+            }
+        }
+    }
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -653,6 +765,18 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
     let mut pending: Vec<(usize, usize, Chunk, OpRef)> = Vec::new();
     let mut reported: HashSet<(OpRef, OpRef)> = HashSet::new();
     let mut executed = 0;
+    // Barriers: arrivals so far by (rank, id), what the arrivals of each crossing knew by
+    // (rank, id, crossing), and the crossing each thread block waits at.
+    let mut arrivals: HashMap<(usize, usize), usize> = HashMap::new();
+    let mut crossing_know: HashMap<(usize, usize, usize), Hb> = HashMap::new();
+    let mut arrived: Vec<Option<usize>> = vec![None; nt];
+    // Semaphores: initial tokens left (publishing nothing), then releases in order.
+    let mut local_sems: HashMap<(usize, usize), (u64, VecDeque<Hb>)> = HashMap::new();
+    for (r, rp) in p.ranks.iter().enumerate() {
+        for (sem, &init) in rp.semaphores.iter().enumerate() {
+            local_sems.insert((r, sem), (init, VecDeque::new()));
+        }
+    }
 
     loop {
         let mut progressed = false;
@@ -668,6 +792,29 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                 // Enabled?
                 if let OpKind::Wait { channel, .. } = op.kind
                     && sems.get(&sem_keys(p, &ord, channel).1).is_none_or(|q| q.is_empty())
+                {
+                    break;
+                }
+                if let OpKind::Barrier { id, count } = op.kind {
+                    let crossing = match arrived[th] {
+                        Some(c) => c,
+                        None => {
+                            let a = arrivals.entry((r, id)).or_default();
+                            let c = *a / count;
+                            *a += 1;
+                            budget.step(hb_words)?;
+                            budget.store(hb_bytes)?;
+                            crossing_know.entry((r, id, c)).or_insert_with(|| Hb::new(bits)).join(&know[th]);
+                            arrived[th] = Some(c);
+                            c
+                        }
+                    };
+                    if arrivals[&(r, id)] < (crossing + 1) * count {
+                        break;
+                    }
+                }
+                if let OpKind::SemAcquire { sem } = op.kind
+                    && local_sems.get(&(r, sem)).is_none_or(|(free, q)| *free == 0 && q.is_empty())
                 {
                     break;
                 }
@@ -692,13 +839,37 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                 let x = first_id[th] + i;
                 if let OpKind::Wait { channel, data_sync, relaxed } = op.kind {
                     let token = sems.get_mut(&sem_keys(p, &ord, channel).1).and_then(|q| q.pop_front()).flatten();
-                    if let Some(c) = token
-                        && data_sync.after()
-                        && !relaxed
-                    {
+                    if let Some(c) = token {
                         budget.step(hb_words)?;
-                        know[th].join(&c);
+                        if data_sync.after() && !relaxed {
+                            know[th].join(&c);
+                        } else {
+                            // Any wait acquires the hosts' inputs the signal carries (see
+                            // "Relaxed signals and the input" above).
+                            for q in 0..n {
+                                if c.contains(host_bit(q)) {
+                                    know[th].insert(host_bit(q));
+                                }
+                            }
+                        }
                     }
+                }
+                match op.kind {
+                    OpKind::Barrier { id, .. } => {
+                        let c = arrived[th].take().expect("arrived above");
+                        budget.step(hb_words)?;
+                        know[th].join(&crossing_know[&(r, id, c)]);
+                    }
+                    OpKind::SemAcquire { sem } => {
+                        let (free, q) = local_sems.get_mut(&(r, sem)).expect("enabled above");
+                        if *free > 0 {
+                            *free -= 1;
+                        } else if let Some(k) = q.pop_front() {
+                            budget.step(hb_words)?;
+                            know[th].join(&k);
+                        }
+                    }
+                    _ => {}
                 }
                 // Data ancestors: what produced the values this operation reads.
                 budget.step(hb_words)?;
@@ -778,7 +949,7 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                                 && reported.insert((b.op.clone(), me.clone()))
                             {
                                 let hint = if b.op.tb == OpRef::HOST {
-                                    ": another rank's input is ready only once that rank's launch has begun: access it after a fenced wait for a signal from that rank".to_string()
+                                    ": another rank's input is ready only once that rank's launch has begun: access it after a wait for a signal from that rank".to_string()
                                 } else if u.rank != b.op.rank || u.rank != r {
                                     ": a remote write is visible only after a fenced signal ordered after it (for a port channel, a signal on that channel or anything after a flush) and a fenced wait ordered before the other access, or to a packet read of it".to_string()
                                 } else {
@@ -837,6 +1008,13 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                     let k = know[l].clone();
                     know[th].join(&k);
                 }
+                if let OpKind::SemRelease { sem } = op.kind
+                    && let Some((_, q)) = local_sems.get_mut(&(r, sem))
+                {
+                    budget.step(hb_words)?;
+                    budget.store(hb_bytes)?;
+                    q.push_back(know[th].clone());
+                }
                 if signals(&op.kind) {
                     let c = op.kind.channel().expect("signals use a channel");
                     let publishes = match op.kind {
@@ -853,7 +1031,17 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
                         }
                         None => th,
                     };
-                    sems.entry(sem_keys(p, &ord, c).0).or_default().push_back(publishes.then(|| know[from].clone()));
+                    // A signal that publishes nothing of the launch still carries the host's
+                    // input of its rank (released by the executor's fence before a block's first
+                    // relaxed signal, or by a non-relaxed signal itself).
+                    let token = if publishes {
+                        know[from].clone()
+                    } else {
+                        let mut h = Hb::new(bits);
+                        h.insert(host_bit(r));
+                        h
+                    };
+                    sems.entry(sem_keys(p, &ord, c).0).or_default().push_back(Some(token));
                 }
                 pc[th] += 1;
                 progressed = true;
@@ -871,6 +1059,15 @@ pub fn check(p: &Program) -> Result<CheckReport, Vec<CheckError>> {
             let i = pc[th];
             let op = &p.ranks[r].threadblocks[t][i];
             let waiting_for = match op.kind {
+                OpKind::Barrier { id, count } => {
+                    let c = arrived[th].unwrap_or(0);
+                    let here = arrivals.get(&(r, id)).map_or(0, |a| a.saturating_sub(c * count));
+                    format!(
+                        "{} more thread block(s) at barrier {id} ({here} of {count} there)",
+                        count.saturating_sub(here)
+                    )
+                }
+                OpKind::SemAcquire { sem } => format!("a release of semaphore {sem}"),
                 OpKind::Wait { channel, .. } => {
                     let peer = p.channels[channel].endpoints().map_or(0, |e| e.1);
                     format!("a signal from rank {peer} on {} channel {channel}", p.channels[channel].channel_type())

@@ -13,6 +13,8 @@
 //!   the write it depends on (see the [`check`](mod@check) module for the model);
 //! - plans serialize to and from JSON ([`Program::to_json`], [`Program::from_json`]) and
 //!   [`mscclpp_json::read`] imports MSCCL++'s own execution-plan JSON for these operations;
+//! - [`interpret::run`] runs a plan on the host, on 32-bit words with wrapping sums: the
+//!   reference a run on GPUs is compared with;
 //! - [`examples`] holds checked plans: packet one-shot allreduce, two-shot allreduce over
 //!   memory channels (reduce-scatter through scratch, or by reading the peers' inputs with
 //!   channel reductions), allreduce over switch channels, allgather over memory channels and
@@ -47,6 +49,7 @@
 pub mod builder;
 pub mod check;
 pub mod examples;
+pub mod interpret;
 pub mod mscclpp_json;
 pub mod plan;
 

@@ -1,11 +1,28 @@
 //! Reader for MSCCL++'s execution-plan JSON (the compiler output that its executor loads).
 //!
-//! The reader understands the operations this crate models: `signal`, `wait`, `rlxsignal`,
+//! The reader understands every operation MSCCL++'s DSL writes (at the pinned commit of
+//! `tests/mscclpp/`): `signal`, `wait`, `rlxsignal`,
 //! `rlxwait`, `flush`, `put`, `get`, `ppkt`, `rppkt`, `pws`, `pwsf`, `copy`, `cpkt`, `upkt`,
-//! `re`, `repkt`, `rre`, and the fused `res`, `respkt`, `rres` (read as their reduction followed
-//! by puts of the result), and skips `nop` (a barrier inside one thread block). Any other
-//! operation fails the whole read with [`ReadError::Unsupported`] naming it, and a switch
-//! channel with [`ReadError::UnsupportedChannel`]: a plan is never imported partially.
+//! `re`, `repkt`, `rre`, the fused `res`, `respkt`, `rres` (read as their reduction followed
+//! by puts of the result) and `recpkt`, `recspkt` (a packet reduction followed by packet copies
+//! of the result into the other scratch destinations, and for `recspkt` packet puts to peers),
+//! and the switch operations `glre` (a [`OpKind::SwitchReduce`]), `gstore` (a
+//! [`OpKind::SwitchBroadcast`]) and `glres` (a reduction into this rank's own copy of the
+//! switch buffer, then a broadcast of it), `barrier` ([`OpKind::Barrier`]) and `sem_acquire` /
+//! `sem_release` (one [`OpKind::SemAcquire`] / [`OpKind::SemRelease`] per semaphore id, the GPU's
+//! `semaphores` giving [`RankPlan::semaphores`]); it skips `nop` (a barrier inside one thread
+//! block). A `pipeline` is read as its operations in its place, once: MSCCL++ runs its body
+//! `ceil(chunk bytes / unit_size)` times over successive `unit_size`-byte slices of the chunks,
+//! which is once over whole chunks when a chunk is at most `unit_size` bytes, and that is how
+//! the executor runs it at any chunk size (the slicing only staggers the same work in time).
+//! `gstorepkt` (LL packets of this rank's scratch stored into every member's bound scratch) is
+//! a [`OpKind::SwitchBroadcastPackets`]. Any other operation, or channel type, fails the whole
+//! read with [`ReadError::Unsupported`] naming it: a plan is never imported partially.
+//!
+//! A GPU's `k`-th switch channel (`rank_groups`, `buffer_type`) is taken to be the same channel
+//! as every other member's `k`-th one (MSCCL++ builds them collectively, in that order), and
+//! becomes one [`Channel::Switch`]; the executor runs it as its emulated switch channel where
+//! NVLink multicast is not used.
 //!
 //! # Plan-wide settings
 //!
@@ -22,9 +39,10 @@
 //!   launches. The executor always does that for packet scratch, so `true` is accepted for a plan
 //!   whose scratch holds packets or that has none, and refused for plain scratch, which the
 //!   executor does not alternate; `false` is accepted (alternating only adds room).
-//! - `reuse_resources`: `true` makes MSCCL++ give the plan a fixed-size shared scratch whose
-//!   chunks may be smaller than the data chunks; accepted only for a plan without scratch (it
-//!   then changes nothing that runs), refused otherwise.
+//! - `reuse_resources`: `true` makes MSCCL++ give the plan a fixed-size shared scratch, whose
+//!   chunks wrap (offsets modulo its chunk size) once data chunks outgrow it, for pipelines that
+//!   reuse scratch slice after slice. The executor sizes scratch chunks like data chunks, so
+//!   nothing wraps: the plan runs as MSCCL++ runs it when its chunks fit. Accepted either way.
 //! - `buffer_alignment` (bytes, default 16): chunk sizes must be multiples of it. The executor's
 //!   chunks are multiples of 16 bytes, so a divisor of 16 is accepted and any other value
 //!   (0, 32, ...) refused.
@@ -67,7 +85,7 @@ pub enum ReadError {
         /// More detail, if any.
         detail: String,
     },
-    /// A channel type this reader does not import (switch channels).
+    /// A channel type this reader does not know (MSCCL++ writes "memory", "port" and "switch").
     #[error("gpu {gpu}: unsupported channel type \"{channel_type}\"")]
     UnsupportedChannel {
         /// GPU (rank).
@@ -121,8 +139,9 @@ struct MPlan {
     collective: String,
     inplace: bool,
     protocol: String,
-    #[serde(default)]
-    reuse_resources: bool,
+    // Held to be a boolean; changes nothing the executor runs (see the module documentation).
+    #[serde(default, rename = "reuse_resources")]
+    _reuse_resources: bool,
     #[serde(default)]
     use_double_scratch_buffer: bool,
     #[serde(default = "default_alignment")]
@@ -159,6 +178,14 @@ struct MGpu {
     channels: Vec<MChannel>,
     #[serde(default)]
     remote_buffers: Vec<MRemote>,
+    /// Semaphores between the GPU's thread blocks.
+    #[serde(default)]
+    semaphores: Vec<MSemaphore>,
+}
+
+#[derive(Deserialize)]
+struct MSemaphore {
+    init_value: u64,
 }
 
 #[derive(Deserialize)]
@@ -166,6 +193,17 @@ struct MChannel {
     channel_type: String,
     #[serde(default)]
     connected_to: Vec<usize>,
+    /// Switch channels: the buffer bound on every member.
+    #[serde(default)]
+    buffer_type: Option<String>,
+    /// Switch channels: the member ranks (one group).
+    #[serde(default)]
+    rank_groups: Vec<MRankGroup>,
+}
+
+#[derive(Deserialize)]
+struct MRankGroup {
+    ranks: Vec<usize>,
 }
 
 #[derive(Deserialize)]
@@ -211,6 +249,21 @@ struct MOp {
     reduce_op: Option<String>,
     #[serde(default)]
     tbg_info: Option<MTbg>,
+    /// `glre`: the offset and size in the switch channel's buffer, and the local destination.
+    #[serde(default)]
+    buffer_offset: Option<usize>,
+    #[serde(default)]
+    size: Option<usize>,
+    #[serde(default)]
+    dst_chunk: Option<MBuf>,
+    /// `barrier`.
+    #[serde(default)]
+    barrier_id: Option<usize>,
+    #[serde(default)]
+    num_threadblocks: Option<usize>,
+    /// `sem_acquire`, `sem_release`.
+    #[serde(default)]
+    semaphore_ids: Vec<usize>,
 }
 
 #[derive(Deserialize)]
@@ -219,6 +272,9 @@ struct MBuf {
     buffer: Option<String>,
     #[serde(default)]
     buffer_id: Option<usize>,
+    /// An operand in a switch channel's buffer: the thread block's switch channel.
+    #[serde(default)]
+    switch_channel_id: Option<usize>,
     index: usize,
     size: usize,
 }
@@ -251,6 +307,15 @@ const SUPPORTED: &[&str] = &[
     "res",
     "respkt",
     "rres",
+    "recpkt",
+    "recspkt",
+    "glre",
+    "gstore",
+    "glres",
+    "gstorepkt",
+    "barrier",
+    "sem_acquire",
+    "sem_release",
 ];
 
 fn channel_type(s: &str) -> Option<ChannelType> {
@@ -309,21 +374,55 @@ pub fn read(text: &str) -> Result<Program, ReadError> {
         let why = "the executor's chunks are multiples of 16 bytes: only divisors of 16 are honoured";
         return Err(setting("buffer_alignment", m.buffer_alignment.to_string(), why));
     }
-    if m.reuse_resources && m.gpus.iter().any(|g| g.scratch_chunks > 0) {
-        let why = "MSCCL++ then shares a fixed-size scratch whose chunks may be smaller than the data chunks; this crate sizes scratch chunks like data chunks";
-        return Err(setting("reuse_resources", "true".into(), why));
-    }
     let n = m.gpus.iter().map(|g| g.id + 1).max().unwrap_or(0);
     let mut p = Program::new(m.name, m.collective, n, 0, 0, 0);
     p.set_in_place(m.inplace);
     // GPU-level channels: (gpu, type) -> program channel ids.
     let mut gchan: HashMap<(usize, ChannelType), Vec<usize>> = HashMap::new();
+    // (members, k) -> program channel of the members' k-th switch channel.
+    let mut switch_ids: HashMap<(Vec<usize>, usize), usize> = HashMap::new();
     for g in &m.gpus {
         p.ranks[g.id].input_chunks = g.input_chunks;
         p.ranks[g.id].output_chunks = g.output_chunks;
         p.ranks[g.id].scratch_chunks = g.scratch_chunks;
+        p.ranks[g.id].semaphores = g.semaphores.iter().map(|s| s.init_value).collect();
         for c in &g.channels {
             let t = channel_type(&c.channel_type);
+            if t == Some(ChannelType::Switch) {
+                // The k-th switch channel of every member is one channel (MSCCL++ builds them
+                // in that order, collectively): declared by the first member that lists it.
+                let malformed = |what: String| ReadError::Malformed {
+                    gpu: g.id,
+                    tb: usize::MAX,
+                    index: 0,
+                    name: "switch channel".into(),
+                    what,
+                };
+                let ([group], Some(bt)) = (c.rank_groups.as_slice(), c.buffer_type.as_deref().and_then(buffer_type))
+                else {
+                    return Err(malformed("expects one rank group and a buffer type".into()));
+                };
+                let (ranks, buffer) = (group.ranks.clone(), bt);
+                if !ranks.contains(&g.id) || ranks.iter().any(|&r| r >= MAX_RANKS) {
+                    return Err(malformed(format!("rank group {ranks:?}")));
+                }
+                let mine = gchan.entry((g.id, ChannelType::Switch)).or_default();
+                let k = mine.len();
+                let key = (ranks.clone(), k);
+                let id = match switch_ids.get(&key) {
+                    Some(&id) => id,
+                    None => {
+                        p.channels.push(Channel::Switch { ranks, buffer });
+                        switch_ids.insert(key, p.channels.len() - 1);
+                        p.channels.len() - 1
+                    }
+                };
+                if !matches!(&p.channels[id], Channel::Switch { buffer: b, .. } if *b == buffer) {
+                    return Err(malformed(format!("switch channel {k} is bound to different buffers on its members")));
+                }
+                gchan.entry((g.id, ChannelType::Switch)).or_default().push(id);
+                continue;
+            }
             if !matches!(t, Some(ChannelType::Memory | ChannelType::Port)) {
                 return Err(ReadError::UnsupportedChannel { gpu: g.id, channel_type: c.channel_type.clone() });
             }
@@ -369,7 +468,18 @@ pub fn read(text: &str) -> Result<Program, ReadError> {
                     trefs.insert(t, r.remote_buffer_ids.clone());
                 }
             }
-            for (index, v) in tb.ops.iter().enumerate() {
+            // A pipeline's operations are read in its place, once over whole chunks.
+            fn flatten<'v>(ops: &'v [Value], out: &mut Vec<&'v Value>) {
+                for v in ops {
+                    match (v.get("name").and_then(Value::as_str), v.get("ops").and_then(Value::as_array)) {
+                        (Some("pipeline"), Some(inner)) => flatten(inner, out),
+                        _ => out.push(v),
+                    }
+                }
+            }
+            let mut flat = Vec::new();
+            flatten(&tb.ops, &mut flat);
+            for (index, v) in flat.into_iter().enumerate() {
                 let name = v.get("name").and_then(Value::as_str).unwrap_or("<no name>").to_string();
                 if !SUPPORTED.contains(&name.as_str()) {
                     return Err(ReadError::Unsupported { gpu: g.id, tb: tb.id, index, name, detail: String::new() });
@@ -393,8 +503,24 @@ pub fn read(text: &str) -> Result<Program, ReadError> {
                         Ok((Chunk::new(g.id, bt, b.index, b.size), false))
                     }
                 };
-                let srcs = op.src_buff.iter().map(resolve).collect::<Result<Vec<_>, _>>()?;
-                let dsts = op.dst_buff.iter().map(resolve).collect::<Result<Vec<_>, _>>()?;
+                // Operands in a switch channel's buffer are taken apart by the switch operations.
+                let plain = |b: &&MBuf| b.switch_channel_id.is_none();
+                let srcs = op.src_buff.iter().filter(plain).map(resolve).collect::<Result<Vec<_>, _>>()?;
+                let dsts = op.dst_buff.iter().filter(plain).map(resolve).collect::<Result<Vec<_>, _>>()?;
+                // The thread block's `k`-th switch channel.
+                let switch_chan = |k: usize| -> Result<usize, ReadError> {
+                    tchan
+                        .get(&ChannelType::Switch)
+                        .and_then(|l| l.get(k))
+                        .copied()
+                        .ok_or_else(|| bad(format!("switch channel {k} does not resolve")))
+                };
+                // A switch operand: (channel, offset, size), and the channel's buffer.
+                let switch_operand = |b: &MBuf| -> Result<(usize, usize, usize, BufferType), ReadError> {
+                    let c = switch_chan(b.switch_channel_id.expect("a switch operand"))?;
+                    let Channel::Switch { buffer, .. } = &p.channels[c] else { unreachable!("switch list") };
+                    Ok((c, b.index, b.size, *buffer))
+                };
                 let tbg = op.tbg_info.as_ref().map(|t| TbgInfo { index: t.tb_id, size: t.tbg_size });
                 let reduce_op = match op.reduce_op.as_deref() {
                     None | Some("sum") => ReduceOp::Sum,
@@ -463,6 +589,103 @@ pub fn read(text: &str) -> Result<Program, ReadError> {
                             "cpkt" => OpKind::CopyPackets { dst, src },
                             _ => OpKind::UnpackPackets { dst, src },
                         });
+                    }
+                    "barrier" => {
+                        let (Some(id), Some(count)) = (op.barrier_id, op.num_threadblocks) else {
+                            return Err(bad("expects barrier_id and num_threadblocks".into()));
+                        };
+                        kinds.push(OpKind::Barrier { id, count });
+                    }
+                    "sem_acquire" | "sem_release" => {
+                        if op.semaphore_ids.is_empty() {
+                            return Err(bad("no semaphore_ids".into()));
+                        }
+                        for &sem in &op.semaphore_ids {
+                            kinds.push(if name == "sem_acquire" {
+                                OpKind::SemAcquire { sem }
+                            } else {
+                                OpKind::SemRelease { sem }
+                            });
+                        }
+                    }
+                    "glre" => {
+                        let (Some(&k), Some(buffer_offset), Some(size), Some(d)) =
+                            (op.channel_ids.first(), op.buffer_offset, op.size, op.dst_chunk.as_ref())
+                        else {
+                            return Err(bad("expects channel_ids, buffer_offset, size and dst_chunk".into()));
+                        };
+                        let channel = switch_chan(k)?;
+                        let bt =
+                            d.buffer.as_deref().and_then(buffer_type).ok_or_else(|| bad("dst_chunk type".into()))?;
+                        let dst = Chunk::new(g.id, bt, d.index, d.size);
+                        kinds.push(OpKind::SwitchReduce { channel, buffer_offset, size, dst, reduce_op });
+                    }
+                    "gstore" => {
+                        let ([s], [d]) = (srcs.as_slice(), op.dst_buff.as_slice()) else {
+                            return Err(bad("expects one source and one switch destination".into()));
+                        };
+                        if d.switch_channel_id.is_none() || s.1 {
+                            return Err(bad("expects a local source and a switch destination".into()));
+                        }
+                        let (channel, buffer_offset, size, _) = switch_operand(d)?;
+                        kinds.push(OpKind::SwitchBroadcast { channel, src: s.0, buffer_offset, size });
+                    }
+                    "gstorepkt" => {
+                        let ([s], [d]) = (srcs.as_slice(), op.dst_buff.as_slice()) else {
+                            return Err(bad("expects one source and one switch destination".into()));
+                        };
+                        if d.switch_channel_id.is_none() || s.1 {
+                            return Err(bad("expects a local source and a switch destination".into()));
+                        }
+                        let (channel, buffer_offset, size, _) = switch_operand(d)?;
+                        kinds.push(OpKind::SwitchBroadcastPackets { channel, src: s.0, buffer_offset, size });
+                    }
+                    "glres" => {
+                        // Reduce over the members, then store the result to every member: read
+                        // as a reduction into this rank's own copy, then a broadcast of it.
+                        let ([s], [d]) = (op.src_buff.as_slice(), op.dst_buff.as_slice()) else {
+                            return Err(bad("expects one switch source and one switch destination".into()));
+                        };
+                        if s.switch_channel_id.is_none() || d.switch_channel_id.is_none() {
+                            return Err(bad("expects switch operands".into()));
+                        }
+                        let (c1, off1, size1, buffer) = switch_operand(s)?;
+                        let (c2, off2, size2, _) = switch_operand(d)?;
+                        if size1 != size2 {
+                            return Err(bad("source and destination sizes differ".into()));
+                        }
+                        let own = Chunk::new(g.id, buffer, off1, size1);
+                        kinds.push(OpKind::SwitchReduce {
+                            channel: c1,
+                            buffer_offset: off1,
+                            size: size1,
+                            dst: own,
+                            reduce_op,
+                        });
+                        kinds.push(OpKind::SwitchBroadcast { channel: c2, src: own, buffer_offset: off2, size: size2 });
+                    }
+                    "recpkt" | "recspkt" => {
+                        // dst = src + packets, then the result copied as packets into the other
+                        // local scratch destinations (and, with `s`, put as packets to peers).
+                        let locals: Vec<Chunk> = srcs.iter().filter(|s| !s.1).map(|s| s.0).collect();
+                        let local_dsts: Vec<Chunk> = dsts.iter().filter(|d| !d.1).map(|d| d.0).collect();
+                        let remote_dsts: Vec<Chunk> = dsts.iter().filter(|d| d.1).map(|d| d.0).collect();
+                        let (Some((&src, others)), Some((&dst, copies))) =
+                            (locals.split_first(), local_dsts.split_first())
+                        else {
+                            return Err(bad("expects local sources and a local destination".into()));
+                        };
+                        if locals.len() != srcs.len() || (name == "recpkt") != remote_dsts.is_empty() {
+                            return Err(bad("remote operands do not match the operation".into()));
+                        }
+                        kinds.push(OpKind::Reduce { src, others: others.to_vec(), dst, reduce_op, packet: true });
+                        for &c in copies {
+                            kinds.push(OpKind::CopyPackets { dst: c, src: dst });
+                        }
+                        for (i, d) in remote_dsts.iter().enumerate() {
+                            let channel = chan(i, Some(d.rank))?;
+                            kinds.push(OpKind::PutPackets { channel, dst: *d, src: dst });
+                        }
                     }
                     "re" | "repkt" | "rre" | "res" | "respkt" | "rres" => {
                         // Fused forms are split into their parts, in order: the reduction

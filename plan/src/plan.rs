@@ -328,6 +328,39 @@ pub enum OpKind {
         /// Reduction.
         reduce_op: ReduceOp,
     },
+    /// Switch channel: store the packets of the local scratch `src` to `buffer_offset` of every
+    /// member (whose bound buffer is scratch), as packets: MSCCL++'s `gstorepkt`.
+    SwitchBroadcastPackets {
+        /// Channel index.
+        channel: usize,
+        /// Local scratch source (read as packets).
+        src: Chunk,
+        /// Offset in the bound scratch.
+        buffer_offset: usize,
+        /// Number of chunks.
+        size: usize,
+    },
+    /// Waits until `count` thread blocks of this rank (this one included) have reached a barrier
+    /// `id` as many times as this one has: every write before the barrier in any of them
+    /// happens before everything after it in all of them.
+    Barrier {
+        /// Barrier of the rank (each id is one barrier object, reused by every crossing).
+        id: usize,
+        /// Thread blocks that meet at it.
+        count: usize,
+    },
+    /// Adds one to semaphore `sem` of this rank (see [`RankPlan::semaphores`]), releasing what
+    /// this thread block did before.
+    SemRelease {
+        /// Semaphore of the rank.
+        sem: usize,
+    },
+    /// Waits until semaphore `sem` of this rank is positive and takes one, acquiring what the
+    /// release it takes published.
+    SemAcquire {
+        /// Semaphore of the rank.
+        sem: usize,
+    },
     /// Switch channel: store `src` to `buffer_offset` of every member.
     SwitchBroadcast {
         /// Channel index.
@@ -361,6 +394,10 @@ impl OpKind {
             OpKind::Reduce { .. } => "reduce",
             OpKind::SwitchReduce { .. } => "switch reduce",
             OpKind::SwitchBroadcast { .. } => "switch broadcast",
+            OpKind::SwitchBroadcastPackets { .. } => "switch broadcast of packets",
+            OpKind::Barrier { .. } => "barrier",
+            OpKind::SemRelease { .. } => "sem_release",
+            OpKind::SemAcquire { .. } => "sem_acquire",
         }
     }
 
@@ -384,7 +421,14 @@ impl OpKind {
             }
             OpKind::SwitchReduce { dst, .. } => (false, s(dst)),
             OpKind::SwitchBroadcast { src, .. } => (false, s(src)),
-            OpKind::Signal { .. } | OpKind::Wait { .. } | OpKind::Flush { .. } => (false, false),
+            // The destination is the bound scratch of every member, as packets.
+            OpKind::SwitchBroadcastPackets { .. } => (true, false),
+            OpKind::Signal { .. }
+            | OpKind::Wait { .. }
+            | OpKind::Flush { .. }
+            | OpKind::Barrier { .. }
+            | OpKind::SemRelease { .. }
+            | OpKind::SemAcquire { .. } => (false, false),
         }
     }
 
@@ -402,7 +446,8 @@ impl OpKind {
             | OpKind::Flush { channel, .. }
             | OpKind::ChannelReduce { channel, .. }
             | OpKind::SwitchReduce { channel, .. }
-            | OpKind::SwitchBroadcast { channel, .. } => Some(*channel),
+            | OpKind::SwitchBroadcast { channel, .. }
+            | OpKind::SwitchBroadcastPackets { channel, .. } => Some(*channel),
             _ => None,
         }
     }
@@ -430,6 +475,11 @@ pub struct RankPlan {
     pub scratch_chunks: usize,
     /// Operation list of each thread block, executed in order.
     pub threadblocks: Vec<Vec<Op>>,
+    /// Initial value of each semaphore between the rank's thread blocks
+    /// ([`OpKind::SemRelease`], [`OpKind::SemAcquire`]); every launch must leave them as it
+    /// found them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub semaphores: Vec<u64>,
 }
 
 impl RankPlan {
