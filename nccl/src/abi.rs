@@ -292,10 +292,11 @@ impl Config {
         let has = |end: usize| size >= end;
         macro_rules! field {
             ($f:ident) => {{
-                let end = std::mem::offset_of!(ncclConfig_t, $f) + std::mem::size_of_val(
-                    // SAFETY: only the field's size is taken, nothing is read.
-                    &unsafe { (*cfg).$f },
-                );
+                let end = std::mem::offset_of!(ncclConfig_t, $f)
+                    + std::mem::size_of_val(
+                        // SAFETY: only the field's size is taken, nothing is read.
+                        &unsafe { (*cfg).$f },
+                    );
                 // SAFETY: the field lies within the caller's stated size.
                 if has(end) { Some(unsafe { (*cfg).$f }) } else { None }
             }};

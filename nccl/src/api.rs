@@ -49,10 +49,9 @@ fn lookup(h: CommHandle) -> Result<Arc<Comm>> {
     if h.is_null() {
         return Err(Error::invalid_argument("the communicator is NULL"));
     }
-    lock(&COMMS)
-        .get(&(h as usize))
-        .cloned()
-        .ok_or_else(|| Error::invalid_argument(format!("{h:p} is not a live communicator (destroyed, or never created)")))
+    lock(&COMMS).get(&(h as usize)).cloned().ok_or_else(|| {
+        Error::invalid_argument(format!("{h:p} is not a live communicator (destroyed, or never created)"))
+    })
 }
 
 fn set_last(e: &Error) {
@@ -160,10 +159,9 @@ fn buffer(p: *const c_void, bytes: u64, what: &str) -> Result<u64> {
 }
 
 fn root(r: c_int, c: &Comm) -> Result<usize> {
-    usize::try_from(r)
-        .ok()
-        .filter(|&r| r < c.nranks)
-        .ok_or_else(|| Error::invalid_argument(format!("root {r} is not a rank of this communicator (0..{})", c.nranks)))
+    usize::try_from(r).ok().filter(|&r| r < c.nranks).ok_or_else(|| {
+        Error::invalid_argument(format!("root {r} is not a rank of this communicator (0..{})", c.nranks))
+    })
 }
 
 /// The real NCCL's `name`, as `F`, counting the call as forwarded.
@@ -503,7 +501,9 @@ pub struct NcclTeam {
 fn team_of(comm: CommHandle, world: bool) -> NcclTeam {
     match lookup(comm) {
         // Served communicators are on one machine: the local team is the world.
-        Ok(c) if world || c.served().is_some() => NcclTeam { nRanks: c.nranks as c_int, rank: c.rank as c_int, stride: 1 },
+        Ok(c) if world || c.served().is_some() => {
+            NcclTeam { nRanks: c.nranks as c_int, rank: c.rank as c_int, stride: 1 }
+        }
         Ok(c) => NcclTeam { nRanks: 1, rank: 0, stride: c.nranks as c_int },
         Err(e) => {
             set_last(&e);
@@ -542,7 +542,12 @@ export! {
     }
 }
 
-fn forward_or<F: Copy>(c: &Comm, name: &[u8], call: impl FnOnce(F, RealComm) -> c_int, served: impl FnOnce() -> Result<()>) -> Result<()> {
+fn forward_or<F: Copy>(
+    c: &Comm,
+    name: &[u8],
+    call: impl FnOnce(F, RealComm) -> c_int,
+    served: impl FnOnce() -> Result<()>,
+) -> Result<()> {
     match c.kind {
         Kind::Forwarded(rc) => {
             // SAFETY: every caller names a function whose signature is F.
@@ -779,7 +784,10 @@ unsafe fn release(comm: CommHandle, handle: *mut c_void) -> Result<()> {
     // caller's contract), released once.
     let reg = unsafe { Box::from_raw(handle as *mut Registration) };
     if reg.comm != comm as usize {
-        let e = Error::invalid_argument(format!("handle of {:#x} + {} bytes belongs to another communicator", reg.addr, reg.bytes));
+        let e = Error::invalid_argument(format!(
+            "handle of {:#x} + {} bytes belongs to another communicator",
+            reg.addr, reg.bytes
+        ));
         std::mem::forget(reg);
         return Err(e);
     }
@@ -1057,25 +1065,37 @@ export! {
 }
 
 fn peer(p: c_int, c: &Comm) -> Result<usize> {
-    usize::try_from(p)
-        .ok()
-        .filter(|&p| p < c.nranks)
-        .ok_or_else(|| Error::invalid_argument(format!("peer {p} is not a rank of this communicator (0..{})", c.nranks)))
+    usize::try_from(p).ok().filter(|&p| p < c.nranks).ok_or_else(|| {
+        Error::invalid_argument(format!("peer {p} is not a rank of this communicator (0..{})", c.nranks))
+    })
 }
 
-fn p2p_call(buf: *const c_void, count: usize, datatype: c_int, peer_rank: c_int, comm: CommHandle, stream: CUstream, send: bool) -> ncclResult_t {
+fn p2p_call(
+    buf: *const c_void,
+    count: usize,
+    datatype: c_int,
+    peer_rank: c_int,
+    comm: CommHandle,
+    stream: CUstream,
+    send: bool,
+) -> ncclResult_t {
     with_comm(comm, |c| {
         let t = dtype(datatype)?;
         let name: &[u8] = if send { b"ncclSend\0" } else { b"ncclRecv\0" };
         type F = unsafe extern "C" fn(*const c_void, usize, c_int, c_int, CommHandle, CUstream) -> c_int;
         // SAFETY: ncclSend and ncclRecv share this signature (the buffer's constness aside).
-        forward_or::<F>(c, name, |f, rc| unsafe { f(buf, count, datatype, peer_rank, rc.0, stream) }, || {
-            let p = peer(peer_rank, c)?;
-            let b = bytes_of(count, t, 1)?;
-            let addr = buffer(buf, b, if send { "sendbuff" } else { "recvbuff" })?;
-            serve(c)?;
-            group::p2p(c.clone(), stream, send, P2p { peer: p, addr, bytes: b })
-        })
+        forward_or::<F>(
+            c,
+            name,
+            |f, rc| unsafe { f(buf, count, datatype, peer_rank, rc.0, stream) },
+            || {
+                let p = peer(peer_rank, c)?;
+                let b = bytes_of(count, t, 1)?;
+                let addr = buffer(buf, b, if send { "sendbuff" } else { "recvbuff" })?;
+                serve(c)?;
+                group::p2p(c.clone(), stream, send, P2p { peer: p, addr, bytes: b })
+            },
+        )
     })
 }
 

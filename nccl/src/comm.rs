@@ -95,9 +95,10 @@ impl Comm {
     /// `device` (the thread's current device when `None`).
     pub fn init(nranks: c_int, id: &[u8; 128], rank: c_int, device: Option<i32>, config: Config) -> Result<Arc<Comm>> {
         let max = mscclpp_host::bootstrap::env::MAX_WORLD_SIZE;
-        let n = usize::try_from(nranks).ok().filter(|&n| (1..=max).contains(&n)).ok_or_else(|| {
-            Error::invalid_argument(format!("nranks {nranks}: a communicator has 1 to {max} ranks"))
-        })?;
+        let n = usize::try_from(nranks)
+            .ok()
+            .filter(|&n| (1..=max).contains(&n))
+            .ok_or_else(|| Error::invalid_argument(format!("nranks {nranks}: a communicator has 1 to {max} ranks")))?;
         let me = usize::try_from(rank)
             .ok()
             .filter(|&r| r < n)
@@ -111,7 +112,8 @@ impl Comm {
         let gpu = Gpu::open(usize::try_from(device).unwrap_or(usize::MAX)).map_err(Error::from)?;
         let info = RankInfo { rank: me, world_size: n, local_rank: me, local_size: n, source: RankSource::Launcher };
         let cfg = BootstrapConfig::new(info, id.addr_string(), Token(id.token)).with_timeout(bootstrap_timeout());
-        let boot: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::connect(&cfg).map_err(|e| Error::from(e).context("bootstrap"))?);
+        let boot: Arc<dyn Bootstrap> =
+            Arc::new(TcpBootstrap::connect(&cfg).map_err(|e| Error::from(e).context("bootstrap"))?);
         Self::build(boot, gpu, device, config)
     }
 
@@ -124,9 +126,8 @@ impl Comm {
             // Ranks of this process on this GPU run their kernels side by side: they share it.
             let mine = (std::process::id() as u64, topo.place(me).map(|p| p.gpu_bus_id.clone()).unwrap_or_default());
             let pids = boot.all_gather_pod(&mine.0)?;
-            let sharing = (0..n)
-                .filter(|&r| pids[r] == mine.0 && topo.place(r).map(|p| &p.gpu_bus_id) == Some(&mine.1))
-                .count();
+            let sharing =
+                (0..n).filter(|&r| pids[r] == mine.0 && topo.place(r).map(|p| &p.gpu_bus_id) == Some(&mine.1)).count();
             Kind::Served(Box::new(Served::new(&comm, sharing, config.max_ctas)?))
         } else {
             Kind::Forwarded(Self::forwarded(&*boot, device, &config)?)
@@ -174,7 +175,10 @@ impl Comm {
         // which is `device` (this rank's GPU was opened on it).
         let _ = device;
         // SAFETY: the arguments as nccl.h defines them.
-        check_real(unsafe { init(&mut out, boot.world_size() as c_int, id, boot.rank() as c_int, &mut c) }, "ncclCommInitRankConfig")?;
+        check_real(
+            unsafe { init(&mut out, boot.world_size() as c_int, id, boot.rank() as c_int, &mut c) },
+            "ncclCommInitRankConfig",
+        )?;
         Ok(RealComm(out))
     }
 
@@ -231,9 +235,7 @@ impl Comm {
     /// A user-defined reduction's number.
     pub fn create_redop(&self, dtype: DataType, red: Reduction) -> Result<c_int> {
         let v = self.next_redop.fetch_add(1, Ordering::Relaxed);
-        let id = c_int::try_from(v)
-            .ok()
-            .ok_or_else(|| Error::invalid_usage("too many user-defined reductions"))?;
+        let id = c_int::try_from(v).ok().ok_or_else(|| Error::invalid_usage("too many user-defined reductions"))?;
         lock(&self.redops).insert(id, (dtype, red));
         Ok(id)
     }

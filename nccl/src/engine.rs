@@ -88,12 +88,11 @@ impl Sizes {
         let read = |name: &str, default: u64| -> Result<u64> {
             match std::env::var(name) {
                 Err(_) => Ok(default),
-                Ok(v) => v
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|&b| b >= 4096 && b % 256 == 0 && b <= 1 << 34)
-                    .ok_or_else(|| Error::invalid_argument(format!("{name}={v}: a multiple of 256 from 4096 bytes"))),
+                Ok(v) => {
+                    v.trim().parse::<u64>().ok().filter(|&b| b >= 4096 && b % 256 == 0 && b <= 1 << 34).ok_or_else(
+                        || Error::invalid_argument(format!("{name}={v}: a multiple of 256 from 4096 bytes")),
+                    )
+                }
             }
         };
         Ok(Self {
@@ -272,7 +271,12 @@ impl Served {
             pad: 0,
         };
         let blocks = count.div_ceil(THREADS as u64).clamp(1, self.blocks as u64 * 4) as u32;
-        self.launch(stream, &format!("nccl_reduce_{}", dtype.name()), LaunchConfig::new(blocks, THREADS), Args::new().arg(args))
+        self.launch(
+            stream,
+            &format!("nccl_reduce_{}", dtype.name()),
+            LaunchConfig::new(blocks, THREADS),
+            Args::new().arg(args),
+        )
     }
 
     /// Signals `signal` and waits for `wait` (every other rank when both are `None`).
@@ -324,7 +328,15 @@ impl Served {
     }
 
     /// Allreduce. `red` is any reduction; sums of the collectives' types take the fast path.
-    pub fn allreduce(&self, s: CUstream, send: u64, recv: u64, count: u64, dtype: DataType, red: Reduction) -> Result<()> {
+    pub fn allreduce(
+        &self,
+        s: CUstream,
+        send: u64,
+        recv: u64,
+        count: u64,
+        dtype: DataType,
+        red: Reduction,
+    ) -> Result<()> {
         let stream = self.stream(s);
         let size = dtype.size() as u64;
         if let (Some(coll), Some(ct), mscclpp_nccl_device::ReduceOp::Sum) = (&self.coll, dtype.collectives(), red.op) {
@@ -338,7 +350,9 @@ impl Served {
                 let output = if dst % 16 == 0 { dst } else { self.stage_out.addr() };
                 // SAFETY: `input` and `output` hold k elements (the caller's buffers, or staging
                 // of at least `stage` bytes) on this GPU.
-                unsafe { coll.allreduce_raw(input, output, k as usize, ct, mscclpp_collectives::ReduceOp::Sum, &stream)? };
+                unsafe {
+                    coll.allreduce_raw(input, output, k as usize, ct, mscclpp_collectives::ReduceOp::Sum, &stream)?
+                };
                 if output != dst {
                     self.copy(&stream, &[CopyItem { dst, src: output, bytes: k * size }])?;
                 }
@@ -389,7 +403,15 @@ impl Served {
     }
 
     /// Reduce-scatter: rank r gets the reduction of every rank's chunk r (`count` elements).
-    pub fn reduce_scatter(&self, s: CUstream, send: u64, recv: u64, count: u64, dtype: DataType, red: Reduction) -> Result<()> {
+    pub fn reduce_scatter(
+        &self,
+        s: CUstream,
+        send: u64,
+        recv: u64,
+        count: u64,
+        dtype: DataType,
+        red: Reduction,
+    ) -> Result<()> {
         let stream = self.stream(s);
         let size = dtype.size() as u64;
         let n = self.n as u64;
@@ -458,8 +480,10 @@ impl Served {
     ) -> Result<()> {
         let coll = self.coll.as_ref().ok_or_else(|| Error::internal("no collectives in a world of one"))?;
         // SAFETY: `input` holds n * count elements and `output` count elements on this GPU.
-        unsafe { coll.reduce_scatter_raw(input, output, count as usize, ct, mscclpp_collectives::ReduceOp::Sum, stream) }
-            .map_err(Error::from)
+        unsafe {
+            coll.reduce_scatter_raw(input, output, count as usize, ct, mscclpp_collectives::ReduceOp::Sum, stream)
+        }
+        .map_err(Error::from)
     }
 
     /// Allgather: rank q's `count` elements land at element `q * count` of every `recv`.
@@ -684,7 +708,8 @@ pub fn chunks(ops: &[P2p], me: usize, n: usize, chunk: u64) -> Vec<Vec<(u64, u64
 }
 
 fn to_usize(v: u64) -> Result<usize> {
-    usize::try_from(v).map_err(|_| Error::invalid_argument(format!("{v} bytes do not fit this machine's address space")))
+    usize::try_from(v)
+        .map_err(|_| Error::invalid_argument(format!("{v} bytes do not fit this machine's address space")))
 }
 
 /// The spin budget of every wait (`MSCCLPP_RS_NCCL_TIMEOUT_MS`, default 30 s: ranks that share

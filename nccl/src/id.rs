@@ -44,16 +44,17 @@ impl UniqueId {
             .iter()
             .find_map(|name| std::env::var(name).ok().map(|v| (*name, v)));
         let addr = match given {
-            Some((name, v)) => v
-                .to_socket_addrs()
-                .ok()
-                .and_then(|mut a| a.next())
-                .ok_or_else(|| Error::invalid_argument(format!("{name}={v} is not a host:port this machine resolves")))?,
+            Some((name, v)) => v.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
+                Error::invalid_argument(format!("{name}={v} is not a host:port this machine resolves"))
+            })?,
             None => {
                 let ip = default_ip();
                 let port = TcpListener::bind((ip, 0))
                     .and_then(|l| l.local_addr())
-                    .map_err(|e| Error { code: crate::abi::ncclSystemError, message: format!("finding a free port on {ip}: {e}") })?
+                    .map_err(|e| Error {
+                        code: crate::abi::ncclSystemError,
+                        message: format!("finding a free port on {ip}: {e}"),
+                    })?
                     .port();
                 SocketAddr::new(ip, port)
             }
@@ -149,9 +150,8 @@ fn interfaces() -> Vec<(String, Ipv4Addr)> {
         // SAFETY: ifa_addr, when non-null, points to a sockaddr whose family says its type.
         if up && !ifa.ifa_addr.is_null() && unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET {
             // SAFETY: an AF_INET address is a sockaddr_in; the name is NUL-terminated.
-            let (sin, name) = unsafe {
-                (&*(ifa.ifa_addr as *const libc::sockaddr_in), std::ffi::CStr::from_ptr(ifa.ifa_name))
-            };
+            let (sin, name) =
+                unsafe { (&*(ifa.ifa_addr as *const libc::sockaddr_in), std::ffi::CStr::from_ptr(ifa.ifa_name)) };
             out.push((name.to_string_lossy().into_owned(), Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
         }
         cur = ifa.ifa_next;

@@ -122,13 +122,15 @@ fn the_official_header_compiles_links_and_agrees() {
     assert!(built.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&built.stderr));
 
     let started = Instant::now();
-    let run = Command::new(&exe)
-        .env("LD_LIBRARY_PATH", &work)
-        .env("MSCCLPP_RS_BOOTSTRAP_TIMEOUT", "20")
-        .output()
-        .unwrap();
+    let run =
+        Command::new(&exe).env("LD_LIBRARY_PATH", &work).env("MSCCLPP_RS_BOOTSTRAP_TIMEOUT", "20").output().unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
-    assert!(run.status.success(), "the C program failed ({:?}):\n{stdout}\n{}", run.status, String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "the C program failed ({:?}):\n{stdout}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
     assert!(started.elapsed() < Duration::from_secs(60), "the C program took {:?}", started.elapsed());
     assert!(stdout.ends_with("done\n"), "{stdout}");
     let mut value = HashMap::new();

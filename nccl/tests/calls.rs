@@ -19,7 +19,10 @@ fn refused_calls_say_why() {
     unsafe {
         assert_eq!(ncclGroupSimulateEnd(null_mut()), ncclInvalidUsage);
         assert!(last().contains("does not simulate"), "{}", last());
-        assert_eq!(ncclLsaBarrierCreateRequirement(NcclTeam { nRanks: 1, rank: 0, stride: 1 }, 1, null_mut(), null_mut()), ncclInvalidUsage);
+        assert_eq!(
+            ncclLsaBarrierCreateRequirement(NcclTeam { nRanks: 1, rank: 0, stride: 1 }, 1, null_mut(), null_mut()),
+            ncclInvalidUsage
+        );
         assert!(last().contains("device API"), "{}", last());
         assert_eq!(ncclLLA2ACreateRequirement(1, 1, null_mut(), null_mut()), ncclInvalidUsage);
         assert_eq!(ncclLLA2ACalcSlots(1, 1), -1);

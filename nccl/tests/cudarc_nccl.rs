@@ -72,7 +72,10 @@ fn relaunch() -> Option<Res<()>> {
     let mut dir = exe.parent()?.to_path_buf();
     while !dir.join("libmscclpp_nccl.so").exists() {
         if !dir.pop() {
-            return Some(Err(format!("no libmscclpp_nccl.so above {} and LD_LIBRARY_PATH names no libnccl.so", exe.display())));
+            return Some(Err(format!(
+                "no libmscclpp_nccl.so above {} and LD_LIBRARY_PATH names no libnccl.so",
+                exe.display()
+            )));
         }
     }
     let work = std::env::temp_dir().join(format!("cudarc-nccl-{}", std::process::id()));
@@ -191,7 +194,8 @@ fn rank_main(rank: usize) -> Res<()> {
     }
     let ctx = CudaContext::new(rank % gpus).map_err(|e| format!("{e:?}"))?;
     let stream: Arc<CudaStream> = ctx.default_stream();
-    let comm = Comm::from_rank(stream.clone(), rank, world, Id::uninit(internal)).map_err(|e| format!("init: {e:?}"))?;
+    let comm =
+        Comm::from_rank(stream.clone(), rank, world, Id::uninit(internal)).map_err(|e| format!("init: {e:?}"))?;
     let e = |what: &'static str| move |err: cudarc::nccl::result::NcclError| format!("{what}: {err:?}");
     let d = |err: cudarc::driver::DriverError| format!("{err:?}");
     let n = 1000 + 37; // odd, not a multiple of 16 bytes
@@ -256,6 +260,8 @@ fn rank_main(rank: usize) -> Res<()> {
     comm.all_reduce_in_place(&mut last, &ReduceOp::Sum).map_err(e("final all_reduce"))?;
     check("final all_reduce", &stream.clone_dtoh(&last).map_err(d)?, &[world as f32])?;
     stream.synchronize().map_err(d)?;
-    println!("rank {rank}: allreduce sum/max/in place, allgather, broadcast, reduce, reduce-scatter, send/recv: RESULT ok");
+    println!(
+        "rank {rank}: allreduce sum/max/in place, allgather, broadcast, reduce, reduce-scatter, send/recv: RESULT ok"
+    );
     Ok(())
 }

@@ -6,7 +6,9 @@
 use mscclpp_device::copy::{Threads, copy_widest};
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::ptx::sreg;
-use mscclpp_nccl_device::{Bf16, CopyList, Elem, F8E4M3, F8E5M2, F16, MAX_COPIES, ReduceArgs, ReduceOp, ScalarKind, SyncArgs};
+use mscclpp_nccl_device::{
+    Bf16, CopyList, Elem, F8E4M3, F8E5M2, F16, MAX_COPIES, ReduceArgs, ReduceOp, ScalarKind, SyncArgs,
+};
 
 /// Copies `list.items`: the grid's blocks are cut into `list.n` equal runs, run `y` copying item
 /// `y` (launch a multiple of `list.n` blocks).
