@@ -174,11 +174,10 @@ impl Comm {
         // NCCL's device rule: the real communicator uses the calling thread's current device,
         // which is `device` (this rank's GPU was opened on it).
         let _ = device;
+        let (n, me) = (boot.world_size() as c_int, boot.rank() as c_int);
         // SAFETY: the arguments as nccl.h defines them.
-        check_real(
-            unsafe { init(&mut out, boot.world_size() as c_int, id, boot.rank() as c_int, &mut c) },
-            "ncclCommInitRankConfig",
-        )?;
+        let code = unsafe { init(&mut out, n, id, me, &mut c) };
+        check_real(code, "ncclCommInitRankConfig")?;
         Ok(RealComm(out))
     }
 

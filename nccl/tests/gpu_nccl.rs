@@ -86,6 +86,31 @@ fn run() -> Res<()> {
         return Err(format!("ranks {failed:?} failed"));
     }
     println!("gpu_nccl: all {ranks} ranks passed in {:.1} s", started.elapsed().as_secs_f64());
+    // Two ranks that call different operations: each kernel traps with a message (in processes of
+    // their own: a trap ends the context).
+    let mut id = ncclUniqueId { internal: [0; 128] };
+    // SAFETY: a valid id to fill.
+    check(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId")?;
+    let hex: String = id.internal.iter().map(|&c| format!("{:02x}", c as u8)).collect();
+    let pair: Vec<_> = (0..2)
+        .map(|r| {
+            Command::new(&exe)
+                .env("GPU_NCCL_RANK", r.to_string())
+                .env("GPU_NCCL_WORLD", "2")
+                .env("GPU_NCCL_GPUS", gpus.to_string())
+                .env("GPU_NCCL_ID", &hex)
+                .env("GPU_NCCL_SEED", seed.to_string())
+                .env("GPU_NCCL_MODE", "mismatch")
+                .spawn()
+                .map_err(|e| format!("starting rank {r}: {e}"))
+        })
+        .collect::<Res<_>>()?;
+    for (r, mut c) in pair.into_iter().enumerate() {
+        if !c.wait().map_err(|e| e.to_string())?.success() {
+            return Err(format!("mismatch rank {r} failed"));
+        }
+    }
+    println!("gpu_nccl: mismatched calls trapped on both ranks");
     Ok(())
 }
 
@@ -302,10 +327,8 @@ fn reductions<T: Host>(r: &mut Rank, t: DataType) -> Res<()> {
         let send = r.buffer(&ys[me], 0)?;
         let recv = r.buffer(&vec![T::zeroed(); part], 0)?;
         // SAFETY: as above.
-        check(
-            unsafe { ncclReduceScatter(send.addr() as _, recv.addr() as _, part, dt(t), *op, r.comm, r.stream()) },
-            "reduce_scatter",
-        )?;
+        let rc = unsafe { ncclReduceScatter(send.addr() as _, recv.addr() as _, part, dt(t), *op, r.comm, r.stream()) };
+        check(rc, "reduce_scatter")?;
         r.sync()?;
         let got = r.read::<T>(&recv, 0, part)?;
         r.expect(&format!("reduce_scatter {name} {}", t.name()), &got, &want)?;
@@ -313,13 +336,10 @@ fn reductions<T: Host>(r: &mut Rank, t: DataType) -> Res<()> {
             let want: Vec<T> =
                 (0..part).map(|i| reduce_one(*kind, &ys.iter().map(|y| y[i]).collect::<Vec<_>>(), *bits)).collect();
             let out = r.buffer(&vec![T::zeroed(); part], 0)?;
+            let (src, dst, rt) = (send.addr() as _, out.addr() as _, root as c_int);
             // SAFETY: as above.
-            check(
-                unsafe {
-                    ncclReduce(send.addr() as _, out.addr() as _, part, dt(t), *op, root as c_int, r.comm, r.stream())
-                },
-                "reduce",
-            )?;
+            let rc = unsafe { ncclReduce(src, dst, part, dt(t), *op, rt, r.comm, r.stream()) };
+            check(rc, "reduce")?;
             r.sync()?;
             if root == me {
                 let got = r.read::<T>(&out, 0, part)?;
@@ -372,10 +392,9 @@ fn movements<T: Host>(r: &mut Rank, t: DataType, count: usize) -> Res<()> {
         // Gather to root, then scatter the gathered rows back out from it.
         let g = r.buffer(&vec![T::zeroed(); n * count], 0)?;
         // SAFETY: as above.
-        check(
-            unsafe { ncclGather(send.addr() as _, g.addr() as _, count, dt(t), root as c_int, r.comm, r.stream()) },
-            "gather",
-        )?;
+        let rc =
+            unsafe { ncclGather(send.addr() as _, g.addr() as _, count, dt(t), root as c_int, r.comm, r.stream()) };
+        check(rc, "gather")?;
         r.sync()?;
         if root == me {
             let got = r.read::<T>(&g, 0, n * count)?;
@@ -384,10 +403,8 @@ fn movements<T: Host>(r: &mut Rank, t: DataType, count: usize) -> Res<()> {
         let s = r.buffer(&vec![T::zeroed(); count], 0)?;
         let src = if root == me { g.addr() } else { 0 };
         // SAFETY: as above; the send buffer is read on the root only.
-        check(
-            unsafe { ncclScatter(src as _, s.addr() as _, count, dt(t), root as c_int, r.comm, r.stream()) },
-            "scatter",
-        )?;
+        let rc = unsafe { ncclScatter(src as _, s.addr() as _, count, dt(t), root as c_int, r.comm, r.stream()) };
+        check(rc, "scatter")?;
         r.sync()?;
         let got = r.read::<T>(&s, 0, count)?;
         r.expect(&format!("scatter {} from {root}", t.name()), &got, &xs[me])?;
@@ -463,19 +480,15 @@ fn large(r: &mut Rank) -> Res<()> {
     let send = r.buffer(&ys[me], 0)?;
     let recv = r.buffer(&vec![Bf16(0); part], 0)?;
     // SAFETY: as above.
-    check(
-        unsafe { ncclReduceScatter(send.addr() as _, recv.addr() as _, part, 9, 0, r.comm, r.stream()) },
-        "large reduce_scatter",
-    )?;
+    let rc = unsafe { ncclReduceScatter(send.addr() as _, recv.addr() as _, part, 9, 0, r.comm, r.stream()) };
+    check(rc, "large reduce_scatter")?;
     let per = 5 << 20; // f32: 20 MiB per rank
     let zs = r.data::<f32>(per);
     let zsend = r.buffer(&zs[me], 0)?;
     let zall = r.buffer(&vec![0f32; per * n], 0)?;
     // SAFETY: as above.
-    check(
-        unsafe { ncclAllGather(zsend.addr() as _, zall.addr() as _, per, 7, r.comm, r.stream()) },
-        "large allgather",
-    )?;
+    let rc = unsafe { ncclAllGather(zsend.addr() as _, zall.addr() as _, per, 7, r.comm, r.stream()) };
+    check(rc, "large allgather")?;
     r.sync()?;
     let want: Vec<Bf16> = (0..part)
         .map(|i| reduce_one(ReduceOp::Sum, &ys.iter().map(|y| y[me * part + i]).collect::<Vec<_>>(), 0))
@@ -515,6 +528,25 @@ fn rank_main(rank: usize) -> Res<()> {
         }
     } else {
         check(r0, "ncclCommInitRankConfig")?;
+    }
+    if std::env::var("GPU_NCCL_MODE").as_deref() == Ok("mismatch") {
+        // Rank 0 reduces 100 f64 with max, rank 1 200: the general path's first barrier sees it.
+        let count = 100 * (rank + 1);
+        let b = DeviceBuffer::filled(&gpu, count * 8, 0).map_err(|e| e.to_string())?;
+        // SAFETY: a buffer of `count` f64 on this GPU.
+        let rc = unsafe { ncclAllReduce(b.addr() as _, b.addr() as _, count, 8, 2, comm, gpu.stream().cu_stream()) };
+        check(rc, "the mismatched allreduce")?;
+        let t = Instant::now();
+        return match gpu.synchronize_timeout(Duration::from_secs(60)) {
+            Err(e) => {
+                println!(
+                    "rank {rank}: the mismatch failed the kernel after {:.0} ms: {e}",
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+                Ok(())
+            }
+            Ok(()) => Err("ranks that called different counts went unnoticed".into()),
+        };
     }
     let mut r = Rank { rank, n, seed, gpu, comm, test: 0, checks: 0 };
     let (mut count, mut me, mut dev) = (0, 0, 0);
