@@ -1,4 +1,5 @@
-//! GPU memory shared between processes with legacy CUDA IPC.
+//! GPU memory shared between ranks: with legacy CUDA IPC between processes, and through an
+//! in-process registry between ranks that are threads of one process.
 //!
 //! Why legacy IPC and not VMM allocations with POSIX file descriptors: an IPC handle is 64 plain
 //! bytes, so it travels through the TCP bootstrap like any other data (a file descriptor needs a
@@ -9,7 +10,24 @@
 //!
 //! The imported mapping is opened with `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`, so a process on
 //! another GPU gets peer access as needed, and a process on the same GPU gets a plain mapping.
-
+//!
+//! # Ranks in one process
+//!
+//! CUDA IPC cannot open a handle in the process that made it, and needs not: every context of a
+//! process shares one address space. [`ExportedMemory::of`] therefore also records the buffer's
+//! allocation in a registry of this process (keyed by GPU, IPC handle and offset, holding it
+//! weakly), and [`ImportedMemory::open`] of a description whose `pid` is this process's looks
+//! it up there instead of calling the driver: on the same GPU the buffer's own address is used
+//! as it is; on another GPU of this process, peer access to the owner's context is enabled
+//! first (`cuCtxEnablePeerAccess`, once per pair; already enabled is fine).
+//!
+//! Lifetime: such an import holds the exporter's allocation ([`crate::memory::Retained`]), so
+//! the memory stays allocated while any import of it lives, even after the exporter drops its
+//! buffer; it is freed when the buffer and every import are gone. The registry itself holds
+//! nothing: a description of a buffer already freed (by its buffer and every hold) cannot be
+//! imported ([`Error::InvalidArgument`]), so an exporter must keep its buffer until every
+//! importer has opened it, as between processes ([`crate::comm::Communicator::exchange`] ends
+//! with a barrier when ranks share a process, for that reason).
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -17,7 +35,7 @@ use cudarc::driver::sys::{self, CUipcMem_flags};
 
 use crate::error::{Error, Result, check};
 use crate::gpu::Gpu;
-use crate::memory::DeviceBuffer;
+use crate::memory::{DeviceBuffer, Retained, WeakRetained};
 
 /// What one process sends another so that it can map a buffer: the IPC handle of the driver
 /// allocation that contains the buffer, the buffer's offset in it, and its size.
@@ -86,14 +104,23 @@ impl ExportedMemory {
         // SAFETY: `base` is the start of a live cuMemAlloc allocation; `h` is an out-param.
         let r = unsafe { sys::cuIpcGetMemHandle(&mut h, base) };
         check(r, || format!("exporting {} bytes of GPU {} memory", buf.len(), buf.gpu().ordinal()))?;
-        Ok(Self {
+        let e = Self {
             handle: h.reserved.map(|c| c as u8),
             bytes: buf.len() as u64,
             offset: buf.addr() - base,
             allocation_bytes: size as u64,
             pid: std::process::id(),
             ordinal: buf.gpu().ordinal() as u32,
-        })
+        };
+        let mut reg = local_exports().lock().unwrap_or_else(|e| e.into_inner());
+        // Forget buffers freed since (their weak holds no longer upgrade).
+        reg.retain(|_, (w, _)| w.upgrade().is_some());
+        reg.insert(e.local_key(), (buf.retain().downgrade(), e.bytes));
+        Ok(e)
+    }
+
+    fn local_key(&self) -> LocalKey {
+        (self.ordinal, self.handle, self.offset)
     }
 }
 
@@ -130,34 +157,80 @@ impl Drop for Mapping {
 
 type MappingKey = (usize, [u8; 64]);
 
+/// A buffer exported by this process: GPU ordinal, IPC handle, offset in the allocation.
+type LocalKey = (u32, [u8; 64], u64);
+
+/// Every buffer this process exported, held weakly, with its size (see the module documentation).
+fn local_exports() -> &'static Mutex<HashMap<LocalKey, (WeakRetained, u64)>> {
+    static M: OnceLock<Mutex<HashMap<LocalKey, (WeakRetained, u64)>>> = OnceLock::new();
+    M.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Enables `gpu`'s context to access memory of `owner`'s context (idempotent).
+fn enable_peer_access(gpu: &Gpu, owner: &Gpu) -> Result<()> {
+    let mut can = 0i32;
+    // SAFETY: both are valid device handles of open contexts; `can` is an out-param.
+    let r = unsafe { sys::cuDeviceCanAccessPeer(&mut can, gpu.context().cu_device(), owner.context().cu_device()) };
+    check(r, || format!("asking whether GPU {} can access GPU {}", gpu.ordinal(), owner.ordinal()))?;
+    if can == 0 {
+        return Err(Error::Unsupported(format!(
+            "GPU {} cannot access the memory of GPU {} (no peer access between them)",
+            gpu.ordinal(),
+            owner.ordinal()
+        )));
+    }
+    gpu.bind()?;
+    // SAFETY: `owner`'s context is alive (the caller holds its allocation); flags must be 0.
+    let r = unsafe { sys::cuCtxEnablePeerAccess(owner.context().cu_ctx(), 0) };
+    if r == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+        return Ok(());
+    }
+    check(r, || format!("enabling GPU {}'s access to GPU {}", gpu.ordinal(), owner.ordinal()))
+}
+
+/// What keeps an import's memory reachable (held for that, never read).
+#[allow(dead_code)]
+enum Backing {
+    /// Another process's allocation, mapped here.
+    Ipc(Arc<Mapping>),
+    /// This process's own allocation (a rank that is a thread of this process exported it).
+    Local(Retained),
+}
+
 fn mappings() -> &'static Mutex<HashMap<MappingKey, Weak<Mapping>>> {
     static M: OnceLock<Mutex<HashMap<MappingKey, Weak<Mapping>>>> = OnceLock::new();
     M.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Another process's buffer mapped into this process. Unmapped when the last buffer of the same
-/// exporting allocation is dropped.
+/// Another rank's buffer made reachable from this rank's GPU: another process's mapped into this
+/// process (unmapped when the last buffer of the same exporting allocation is dropped), or, for
+/// a rank that is a thread of this process, its allocation held (see the module documentation).
 pub struct ImportedMemory {
-    mapping: Arc<Mapping>,
+    backing: Backing,
+    gpu: usize,
     addr: u64,
     bytes: u64,
 }
 
 impl std::fmt::Debug for ImportedMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ImportedMemory({:#x}, {} B on GPU {})", self.addr, self.bytes, self.mapping.gpu.ordinal())
+        let how = match self.backing {
+            Backing::Ipc(_) => "mapped",
+            Backing::Local(_) => "same process",
+        };
+        write!(f, "ImportedMemory({:#x}, {} B on GPU {}, {how})", self.addr, self.bytes, self.gpu)
     }
 }
 
 impl ImportedMemory {
-    /// Maps `exported` into `gpu`'s context.
+    /// Makes `exported` reachable from `gpu`'s context: maps it when it comes from another
+    /// process; holds it, and enables peer access when it is on another GPU, when it comes from
+    /// this one.
     pub fn open(gpu: &Arc<Gpu>, exported: &ExportedMemory) -> Result<Self> {
-        if exported.pid == std::process::id() {
-            return Err(Error::InvalidArgument(
-                "a process cannot import its own CUDA IPC handle; use the buffer directly".into(),
-            ));
-        }
         exported.validate()?;
+        if exported.pid == std::process::id() {
+            return Self::open_local(gpu, exported);
+        }
         let key = (gpu.ordinal(), exported.handle);
         let mut cache = mappings().lock().unwrap_or_else(|e| e.into_inner());
         let mapping = match cache.get(&key).and_then(Weak::upgrade) {
@@ -195,7 +268,35 @@ impl ImportedMemory {
         let addr = mapping.base.checked_add(exported.offset).ok_or_else(|| {
             Error::InvalidArgument(format!("imported buffer at offset {} overflows the address space", exported.offset))
         })?;
-        Ok(Self { mapping, addr, bytes: exported.bytes })
+        Ok(Self { backing: Backing::Ipc(mapping), gpu: gpu.ordinal(), addr, bytes: exported.bytes })
+    }
+
+    /// [`Self::open`] of a buffer this process exported.
+    fn open_local(gpu: &Arc<Gpu>, exported: &ExportedMemory) -> Result<Self> {
+        let found = local_exports().lock().unwrap_or_else(|e| e.into_inner()).get(&exported.local_key()).cloned();
+        let (held, bytes) = found.and_then(|(w, bytes)| Some((w.upgrade()?, bytes))).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "a buffer of {} bytes on GPU {} that this process exported is no longer allocated (the exporter \
+                 must keep it until every importer has opened it)",
+                exported.bytes, exported.ordinal
+            ))
+        })?;
+        if bytes != exported.bytes {
+            return Err(Error::InvalidArgument(format!(
+                "this process exported {bytes} bytes at that place, the description says {}",
+                exported.bytes
+            )));
+        }
+        if held.gpu().ordinal() != gpu.ordinal() {
+            enable_peer_access(gpu, held.gpu())?;
+        }
+        let addr = held.addr();
+        Ok(Self { backing: Backing::Local(held), gpu: gpu.ordinal(), addr, bytes })
+    }
+
+    /// Whether the memory belongs to this process (exported by a rank that is a thread of it).
+    pub fn is_local(&self) -> bool {
+        matches!(self.backing, Backing::Local(_))
     }
     /// The mapped address (valid on this process's GPU).
     pub fn addr(&self) -> u64 {
