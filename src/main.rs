@@ -317,8 +317,9 @@ fn steps(gpus: usize) -> Vec<Step> {
         Step {
             exe: "bench_memchan",
             args: bench_args(),
+            // On one GPU its peers share it (figures labelled "same GPU", without targets).
             kind: Kind::Bench { family: family::MEMCHAN, what: "timed puts equal their source" },
-            need_gpus: 2,
+            need_gpus: 1,
         },
         Step {
             exe: "coll_bench",

@@ -111,6 +111,68 @@ pub fn gpus_or_skip(test: &str, need: usize) -> Option<Vec<Arc<Gpu>>> {
     }
 }
 
+/// Where the two peers of a two-sided test or bench run ([`peers_or_skip`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerForm {
+    /// On two GPUs (GPU 0 and GPU 1).
+    TwoGpus,
+    /// Both on one GPU: two handles of it, each with its own stream, in one process and one
+    /// context, their kernels resident at the same time. Its timings are not NVLink figures.
+    SameGpu,
+}
+
+impl PeerForm {
+    /// The form of the peers `gpus[0]` and `gpus[1]`.
+    pub fn of(gpus: &[Arc<Gpu>]) -> Self {
+        match gpus {
+            [a, b, ..] if a.ordinal() != b.ordinal() => PeerForm::TwoGpus,
+            _ => PeerForm::SameGpu,
+        }
+    }
+    /// `two GPUs` or `same GPU`, as the report shows it.
+    pub fn label(self) -> &'static str {
+        match self {
+            PeerForm::TwoGpus => "two GPUs",
+            PeerForm::SameGpu => "same GPU",
+        }
+    }
+}
+
+/// The two peers of a two-sided test: GPUs 0 and 1 when the machine has two, else two handles
+/// of GPU 0 (each with its own stream: kernels of both sides run at the same time, through the
+/// same public API a program with one GPU and two streams uses). Records which form ran
+/// (`GPU-FORM <test>: same GPU` on stderr and in the skip log, which the report shows beside the
+/// check); `None` after recording a skip, as [`gpus_or_skip`], when there is no GPU.
+pub fn peers_or_skip(test: &str) -> Option<Vec<Arc<Gpu>>> {
+    let gpus = gpus_or_skip(test, 1)?;
+    let pair = if gpus.len() >= 2 {
+        vec![gpus[0].clone(), gpus[1].clone()]
+    } else {
+        vec![gpus[0].clone(), second_handle(&gpus[0]).unwrap_or_else(|e| panic!("{test}: {e}"))]
+    };
+    record_form(test, PeerForm::of(&pair));
+    Some(pair)
+}
+
+/// A second handle of `gpu`'s device (its own stream), opened once per process.
+fn second_handle(gpu: &Arc<Gpu>) -> Result<Arc<Gpu>, String> {
+    static SECOND: OnceLock<Result<Arc<Gpu>, String>> = OnceLock::new();
+    SECOND
+        .get_or_init(|| Gpu::open(gpu.ordinal()).map_err(|e| format!("opening a second handle of GPU 0: {e}")))
+        .clone()
+}
+
+/// Records which form of a two-sided test ran (stderr, and the skip log when configured).
+pub fn record_form(test: &str, form: PeerForm) {
+    let line = format!("GPU-FORM {test}: {}", form.label());
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os("MSCCLPP_RS_SKIP_LOG")
+        && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
 /// Whether a part of a test or bench that needs `need` GPUs runs with the `have` it has opened
 /// (the two-GPU parts of a bench that runs on one): true when there are enough; else, through
 /// the same policy as [`gpus_or_skip`] ([`gpu_verdict`]), false after recording the skip under
@@ -221,7 +283,8 @@ pub fn assert_same<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: 
 
 /// A test whose body must trap: in the parent, skips without `need` GPUs, runs the test again as
 /// a child process and asserts that the child succeeded (it saw the launch fail) and that its
-/// output holds every text of `expect`; in the child, runs `child` on the GPUs.
+/// output holds every text of `expect`; in the child, runs `child` on the GPUs. A `need` of 2 is
+/// a two-sided test: it runs on one GPU too, its peers two handles of it ([`peers_or_skip`]).
 pub fn trap_test(
     name: &str,
     need: usize,
@@ -230,12 +293,14 @@ pub fn trap_test(
     device: DeviceMessage,
     (blocks, threads): (u32, u32),
 ) {
+    // Two-sided traps run in their peer form: two GPUs, else two handles of one.
+    let open = || if need == 2 { peers_or_skip(name) } else { gpus_or_skip(name, need) };
     if is_child(name) {
-        let gpus = all_gpus().unwrap();
+        let gpus = open().expect("the parent found the GPUs");
         child(&gpus);
         return;
     }
-    if gpus_or_skip(name, need).is_none() {
+    if open().is_none() {
         return;
     }
     let out = run_child(name);

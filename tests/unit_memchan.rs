@@ -95,7 +95,7 @@ fn matrix_sizes() -> Vec<usize> {
 }
 
 fn every_alignment(test: &str, get: bool) {
-    let Some(gpus) = gpus_or_skip(test, 2) else { return };
+    let Some(gpus) = testing::peers_or_skip(test) else { return };
     let sizes = matrix_sizes();
     let s = copy_setup(&gpus, *sizes.iter().max().unwrap() + 16);
     for &bytes in &sizes {
@@ -119,7 +119,7 @@ fn memchan_get_every_alignment_and_size() {
 
 #[test]
 fn memchan_put_and_get_256_mib() {
-    let Some(gpus) = gpus_or_skip("memchan_put_and_get_256_mib", 2) else { return };
+    let Some(gpus) = testing::peers_or_skip("memchan_put_and_get_256_mib") else { return };
     let bytes = 256 << 20;
     let s = copy_setup(&gpus, bytes + 16);
     // 16-byte elements; head + 16-byte elements + remainder; 8-byte elements after a 4-byte
@@ -179,7 +179,7 @@ fn copy_forms_every_width_with_and_without_remainder() {
 /// The packet ping-pong of `ptx_tests::memchan::packet_pingpong`: 10,000 rounds with flag =
 /// round; A checks every round's echo or answer, B every even round's message.
 fn packet_pingpong<P: Packet>(test: &str, kernel: &str) {
-    let Some(gpus) = gpus_or_skip(test, 2) else { return };
+    let Some(gpus) = testing::peers_or_skip(test) else { return };
     let (g0, g1) = (&gpus[0], &gpus[1]);
     let rounds = 10_000u32;
     // 1000 to 1099 packets over 256 threads: some threads carry one packet more than others.
@@ -218,7 +218,7 @@ fn ll16_packet_pingpong_10k_rounds() {
 
 #[test]
 fn memchan_write_signal_wait_read_pingpong() {
-    let Some(gpus) = gpus_or_skip("memchan_write_signal_wait_read_pingpong", 2) else { return };
+    let Some(gpus) = testing::peers_or_skip("memchan_write_signal_wait_read_pingpong") else { return };
     let (g0, g1) = (&gpus[0], &gpus[1]);
     let (rounds, n) = (2000u32, 4096u32);
     let seed = testing::random_range(0, 1 << 32) as u32;

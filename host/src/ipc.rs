@@ -166,28 +166,6 @@ fn local_exports() -> &'static Mutex<HashMap<LocalKey, (WeakRetained, u64)>> {
     M.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Enables `gpu`'s context to access memory of `owner`'s context (idempotent).
-fn enable_peer_access(gpu: &Gpu, owner: &Gpu) -> Result<()> {
-    let mut can = 0i32;
-    // SAFETY: both are valid device handles of open contexts; `can` is an out-param.
-    let r = unsafe { sys::cuDeviceCanAccessPeer(&mut can, gpu.context().cu_device(), owner.context().cu_device()) };
-    check(r, || format!("asking whether GPU {} can access GPU {}", gpu.ordinal(), owner.ordinal()))?;
-    if can == 0 {
-        return Err(Error::Unsupported(format!(
-            "GPU {} cannot access the memory of GPU {} (no peer access between them)",
-            gpu.ordinal(),
-            owner.ordinal()
-        )));
-    }
-    gpu.bind()?;
-    // SAFETY: `owner`'s context is alive (the caller holds its allocation); flags must be 0.
-    let r = unsafe { sys::cuCtxEnablePeerAccess(owner.context().cu_ctx(), 0) };
-    if r == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
-        return Ok(());
-    }
-    check(r, || format!("enabling GPU {}'s access to GPU {}", gpu.ordinal(), owner.ordinal()))
-}
-
 /// What keeps an import's memory reachable (held for that, never read).
 #[allow(dead_code)]
 enum Backing {
@@ -287,9 +265,7 @@ impl ImportedMemory {
                 exported.bytes
             )));
         }
-        if held.gpu().ordinal() != gpu.ordinal() {
-            enable_peer_access(gpu, held.gpu())?;
-        }
+        gpu.enable_peer_access(held.gpu())?;
         let addr = held.addr();
         Ok(Self { backing: Backing::Local(held), gpu: gpu.ordinal(), addr, bytes })
     }
