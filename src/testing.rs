@@ -148,17 +148,27 @@ pub fn peers_or_skip(test: &str) -> Option<Vec<Arc<Gpu>>> {
     let pair = if gpus.len() >= 2 {
         vec![gpus[0].clone(), gpus[1].clone()]
     } else {
+        // Both handles with the kernels loaded before either side launches (see `second_handle`).
+        if let Err(e) = gpus[0].module(crate::PTX) {
+            panic!("{test}: loading the kernels on GPU 0: {e}");
+        }
         vec![gpus[0].clone(), second_handle(&gpus[0]).unwrap_or_else(|e| panic!("{test}: {e}"))]
     };
     record_form(test, PeerForm::of(&pair));
     Some(pair)
 }
 
-/// A second handle of `gpu`'s device (its own stream), opened once per process.
+/// A second handle of `gpu`'s device (its own stream), opened once per process, with the
+/// harness's kernels loaded at once: a module load may wait for the context's running kernels,
+/// which could be the other side's, waiting for this one.
 fn second_handle(gpu: &Arc<Gpu>) -> Result<Arc<Gpu>, String> {
     static SECOND: OnceLock<Result<Arc<Gpu>, String>> = OnceLock::new();
     SECOND
-        .get_or_init(|| Gpu::open(gpu.ordinal()).map_err(|e| format!("opening a second handle of GPU 0: {e}")))
+        .get_or_init(|| {
+            let g = Gpu::open(gpu.ordinal()).map_err(|e| format!("opening a second handle of GPU 0: {e}"))?;
+            g.module(crate::PTX).map_err(|e| format!("loading the kernels on the second handle of GPU 0: {e}"))?;
+            Ok(g)
+        })
         .clone()
 }
 
