@@ -445,3 +445,58 @@ fn retained_memory_outlives_its_buffer_and_is_freed_with_the_last_hold() {
     let (r, _, _) = range(addr);
     assert_ne!(r, sys::CUresult::CUDA_SUCCESS, "the memory is freed with the last hold");
 }
+
+/// Ranks that are threads of one process (a `LocalBootstrap`, each with its own GPU handle, on
+/// one GPU or two) exchange buffers through `Communicator::exchange` without CUDA IPC: each sees
+/// the other's buffer at its own address, with its size; the import holds the exporter's memory,
+/// so it stays readable after the exporter drops its buffer; and the communicator counts the
+/// ranks that share a GPU.
+#[test]
+fn exchange_between_threads_of_one_process_uses_and_holds_the_buffers() {
+    let test = "exchange_between_threads_of_one_process_uses_and_holds_the_buffers";
+    let Some(gpus) = gpus_or_skip(test, 1) else { return };
+    use mscclpp_host::bootstrap::{Bootstrap, BootstrapExt, LocalBootstrap};
+    use mscclpp_host::comm::Communicator;
+    let count = gpus.len();
+    let bytes = 4096 + testing::random_range(0, 4096) as usize;
+    let data: Arc<Vec<Vec<u8>>> = Arc::new((0..2).map(|_| testing::random_bytes(bytes)).collect());
+    let threads: Vec<_> = LocalBootstrap::group(2)
+        .unwrap()
+        .into_iter()
+        .map(|boot| {
+            let data = data.clone();
+            std::thread::spawn(move || {
+                let me = boot.rank();
+                let gpu = Gpu::open(me % count).unwrap();
+                let comm = Communicator::new(Arc::new(boot), gpu.clone());
+                let buf = DeviceBuffer::exportable_from_slice(&gpu, &data[me]).unwrap();
+                let peers = comm.exchange(&buf).unwrap();
+                let addrs = comm.bootstrap().all_gather_pod(&buf.addr()).unwrap();
+                assert_eq!(peers.addrs(), &addrs[..], "rank {me}: every buffer at its own address");
+                assert!((0..2).all(|r| peers.len(r) == bytes as u64), "rank {me}: sizes");
+                let sharing = if count == 1 { 2 } else { 1 };
+                assert_eq!(comm.ranks_sharing_gpu().unwrap(), sharing, "rank {me}");
+                assert_eq!(comm.sm_share().unwrap(), (gpu.info().sm_count / sharing as u32).max(1));
+                // Rank 1 lets go of its buffer; rank 0's import still holds the memory.
+                drop(buf);
+                comm.bootstrap().barrier().unwrap();
+                if me == 0 {
+                    let mut got = vec![0u8; bytes];
+                    gpu.bind().unwrap();
+                    // SAFETY: `peers` holds rank 1's allocation of `bytes` bytes (at least) at
+                    // this address, reachable from this context (same GPU, or peer access).
+                    unsafe { mscclpp_host::cudarc::driver::result::memcpy_dtoh_sync(&mut got, peers.addr(1)) }.unwrap();
+                    assert_bytes(
+                        "rank 1's buffer read through rank 0's import after rank 1 dropped it",
+                        &got,
+                        &data[1],
+                    );
+                }
+                comm.bootstrap().barrier().unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a rank failed");
+    }
+}
