@@ -183,26 +183,6 @@ pub fn record_form(test: &str, form: PeerForm) {
     }
 }
 
-/// Whether a part of a test or bench that needs `need` GPUs runs with the `have` it has opened
-/// (the two-GPU parts of a bench that runs on one): true when there are enough; else, through
-/// the same policy as [`gpus_or_skip`] ([`gpu_verdict`]), false after recording the skip under
-/// `test`, or a panic when `MSCCLPP_RS_REQUIRE_GPU=1`, so that a GPU run that requires GPUs
-/// fails instead of skipping.
-pub fn enough_gpus_or_skip(test: &str, have: usize, need: usize) -> bool {
-    enough_gpus(test, have, need, gpu_required())
-}
-
-fn enough_gpus(test: &str, have: usize, need: usize, require: bool) -> bool {
-    match gpu_verdict(Ok(have), need, require) {
-        GpuVerdict::Run => true,
-        GpuVerdict::Skip(why) => {
-            record_skip(test, &why);
-            false
-        }
-        GpuVerdict::Fail(why) => panic!("{test}: {why}"),
-    }
-}
-
 /// `n` random bytes.
 pub fn random_bytes(n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];
@@ -600,43 +580,6 @@ mod skip_policy_tests {
         assert!(matches!(gpu_verdict(Ok(1), 2, true), GpuVerdict::Fail(_)));
         assert_eq!(gpu_verdict(Ok(2), 2, false), GpuVerdict::Run);
         assert_eq!(gpu_verdict(Ok(8), 1, true), GpuVerdict::Run);
-    }
-
-    #[test]
-    fn a_part_needing_more_gpus_skips_or_fails_by_the_same_policy() {
-        assert!(super::enough_gpus("part", 2, 2, true) && super::enough_gpus("part", 3, 2, false));
-        assert!(!super::enough_gpus("part", 1, 2, false));
-        let required = std::panic::catch_unwind(|| super::enough_gpus("part", 1, 2, true)).unwrap_err();
-        let why = required.downcast_ref::<String>().cloned().unwrap_or_default();
-        assert_eq!(why, "part: MSCCLPP_RS_REQUIRE_GPU=1 but needs 2 GPUs, found 1");
-    }
-
-    /// What the benches' two-GPU parts call, under the variable as a GPU runner sets it (in a
-    /// child process, which reads it from its environment).
-    #[test]
-    fn a_part_needing_more_gpus_fails_when_the_environment_requires_gpus() {
-        const NAME: &str =
-            "testing::skip_policy_tests::a_part_needing_more_gpus_fails_when_the_environment_requires_gpus";
-        if super::is_child(NAME) {
-            println!("CHILD-RAN {}", super::enough_gpus_or_skip("a two-GPU part", 1, 2));
-            return;
-        }
-        let child = |require: &'static str| {
-            super::run_child_with(NAME, move |c| {
-                c.env("MSCCLPP_RS_REQUIRE_GPU", require).env_remove("MSCCLPP_RS_SKIP_LOG");
-            })
-        };
-        let out = child("1");
-        let text = super::output_text(&out);
-        assert!(!out.status.success(), "the part must fail when GPUs are required:\n{text}");
-        assert!(text.contains("a two-GPU part: MSCCLPP_RS_REQUIRE_GPU=1 but needs 2 GPUs, found 1"), "{text}");
-        let out = child("0");
-        let text = super::output_text(&out);
-        assert!(out.status.success(), "{text}");
-        assert!(
-            text.contains("GPU-SKIP a two-GPU part: needs 2 GPUs, found 1") && text.contains("CHILD-RAN false"),
-            "{text}"
-        );
     }
 }
 
