@@ -34,7 +34,7 @@ if [ ! -x "$here/bin/report" ] && [ -f "$here/bin.tgz" ]; then
 fi
 out=${OUT:-/tmp/mscclpp-rs-out}
 mkdir -p "$out"
-export MSCCLPP_RS_REQUIRE_GPU=${MSCCLPP_RS_REQUIRE_GPU:-1}  # 0 on a one-GPU machine: two-GPU tests skip
+export MSCCLPP_RS_REQUIRE_GPU=${MSCCLPP_RS_REQUIRE_GPU:-1}  # on one GPU two-sided tests run with both sides on it
 export MSCCLPP_RS_BENCH_OUT="$out/bench.jsonl"
 export MSCCLPP_RS_SKIP_LOG="$out/skips.log"
 # Multicast stays off (host/src/nvls/guard.rs refuses while these are set); keep the variables set.
