@@ -24,10 +24,12 @@
 //! Lifetime: such an import holds the exporter's allocation ([`crate::memory::Retained`]), so
 //! the memory stays allocated while any import of it lives, even after the exporter drops its
 //! buffer; it is freed when the buffer and every import are gone. The registry itself holds
-//! nothing: a description of a buffer already freed (by its buffer and every hold) cannot be
-//! imported ([`Error::InvalidArgument`]), so an exporter must keep its buffer until every
-//! importer has opened it, as between processes ([`crate::comm::Communicator::exchange`] ends
-//! with a barrier when ranks share a process, for that reason).
+//! nothing: a description of a buffer already freed (by its buffer and every hold) is not found
+//! there and goes to the driver, which refuses it, so an exporter must keep its buffer until
+//! every importer has opened it, as between processes ([`crate::comm::Communicator::exchange`]
+//! ends with a barrier when ranks share a process, for that reason). A description from a
+//! process of another pid namespace that happens to have this process's id is not found either,
+//! and is mapped with CUDA IPC as any other process's.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -206,9 +208,12 @@ impl ImportedMemory {
     /// this one.
     pub fn open(gpu: &Arc<Gpu>, exported: &ExportedMemory) -> Result<Self> {
         exported.validate()?;
-        if exported.pid == std::process::id() {
-            return Self::open_local(gpu, exported);
+        let this_process = exported.pid == std::process::id();
+        if this_process && let Some(local) = Self::open_local(gpu, exported)? {
+            return Ok(local);
         }
+        // Not in this process's registry: another process's (one in another pid namespace may
+        // have the same id), or a buffer of this process already freed, which the driver refuses.
         let key = (gpu.ordinal(), exported.handle);
         let mut cache = mappings().lock().unwrap_or_else(|e| e.into_inner());
         let mapping = match cache.get(&key).and_then(Weak::upgrade) {
@@ -224,11 +229,17 @@ impl ImportedMemory {
                 };
                 check(r, || {
                     format!(
-                        "importing {} bytes of GPU {} memory from process {} into GPU {}",
+                        "importing {} bytes of GPU {} memory from process {} into GPU {}{}",
                         exported.allocation_bytes,
                         exported.ordinal,
                         exported.pid,
-                        gpu.ordinal()
+                        gpu.ordinal(),
+                        if this_process {
+                            " (this process's id, but not a buffer it exported and still holds: the exporter must \
+                             keep its buffer until every importer has opened it)"
+                        } else {
+                            ""
+                        }
                     )
                 })?;
                 let m = Arc::new(Mapping { gpu: gpu.clone(), base });
@@ -249,16 +260,11 @@ impl ImportedMemory {
         Ok(Self { backing: Backing::Ipc(mapping), gpu: gpu.ordinal(), addr, bytes: exported.bytes })
     }
 
-    /// [`Self::open`] of a buffer this process exported.
-    fn open_local(gpu: &Arc<Gpu>, exported: &ExportedMemory) -> Result<Self> {
+    /// [`Self::open`] of a buffer this process exported and still holds; `None` when the
+    /// registry has no such buffer alive.
+    fn open_local(gpu: &Arc<Gpu>, exported: &ExportedMemory) -> Result<Option<Self>> {
         let found = local_exports().lock().unwrap_or_else(|e| e.into_inner()).get(&exported.local_key()).cloned();
-        let (held, bytes) = found.and_then(|(w, bytes)| Some((w.upgrade()?, bytes))).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "a buffer of {} bytes on GPU {} that this process exported is no longer allocated (the exporter \
-                 must keep it until every importer has opened it)",
-                exported.bytes, exported.ordinal
-            ))
-        })?;
+        let Some((held, bytes)) = found.and_then(|(w, bytes)| Some((w.upgrade()?, bytes))) else { return Ok(None) };
         if bytes != exported.bytes {
             return Err(Error::InvalidArgument(format!(
                 "this process exported {bytes} bytes at that place, the description says {}",
@@ -267,7 +273,7 @@ impl ImportedMemory {
         }
         gpu.enable_peer_access(held.gpu())?;
         let addr = held.addr();
-        Ok(Self { backing: Backing::Local(held), gpu: gpu.ordinal(), addr, bytes })
+        Ok(Some(Self { backing: Backing::Local(held), gpu: gpu.ordinal(), addr, bytes }))
     }
 
     /// Whether the memory belongs to this process (exported by a rank that is a thread of it).

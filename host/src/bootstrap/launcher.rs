@@ -617,12 +617,12 @@ pub enum Role {
 /// [`ENV_LAUNCH_DEADLINE`].
 ///
 /// ```no_run
-/// use mscclpp_host::bootstrap::{TcpBootstrap, launcher::{Role, role}};
+/// use mscclpp_host::bootstrap::{TcpBootstrap, launcher::{Role, role, run_threads}};
 /// match role(2)? {
 ///     Role::Rank(cfg) => { let boot = TcpBootstrap::connect(&cfg)?; /* ... */ }
 ///     Role::Launched { ranks, outcome } => outcome?,
 ///     Role::Threads { ranks, deadline } => {
-///         launcher::run_threads(ranks, deadline, |boot| { /* this thread is rank boot.rank() */ Ok(()) })?
+///         run_threads(ranks, deadline, |boot| { /* this thread is rank boot.rank() */ Ok(()) })?
 ///     }
 /// }
 /// # Ok::<(), mscclpp_host::Error>(())
