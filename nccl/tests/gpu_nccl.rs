@@ -111,7 +111,75 @@ fn run() -> Res<()> {
         }
     }
     println!("gpu_nccl: mismatched calls trapped on both ranks");
+    init_all(seed)
+}
+
+/// `ncclCommInitAll` with two ranks on GPU 0 of this process (ranks as threads of one process,
+/// each with its own stream), driven from one thread inside groups as NCCL requires.
+fn init_all(seed: u64) -> Res<()> {
+    let n = 2;
+    let devs = [0 as c_int; 2];
+    let mut comms: [Comm; 2] = [std::ptr::null_mut(); 2];
+    // SAFETY: two slots and two device numbers.
+    check(unsafe { ncclCommInitAll(comms.as_mut_ptr(), n, devs.as_ptr()) }, "ncclCommInitAll")?;
+    let gpus: Vec<_> = (0..2).map(|_| Gpu::open(0).map_err(|e| e.to_string())).collect::<Res<_>>()?;
+    let count = 4099;
+    let xs: Vec<Vec<f32>> = (0..2)
+        .map(|q| {
+            let mut g = Gen::new(seed, 9_000, q);
+            (0..count).map(|_| quarter(&mut g)).collect()
+        })
+        .collect();
+    let ys: Vec<Vec<f64>> = (0..2)
+        .map(|q| {
+            let mut g = Gen::new(seed, 9_001, q);
+            (0..count).map(|_| quarter(&mut g) as f64).collect()
+        })
+        .collect();
+    let err = |e: mscclpp_host::Error| e.to_string();
+    let a: Vec<DeviceBuffer> =
+        (0..2).map(|q| DeviceBuffer::from_slice(&gpus[q], &xs[q]).map_err(err)).collect::<Res<_>>()?;
+    let b: Vec<DeviceBuffer> =
+        (0..2).map(|q| DeviceBuffer::from_slice(&gpus[q], &ys[q]).map_err(err)).collect::<Res<_>>()?;
+    let c: Vec<DeviceBuffer> =
+        (0..2).map(|q| DeviceBuffer::filled(&gpus[q], count * 4, 0).map_err(err)).collect::<Res<_>>()?;
+    gpus[0].bind().map_err(err)?;
+    // SAFETY: live communicators, buffers of `count` elements, each rank's own stream.
+    unsafe {
+        check(ncclGroupStart(), "group start")?;
+        for q in 0..2 {
+            let s = gpus[q].stream().cu_stream();
+            check(ncclAllReduce(a[q].addr() as _, a[q].addr() as _, count, 7, 0, comms[q], s), "allreduce f32 sum")?;
+            check(ncclAllReduce(b[q].addr() as _, b[q].addr() as _, count, 8, 2, comms[q], s), "allreduce f64 max")?;
+            check(ncclSend(xs_addr(&a[q]), count, 7, (1 - q) as c_int, comms[q], s), "send")?;
+            check(ncclRecv(c[q].addr() as _, count, 7, (1 - q) as c_int, comms[q], s), "recv")?;
+        }
+        check(ncclGroupEnd(), "group end")?;
+    }
+    for g in &gpus {
+        g.synchronize().map_err(err)?;
+    }
+    let sum: Vec<f32> = (0..count).map(|i| xs[0][i] + xs[1][i]).collect();
+    let max: Vec<f64> = (0..count).map(|i| ys[0][i].max(ys[1][i])).collect();
+    for q in 0..2 {
+        if a[q].to_vec::<f32>().map_err(err)? != sum || b[q].to_vec::<f64>().map_err(err)? != max {
+            return Err(format!("ncclCommInitAll rank {q}: wrong allreduce"));
+        }
+        // The send went after the in-place allreduce on the same stream: the peer's sums.
+        if c[q].to_vec::<f32>().map_err(err)? != sum {
+            return Err(format!("ncclCommInitAll rank {q}: wrong receive"));
+        }
+    }
+    for c in comms {
+        // SAFETY: communicators made above, destroyed once.
+        check(unsafe { ncclCommDestroy(c) }, "ncclCommDestroy")?;
+    }
+    println!("gpu_nccl: ncclCommInitAll: two ranks as threads of this process on GPU 0: allreduce, send/recv ok");
     Ok(())
+}
+
+fn xs_addr(b: &DeviceBuffer) -> *const c_void {
+    b.addr() as *const c_void
 }
 
 fn check(r: ncclResult_t, what: &str) -> Res<()> {
