@@ -155,14 +155,13 @@ pub struct P2p {
 
 impl Served {
     /// Builds the served state: a collective call of every rank of `comm` (scratch, semaphores
-    /// and the collectives are exchanged). `ranks_sharing` is how many ranks of this process
-    /// drive this GPU (their kernels must fit on it together); `max_ctas` a cap from the config.
-    pub fn new(comm: &Communicator, ranks_sharing: usize, max_ctas: Option<u32>) -> Result<Self> {
+    /// and the collectives are exchanged). Kernels use at most this rank's share of the GPU's SMs
+    /// (ranks of one process on one GPU run side by side) and `max_ctas` from the config.
+    pub fn new(comm: &Communicator, max_ctas: Option<u32>) -> Result<Self> {
         let gpu = comm.gpu().clone();
         let (rank, n) = (comm.rank(), comm.world_size());
         let sizes = Sizes::from_env()?;
-        let sms = gpu.info().sm_count.max(1);
-        let share = (sms / ranks_sharing.max(1) as u32).max(1);
+        let share = comm.sm_share()?;
         let blocks = max_ctas.map_or(share, |m| m.min(share)).max(1);
         let total = HEADER + sizes.coll + n as u64 * sizes.p2p;
         let scratch = DeviceBuffer::exportable_filled(&gpu, to_usize(total)?, 0)?;
