@@ -161,6 +161,16 @@ impl Served {
         let gpu = comm.gpu().clone();
         let (rank, n) = (comm.rank(), comm.world_size());
         let sizes = Sizes::from_env()?;
+        // Kernels first: loading a module may wait for the context's running kernels, and ranks
+        // that are threads of this process share the context (see the barrier at the end).
+        gpu.module(PTX)?;
+        let mut functions = HashMap::new();
+        let mut names = vec!["nccl_copy".to_string(), "nccl_sync".to_string()];
+        names.extend(DataType::ALL.iter().map(|t| format!("nccl_reduce_{}", t.name())));
+        for name in names {
+            let f = gpu.function(PTX, &name)?;
+            functions.insert(name, f);
+        }
         let share = comm.sm_share()?;
         let blocks = max_ctas.map_or(share, |m| m.min(share)).max(1);
         let total = HEADER + sizes.coll + n as u64 * sizes.p2p;
@@ -178,14 +188,8 @@ impl Served {
         let coll = if n > 1 { Some(Collectives::with_config(comm, config)?) } else { None };
         let stage_in = DeviceBuffer::alloc(&gpu, to_usize(sizes.stage)?)?;
         let stage_out = DeviceBuffer::alloc(&gpu, to_usize(sizes.stage)?)?;
-        gpu.module(PTX)?;
-        let mut functions = HashMap::new();
-        let mut names = vec!["nccl_copy".to_string(), "nccl_sync".to_string()];
-        names.extend(DataType::ALL.iter().map(|t| format!("nccl_reduce_{}", t.name())));
-        for name in names {
-            let f = gpu.function(PTX, &name)?;
-            functions.insert(name, f);
-        }
+        // No rank launches anything before every rank has loaded and allocated all it needs.
+        comm.bootstrap().barrier()?;
         Ok(Self {
             comm: comm.clone(),
             gpu,
