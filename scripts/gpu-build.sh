@@ -55,7 +55,7 @@ cp target/release/examples/exec_bench .gpu/bin/exec_bench
 cargo build --release -p mscclpp-nccl --lib
 cp target/release/libmscclpp_nccl.so .gpu/bin/libmscclpp_nccl.so
 collect test --release --no-run -p mscclpp-nccl | while read -r name kind path; do
-  case "$name" in cudarc_nccl) cp "$path" .gpu/bin/cudarc_nccl ;; abi) cp "$path" .gpu/bin/nccl_abi ;; esac
+  case "$name" in cudarc_nccl) cp "$path" .gpu/bin/cudarc_nccl ;; abi) cp "$path" .gpu/bin/nccl_abi ;; gpu_nccl) cp "$path" .gpu/bin/gpu_nccl ;; esac
 done
 mkdir -p .gpu/nccl-extra/include
 cp .venv-tools/nccl-2.28.9/include/nccl.h .gpu/nccl-extra/include/

@@ -160,6 +160,7 @@ fi
 if [ -e "$here/bin/libmscclpp_nccl.so" ] && selected nccl nccl; then
   mkdir -p "$here/nccl" && ln -sf ../bin/libmscclpp_nccl.so "$here/nccl/libnccl.so" && ln -sf ../bin/libmscclpp_nccl.so "$here/nccl/libnccl.so.2"
   [ -e "$here/bin/cudarc_nccl" ] && run nccl-cudarc2 env LD_LIBRARY_PATH="$here/nccl" "$here/bin/cudarc_nccl" --ranks 2
+  [ -e "$here/bin/gpu_nccl" ] && run nccl-matrix2 "$here/bin/gpu_nccl" --ranks 2
   [ -e "$here/bin/nccl_abi" ] && run nccl-abi env MSCCLPP_RS_NCCL_INCLUDE="$here/nccl-extra/include" \
     MSCCLPP_RS_NCCL_C="$here/nccl-extra/c" "$here/bin/nccl_abi" --test-threads=1
   trun=${MSCCLPP_RS_TORCHRUN:-$( [ -x /opt/torch/.venv/bin/torchrun ] && echo /opt/torch/.venv/bin/torchrun || command -v torchrun)}

@@ -27,6 +27,9 @@ where
             if report(name, r, &outcome) { ExitCode::SUCCESS } else { ExitCode::FAILURE }
         }
         Ok(Role::Threads { ranks, deadline }) => {
+            // The ranks share their GPU's context, where a free waits for every kernel: frees wait
+            // until the ranks are done (mscclpp_host::memory::defer_frees).
+            mscclpp_host::memory::defer_frees(true);
             let (label, body) = (name.to_string(), Arc::new(body));
             let outcome = launcher::run_threads(ranks, deadline, move |boot| {
                 let r = boot.rank();

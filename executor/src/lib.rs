@@ -74,7 +74,8 @@ pub struct Config {
     pub chunk_bytes: usize,
     /// Element type of reductions.
     pub element: ElementType,
-    /// Threads per block (a multiple of 32).
+    /// Threads per block (a multiple of 32): at most this many, fewer where the kernel's
+    /// registers allow fewer.
     pub threads: u32,
     /// How long any wait of the kernel may last before it traps with a message.
     pub budget: SpinBudget,
@@ -212,7 +213,7 @@ impl Executor {
     /// arena and builds the channels the plan names. Every rank calls it at the same point with
     /// the same program and configuration. A plan that fails the checker, or uses an operation
     /// the executor does not support, is an error here: nothing runs.
-    pub fn new(comm: &Communicator, program: &Program, config: Config) -> Result<Self> {
+    pub fn new(comm: &Communicator, program: &Program, mut config: Config) -> Result<Self> {
         // What this rank can check alone. Its verdict goes through the all-gather below either
         // way, so that a plan refused on one rank is refused on all (a rank that went on alone
         // would wait in the channels' exchange for ranks that never come).
@@ -291,13 +292,10 @@ impl Executor {
             arena_bytes: layout.bytes,
         };
         let function = gpu.function(PTX, "exec_plan")?;
+        // At most the configured threads: fewer where the kernel's registers allow fewer (the same
+        // kernel on every rank, so every rank takes the same number).
         let max = mscclpp_host::launch::max_threads_per_block(&function)?;
-        if config.threads > max {
-            return Err(Error::InvalidArgument(format!(
-                "executor: {} threads per block, the kernel allows {max}",
-                config.threads
-            )));
-        }
+        config.threads = config.threads.min(max) / 32 * 32;
         // Every block of every rank waits for others: all must be resident at once, with the
         // blocks of the ranks of this process that share this GPU (their kernels run at the same
         // time). A grid beyond that would wait for blocks that never start: refuse it here.

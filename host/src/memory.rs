@@ -24,8 +24,48 @@ struct Allocation {
     ptr: CUdeviceptr,
 }
 
+/// Whether dropped allocations are kept for [`free_deferred`] instead of freed at once.
+static DEFER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The allocations dropped while [`defer_frees`] was on.
+static DEFERRED: std::sync::Mutex<Vec<(Arc<Gpu>, CUdeviceptr)>> = std::sync::Mutex::new(Vec::new());
+
+/// Defers every free of device memory in this process until [`free_deferred`].
+///
+/// `cuMemFree` waits for every kernel of the context. Ranks that are threads of one process share
+/// the context of their GPU, so a rank that drops a buffer while another rank's kernel waits for
+/// this rank's next kernel would wait forever (until that kernel's spin budget traps). A program
+/// that runs ranks as threads and frees buffers between collective operations turns deferral on,
+/// and calls [`free_deferred`] where every rank of the process is between operations (after a
+/// barrier), or lets the memory go at exit.
+pub fn defer_frees(on: bool) {
+    DEFER.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Frees what was dropped while [`defer_frees`] was on; returns how many allocations. Call it only
+/// where no kernel of this process waits for another rank.
+pub fn free_deferred() -> usize {
+    let all = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(|e| e.into_inner()));
+    let n = all.len();
+    for (gpu, ptr) in all {
+        free_now(&gpu, ptr);
+    }
+    n
+}
+
+fn free_now(gpu: &Gpu, ptr: CUdeviceptr) {
+    // Errors cannot be returned from drop; a failed free after a kernel fault is expected.
+    if gpu.bind().is_ok() {
+        // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here.
+        let _ = unsafe { cudarc::driver::result::free_sync(ptr) };
+    }
+}
+
 impl Drop for Allocation {
     fn drop(&mut self) {
+        if DEFER.load(std::sync::atomic::Ordering::SeqCst) {
+            DEFERRED.lock().unwrap_or_else(|e| e.into_inner()).push((self.gpu.clone(), self.ptr));
+            return;
+        }
         // Errors cannot be returned from drop; a failed free after a kernel fault is expected.
         if self.gpu.bind().is_ok() {
             // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here.

@@ -379,7 +379,7 @@ impl Served {
             let k = per.min(count - off);
             self.copy(&stream, &[CopyItem { dst: self.region(self.rank), src: send + off * size, bytes: k * size }])?;
             self.barrier(&stream, tag)?;
-            self.reduce(&stream, dtype, red, recv + off * size, (self.scratch_table.addr(), self.n), 0, 0, k)?;
+            self.reduce(&stream, dtype, red, recv + off * size, (self.scratch_table.addr(), self.n), HEADER, 0, k)?;
             self.barrier(&stream, tag)?;
             off += k;
         }
@@ -408,7 +408,7 @@ impl Served {
             self.copy(&stream, &[CopyItem { dst: self.region(self.rank), src: send + off * size, bytes: k * size }])?;
             self.barrier(&stream, tag)?;
             if self.rank == root {
-                self.reduce(&stream, dtype, red, recv + off * size, (self.scratch_table.addr(), self.n), 0, 0, k)?;
+                self.reduce(&stream, dtype, red, recv + off * size, (self.scratch_table.addr(), self.n), HEADER, 0, k)?;
             }
             self.barrier(&stream, tag)?;
             off += k;
@@ -477,7 +477,7 @@ impl Served {
                 .collect();
             self.copy(&stream, &items)?;
             self.barrier(&stream, tag)?;
-            let offset = self.rank as u64 * k * size;
+            let offset = HEADER + self.rank as u64 * k * size;
             self.reduce(&stream, dtype, red, recv + off * size, (self.scratch_table.addr(), self.n), offset, 0, k)?;
             self.barrier(&stream, tag)?;
             off += k;
