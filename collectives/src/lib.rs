@@ -740,7 +740,8 @@ impl Collectives {
         stream: &CudaStream,
     ) -> Result<()> {
         check_aligned(&[send, recv])?;
-        let bytes = check_request(Operation::AllReduce, count, dtype, Some(op), self.ranks(), (usize::MAX, Some(usize::MAX)))?;
+        let bytes =
+            check_request(Operation::AllReduce, count, dtype, Some(op), self.ranks(), (usize::MAX, Some(usize::MAX)))?;
         self.enqueue(Operation::AllReduce, dtype, (send, recv), bytes, stream)
     }
 

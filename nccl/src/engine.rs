@@ -507,34 +507,19 @@ impl Served {
         let tag = step_tag(64, 0, count * dtype.size() as u64, 0);
         let bytes = count * dtype.size() as u64;
         let n = self.n as u64;
-        // Bytes move as they are, whatever the type: the fast path takes whole 16-byte words.
-        let Some(coll) = self.coll.as_ref().filter(|_| bytes > 0 && bytes % 16 == 0) else {
+        // Bytes move as they are, whatever the type: the fast path takes whole 16-byte words
+        // up to one staging buffer in all; larger ones take the general path's rounds.
+        let fits = bytes > 0 && bytes % 16 == 0 && bytes * n <= self.sizes.stage;
+        let Some(coll) = self.coll.as_ref().filter(|_| fits) else {
             return self.allgather_rounds(&stream, send, recv, bytes, tag);
         };
-        if bytes * n <= self.sizes.stage {
-            let input = self.stage_if_unaligned(&stream, send, bytes, &self.stage_in)?;
-            let output = if recv % 16 == 0 { recv } else { self.stage_out.addr() };
-            // SAFETY: `input` holds `bytes`, `output` n * bytes (the caller's buffers or
-            // staging of `stage` bytes), both on this GPU and 16-byte aligned.
-            unsafe { coll.allgather_raw(input, output, bytes, &stream)? };
-            if output != recv {
-                self.copy(&stream, &[CopyItem { dst: recv, src: output, bytes: bytes * n }])?;
-            }
-            return Ok(());
-        }
-        // In pieces of k bytes per rank, gathered into staging and copied out to their places.
-        let per = (self.sizes.stage / n / 16 * 16).max(16);
-        let mut off = 0;
-        while off < bytes {
-            let k = per.min(bytes - off);
-            let input = self.stage_if_unaligned(&stream, send + off, k, &self.stage_in)?;
-            // SAFETY: as above, with k bytes per rank.
-            unsafe { coll.allgather_raw(input, self.stage_out.addr(), k, &stream)? };
-            let items: Vec<CopyItem> = (0..n)
-                .map(|q| CopyItem { dst: recv + q * bytes + off, src: self.stage_out.addr() + q * k, bytes: k })
-                .collect();
-            self.copy(&stream, &items)?;
-            off += k;
+        let input = self.stage_if_unaligned(&stream, send, bytes, &self.stage_in)?;
+        let output = if recv % 16 == 0 { recv } else { self.stage_out.addr() };
+        // SAFETY: `input` holds `bytes`, `output` n * bytes (the caller's buffers or staging of
+        // `stage` bytes), both on this GPU and 16-byte aligned.
+        unsafe { coll.allgather_raw(input, output, bytes, &stream)? };
+        if output != recv {
+            self.copy(&stream, &[CopyItem { dst: recv, src: output, bytes: bytes * n }])?;
         }
         Ok(())
     }

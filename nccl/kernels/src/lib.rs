@@ -123,6 +123,9 @@ pub unsafe extern "ptx-kernel" fn nccl_sync(a: SyncArgs) {
         // SAFETY: this rank's header word; published by the release of the signals below.
         unsafe { header(a.rank).write_volatile(a.tag) };
     }
+    // Every signalling thread's release must cover thread 0's header write: the block barrier
+    // orders it before them (with the fence below).
+    mscclpp_device::sync::block_barrier();
     // Partner: the peers' acquiring waits. Orders everything this rank wrote before the launch
     // (earlier kernels and copies on the stream) before the signals below.
     mscclpp_device::atomic::fence_acq_rel::<mscclpp_device::atomic::Sys>();
