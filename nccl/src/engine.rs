@@ -5,13 +5,9 @@
 //! Every rank owns a scratch buffer that every other rank maps:
 //!
 //! ```text
-//!  scratch of rank r:  [ header | collective region (coll_bytes) | outbox to rank 0 | ... | outbox to rank n-1 ]
-//!                       256 B                                          (p2p_bytes each)
+//!  scratch of rank r:  [ collective region (coll_bytes) | outbox to rank 0 | ... | outbox to rank n-1 ]
+//!                                                         (p2p_bytes each)
 //! ```
-//!
-//! The header holds the tag of the rank's current collective step (operation, type, count,
-//! root): every barrier compares the peers' tags with its own, so ranks that called different
-//! operations trap with a message instead of reading each other's data as the wrong thing.
 //!
 //! * **Sums of f32, f16, bf16, i32 and u32** in allreduce, allgather and reduce-scatter run on
 //!   `mscclpp-collectives` (its own scratch and algorithms; buffers that are not 16-byte aligned
@@ -39,7 +35,7 @@ use mscclpp_collectives::Collectives;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_host::comm::{Communicator, MemorySemaphores, PeerBuffers};
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig};
-use mscclpp_nccl_device::{CopyItem, CopyList, MAX_COPIES, MAX_SYNC_BITS, ReduceArgs, ScalarKind, SyncArgs, step_tag};
+use mscclpp_nccl_device::{CopyItem, CopyList, MAX_COPIES, MAX_SYNC_BITS, ReduceArgs, ScalarKind, SyncArgs};
 
 use crate::abi::DataType;
 use crate::error::{Error, Result};
@@ -49,9 +45,6 @@ pub const PTX: &str = include_str!(env!("MSCCLPP_NCCL_PTX"));
 
 /// Threads per block of the copy and reduction kernels.
 const THREADS: u32 = 512;
-
-/// Bytes before the collective region: the step tag (the rest keeps the region aligned).
-const HEADER: u64 = 256;
 
 /// Default bytes of each rank's collective region (`MSCCLPP_RS_NCCL_COLL_BYTES`).
 pub const DEFAULT_COLL_BYTES: u64 = 16 << 20;
@@ -173,7 +166,7 @@ impl Served {
         }
         let share = comm.sm_share()?;
         let blocks = max_ctas.map_or(share, |m| m.min(share)).max(1);
-        let total = HEADER + sizes.coll + n as u64 * sizes.p2p;
+        let total = sizes.coll + n as u64 * sizes.p2p;
         let scratch = DeviceBuffer::exportable_filled(&gpu, to_usize(total)?, 0)?;
         let peers = comm.exchange(&scratch)?;
         let scratch_table = DeviceBuffer::from_slice(&gpu, peers.addrs())?;
@@ -290,7 +283,7 @@ impl Served {
     }
 
     /// Signals `signal` and waits for `wait` (every other rank when both are `None`).
-    fn sync(&self, stream: &CudaStream, sems: Sems, sets: Option<(&[usize], &[usize])>, tag: u64) -> Result<()> {
+    fn sync(&self, stream: &CudaStream, sems: Sems, sets: Option<(&[usize], &[usize])>) -> Result<()> {
         if self.n == 1 {
             return Ok(());
         }
@@ -303,8 +296,6 @@ impl Served {
             signal: [0; MAX_SYNC_BITS / 64],
             wait: [0; MAX_SYNC_BITS / 64],
             budget: self.budget,
-            headers: self.scratch_table.addr(),
-            tag,
         };
         if let Some((signal, wait)) = sets {
             if signal.is_empty() && wait.is_empty() {
@@ -325,13 +316,13 @@ impl Served {
         self.launch(stream, "nccl_sync", LaunchConfig::new(1, threads), Args::new().arg(a))
     }
 
-    fn barrier(&self, stream: &CudaStream, tag: u64) -> Result<()> {
-        self.sync(stream, Sems::Collective, None, tag)
+    fn barrier(&self, stream: &CudaStream) -> Result<()> {
+        self.sync(stream, Sems::Collective, None)
     }
 
     /// Rank `q`'s collective region.
     fn region(&self, q: usize) -> u64 {
-        self.peers.addr(q) + HEADER
+        self.peers.addr(q)
     }
 
     /// Elements of `size` bytes per round when a round moves `parts` pieces through the region.
@@ -350,7 +341,6 @@ impl Served {
         red: Reduction,
     ) -> Result<()> {
         let stream = self.stream(s);
-        let tag = step_tag(16 + red.op as u32, dtype.raw() as u32, count, 0);
         let size = dtype.size() as u64;
         if let (Some(coll), Some(ct), mscclpp_nccl_device::ReduceOp::Sum) = (&self.coll, dtype.collectives(), red.op) {
             // The fast path, in pieces of at most one staging buffer.
@@ -378,9 +368,9 @@ impl Served {
         while off < count {
             let k = per.min(count - off);
             self.copy(&stream, &[CopyItem { dst: self.region(self.rank), src: send + off * size, bytes: k * size }])?;
-            self.barrier(&stream, tag)?;
-            self.reduce(&stream, dtype, red, recv + off * size, (self.scratch_table.addr(), self.n), HEADER, 0, k)?;
-            self.barrier(&stream, tag)?;
+            self.barrier(&stream)?;
+            self.reduce(&stream, dtype, red, recv + off * size, (self.scratch_table.addr(), self.n), 0, 0, k)?;
+            self.barrier(&stream)?;
             off += k;
         }
         Ok(())
@@ -399,18 +389,17 @@ impl Served {
         root: usize,
     ) -> Result<()> {
         let stream = self.stream(s);
-        let tag = step_tag(32 + red.op as u32, dtype.raw() as u32, count, root as u32);
         let size = dtype.size() as u64;
         let per = self.per_round(dtype.size(), 1);
         let mut off = 0;
         while off < count {
             let k = per.min(count - off);
             self.copy(&stream, &[CopyItem { dst: self.region(self.rank), src: send + off * size, bytes: k * size }])?;
-            self.barrier(&stream, tag)?;
+            self.barrier(&stream)?;
             if self.rank == root {
-                self.reduce(&stream, dtype, red, recv + off * size, (self.scratch_table.addr(), self.n), HEADER, 0, k)?;
+                self.reduce(&stream, dtype, red, recv + off * size, (self.scratch_table.addr(), self.n), 0, 0, k)?;
             }
-            self.barrier(&stream, tag)?;
+            self.barrier(&stream)?;
             off += k;
         }
         Ok(())
@@ -427,7 +416,6 @@ impl Served {
         red: Reduction,
     ) -> Result<()> {
         let stream = self.stream(s);
-        let tag = step_tag(48 + red.op as u32, dtype.raw() as u32, count, 0);
         let size = dtype.size() as u64;
         let n = self.n as u64;
         if let (Some(_), Some(ct), mscclpp_nccl_device::ReduceOp::Sum) = (&self.coll, dtype.collectives(), red.op) {
@@ -476,10 +464,10 @@ impl Served {
                 })
                 .collect();
             self.copy(&stream, &items)?;
-            self.barrier(&stream, tag)?;
-            let offset = HEADER + self.rank as u64 * k * size;
+            self.barrier(&stream)?;
+            let offset = self.rank as u64 * k * size;
             self.reduce(&stream, dtype, red, recv + off * size, (self.scratch_table.addr(), self.n), offset, 0, k)?;
-            self.barrier(&stream, tag)?;
+            self.barrier(&stream)?;
             off += k;
         }
         Ok(())
@@ -504,14 +492,13 @@ impl Served {
     /// Allgather: rank q's `count` elements land at element `q * count` of every `recv`.
     pub fn allgather(&self, s: CUstream, send: u64, recv: u64, count: u64, dtype: DataType) -> Result<()> {
         let stream = self.stream(s);
-        let tag = step_tag(64, 0, count * dtype.size() as u64, 0);
         let bytes = count * dtype.size() as u64;
         let n = self.n as u64;
         // Bytes move as they are, whatever the type: the fast path takes whole 16-byte words
         // up to one staging buffer in all; larger ones take the general path's rounds.
         let fits = bytes > 0 && bytes % 16 == 0 && bytes * n <= self.sizes.stage;
         let Some(coll) = self.coll.as_ref().filter(|_| fits) else {
-            return self.allgather_rounds(&stream, send, recv, bytes, tag);
+            return self.allgather_rounds(&stream, send, recv, bytes);
         };
         let input = self.stage_if_unaligned(&stream, send, bytes, &self.stage_in)?;
         let output = if recv % 16 == 0 { recv } else { self.stage_out.addr() };
@@ -524,18 +511,18 @@ impl Served {
         Ok(())
     }
 
-    fn allgather_rounds(&self, stream: &CudaStream, send: u64, recv: u64, bytes: u64, tag: u64) -> Result<()> {
+    fn allgather_rounds(&self, stream: &CudaStream, send: u64, recv: u64, bytes: u64) -> Result<()> {
         let per = self.sizes.coll;
         let mut off = 0;
         while off < bytes {
             let b = per.min(bytes - off);
             self.copy(stream, &[CopyItem { dst: self.region(self.rank), src: send + off, bytes: b }])?;
-            self.barrier(stream, tag)?;
+            self.barrier(stream)?;
             let items: Vec<CopyItem> = (0..self.n)
                 .map(|q| CopyItem { dst: recv + q as u64 * bytes + off, src: self.region(q), bytes: b })
                 .collect();
             self.copy(stream, &items)?;
-            self.barrier(stream, tag)?;
+            self.barrier(stream)?;
             off += b;
         }
         Ok(())
@@ -544,17 +531,16 @@ impl Served {
     /// Broadcast of `root`'s `send` into every rank's `recv`.
     pub fn broadcast(&self, s: CUstream, send: u64, recv: u64, bytes: u64, root: usize) -> Result<()> {
         let stream = self.stream(s);
-        let tag = step_tag(80, 0, bytes, root as u32);
         let mut off = 0;
         while off < bytes {
             let b = self.sizes.coll.min(bytes - off);
             if self.rank == root {
                 self.copy(&stream, &[CopyItem { dst: self.region(root), src: send + off, bytes: b }])?;
             }
-            self.barrier(&stream, tag)?;
+            self.barrier(&stream)?;
             let src = if self.rank == root { send + off } else { self.region(root) };
             self.copy(&stream, &[CopyItem { dst: recv + off, src, bytes: b }])?;
-            self.barrier(&stream, tag)?;
+            self.barrier(&stream)?;
             off += b;
         }
         Ok(())
@@ -564,7 +550,6 @@ impl Served {
     /// element `d * count` of its `send`, landing at element `q * count` of d's `recv`).
     pub fn alltoall(&self, s: CUstream, send: u64, recv: u64, bytes: u64) -> Result<()> {
         let stream = self.stream(s);
-        let tag = step_tag(96, 0, bytes, 0);
         let n = self.n as u64;
         let per = (self.sizes.coll / n).max(1);
         let mut off = 0;
@@ -574,13 +559,13 @@ impl Served {
                 .map(|d| CopyItem { dst: self.region(self.rank) + d * b, src: send + d * bytes + off, bytes: b })
                 .collect();
             self.copy(&stream, &out)?;
-            self.barrier(&stream, tag)?;
+            self.barrier(&stream)?;
             let me = self.rank as u64;
             let inn: Vec<CopyItem> = (0..self.n)
                 .map(|q| CopyItem { dst: recv + q as u64 * bytes + off, src: self.region(q) + me * b, bytes: b })
                 .collect();
             self.copy(&stream, &inn)?;
-            self.barrier(&stream, tag)?;
+            self.barrier(&stream)?;
             off += b;
         }
         Ok(())
@@ -589,19 +574,18 @@ impl Served {
     /// Gather to `root`: rank q's `bytes` at byte `q * bytes` of root's `recv`.
     pub fn gather(&self, s: CUstream, send: u64, recv: u64, bytes: u64, root: usize) -> Result<()> {
         let stream = self.stream(s);
-        let tag = step_tag(112, 0, bytes, root as u32);
         let mut off = 0;
         while off < bytes {
             let b = self.sizes.coll.min(bytes - off);
             self.copy(&stream, &[CopyItem { dst: self.region(self.rank), src: send + off, bytes: b }])?;
-            self.barrier(&stream, tag)?;
+            self.barrier(&stream)?;
             if self.rank == root {
                 let items: Vec<CopyItem> = (0..self.n)
                     .map(|q| CopyItem { dst: recv + q as u64 * bytes + off, src: self.region(q), bytes: b })
                     .collect();
                 self.copy(&stream, &items)?;
             }
-            self.barrier(&stream, tag)?;
+            self.barrier(&stream)?;
             off += b;
         }
         Ok(())
@@ -610,7 +594,6 @@ impl Served {
     /// Scatter from `root`: root's piece `q` (at byte `q * bytes` of its `send`) to rank q.
     pub fn scatter(&self, s: CUstream, send: u64, recv: u64, bytes: u64, root: usize) -> Result<()> {
         let stream = self.stream(s);
-        let tag = step_tag(128, 0, bytes, root as u32);
         let n = self.n as u64;
         let per = (self.sizes.coll / n).max(1);
         let mut off = 0;
@@ -622,10 +605,10 @@ impl Served {
                     .collect();
                 self.copy(&stream, &items)?;
             }
-            self.barrier(&stream, tag)?;
+            self.barrier(&stream)?;
             let src = self.region(root) + self.rank as u64 * b;
             self.copy(&stream, &[CopyItem { dst: recv + off, src, bytes: b }])?;
-            self.barrier(&stream, tag)?;
+            self.barrier(&stream)?;
             off += b;
         }
         Ok(())
@@ -680,9 +663,9 @@ impl Served {
                 }
             }
             self.copy(&stream, &out)?;
-            self.sync(&stream, Sems::Data, Some((&to, &from)), 0)?;
+            self.sync(&stream, Sems::Data, Some((&to, &from)))?;
             self.copy(&stream, &inn)?;
-            self.sync(&stream, Sems::Ack, Some((&from, &to)), 0)?;
+            self.sync(&stream, Sems::Ack, Some((&from, &to)))?;
         }
         Ok(())
     }
