@@ -146,7 +146,13 @@ pub struct Topology {
 impl Topology {
     /// Exchanges every rank's place (collective over `boot`: one all-gather).
     pub fn exchange(boot: &dyn Bootstrap, gpu: &Gpu) -> Result<Self> {
-        let mine = RankPlace::this_rank(gpu)?;
+        Self::exchange_places(boot, &RankPlace::this_rank(gpu)?)
+    }
+
+    /// Exchanges `mine` with every rank's (collective over `boot`: one all-gather): what
+    /// [`Self::exchange`] does with this rank's GPU, for a rank that drives none (host memory
+    /// only) or describes its GPU itself.
+    pub fn exchange_places(boot: &dyn Bootstrap, mine: &RankPlace) -> Result<Self> {
         let all = crate::bootstrap::BootstrapExt::all_gather_checked(boot, &mine.encode())?;
         let ranks = all
             .iter()
