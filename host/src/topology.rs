@@ -6,6 +6,13 @@
 //! machines and containers share names), and neither is an id alone (containers of one machine
 //! share its boot id but not its IPC namespace when their host names differ, so they are kept
 //! apart). Two ranks share a machine only when both are known and equal.
+//!
+//! So ranks in network namespaces of one host, each with a UTS namespace of its own host name,
+//! are different machines here, through this same path (no switch for tests): that is how
+//! `host/tests/netns_procs.rs` runs several "machines" on one. No override is needed on a
+//! cluster: machines there differ in both names, and a container with its own host name is
+//! treated as a machine of its own, which is always correct (TCP instead of CUDA IPC between
+//! containers of one host, at worst slower).
 
 use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};

@@ -153,13 +153,22 @@ impl Net {
         let mut cmd = Command::new("ip");
         // `ip netns exec` and `unshare` exec in place, and so does the shell: the child's pid is
         // the rank's.
-        cmd.args(["netns", "exec", &self.ns(m), "unshare", "--uts", "sh", "-c", "hostname \"$0\" && exec \"$@\""])
-            .arg(self.hostname(m))
-            .arg(exe)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.args([
+            "netns",
+            "exec",
+            &self.ns(m),
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            "echo \"$0\" > /proc/sys/kernel/hostname && exec \"$@\"",
+        ])
+        .arg(self.hostname(m))
+        .arg(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
         // Only the caller's settings of this crate: none of this process's own.
         for (k, _) in std::env::vars_os().filter(|(k, _)| k.to_string_lossy().starts_with("MSCCLPP_RS_")) {
             cmd.env_remove(k);
