@@ -413,8 +413,8 @@ fn stranger(args: &[String]) -> ExitCode {
     };
     let start = Instant::now();
     let connect = || -> Option<TcpStream> {
-        // Rank 0 may not listen yet: try for up to 10 s.
-        while start.elapsed() < Duration::from_secs(10) {
+        // Rank 0 may not listen yet: try for up to 6 s.
+        while start.elapsed() < Duration::from_secs(6) {
             if let Ok(s) = TcpStream::connect_timeout(&sa, Duration::from_millis(500)) {
                 return Some(s);
             }
@@ -439,7 +439,7 @@ fn stranger(args: &[String]) -> ExitCode {
         "garbage" => {
             let mut sent = 0u64;
             let mut conns = 0u32;
-            while conns < 400 && start.elapsed() < Duration::from_secs(8) {
+            while conns < 400 && start.elapsed() < Duration::from_secs(6) {
                 let Some(mut s) = connect() else { break };
                 conns += 1;
                 let mut junk = payload(u64::from(conns), 0, 1, 16 << 10);
@@ -457,14 +457,14 @@ fn stranger(args: &[String]) -> ExitCode {
         }
         "idle" => {
             let mut held = Vec::new();
-            while held.len() < 300 && start.elapsed() < Duration::from_secs(10) {
+            while held.len() < 300 && start.elapsed() < Duration::from_secs(6) {
                 match connect() {
                     Some(s) => held.push(s),
                     None => break,
                 }
             }
             println!("stranger: holding {} idle connections", held.len());
-            std::thread::sleep(Duration::from_secs(4));
+            std::thread::sleep(Duration::from_secs(3));
         }
         other => {
             println!("stranger: unknown kind {other:?}");
