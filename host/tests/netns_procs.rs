@@ -703,8 +703,18 @@ fn fault(at: &[usize], scenario: &str, victim: usize, kill: bool, within: Durati
         if at[r] != victim {
             ensure(names_dead(failed), || format!("rank {r} named no lost rank"))?;
         }
+        let mut heard = None;
         for l in lines.iter().filter(|l| l.starts_with(&format!("{me}lost rank "))) {
             ensure(at[r] == victim || names_dead(l), || format!("a live rank reported lost: {l}"))?;
+            let t = field(l, " at ").unwrap_or(u128::MAX).saturating_sub(broke);
+            heard = Some(heard.map_or(t, |h: u128| h.min(t)));
+        }
+        if kill {
+            // The loss hooks (what a Communicator aborts its GPU's waits from) ran in time too.
+            let h = heard.ok_or_else(|| format!("rank {r}'s loss hooks never ran"))?;
+            ensure(h < within.as_micros(), || {
+                format!("rank {r}'s first loss hook ran {} ms after the kill", h / 1000)
+            })?;
         }
         ensure(statuses[r].is_some(), || format!("rank {r} hung until the deadline"))?;
     }
