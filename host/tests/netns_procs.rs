@@ -127,7 +127,12 @@ struct Traffic {
     transports: Vec<(usize, TcpTransport)>,
 }
 
-fn start_traffic(b: &TcpBootstrap, topo: &Topology, cfg: &BootstrapConfig) -> mscclpp_host::Result<Traffic> {
+fn start_traffic(
+    b: &TcpBootstrap,
+    topo: &Topology,
+    cfg: &BootstrapConfig,
+    timeout: Duration,
+) -> mscclpp_host::Result<Traffic> {
     let (me, n) = (b.rank(), b.world_size());
     let seed = arg("--seed").parse::<u64>().map_err(|_| fail("no --seed"))?;
     let src = HostRegion::from_slice(&(0..n).flat_map(|p| payload(seed, me, p, SLOT)).collect::<Vec<_>>());
@@ -135,7 +140,7 @@ fn start_traffic(b: &TcpBootstrap, topo: &Topology, cfg: &BootstrapConfig) -> ms
     let sems: Vec<Arc<AtomicU64>> = (0..n).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let peers: Vec<PeerAddr> =
         (0..n).filter(|&p| p != me).map(|rank| PeerAddr { rank, same_machine: topo.same_machine(rank) }).collect();
-    let tcp = TcpConfig { chunk_bytes: CHUNK, slots: 4, timeout: cfg.timeout };
+    let tcp = TcpConfig { chunk_bytes: CHUNK, slots: 4, timeout };
     let links = connect_peers(b, &peers, &ConnectOptions { max_chunk: CHUNK as u64, ..Default::default() })?;
     let mut transports = Vec::new();
     for link in links {
@@ -251,7 +256,7 @@ fn rank_main(cfg: BootstrapConfig) -> ExitCode {
                 );
             }
             "traffic" => {
-                let mut tr = start_traffic(&b, &topo, &cfg)?;
+                let mut tr = start_traffic(&b, &topo, &cfg, cfg.timeout)?;
                 tr.exchange(&b)?;
                 tr.close()?;
             }
@@ -279,7 +284,8 @@ fn rank_main(cfg: BootstrapConfig) -> ExitCode {
             "fault_transfer" | "link_transfer" => {
                 let wait = if scenario == "link_transfer" { Duration::from_secs(3) } else { Duration::from_secs(20) };
                 let lost = watch_losses(&b);
-                let mut tr = start_traffic(&b, &topo, &cfg)?;
+                // The transport's own timeout (a blocked write, an acknowledgement) too.
+                let mut tr = start_traffic(&b, &topo, &cfg, wait)?;
                 let slots: Vec<u64> = (0..n).map(|p| tr.slot(p)).collect();
                 let t = Instant::now();
                 let mut rounds = 0u64;
@@ -739,11 +745,13 @@ fn a_machine_killed_mid_transfer_is_named_by_every_other_rank_within_a_second() 
 fn a_link_down_mid_barrier_fails_every_rank_within_the_timeout() -> Check {
     // The bootstrap's timeout is 3 s in this scenario; nothing closes, so only it can tell. Rank 0
     // gives up after it; the others wait 2 s longer for rank 0's verdict before giving up too.
-    fault(&[0, 0, 1, 1], "link_barrier", 1, false, Duration::from_secs(6))
+    fault(&[0, 0, 1, 1], "link_barrier", 1, false, Duration::from_secs(7))
 }
 
 fn a_link_down_mid_transfer_fails_every_rank_within_the_timeout() -> Check {
-    fault(&[0, 1], "link_transfer", 1, false, Duration::from_secs(5))
+    // The transport's timeout and the flush's deadline are 3 s each in this scenario: a put
+    // that blocks on a full socket gives up after the first, a flush after the second.
+    fault(&[0, 1], "link_transfer", 1, false, Duration::from_secs(7))
 }
 
 fn hostile_hosts_against_rank_zero_do_not_stop_the_job() -> Check {
