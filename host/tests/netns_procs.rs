@@ -127,12 +127,7 @@ struct Traffic {
     transports: Vec<(usize, TcpTransport)>,
 }
 
-fn start_traffic(
-    b: &TcpBootstrap,
-    topo: &Topology,
-    cfg: &BootstrapConfig,
-    timeout: Duration,
-) -> mscclpp_host::Result<Traffic> {
+fn start_traffic(b: &TcpBootstrap, topo: &Topology, timeout: Duration) -> mscclpp_host::Result<Traffic> {
     let (me, n) = (b.rank(), b.world_size());
     let seed = arg("--seed").parse::<u64>().map_err(|_| fail("no --seed"))?;
     let src = HostRegion::from_slice(&(0..n).flat_map(|p| payload(seed, me, p, SLOT)).collect::<Vec<_>>());
@@ -256,7 +251,7 @@ fn rank_main(cfg: BootstrapConfig) -> ExitCode {
                 );
             }
             "traffic" => {
-                let mut tr = start_traffic(&b, &topo, &cfg, cfg.timeout)?;
+                let mut tr = start_traffic(&b, &topo, cfg.timeout)?;
                 tr.exchange(&b)?;
                 tr.close()?;
             }
@@ -285,7 +280,7 @@ fn rank_main(cfg: BootstrapConfig) -> ExitCode {
                 let wait = if scenario == "link_transfer" { Duration::from_secs(3) } else { Duration::from_secs(20) };
                 let lost = watch_losses(&b);
                 // The transport's own timeout (a blocked write, an acknowledgement) too.
-                let mut tr = start_traffic(&b, &topo, &cfg, wait)?;
+                let mut tr = start_traffic(&b, &topo, wait)?;
                 let slots: Vec<u64> = (0..n).map(|p| tr.slot(p)).collect();
                 let t = Instant::now();
                 let mut rounds = 0u64;
