@@ -304,6 +304,7 @@ fn rank_main(cfg: BootstrapConfig) -> ExitCode {
                 std::mem::forget(tr);
             }
             "bench" => bench(&b, &cfg)?,
+            "gpu" => gpu_puts(&b, &cfg)?,
             other => return Err(fail(format!("unknown scenario {other:?}"))),
         }
         println!("rank {me}: done at {}", now_us());
@@ -396,6 +397,71 @@ fn bench(b: &TcpBootstrap, cfg: &BootstrapConfig) -> mscclpp_host::Result<()> {
             p / r
         );
     }
+    t.start_close();
+    t.close(Instant::now() + Duration::from_secs(30))
+}
+
+/// Bytes each rank puts from its GPU's memory into its peer's in the GPU scenario.
+const GPU_BYTES: usize = (4 << 20) + 4104;
+
+/// Two ranks on two machines, each on GPU `local_rank % count` of the host: puts of every size
+/// class from GPU memory to the peer's GPU memory through the TCP transport (staged through
+/// pinned memory on both sides), each followed by a signal into pinned memory; a flush; every
+/// byte and the signal count checked.
+fn gpu_puts(b: &TcpBootstrap, cfg: &BootstrapConfig) -> mscclpp_host::Result<()> {
+    use mscclpp_host::proxy::MemoryRegion;
+    use mscclpp_host::transport::tcp::cuda::{CudaLanding, CudaSource};
+    use mscclpp_host::{DeviceBuffer, Gpu, PinnedBuffer};
+    let (me, n) = (b.rank(), b.world_size());
+    check(n == 2, || format!("the GPU scenario runs on 2 ranks, not {n}"))?;
+    let peer = 1 - me;
+    let seed = arg("--seed").parse::<u64>().map_err(|_| fail("no --seed"))?;
+    let count = mscclpp_host::gpu::inventory().devices.len();
+    let gpu = Gpu::open(cfg.rank.gpu_index(count).ok_or_else(|| fail("no GPU"))?)?;
+    let src = DeviceBuffer::from_slice(&gpu, &payload(seed, me, peer, GPU_BYTES))?;
+    let dst = DeviceBuffer::filled(&gpu, GPU_BYTES, 0xA5)?;
+    let sem = PinnedBuffer::zeroed(&gpu, 8)?;
+    let tcp = TcpConfig { chunk_bytes: CHUNK, slots: 4, timeout: cfg.timeout };
+    let opts = ConnectOptions { max_chunk: CHUNK as u64, ..Default::default() };
+    let link = connect_peers(b, &[PeerAddr { rank: peer, same_machine: false }], &opts)?
+        .pop()
+        .ok_or_else(|| fail("no link"))?;
+    let region = |d: &DeviceBuffer| MemoryRegion { base: d.addr(), bytes: d.len() as u64 };
+    // SAFETY: the buffers and the pinned counter outlive the transport (closed below, before they
+    // are dropped); only this landing writes the counter.
+    let (source, landing) = unsafe {
+        (
+            CudaSource::new(&gpu, vec![region(&src)], &tcp)?,
+            CudaLanding::new(&gpu, vec![region(&dst)], vec![sem.device_addr()], &tcp)?,
+        )
+    };
+    let remote = RemoteMemory { regions: vec![GPU_BYTES as u64], semaphores: 1 };
+    let mut t = TcpTransport::start(link, source, landing, remote, &tcp)?;
+    let pieces = [1usize, 7, 4096, CHUNK - 1, CHUNK + 1, 3 * CHUNK, GPU_BYTES - (1 + 7 + 4096 + 5 * CHUNK)];
+    let mut off = 0usize;
+    for len in pieces {
+        t.put(RemoteSpan { region: 0, offset: off as u64 }, src.addr() + off as u64, len as u64)?;
+        t.signal(0)?;
+        off += len;
+    }
+    t.flush(Instant::now() + Duration::from_secs(30))?;
+    let signals = || {
+        // SAFETY: 8 bytes of pinned host memory, 8-aligned, alive as long as `sem`; the landing's
+        // stream writes it, so it is read atomically.
+        unsafe { AtomicU64::from_ptr(sem.host_ptr().cast()) }.load(Ordering::Acquire)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while signals() < pieces.len() as u64 {
+        check(Instant::now() < deadline, || format!("{} of {} signals from rank {peer}", signals(), pieces.len()))?;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    b.barrier()?;
+    let got = dst.to_vec::<u8>()?;
+    let want = payload(seed, peer, me, GPU_BYTES);
+    let bad = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+    check(bad == 0, || format!("{bad} of {GPU_BYTES} bytes from rank {peer} wrong"))?;
+    check(signals() == pieces.len() as u64, || format!("{} signals, want {}", signals(), pieces.len()))?;
+    println!("rank {me}: GPU {} ({}): {GPU_BYTES} bytes from rank {peer} checked", gpu.ordinal(), gpu.info().name);
     t.start_close();
     t.close(Instant::now() + Duration::from_secs(30))
 }
@@ -655,6 +721,38 @@ fn transport_throughput_between_machines_against_raw_tcp() -> Check {
     Ok(())
 }
 
+/// GPU memory between two "machines" of a GPU host (each rank on GPU `local_rank % count`).
+/// Skips where there is no GPU (a driver that fails fails the test; so does a skip under
+/// `MSCCLPP_RS_REQUIRE_GPU=1`).
+fn gpu_memory_puts_between_machines() -> Check {
+    use mscclpp_host::gpu::{Discovery, inventory};
+    let inv = inventory();
+    if inv.discovery == Discovery::Failed {
+        return Err(format!("the GPU driver failed: {}", inv.reason.unwrap_or_default()));
+    }
+    if inv.devices.is_empty() {
+        let why = inv.reason.unwrap_or_else(|| "no GPU".into());
+        if std::env::var("MSCCLPP_RS_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+            return Err(format!("MSCCLPP_RS_REQUIRE_GPU=1 but {why}"));
+        }
+        let line = format!("GPU-SKIP netns_procs::gpu_memory_puts_between_machines: {why}");
+        println!("  {line}");
+        if let Some(path) = std::env::var_os("MSCCLPP_RS_SKIP_LOG")
+            && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+        return Ok(());
+    }
+    let mut net = Net::new(2)?;
+    let took = job_ok(&mut net, &[0, 1], "gpu", 0, Duration::from_secs(120))?;
+    for l in net.lines().iter().filter(|l| l.contains("bytes from rank")) {
+        println!("  {l}");
+    }
+    println!("  {:.2} s", took.job_s);
+    Ok(())
+}
+
 fn traffic_under_delay_and_loss_completes_or_names_the_error() -> Check {
     let mut net = Net::new(2)?;
     if let Err(e) = net.netem(1, 5, 2) {
@@ -803,6 +901,7 @@ fn driver() -> ExitCode {
             "transport_throughput_between_machines_against_raw_tcp",
             transport_throughput_between_machines_against_raw_tcp,
         ),
+        ("gpu_memory_puts_between_machines", gpu_memory_puts_between_machines),
         (
             "traffic_under_delay_and_loss_completes_or_names_the_error",
             traffic_under_delay_and_loss_completes_or_names_the_error,
