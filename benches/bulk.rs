@@ -152,8 +152,11 @@ fn main() {
             .unwrap();
     });
 
-    if testing::enough_gpus_or_skip("bench bulk peer", gpus.len(), 2) {
-        let g1 = &gpus[1];
+    // The peer parts: on a second GPU, else into a second handle of this one (labelled
+    // "same GPU", no targets).
+    if let Some(peers) = testing::peers_or_skip("bench bulk peer") {
+        bench::set_peer_form(testing::PeerForm::of(&peers));
+        let g1 = &peers[1];
         g0.enable_peer_access(g1).unwrap();
         g1.enable_peer_access(g0).unwrap();
         let peer = DeviceBuffer::filled(g1, MAX, POISON).unwrap();
@@ -185,6 +188,7 @@ fn main() {
         let got: Vec<u32> = peer.to_vec::<f32>().unwrap().into_iter().map(f32::to_bits).collect();
         let want: Vec<u32> = floats.iter().map(|x| (2.0 * x).to_bits()).collect();
         testing::assert_same("peer f32 bulk reduce-store", &got, &want);
+        bench::set_peer_form(testing::PeerForm::TwoGpus);
     }
     bench::print_summary("bulk");
     c.final_summary();

@@ -7,6 +7,10 @@
 //! Every timed put writes into a destination poisoned after the baseline ran (the baseline
 //! copies the same bytes), and its result is checked afterwards: the copied range equals the
 //! source and the bytes after it are still poison.
+//!
+//! On a machine with one GPU both sides run on it (two handles, two streams, kernels resident at
+//! the same time): every id and plot then says `same GPU` and no figure has a target
+//! ([`bench::set_peer_form`]), since a copy within one GPU says nothing of NVLink.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -159,7 +163,8 @@ fn main() {
         .sample_size(10)
         .plotting_backend(PlottingBackend::Plotters)
         .configure_from_args();
-    let Some(gpus) = testing::gpus_or_skip("bench memchan", 2) else { return };
+    let Some(gpus) = testing::peers_or_skip("bench memchan") else { return };
+    bench::set_peer_form(testing::PeerForm::of(&gpus));
     put_bandwidth(&mut c, &gpus[0], &gpus[1]);
     latency(&mut c, &gpus[0], &gpus[1]);
     bench::print_summary("memchan");

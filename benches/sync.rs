@@ -348,10 +348,13 @@ fn main() {
         .configure_from_args();
     let Some(gpus) = testing::gpus_or_skip("bench sync", 1) else { return };
     fifo_roundtrip(&mut c, &gpus[0]);
-    if testing::enough_gpus_or_skip("bench sync (two-GPU parts)", gpus.len(), 2) {
-        semaphore_pingpong(&mut c, &gpus[0], &gpus[1]);
-        port_pingpong(&mut c, &gpus[0], &gpus[1]);
-        driver_latency(&gpus[0], &gpus[1]);
+    // The two-sided parts: on two GPUs, else both sides on one (labelled "same GPU", no targets).
+    if let Some(peers) = testing::peers_or_skip("bench sync (two-sided parts)") {
+        bench::set_peer_form(testing::PeerForm::of(&peers));
+        semaphore_pingpong(&mut c, &peers[0], &peers[1]);
+        port_pingpong(&mut c, &peers[0], &peers[1]);
+        driver_latency(&peers[0], &peers[1]);
+        bench::set_peer_form(testing::PeerForm::TwoGpus);
     }
     bench::print_summary("sync");
     c.final_summary();

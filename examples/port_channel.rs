@@ -57,6 +57,10 @@ fn main() -> ExitCode {
             println!("port_channel: RESULT ok (all {ranks} ranks)");
             ExitCode::SUCCESS
         }
+        Ok(Role::Threads { .. }) => {
+            println!("port_channel: RESULT FAILED: this example runs its ranks as processes (drop --threads)");
+            ExitCode::FAILURE
+        }
         Ok(Role::Launched { outcome: Err(e), .. }) | Err(e) => {
             println!("port_channel: RESULT FAILED: {e}");
             ExitCode::FAILURE

@@ -7,8 +7,8 @@
 # the same PTX, which the report shows when the GPU machine has no ptxas.
 #
 #   scripts/gpu-build.sh            then on a machine with two GPUs:  bash .gpu/run.sh report
-#   bash .gpu/run.sh [unit] [mp] [abort] [example] [report] [bench] [coll] [tcp] [ep] [exec]  (default: mp abort
-#                                                      example report; filters by binary name prefix too)
+#   bash .gpu/run.sh [unit] [mp] [threads] [abort] [example] [report] [bench] [coll] [tcp] [ep] [exec]  (default:
+#                                                      mp threads abort example report; filters by binary name prefix too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .gpu
@@ -79,4 +79,5 @@ ls -la .gpu/bin
 du -sh .gpu/bin .gpu/bin.tgz
 echo
 echo 'on a machine with two GPUs (carry .gpu, or only .gpu/run.sh, .gpu/bin.tgz, .gpu/cpu-report):  bash .gpu/run.sh report    (the full GPU report, into $OUT/report/)'
-echo '                                           bash .gpu/run.sh           (also mpirun, 4 ranks and the example)'
+echo '                                           bash .gpu/run.sh           (also mpirun, 4 ranks, threads and the example)'
+echo 'on a machine with one GPU:                  bash .gpu/run.sh threads unit report   (ranks as threads at 2, 4, 8; two-sided tests with both sides on the GPU)'

@@ -9,7 +9,11 @@
 #   bash .gpu/run.sh                  the report, plus mp_patterns under mpirun and with 4 ranks,
 #                                     the dead-peer test and the allreduce example (groups: mp
 #                                     abort example report)
-#   bash .gpu/run.sh unit mp          only those groups (unit, mp, abort, example, report, bench, coll, tcp, ep, exec, nccl:
+#   bash .gpu/run.sh threads          mp_patterns, mp_collectives, mp_ep and mp_exec with their ranks as
+#                                     threads of one process (--threads N for N in MSCCLPP_RS_THREAD_MODES,
+#                                     default "threads2 threads4 threads8"): on one GPU, kernels of every
+#                                     rank resident at the same time
+#   bash .gpu/run.sh unit mp          only those groups (unit, mp, threads, abort, example, report, bench, coll, tcp, ep, exec, nccl:
 #                                     unit, bench and coll run those executables on their own)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
 # Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150; the report gets
@@ -30,14 +34,14 @@ if [ ! -x "$here/bin/report" ] && [ -f "$here/bin.tgz" ]; then
 fi
 out=${OUT:-/tmp/mscclpp-rs-out}
 mkdir -p "$out"
-export MSCCLPP_RS_REQUIRE_GPU=${MSCCLPP_RS_REQUIRE_GPU:-1}  # 0 on a one-GPU machine: two-GPU tests skip
+export MSCCLPP_RS_REQUIRE_GPU=${MSCCLPP_RS_REQUIRE_GPU:-1}  # on one GPU two-sided tests run with both sides on it
 export MSCCLPP_RS_BENCH_OUT="$out/bench.jsonl"
 export MSCCLPP_RS_SKIP_LOG="$out/skips.log"
 # Multicast stays off (host/src/nvls/guard.rs refuses while these are set); keep the variables set.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset MSCCLPP_RS_ALLOW_MULTICAST
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(mp abort example report)
+[ ${#want[@]} -eq 0 ] && want=(mp threads abort example report)
 selected() { # $1 group, $2 name
   for w in "${want[@]}"; do [ "$w" = "$1" ] && return 0; case "$2" in "$w"*) return 0 ;; esac; done
   return 1
@@ -71,7 +75,18 @@ for t in "$here"/bin/mp_*; do
                    -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$t" ;;
         # launcherN with N above the GPU count: ranks share GPUs (CUDA IPC within one device).
         launcher*) run "$n-$mode" "$t" --ranks "${mode#launcher}" ;;
+        threads*) run "$n-$mode" "$t" --threads "${mode#threads}" ;;
       esac
+    done
+  fi
+done
+# Ranks as threads of one process: every rank its own GPU handle, stream and communicator, the
+# ranks of a GPU running their kernels at the same time (not in turns, as processes do).
+for t in "$here"/bin/mp_*; do
+  [ -e "$t" ] || continue; n=$(basename "$t")
+  if selected threads "$n-threads"; then
+    for mode in ${MSCCLPP_RS_THREAD_MODES:-threads2 threads4 threads8}; do
+      run "$n-$mode" "$t" --threads "${mode#threads}"
     done
   fi
 done

@@ -10,6 +10,8 @@ use std::time::Duration;
 use cudarc::driver::CudaStream;
 use mscclpp_host::{DeviceBuffer, Gpu};
 
+use crate::testing::PeerForm;
+
 /// Enqueues `cuMemcpyPeerAsync` of `bytes` from `src` to `dst` (on another GPU) on `src`'s GPU
 /// stream: the driver's peer copy, the baseline of the peer-bandwidth benches.
 pub fn memcpy_peer(dst: &DeviceBuffer, src: &DeviceBuffer, bytes: usize) {
@@ -171,17 +173,56 @@ fn results() -> &'static Mutex<Vec<Entry>> {
     R.get_or_init(|| Mutex::new(Vec::new()))
 }
 
+/// Whether the two-sided variants recorded from now on ran with both peers on one GPU
+/// ([`set_peer_form`]).
+static SAME_GPU: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Where the two sides of the variants recorded from now on run ([`testing::peers_or_skip`]):
+/// on one GPU ([`PeerForm::SameGpu`]) every id, baseline and plot then says `same GPU`, and no
+/// target applies, so that a copy or a round trip within one GPU is never compared with the
+/// two-GPU (NVLink) goals. Set [`PeerForm::TwoGpus`] again after the two-sided part.
+///
+/// [`testing::peers_or_skip`]: crate::testing::peers_or_skip
+pub fn set_peer_form(form: PeerForm) {
+    SAME_GPU.store(form == PeerForm::SameGpu, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the current peer form is one GPU.
+fn same_gpu() -> bool {
+    SAME_GPU.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// `id` as recorded under a peer form (`same`: one GPU).
+fn form_id(same: bool, id: &str) -> String {
+    if same { format!("same GPU/{id}") } else { id.to_string() }
+}
+
+/// `variant` as recorded under a peer form: on one GPU (`same`), its baseline is the same-GPU
+/// one, its plot is `PLOT, same GPU` and it has no target.
+fn form_variant(same: bool, variant: &Variant) -> Variant {
+    if !same {
+        return variant.clone();
+    }
+    let series = variant.series.as_deref().map(|s| match s.split_once('/') {
+        Some((plot, line)) => format!("{plot}, same GPU/{line}"),
+        None => format!("{s}, same GPU"),
+    });
+    Variant { baseline: variant.baseline.as_deref().map(|b| form_id(true, b)), series, target: None, ..variant.clone() }
+}
+
 /// Records a sample: `total` GPU time for `iters` iterations of variant `id`. Variants are
-/// reported in the order they were first recorded.
+/// reported in the order they were first recorded (under the peer form, [`set_peer_form`]).
 pub fn record(id: &str, variant: &Variant, iters: u64, total: Duration) {
+    let same = same_gpu();
+    let (id, variant) = (form_id(same, id), form_variant(same, variant));
     let mut r = results().lock().unwrap_or_else(|e| e.into_inner());
     let per = total.as_secs_f64() / iters.max(1) as f64;
     match r.iter_mut().find(|e| e.id == id) {
         Some(e) => {
-            e.variant = variant.clone();
+            e.variant = variant;
             e.samples.push(per);
         }
-        None => r.push(Entry { id: id.to_string(), variant: variant.clone(), samples: vec![per] }),
+        None => r.push(Entry { id, variant, samples: vec![per] }),
     }
 }
 
@@ -193,6 +234,7 @@ fn median(v: &[f64]) -> f64 {
 
 /// Median seconds per iteration of a recorded variant.
 pub fn median_of(id: &str) -> Option<f64> {
+    let id = form_id(same_gpu(), id);
     results().lock().unwrap_or_else(|e| e.into_inner()).iter().find(|e| e.id == id).map(|e| median(&e.samples))
 }
 
@@ -302,6 +344,22 @@ pub fn size_id(b: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn same_gpu_figures_say_so_and_have_no_target() {
+        let v =
+            Variant::latency("semaphores", 8).series("pingpong/put + signal").vs("base/8B").target(Target::Value(3.0));
+        let two = form_variant(false, &v);
+        assert_eq!((two.series.as_deref(), two.baseline.as_deref()), (Some("pingpong/put + signal"), Some("base/8B")));
+        assert!(two.target.is_some());
+        assert_eq!(form_id(false, "latency/x/8B"), "latency/x/8B");
+        let same = form_variant(true, &v);
+        assert_eq!(same.series.as_deref(), Some("pingpong, same GPU/put + signal"));
+        assert_eq!(same.baseline.as_deref(), Some("same GPU/base/8B"));
+        assert!(same.target.is_none(), "a same-GPU figure is never held to a two-GPU target");
+        assert_eq!(form_id(true, "latency/x/8B"), "same GPU/latency/x/8B");
+        assert_eq!((same.size, same.family), (8, "semaphores"));
+    }
 
     #[test]
     fn targets_and_ratios() {

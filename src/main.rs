@@ -266,6 +266,27 @@ enum Kind {
     Bench { family: &'static str, what: &'static str },
 }
 
+/// Ranks of the thread forms of the multi-rank steps.
+const THREAD_RANKS: usize = 8;
+
+/// How a step is named in the report and its logs: the executable, with `--ranks N` or
+/// `--threads N` when it has them.
+fn step_source(step: &Step) -> String {
+    match step.args.first().map(String::as_str) {
+        Some(flag @ ("--ranks" | "--threads")) => format!("{} {flag} {}", step.exe, step.args[1]),
+        _ => step.exe.to_string(),
+    }
+}
+
+/// The file name stem of a step's log and skip log (`mp_ep`, `mp_ep-threads8`): the thread
+/// forms run the same executables as the process forms.
+fn log_stem(step: &Step) -> String {
+    match step.args.first().map(String::as_str) {
+        Some("--threads") => format!("{}-threads{}", step.exe, step.args[1]),
+        _ => step.exe.to_string(),
+    }
+}
+
 fn steps(gpus: usize) -> Vec<Step> {
     let ranks = gpus.clamp(2, 8).to_string();
     let bench_args = || {
@@ -273,6 +294,7 @@ fn steps(gpus: usize) -> Vec<Step> {
         a.extend(std::env::var("MSCCLPP_RS_BENCH_ARGS").unwrap_or_default().split_whitespace().map(String::from));
         a
     };
+    let threads = || vec!["--threads".to_string(), THREAD_RANKS.to_string()];
     let tests = |exe, fam| Step { exe, args: vec!["--test-threads=1".into()], kind: Kind::Tests(fam), need_gpus: 1 };
     vec![
         tests("unit_bulk", family::BULK),
@@ -299,6 +321,27 @@ fn steps(gpus: usize) -> Vec<Step> {
             kind: Kind::Ranks { program: "mp_exec", family: family::PLANS },
             need_gpus: 1,
         },
+        // The same four with 8 ranks as threads of one process: on one GPU their kernels run at
+        // the same time (processes sharing a GPU take turns), so every algorithm runs at 8 ranks.
+        Step { exe: "mp_patterns", args: threads(), kind: Kind::Phases, need_gpus: 1 },
+        Step {
+            exe: "mp_collectives",
+            args: threads(),
+            kind: Kind::Ranks { program: "mp_collectives", family: family::COLLECTIVES },
+            need_gpus: 1,
+        },
+        Step {
+            exe: "mp_ep",
+            args: threads(),
+            kind: Kind::Ranks { program: "mp_ep", family: family::EP },
+            need_gpus: 1,
+        },
+        Step {
+            exe: "mp_exec",
+            args: threads(),
+            kind: Kind::Ranks { program: "mp_exec", family: family::PLANS },
+            need_gpus: 1,
+        },
         Step {
             exe: "bench_bulk",
             args: bench_args(),
@@ -317,8 +360,9 @@ fn steps(gpus: usize) -> Vec<Step> {
         Step {
             exe: "bench_memchan",
             args: bench_args(),
+            // On one GPU its peers share it (figures labelled "same GPU", without targets).
             kind: Kind::Bench { family: family::MEMCHAN, what: "timed puts equal their source" },
-            need_gpus: 2,
+            need_gpus: 1,
         },
         Step {
             exe: "coll_bench",
@@ -433,16 +477,12 @@ fn gpu_report(rep: &mut Report, inv: &mscclpp_host::gpu::Inventory, only: Option
     bar.enable_steady_tick(Duration::from_millis(200));
     for step in &plan {
         bar.set_message(step.exe);
-        let source = if step.args.first().is_some_and(|a| a == "--ranks") {
-            format!("{} --ranks {}", step.exe, step.args[1])
-        } else {
-            step.exe.to_string()
-        };
+        let source = step_source(step);
         let (new, line) = if gpus < step.need_gpus {
             let why = format!("needs {} GPUs, found {gpus}", step.need_gpus);
             (vec![skipped_check(step, &source, &why)], format!("skipped: {why}"))
         } else {
-            let skips = logs.join(format!("{}.skips", step.exe));
+            let skips = logs.join(format!("{}.skips", log_stem(step)));
             let _ = std::fs::remove_file(&skips);
             let mut cmd = Command::new(&exes[step.exe]);
             cmd.args(&step.args)
@@ -461,7 +501,7 @@ fn gpu_report(rep: &mut Report, inv: &mscclpp_host::gpu::Inventory, only: Option
                 cmd.env_remove("MSCCLPP_RS_REQUIRE_GPU");
             }
             let exe = step.exe;
-            let done = suite::run(cmd, &logs.join(format!("{exe}.log")), deadline, |l| {
+            let done = suite::run(cmd, &logs.join(format!("{}.log", log_stem(step))), deadline, |l| {
                 let l = l.trim();
                 if !l.is_empty() {
                     bar.set_message(format!("{exe}: {}", l.chars().take(100).collect::<String>()));
@@ -477,7 +517,7 @@ fn gpu_report(rep: &mut Report, inv: &mscclpp_host::gpu::Inventory, only: Option
             let _ = write!(line, " ({:.0} s)", done.elapsed.as_secs_f64());
             (new, line)
         };
-        bar.suspend(|| println!("  {:<15} {line}", step.exe));
+        bar.suspend(|| println!("  {:<15} {line}", source));
         rep.checks.extend(new);
         let text = read_from(&bench_out, start);
         rep.take_results(&text, &format!("this machine's coll-bench run ({})", bench_out.display()));
@@ -819,8 +859,25 @@ mod tests {
 
     #[test]
     fn every_executable_is_a_step() {
-        let names: Vec<&str> = steps(2).iter().map(|s| s.exe).collect();
+        let mut names: Vec<&str> = Vec::new();
+        for s in steps(2) {
+            if !names.contains(&s.exe) {
+                names.push(s.exe);
+            }
+        }
         assert_eq!(names, suite::EXECUTABLES);
+        // Every multi-rank executable runs as processes and as 8 threads, with logs apart.
+        for exe in ["mp_patterns", "mp_collectives", "mp_ep", "mp_exec"] {
+            let forms: Vec<(String, String)> =
+                steps(1).iter().filter(|s| s.exe == exe).map(|s| (step_source(s), log_stem(s))).collect();
+            assert_eq!(
+                forms,
+                [
+                    (format!("{exe} --ranks 2"), exe.to_string()),
+                    (format!("{exe} --threads 8"), format!("{exe}-threads8"))
+                ]
+            );
+        }
         assert_eq!(step("mp_patterns").args, ["--ranks", "2"]);
         assert_eq!(steps(8).iter().find(|s| s.exe == "coll_bench").unwrap().args, ["--ranks", "8"]);
         assert_eq!(step("unit_bulk").args, ["--test-threads=1"]);

@@ -468,6 +468,12 @@ fn skip_reason(skips: &str, name: &str) -> Option<String> {
     })
 }
 
+/// The form a two-sided test ran in, recorded in skip-log lines (`GPU-FORM <test>: same GPU`),
+/// if any.
+fn form_of(skips: &str, name: &str) -> Option<String> {
+    skips.lines().find_map(|l| Some(l.strip_prefix("GPU-FORM ")?.strip_prefix(name)?.strip_prefix(": ")?.to_string()))
+}
+
 /// The checks of a libtest executable's output (`test NAME ... ok|FAILED|ignored`; a failure's
 /// reason from its `---- NAME stdout ----` section, a skip's from the skip log `skips`). Every
 /// test goes to `family_of` its name, else `default`.
@@ -487,10 +493,15 @@ pub fn parse_libtest(source: &str, text: &str, skips: &str, default: &'static st
             r if r.starts_with("FAILED") => Outcome::Failed(failure_reason(text, name)),
             _ => continue,
         };
+        // A two-sided test says which form ran: on two GPUs, or its peers on one.
+        let shown = match form_of(skips, name) {
+            Some(form) => format!("{name} ({form})"),
+            None => name.to_string(),
+        };
         out.push(Check {
             family: family_of(name).unwrap_or(default),
             source: source.to_string(),
-            name: name.to_string(),
+            name: shown,
             outcome,
         });
     }
@@ -785,6 +796,20 @@ mod tests {
         assert!(md.contains("| port channels and FIFO | 0 | **1** | 0 |"), "{md}");
         assert!(md.contains("| collectives | 0 | 0 | 0 |"), "{md}");
         assert!(md.contains("| port_put_x | `unit_x` | **FAILED**: port: 3 of 8 elements differ |"), "{md}");
+    }
+
+    #[test]
+    fn a_two_sided_test_shows_the_form_it_ran_in() {
+        let text = "test memchan_pingpong ... ok\ntest memchan_pingpong_long ... ok\ntest port_put_x ... ok\n";
+        let skips =
+            "GPU-SKIP other: needs 1 GPUs\nGPU-FORM memchan_pingpong: same GPU\nGPU-FORM port_put_x: two GPUs\n";
+        let checks = parse_libtest("unit_x", text, skips, family::SYNC);
+        let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
+        // A longer name that starts with a recorded one is not that test.
+        assert_eq!(names, ["memchan_pingpong (same GPU)", "memchan_pingpong_long", "port_put_x (two GPUs)"]);
+        assert!(checks.iter().all(|c| c.outcome == Outcome::Passed));
+        // The family still comes from the test's own name.
+        assert_eq!(checks[0].family, family_of("memchan_pingpong").unwrap_or(family::SYNC));
     }
 
     #[test]

@@ -111,23 +111,75 @@ pub fn gpus_or_skip(test: &str, need: usize) -> Option<Vec<Arc<Gpu>>> {
     }
 }
 
-/// Whether a part of a test or bench that needs `need` GPUs runs with the `have` it has opened
-/// (the two-GPU parts of a bench that runs on one): true when there are enough; else, through
-/// the same policy as [`gpus_or_skip`] ([`gpu_verdict`]), false after recording the skip under
-/// `test`, or a panic when `MSCCLPP_RS_REQUIRE_GPU=1`, so that a GPU run that requires GPUs
-/// fails instead of skipping.
-pub fn enough_gpus_or_skip(test: &str, have: usize, need: usize) -> bool {
-    enough_gpus(test, have, need, gpu_required())
+/// Where the two peers of a two-sided test or bench run ([`peers_or_skip`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerForm {
+    /// On two GPUs (GPU 0 and GPU 1).
+    TwoGpus,
+    /// Both on one GPU: two handles of it, each with its own stream, in one process and one
+    /// context, their kernels resident at the same time. Its timings are not NVLink figures.
+    SameGpu,
 }
 
-fn enough_gpus(test: &str, have: usize, need: usize, require: bool) -> bool {
-    match gpu_verdict(Ok(have), need, require) {
-        GpuVerdict::Run => true,
-        GpuVerdict::Skip(why) => {
-            record_skip(test, &why);
-            false
+impl PeerForm {
+    /// The form of the peers `gpus[0]` and `gpus[1]`.
+    pub fn of(gpus: &[Arc<Gpu>]) -> Self {
+        match gpus {
+            [a, b, ..] if a.ordinal() != b.ordinal() => PeerForm::TwoGpus,
+            _ => PeerForm::SameGpu,
         }
-        GpuVerdict::Fail(why) => panic!("{test}: {why}"),
+    }
+    /// `two GPUs` or `same GPU`, as the report shows it.
+    pub fn label(self) -> &'static str {
+        match self {
+            PeerForm::TwoGpus => "two GPUs",
+            PeerForm::SameGpu => "same GPU",
+        }
+    }
+}
+
+/// The two peers of a two-sided test: GPUs 0 and 1 when the machine has two, else two handles
+/// of GPU 0 (each with its own stream: kernels of both sides run at the same time, through the
+/// same public API a program with one GPU and two streams uses). Records which form ran
+/// (`GPU-FORM <test>: same GPU` on stderr and in the skip log, which the report shows beside the
+/// check); `None` after recording a skip, as [`gpus_or_skip`], when there is no GPU.
+pub fn peers_or_skip(test: &str) -> Option<Vec<Arc<Gpu>>> {
+    let gpus = gpus_or_skip(test, 1)?;
+    let pair = if gpus.len() >= 2 {
+        vec![gpus[0].clone(), gpus[1].clone()]
+    } else {
+        // Both handles with the kernels loaded before either side launches (see `second_handle`).
+        if let Err(e) = gpus[0].module(crate::PTX) {
+            panic!("{test}: loading the kernels on GPU 0: {e}");
+        }
+        vec![gpus[0].clone(), second_handle(&gpus[0]).unwrap_or_else(|e| panic!("{test}: {e}"))]
+    };
+    record_form(test, PeerForm::of(&pair));
+    Some(pair)
+}
+
+/// A second handle of `gpu`'s device (its own stream), opened once per process, with the
+/// harness's kernels loaded at once: a module load may wait for the context's running kernels,
+/// which could be the other side's, waiting for this one.
+fn second_handle(gpu: &Arc<Gpu>) -> Result<Arc<Gpu>, String> {
+    static SECOND: OnceLock<Result<Arc<Gpu>, String>> = OnceLock::new();
+    SECOND
+        .get_or_init(|| {
+            let g = Gpu::open(gpu.ordinal()).map_err(|e| format!("opening a second handle of GPU 0: {e}"))?;
+            g.module(crate::PTX).map_err(|e| format!("loading the kernels on the second handle of GPU 0: {e}"))?;
+            Ok(g)
+        })
+        .clone()
+}
+
+/// Records which form of a two-sided test ran (stderr, and the skip log when configured).
+pub fn record_form(test: &str, form: PeerForm) {
+    let line = format!("GPU-FORM {test}: {}", form.label());
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os("MSCCLPP_RS_SKIP_LOG")
+        && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+    {
+        let _ = writeln!(f, "{line}");
     }
 }
 
@@ -221,7 +273,8 @@ pub fn assert_same<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: 
 
 /// A test whose body must trap: in the parent, skips without `need` GPUs, runs the test again as
 /// a child process and asserts that the child succeeded (it saw the launch fail) and that its
-/// output holds every text of `expect`; in the child, runs `child` on the GPUs.
+/// output holds every text of `expect`; in the child, runs `child` on the GPUs. A `need` of 2 is
+/// a two-sided test: it runs on one GPU too, its peers two handles of it ([`peers_or_skip`]).
 pub fn trap_test(
     name: &str,
     need: usize,
@@ -230,12 +283,14 @@ pub fn trap_test(
     device: DeviceMessage,
     (blocks, threads): (u32, u32),
 ) {
+    // Two-sided traps run in their peer form: two GPUs, else two handles of one.
+    let open = || if need == 2 { peers_or_skip(name) } else { gpus_or_skip(name, need) };
     if is_child(name) {
-        let gpus = all_gpus().unwrap();
+        let gpus = open().expect("the parent found the GPUs");
         child(&gpus);
         return;
     }
-    if gpus_or_skip(name, need).is_none() {
+    if open().is_none() {
         return;
     }
     let out = run_child(name);
@@ -525,43 +580,6 @@ mod skip_policy_tests {
         assert!(matches!(gpu_verdict(Ok(1), 2, true), GpuVerdict::Fail(_)));
         assert_eq!(gpu_verdict(Ok(2), 2, false), GpuVerdict::Run);
         assert_eq!(gpu_verdict(Ok(8), 1, true), GpuVerdict::Run);
-    }
-
-    #[test]
-    fn a_part_needing_more_gpus_skips_or_fails_by_the_same_policy() {
-        assert!(super::enough_gpus("part", 2, 2, true) && super::enough_gpus("part", 3, 2, false));
-        assert!(!super::enough_gpus("part", 1, 2, false));
-        let required = std::panic::catch_unwind(|| super::enough_gpus("part", 1, 2, true)).unwrap_err();
-        let why = required.downcast_ref::<String>().cloned().unwrap_or_default();
-        assert_eq!(why, "part: MSCCLPP_RS_REQUIRE_GPU=1 but needs 2 GPUs, found 1");
-    }
-
-    /// What the benches' two-GPU parts call, under the variable as a GPU runner sets it (in a
-    /// child process, which reads it from its environment).
-    #[test]
-    fn a_part_needing_more_gpus_fails_when_the_environment_requires_gpus() {
-        const NAME: &str =
-            "testing::skip_policy_tests::a_part_needing_more_gpus_fails_when_the_environment_requires_gpus";
-        if super::is_child(NAME) {
-            println!("CHILD-RAN {}", super::enough_gpus_or_skip("a two-GPU part", 1, 2));
-            return;
-        }
-        let child = |require: &'static str| {
-            super::run_child_with(NAME, move |c| {
-                c.env("MSCCLPP_RS_REQUIRE_GPU", require).env_remove("MSCCLPP_RS_SKIP_LOG");
-            })
-        };
-        let out = child("1");
-        let text = super::output_text(&out);
-        assert!(!out.status.success(), "the part must fail when GPUs are required:\n{text}");
-        assert!(text.contains("a two-GPU part: MSCCLPP_RS_REQUIRE_GPU=1 but needs 2 GPUs, found 1"), "{text}");
-        let out = child("0");
-        let text = super::output_text(&out);
-        assert!(out.status.success(), "{text}");
-        assert!(
-            text.contains("GPU-SKIP a two-GPU part: needs 2 GPUs, found 1") && text.contains("CHILD-RAN false"),
-            "{text}"
-        );
     }
 }
 

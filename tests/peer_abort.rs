@@ -59,6 +59,10 @@ fn main() -> ExitCode {
             println!("peer_abort: RESULT ok (all {ranks} ranks)");
             ExitCode::SUCCESS
         }
+        Ok(Role::Threads { .. }) => {
+            println!("peer_abort: RESULT FAILED: this test kills rank processes (drop --threads)");
+            ExitCode::FAILURE
+        }
         Ok(Role::Launched { outcome: Err(e), .. }) | Err(e) => {
             println!("peer_abort: RESULT FAILED: {e}");
             ExitCode::FAILURE

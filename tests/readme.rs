@@ -112,6 +112,7 @@ fn allreduce_rank(
     let cfg = match role(2)? {
         Role::Rank(cfg) => cfg,
         Role::Launched { outcome, .. } => return outcome, // every rank exited 0, or why not
+        Role::Threads { .. } => return Err(mscclpp_host::Error::InvalidArgument("ranks as processes here".into())),
     };
     let boot = Arc::new(TcpBootstrap::connect(&cfg)?);
     let gpus = mscclpp_host::gpu::devices()?.len(); // no GPU: Error::NoDriver, NoDevice or the driver's error

@@ -445,7 +445,7 @@ fn bulk_wait_that_never_completes_traps_within_its_budget() {
 
 #[test]
 fn bulk_store_and_reduce_into_a_peer_gpu() {
-    let Some(g) = gpus_or_skip("bulk_store_and_reduce_into_a_peer_gpu", 2) else { return };
+    let Some(g) = testing::peers_or_skip("bulk_store_and_reduce_into_a_peer_gpu") else { return };
     let (g0, g1) = (&g[0], &g[1]);
     g0.enable_peer_access(g1).unwrap();
     g1.enable_peer_access(g0).unwrap();
@@ -484,7 +484,7 @@ fn bulk_store_and_reduce_into_a_peer_gpu() {
 
 #[test]
 fn bulk_concurrent_reduce_from_two_gpus_is_exact() {
-    let Some(g) = gpus_or_skip("bulk_concurrent_reduce_from_two_gpus_is_exact", 2) else { return };
+    let Some(g) = testing::peers_or_skip("bulk_concurrent_reduce_from_two_gpus_is_exact") else { return };
     let (g0, g1) = (&g[0], &g[1]);
     g0.enable_peer_access(g1).unwrap();
     g1.enable_peer_access(g0).unwrap();

@@ -95,7 +95,7 @@ fn matrix_sizes() -> Vec<usize> {
 }
 
 fn every_alignment(test: &str, get: bool) {
-    let Some(gpus) = gpus_or_skip(test, 2) else { return };
+    let Some(gpus) = testing::peers_or_skip(test) else { return };
     let sizes = matrix_sizes();
     let s = copy_setup(&gpus, *sizes.iter().max().unwrap() + 16);
     for &bytes in &sizes {
@@ -119,7 +119,7 @@ fn memchan_get_every_alignment_and_size() {
 
 #[test]
 fn memchan_put_and_get_256_mib() {
-    let Some(gpus) = gpus_or_skip("memchan_put_and_get_256_mib", 2) else { return };
+    let Some(gpus) = testing::peers_or_skip("memchan_put_and_get_256_mib") else { return };
     let bytes = 256 << 20;
     let s = copy_setup(&gpus, bytes + 16);
     // 16-byte elements; head + 16-byte elements + remainder; 8-byte elements after a 4-byte
@@ -179,7 +179,7 @@ fn copy_forms_every_width_with_and_without_remainder() {
 /// The packet ping-pong of `ptx_tests::memchan::packet_pingpong`: 10,000 rounds with flag =
 /// round; A checks every round's echo or answer, B every even round's message.
 fn packet_pingpong<P: Packet>(test: &str, kernel: &str) {
-    let Some(gpus) = gpus_or_skip(test, 2) else { return };
+    let Some(gpus) = testing::peers_or_skip(test) else { return };
     let (g0, g1) = (&gpus[0], &gpus[1]);
     let rounds = 10_000u32;
     // 1000 to 1099 packets over 256 threads: some threads carry one packet more than others.
@@ -218,7 +218,7 @@ fn ll16_packet_pingpong_10k_rounds() {
 
 #[test]
 fn memchan_write_signal_wait_read_pingpong() {
-    let Some(gpus) = gpus_or_skip("memchan_write_signal_wait_read_pingpong", 2) else { return };
+    let Some(gpus) = testing::peers_or_skip("memchan_write_signal_wait_read_pingpong") else { return };
     let (g0, g1) = (&gpus[0], &gpus[1]);
     let (rounds, n) = (2000u32, 4096u32);
     let seed = testing::random_range(0, 1 << 32) as u32;
@@ -444,4 +444,59 @@ fn retained_memory_outlives_its_buffer_and_is_freed_with_the_last_hold() {
     drop(hold);
     let (r, _, _) = range(addr);
     assert_ne!(r, sys::CUresult::CUDA_SUCCESS, "the memory is freed with the last hold");
+}
+
+/// Ranks that are threads of one process (a `LocalBootstrap`, each with its own GPU handle, on
+/// one GPU or two) exchange buffers through `Communicator::exchange` without CUDA IPC: each sees
+/// the other's buffer at its own address, with its size; the import holds the exporter's memory,
+/// so it stays readable after the exporter drops its buffer; and the communicator counts the
+/// ranks that share a GPU.
+#[test]
+fn exchange_between_threads_of_one_process_uses_and_holds_the_buffers() {
+    let test = "exchange_between_threads_of_one_process_uses_and_holds_the_buffers";
+    let Some(gpus) = gpus_or_skip(test, 1) else { return };
+    use mscclpp_host::bootstrap::{Bootstrap, BootstrapExt, LocalBootstrap};
+    use mscclpp_host::comm::Communicator;
+    let count = gpus.len();
+    let bytes = 4096 + testing::random_range(0, 4096) as usize;
+    let data: Arc<Vec<Vec<u8>>> = Arc::new((0..2).map(|_| testing::random_bytes(bytes)).collect());
+    let threads: Vec<_> = LocalBootstrap::group(2)
+        .unwrap()
+        .into_iter()
+        .map(|boot| {
+            let data = data.clone();
+            std::thread::spawn(move || {
+                let me = boot.rank();
+                let gpu = Gpu::open(me % count).unwrap();
+                let comm = Communicator::new(Arc::new(boot), gpu.clone());
+                let buf = DeviceBuffer::exportable_from_slice(&gpu, &data[me]).unwrap();
+                let peers = comm.exchange(&buf).unwrap();
+                let addrs = comm.bootstrap().all_gather_pod(&buf.addr()).unwrap();
+                assert_eq!(peers.addrs(), &addrs[..], "rank {me}: every buffer at its own address");
+                assert!((0..2).all(|r| peers.len(r) == bytes as u64), "rank {me}: sizes");
+                let sharing = if count == 1 { 2 } else { 1 };
+                assert_eq!(comm.ranks_sharing_gpu().unwrap(), sharing, "rank {me}");
+                assert_eq!(comm.sm_share().unwrap(), (gpu.info().sm_count / sharing as u32).max(1));
+                // Rank 1 lets go of its buffer; rank 0's import still holds the memory.
+                drop(buf);
+                comm.bootstrap().barrier().unwrap();
+                if me == 0 {
+                    let mut got = vec![0u8; bytes];
+                    gpu.bind().unwrap();
+                    // SAFETY: `peers` holds rank 1's allocation of `bytes` bytes (at least) at
+                    // this address, reachable from this context (same GPU, or peer access).
+                    unsafe { mscclpp_host::cudarc::driver::result::memcpy_dtoh_sync(&mut got, peers.addr(1)) }.unwrap();
+                    assert_bytes(
+                        "rank 1's buffer read through rank 0's import after rank 1 dropped it",
+                        &got,
+                        &data[1],
+                    );
+                }
+                comm.bootstrap().barrier().unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a rank failed");
+    }
 }

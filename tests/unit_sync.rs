@@ -114,7 +114,7 @@ fn block_barrier_orders_the_blocks_writes_and_now_ns_counts_nanoseconds() {
 /// another thread's payload stores, or a read before the wait, sees the previous round's data.
 fn pingpong(mode: u32) {
     let name = "semaphore_pingpong_100k_rounds";
-    let Some(gpus) = gpus_or_skip(name, 2) else { return };
+    let Some(gpus) = testing::peers_or_skip(name) else { return };
     let (g0, g1) = (&gpus[0], &gpus[1]);
     let pair = MemorySemaphorePair::new(g0, g1).unwrap();
     let rounds = 100_000u32;
@@ -282,7 +282,7 @@ fn port_puts(gpus: &[Arc<Gpu>], count: usize, chunk: usize, host: bool) {
 
 #[test]
 fn port_put_with_signal_gpu0_to_gpu1() {
-    let Some(gpus) = gpus_or_skip("port_put_with_signal_gpu0_to_gpu1", 2) else { return };
+    let Some(gpus) = testing::peers_or_skip("port_put_with_signal_gpu0_to_gpu1") else { return };
     // Large and small puts, offsets multiples of 16 or not, the receiver's counter in its GPU
     // memory (stream write) and in pinned host memory (written by the proxy after a mark).
     for (count, chunk) in [(4, 256 << 10), (64, 1000), (64, 4096), (200, 8)] {
@@ -294,7 +294,7 @@ fn port_put_with_signal_gpu0_to_gpu1() {
 
 #[test]
 fn proxy_error_delivers_the_host_signals_of_earlier_puts() {
-    let Some(gpus) = gpus_or_skip("proxy_error_delivers_the_host_signals_of_earlier_puts", 2) else { return };
+    let Some(gpus) = testing::peers_or_skip("proxy_error_delivers_the_host_signals_of_earlier_puts") else { return };
     let (count, chunk) = (8usize, 1 << 20);
     let data = testing::random_bytes(count * chunk);
     let s = port_setup_with(&gpus, &data, count * chunk, true);
@@ -314,7 +314,7 @@ fn proxy_error_delivers_the_host_signals_of_earlier_puts() {
 
 #[test]
 fn proxy_stop_delivers_pending_host_signals() {
-    let Some(gpus) = gpus_or_skip("proxy_stop_delivers_pending_host_signals", 2) else { return };
+    let Some(gpus) = testing::peers_or_skip("proxy_stop_delivers_pending_host_signals") else { return };
     let (count, chunk) = (32usize, 64 << 10);
     let data = testing::random_bytes(count * chunk);
     let mut s = port_setup_with(&gpus, &data, count * chunk, true);
@@ -329,7 +329,7 @@ fn proxy_stop_delivers_pending_host_signals() {
 
 #[test]
 fn port_put_with_signal_and_flush_then_overwrite() {
-    let Some(gpus) = gpus_or_skip("port_put_with_signal_and_flush_then_overwrite", 2) else { return };
+    let Some(gpus) = testing::peers_or_skip("port_put_with_signal_and_flush_then_overwrite") else { return };
     let bytes = 4 << 20;
     let words: Vec<u32> = testing::random_ints(bytes / 4);
     let s = port_setup(&gpus, bytemuck::cast_slice(&words), bytes);
@@ -354,7 +354,7 @@ fn port_put_with_signal_and_flush_then_overwrite() {
 /// per request under load and per add + flush alone (printed: run with `--nocapture`).
 #[test]
 fn port_atomic_add_from_many_threads_is_exact() {
-    let Some(gpus) = gpus_or_skip("port_atomic_add_from_many_threads_is_exact", 2) else { return };
+    let Some(gpus) = testing::peers_or_skip("port_atomic_add_from_many_threads_is_exact") else { return };
     let (blocks, threads, slots) = (16u32, 128u32, 64usize);
     let n = (blocks * threads) as usize;
     for (variant, forced) in [("chosen", false), ("kernel forced", true)] {
@@ -415,7 +415,7 @@ fn port_atomic_add_from_many_threads_is_exact() {
 
 #[test]
 fn proxy_rejects_out_of_range_put_with_an_error() {
-    let Some(gpus) = gpus_or_skip("proxy_rejects_out_of_range_put_with_an_error", 2) else { return };
+    let Some(gpus) = testing::peers_or_skip("proxy_rejects_out_of_range_put_with_an_error") else { return };
     let s = port_setup(&gpus, &[1u8; 4096], 4096);
     // 2 puts of 4096 bytes at offsets 0 and 4096: the second is outside both memories.
     s.push_puts(2, 4096);

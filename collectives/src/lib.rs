@@ -167,7 +167,9 @@ impl Default for Thresholds {
 /// How a [`Collectives`] is built. Every rank must use the same values.
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
-    /// Most blocks one operation uses (default: the GPU's SM count, one block per SM).
+    /// Most blocks one operation uses (default: this rank's share of its GPU's SMs, one block
+    /// per SM: all of them, unless ranks that are threads of one process share the GPU,
+    /// [`Communicator::sm_share`]; more than that share is then an error).
     pub max_blocks: Option<u32>,
     /// Bytes of one LL slot (default 2 MiB: one-shot messages up to 1 MiB).
     pub ll_slot_bytes: u64,
@@ -406,8 +408,19 @@ impl Collectives {
         }
         // The verdict of this rank's own checks travels with its settings (block count 0: refused),
         // so that a configuration one rank refuses is refused on all: none waits for the others.
-        let local = config.check(n);
-        let own_blocks = config.max_blocks.unwrap_or(gpu.info().sm_count).clamp(1, MAX_BLOCKS);
+        // Ranks that are threads of this process on this GPU run their kernels at once, and every
+        // block waits for the peers' blocks: each rank gets its share of the SMs.
+        let (share, sharing) = (comm.sm_share()?, comm.ranks_sharing_gpu()?);
+        let local = config.check(n).and_then(|chunk| match config.max_blocks {
+            Some(b) if sharing > 1 && b > share => Err(Error::InvalidArgument(format!(
+                "collectives: max_blocks {b} does not fit: {sharing} ranks of this process share GPU {}, so each \
+                 has {share} of its {} SMs (every rank's blocks must be resident at once)",
+                gpu.ordinal(),
+                gpu.info().sm_count
+            ))),
+            _ => Ok(chunk),
+        });
+        let own_blocks = config.max_blocks.unwrap_or(share).clamp(1, MAX_BLOCKS);
         // Every rank must agree on the layout and on what picks each operation's algorithm and
         // grid (a rank with other thresholds or blocks would stream other parts through the
         // same slots): take the smallest block count, check the rest.

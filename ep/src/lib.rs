@@ -86,7 +86,8 @@ pub struct Config {
     /// Largest top-k of a call.
     pub max_topk: usize,
     /// Blocks of dispatch and combine (default: the GPU's SM count; at most that, since the
-    /// blocks wait for each other). Ranks that differ use the smallest.
+    /// blocks wait for each other; when ranks that are threads of one process share the GPU,
+    /// this rank's share of it, `Communicator::sm_share`). Ranks that differ use the smallest.
     pub blocks: Option<u32>,
     /// Threads per block of dispatch and combine (default 1024, or what the kernels' registers
     /// allow).
@@ -400,15 +401,24 @@ impl ExpertParallel {
                 boot.info().local_size
             )));
         }
-        let sms = gpu.info().sm_count.max(1);
+        // This rank's share of the SMs: all of them, unless ranks that are threads of this
+        // process share the GPU (their kernels run at once, and every block waits for theirs).
+        let (sms, sharing) = (comm.sm_share()?, comm.ranks_sharing_gpu()?);
         let own_blocks = config.blocks.unwrap_or(sms);
         // This rank's own checks; their verdict travels with its sizes (all zero: refused), so
         // that sizes one rank refuses are refused on all and none waits for the others.
         let local = config.check(n).and_then(|()| {
             if own_blocks == 0 || own_blocks > sms {
+                let whose = if sharing > 1 {
+                    format!(
+                        "this rank's {sms} of the GPU's {} SMs ({sharing} ranks of this process share it)",
+                        gpu.info().sm_count
+                    )
+                } else {
+                    format!("the GPU's {sms} SMs")
+                };
                 return Err(Error::InvalidArgument(format!(
-                    "ep: {own_blocks} blocks (1 to the GPU's {sms} SMs: the blocks wait for each other, so all must \
-                     be resident)"
+                    "ep: {own_blocks} blocks (1 to {whose}: the blocks wait for each other, so all must be resident)"
                 )));
             }
             Ok(())

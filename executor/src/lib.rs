@@ -298,6 +298,28 @@ impl Executor {
                 config.threads
             )));
         }
+        // Every block of every rank waits for others: all must be resident at once, with the
+        // blocks of the ranks of this process that share this GPU (their kernels run at the same
+        // time). A grid beyond that would wait for blocks that never start: refuse it here.
+        let sharing = comm.ranks_sharing_gpu()? as u32;
+        let resident = mscclpp_host::launch::max_resident_blocks(&gpu, &function, config.threads, 0)? / sharing.max(1);
+        let fits = encoded.blocks() as u32 <= resident;
+        // The verdict is shared, so that no rank launches toward a rank that refused.
+        let verdicts = comm.bootstrap().all_gather_pod(&u32::from(fits))?;
+        if !fits {
+            return Err(Error::InvalidArgument(format!(
+                "executor: {} blocks of {} threads do not fit: GPU {} holds {resident} of them at once for this rank \
+                 ({sharing} rank(s) of this process share it), and every block must be resident",
+                encoded.blocks(),
+                config.threads,
+                gpu.ordinal()
+            )));
+        }
+        if let Some(r) = verdicts.iter().position(|&v| v == 0) {
+            return Err(Error::InvalidArgument(format!(
+                "executor: rank {r}'s grid does not fit its GPU (its own error says why)"
+            )));
+        }
         // Nobody launches before every rank has its arena and channels in place.
         comm.bootstrap().barrier()?;
         Ok(Self {

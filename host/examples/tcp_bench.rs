@@ -100,6 +100,7 @@ fn main() -> ExitCode {
             }
         },
         Ok(Role::Launched { outcome: Ok(()), .. }) => ExitCode::SUCCESS,
+        Ok(Role::Threads { .. }) => threads(),
         Ok(Role::Launched { outcome: Err(e), .. }) | Err(e) => {
             println!("tcp_bench: FAILED: {e}");
             ExitCode::FAILURE

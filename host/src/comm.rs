@@ -265,6 +265,13 @@ fn check_switch_blocks(blocks: usize) -> Result<()> {
     Ok(())
 }
 
+/// Whether two ranks' buffers come from one process (ranks as threads of it).
+fn shares_a_process(all: &[ExportedMemory]) -> bool {
+    let mut pids: Vec<u32> = all.iter().map(|e| e.pid).collect();
+    pids.sort_unstable();
+    pids.windows(2).any(|w| w[0] == w[1])
+}
+
 /// Rank `me`'s channel toward rank `peer`, from addresses valid on `me`'s GPU: `dst` is the
 /// peer's buffer, `src` this rank's (address, bytes); `(packets, peer_packets)` are the starts of
 /// this rank's packet buffer and of the peer's (each with one `packet_bytes` region per rank).
@@ -391,6 +398,21 @@ impl Communicator {
         Ok(fresh)
     }
 
+    /// How many ranks of this process drive this rank's GPU, this one included
+    /// ([`Topology::ranks_sharing_gpu`]): ranks that are threads of one process
+    /// ([`crate::bootstrap::LocalBootstrap`]) on one GPU run their kernels at the same time.
+    /// Collective at its first call, as [`Self::topology`].
+    pub fn ranks_sharing_gpu(&self) -> Result<usize> {
+        Ok(self.topology()?.ranks_sharing_gpu())
+    }
+
+    /// This rank's share of its GPU's SMs: the SM count divided by [`Self::ranks_sharing_gpu`]
+    /// (at least 1). A kernel whose blocks wait for other ranks' blocks must fit in it, so that
+    /// every rank's blocks are resident at once; libraries size their default grids with it.
+    pub fn sm_share(&self) -> Result<u32> {
+        Ok(self.topology()?.sm_share(self.gpu.info().sm_count))
+    }
+
     /// An [`Error::OffMachine`] for `what` if some rank runs on another machine
     /// ([`Topology::require_one_machine`]).
     fn require_one_machine(&self, what: &str) -> Result<()> {
@@ -441,6 +463,13 @@ impl Communicator {
     /// Every rank contributes `buf` (allocated with [`DeviceBuffer::alloc_exportable`]); returns
     /// every rank's buffer as addresses valid here. Every rank must run on this machine
     /// ([`Error::OffMachine`] otherwise).
+    ///
+    /// Ranks may be processes or threads of one process ([`crate::bootstrap::LocalBootstrap`]),
+    /// on one GPU or several: a buffer of a rank in another process is mapped with CUDA IPC; a
+    /// buffer of a rank in this process is used at its own address (with peer access enabled
+    /// when it is on another GPU), and the [`PeerBuffers`] hold its memory allocated while they
+    /// live ([`crate::ipc`]). When ranks share a process the exchange ends with a barrier, so that
+    /// no rank lets go of its buffer before the others hold it.
     pub fn exchange(&self, buf: &DeviceBuffer) -> Result<PeerBuffers> {
         self.require_one_machine("mapping GPU memory")?;
         self.exchange_where(buf, |_| true)
@@ -482,6 +511,12 @@ impl Communicator {
                 sizes.push(m.len() as u64);
                 imports.push(Some(m));
             }
+        }
+        // Ranks that are threads of one process hold each other's memory from the import on,
+        // not before: keep every exporter's buffer (borrowed by this call) until every rank has
+        // imported. All ranks see the same pids, so all take this barrier or none.
+        if shares_a_process(&all) {
+            self.boot.barrier()?;
         }
         Ok(PeerBuffers { addrs, sizes, _imports: imports })
     }

@@ -412,8 +412,12 @@ impl Gpu {
         Ok(can != 0)
     }
 
-    /// Enables this context's access to `peer`'s memory (idempotent).
+    /// Enables this context's access to `peer`'s memory (idempotent). Two handles of one device
+    /// share its context, which reaches its own memory already: nothing to do.
     pub fn enable_peer_access(&self, peer: &Gpu) -> Result<()> {
+        if self.ctx.cu_ctx() == peer.ctx.cu_ctx() {
+            return Ok(());
+        }
         if !self.can_access_peer(peer)? {
             return Err(Error::Unsupported(format!("GPU {} cannot access GPU {}", self.ordinal(), peer.ordinal())));
         }

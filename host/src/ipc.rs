@@ -1,4 +1,5 @@
-//! GPU memory shared between processes with legacy CUDA IPC.
+//! GPU memory shared between ranks: with legacy CUDA IPC between processes, and through an
+//! in-process registry between ranks that are threads of one process.
 //!
 //! Why legacy IPC and not VMM allocations with POSIX file descriptors: an IPC handle is 64 plain
 //! bytes, so it travels through the TCP bootstrap like any other data (a file descriptor needs a
@@ -9,7 +10,26 @@
 //!
 //! The imported mapping is opened with `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`, so a process on
 //! another GPU gets peer access as needed, and a process on the same GPU gets a plain mapping.
-
+//!
+//! # Ranks in one process
+//!
+//! CUDA IPC cannot open a handle in the process that made it, and needs not: every context of a
+//! process shares one address space. [`ExportedMemory::of`] therefore also records the buffer's
+//! allocation in a registry of this process (keyed by GPU, IPC handle and offset, holding it
+//! weakly), and [`ImportedMemory::open`] of a description whose `pid` is this process's looks
+//! it up there instead of calling the driver: on the same GPU the buffer's own address is used
+//! as it is; on another GPU of this process, peer access to the owner's context is enabled
+//! first (`cuCtxEnablePeerAccess`, once per pair; already enabled is fine).
+//!
+//! Lifetime: such an import holds the exporter's allocation ([`crate::memory::Retained`]), so
+//! the memory stays allocated while any import of it lives, even after the exporter drops its
+//! buffer; it is freed when the buffer and every import are gone. The registry itself holds
+//! nothing: a description of a buffer already freed (by its buffer and every hold) is not found
+//! there and goes to the driver, which refuses it, so an exporter must keep its buffer until
+//! every importer has opened it, as between processes ([`crate::comm::Communicator::exchange`]
+//! ends with a barrier when ranks share a process, for that reason). A description from a
+//! process of another pid namespace that happens to have this process's id is not found either,
+//! and is mapped with CUDA IPC as any other process's.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -17,7 +37,7 @@ use cudarc::driver::sys::{self, CUipcMem_flags};
 
 use crate::error::{Error, Result, check};
 use crate::gpu::Gpu;
-use crate::memory::DeviceBuffer;
+use crate::memory::{DeviceBuffer, Retained, WeakRetained};
 
 /// What one process sends another so that it can map a buffer: the IPC handle of the driver
 /// allocation that contains the buffer, the buffer's offset in it, and its size.
@@ -86,14 +106,23 @@ impl ExportedMemory {
         // SAFETY: `base` is the start of a live cuMemAlloc allocation; `h` is an out-param.
         let r = unsafe { sys::cuIpcGetMemHandle(&mut h, base) };
         check(r, || format!("exporting {} bytes of GPU {} memory", buf.len(), buf.gpu().ordinal()))?;
-        Ok(Self {
+        let e = Self {
             handle: h.reserved.map(|c| c as u8),
             bytes: buf.len() as u64,
             offset: buf.addr() - base,
             allocation_bytes: size as u64,
             pid: std::process::id(),
             ordinal: buf.gpu().ordinal() as u32,
-        })
+        };
+        let mut reg = local_exports().lock().unwrap_or_else(|e| e.into_inner());
+        // Forget buffers freed since (their weak holds no longer upgrade).
+        reg.retain(|_, (w, _)| w.upgrade().is_some());
+        reg.insert(e.local_key(), (buf.retain().downgrade(), e.bytes));
+        Ok(e)
+    }
+
+    fn local_key(&self) -> LocalKey {
+        (self.ordinal, self.handle, self.offset)
     }
 }
 
@@ -130,34 +159,61 @@ impl Drop for Mapping {
 
 type MappingKey = (usize, [u8; 64]);
 
+/// A buffer exported by this process: GPU ordinal, IPC handle, offset in the allocation.
+type LocalKey = (u32, [u8; 64], u64);
+
+/// Every buffer this process exported, held weakly, with its size (see the module documentation).
+fn local_exports() -> &'static Mutex<HashMap<LocalKey, (WeakRetained, u64)>> {
+    static M: OnceLock<Mutex<HashMap<LocalKey, (WeakRetained, u64)>>> = OnceLock::new();
+    M.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// What keeps an import's memory reachable (held for that, never read).
+#[allow(dead_code)]
+enum Backing {
+    /// Another process's allocation, mapped here.
+    Ipc(Arc<Mapping>),
+    /// This process's own allocation (a rank that is a thread of this process exported it).
+    Local(Retained),
+}
+
 fn mappings() -> &'static Mutex<HashMap<MappingKey, Weak<Mapping>>> {
     static M: OnceLock<Mutex<HashMap<MappingKey, Weak<Mapping>>>> = OnceLock::new();
     M.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Another process's buffer mapped into this process. Unmapped when the last buffer of the same
-/// exporting allocation is dropped.
+/// Another rank's buffer made reachable from this rank's GPU: another process's mapped into this
+/// process (unmapped when the last buffer of the same exporting allocation is dropped), or, for
+/// a rank that is a thread of this process, its allocation held (see the module documentation).
 pub struct ImportedMemory {
-    mapping: Arc<Mapping>,
+    backing: Backing,
+    gpu: usize,
     addr: u64,
     bytes: u64,
 }
 
 impl std::fmt::Debug for ImportedMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ImportedMemory({:#x}, {} B on GPU {})", self.addr, self.bytes, self.mapping.gpu.ordinal())
+        let how = match self.backing {
+            Backing::Ipc(_) => "mapped",
+            Backing::Local(_) => "same process",
+        };
+        write!(f, "ImportedMemory({:#x}, {} B on GPU {}, {how})", self.addr, self.bytes, self.gpu)
     }
 }
 
 impl ImportedMemory {
-    /// Maps `exported` into `gpu`'s context.
+    /// Makes `exported` reachable from `gpu`'s context: maps it when it comes from another
+    /// process; holds it, and enables peer access when it is on another GPU, when it comes from
+    /// this one.
     pub fn open(gpu: &Arc<Gpu>, exported: &ExportedMemory) -> Result<Self> {
-        if exported.pid == std::process::id() {
-            return Err(Error::InvalidArgument(
-                "a process cannot import its own CUDA IPC handle; use the buffer directly".into(),
-            ));
-        }
         exported.validate()?;
+        let this_process = exported.pid == std::process::id();
+        if this_process && let Some(local) = Self::open_local(gpu, exported)? {
+            return Ok(local);
+        }
+        // Not in this process's registry: another process's (one in another pid namespace may
+        // have the same id), or a buffer of this process already freed, which the driver refuses.
         let key = (gpu.ordinal(), exported.handle);
         let mut cache = mappings().lock().unwrap_or_else(|e| e.into_inner());
         let mapping = match cache.get(&key).and_then(Weak::upgrade) {
@@ -173,11 +229,17 @@ impl ImportedMemory {
                 };
                 check(r, || {
                     format!(
-                        "importing {} bytes of GPU {} memory from process {} into GPU {}",
+                        "importing {} bytes of GPU {} memory from process {} into GPU {}{}",
                         exported.allocation_bytes,
                         exported.ordinal,
                         exported.pid,
-                        gpu.ordinal()
+                        gpu.ordinal(),
+                        if this_process {
+                            " (this process's id, but not a buffer it exported and still holds: the exporter must \
+                             keep its buffer until every importer has opened it)"
+                        } else {
+                            ""
+                        }
                     )
                 })?;
                 let m = Arc::new(Mapping { gpu: gpu.clone(), base });
@@ -195,7 +257,28 @@ impl ImportedMemory {
         let addr = mapping.base.checked_add(exported.offset).ok_or_else(|| {
             Error::InvalidArgument(format!("imported buffer at offset {} overflows the address space", exported.offset))
         })?;
-        Ok(Self { mapping, addr, bytes: exported.bytes })
+        Ok(Self { backing: Backing::Ipc(mapping), gpu: gpu.ordinal(), addr, bytes: exported.bytes })
+    }
+
+    /// [`Self::open`] of a buffer this process exported and still holds; `None` when the
+    /// registry has no such buffer alive.
+    fn open_local(gpu: &Arc<Gpu>, exported: &ExportedMemory) -> Result<Option<Self>> {
+        let found = local_exports().lock().unwrap_or_else(|e| e.into_inner()).get(&exported.local_key()).cloned();
+        let Some((held, bytes)) = found.and_then(|(w, bytes)| Some((w.upgrade()?, bytes))) else { return Ok(None) };
+        if bytes != exported.bytes {
+            return Err(Error::InvalidArgument(format!(
+                "this process exported {bytes} bytes at that place, the description says {}",
+                exported.bytes
+            )));
+        }
+        gpu.enable_peer_access(held.gpu())?;
+        let addr = held.addr();
+        Ok(Some(Self { backing: Backing::Local(held), gpu: gpu.ordinal(), addr, bytes }))
+    }
+
+    /// Whether the memory belongs to this process (exported by a rank that is a thread of it).
+    pub fn is_local(&self) -> bool {
+        matches!(self.backing, Backing::Local(_))
     }
     /// The mapped address (valid on this process's GPU).
     pub fn addr(&self) -> u64 {

@@ -161,6 +161,30 @@ pub fn max_threads_per_block(f: &CudaFunction) -> Result<u32> {
     Ok(v.max(32) as u32)
 }
 
+/// How many blocks of `f` launched with `threads` threads and `shared_bytes` of dynamic shared
+/// memory `gpu` can hold at once over all its SMs (the driver's occupancy for one SM, times the
+/// SM count). A kernel whose blocks wait for each other (or for other ranks' blocks on the same
+/// GPU) must stay within it, else it waits for blocks that never start.
+pub fn max_resident_blocks(gpu: &Gpu, f: &CudaFunction, threads: u32, shared_bytes: u32) -> Result<u32> {
+    let mut per_sm = 0i32;
+    gpu.bind()?;
+    // SAFETY: `per_sm` is an out-parameter; the function handle is live (its module is held by
+    // the caller's `CudaFunction`).
+    let r = unsafe {
+        cudarc::driver::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            &mut per_sm,
+            f.cu_function(),
+            threads as i32,
+            shared_bytes as usize,
+        )
+    };
+    r.result().map_err(|e| Error::Driver {
+        context: format!("cuOccupancyMaxActiveBlocksPerMultiprocessor({threads} threads, {shared_bytes} B shared)"),
+        source: e,
+    })?;
+    Ok((per_sm.max(0) as u32).saturating_mul(gpu.info().sm_count))
+}
+
 /// Launches `func` on `stream`, raising the function's dynamic shared-memory limit when the
 /// configuration asks for more than 48 KiB (up to the device's opt-in maximum).
 ///

@@ -40,6 +40,32 @@ impl Drop for Allocation {
 #[derive(Clone)]
 pub struct Retained(#[allow(dead_code)] Arc<Allocation>);
 
+impl Retained {
+    /// The allocation's device address (the buffer's [`DeviceBuffer::addr`]).
+    pub(crate) fn addr(&self) -> u64 {
+        self.0.ptr
+    }
+    /// The GPU the memory is on.
+    pub(crate) fn gpu(&self) -> &Arc<Gpu> {
+        &self.0.gpu
+    }
+    /// A hold that does not keep the memory allocated ([`WeakRetained::upgrade`]).
+    pub(crate) fn downgrade(&self) -> WeakRetained {
+        WeakRetained(Arc::downgrade(&self.0))
+    }
+}
+
+/// A [`Retained`] that does not keep the memory: it upgrades while the buffer or another hold
+/// is alive.
+#[derive(Clone)]
+pub(crate) struct WeakRetained(std::sync::Weak<Allocation>);
+
+impl WeakRetained {
+    pub(crate) fn upgrade(&self) -> Option<Retained> {
+        self.0.upgrade().map(Retained)
+    }
+}
+
 impl std::fmt::Debug for Retained {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Retained(GPU {}, {:#x})", self.0.gpu.ordinal(), self.0.ptr)

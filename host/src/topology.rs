@@ -85,8 +85,9 @@ impl RankPlace {
         })
     }
 
-    /// The form [`Topology::exchange`] all-gathers (a [`Bootstrap`] of a program's own, or a
-    /// test's, may answer with the places of ranks it stands in for).
+    /// The form [`Topology::exchange`] all-gathers, followed there by the rank's process id (a
+    /// [`Bootstrap`] of a program's own, or a test's, may answer with the bare places of ranks it
+    /// stands in for: their processes are then taken to be others than this one).
     pub fn encode(&self) -> Vec<u8> {
         let mut v = vec![1u8, u8::from(self.choice == TransportChoice::ForceTcp)];
         v.extend_from_slice(&self.gpu_ordinal.to_le_bytes());
@@ -98,7 +99,30 @@ impl RankPlace {
         v
     }
 
+    /// A bare place ([`Self::encode`]), nothing after it.
+    #[cfg(test)]
     fn decode(b: &[u8]) -> std::result::Result<Self, String> {
+        let (place, rest) = Self::decode_prefix(b)?;
+        if !rest.is_empty() {
+            return Err(format!("{} bytes after the last field", rest.len()));
+        }
+        Ok(place)
+    }
+
+    /// A place as [`Topology::exchange`] sends it: followed by the rank's process id (4 bytes,
+    /// little-endian), or bare (a bootstrap standing in for other ranks may answer with bare
+    /// places: [`Self::encode`]; their process is then unknown).
+    fn decode_with_pid(b: &[u8]) -> std::result::Result<(Self, Option<u32>), String> {
+        let (place, rest) = Self::decode_prefix(b)?;
+        match rest {
+            [] => Ok((place, None)),
+            &[a, b, c, d] => Ok((place, Some(u32::from_le_bytes([a, b, c, d])))),
+            _ => Err(format!("{} bytes after the last field", rest.len())),
+        }
+    }
+
+    /// A place from the start of `b`, and what follows it.
+    fn decode_prefix(b: &[u8]) -> std::result::Result<(Self, &[u8]), String> {
         let (&[version, choice], rest) = b.split_first_chunk::<2>().ok_or("too short")?;
         if version != 1 {
             return Err(format!("place format {version}, this rank speaks 1"));
@@ -116,15 +140,13 @@ impl RankPlace {
             String::from_utf8(s.to_vec()).map_err(|_| "a field is not UTF-8".to_string())
         };
         let (machine, hostname, gpu_bus_id) = (field()?, field()?, field()?);
-        if !rest.is_empty() {
-            return Err(format!("{} bytes after the last field", rest.len()));
-        }
-        Ok(Self {
+        let place = Self {
             host: HostIdentity { machine, hostname },
             gpu_ordinal: u32::from_le_bytes(*ordinal),
             gpu_bus_id,
             choice,
-        })
+        };
+        Ok((place, rest))
     }
 }
 
@@ -148,39 +170,84 @@ fn pci_bus_id(gpu: &Gpu) -> Option<String> {
 pub struct Topology {
     me: usize,
     ranks: Vec<RankPlace>,
+    /// Every rank's process id where known ([`Self::exchange`]): ranks of one machine with the
+    /// same id are threads of one process.
+    pids: Vec<Option<u32>>,
 }
 
 impl Topology {
-    /// Exchanges every rank's place (collective over `boot`: one all-gather).
+    /// Exchanges every rank's place and process id (collective over `boot`: one all-gather).
     pub fn exchange(boot: &dyn Bootstrap, gpu: &Gpu) -> Result<Self> {
         Self::exchange_places(boot, &RankPlace::this_rank(gpu)?)
     }
 
-    /// Exchanges `mine` with every rank's (collective over `boot`: one all-gather): what
-    /// [`Self::exchange`] does with this rank's GPU, for a rank that drives none (host memory
-    /// only) or describes its GPU itself.
+    /// Exchanges `mine` and this process's id with every rank's (collective over `boot`: one
+    /// all-gather): what [`Self::exchange`] does with this rank's GPU, for a rank that drives
+    /// none (host memory only) or describes its GPU itself.
     pub fn exchange_places(boot: &dyn Bootstrap, mine: &RankPlace) -> Result<Self> {
-        let all = crate::bootstrap::BootstrapExt::all_gather_checked(boot, &mine.encode())?;
-        let ranks = all
+        let mut payload = mine.encode();
+        payload.extend_from_slice(&std::process::id().to_le_bytes());
+        let all = crate::bootstrap::BootstrapExt::all_gather_checked(boot, &payload)?;
+        let (ranks, pids) = all
             .iter()
             .enumerate()
             .map(|(r, b)| {
-                RankPlace::decode(b).map_err(|why| Error::Bootstrap {
+                RankPlace::decode_with_pid(b).map_err(|why| Error::Bootstrap {
                     rank: boot.rank(),
                     step: "exchanging where the ranks run".into(),
                     cause: Box::new(Error::Protocol(format!("rank {r}'s place: {why}"))),
                 })
             })
-            .collect::<Result<Vec<_>>>()?;
-        Self::from_places(boot.rank(), ranks)
+            .collect::<Result<(Vec<_>, Vec<_>)>>()?;
+        Ok(Self { pids, ..Self::from_places(boot.rank(), ranks)? })
     }
 
-    /// A topology from known places (`me` indexes `ranks`).
+    /// A topology from known places (`me` indexes `ranks`), every rank a process of its own.
     pub fn from_places(me: usize, ranks: Vec<RankPlace>) -> Result<Self> {
         if me >= ranks.len() {
             return Err(Error::InvalidArgument(format!("rank {me} of {} places", ranks.len())));
         }
-        Ok(Self { me, ranks })
+        Ok(Self { pids: vec![None; ranks.len()], me, ranks })
+    }
+
+    /// [`Self::from_places`] with every rank's process id (`pids[r]` of rank `r`).
+    pub fn from_places_and_pids(me: usize, ranks: Vec<RankPlace>, pids: Vec<u32>) -> Result<Self> {
+        if pids.len() != ranks.len() {
+            return Err(Error::InvalidArgument(format!("{} process ids for {} places", pids.len(), ranks.len())));
+        }
+        Ok(Self { pids: pids.into_iter().map(Some).collect(), ..Self::from_places(me, ranks)? })
+    }
+
+    /// Whether rank `p` is a thread of this rank's process (this rank itself included).
+    pub fn same_process(&self, p: usize) -> bool {
+        let pid = |r: usize| self.pids.get(r).copied().flatten();
+        p == self.me || (self.same_machine(p) && pid(p).is_some() && pid(p) == pid(self.me))
+    }
+
+    /// Whether rank `p` drives this rank's GPU (by PCI bus id where both are known, else by
+    /// ordinal; this rank itself included).
+    pub fn same_gpu(&self, p: usize) -> bool {
+        let (Some(x), Some(y)) = (self.ranks.get(self.me), self.ranks.get(p)) else { return false };
+        self.same_machine(p)
+            && if x.gpu_bus_id.is_empty() || y.gpu_bus_id.is_empty() {
+                x.gpu_ordinal == y.gpu_ordinal
+            } else {
+                x.gpu_bus_id == y.gpu_bus_id
+            }
+    }
+
+    /// How many ranks of this process drive this rank's GPU (this one included, so at least 1):
+    /// their kernels run on the GPU at the same time, so a kernel whose blocks wait for other
+    /// ranks' blocks must leave room for theirs ([`Self::sm_share`]). Ranks in other processes
+    /// on the same GPU are not counted: the GPU runs different processes' kernels in turns.
+    pub fn ranks_sharing_gpu(&self) -> usize {
+        (0..self.ranks.len()).filter(|&p| self.same_process(p) && self.same_gpu(p)).count().max(1)
+    }
+
+    /// This rank's share of `resident` co-resident blocks (a GPU's SM count, or its SMs times the
+    /// blocks each can hold): `resident / ranks_sharing_gpu`, at least 1.
+    pub fn sm_share(&self, resident: u32) -> u32 {
+        (resident / self.ranks_sharing_gpu() as u32).max(1)
     }
 
     /// This rank.
@@ -292,6 +359,17 @@ mod tests {
         let mut utf = b;
         utf[7] = 0xff; // inside the machine id
         assert!(RankPlace::decode(&utf).is_err());
+        // What the exchange sends: the place, then the process id; a bare place has none.
+        let mut with_pid = p.encode();
+        with_pid.extend_from_slice(&4242u32.to_le_bytes());
+        assert_eq!(RankPlace::decode_with_pid(&with_pid), Ok((p.clone(), Some(4242))));
+        assert_eq!(RankPlace::decode_with_pid(&p.encode()), Ok((p.clone(), None)));
+        assert!(RankPlace::decode(&with_pid).is_err(), "a bare decode takes no process id");
+        for extra in [1, 3, 5] {
+            let mut odd = p.encode();
+            odd.extend(std::iter::repeat_n(0u8, extra));
+            assert!(RankPlace::decode_with_pid(&odd).is_err(), "{extra} bytes after the place");
+        }
         // An over-long field is cut on the way out, never sent as a length that wraps.
         let big = place(&"x".repeat(300), "h", 0, TransportChoice::Auto);
         assert_eq!(RankPlace::decode(&big.encode()).unwrap().host.machine.len(), MAX_FIELD);
@@ -328,6 +406,32 @@ mod tests {
         let t = Topology::from_places(1, one[..2].to_vec()).unwrap();
         assert!(t.single_machine() && !t.any_tcp());
         assert!(Topology::from_places(3, one).is_err());
+    }
+
+    #[test]
+    fn ranks_sharing_a_gpu_are_counted_within_one_process() {
+        use TransportChoice::*;
+        // Ranks 0-3 one process (pid 10): 0, 1, 3 on GPU 0, 2 on GPU 1; rank 4 another process
+        // on GPU 0; rank 5 the same pid on another machine.
+        let mut ranks = vec![place("m", "h", 0, Auto); 6];
+        ranks[2] = place("m", "h", 1, Auto);
+        ranks[5] = place("m2", "h2", 0, Auto);
+        let pids = vec![10, 10, 10, 10, 11, 10];
+        let t = Topology::from_places_and_pids(0, ranks.clone(), pids.clone()).unwrap();
+        assert_eq!((0..6).map(|p| t.same_process(p)).collect::<Vec<_>>(), [true, true, true, true, false, false]);
+        assert_eq!(t.ranks_sharing_gpu(), 3);
+        let sms = 132;
+        assert_eq!(t.sm_share(sms), 44);
+        assert_eq!(Topology::from_places_and_pids(2, ranks.clone(), pids.clone()).unwrap().ranks_sharing_gpu(), 1);
+        assert_eq!(Topology::from_places_and_pids(4, ranks.clone(), pids).unwrap().ranks_sharing_gpu(), 1);
+        // Without process ids every rank is a process of its own.
+        let t = Topology::from_places(0, ranks.clone()).unwrap();
+        assert_eq!((t.ranks_sharing_gpu(), t.sm_share(sms)), (1, sms));
+        assert!(Topology::from_places_and_pids(0, ranks, vec![1]).is_err());
+        // Never below one block.
+        let many = vec![place("m", "h", 0, Auto); 300];
+        let t = Topology::from_places_and_pids(7, many, vec![3; 300]).unwrap();
+        assert_eq!((t.ranks_sharing_gpu(), t.sm_share(sms)), (300, 1));
     }
 
     #[test]

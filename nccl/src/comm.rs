@@ -123,12 +123,7 @@ impl Comm {
         let comm = Communicator::try_new(boot.clone(), gpu.clone())?;
         let topo = comm.topology()?;
         let kind = if topo.single_machine() {
-            // Ranks of this process on this GPU run their kernels side by side: they share it.
-            let mine = (std::process::id() as u64, topo.place(me).map(|p| p.gpu_bus_id.clone()).unwrap_or_default());
-            let pids = boot.all_gather_pod(&mine.0)?;
-            let sharing =
-                (0..n).filter(|&r| pids[r] == mine.0 && topo.place(r).map(|p| &p.gpu_bus_id) == Some(&mine.1)).count();
-            Kind::Served(Box::new(Served::new(&comm, sharing, config.max_ctas)?))
+            Kind::Served(Box::new(Served::new(&comm, config.max_ctas)?))
         } else {
             Kind::Forwarded(Self::forwarded(&*boot, device, &config)?)
         };
@@ -174,11 +169,10 @@ impl Comm {
         // NCCL's device rule: the real communicator uses the calling thread's current device,
         // which is `device` (this rank's GPU was opened on it).
         let _ = device;
+        let (n, me) = (boot.world_size() as c_int, boot.rank() as c_int);
         // SAFETY: the arguments as nccl.h defines them.
-        check_real(
-            unsafe { init(&mut out, boot.world_size() as c_int, id, boot.rank() as c_int, &mut c) },
-            "ncclCommInitRankConfig",
-        )?;
+        let code = unsafe { init(&mut out, n, id, me, &mut c) };
+        check_real(code, "ncclCommInitRankConfig")?;
         Ok(RealComm(out))
     }
 

@@ -5,9 +5,13 @@
 //! Every rank owns a scratch buffer that every other rank maps:
 //!
 //! ```text
-//!  scratch of rank r:  [ collective region (coll_bytes) | outbox to rank 0 | ... | outbox to rank n-1 ]
-//!                                                         (p2p_bytes each)
+//!  scratch of rank r:  [ header | collective region (coll_bytes) | outbox to rank 0 | ... | outbox to rank n-1 ]
+//!                       256 B                                          (p2p_bytes each)
 //! ```
+//!
+//! The header holds the tag of the rank's current collective step (operation, type, count,
+//! root): every barrier compares the peers' tags with its own, so ranks that called different
+//! operations trap with a message instead of reading each other's data as the wrong thing.
 //!
 //! * **Sums of f32, f16, bf16, i32 and u32** in allreduce, allgather and reduce-scatter run on
 //!   `mscclpp-collectives` (its own scratch and algorithms; buffers that are not 16-byte aligned
@@ -35,7 +39,7 @@ use mscclpp_collectives::Collectives;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_host::comm::{Communicator, MemorySemaphores, PeerBuffers};
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig};
-use mscclpp_nccl_device::{CopyItem, CopyList, MAX_COPIES, MAX_SYNC_BITS, ReduceArgs, ScalarKind, SyncArgs};
+use mscclpp_nccl_device::{CopyItem, CopyList, MAX_COPIES, MAX_SYNC_BITS, ReduceArgs, ScalarKind, SyncArgs, step_tag};
 
 use crate::abi::DataType;
 use crate::error::{Error, Result};
@@ -45,6 +49,9 @@ pub const PTX: &str = include_str!(env!("MSCCLPP_NCCL_PTX"));
 
 /// Threads per block of the copy and reduction kernels.
 const THREADS: u32 = 512;
+
+/// Bytes before the collective region: the step tag (the rest keeps the region aligned).
+const HEADER: u64 = 256;
 
 /// Default bytes of each rank's collective region (`MSCCLPP_RS_NCCL_COLL_BYTES`).
 pub const DEFAULT_COLL_BYTES: u64 = 16 << 20;
@@ -148,16 +155,25 @@ pub struct P2p {
 
 impl Served {
     /// Builds the served state: a collective call of every rank of `comm` (scratch, semaphores
-    /// and the collectives are exchanged). `ranks_sharing` is how many ranks of this process
-    /// drive this GPU (their kernels must fit on it together); `max_ctas` a cap from the config.
-    pub fn new(comm: &Communicator, ranks_sharing: usize, max_ctas: Option<u32>) -> Result<Self> {
+    /// and the collectives are exchanged). Kernels use at most this rank's share of the GPU's SMs
+    /// (ranks of one process on one GPU run side by side) and `max_ctas` from the config.
+    pub fn new(comm: &Communicator, max_ctas: Option<u32>) -> Result<Self> {
         let gpu = comm.gpu().clone();
         let (rank, n) = (comm.rank(), comm.world_size());
         let sizes = Sizes::from_env()?;
-        let sms = gpu.info().sm_count.max(1);
-        let share = (sms / ranks_sharing.max(1) as u32).max(1);
+        // Kernels first: loading a module may wait for the context's running kernels, and ranks
+        // that are threads of this process share the context (see the barrier at the end).
+        gpu.module(PTX)?;
+        let mut functions = HashMap::new();
+        let mut names = vec!["nccl_copy".to_string(), "nccl_sync".to_string()];
+        names.extend(DataType::ALL.iter().map(|t| format!("nccl_reduce_{}", t.name())));
+        for name in names {
+            let f = gpu.function(PTX, &name)?;
+            functions.insert(name, f);
+        }
+        let share = comm.sm_share()?;
         let blocks = max_ctas.map_or(share, |m| m.min(share)).max(1);
-        let total = sizes.coll + n as u64 * sizes.p2p;
+        let total = HEADER + sizes.coll + n as u64 * sizes.p2p;
         let scratch = DeviceBuffer::exportable_filled(&gpu, to_usize(total)?, 0)?;
         let peers = comm.exchange(&scratch)?;
         let scratch_table = DeviceBuffer::from_slice(&gpu, peers.addrs())?;
@@ -172,14 +188,8 @@ impl Served {
         let coll = if n > 1 { Some(Collectives::with_config(comm, config)?) } else { None };
         let stage_in = DeviceBuffer::alloc(&gpu, to_usize(sizes.stage)?)?;
         let stage_out = DeviceBuffer::alloc(&gpu, to_usize(sizes.stage)?)?;
-        gpu.module(PTX)?;
-        let mut functions = HashMap::new();
-        let mut names = vec!["nccl_copy".to_string(), "nccl_sync".to_string()];
-        names.extend(DataType::ALL.iter().map(|t| format!("nccl_reduce_{}", t.name())));
-        for name in names {
-            let f = gpu.function(PTX, &name)?;
-            functions.insert(name, f);
-        }
+        // No rank launches anything before every rank has loaded and allocated all it needs.
+        comm.bootstrap().barrier()?;
         Ok(Self {
             comm: comm.clone(),
             gpu,
@@ -280,7 +290,7 @@ impl Served {
     }
 
     /// Signals `signal` and waits for `wait` (every other rank when both are `None`).
-    fn sync(&self, stream: &CudaStream, sems: Sems, sets: Option<(&[usize], &[usize])>) -> Result<()> {
+    fn sync(&self, stream: &CudaStream, sems: Sems, sets: Option<(&[usize], &[usize])>, tag: u64) -> Result<()> {
         if self.n == 1 {
             return Ok(());
         }
@@ -293,6 +303,8 @@ impl Served {
             signal: [0; MAX_SYNC_BITS / 64],
             wait: [0; MAX_SYNC_BITS / 64],
             budget: self.budget,
+            headers: self.scratch_table.addr(),
+            tag,
         };
         if let Some((signal, wait)) = sets {
             if signal.is_empty() && wait.is_empty() {
@@ -313,13 +325,13 @@ impl Served {
         self.launch(stream, "nccl_sync", LaunchConfig::new(1, threads), Args::new().arg(a))
     }
 
-    fn barrier(&self, stream: &CudaStream) -> Result<()> {
-        self.sync(stream, Sems::Collective, None)
+    fn barrier(&self, stream: &CudaStream, tag: u64) -> Result<()> {
+        self.sync(stream, Sems::Collective, None, tag)
     }
 
-    /// This rank's collective region, and rank `q`'s.
+    /// Rank `q`'s collective region.
     fn region(&self, q: usize) -> u64 {
-        self.peers.addr(q)
+        self.peers.addr(q) + HEADER
     }
 
     /// Elements of `size` bytes per round when a round moves `parts` pieces through the region.
@@ -338,6 +350,7 @@ impl Served {
         red: Reduction,
     ) -> Result<()> {
         let stream = self.stream(s);
+        let tag = step_tag(16 + red.op as u32, dtype.raw() as u32, count, 0);
         let size = dtype.size() as u64;
         if let (Some(coll), Some(ct), mscclpp_nccl_device::ReduceOp::Sum) = (&self.coll, dtype.collectives(), red.op) {
             // The fast path, in pieces of at most one staging buffer.
@@ -365,9 +378,9 @@ impl Served {
         while off < count {
             let k = per.min(count - off);
             self.copy(&stream, &[CopyItem { dst: self.region(self.rank), src: send + off * size, bytes: k * size }])?;
-            self.barrier(&stream)?;
+            self.barrier(&stream, tag)?;
             self.reduce(&stream, dtype, red, recv + off * size, (self.scratch_table.addr(), self.n), 0, 0, k)?;
-            self.barrier(&stream)?;
+            self.barrier(&stream, tag)?;
             off += k;
         }
         Ok(())
@@ -386,17 +399,18 @@ impl Served {
         root: usize,
     ) -> Result<()> {
         let stream = self.stream(s);
+        let tag = step_tag(32 + red.op as u32, dtype.raw() as u32, count, root as u32);
         let size = dtype.size() as u64;
         let per = self.per_round(dtype.size(), 1);
         let mut off = 0;
         while off < count {
             let k = per.min(count - off);
             self.copy(&stream, &[CopyItem { dst: self.region(self.rank), src: send + off * size, bytes: k * size }])?;
-            self.barrier(&stream)?;
+            self.barrier(&stream, tag)?;
             if self.rank == root {
                 self.reduce(&stream, dtype, red, recv + off * size, (self.scratch_table.addr(), self.n), 0, 0, k)?;
             }
-            self.barrier(&stream)?;
+            self.barrier(&stream, tag)?;
             off += k;
         }
         Ok(())
@@ -413,6 +427,7 @@ impl Served {
         red: Reduction,
     ) -> Result<()> {
         let stream = self.stream(s);
+        let tag = step_tag(48 + red.op as u32, dtype.raw() as u32, count, 0);
         let size = dtype.size() as u64;
         let n = self.n as u64;
         if let (Some(_), Some(ct), mscclpp_nccl_device::ReduceOp::Sum) = (&self.coll, dtype.collectives(), red.op) {
@@ -461,10 +476,10 @@ impl Served {
                 })
                 .collect();
             self.copy(&stream, &items)?;
-            self.barrier(&stream)?;
+            self.barrier(&stream, tag)?;
             let offset = self.rank as u64 * k * size;
             self.reduce(&stream, dtype, red, recv + off * size, (self.scratch_table.addr(), self.n), offset, 0, k)?;
-            self.barrier(&stream)?;
+            self.barrier(&stream, tag)?;
             off += k;
         }
         Ok(())
@@ -489,11 +504,12 @@ impl Served {
     /// Allgather: rank q's `count` elements land at element `q * count` of every `recv`.
     pub fn allgather(&self, s: CUstream, send: u64, recv: u64, count: u64, dtype: DataType) -> Result<()> {
         let stream = self.stream(s);
+        let tag = step_tag(64, 0, count * dtype.size() as u64, 0);
         let bytes = count * dtype.size() as u64;
         let n = self.n as u64;
         // Bytes move as they are, whatever the type: the fast path takes whole 16-byte words.
         let Some(coll) = self.coll.as_ref().filter(|_| bytes > 0 && bytes % 16 == 0) else {
-            return self.allgather_rounds(&stream, send, recv, bytes);
+            return self.allgather_rounds(&stream, send, recv, bytes, tag);
         };
         if bytes * n <= self.sizes.stage {
             let input = self.stage_if_unaligned(&stream, send, bytes, &self.stage_in)?;
@@ -523,18 +539,18 @@ impl Served {
         Ok(())
     }
 
-    fn allgather_rounds(&self, stream: &CudaStream, send: u64, recv: u64, bytes: u64) -> Result<()> {
+    fn allgather_rounds(&self, stream: &CudaStream, send: u64, recv: u64, bytes: u64, tag: u64) -> Result<()> {
         let per = self.sizes.coll;
         let mut off = 0;
         while off < bytes {
             let b = per.min(bytes - off);
             self.copy(stream, &[CopyItem { dst: self.region(self.rank), src: send + off, bytes: b }])?;
-            self.barrier(stream)?;
+            self.barrier(stream, tag)?;
             let items: Vec<CopyItem> = (0..self.n)
                 .map(|q| CopyItem { dst: recv + q as u64 * bytes + off, src: self.region(q), bytes: b })
                 .collect();
             self.copy(stream, &items)?;
-            self.barrier(stream)?;
+            self.barrier(stream, tag)?;
             off += b;
         }
         Ok(())
@@ -543,16 +559,17 @@ impl Served {
     /// Broadcast of `root`'s `send` into every rank's `recv`.
     pub fn broadcast(&self, s: CUstream, send: u64, recv: u64, bytes: u64, root: usize) -> Result<()> {
         let stream = self.stream(s);
+        let tag = step_tag(80, 0, bytes, root as u32);
         let mut off = 0;
         while off < bytes {
             let b = self.sizes.coll.min(bytes - off);
             if self.rank == root {
                 self.copy(&stream, &[CopyItem { dst: self.region(root), src: send + off, bytes: b }])?;
             }
-            self.barrier(&stream)?;
+            self.barrier(&stream, tag)?;
             let src = if self.rank == root { send + off } else { self.region(root) };
             self.copy(&stream, &[CopyItem { dst: recv + off, src, bytes: b }])?;
-            self.barrier(&stream)?;
+            self.barrier(&stream, tag)?;
             off += b;
         }
         Ok(())
@@ -562,6 +579,7 @@ impl Served {
     /// element `d * count` of its `send`, landing at element `q * count` of d's `recv`).
     pub fn alltoall(&self, s: CUstream, send: u64, recv: u64, bytes: u64) -> Result<()> {
         let stream = self.stream(s);
+        let tag = step_tag(96, 0, bytes, 0);
         let n = self.n as u64;
         let per = (self.sizes.coll / n).max(1);
         let mut off = 0;
@@ -571,13 +589,13 @@ impl Served {
                 .map(|d| CopyItem { dst: self.region(self.rank) + d * b, src: send + d * bytes + off, bytes: b })
                 .collect();
             self.copy(&stream, &out)?;
-            self.barrier(&stream)?;
+            self.barrier(&stream, tag)?;
             let me = self.rank as u64;
             let inn: Vec<CopyItem> = (0..self.n)
                 .map(|q| CopyItem { dst: recv + q as u64 * bytes + off, src: self.region(q) + me * b, bytes: b })
                 .collect();
             self.copy(&stream, &inn)?;
-            self.barrier(&stream)?;
+            self.barrier(&stream, tag)?;
             off += b;
         }
         Ok(())
@@ -586,18 +604,19 @@ impl Served {
     /// Gather to `root`: rank q's `bytes` at byte `q * bytes` of root's `recv`.
     pub fn gather(&self, s: CUstream, send: u64, recv: u64, bytes: u64, root: usize) -> Result<()> {
         let stream = self.stream(s);
+        let tag = step_tag(112, 0, bytes, root as u32);
         let mut off = 0;
         while off < bytes {
             let b = self.sizes.coll.min(bytes - off);
             self.copy(&stream, &[CopyItem { dst: self.region(self.rank), src: send + off, bytes: b }])?;
-            self.barrier(&stream)?;
+            self.barrier(&stream, tag)?;
             if self.rank == root {
                 let items: Vec<CopyItem> = (0..self.n)
                     .map(|q| CopyItem { dst: recv + q as u64 * bytes + off, src: self.region(q), bytes: b })
                     .collect();
                 self.copy(&stream, &items)?;
             }
-            self.barrier(&stream)?;
+            self.barrier(&stream, tag)?;
             off += b;
         }
         Ok(())
@@ -606,6 +625,7 @@ impl Served {
     /// Scatter from `root`: root's piece `q` (at byte `q * bytes` of its `send`) to rank q.
     pub fn scatter(&self, s: CUstream, send: u64, recv: u64, bytes: u64, root: usize) -> Result<()> {
         let stream = self.stream(s);
+        let tag = step_tag(128, 0, bytes, root as u32);
         let n = self.n as u64;
         let per = (self.sizes.coll / n).max(1);
         let mut off = 0;
@@ -617,10 +637,10 @@ impl Served {
                     .collect();
                 self.copy(&stream, &items)?;
             }
-            self.barrier(&stream)?;
+            self.barrier(&stream, tag)?;
             let src = self.region(root) + self.rank as u64 * b;
             self.copy(&stream, &[CopyItem { dst: recv + off, src, bytes: b }])?;
-            self.barrier(&stream)?;
+            self.barrier(&stream, tag)?;
             off += b;
         }
         Ok(())
@@ -653,6 +673,7 @@ impl Served {
         self.copy(&stream, &local)?;
         let chunk = self.sizes.p2p;
         let outbox = |owner: usize, toward: usize| self.region(owner) + self.sizes.coll + toward as u64 * chunk;
+
         let send_chunks = chunks(sends, self.rank, self.n, chunk);
         let recv_chunks = chunks(recvs, self.rank, self.n, chunk);
         let rounds = send_chunks.iter().chain(&recv_chunks).map(Vec::len).max().unwrap_or(0);
@@ -674,9 +695,9 @@ impl Served {
                 }
             }
             self.copy(&stream, &out)?;
-            self.sync(&stream, Sems::Data, Some((&to, &from)))?;
+            self.sync(&stream, Sems::Data, Some((&to, &from)), 0)?;
             self.copy(&stream, &inn)?;
-            self.sync(&stream, Sems::Ack, Some((&from, &to)))?;
+            self.sync(&stream, Sems::Ack, Some((&from, &to)), 0)?;
         }
         Ok(())
     }

@@ -86,7 +86,100 @@ fn run() -> Res<()> {
         return Err(format!("ranks {failed:?} failed"));
     }
     println!("gpu_nccl: all {ranks} ranks passed in {:.1} s", started.elapsed().as_secs_f64());
+    // Two ranks that call different operations: each kernel traps with a message (in processes of
+    // their own: a trap ends the context).
+    let mut id = ncclUniqueId { internal: [0; 128] };
+    // SAFETY: a valid id to fill.
+    check(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId")?;
+    let hex: String = id.internal.iter().map(|&c| format!("{:02x}", c as u8)).collect();
+    let pair: Vec<_> = (0..2)
+        .map(|r| {
+            Command::new(&exe)
+                .env("GPU_NCCL_RANK", r.to_string())
+                .env("GPU_NCCL_WORLD", "2")
+                .env("GPU_NCCL_GPUS", gpus.to_string())
+                .env("GPU_NCCL_ID", &hex)
+                .env("GPU_NCCL_SEED", seed.to_string())
+                .env("GPU_NCCL_MODE", "mismatch")
+                .spawn()
+                .map_err(|e| format!("starting rank {r}: {e}"))
+        })
+        .collect::<Res<_>>()?;
+    for (r, mut c) in pair.into_iter().enumerate() {
+        if !c.wait().map_err(|e| e.to_string())?.success() {
+            return Err(format!("mismatch rank {r} failed"));
+        }
+    }
+    println!("gpu_nccl: mismatched calls trapped on both ranks");
+    init_all(seed)
+}
+
+/// `ncclCommInitAll` with two ranks on GPU 0 of this process (ranks as threads of one process,
+/// each with its own stream), driven from one thread inside groups as NCCL requires.
+fn init_all(seed: u64) -> Res<()> {
+    let n = 2;
+    let devs = [0 as c_int; 2];
+    let mut comms: [Comm; 2] = [std::ptr::null_mut(); 2];
+    // SAFETY: two slots and two device numbers.
+    check(unsafe { ncclCommInitAll(comms.as_mut_ptr(), n, devs.as_ptr()) }, "ncclCommInitAll")?;
+    let gpus: Vec<_> = (0..2).map(|_| Gpu::open(0).map_err(|e| e.to_string())).collect::<Res<_>>()?;
+    let count = 4099;
+    let xs: Vec<Vec<f32>> = (0..2)
+        .map(|q| {
+            let mut g = Gen::new(seed, 9_000, q);
+            (0..count).map(|_| quarter(&mut g)).collect()
+        })
+        .collect();
+    let ys: Vec<Vec<f64>> = (0..2)
+        .map(|q| {
+            let mut g = Gen::new(seed, 9_001, q);
+            (0..count).map(|_| quarter(&mut g) as f64).collect()
+        })
+        .collect();
+    let err = |e: mscclpp_host::Error| e.to_string();
+    let a: Vec<DeviceBuffer> =
+        (0..2).map(|q| DeviceBuffer::from_slice(&gpus[q], &xs[q]).map_err(err)).collect::<Res<_>>()?;
+    let b: Vec<DeviceBuffer> =
+        (0..2).map(|q| DeviceBuffer::from_slice(&gpus[q], &ys[q]).map_err(err)).collect::<Res<_>>()?;
+    let c: Vec<DeviceBuffer> =
+        (0..2).map(|q| DeviceBuffer::filled(&gpus[q], count * 4, 0).map_err(err)).collect::<Res<_>>()?;
+    gpus[0].bind().map_err(err)?;
+    // SAFETY: live communicators, buffers of `count` elements, each rank's own stream.
+    unsafe {
+        check(ncclGroupStart(), "group start")?;
+        for q in 0..2 {
+            let s = gpus[q].stream().cu_stream();
+            check(ncclAllReduce(a[q].addr() as _, a[q].addr() as _, count, 7, 0, comms[q], s), "allreduce f32 sum")?;
+            check(ncclAllReduce(b[q].addr() as _, b[q].addr() as _, count, 8, 2, comms[q], s), "allreduce f64 max")?;
+            check(ncclSend(xs_addr(&a[q]), count, 7, (1 - q) as c_int, comms[q], s), "send")?;
+            check(ncclRecv(c[q].addr() as _, count, 7, (1 - q) as c_int, comms[q], s), "recv")?;
+        }
+        check(ncclGroupEnd(), "group end")?;
+    }
+    for g in &gpus {
+        g.synchronize().map_err(err)?;
+    }
+    let sum: Vec<f32> = (0..count).map(|i| xs[0][i] + xs[1][i]).collect();
+    let max: Vec<f64> = (0..count).map(|i| ys[0][i].max(ys[1][i])).collect();
+    for q in 0..2 {
+        if a[q].to_vec::<f32>().map_err(err)? != sum || b[q].to_vec::<f64>().map_err(err)? != max {
+            return Err(format!("ncclCommInitAll rank {q}: wrong allreduce"));
+        }
+        // The send went after the in-place allreduce on the same stream: the peer's sums.
+        if c[q].to_vec::<f32>().map_err(err)? != sum {
+            return Err(format!("ncclCommInitAll rank {q}: wrong receive"));
+        }
+    }
+    for c in comms {
+        // SAFETY: communicators made above, destroyed once.
+        check(unsafe { ncclCommDestroy(c) }, "ncclCommDestroy")?;
+    }
+    println!("gpu_nccl: ncclCommInitAll: two ranks as threads of this process on GPU 0: allreduce, send/recv ok");
     Ok(())
+}
+
+fn xs_addr(b: &DeviceBuffer) -> *const c_void {
+    b.addr() as *const c_void
 }
 
 fn check(r: ncclResult_t, what: &str) -> Res<()> {
@@ -302,10 +395,8 @@ fn reductions<T: Host>(r: &mut Rank, t: DataType) -> Res<()> {
         let send = r.buffer(&ys[me], 0)?;
         let recv = r.buffer(&vec![T::zeroed(); part], 0)?;
         // SAFETY: as above.
-        check(
-            unsafe { ncclReduceScatter(send.addr() as _, recv.addr() as _, part, dt(t), *op, r.comm, r.stream()) },
-            "reduce_scatter",
-        )?;
+        let rc = unsafe { ncclReduceScatter(send.addr() as _, recv.addr() as _, part, dt(t), *op, r.comm, r.stream()) };
+        check(rc, "reduce_scatter")?;
         r.sync()?;
         let got = r.read::<T>(&recv, 0, part)?;
         r.expect(&format!("reduce_scatter {name} {}", t.name()), &got, &want)?;
@@ -313,13 +404,10 @@ fn reductions<T: Host>(r: &mut Rank, t: DataType) -> Res<()> {
             let want: Vec<T> =
                 (0..part).map(|i| reduce_one(*kind, &ys.iter().map(|y| y[i]).collect::<Vec<_>>(), *bits)).collect();
             let out = r.buffer(&vec![T::zeroed(); part], 0)?;
+            let (src, dst, rt) = (send.addr() as _, out.addr() as _, root as c_int);
             // SAFETY: as above.
-            check(
-                unsafe {
-                    ncclReduce(send.addr() as _, out.addr() as _, part, dt(t), *op, root as c_int, r.comm, r.stream())
-                },
-                "reduce",
-            )?;
+            let rc = unsafe { ncclReduce(src, dst, part, dt(t), *op, rt, r.comm, r.stream()) };
+            check(rc, "reduce")?;
             r.sync()?;
             if root == me {
                 let got = r.read::<T>(&out, 0, part)?;
@@ -372,10 +460,9 @@ fn movements<T: Host>(r: &mut Rank, t: DataType, count: usize) -> Res<()> {
         // Gather to root, then scatter the gathered rows back out from it.
         let g = r.buffer(&vec![T::zeroed(); n * count], 0)?;
         // SAFETY: as above.
-        check(
-            unsafe { ncclGather(send.addr() as _, g.addr() as _, count, dt(t), root as c_int, r.comm, r.stream()) },
-            "gather",
-        )?;
+        let rc =
+            unsafe { ncclGather(send.addr() as _, g.addr() as _, count, dt(t), root as c_int, r.comm, r.stream()) };
+        check(rc, "gather")?;
         r.sync()?;
         if root == me {
             let got = r.read::<T>(&g, 0, n * count)?;
@@ -384,10 +471,8 @@ fn movements<T: Host>(r: &mut Rank, t: DataType, count: usize) -> Res<()> {
         let s = r.buffer(&vec![T::zeroed(); count], 0)?;
         let src = if root == me { g.addr() } else { 0 };
         // SAFETY: as above; the send buffer is read on the root only.
-        check(
-            unsafe { ncclScatter(src as _, s.addr() as _, count, dt(t), root as c_int, r.comm, r.stream()) },
-            "scatter",
-        )?;
+        let rc = unsafe { ncclScatter(src as _, s.addr() as _, count, dt(t), root as c_int, r.comm, r.stream()) };
+        check(rc, "scatter")?;
         r.sync()?;
         let got = r.read::<T>(&s, 0, count)?;
         r.expect(&format!("scatter {} from {root}", t.name()), &got, &xs[me])?;
@@ -463,19 +548,15 @@ fn large(r: &mut Rank) -> Res<()> {
     let send = r.buffer(&ys[me], 0)?;
     let recv = r.buffer(&vec![Bf16(0); part], 0)?;
     // SAFETY: as above.
-    check(
-        unsafe { ncclReduceScatter(send.addr() as _, recv.addr() as _, part, 9, 0, r.comm, r.stream()) },
-        "large reduce_scatter",
-    )?;
+    let rc = unsafe { ncclReduceScatter(send.addr() as _, recv.addr() as _, part, 9, 0, r.comm, r.stream()) };
+    check(rc, "large reduce_scatter")?;
     let per = 5 << 20; // f32: 20 MiB per rank
     let zs = r.data::<f32>(per);
     let zsend = r.buffer(&zs[me], 0)?;
     let zall = r.buffer(&vec![0f32; per * n], 0)?;
     // SAFETY: as above.
-    check(
-        unsafe { ncclAllGather(zsend.addr() as _, zall.addr() as _, per, 7, r.comm, r.stream()) },
-        "large allgather",
-    )?;
+    let rc = unsafe { ncclAllGather(zsend.addr() as _, zall.addr() as _, per, 7, r.comm, r.stream()) };
+    check(rc, "large allgather")?;
     r.sync()?;
     let want: Vec<Bf16> = (0..part)
         .map(|i| reduce_one(ReduceOp::Sum, &ys.iter().map(|y| y[me * part + i]).collect::<Vec<_>>(), 0))
@@ -515,6 +596,25 @@ fn rank_main(rank: usize) -> Res<()> {
         }
     } else {
         check(r0, "ncclCommInitRankConfig")?;
+    }
+    if std::env::var("GPU_NCCL_MODE").as_deref() == Ok("mismatch") {
+        // Rank 0 reduces 100 f64 with max, rank 1 200: the general path's first barrier sees it.
+        let count = 100 * (rank + 1);
+        let b = DeviceBuffer::filled(&gpu, count * 8, 0).map_err(|e| e.to_string())?;
+        // SAFETY: a buffer of `count` f64 on this GPU.
+        let rc = unsafe { ncclAllReduce(b.addr() as _, b.addr() as _, count, 8, 2, comm, gpu.stream().cu_stream()) };
+        check(rc, "the mismatched allreduce")?;
+        let t = Instant::now();
+        return match gpu.synchronize_timeout(Duration::from_secs(60)) {
+            Err(e) => {
+                println!(
+                    "rank {rank}: the mismatch failed the kernel after {:.0} ms: {e}",
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+                Ok(())
+            }
+            Ok(()) => Err("ranks that called different counts went unnoticed".into()),
+        };
     }
     let mut r = Rank { rank, n, seed, gpu, comm, test: 0, checks: 0 };
     let (mut count, mut me, mut dev) = (0, 0, 0);

@@ -1,6 +1,6 @@
 //! The bootstrap phases (CPU only) and the rank-to-GPU mapping.
 
-use mscclpp_host::bootstrap::{Bootstrap, BootstrapExt};
+use mscclpp_host::bootstrap::BootstrapExt;
 
 use crate::{Ctx, PhaseResult, compare, e2s, random_data};
 

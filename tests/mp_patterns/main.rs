@@ -4,6 +4,10 @@
 //!
 //! * `mpirun --allow-run-as-root -np N mp_patterns`: every process is a rank (OpenMPI variables);
 //! * `mp_patterns --ranks N`: the built-in launcher starts N ranks on loopback;
+//! * `mp_patterns --threads N`: N ranks as threads of this one process (a `LocalBootstrap`), each
+//!   with its own GPU handle, stream and communicator: on a machine with one GPU they all share
+//!   it and their kernels run at the same time (kernels that wait for peers size their grids to
+//!   the rank's share of the SMs);
 //! * `mp_patterns` with no rank variables (as `cargo test` runs it): launches itself with 4 ranks.
 //!
 //! Each rank bootstraps, runs [`PHASES`] in order and prints `rank R: PHASE ... ok`,
@@ -45,7 +49,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use mscclpp_host::bootstrap::launcher::{self, Role};
-use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, BootstrapExt, TcpBootstrap};
+use mscclpp_host::bootstrap::{Bootstrap, BootstrapExt, RankSource, TcpBootstrap};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig};
 use rand::rngs::StdRng;
@@ -56,13 +60,15 @@ const DEFAULT_RANKS: usize = 4;
 
 /// What a phase gets.
 struct Ctx<'a> {
-    boot: &'a Arc<TcpBootstrap>,
+    boot: &'a Arc<dyn Bootstrap>,
     /// A seed every rank agrees on (rank 0's, `MSCCLPP_RS_SEED` when set).
     seed: u64,
     /// This rank's GPU ordinal (`local_rank % gpu_count`), `None` without GPUs.
     gpu: Option<usize>,
     /// GPUs visible to this rank.
     gpu_count: usize,
+    /// This rank's handle of its GPU (its own stream, also when ranks are threads of one process).
+    gpu_handle: Option<Arc<Gpu>>,
 }
 
 type PhaseResult = Result<(), String>;
@@ -99,7 +105,43 @@ fn main() -> ExitCode {
     // `--ranks N`: launch N ranks; mpirun or launcher variables: be a rank; neither (as `cargo
     // test` runs it): launch DEFAULT_RANKS on loopback.
     match launcher::role(DEFAULT_RANKS) {
-        Ok(Role::Rank(cfg)) => run_rank(&cfg),
+        Ok(Role::Rank(cfg)) => {
+            let r = cfg.rank.rank;
+            match TcpBootstrap::connect(&cfg) {
+                Ok(b) => {
+                    if run_rank(Arc::new(b)) {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    println!("rank {r}: bootstrap ... FAILED: {e}");
+                    println!("rank {r}: RESULT FAILED");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Ok(Role::Threads { ranks, deadline }) => {
+            let outcome = launcher::run_threads(ranks, deadline, |boot| {
+                let r = boot.rank();
+                if run_rank(boot) {
+                    Ok(())
+                } else {
+                    Err(mscclpp_host::Error::InvalidArgument(format!("rank {r} failed")))
+                }
+            });
+            match outcome {
+                Ok(()) => {
+                    println!("mp_patterns: RESULT ok (all {ranks} ranks, as threads of one process)");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    println!("mp_patterns: RESULT FAILED: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Ok(Role::Launched { ranks, outcome: Ok(()) }) => {
             println!("mp_patterns: RESULT ok (all {ranks} ranks)");
             ExitCode::SUCCESS
@@ -111,25 +153,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_rank(cfg: &BootstrapConfig) -> ExitCode {
-    let r = cfg.rank.rank;
-    let boot = match TcpBootstrap::connect(cfg) {
-        Ok(b) => Arc::new(b),
-        Err(e) => {
-            println!("rank {r}: bootstrap ... FAILED: {e}");
-            println!("rank {r}: RESULT FAILED");
-            return ExitCode::FAILURE;
-        }
-    };
+/// One rank, whatever started it; whether every phase it ran passed.
+fn run_rank(boot: Arc<dyn Bootstrap>) -> bool {
+    let r = boot.rank();
     let inventory = mscclpp_host::gpu::inventory();
     if inventory.discovery == mscclpp_host::gpu::Discovery::Failed {
         // Not a machine without GPUs: a broken driver must not pass as one.
         println!("rank {r}: GPU discovery ... FAILED: {}", inventory.reason.as_deref().unwrap_or("(no reason)"));
         println!("rank {r}: RESULT FAILED");
-        return ExitCode::FAILURE;
+        return false;
     }
     let gpu_count = inventory.devices.len();
-    let gpu = cfg.rank.gpu_index(gpu_count);
+    let gpu = boot.info().gpu_index(gpu_count);
     let info = boot.info();
     println!(
         "rank {r}: world {} (local rank {} of {}, via {}), {}",
@@ -157,14 +192,26 @@ fn run_rank(cfg: &BootstrapConfig) -> ExitCode {
         Err(e) => {
             println!("rank {r}: setup ... FAILED: {e}");
             println!("rank {r}: RESULT FAILED");
-            return ExitCode::FAILURE;
+            return false;
+        }
+    };
+    // Its own handle, with the kernels loaded now, before the ranks meet again: a module load
+    // may wait for the GPU's running kernels, which (with ranks as threads of one process) may
+    // be other ranks' kernels waiting for this one.
+    let opened = gpu.map(|o| Gpu::open(o).and_then(|g| g.module(mscclpp_rs::PTX).map(|_| g))).transpose();
+    let gpu_handle = match opened {
+        Ok(g) => g,
+        Err(e) => {
+            println!("rank {r}: opening its GPU ... FAILED: {e}");
+            println!("rank {r}: RESULT FAILED");
+            return false;
         }
     };
     if r == 0 {
         println!("rank 0: seed {seed} (MSCCLPP_RS_SEED={seed} repeats this run)");
     }
     let require_gpu = std::env::var("MSCCLPP_RS_REQUIRE_GPU").is_ok_and(|v| v == "1");
-    let ctx = Ctx { boot: &boot, seed, gpu, gpu_count };
+    let ctx = Ctx { boot: &boot, seed, gpu, gpu_count, gpu_handle };
     let mut failed = false;
     let only: Option<Vec<String>> =
         std::env::var("MSCCLPP_RS_PHASES").ok().map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
@@ -198,8 +245,9 @@ fn run_rank(cfg: &BootstrapConfig) -> ExitCode {
     }
     println!("rank {r}: RESULT {}", if failed { "FAILED" } else { "ok" });
     // Dropping the bootstrap closes the connections: ranks still waiting on this one learn it.
+    drop(ctx);
     drop(boot);
-    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    !failed
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -241,9 +289,17 @@ fn e2s(e: mscclpp_host::Error) -> String {
 // compute any other rank's data and the expected results on the host.
 
 fn gpu(c: &Ctx) -> Result<Arc<Gpu>, String> {
-    let ordinal = c.gpu.ok_or("no GPU assigned")?;
-    let gpus = mscclpp_rs::testing::all_gpus().map_err(|e| e.to_string())?;
-    gpus.get(ordinal).cloned().ok_or_else(|| format!("GPU {ordinal} not opened"))
+    c.gpu_handle.clone().ok_or_else(|| "no GPU assigned".to_string())
+}
+
+/// Whether the ranks are threads of this process (their kernels share a GPU at the same time).
+fn as_threads(c: &Ctx) -> bool {
+    c.boot.info().source == RankSource::Threads
+}
+
+/// The grid of a kernel whose blocks wait for other ranks: this rank's share of its GPU's SMs.
+fn share_of_sms(cm: &Communicator) -> Result<u32, String> {
+    cm.sm_share().map_err(e2s)
 }
 
 fn comm(c: &Ctx) -> Result<Communicator, String> {

@@ -1,13 +1,13 @@
 //! GPU pattern phases: bulk copies, semaphores, port and memory channels and small collectives
 //! between the ranks, each checked against data the host recomputes from the shared seed.
 
-use mscclpp_host::bootstrap::Bootstrap;
 use mscclpp_host::comm::{Communicator, MemorySemaphores, PeerBuffers};
 use mscclpp_host::{Args, DeviceBuffer, LaunchConfig};
 use rand::RngExt;
 
 use crate::{
-    Ctx, POISON, PhaseResult, barrier, comm, counted, e2s, ints, rank_sum, rng_for, run, same, shared, upload,
+    Ctx, POISON, PhaseResult, barrier, comm, counted, e2s, ints, rank_sum, rng_for, run, same, share_of_sms, shared,
+    upload,
 };
 
 /// Exchanges `slots` (exportable, `world * bytes`) and memory semaphores with every rank, then
@@ -82,7 +82,7 @@ pub(crate) fn multi_source_combine(c: &Ctx) -> PhaseResult {
     run(
         &g,
         "mp_combine",
-        LaunchConfig::new(g.info().sm_count, 256).shared(smem),
+        LaunchConfig::new(share_of_sms(&cm)?, 256).shared(smem),
         Args::new().arg(table.addr()).arg(n as u32).arg(out.addr()).arg((elems * 4) as u64).arg(tile),
     )?;
     let want = rank_sum(c.seed, n, 11, elems);
@@ -105,7 +105,7 @@ pub(crate) fn push_combine(c: &Ctx) -> PhaseResult {
     run(
         &g,
         "bulk_reduce_stream_u64",
-        LaunchConfig::new(g.info().sm_count, 32).shared(mscclpp_device::bulk::pipeline_smem_bytes(3, tile)),
+        LaunchConfig::new(share_of_sms(&cm)?, 32).shared(mscclpp_device::bulk::pipeline_smem_bytes(3, tile)),
         Args::new().arg(peers.ptr::<u8>(0)).arg(src.ptr::<u8>()).arg((elems * 8) as u64).arg(tile).arg(1u32),
     )?;
     barrier(c)?;
@@ -329,7 +329,7 @@ pub(crate) fn allreduce_large(c: &Ctx) -> PhaseResult {
     run(
         &g,
         "mp_allreduce",
-        LaunchConfig::new(g.info().sm_count, 256).shared(smem),
+        LaunchConfig::new(share_of_sms(&cm)?, 256).shared(smem),
         Args::new()
             .arg(in_table.addr())
             .arg(out_table.addr())

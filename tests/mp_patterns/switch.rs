@@ -2,12 +2,11 @@
 //! the emulation and says why: multicast objects are not yet shared between processes, and the
 //! guard refuses multicast on machines where it is disabled).
 
-use mscclpp_host::bootstrap::Bootstrap;
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{Args, DeviceBuffer, LaunchConfig};
 use rand::RngExt;
 
-use crate::{Ctx, POISON, PhaseResult, barrier, comm, counted, e2s, ints, rng_for, run, same, upload};
+use crate::{Ctx, POISON, PhaseResult, as_threads, barrier, comm, counted, e2s, ints, rng_for, run, same, upload};
 
 use mscclpp_device::channel::switch::SwitchElem;
 use mscclpp_device::vec::{Bf16x2, Bf16x8, F16x2, F16x8, F32x2, F32x4};
@@ -112,14 +111,14 @@ pub(crate) fn switch_reduce_broadcast(c: &Ctx) -> PhaseResult {
     reduce_broadcast_one::<Bf16x8>(c, &cm, "emu_reduce_broadcast_bf16x8")
 }
 
-/// The switch barrier of 4 blocks, 10,000 rounds (100 when ranks share a GPU), each round
+/// The switch barrier of 4 blocks, 10,000 rounds (100 when processes share a GPU), each round
 /// broadcasting data before the barrier and checking every rank's slot after it; the kernel
 /// reports how many slots it checked.
 pub(crate) fn switch_barrier(c: &Ctx) -> PhaseResult {
     let cm = comm(c)?;
     let (n, g) = (cm.world_size(), cm.gpu().clone());
     let blocks = 4usize;
-    let rounds: u32 = if c.boot.local_size() <= c.gpu_count { 10_000 } else { 100 };
+    let rounds: u32 = if c.boot.local_size() <= c.gpu_count || as_threads(c) { 10_000 } else { 100 };
     let buf = DeviceBuffer::exportable_filled(&g, blocks * n * 2 * 4, 0).map_err(e2s)?;
     let chans = emulated(&cm, &buf, blocks)?;
     let table = upload(&g, chans.handles())?;

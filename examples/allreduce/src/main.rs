@@ -47,6 +47,10 @@ fn main() -> ExitCode {
             println!("allreduce example: all {ranks} ranks exited 0 (run with --ranks N or under mpirun -np N)");
             ExitCode::SUCCESS
         }
+        Ok(Role::Threads { .. }) => {
+            println!("allreduce example: RESULT FAILED: this example runs its ranks as processes (drop --threads)");
+            ExitCode::FAILURE
+        }
         Ok(Role::Launched { outcome: Err(e), .. }) | Err(e) => {
             println!("allreduce example: RESULT FAILED: {e}");
             ExitCode::FAILURE

@@ -89,6 +89,8 @@ pub enum RankSource {
     Pmi,
     /// Slurm's `srun` (`SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`).
     Slurm,
+    /// Ranks as threads of one process ([`LocalBootstrap`](super::local::LocalBootstrap)).
+    Threads,
 }
 
 impl RankSource {
@@ -99,6 +101,7 @@ impl RankSource {
             RankSource::OpenMpi => "OpenMPI",
             RankSource::Pmi => "PMI",
             RankSource::Slurm => "Slurm",
+            RankSource::Threads => "threads of one process",
         }
     }
 }

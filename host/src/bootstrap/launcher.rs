@@ -11,6 +11,14 @@
 //! the launch fails with a message naming the ranks. The ranks also get `SIGKILL` if the launcher
 //! itself dies (`PR_SET_PDEATHSIG`), so nothing outlives it.
 //!
+//! Ranks as threads: [`run_threads`] runs N ranks as threads of this process instead, each with
+//! its [`LocalBootstrap`] (so its own communicator, GPU handle and stream: on a machine with one
+//! GPU they all share it, and their kernels run at the same time). `--threads N` (or
+//! `MSCCLPP_RS_THREADS=N`) asks [`role`] for it. A rank whose body fails or panics abandons its
+//! bootstrap, so the others see it as lost and their GPUs' waits abort; threads cannot be killed,
+//! so ranks still running at the deadline (or after the grace period) are named in the error and
+//! the program should exit.
+//!
 //! Killing without races: a thread per rank waits for it with `waitid(WNOWAIT)` (which leaves the
 //! child unreaped), marks it as exited under a lock, and only then reaps it. The launcher sends
 //! `SIGKILL` under the same lock and only to ranks not marked, so the signal can never reach an
@@ -28,14 +36,19 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
+use super::Bootstrap;
 use super::env::{
     ENV_BOOTSTRAP, ENV_LOCAL_RANK, ENV_LOCAL_SIZE, ENV_RANK, ENV_TOKEN, ENV_WORLD_SIZE, EnvSnapshot, RankInfo,
 };
 use super::frame::Token;
+use super::local::LocalBootstrap;
 use crate::error::{Error, Result};
 
 /// Deadline of a launch started by [`maybe_launch_from_args`], in seconds (default 600).
 pub const ENV_LAUNCH_DEADLINE: &str = "MSCCLPP_RS_LAUNCH_DEADLINE";
+/// Ranks as threads of this process when [`role`] finds neither `--ranks` nor `--threads` nor a
+/// rank environment: `MSCCLPP_RS_THREADS=N`.
+pub const ENV_THREADS: &str = "MSCCLPP_RS_THREADS";
 /// Default deadline of [`maybe_launch_from_args`].
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
 /// Default time the other ranks get to finish on their own after one failed.
@@ -363,21 +376,32 @@ where
 
 /// Splits `--ranks N` (or `--ranks=N`) off an argument list: `Ok(None)` when it is absent.
 pub fn ranks_from_args(args: &[OsString]) -> Result<Option<(usize, Vec<OsString>)>> {
-    let bad = |v: &OsStr| Error::InvalidArgument(format!("--ranks {v:?}: expected a number between 1 and {MAX_RANKS}"));
+    count_from_args(args, "--ranks")
+}
+
+/// Splits `--threads N` (or `--threads=N`) off an argument list: `Ok(None)` when it is absent.
+pub fn threads_from_args(args: &[OsString]) -> Result<Option<(usize, Vec<OsString>)>> {
+    count_from_args(args, "--threads")
+}
+
+/// Splits `flag N` (or `flag=N`, N in 1..=[`MAX_RANKS`]) off an argument list, before any `--`.
+fn count_from_args(args: &[OsString], flag: &str) -> Result<Option<(usize, Vec<OsString>)>> {
+    let bad = |v: &OsStr| Error::InvalidArgument(format!("{flag} {v:?}: expected a number between 1 and {MAX_RANKS}"));
     let parse = |v: &OsStr| match v.to_str().and_then(|s| s.parse::<usize>().ok()) {
         Some(n) if (1..=MAX_RANKS).contains(&n) => Ok(n),
         _ => Err(bad(v)),
     };
+    let prefix = format!("{flag}=");
     for (i, a) in args.iter().enumerate() {
         if a == "--" {
             break;
         }
-        let (n, used) = if a == "--ranks" {
+        let (n, used) = if a == flag {
             match args.get(i + 1) {
                 Some(v) => (parse(v)?, 2),
                 None => return Err(bad(OsStr::new(""))),
             }
-        } else if let Some(v) = a.to_str().and_then(|s| s.strip_prefix("--ranks=")) {
+        } else if let Some(v) = a.to_str().and_then(|s| s.strip_prefix(prefix.as_str())) {
             (parse(OsStr::new(v))?, 1)
         } else {
             continue;
@@ -387,6 +411,126 @@ pub fn ranks_from_args(args: &[OsString]) -> Result<Option<(usize, Vec<OsString>
         return Ok(Some((n, rest)));
     }
     Ok(None)
+}
+
+/// The thread count asked for by `--threads N` among `args` or, without it, by
+/// [`ENV_THREADS`]; `Ok(None)` when neither is there.
+pub fn threads_requested(args: &[OsString], env: &EnvSnapshot) -> Result<Option<usize>> {
+    if let Some((n, _)) = threads_from_args(args)? {
+        return Ok(Some(n));
+    }
+    match env.get(ENV_THREADS) {
+        None => Ok(None),
+        Some(v) => match v.trim().parse::<usize>() {
+            Ok(n) if (1..=MAX_RANKS).contains(&n) => Ok(Some(n)),
+            _ => {
+                Err(Error::InvalidArgument(format!("{ENV_THREADS}={v:?}: expected a number between 1 and {MAX_RANKS}")))
+            }
+        },
+    }
+}
+
+/// Runs `ranks` ranks as threads of this process, each calling `body` with its
+/// [`LocalBootstrap`] (see the module documentation), and waits for them. `Ok` when every body
+/// returned `Ok` before `deadline`. A body that fails or panics abandons its bootstrap; the
+/// others then get [`DEFAULT_GRACE`] to end before the run is reported without them.
+pub fn run_threads<F>(ranks: usize, deadline: Duration, body: F) -> Result<()>
+where
+    F: Fn(Arc<LocalBootstrap>) -> Result<()> + Send + Sync + 'static,
+{
+    run_threads_with(ranks, deadline, DEFAULT_GRACE, body)
+}
+
+/// [`run_threads`] with the grace period given.
+pub fn run_threads_with<F>(ranks: usize, deadline: Duration, grace: Duration, body: F) -> Result<()>
+where
+    F: Fn(Arc<LocalBootstrap>) -> Result<()> + Send + Sync + 'static,
+{
+    if ranks == 0 || ranks > MAX_RANKS {
+        return Err(Error::InvalidArgument(format!("threads: {ranks} ranks; between 1 and {MAX_RANKS} please")));
+    }
+    let started = Instant::now();
+    let body = Arc::new(body);
+    let (tx, rx) = mpsc::channel::<(usize, Instant, std::result::Result<(), String>)>();
+    for boot in LocalBootstrap::group(ranks)? {
+        let boot = Arc::new(boot);
+        let rank = boot.rank();
+        let (body, tx) = (body.clone(), tx.clone());
+        let spawned = std::thread::Builder::new().name(format!("rank {rank}")).spawn(move || {
+            let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(boot.clone()))) {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(p) => Err(format!("panicked: {}", panic_text(&*p))),
+            };
+            // When it ended, before its peers can learn of it: failures are reported in this order.
+            let ended = Instant::now();
+            if outcome.is_err() {
+                boot.abandon();
+            }
+            drop(boot);
+            let _ = tx.send((rank, ended, outcome));
+        });
+        if let Err(e) = spawned {
+            return Err(Error::Launcher(format!("starting the thread of rank {rank}: {e}")));
+        }
+    }
+    drop(tx);
+    let deadline = started.checked_add(deadline).unwrap_or_else(|| super::after(deadline));
+    let mut status: Vec<Option<std::result::Result<(), String>>> = vec![None; ranks];
+    let mut failed = Vec::new();
+    let mut grace_end: Option<Instant> = None;
+    let mut running = ranks;
+    while running > 0 {
+        let wake = grace_end.map_or(deadline, |g| g.min(deadline));
+        match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
+            Ok((rank, ended, outcome)) => {
+                running -= 1;
+                if outcome.is_err() {
+                    failed.push((ended, rank));
+                    grace_end.get_or_insert(super::after(grace));
+                }
+                status[rank] = Some(outcome);
+            }
+            Err(_) => break,
+        }
+    }
+    failed.sort();
+    let failed: Vec<usize> = failed.into_iter().map(|(_, r)| r).collect();
+    let elapsed = crate::error::fmt_duration(started.elapsed());
+    let who = |ranks: &[usize]| {
+        ranks
+            .iter()
+            .map(|&r| match &status[r] {
+                Some(Err(e)) => format!("rank {r} ({e})"),
+                _ => format!("rank {r}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let stuck: Vec<usize> = (0..ranks).filter(|&r| status[r].is_none()).collect();
+    let stuck_note = if stuck.is_empty() {
+        String::new()
+    } else {
+        format!("; still running (threads cannot be killed: exit the process): {}", who(&stuck))
+    };
+    match failed.first() {
+        None if stuck.is_empty() => Ok(()),
+        None => {
+            Err(Error::Launcher(format!("{ranks} ranks as threads: past the deadline after {elapsed}{stuck_note}")))
+        }
+        Some(&first) => {
+            let also = if failed.len() > 1 { format!("; then {}", who(&failed[1..])) } else { String::new() };
+            Err(Error::Launcher(format!("{} failed first, after {elapsed}{also}{stuck_note}", who(&[first]))))
+        }
+    }
+}
+
+/// The text of a panic's payload.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
 }
 
 /// The launcher deadline from `MSCCLPP_RS_LAUNCH_DEADLINE` (seconds), else [`DEFAULT_DEADLINE`].
@@ -455,30 +599,50 @@ pub enum Role {
         /// `Ok` when every rank exited with status 0 before the deadline.
         outcome: Result<()>,
     },
+    /// `--threads N` or [`ENV_THREADS`]: run `ranks` ranks as threads of this process
+    /// ([`run_threads`], with `deadline`).
+    Threads {
+        /// How many ranks.
+        ranks: usize,
+        /// The run's deadline ([`ENV_LAUNCH_DEADLINE`]).
+        deadline: Duration,
+    },
 }
 
 /// The usual `main` of a multi-rank program: with `--ranks N` among the arguments, starts N
 /// copies of this executable and waits for them; in a rank's environment, returns the rank's
-/// configuration; with neither (started by hand), starts `default_ranks` copies. The deadline of
-/// a launch comes from [`ENV_LAUNCH_DEADLINE`].
+/// configuration; with `--threads N` (or [`ENV_THREADS`]) and no rank environment, returns
+/// [`Role::Threads`], for the program to run its ranks with [`run_threads`]; with none of these
+/// (started by hand), starts `default_ranks` copies. The deadline of a launch comes from
+/// [`ENV_LAUNCH_DEADLINE`].
 ///
 /// ```no_run
-/// use mscclpp_host::bootstrap::{TcpBootstrap, launcher::{Role, role}};
+/// use mscclpp_host::bootstrap::{TcpBootstrap, launcher::{Role, role, run_threads}};
 /// match role(2)? {
 ///     Role::Rank(cfg) => { let boot = TcpBootstrap::connect(&cfg)?; /* ... */ }
 ///     Role::Launched { ranks, outcome } => outcome?,
+///     Role::Threads { ranks, deadline } => {
+///         run_threads(ranks, deadline, |boot| { /* this thread is rank boot.rank() */ Ok(()) })?
+///     }
 /// }
 /// # Ok::<(), mscclpp_host::Error>(())
 /// ```
 pub fn role(default_ranks: usize) -> Result<Role> {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let env = EnvSnapshot::capture();
+    let threads = threads_requested(&args, &env)?;
     if let Some((ranks, _)) = ranks_from_args(&args)? {
+        if threads_from_args(&args)?.is_some() {
+            return Err(Error::InvalidArgument("--ranks and --threads: choose one".into()));
+        }
         let outcome = maybe_launch_from_args().unwrap_or_else(|| Err(Error::Launcher("--ranks vanished".into())));
         return Ok(Role::Launched { ranks, outcome });
     }
-    let env = EnvSnapshot::capture();
     if let Some(cfg) = super::BootstrapConfig::from_env(&env)? {
         return Ok(Role::Rank(cfg));
+    }
+    if let Some(ranks) = threads {
+        return Ok(Role::Threads { ranks, deadline: deadline_from_env(&env)? });
     }
     let outcome = deadline_from_env(&env).and_then(|d| launch(default_ranks, args, d));
     Ok(Role::Launched { ranks: default_ranks, outcome })
@@ -501,6 +665,67 @@ mod tests {
         for bad in [&["--ranks"][..], &["--ranks", "0"], &["--ranks", "x"], &["--ranks=999999"]] {
             assert!(ranks_from_args(&os(bad)).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn threads_argument_and_variable() {
+        assert_eq!(threads_from_args(&os(&["a", "--threads", "8"])).unwrap(), Some((8, os(&["a"]))));
+        assert_eq!(threads_from_args(&os(&["--threads=2", "b"])).unwrap(), Some((2, os(&["b"]))));
+        assert_eq!(threads_from_args(&os(&["--ranks", "2"])).unwrap(), None);
+        for bad in [&["--threads"][..], &["--threads", "0"], &["--threads=x"]] {
+            assert!(threads_from_args(&os(bad)).is_err(), "{bad:?}");
+        }
+        let env = EnvSnapshot::default().with(ENV_THREADS, "4");
+        assert_eq!(threads_requested(&os(&[]), &env).unwrap(), Some(4));
+        assert_eq!(threads_requested(&os(&["--threads", "2"]), &env).unwrap(), Some(2));
+        assert_eq!(threads_requested(&os(&[]), &EnvSnapshot::default()).unwrap(), None);
+        assert!(threads_requested(&os(&[]), &EnvSnapshot::default().with(ENV_THREADS, "0")).is_err());
+    }
+
+    #[test]
+    fn threads_run_every_rank_and_report_the_first_failure() {
+        use crate::bootstrap::BootstrapExt;
+        use rand::RngExt;
+        let n = rand::rng().random_range(2..=8);
+        let seen = Arc::new(Mutex::new(vec![false; n]));
+        let s = seen.clone();
+        run_threads(n, Duration::from_secs(30), move |boot| {
+            let v: u64 = rand::rng().random();
+            let all = boot.all_gather_pod(&v)?;
+            assert_eq!(all[boot.rank()], v);
+            boot.barrier()?;
+            s.lock().unwrap()[boot.rank()] = true;
+            Ok(())
+        })
+        .unwrap();
+        assert!(seen.lock().unwrap().iter().all(|&x| x));
+        // Rank 1 fails: it abandons, so rank 0's wait ends at once with rank 1 named.
+        let t = Instant::now();
+        let e = run_threads(2, Duration::from_secs(30), |boot| {
+            if boot.rank() == 1 {
+                return Err(Error::InvalidArgument("rank 1 fails on purpose".into()));
+            }
+            boot.barrier()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("rank 1 (invalid argument: rank 1 fails on purpose) failed first"), "{e}");
+        assert!(e.contains("then rank 0") && e.contains("connection to rank 1 lost"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(10));
+        // A panic is a failure too; a rank past the deadline is named as still running.
+        // (A generous deadline: printing the panic may take a while.)
+        let e = run_threads_with(2, Duration::from_secs(20), Duration::from_millis(100), |boot| {
+            if boot.rank() == 0 {
+                panic!("rank 0 panics on purpose");
+            }
+            std::thread::sleep(Duration::from_secs(30));
+            Ok(())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("rank 0 (panicked: rank 0 panics on purpose) failed first"), "{e}");
+        assert!(e.contains("still running") && e.contains("rank 1"), "{e}");
+        assert!(run_threads(0, Duration::from_secs(1), |_| Ok(())).is_err());
     }
 
     #[test]

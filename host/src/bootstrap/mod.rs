@@ -15,8 +15,11 @@
 //! * [`TcpBootstrap::connect`]: the rendezvous over TCP; then [`Bootstrap::all_gather`],
 //!   [`BootstrapExt::all_gather_pod`], [`Bootstrap::barrier`], [`Bootstrap::send`] and
 //!   [`Bootstrap::recv`].
+//! * [`LocalBootstrap`] ([`local`]): ranks that are threads of one process, talking through
+//!   shared queues, with the same operations, errors, timeouts and loss reports.
 //! * [`launcher`]: starts N copies of the current executable as ranks on this machine
-//!   ([`launch`], and `--ranks N` through [`maybe_launch_from_args`]).
+//!   ([`launch`], and `--ranks N` through [`maybe_launch_from_args`]), or runs N ranks as
+//!   threads of this process ([`launcher::run_threads`], `--threads N`).
 //! * [`frame`]: the wire format and the rendezvous payloads.
 //!
 //! The TCP implementation lives in four private files: `tcp.rs` (the [`TcpBootstrap`] type and
@@ -171,6 +174,7 @@ pub mod frame;
 mod inbox;
 pub mod launcher;
 mod links;
+pub mod local;
 mod rendezvous;
 mod tcp;
 
@@ -181,6 +185,7 @@ use std::time::{Duration, Instant};
 pub use env::{BootstrapConfig, EnvSnapshot, RankInfo, RankSource};
 pub use frame::{FrameError, FrameFault, Token};
 pub use launcher::{Launcher, Role, launch, maybe_launch_from_args, role};
+pub use local::LocalBootstrap;
 pub use tcp::TcpBootstrap;
 
 use crate::error::{Error, Result};

@@ -164,6 +164,12 @@ pub struct SyncArgs {
     pub wait: [u64; MAX_SYNC_BITS / 64],
     /// How long a wait may last before the kernel traps with a message.
     pub budget: SpinBudget,
+    /// Address of `n_ranks` u64 addresses, each rank's header word (0: no check).
+    pub headers: u64,
+    /// What this step is (operation, type, count, root; 0: no check): written to this rank's
+    /// header before signalling and compared with every awaited peer's after its signal, so
+    /// ranks that called different operations trap with a message instead of mixing data.
+    pub tag: u64,
 }
 // SAFETY: repr(C) of a device address, integers and a SpinBudget (itself DeviceAbi).
 unsafe impl DeviceAbi for SyncArgs {}
@@ -334,6 +340,18 @@ macro_rules! narrow_elem {
 }
 narrow_elem!(F16, Bf16, F8E4M3, F8E5M2);
 
+/// The tag of a collective step (see [`SyncArgs::tag`]): never 0, and different for different
+/// operations, types, counts or roots (up to a 64-bit hash collision).
+pub const fn step_tag(op: u32, dtype: u32, count: u64, root: u32) -> u64 {
+    let mut x = (op as u64) | (dtype as u64) << 8 | (root as u64) << 16;
+    x ^= count.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // splitmix64's finaliser
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    if x == 0 { 1 } else { x }
+}
+
 /// Reduces `inputs` (in order) as the kernels do, for one element: the specification of
 /// `nccl_reduce_<type>` that the host tests compare against.
 pub fn reduce_one<T: Elem>(op: ReduceOp, inputs: &[T], scalar_bits: u64) -> T {
@@ -382,6 +400,17 @@ mod tests {
     }
 
     #[test]
+    fn step_tags_differ_by_every_field() {
+        let t = step_tag(1, 7, 1000, 0);
+        assert_ne!(t, 0);
+        for other in
+            [step_tag(2, 7, 1000, 0), step_tag(1, 8, 1000, 0), step_tag(1, 7, 1001, 0), step_tag(1, 7, 1000, 1)]
+        {
+            assert_ne!(t, other);
+        }
+    }
+
+    #[test]
     fn sync_sets_select_peers() {
         let mut a = SyncArgs {
             table: GlobalPtr::null(),
@@ -392,6 +421,8 @@ mod tests {
             signal: [0; 4],
             wait: [0; 4],
             budget: SpinBudget::DEFAULT,
+            headers: 0,
+            tag: 0,
         };
         a.signal[1] = 1 << 3; // peer 67
         assert!(a.signals(67) && !a.signals(3) && !a.waits(67) && !a.signals(299));

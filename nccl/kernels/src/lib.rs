@@ -115,6 +115,14 @@ reduce_kernels! {
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn nccl_sync(a: SyncArgs) {
     let t = Threads::block();
+    let header = |p: u32| {
+        // SAFETY: the host passes the table of every rank's header address when `tag` is set.
+        unsafe { *(a.headers as *const u64).add(p as usize) as *mut u64 }
+    };
+    if a.tag != 0 && t.index == 0 {
+        // SAFETY: this rank's header word; published by the release of the signals below.
+        unsafe { header(a.rank).write_volatile(a.tag) };
+    }
     // Partner: the peers' acquiring waits. Orders everything this rank wrote before the launch
     // (earlier kernels and copies on the stream) before the signals below.
     mscclpp_device::atomic::fence_acq_rel::<mscclpp_device::atomic::Sys>();
@@ -131,6 +139,12 @@ pub unsafe extern "ptx-kernel" fn nccl_sync(a: SyncArgs) {
         if a.waits(p) {
             // SAFETY: as above; only this thread waits on it here.
             unsafe { (*a.table.as_ptr().add(p as usize)).wait(a.budget) }
+            // SAFETY: the peer's header, written before the signal just acquired.
+            if a.tag != 0 && unsafe { header(p).read_volatile() } != a.tag {
+                mscclpp_device::poll::fail(
+                    c"mscclpp-nccl: the ranks called different operations (or one with different counts, types or roots)",
+                );
+            }
         }
         p += t.count;
     }
