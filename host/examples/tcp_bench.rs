@@ -11,7 +11,8 @@
 //! its context: GPU work of the two ranks needs no switch between processes' contexts). Rank 0 sends, rank 1 receives. For every size from 1 MiB to `--max-mib`
 //! (default 1 GiB with GPUs, 256 MiB on host memory), alternating in each iteration:
 //!
-//! * **raw TCP**: rank 0 writes the bytes into a plain loopback TCP connection (`TCP_NODELAY`)
+//! * **raw TCP**: rank 0 writes the bytes into a plain TCP connection (`TCP_NODELAY`; loopback
+//!   on one machine, else between the bootstrap's interfaces, as the transport's)
 //!   from one reused 4 MiB host buffer, rank 1 reads them into another and answers one byte; the
 //!   time until rank 0 has the answer. This is the ceiling of the transport on one machine: the
 //!   same kernel path, from memory that stays in cache, without staging copies, framing or
@@ -34,7 +35,7 @@
 //! the raw stream's bandwidth at 256 MiB and above.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,12 +44,13 @@ use std::time::{Duration, Instant};
 use mscclpp_host::bootstrap::launcher::{Role, role};
 use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, BootstrapExt, RankInfo, TcpBootstrap, Token};
 use mscclpp_host::proxy::MemoryRegion;
+use mscclpp_host::topology::{HostIdentity, RankPlace, Topology};
 use mscclpp_host::transport::tcp::connect::PeerAddr;
 use mscclpp_host::transport::tcp::cuda::{CudaLanding, CudaSource};
 use mscclpp_host::transport::tcp::{
     ConnectOptions, HostLanding, HostRegion, HostSource, Link, RemoteMemory, TcpConfig, TcpTransport, connect_peers,
 };
-use mscclpp_host::transport::{RemoteSpan, Transport};
+use mscclpp_host::transport::{RemoteSpan, Transport, TransportChoice};
 use mscclpp_host::{DeviceBuffer, Error, Gpu, PinnedBuffer, Result};
 
 const MIB: usize = 1 << 20;
@@ -225,11 +227,20 @@ fn run(cfg: &BootstrapConfig) -> Result<()> {
     };
     drop(src_data);
     let opts = ConnectOptions { max_chunk: o.chunk as u64, ..Default::default() };
-    let link = connect_peers(&boot, &[PeerAddr { rank: peer, same_machine: true }], &opts)?
+    // On two machines (as the topology decides) the transport and the raw stream both use the
+    // bootstrap's interface; on one, loopback.
+    let place = RankPlace {
+        host: HostIdentity::this_machine(),
+        gpu_ordinal: 0,
+        gpu_bus_id: String::new(),
+        choice: TransportChoice::from_env()?,
+    };
+    let same_machine = Topology::exchange_places(&boot, &place)?.same_machine(peer);
+    let link = connect_peers(&boot, &[PeerAddr { rank: peer, same_machine }], &opts)?
         .pop()
         .ok_or_else(|| Error::Protocol("no link".into()))?;
     let mut t = start(link, &memory, &o, &tcp)?;
-    let mut raw = raw_connection(&boot, me)?;
+    let mut raw = raw_connection(&boot, me, same_machine)?;
     if me == 0 {
         match &memory {
             Memory::Gpu { gpu, .. } => println!(
@@ -393,13 +404,19 @@ fn wait_signal(memory: &Memory, want: u64, timeout: Duration) -> Result<()> {
     Ok(())
 }
 
-/// A plain TCP connection between the two ranks over loopback: rank 1 listens, rank 0 connects.
-fn raw_connection(boot: &TcpBootstrap, me: usize) -> Result<TcpStream> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(io("raw listen"))?;
-    let port = listener.local_addr().map_err(io("raw listen"))?.port();
-    let ports = boot.all_gather_pod(&u32::from(port))?;
+/// A plain TCP connection between the two ranks, over loopback on one machine, else between the
+/// bootstrap's interfaces: rank 1 listens, rank 0 connects.
+fn raw_connection(boot: &TcpBootstrap, me: usize, same_machine: bool) -> Result<TcpStream> {
+    let ip = match boot.hints().local_ip {
+        Some(ip) if !same_machine => ip,
+        _ => IpAddr::V4(Ipv4Addr::LOCALHOST),
+    };
+    let listener = TcpListener::bind((ip, 0)).map_err(io("raw listen"))?;
+    let addr = listener.local_addr().map_err(io("raw listen"))?.to_string();
+    let addrs = boot.all_gather(addr.as_bytes())?;
     let s = if me == 0 {
-        TcpStream::connect((Ipv4Addr::LOCALHOST, ports[1] as u16)).map_err(io("raw connect"))?
+        let peer = String::from_utf8_lossy(&addrs[1]).into_owned();
+        TcpStream::connect(peer.as_str()).map_err(io("raw connect"))?
     } else {
         listener.accept().map_err(io("raw accept"))?.0
     };

@@ -6,6 +6,13 @@
 //! machines and containers share names), and neither is an id alone (containers of one machine
 //! share its boot id but not its IPC namespace when their host names differ, so they are kept
 //! apart). Two ranks share a machine only when both are known and equal.
+//!
+//! So ranks in network namespaces of one host, each with a UTS namespace of its own host name,
+//! are different machines here, through this same path (no switch for tests): that is how
+//! `host/tests/netns_procs.rs` runs several "machines" on one. No override is needed on a
+//! cluster: machines there differ in both names, and a container with its own host name is
+//! treated as a machine of its own, which is always correct (TCP instead of CUDA IPC between
+//! containers of one host, at worst slower).
 
 use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
@@ -171,7 +178,14 @@ pub struct Topology {
 impl Topology {
     /// Exchanges every rank's place and process id (collective over `boot`: one all-gather).
     pub fn exchange(boot: &dyn Bootstrap, gpu: &Gpu) -> Result<Self> {
-        let mut payload = RankPlace::this_rank(gpu)?.encode();
+        Self::exchange_places(boot, &RankPlace::this_rank(gpu)?)
+    }
+
+    /// Exchanges `mine` and this process's id with every rank's (collective over `boot`: one
+    /// all-gather): what [`Self::exchange`] does with this rank's GPU, for a rank that drives
+    /// none (host memory only) or describes its GPU itself.
+    pub fn exchange_places(boot: &dyn Bootstrap, mine: &RankPlace) -> Result<Self> {
+        let mut payload = mine.encode();
         payload.extend_from_slice(&std::process::id().to_le_bytes());
         let all = crate::bootstrap::BootstrapExt::all_gather_checked(boot, &payload)?;
         let (ranks, pids) = all

@@ -1,4 +1,4 @@
-//! The driver side shared by the multi-process tests (`bootstrap_procs`, `tcp_procs`): each test
+//! The driver side shared by the multi-process tests (`bootstrap_procs`, `tcp_procs`, `netns_procs`): each test
 //! binary starts itself as N ranks of a scenario with the built-in launcher, captures what they
 //! print, and checks it.
 
@@ -37,6 +37,12 @@ impl Run {
 /// What the ranks of the last launch printed, shown when a check fails.
 static LAST_LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
+/// Keeps `lines` as what the last run printed (shown when its check fails).
+#[allow(dead_code)] // only the tests that start their own processes record lines themselves
+pub fn record(lines: Vec<String>) {
+    *LAST_LINES.lock().unwrap_or_else(|e| e.into_inner()) = lines;
+}
+
 /// Starts this executable as `ranks` ranks of `scenario` (`--scenario NAME`), with the bootstrap
 /// timeout `timeout_s`, the launcher's `deadline` and `grace`, and waits for them.
 pub fn launch(ranks: usize, scenario: &str, timeout_s: f64, deadline: Duration, grace: Duration) -> Run {
@@ -48,7 +54,7 @@ pub fn launch(ranks: usize, scenario: &str, timeout_s: f64, deadline: Duration, 
         .deadline(deadline)
         .grace(grace)
         .run_captured();
-    *LAST_LINES.lock().unwrap_or_else(|e| e.into_inner()) = lines.clone();
+    record(lines.clone());
     Run { result: r.map_err(|e| e.to_string()), lines, took: t.elapsed() }
 }
 

@@ -21,7 +21,9 @@
 //!    nonce and an HMAC-SHA256 over all of it under the key, and the accepting side's welcome
 //!    carries the largest chunk it accepts and its own HMAC. A connection that fails this is
 //!    dropped and the wait goes on (a stray process must not take the job down); the deadline's
-//!    error names the ranks still missing and the last rejection.
+//!    error names the ranks still missing and the last rejection. Handshakes run at once, each on
+//!    a short-lived thread (at most 64 pending: past that the oldest is dropped), so strays that
+//!    connect first and never answer hold up no real rank.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -357,7 +359,17 @@ fn accept_one(
     Ok((from, s))
 }
 
-/// Accepts until every rank of `expected` has connected, or `deadline`.
+/// Handshakes read at once, each on a short-lived thread of its own; at the cap the oldest is
+/// dropped to make room, so strays that connect and say nothing cannot hold up the real ranks.
+const MAX_PENDING_HANDSHAKES: usize = 64;
+/// Stack of a handshake thread (it reads and writes a few small records).
+const HANDSHAKE_STACK: usize = 256 << 10;
+
+/// What a handshake thread reports: its number, the address and the outcome.
+type Handshake = (u64, SocketAddr, std::result::Result<(usize, TcpStream), String>);
+
+/// Accepts until every rank of `expected` has connected, or `deadline`. Handshakes run
+/// concurrently (see [`MAX_PENDING_HANDSHAKES`]).
 fn accept_all(
     listener: &TcpListener,
     key: &Token,
@@ -367,22 +379,63 @@ fn accept_all(
     (deadline, timeout): (Instant, Duration),
 ) -> Result<HashMap<usize, TcpStream>> {
     listener.set_nonblocking(true).map_err(io("making the listener non-blocking"))?;
+    let (tx, rx) = std::sync::mpsc::channel::<Handshake>();
+    // Each pending handshake's number and a handle on its socket, to end it early.
+    let mut pending: std::collections::VecDeque<(u64, TcpStream)> = std::collections::VecDeque::new();
+    let mut next_id = 0u64;
     let mut got = HashMap::new();
     let mut waiting: Vec<usize> = expected.to_vec();
     let (mut rejected, mut last_reason) = (0usize, String::new());
-    while !waiting.is_empty() {
+    let outcome = loop {
+        while let Ok((id, from, result)) = rx.try_recv() {
+            pending.retain(|p| p.0 != id);
+            match result {
+                Ok((rank, s)) if waiting.contains(&rank) => {
+                    waiting.retain(|&r| r != rank);
+                    got.insert(rank, s);
+                }
+                Ok((rank, _)) => {
+                    rejected += 1;
+                    last_reason = format!("{from}: a second connection from rank {rank}");
+                }
+                Err(why) => {
+                    rejected += 1;
+                    last_reason = format!("{from}: {why}");
+                }
+            }
+        }
+        if waiting.is_empty() {
+            break Ok(got);
+        }
         match listener.accept() {
             Ok((s, from)) => {
-                s.set_nonblocking(false).map_err(io("making a connection blocking"))?;
+                let started = s.set_nonblocking(false).and_then(|()| s.try_clone()).map(|handle| (s, handle));
+                let Ok((s, handle)) = started else {
+                    rejected += 1;
+                    last_reason = format!("{from}: could not set the connection up");
+                    continue;
+                };
+                if pending.len() >= MAX_PENDING_HANDSHAKES
+                    && let Some((_, oldest)) = pending.pop_front()
+                {
+                    let _ = oldest.shutdown(std::net::Shutdown::Both);
+                }
+                let (id, tx, key, expect) = (next_id, tx.clone(), *key, waiting.clone());
+                next_id += 1;
                 let until = deadline.min(Instant::now() + HANDSHAKE_WAIT);
-                match accept_one(s, key, me, instance, &waiting, max_chunk, until) {
-                    Ok((rank, s)) => {
-                        waiting.retain(|&r| r != rank);
-                        got.insert(rank, s);
-                    }
-                    Err(why) => {
+                let spawned = std::thread::Builder::new()
+                    .name("tcp-handshake".into())
+                    .stack_size(HANDSHAKE_STACK)
+                    .spawn(move || {
+                        let _ = tx.send((id, from, accept_one(s, &key, me, instance, &expect, max_chunk, until)));
+                    });
+                match spawned {
+                    Ok(_) => pending.push_back((id, handle)),
+                    Err(e) => {
+                        // No thread for it: drop the connection (its rank retries).
+                        let _ = handle.shutdown(std::net::Shutdown::Both);
                         rejected += 1;
-                        last_reason = format!("{from}: {why}");
+                        last_reason = format!("{from}: no thread for its handshake: {e}");
                     }
                 }
             }
@@ -393,7 +446,7 @@ fn accept_all(
                     } else {
                         String::new()
                     };
-                    return Err(Error::Timeout {
+                    break Err(Error::Timeout {
                         after: timeout,
                         waiting_for: format!("TCP transport connections from rank(s) {waiting:?}{note}"),
                     });
@@ -401,10 +454,14 @@ fn accept_all(
                 std::thread::sleep(Duration::from_millis(1));
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(source) => return Err(Error::Io { context: "accepting a transport connection".into(), source }),
+            Err(source) => break Err(Error::Io { context: "accepting a transport connection".into(), source }),
         }
+    };
+    // End the handshakes of strays still pending: their threads finish at once.
+    for (_, handle) in pending {
+        let _ = handle.shutdown(std::net::Shutdown::Both);
     }
-    Ok(got)
+    outcome
 }
 
 /// [`accept_all`] for the transport's tests.

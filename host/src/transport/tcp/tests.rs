@@ -633,6 +633,30 @@ fn handshakes_need_the_key_and_the_right_instance() {
 }
 
 #[test]
+fn idle_connections_made_first_do_not_hold_up_the_real_ranks() {
+    use super::wire::Introduction;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let key = Token(rand::random());
+    // Strays that connect before the real ranks and never answer; each would cost a 2 s
+    // handshake wait if handshakes were read one after another.
+    let idle: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let acceptor =
+        std::thread::spawn(move || super::connect::accept_all_for_test(&l, &key, 0, 7, &[1, 2], 1 << 20, deadline));
+    let t = Instant::now();
+    for from in [1, 2] {
+        super::connect::connect_for_test(addr, &key, Introduction { from, to: 0, instance: 7 }).unwrap();
+    }
+    let got = acceptor.join().unwrap().unwrap();
+    let mut ranks: Vec<usize> = got.keys().copied().collect();
+    ranks.sort();
+    assert_eq!(ranks, [1, 2]);
+    assert!(t.elapsed() < Duration::from_secs(1), "the real ranks got through after {:?}", t.elapsed());
+    drop(idle);
+}
+
+#[test]
 fn connect_peers_times_out_naming_the_missing_rank() {
     // Three ranks; rank 2 never calls connect_peers (it still takes part in the all-gathers).
     let hints = BootstrapHints { key: None, timeout: Some(Duration::from_millis(500)), ..Default::default() };
