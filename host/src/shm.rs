@@ -449,4 +449,34 @@ mod tests {
             assert_eq!(stale_owner(bad), None, "{bad}");
         }
     }
+
+    /// Exists for a planted bug the other tests let through: the owner check of `open` dropped
+    /// (no test presented a file of another user). A file under the name with the right type,
+    /// mode and size but owned by another user is refused, naming that user. Making such a file
+    /// takes `chown`, so this needs root (or `CAP_CHOWN`); without it the test says so and skips.
+    /// (For another user, the kernel's own permission check refuses a 0600 file of someone else
+    /// before this one does.)
+    #[test]
+    fn a_file_of_another_user_is_refused() {
+        let name = unique("owner");
+        let mut own = SharedHostMemory::create(&name, 128).unwrap();
+        let path = PathBuf::from(DIR).join(&name);
+        // Any user but this one (and not root, whose files root can open anyway).
+        let other = loop {
+            let uid = rand::random::<u32>() % 60_000 + 1_000;
+            if uid != euid() {
+                break uid;
+            }
+        };
+        if let Err(e) = std::os::unix::fs::chown(&path, Some(other), None) {
+            println!("SKIP a_file_of_another_user_is_refused: cannot chown {} to user {other}: {e}", path.display());
+            return;
+        }
+        let e = SharedHostMemory::open(&name, 128).unwrap_err().to_string();
+        assert!(e.contains(&format!("belongs to user {other}, not to this process's user {}", euid())), "{e}");
+        // Given back to this user, the same file opens.
+        std::os::unix::fs::chown(&path, Some(euid()), None).unwrap();
+        SharedHostMemory::open(&name, 128).unwrap();
+        own.unlink().unwrap();
+    }
 }
