@@ -890,4 +890,21 @@ mod tests {
         assert!(check_rounds(&d, Algorithm::Pipelined, 1 << 60, 1).is_err());
         assert!(check_rounds(&d, Algorithm::Pipelined, u64::MAX, 1).is_err());
     }
+
+    /// Exists for a planted bug the other tests let through: `Config::check` no longer requiring
+    /// `ll_slot_bytes` to be a multiple of 16 (only 0 was tested). Fresh random sizes that are not
+    /// multiples of 16 are refused naming the setting; multiples of 16 pass.
+    #[test]
+    fn ll_slot_bytes_must_be_a_multiple_of_16() {
+        use rand::RngExt;
+        let mut rng = rand::rng();
+        let ok = Config::default();
+        for _ in 0..100 {
+            let whole = 16 * rng.random_range(1..1u64 << 40);
+            let bad = whole - rng.random_range(1..16);
+            let e = Config { ll_slot_bytes: bad, ..ok }.check(2).unwrap_err().to_string();
+            assert!(e.contains(&format!("ll_slot_bytes {bad} is not a positive multiple of 16")), "{e}");
+            assert!(Config { ll_slot_bytes: whole, ..ok }.check(2).is_ok(), "ll_slot_bytes {whole} refused");
+        }
+    }
 }
