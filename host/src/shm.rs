@@ -479,4 +479,70 @@ mod tests {
         SharedHostMemory::open(&name, 128).unwrap();
         own.unlink().unwrap();
     }
+
+    /// Survivors of `./x mutants shm`: `stale_owner` accepted a rank that is not a number, or an
+    /// empty random part, when one of its conditions was turned around. Such names are not ours
+    /// and are never removed; with a random pid and rank, the well-formed name is.
+    #[test]
+    fn stale_owner_needs_a_numeric_rank_and_a_random_part() {
+        let (pid, rank) = (1 + rand::random::<u32>() % 4_000_000, rand::random::<u16>());
+        assert_eq!(stale_owner(&format!("{NAME_PREFIX}{pid}-{rank}-{:x}", rand::random::<u64>())), Some(pid as i32));
+        for bad in [
+            format!("{NAME_PREFIX}{pid}-x{rank}-ab"),
+            format!("{NAME_PREFIX}{pid}-{rank}x-ab"),
+            format!("{NAME_PREFIX}{pid}--ab"),
+            format!("{NAME_PREFIX}{pid}-{rank}-"),
+            format!("{NAME_PREFIX}x{pid}-{rank}-ab"),
+        ] {
+            assert_eq!(stale_owner(&bad), None, "{bad}");
+        }
+    }
+
+    /// A survivor of `./x mutants shm`: `process_alive` always true (no stale file was ever
+    /// removed, and the test of stale files skips its check when the dead id looks alive). Checked
+    /// against `/proc`: this process, and one that has exited and been reaped.
+    #[test]
+    fn process_alive_tells_live_from_dead() {
+        assert!(process_alive(std::process::id() as i32));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let exists = Path::new(&format!("/proc/{dead}")).exists();
+        assert_eq!(process_alive(dead as i32), exists, "process {dead}: /proc says {exists}");
+    }
+
+    /// A survivor of `./x mutants shm`: `remove_stale_in` skipping a file only when it is both
+    /// not a plain file and another user's (`||` read as `&&`), so that another user's stale-looking
+    /// file was removed. In a folder of its own: a stale file of this user is removed, the same
+    /// of another user (a random uid; needs `CAP_CHOWN`, else the test says so and skips) is kept.
+    #[test]
+    fn stale_files_of_another_user_are_kept() {
+        let dir = Cleanup(std::env::temp_dir().join(unique("stale-dir")));
+        std::fs::create_dir(&dir.0).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let old = SystemTime::now() - STALE_AGE - Duration::from_secs(60);
+        let stale = |tag: u8| {
+            let path = dir.0.join(format!("{NAME_PREFIX}{dead}-{tag}-{:x}", rand::random::<u64>()));
+            std::fs::write(&path, b"x").unwrap();
+            OpenOptions::new().write(true).open(&path).unwrap().set_modified(old).unwrap();
+            path
+        };
+        let (mine, theirs) = (stale(0), stale(1));
+        let other = 1_000 + rand::random::<u32>() % 60_000;
+        let chowned = std::os::unix::fs::chown(&theirs, Some(other), None);
+        let removed = remove_stale_in(&dir.0).unwrap();
+        let _ = std::fs::remove_file(&theirs);
+        let _ = std::fs::remove_dir(&dir.0);
+        if process_alive(dead as i32) {
+            return; // the id was reused: nothing is stale (the safe side)
+        }
+        if let Err(e) = chowned {
+            println!("SKIP stale_files_of_another_user_are_kept: cannot chown to user {other}: {e}");
+            return;
+        }
+        assert!(!mine.exists(), "this user's stale file was kept");
+        assert_eq!(removed, 1, "user {other}'s stale file was removed too");
+    }
 }

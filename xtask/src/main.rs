@@ -38,7 +38,8 @@ usage: cargo xtask <command> [args]   (or ./x <command> [args])
                      README says next to this checkout, and runs it (it skips without a GPU)
   mutants [NAME..]   mutation testing (cargo-mutants, installed when missing) of the modules
                      that guard security and correctness, or of those named; `--list` lists
-                     them; prints and writes target/mutants/summary.md (slow: not in CI)
+                     them; prints and writes target/mutants/summary.md (slow: not in CI;
+                     `--summary` only prints the summary of the results there)
   setup              only the set-up: the pinned toolchain's components and ptxas, cuobjdump
                      and nvdisasm (from PyPI into .venv-tools/ when they are missing)
   help               this text
