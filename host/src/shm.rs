@@ -545,4 +545,30 @@ mod tests {
         assert!(!mine.exists(), "this user's stale file was kept");
         assert_eq!(removed, 1, "user {other}'s stale file was removed too");
     }
+
+    /// Survivors of `./x mutants shm`: the name limit off by one (`> 200` read as `>=` or `==`),
+    /// `name()` returning another name, and `Debug` printing nothing. Names of 1 to 200 allowed
+    /// characters are taken (a random one of 200), 201 are refused; a mapping reports its own name,
+    /// and shows it and its size in `Debug`.
+    #[test]
+    fn names_up_to_200_characters_and_what_a_mapping_reports() {
+        let long = |n: usize| -> String {
+            let mut s = unique("len");
+            while s.len() < n {
+                s.push(char::from(b'a' + rand::random::<u8>() % 26));
+            }
+            s.truncate(n);
+            s
+        };
+        let name = long(200);
+        let mut m = SharedHostMemory::create(&name, 64).unwrap();
+        assert_eq!(m.name(), name);
+        let shown = format!("{m:?}");
+        assert!(shown.contains(&name) && shown.contains("64"), "{shown}");
+        m.unlink().unwrap();
+        for n in [201, 202 + rand::random::<u8>() as usize] {
+            let e = SharedHostMemory::create(&long(n), 64).unwrap_err().to_string();
+            assert!(e.contains("use 1-200 of"), "{n} characters: {e}");
+        }
+    }
 }
