@@ -547,9 +547,9 @@ mod tests {
     }
 
     /// Survivors of `./x mutants shm`: the name limit off by one (`> 200` read as `>=` or `==`),
-    /// `name()` returning another name, and `Debug` printing nothing. Names of 1 to 200 allowed
-    /// characters are taken (a random one of 200), 201 are refused; a mapping reports its own name,
-    /// and shows it and its size in `Debug`.
+    /// `name()`, `len()` or `is_empty()` answering something else, and `Debug` printing nothing.
+    /// Names of 1 to 200 allowed characters are taken (a random one of 200), 201 are refused; a
+    /// mapping reports its own name and size, and shows them in `Debug`.
     #[test]
     fn names_up_to_200_characters_and_what_a_mapping_reports() {
         let long = |n: usize| -> String {
@@ -563,6 +563,7 @@ mod tests {
         let name = long(200);
         let mut m = SharedHostMemory::create(&name, 64).unwrap();
         assert_eq!(m.name(), name);
+        assert_eq!((m.len(), m.is_empty()), (64, false));
         let shown = format!("{m:?}");
         assert!(shown.contains(&name) && shown.contains("64"), "{shown}");
         m.unlink().unwrap();
