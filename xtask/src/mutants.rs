@@ -207,7 +207,8 @@ pub const TARGETS: &[Target] = &[
 ];
 
 /// Surviving mutants that cannot change behaviour, with why: lines `FILE: MUTANT | REASON`, the
-/// mutant as cargo-mutants names it without its line and column.
+/// mutant as cargo-mutants names it without its line and column (which may hold ` | ` itself: the
+/// reason is what follows the last one).
 const EQUIVALENT: &str = include_str!("../equivalent-mutants.txt");
 
 /// The reason a missed mutant (`file:line:col: description`) is equivalent, if it is listed.
@@ -216,7 +217,7 @@ pub fn equivalent(missed: &str) -> Option<&'static str> {
     // Skip `line:col: `.
     let description = rest.splitn(3, ':').nth(2)?.trim();
     EQUIVALENT.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (mutant, reason) = l.split_once(" | ")?;
+        let (mutant, reason) = l.rsplit_once(" | ")?;
         let (f, d) = mutant.split_once(": ")?;
         (f.trim() == file && d.trim() == description).then_some(reason.trim())
     })
@@ -390,7 +391,7 @@ mod tests {
     #[test]
     fn equivalent_mutants_are_found_by_file_and_description() {
         for l in EQUIVALENT.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
-            let (mutant, reason) = l.split_once(" | ").unwrap_or_else(|| panic!("no ` | reason` in {l:?}"));
+            let (mutant, reason) = l.rsplit_once(" | ").unwrap_or_else(|| panic!("no ` | reason` in {l:?}"));
             assert!(!reason.trim().is_empty(), "{l:?}");
             let (file, description) = mutant.split_once(": ").unwrap();
             assert!(crate::root().join(file).is_file(), "{l:?}: no file {file}");
