@@ -103,3 +103,95 @@ fn pwsf_is_read_with_its_flush() {
     let e = checked.expect_err("pws then overwriting its source was accepted");
     assert!(matches!(e[0], CheckError::SourceOverwrittenBeforeFlush { .. }), "{e:?}");
 }
+
+/// Two ranks over one memory channel, rank 1's scratch as rank 0's remote buffer 0; rank 0's one
+/// thread block runs `ops` (MSCCL++'s plan schema).
+fn memory_plan(ops: &str) -> String {
+    r#"{
+  "name": "ops", "collective": "test", "protocol": "Simple", "inplace": false,
+  "gpus": [
+    { "id": 0, "input_chunks": 4, "output_chunks": 4, "scratch_chunks": 4,
+      "channels": [ { "channel_type": "memory", "connected_to": [1] } ],
+      "remote_buffers": [ { "rank": 1, "type": "s", "access_channel_types": ["memory"] } ],
+      "semaphores": [],
+      "threadblocks": [
+        { "id": 0,
+          "channels": [ { "channel_type": "memory", "channel_ids": [0] } ],
+          "remote_buffer_refs": [ { "access_channel_type": "memory", "remote_buffer_ids": [0] } ],
+          "ops": [ OPS ] } ] },
+    { "id": 1, "input_chunks": 4, "output_chunks": 4, "scratch_chunks": 4,
+      "channels": [ { "channel_type": "memory", "connected_to": [0] } ],
+      "remote_buffers": [], "semaphores": [], "threadblocks": [] }
+  ]
+}"#
+    .replace("OPS", ops)
+}
+
+/// An operation `name` from the local chunks `srcs` (buffer type, index) to the chunks `dsts`
+/// (`None` as the type: rank 1's scratch, remote buffer 0).
+fn op(name: &str, srcs: &[(Option<&str>, usize)], dsts: &[(Option<&str>, usize)]) -> String {
+    let list = |v: &[(Option<&str>, usize)]| -> String {
+        let items: Vec<String> = v
+            .iter()
+            .map(|(t, i)| match t {
+                Some(t) => format!(r#"{{ "type": "{t}", "index": {i}, "size": 1 }}"#),
+                None => format!(r#"{{ "buffer_id": 0, "index": {i}, "size": 1 }}"#),
+            })
+            .collect();
+        items.join(", ")
+    };
+    format!(
+        r#"{{ "name": "{name}", "src_buff": [ {} ], "dst_buff": [ {} ], "channel_type": "memory", "reduce_op": "sum" }}"#,
+        list(srcs),
+        list(dsts)
+    )
+}
+
+fn rank0_kinds(ops: &str) -> Result<Vec<OpKind>, String> {
+    let p = mscclpp_json::read(&memory_plan(ops)).map_err(|e| e.to_string())?;
+    Ok(p.ranks[0].threadblocks[0].iter().map(|o| o.kind.clone()).collect())
+}
+
+/// Exists for survivors of `./x mutants plan-reader`: `rppkt` and `cpkt` read as the operation of
+/// the next match arm (`get`, `upkt`) when their own arm is deleted, and the pairing rules of puts
+/// and reductions turned around (a put whose sources and destinations do not pair up accepted, or
+/// one local source toward several destinations refused; a plain reduction with a remote source
+/// accepted, a remote-read reduction with its one local source refused, or its remote sources
+/// given to the wrong peer). Chunk indices random.
+#[test]
+fn the_reader_maps_each_operation_and_its_operand_lists() {
+    let (a, b, c) = (below(4), below(4), below(4));
+    let (s, i) = (Some("s"), Some("i"));
+    assert_eq!(
+        rank0_kinds(&op("rppkt", &[(s, a)], &[(None, b)])).unwrap(),
+        vec![OpKind::ReadPutPackets { channel: 0, dst: Chunk::scratch(1, b, 1), src: Chunk::scratch(0, a, 1) }]
+    );
+    assert_eq!(
+        rank0_kinds(&op("cpkt", &[(i, a)], &[(s, b)])).unwrap(),
+        vec![OpKind::CopyPackets { dst: Chunk::scratch(0, b, 1), src: Chunk::input(0, a, 1) }]
+    );
+    // Puts: one local source to each destination, or one source per destination.
+    let put = |dst: usize, src: Chunk| OpKind::Put { channel: 0, dst: Chunk::scratch(1, dst, 1), src };
+    assert_eq!(
+        rank0_kinds(&op("put", &[(i, a)], &[(None, b), (None, c)])).unwrap(),
+        vec![put(b, Chunk::input(0, a, 1)), put(c, Chunk::input(0, a, 1))]
+    );
+    assert_eq!(
+        rank0_kinds(&op("put", &[(i, a), (i, c)], &[(None, b), (None, c)])).unwrap(),
+        vec![put(b, Chunk::input(0, a, 1)), put(c, Chunk::input(0, c, 1))]
+    );
+    for (srcs, dsts) in [(vec![(i, a), (i, b)], vec![(None, 0), (None, 1), (None, 2)]), (vec![], vec![(None, a)])] {
+        let e = rank0_kinds(&op("put", &srcs, &dsts)).unwrap_err();
+        assert!(e.contains("do not pair up"), "{} sources, {} destinations: {e}", srcs.len(), dsts.len());
+    }
+    // Reductions: a remote source only in the remote-read form, which takes exactly one local source.
+    let e = rank0_kinds(&op("re", &[(i, a), (None, b)], &[(Some("o"), c)])).unwrap_err();
+    assert!(e.contains("remote operands do not match"), "{e}");
+    let kinds = rank0_kinds(&op("rre", &[(i, a), (None, b)], &[(Some("o"), c)])).unwrap();
+    assert!(
+        matches!(&kinds[..], [OpKind::ChannelReduce { channel: 0, remote_srcs, .. }] if *remote_srcs == vec![Chunk::scratch(1, b, 1)]),
+        "{kinds:?}"
+    );
+    let e = rank0_kinds(&op("rre", &[(i, a), (i, c), (None, b)], &[(Some("o"), c)])).unwrap_err();
+    assert!(e.contains("remote operands do not match"), "{e}");
+}
