@@ -1,7 +1,7 @@
 //! `./x mutants`: mutation testing of the modules that guard security and correctness, with
 //! cargo-mutants (installed with `cargo install --locked cargo-mutants` when it is missing).
 //!
-//! Each [`TARGET`] names a package, its files (optionally only the functions a regex picks) and
+//! Each of [`TARGETS`] names a package, its files (optionally only the functions a regex picks) and
 //! the tests that guard them: cargo-mutants plants one small bug at a time in a copy of the tree
 //! (never in place), runs those tests, and records whether they caught it. The results go to
 //! `target/mutants/<target>/mutants.out/`, and `target/mutants/summary.md` sums up every target
