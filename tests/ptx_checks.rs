@@ -375,3 +375,31 @@ fn block_barrier_and_now_ns_are_their_instructions() {
     let timer = ptxcheck::instructions(&entries["global_timer_now"]);
     assert!(timer.iter().any(|l| ptxcheck::tokens(l).contains(&"%globaltimer")), "no %globaltimer read: {timer:#?}");
 }
+
+/// Exists for a planted bug caught only narrowly before: the budget's expiry removed from
+/// `poll::spin_until` (a wait then spins until its condition holds, however long; only an exact
+/// count of the calls in one kernel noticed). Every kernel with a bounded wait (it reads the
+/// host's abort word, which only `spin_until` does) calls the timeout's print-and-trap,
+/// `poll::expired`: its wait can run out.
+#[test]
+fn every_bounded_wait_can_run_out() {
+    let sym = mscclpp_device::abort::SYMBOL;
+    let entries = ptxcheck::entries(mscclpp_rs::PTX);
+    let calls_expired = |l: &str| {
+        l.starts_with("call")
+            && ptxcheck::tokens(l).iter().any(|t| t.trim_matches([',', '(', ')', ';']).ends_with("4poll7expired"))
+    };
+    let (mut waits, mut missing) = (0, Vec::new());
+    for (kernel, body) in &entries {
+        let ins = ptxcheck::instructions(body);
+        if !ins.iter().any(|l| l.starts_with("ld.") && l.contains(&format!("[{sym}]"))) {
+            continue;
+        }
+        waits += 1;
+        if !ins.iter().any(|l| calls_expired(l)) {
+            missing.push(kernel.as_str());
+        }
+    }
+    assert!(waits >= 10, "only {waits} kernels with a bounded wait");
+    assert!(missing.is_empty(), "kernels whose waits never run out: {missing:?}");
+}

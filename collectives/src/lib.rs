@@ -968,4 +968,45 @@ mod tests {
         assert!(check_rounds(&d, Algorithm::Pipelined, 1 << 60, 1).is_err());
         assert!(check_rounds(&d, Algorithm::Pipelined, u64::MAX, 1).is_err());
     }
+
+    /// Exists for a planted bug the other tests let through: `Config::check` no longer requiring
+    /// `ll_slot_bytes` to be a multiple of 16 (only 0 was tested). Fresh random sizes that are not
+    /// multiples of 16 are refused naming the setting; multiples of 16 pass.
+    #[test]
+    fn ll_slot_bytes_must_be_a_multiple_of_16() {
+        use rand::RngExt;
+        let mut rng = rand::rng();
+        let ok = Config::default();
+        for _ in 0..100 {
+            let whole = 16 * rng.random_range(1..1u64 << 40);
+            let bad = whole - rng.random_range(1..16);
+            let e = Config { ll_slot_bytes: bad, ..ok }.check(2).unwrap_err().to_string();
+            assert!(e.contains(&format!("ll_slot_bytes {bad} is not a positive multiple of 16")), "{e}");
+            assert!(Config { ll_slot_bytes: whole, ..ok }.check(2).is_ok(), "ll_slot_bytes {whole} refused");
+        }
+    }
+
+    /// Survivors of `./x mutants collectives-config`: the block limit off by one (`> MAX_BLOCKS`
+    /// read as `>=`) and the round limit moved (`2^24 - 1` read as `2^24 + 1` or `2^24`). Exactly
+    /// `MAX_BLOCKS` blocks are allowed and one more refused; a part of `2^24 - 2` rounds per block
+    /// passes and one of `2^24 - 1` is refused, over a random number of blocks.
+    #[test]
+    fn block_and_round_limits_are_exact() {
+        use rand::RngExt;
+        let limits: [fn(u32) -> Config; 2] = [
+            |b| Config { max_blocks: Some(b), ..Config::default() },
+            |b| Config { blocks: Some(b), ..Config::default() },
+        ];
+        for limit in limits {
+            assert!(limit(MAX_BLOCKS).check(2).is_ok(), "{:?}", limit(MAX_BLOCKS));
+            assert!(limit(MAX_BLOCKS + 1).check(2).is_err(), "{:?}", limit(MAX_BLOCKS + 1));
+        }
+        // 16-byte slots: a round moves 16 bytes, so 16 * R bytes per block take R rounds.
+        let h = handle(2, 8, 1 << 20, 16);
+        let blocks = rand::rng().random_range(1..=8u32);
+        let most = (1u64 << mscclpp_device::collective::ROUND_BITS) - 2;
+        check_rounds(&h, Algorithm::Pipelined, 16 * most * blocks as u64, blocks).unwrap();
+        let e = check_rounds(&h, Algorithm::Pipelined, 16 * (most + 1) * blocks as u64, blocks).unwrap_err();
+        assert!(e.to_string().contains(&format!("takes {} pipelined rounds per block", most + 1)), "{e}");
+    }
 }

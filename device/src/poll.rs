@@ -267,4 +267,22 @@ mod tests {
     fn fail_on_the_host_panics_with_the_message() {
         fail(c"boom")
     }
+
+    /// A string of exactly the buffer's size has no room for its NUL: it is cut like a longer one
+    /// (a surviving mutant of `./x mutants spin-budget`, `<` read as `<=`, wrote the NUL past the
+    /// buffer's end). Random lengths around the size, each cut or kept as it must be.
+    #[test]
+    fn nul_terminated_cuts_a_string_as_long_as_the_buffer() {
+        let mut buf = [0xffu8; 16];
+        assert_eq!(nul_terminated("0123456789abcdef", &mut buf).to_bytes(), b"0123456789ab...");
+        let len = 13
+            + (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as usize) % 8;
+        let s: String = (0..len).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let got = nul_terminated(&s, &mut buf).to_bytes().to_vec();
+        if len < 16 {
+            assert_eq!(got, s.as_bytes(), "{len} bytes");
+        } else {
+            assert_eq!(got, [&s.as_bytes()[..12], b"..."].concat(), "{len} bytes");
+        }
+    }
 }

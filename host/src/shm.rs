@@ -449,4 +449,127 @@ mod tests {
             assert_eq!(stale_owner(bad), None, "{bad}");
         }
     }
+
+    /// Exists for a planted bug the other tests let through: the owner check of `open` dropped
+    /// (no test presented a file of another user). A file under the name with the right type,
+    /// mode and size but owned by another user is refused, naming that user. Making such a file
+    /// takes `chown`, so this needs root (or `CAP_CHOWN`); without it the test says so and skips.
+    /// (For another user, the kernel's own permission check refuses a 0600 file of someone else
+    /// before this one does.)
+    #[test]
+    fn a_file_of_another_user_is_refused() {
+        let name = unique("owner");
+        let mut own = SharedHostMemory::create(&name, 128).unwrap();
+        let path = PathBuf::from(DIR).join(&name);
+        // Any user but this one (and not root, whose files root can open anyway).
+        let other = loop {
+            let uid = rand::random::<u32>() % 60_000 + 1_000;
+            if uid != euid() {
+                break uid;
+            }
+        };
+        if let Err(e) = std::os::unix::fs::chown(&path, Some(other), None) {
+            println!("SKIP a_file_of_another_user_is_refused: cannot chown {} to user {other}: {e}", path.display());
+            return;
+        }
+        let e = SharedHostMemory::open(&name, 128).unwrap_err().to_string();
+        assert!(e.contains(&format!("belongs to user {other}, not to this process's user {}", euid())), "{e}");
+        // Given back to this user, the same file opens.
+        std::os::unix::fs::chown(&path, Some(euid()), None).unwrap();
+        SharedHostMemory::open(&name, 128).unwrap();
+        own.unlink().unwrap();
+    }
+
+    /// Survivors of `./x mutants shm`: `stale_owner` accepted a rank that is not a number, or an
+    /// empty random part, when one of its conditions was turned around. Such names are not ours
+    /// and are never removed; with a random pid and rank, the well-formed name is.
+    #[test]
+    fn stale_owner_needs_a_numeric_rank_and_a_random_part() {
+        let (pid, rank) = (1 + rand::random::<u32>() % 4_000_000, rand::random::<u16>());
+        assert_eq!(stale_owner(&format!("{NAME_PREFIX}{pid}-{rank}-{:x}", rand::random::<u64>())), Some(pid as i32));
+        for bad in [
+            format!("{NAME_PREFIX}{pid}-x{rank}-ab"),
+            format!("{NAME_PREFIX}{pid}-{rank}x-ab"),
+            format!("{NAME_PREFIX}{pid}--ab"),
+            format!("{NAME_PREFIX}{pid}-{rank}-"),
+            format!("{NAME_PREFIX}x{pid}-{rank}-ab"),
+        ] {
+            assert_eq!(stale_owner(&bad), None, "{bad}");
+        }
+    }
+
+    /// A survivor of `./x mutants shm`: `process_alive` always true (no stale file was ever
+    /// removed, and the test of stale files skips its check when the dead id looks alive). Checked
+    /// against `/proc`: this process, and one that has exited and been reaped.
+    #[test]
+    fn process_alive_tells_live_from_dead() {
+        assert!(process_alive(std::process::id() as i32));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let exists = Path::new(&format!("/proc/{dead}")).exists();
+        assert_eq!(process_alive(dead as i32), exists, "process {dead}: /proc says {exists}");
+    }
+
+    /// A survivor of `./x mutants shm`: `remove_stale_in` skipping a file only when it is both
+    /// not a plain file and another user's (`||` read as `&&`), so that another user's stale-looking
+    /// file was removed. In a folder of its own: a stale file of this user is removed, the same
+    /// of another user (a random uid; needs `CAP_CHOWN`, else the test says so and skips) is kept.
+    #[test]
+    fn stale_files_of_another_user_are_kept() {
+        let dir = Cleanup(std::env::temp_dir().join(unique("stale-dir")));
+        std::fs::create_dir(&dir.0).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let old = SystemTime::now() - STALE_AGE - Duration::from_secs(60);
+        let stale = |tag: u8| {
+            let path = dir.0.join(format!("{NAME_PREFIX}{dead}-{tag}-{:x}", rand::random::<u64>()));
+            std::fs::write(&path, b"x").unwrap();
+            OpenOptions::new().write(true).open(&path).unwrap().set_modified(old).unwrap();
+            path
+        };
+        let (mine, theirs) = (stale(0), stale(1));
+        let other = 1_000 + rand::random::<u32>() % 60_000;
+        let chowned = std::os::unix::fs::chown(&theirs, Some(other), None);
+        let removed = remove_stale_in(&dir.0).unwrap();
+        let _ = std::fs::remove_file(&theirs);
+        let _ = std::fs::remove_dir(&dir.0);
+        if process_alive(dead as i32) {
+            return; // the id was reused: nothing is stale (the safe side)
+        }
+        if let Err(e) = chowned {
+            println!("SKIP stale_files_of_another_user_are_kept: cannot chown to user {other}: {e}");
+            return;
+        }
+        assert!(!mine.exists(), "this user's stale file was kept");
+        assert_eq!(removed, 1, "user {other}'s stale file was removed too");
+    }
+
+    /// Survivors of `./x mutants shm`: the name limit off by one (`> 200` read as `>=` or `==`),
+    /// `name()`, `len()` or `is_empty()` answering something else, and `Debug` printing nothing.
+    /// Names of 1 to 200 allowed characters are taken (a random one of 200), 201 are refused; a
+    /// mapping reports its own name and size, and shows them in `Debug`.
+    #[test]
+    fn names_up_to_200_characters_and_what_a_mapping_reports() {
+        let long = |n: usize| -> String {
+            let mut s = unique("len");
+            while s.len() < n {
+                s.push(char::from(b'a' + rand::random::<u8>() % 26));
+            }
+            s.truncate(n);
+            s
+        };
+        let name = long(200);
+        let mut m = SharedHostMemory::create(&name, 64).unwrap();
+        assert_eq!(m.name(), name);
+        assert_eq!((m.len(), m.is_empty()), (64, false));
+        let shown = format!("{m:?}");
+        assert!(shown.contains(&name) && shown.contains("64"), "{shown}");
+        m.unlink().unwrap();
+        for n in [201, 202 + rand::random::<u8>() as usize] {
+            let e = SharedHostMemory::create(&long(n), 64).unwrap_err().to_string();
+            assert!(e.contains("use 1-200 of"), "{n} characters: {e}");
+        }
+    }
 }

@@ -36,6 +36,10 @@ usage: cargo xtask <command> [args]   (or ./x <command> [args])
   gpu-bundle         set-up, then scripts/gpu-build.sh (executables for a GPU machine in .gpu/)
   quickstart         checks that examples/quickstart/ is the README's code, builds it as the
                      README says next to this checkout, and runs it (it skips without a GPU)
+  mutants [NAME..]   mutation testing (cargo-mutants, installed when missing) of the modules
+                     that guard security and correctness, or of those named; `--list` lists
+                     them; prints and writes target/mutants/summary.md (slow: not in CI;
+                     `--summary` only prints the summary of the results there)
   setup              only the set-up: the pinned toolchain's components and ptxas, cuobjdump
                      and nvdisasm (from PyPI into .venv-tools/ when they are missing), and
                      NCCL 2.28's nccl.h (from PyPI's nvidia-nccl-cu13, for the C interface test)
@@ -45,6 +49,8 @@ usage: cargo xtask <command> [args]   (or ./x <command> [args])
 ";
 
 type Result<T> = std::result::Result<T, String>;
+
+mod mutants;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -62,6 +68,7 @@ fn main() -> ExitCode {
         }
         "quickstart" => quickstart(&root),
         "nccl" => setup(&root).and_then(|()| nccl_lib(&root)),
+        "mutants" => mutants::mutants(&root, rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())

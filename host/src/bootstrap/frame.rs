@@ -755,4 +755,32 @@ mod tests {
             }
         }
     }
+
+    /// Exists for a planted bug the other tests let through: `Token::verify` comparing only the
+    /// proof's first byte (a forged proof that is random or all zeros differs there). A proof with
+    /// any one byte changed (the last included), cut short, empty or with a byte appended is
+    /// refused; the exact proof over the same parts is accepted, and over other parts refused.
+    #[test]
+    fn verify_refuses_a_proof_that_differs_in_any_byte_or_length() {
+        use rand::RngExt;
+        let mut rng = rand::rng();
+        let token = Token::random();
+        let (a, b): ([u8; 24], [u8; 9]) = (rng.random(), rng.random());
+        let parts: [&[u8]; 2] = [&a, &b];
+        let proof = token.prove(&parts);
+        assert!(token.verify(&parts, &proof), "the exact proof is refused");
+        assert!(!Token::random().verify(&parts, &proof), "another token accepts the proof");
+        assert!(!token.verify(&[&a[..], &b[..8]], &proof), "the proof accepted over other parts");
+        for i in 0..PROOF_LEN {
+            let mut forged = proof;
+            forged[i] ^= rng.random_range(1..=255u8);
+            assert!(!token.verify(&parts, &forged), "a proof differing only in byte {i} is accepted");
+        }
+        for len in 0..PROOF_LEN {
+            assert!(!token.verify(&parts, &proof[..len]), "a proof cut to {len} bytes is accepted");
+        }
+        let mut longer = proof.to_vec();
+        longer.push(rng.random());
+        assert!(!token.verify(&parts, &longer), "a proof with a byte appended is accepted");
+    }
 }

@@ -1043,3 +1043,44 @@ fn a_refusal_sooner_than_the_wait_seen_here_is_still_retried() {
     assert!(t.elapsed() < HANDSHAKE_WAIT, "took {:?}", t.elapsed());
     assert_eq!(root.join().unwrap(), 1);
 }
+
+/// Exists for a planted bug the other tests let through: the cap on pending handshakes
+/// ([`MAX_PENDING_HANDSHAKES`]) removed, so that a flood of idle connections costs rank 0 one
+/// thread each without bound (the rendezvous still finished in time, so nothing failed). Past the
+/// cap, each new connection evicts the oldest pending one at once: its stream ends without the
+/// refusal a handshake that ran out of time sends, long before that time is up.
+#[test]
+fn past_the_cap_each_new_stray_evicts_the_oldest_at_once() {
+    use rand::RngExt;
+    let cfgs = configs(2, Duration::from_secs(30));
+    let addr: SocketAddr = cfgs[0].addr.parse().unwrap();
+    let token = cfgs[0].token;
+    let c0 = cfgs[0].clone();
+    let root = thread::spawn(move || TcpBootstrap::connect(&c0));
+    let extra = rand::rng().random_range(3..12usize);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut strays: Vec<TcpStream> = Vec::new();
+    for i in 0..MAX_PENDING_HANDSHAKES + extra {
+        let s = connect_until(addr, deadline, Duration::from_secs(20), "rank 0").unwrap();
+        // Its challenge: rank 0 accepted it (after evicting, when at the cap) and reads its hello.
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let challenge = frame::read_frame(&mut &s, &token, 64).unwrap().unwrap();
+        assert_eq!(challenge.kind, Kind::Challenge);
+        strays.push(s);
+        let Some(oldest) = i.checked_sub(MAX_PENDING_HANDSHAKES).map(|j| &strays[j]) else { continue };
+        // Well within the handshake wait: an eviction, not a handshake that ran out of time.
+        oldest.set_read_timeout(Some(HANDSHAKE_WAIT / 2)).unwrap();
+        match frame::read_frame(&mut &*oldest, &token, 1024) {
+            Ok(None) => {}
+            Err(frame::FrameError::Io(e)) if e.kind() == io::ErrorKind::ConnectionReset => {}
+            other => panic!(
+                "stray {} of {} pending handshakes was not evicted by stray {i}: {other:?}",
+                i - MAX_PENDING_HANDSHAKES,
+                MAX_PENDING_HANDSHAKES
+            ),
+        }
+    }
+    // The real rank still joins.
+    TcpBootstrap::connect(&cfgs[1]).unwrap();
+    root.join().unwrap().unwrap();
+}

@@ -886,3 +886,84 @@ fn listen_addresses_follow_the_peers_and_the_token() {
         assert!(e.contains("every interface") && e.contains("MSCCLPP_RS_TRANSPORT_ADDR"), "{e}");
     }
 }
+
+/// A landing memory that trusts the receiver's range check, as a GPU landing's copy would without
+/// its own: it records every request for a place to put a payload (a direct span, a slot, a
+/// landing) and writes nothing.
+struct Trusting {
+    inner: HostLanding,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl LandingMemory for Trusting {
+    fn regions(&self) -> &[u64] {
+        self.inner.regions()
+    }
+    fn semaphores(&self) -> usize {
+        self.inner.semaphores()
+    }
+    fn slots(&self) -> usize {
+        self.inner.slots()
+    }
+    fn slot_bytes(&self) -> usize {
+        self.inner.slot_bytes()
+    }
+    fn direct(&mut self, region: u32, offset: u64, len: usize) -> Result<Option<HostSpan<'_>>> {
+        self.asked.lock().unwrap().push(format!("direct({region}, {offset}, {len})"));
+        Ok(None)
+    }
+    fn slot(&mut self, slot: usize, deadline: Instant) -> Result<&mut [u8]> {
+        self.asked.lock().unwrap().push(format!("slot({slot})"));
+        self.inner.slot(slot, deadline)
+    }
+    fn land(&mut self, slot: usize, region: u32, offset: u64, len: usize) -> Result<()> {
+        self.asked.lock().unwrap().push(format!("land({slot}, {region}, {offset}, {len})"));
+        Ok(())
+    }
+    fn signal(&mut self, semaphore: u32) -> Result<()> {
+        self.inner.signal(semaphore)
+    }
+    fn atomic_add(&mut self, region: u32, offset: u64, value: u64) -> Result<()> {
+        self.inner.atomic_add(region, offset, value)
+    }
+    fn wait_all(&mut self, deadline: Instant) -> Result<()> {
+        self.inner.wait_all(deadline)
+    }
+}
+
+/// Exists for a planted bug caught only narrowly before: the receiver's own range check of a put
+/// dropped (the host landing's second check still refused the put, and the GPU landing's is never
+/// run without a GPU). A put outside the registered regions (past the end, wrapping, or to a region
+/// that does not exist; fresh random values) is refused by the receiver before the landing memory
+/// is asked for anything, so a landing that trusts the receiver writes nothing either.
+#[test]
+fn out_of_range_puts_never_reach_the_landing_memory() {
+    let mut rng = rand::rng();
+    let len = rng.random_range(1..=1024usize);
+    let cases = [
+        (0u32, rng.random_range(4097 - len as u64..1 << 20), "outside region 0"),
+        (0, u64::MAX - rng.random_range(0..len as u64), "outside region 0"),
+        (rng.random_range(1..1000u32), rng.random_range(0..4096 - len as u64), "is not registered"),
+    ];
+    for (region, offset, want) in cases {
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let seen = asked.clone();
+        let mut r = raw_with(Duration::from_secs(20), move |inner| Trusting { inner, asked: seen });
+        r.feed.write_all(&put_msg(0, region, offset, &vec![7; len])).unwrap();
+        let case = format!("a put of {len} bytes at {offset} of region {region}");
+        // Until the transport fails, or the put reaches the landing memory.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let e = loop {
+            if let Err(e) = r.t.poll() {
+                break e.to_string();
+            }
+            assert!(asked.lock().unwrap().is_empty(), "{case} reached the landing memory: {:?}", asked.lock().unwrap());
+            assert!(Instant::now() < deadline, "{case}: the transport never failed");
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        assert!(asked.lock().unwrap().is_empty(), "{case} reached the landing memory: {:?}", asked.lock().unwrap());
+        assert!(e.contains(want), "{case}: {e}");
+        assert!(refusal(&mut r.feed).contains(want), "{case}: the sender was not told");
+        assert!(r.dst.to_vec().iter().all(|&x| x == POISON), "{case}: something was written");
+    }
+}
