@@ -37,7 +37,11 @@ fn library() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let mut dir = exe.parent().unwrap().to_path_buf();
     while !dir.join("libmscclpp_nccl.so").exists() {
-        assert!(dir.pop(), "libmscclpp_nccl.so not found above {}", exe.display());
+        assert!(
+            dir.pop(),
+            "libmscclpp_nccl.so not found above {}: build it first (cargo build -p mscclpp-nccl --lib; ./x test does)",
+            exe.display()
+        );
     }
     dir.join("libmscclpp_nccl.so")
 }

@@ -73,7 +73,7 @@ fn relaunch() -> Option<Res<()>> {
     while !dir.join("libmscclpp_nccl.so").exists() {
         if !dir.pop() {
             return Some(Err(format!(
-                "no libmscclpp_nccl.so above {} and LD_LIBRARY_PATH names no libnccl.so",
+                "no libmscclpp_nccl.so above {} and LD_LIBRARY_PATH names no libnccl.so: build it first (cargo build -p mscclpp-nccl --lib; ./x test does)",
                 exe.display()
             )));
         }

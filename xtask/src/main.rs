@@ -129,6 +129,15 @@ fn cargo(dir: &Path, args: &[&str], extra: &[String], env: &[(&str, &str)]) -> R
 
 /// The test command (also `scripts/test.sh`).
 fn test(root: &Path, extra: &[String]) -> Result<()> {
+    // The NCCL interface's tests load libmscclpp_nccl.so, which `cargo test` does not build (it
+    // builds the library's rlib only): build the cdylib first, in the profile the tests use.
+    let release = extra.iter().any(|a| a == "--release");
+    let lib: &[&str] = if release {
+        &["build", "--release", "-p", "mscclpp-nccl", "--lib"]
+    } else {
+        &["build", "-p", "mscclpp-nccl", "--lib"]
+    };
+    cargo(root, lib, &[], &[])?;
     cargo(root, &["test", "--workspace", "--all-targets"], extra, &[])?;
     cargo(root, &["test", "--workspace", "--doc"], &[], &[])?;
     // Model checks of the FIFO protocol under loom, in a target directory of their own: `--cfg
