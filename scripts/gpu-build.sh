@@ -78,6 +78,6 @@ echo
 ls -la .gpu/bin
 du -sh .gpu/bin .gpu/bin.tgz
 echo
-echo 'on a machine with two GPUs (carry .gpu, or only .gpu/run.sh, .gpu/bin.tgz, .gpu/cpu-report):  bash .gpu/run.sh report    (the full GPU report, into $OUT/report/)'
+echo 'on a machine with two GPUs (copy .gpu there, or only .gpu/run.sh, .gpu/bin.tgz, .gpu/cpu-report):  bash .gpu/run.sh report    (the full GPU report, into $OUT/report/)'
 echo '                                           bash .gpu/run.sh           (also mpirun, 4 ranks, threads and the example)'
 echo 'on a machine with one GPU:                  bash .gpu/run.sh threads unit report   (ranks as threads at 2, 4, 8; two-sided tests with both sides on the GPU)'
