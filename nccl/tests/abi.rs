@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 use mscclpp_nccl::abi::{self, ncclConfig_t, ncclResult_t};
 use mscclpp_nccl::table::TABLE;
 
+mod common;
+use common::library;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
@@ -30,20 +33,6 @@ fn include() -> Option<PathBuf> {
     assert!(std::env::var("MSCCLPP_RS_REQUIRE_PTXAS").as_deref() != Ok("1"), "{why}");
     eprintln!("SKIPPED: the C interface test: {why}");
     None
-}
-
-/// `target/<profile>/libmscclpp_nccl.so`, built with the test (the library's cdylib).
-fn library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let mut dir = exe.parent().unwrap().to_path_buf();
-    while !dir.join("libmscclpp_nccl.so").exists() {
-        assert!(
-            dir.pop(),
-            "libmscclpp_nccl.so not found above {}: build it first (cargo build -p mscclpp-nccl --lib; ./x test does)",
-            exe.display()
-        );
-    }
-    dir.join("libmscclpp_nccl.so")
 }
 
 /// Every function the official header declares (from its text: `ncclResult_t  ncclName(`, and

@@ -4,18 +4,11 @@
 
 use std::path::PathBuf;
 
+mod common;
+
 #[test]
 fn the_real_nccl_is_never_this_library() {
-    let exe = std::env::current_exe().unwrap();
-    let mut dir = exe.parent().unwrap().to_path_buf();
-    while !dir.join("libmscclpp_nccl.so").exists() {
-        assert!(
-            dir.pop(),
-            "libmscclpp_nccl.so not found above {}: build it first (cargo build -p mscclpp-nccl --lib; ./x test does)",
-            exe.display()
-        );
-    }
-    let ours: PathBuf = dir.join("libmscclpp_nccl.so");
+    let ours: PathBuf = common::library();
     // SAFETY: set before any other thread of this test binary reads the environment.
     unsafe { std::env::set_var("MSCCLPP_RS_NCCL", &ours) };
     let e = mscclpp_nccl::forward::real().err().expect("our own library must not pass for the real NCCL");
