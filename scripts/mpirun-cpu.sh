@@ -34,12 +34,15 @@ fi
 # One machine: OpenMPI starts its daemons locally, without ssh.
 export OMPI_MCA_plm_rsh_agent=${OMPI_MCA_plm_rsh_agent:-false}
 
-# The executable of test or example target $2 of package $1 (cargo's JSON messages name it).
+# The executable of target $3 ($2 is --test or --bin) of package $1, as cargo's JSON messages name
+# it (picked by the target's name: the messages also name every other executable built or fresh).
 exe() {
-  cargo build -q --message-format=json-render-diagnostics -p "$1" "${@:2}" | python3 -c '
+  cargo build -q --message-format=json-render-diagnostics -p "$1" "$2" "$3" | python3 -c '
 import json, sys
-paths = [m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")]
-print(paths[-1])'
+name = sys.argv[1]
+paths = [m["executable"] for m in map(json.loads, sys.stdin)
+         if m.get("executable") and m.get("target", {}).get("name") == name]
+print(paths[-1])' "$3"
 }
 allreduce=$(exe example-allreduce --bin example-allreduce)
 patterns=$(exe mscclpp-rs --test mp_patterns)
