@@ -189,7 +189,8 @@ pub struct Config {
     /// 16 KiB), up to `max_blocks` blocks.
     pub block_bytes: u64,
     /// Launch with programmatic stream serialization, so a kernel's launch overlaps the end of
-    /// the kernel before it (default on; `MSCCLPP_RS_COLL_PDL=0` turns it off).
+    /// the kernel before it (default on; `MSCCLPP_RS_COLL_PDL=0` turns it off; off where ranks
+    /// that are threads of one process share the GPU, as their kernels must all be resident).
     pub overlap: bool,
     /// The pipelined forms cut each block's part into at least this many rounds (default 1:
     /// every round costs a flag's round trip, measured slower than bigger pieces).
@@ -411,6 +412,11 @@ impl Collectives {
         // Ranks that are threads of this process on this GPU run their kernels at once, and every
         // block waits for the peers' blocks: each rank gets its share of the SMs.
         let (share, sharing) = (comm.sm_share()?, comm.ranks_sharing_gpu()?);
+        // A kernel launched early holds its blocks' SMs while it waits for the kernel before it:
+        // with ranks of this process sharing the GPU, two kernels of every rank would then have to
+        // be resident at once, and a rank's blocks could wait for SMs that other ranks' early
+        // kernels hold (operations enqueued back to back deadlocked so). Plain launches there.
+        let config = Config { overlap: config.overlap && sharing <= 1, ..config };
         let local = config.check(n).and_then(|chunk| match config.max_blocks {
             Some(b) if sharing > 1 && b > share => Err(Error::InvalidArgument(format!(
                 "collectives: max_blocks {b} does not fit: {sharing} ranks of this process share GPU {}, so each \

@@ -235,8 +235,8 @@ fn refused_arguments(comm: &Communicator, coll: &Collectives) -> Result<()> {
     Ok(())
 }
 
-/// Many operations of every kind and size on different buffers, enqueued with no host
-/// synchronisation between them, checked after one synchronise.
+/// Many operations of every kind and size on different buffers, all prepared first, then
+/// enqueued with no host synchronisation between them, checked after one synchronise.
 fn back_to_back(comm: &Communicator, coll: &Collectives, seed: u64) -> Result<()> {
     let mut pending = vec![];
     let mut s = seed;
@@ -247,10 +247,12 @@ fn back_to_back(comm: &Communicator, coll: &Collectives, seed: u64) -> Result<()
                 let c = Case { op, dtype, count, in_place: (i + round) % 3 == 0 };
                 s = s.wrapping_add(1);
                 let (send, recv, want) = prepare(&c, comm, s)?;
-                enqueue(coll, &c, &send, recv.as_ref())?;
                 pending.push((c, send, recv, want));
             }
         }
+    }
+    for (c, send, recv, _) in &pending {
+        enqueue(coll, c, send, recv.as_ref())?;
     }
     coll.gpu().synchronize()?;
     for (c, send, recv, want) in &pending {

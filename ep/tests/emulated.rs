@@ -507,6 +507,13 @@ fn three_ranks_with_more_threads() {
 }
 
 #[test]
+fn eight_ranks_the_most_one_gpu_runs_as_threads() {
+    // Eight ranks (the count the multi-rank test runs as threads on one GPU), two experts each.
+    let cfg = Config::new(40, 8, 16, 4);
+    run_world(&cfg, 8, (2, 32), &ops(8), 15);
+}
+
+#[test]
 fn one_rank_and_one_block() {
     let cfg = Config::new(40, 8, 4, 4);
     run_world(&cfg, 1, (1, 32), &ops(1)[..4], 13);

@@ -75,7 +75,8 @@ pub struct Config {
     /// Element type of reductions.
     pub element: ElementType,
     /// Threads per block (a multiple of 32): at most this many, fewer where the kernel's
-    /// registers allow fewer.
+    /// registers allow fewer, or where the plan's blocks (with those of the other ranks of this
+    /// process on the same GPU) only fit on the GPU at once with smaller blocks.
     pub threads: u32,
     /// How long any wait of the kernel may last before it traps with a message.
     pub budget: SpinBudget,
@@ -299,8 +300,18 @@ impl Executor {
         // Every block of every rank waits for others: all must be resident at once, with the
         // blocks of the ranks of this process that share this GPU (their kernels run at the same
         // time). A grid beyond that would wait for blocks that never start: refuse it here.
+        // Where the plan's blocks do not fit at the configured threads, fewer threads per block
+        // let more blocks share an SM (the kernel's registers are what limits it): the most
+        // threads, in warps, at which they fit. Every rank computes the same.
         let sharing = comm.ranks_sharing_gpu()? as u32;
-        let resident = mscclpp_host::launch::max_resident_blocks(&gpu, &function, config.threads, 0)? / sharing.max(1);
+        let resident_at = |threads: u32| -> Result<u32> {
+            Ok(mscclpp_host::launch::max_resident_blocks(&gpu, &function, threads, 0)? / sharing.max(1))
+        };
+        let mut resident = resident_at(config.threads)?;
+        while encoded.blocks() as u32 > resident && config.threads > 32 {
+            config.threads -= 32;
+            resident = resident_at(config.threads)?;
+        }
         let fits = encoded.blocks() as u32 <= resident;
         // The verdict is shared, so that no rank launches toward a rank that refused.
         let verdicts = comm.bootstrap().all_gather_pod(&u32::from(fits))?;

@@ -217,6 +217,12 @@ impl DeviceBuffer {
 
     /// Copies `data` to byte `offset`, ordered after earlier work on the GPU's stream; returns
     /// when the copy is done.
+    ///
+    /// The stream is synchronised before the copy is issued (see [`DeviceBuffer::read`]): a copy
+    /// from ordinary host memory passes through the driver's staging memory, which every stream of
+    /// the context shares, and a copy queued behind a kernel that waits for another rank would
+    /// hold it until that kernel ends, while the other rank (a thread of this process on the same
+    /// GPU) cannot stage the copy it needs before launching its own kernel.
     pub fn write<T: bytemuck::Pod>(&self, offset: usize, data: &[T]) -> Result<()> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         self.range(offset, bytes.len())?;
@@ -224,6 +230,7 @@ impl DeviceBuffer {
             return Ok(());
         }
         self.mem.gpu.bind()?;
+        self.mem.gpu.synchronize()?;
         let s = self.mem.gpu.stream().cu_stream();
         // SAFETY: destination range checked above; source is a live host slice and we
         // synchronise before returning, so it outlives the copy.
@@ -233,6 +240,10 @@ impl DeviceBuffer {
     }
 
     /// Copies from byte `offset` into `out`, ordered after earlier work on the GPU's stream.
+    ///
+    /// Like [`DeviceBuffer::write`], it first waits for the stream's earlier work and only then
+    /// issues the copy, so that the copy never holds the context's shared staging memory while
+    /// this stream's kernels wait for other ranks.
     pub fn read<T: bytemuck::Pod>(&self, offset: usize, out: &mut [T]) -> Result<()> {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
         self.range(offset, bytes.len())?;
@@ -240,6 +251,7 @@ impl DeviceBuffer {
             return Ok(());
         }
         self.mem.gpu.bind()?;
+        self.mem.gpu.synchronize()?;
         let s = self.mem.gpu.stream().cu_stream();
         // SAFETY: source range checked above; destination is a live host slice and we
         // synchronise before returning.

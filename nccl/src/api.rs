@@ -909,7 +909,7 @@ export! {
                 let (s, r) = (buffer(sendbuff, b, "sendbuff")?, buffer(recvbuff, b, "recvbuff")?);
                 let served = serve(c)?;
                 if b == 0 { return Ok(()); }
-                served.allreduce(stream, s, r, count as u64, t, red)
+                served.on(stream, || served.allreduce(stream, s, r, count as u64, t, red))
             })
         })
     }
@@ -930,7 +930,7 @@ export! {
                 let r = if c.rank == rt { buffer(recvbuff, b, "recvbuff")? } else { recvbuff as u64 };
                 let served = serve(c)?;
                 if b == 0 { return Ok(()); }
-                served.reduce_to(stream, s, r, count as u64, t, red, rt)
+                served.on(stream, || served.reduce_to(stream, s, r, count as u64, t, red, rt))
             })
         })
     }
@@ -950,7 +950,7 @@ export! {
                 let r = buffer(recvbuff, b, "recvbuff")?;
                 let served = serve(c)?;
                 if b == 0 { return Ok(()); }
-                served.broadcast(stream, s, r, b, rt)
+                served.on(stream, || served.broadcast(stream, s, r, b, rt))
             })
         })
     }
@@ -978,7 +978,7 @@ export! {
                 let r = buffer(recvbuff, b, "recvbuff")?;
                 let served = serve(c)?;
                 if b == 0 { return Ok(()); }
-                served.reduce_scatter(stream, s, r, recvcount as u64, t, red)
+                served.on(stream, || served.reduce_scatter(stream, s, r, recvcount as u64, t, red))
             })
         })
     }
@@ -997,7 +997,7 @@ export! {
                 let r = buffer(recvbuff, bytes_of(sendcount, t, c.nranks)?, "recvbuff")?;
                 let served = serve(c)?;
                 if b == 0 { return Ok(()); }
-                served.allgather(stream, s, r, sendcount as u64, t)
+                served.on(stream, || served.allgather(stream, s, r, sendcount as u64, t))
             })
         })
     }
@@ -1018,7 +1018,7 @@ export! {
                 if s == r {
                     return Err(Error::invalid_argument("ncclAlltoAll in place (sendbuff == recvbuff) is not defined"));
                 }
-                served.alltoall(stream, s, r, bytes_of(count, t, 1)?)
+                served.on(stream, || served.alltoall(stream, s, r, bytes_of(count, t, 1)?))
             })
         })
     }
@@ -1038,7 +1038,7 @@ export! {
                 let r = if c.rank == rt { buffer(recvbuff, bytes_of(count, t, c.nranks)?, "recvbuff")? } else { recvbuff as u64 };
                 let served = serve(c)?;
                 if b == 0 { return Ok(()); }
-                served.gather(stream, s, r, b, rt)
+                served.on(stream, || served.gather(stream, s, r, b, rt))
             })
         })
     }
@@ -1058,7 +1058,7 @@ export! {
                 let r = buffer(recvbuff, b, "recvbuff")?;
                 let served = serve(c)?;
                 if b == 0 { return Ok(()); }
-                served.scatter(stream, s, r, b, rt)
+                served.on(stream, || served.scatter(stream, s, r, b, rt))
             })
         })
     }

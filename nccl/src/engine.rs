@@ -28,9 +28,10 @@
 //! which every rank shares, never from local state such as a pointer's alignment.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaFunction, CudaStream, sys::CUstream};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, sys};
+use cudarc::driver::sys::CUstream;
 use mscclpp_collectives::Collectives;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_host::comm::{Communicator, MemorySemaphores, PeerBuffers};
@@ -125,6 +126,9 @@ pub struct Served {
     _sems: [MemorySemaphores; 3],
     peers: PeerBuffers,
     _scratch: DeviceBuffer,
+    /// Where the last eager call ended: the stream it was enqueued on and an event recorded
+    /// after it (see [`Served::on`]).
+    last: Mutex<Option<(usize, CudaEvent)>>,
 }
 
 /// Which semaphores a sync uses.
@@ -200,7 +204,44 @@ impl Served {
             _sems: sems,
             peers,
             _scratch: scratch,
+            last: Mutex::new(None),
         })
+    }
+
+    /// Runs `call`, which enqueues one operation on the caller's stream `s`, in this
+    /// communicator's order: as NCCL does, operations of one communicator issued on different
+    /// streams run one after the other (they share the scratch, the staging buffers and the
+    /// semaphores' counts). When `s` is not the stream of the previous eager call, `s` first
+    /// waits for an event recorded after that call; after `call`, an event is recorded on `s`.
+    /// A stream being captured into a graph neither waits nor records (the graph orders its own
+    /// work; an eager event cannot be waited on inside a capture), and the next eager call then
+    /// waits for nothing.
+    pub fn on<R>(&self, s: CUstream, call: impl FnOnce() -> Result<R>) -> Result<R> {
+        let stream = self.stream(s);
+        let capturing = stream.capture_status().map_err(|e| Error::cuda("cuStreamIsCapturing", e))?
+            != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if capturing {
+            *last = None;
+            return call();
+        }
+        if let Some((prev, event)) = last.as_ref()
+            && *prev != s as usize
+        {
+            stream.wait(event).map_err(|e| Error::cuda("cuStreamWaitEvent", e))?;
+        }
+        let out = call()?;
+        let event = match last.take() {
+            Some((_, event)) => event,
+            None => self
+                .gpu
+                .context()
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                .map_err(|e| Error::cuda("cuEventCreate", e))?,
+        };
+        event.record(&stream).map_err(|e| Error::cuda("cuEventRecord", e))?;
+        *last = Some((s as usize, event));
+        Ok(out)
     }
 
     /// The communicator.

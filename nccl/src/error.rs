@@ -40,6 +40,10 @@ impl Error {
     pub fn remote(message: impl Into<String>) -> Self {
         Self { code: ncclResult_t::ncclRemoteError, message: message.into() }
     }
+    /// `ncclUnhandledCudaError`: the driver call `what` failed.
+    pub fn cuda(what: &str, e: cudarc::driver::DriverError) -> Self {
+        Self { code: ncclResult_t::ncclUnhandledCudaError, message: format!("{what}: {e:?}") }
+    }
     /// Adds what was being done to the message.
     pub fn context(mut self, what: &str) -> Self {
         self.message = format!("{what}: {}", self.message);

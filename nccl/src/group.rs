@@ -124,7 +124,7 @@ fn run(pending: Vec<Pending>) -> Result<()> {
             streams.iter().copied().filter(|&s| s != streams[0]).map(|s| s as CUstream).collect();
         served.gpu().bind().map_err(Error::from)?;
         join(first, &others)?;
-        served.p2p(first, &sends, &recvs).map_err(|e| comm_error(&comm, e))?;
+        served.on(first, || served.p2p(first, &sends, &recvs)).map_err(|e| comm_error(&comm, e))?;
         join_back(first, &others)?;
     }
     Ok(())

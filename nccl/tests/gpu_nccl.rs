@@ -543,6 +543,36 @@ fn large(r: &mut Rank) -> Res<()> {
     r.expect("allgather of 20 MiB per rank", &got, &flat)
 }
 
+/// Operations of one communicator on two streams, enqueued with no host synchronisation between
+/// them: they must run one after the other, as NCCL orders a communicator's operations, not side
+/// by side over the communicator's shared scratch and semaphores.
+fn two_streams(r: &mut Rank) -> Res<()> {
+    let (n, me) = (r.n, r.rank);
+    let count = 3 << 20; // 24 MiB of i64: the general path, in two rounds of its region
+    let xs = r.data::<i64>(count);
+    let ys = r.data::<i64>(count);
+    let a = r.buffer(&xs[me], 0)?;
+    let b = r.buffer(&ys[me], 0)?;
+    let other = r.gpu.new_stream().map_err(|e| e.to_string())?;
+    let (i64s, sum, max) = (dt(DataType::I64), ReduceOp::Sum as c_int, ReduceOp::Max as c_int);
+    // SAFETY: buffers of `count` elements on this rank's GPU; both streams belong to its context.
+    unsafe {
+        check(ncclAllReduce(a.addr() as _, a.addr() as _, count, i64s, sum, r.comm, r.stream()), "first stream")?;
+        check(ncclAllReduce(b.addr() as _, b.addr() as _, count, i64s, max, r.comm, other.cu_stream()), "second")?;
+        check(ncclAllReduce(a.addr() as _, a.addr() as _, count, i64s, sum, r.comm, r.stream()), "first again")?;
+    }
+    other.synchronize().map_err(|e| format!("{e:?}"))?;
+    r.sync()?;
+    let column = |v: &[Vec<i64>], i: usize| v.iter().map(|x| x[i]).collect::<Vec<_>>();
+    let want_a: Vec<i64> =
+        (0..count).map(|i| reduce_one(ReduceOp::Sum, &vec![reduce_one(ReduceOp::Sum, &column(&xs, i), 0); n], 0)).collect();
+    let want_b: Vec<i64> = (0..count).map(|i| reduce_one(ReduceOp::Max, &column(&ys, i), 0)).collect();
+    let got = r.read::<i64>(&a, 0, count)?;
+    r.expect("two sums on the first stream around a max on a second", &got, &want_a)?;
+    let got = r.read::<i64>(&b, 0, count)?;
+    r.expect("the max on the second stream", &got, &want_b)
+}
+
 fn rank_main(rank: usize) -> Res<()> {
     let n: usize = env("GPU_NCCL_WORLD")?.parse().map_err(|e| format!("{e}"))?;
     let gpus: usize = env("GPU_NCCL_GPUS")?.parse().map_err(|e| format!("{e}"))?;
@@ -602,6 +632,7 @@ fn rank_main(rank: usize) -> Res<()> {
     movements::<f32>(&mut r, DataType::F32, 256)?; // whole 16-byte words: the collectives' allgather
     p2p(&mut r)?;
     large(&mut r)?;
+    two_streams(&mut r)?;
 
     // A zero count, ncclMemAlloc memory, registration, a mismatched reduction.
     let mut mem: *mut c_void = std::ptr::null_mut();

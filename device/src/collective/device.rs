@@ -607,9 +607,13 @@ impl Collective {
                 // SAFETY: my ack word for peer `tid`. Partner: the peer's ack after round k - 2.
                 unsafe { wait_flag(ack, round_flag(e, k - 1), budget, c"collective: slot ack") };
             } else {
+                let data = self.scratch.byte_add(self.flag_gather_offset(b, tid, 0) as usize).cast::<u64>();
                 spin_until(budget, c"collective: previous operation's acks", || {
+                    // SAFETY: my ack and data words for peer `tid` (the peer's data flag read
+                    // first: a later ack only frees more).
+                    let d = unsafe { atomic::load::<Acquire, Sys, u64>(data.as_ptr()) };
                     // SAFETY: as above.
-                    slots_free_at_start(unsafe { atomic::load::<Acquire, Sys, u64>(ack.as_ptr()) }, e)
+                    slots_free_at_start(unsafe { atomic::load::<Acquire, Sys, u64>(ack.as_ptr()) }, d, e)
                 });
             }
         }

@@ -200,11 +200,17 @@ pub const fn done_flag(e: u64) -> u64 {
     (e << ROUND_BITS) | ((1 << ROUND_BITS) - 1)
 }
 
-/// Whether a sender at round `k < 2` of epoch `e` may reuse its slots, given the receiver's
-/// acknowledgement word `ack`: it never acknowledged anything, finished its last operation of
-/// this kind, or has already started this one (so it finished the last).
-pub const fn slots_free_at_start(ack: u64, e: u64) -> bool {
-    ack == 0 || ack & ((1 << ROUND_BITS) - 1) == (1 << ROUND_BITS) - 1 || ack >= e << ROUND_BITS
+/// Whether a sender at round `k < 2` of epoch `e` may reuse its slots toward a peer, given the
+/// peer's acknowledgement word `ack` and the peer's data flag `data` toward this rank (the same
+/// block). The streamed operations are symmetric (every pair exchanges the same rounds in both
+/// directions), so `data` names the last operation whose pieces this block exchanged with the
+/// peer: none (free), this one (the peer is in it, so it finished the last: free), or an older
+/// one, whose pieces from this rank the peer must have acknowledged in full. A done flag of any
+/// older epoch is not enough: a sender that finished an operation without waiting for the acks
+/// of its last rounds would overwrite pieces a slower peer has not read yet.
+pub const fn slots_free_at_start(ack: u64, data: u64, e: u64) -> bool {
+    let last = data >> ROUND_BITS;
+    data == 0 || last >= e || ack >= done_flag(last)
 }
 
 /// `[start, end)` of part `i` when `len` items are split into `parts` nearly equal parts.
@@ -397,12 +403,21 @@ mod tests {
         assert!(done_flag(5) < round_flag(6, 0));
         assert_eq!(ll_flag(1 << 32), 1, "flag 0 is reserved for empty packets");
         assert_eq!(ll_flag(7), 7);
-        // The start rule: free when the receiver never acked, finished its last operation, or
-        // already acknowledged a round of this one; not while it is inside an older one.
-        assert!(slots_free_at_start(0, 9));
-        assert!(slots_free_at_start(done_flag(4), 9));
-        assert!(slots_free_at_start(round_flag(9, 1), 9));
-        assert!(!slots_free_at_start(round_flag(4, 3), 9));
+        // The start rule: free when the pair never exchanged, when the peer finished the last
+        // operation they exchanged in, or when it has already started this one; not while it is
+        // inside that last operation.
+        assert!(slots_free_at_start(0, 0, 9));
+        assert!(slots_free_at_start(done_flag(4), round_flag(4, 2), 9));
+        assert!(slots_free_at_start(done_flag(8), round_flag(8, 1), 9));
+        assert!(slots_free_at_start(done_flag(4), round_flag(9, 1), 9));
+        assert!(slots_free_at_start(round_flag(9, 1), round_flag(9, 1), 9));
+        assert!(!slots_free_at_start(round_flag(4, 3), round_flag(4, 5), 9));
+        // The peer finished an older operation (done flag of epoch 4) but has not read the pieces
+        // of operation 8, the last one this block exchanged with it (found by back-to-back
+        // operations of ranks sharing one GPU: a done flag of any epoch used to mean free).
+        assert!(!slots_free_at_start(done_flag(4), round_flag(8, 2), 9));
+        assert!(!slots_free_at_start(0, round_flag(8, 1), 9));
+        assert!(!slots_free_at_start(round_flag(8, 1), round_flag(8, 2), 9));
     }
 
     #[test]

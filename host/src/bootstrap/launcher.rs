@@ -49,6 +49,13 @@ pub const ENV_LAUNCH_DEADLINE: &str = "MSCCLPP_RS_LAUNCH_DEADLINE";
 /// Ranks as threads of this process when [`role`] finds neither `--ranks` nor `--threads` nor a
 /// rank environment: `MSCCLPP_RS_THREADS=N`.
 pub const ENV_THREADS: &str = "MSCCLPP_RS_THREADS";
+/// The driver's number of hardware work queues per context (default 8). Streams beyond it share
+/// queues, and a kernel that waits for another rank's kernel can then sit in a queue behind work
+/// that waits for it: [`role`] runs ranks as threads with [`THREADS_MAX_CONNECTIONS`] queues when
+/// the variable is unset.
+pub const ENV_MAX_CONNECTIONS: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+/// The queues ranks as threads ask for: the driver's most.
+pub const THREADS_MAX_CONNECTIONS: &str = "32";
 /// Default deadline of [`maybe_launch_from_args`].
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
 /// Default time the other ranks get to finish on their own after one failed.
@@ -612,7 +619,8 @@ pub enum Role {
 /// The usual `main` of a multi-rank program: with `--ranks N` among the arguments, starts N
 /// copies of this executable and waits for them; in a rank's environment, returns the rank's
 /// configuration; with `--threads N` (or [`ENV_THREADS`]) and no rank environment, returns
-/// [`Role::Threads`], for the program to run its ranks with [`run_threads`]; with none of these
+/// [`Role::Threads`], for the program to run its ranks with [`run_threads`] (first restarting
+/// the program with [`ENV_MAX_CONNECTIONS`] set, when it is not); with none of these
 /// (started by hand), starts `default_ranks` copies. The deadline of a launch comes from
 /// [`ENV_LAUNCH_DEADLINE`].
 ///
@@ -642,6 +650,17 @@ pub fn role(default_ranks: usize) -> Result<Role> {
         return Ok(Role::Rank(cfg));
     }
     if let Some(ranks) = threads {
+        if env.get(ENV_MAX_CONNECTIONS).is_none() {
+            // The variable is read when the driver starts, and setting it in a running program
+            // races with other threads' reads of the environment: start this program afresh
+            // with it set. `exec` returns only when it could not.
+            let err = std::env::current_exe()
+                .map(|exe| Command::new(exe).args(&args).env(ENV_MAX_CONNECTIONS, THREADS_MAX_CONNECTIONS).exec())
+                .unwrap_or_else(|e| e);
+            return Err(Error::Launcher(format!(
+                "restarting with {ENV_MAX_CONNECTIONS}={THREADS_MAX_CONNECTIONS} for ranks as threads: {err}"
+            )));
+        }
         return Ok(Role::Threads { ranks, deadline: deadline_from_env(&env)? });
     }
     let outcome = deadline_from_env(&env).and_then(|d| launch(default_ranks, args, d));
