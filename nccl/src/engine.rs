@@ -30,8 +30,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, sys};
 use cudarc::driver::sys::CUstream;
+use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, sys};
 use mscclpp_collectives::Collectives;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_host::comm::{Communicator, MemorySemaphores, PeerBuffers};

@@ -564,8 +564,9 @@ fn two_streams(r: &mut Rank) -> Res<()> {
     other.synchronize().map_err(|e| format!("{e:?}"))?;
     r.sync()?;
     let column = |v: &[Vec<i64>], i: usize| v.iter().map(|x| x[i]).collect::<Vec<_>>();
-    let want_a: Vec<i64> =
-        (0..count).map(|i| reduce_one(ReduceOp::Sum, &vec![reduce_one(ReduceOp::Sum, &column(&xs, i), 0); n], 0)).collect();
+    let want_a: Vec<i64> = (0..count)
+        .map(|i| reduce_one(ReduceOp::Sum, &vec![reduce_one(ReduceOp::Sum, &column(&xs, i), 0); n], 0))
+        .collect();
     let want_b: Vec<i64> = (0..count).map(|i| reduce_one(ReduceOp::Max, &column(&ys, i), 0)).collect();
     let got = r.read::<i64>(&a, 0, count)?;
     r.expect("two sums on the first stream around a max on a second", &got, &want_a)?;
