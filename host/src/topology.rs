@@ -46,15 +46,8 @@ impl HostIdentity {
 }
 
 /// This machine's host name (empty if it cannot be read).
-pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most `len` bytes into the buffer we own.
-    let r = unsafe { nix::libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if r != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+fn hostname() -> String {
+    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// One rank's place.

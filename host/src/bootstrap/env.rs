@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::frame::{DEFAULT_MAX_FRAME, Token, stable_hash};
 use crate::error::{Error, Result};
+use crate::frame::{DEFAULT_MAX_FRAME, Token, stable_hash};
 
 /// This process's rank (set by the built-in launcher).
 pub const ENV_RANK: &str = "MSCCLPP_RS_RANK";

@@ -9,9 +9,9 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use super::env::{self, BootstrapConfig};
-use super::frame::{self, Frame, FrameError, Intro, Kind, Token, decode_table, encode_table};
 use super::is_timeout;
 use crate::error::{Error, Result};
+use crate::frame::{self, Frame, FrameError, Intro, Kind, Token, decode_table, encode_table};
 
 /// How long a freshly accepted connection may take to answer the challenge before it is dropped
 /// as a stray (bounded by the rendezvous deadline too). Real ranks answer at once.

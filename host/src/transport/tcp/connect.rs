@@ -99,7 +99,7 @@ fn default_advertise(boot: &dyn Bootstrap) -> Result<IpAddr> {
     if let Some(ip) = boot.hints().local_ip {
         return Ok(ip);
     }
-    let host = crate::topology::hostname();
+    let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
     let resolved =
         (host.as_str(), 0).to_socket_addrs().map(|a| a.map(|a| a.ip()).collect::<Vec<_>>()).unwrap_or_default();
     Ok(resolved.iter().copied().find(|ip| !ip.is_loopback()).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)))

@@ -22,7 +22,7 @@
 
 use std::fmt;
 
-use crate::bootstrap::frame::{PROOF_LEN, Token};
+use crate::frame::{PROOF_LEN, Token};
 
 /// The first four bytes of every message and handshake record.
 pub const MAGIC: [u8; 4] = *b"MRST";
