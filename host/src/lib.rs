@@ -59,6 +59,7 @@
 //! graphs, so that programs use the version this crate is built with.
 
 pub mod abort;
+mod auth;
 pub mod bootstrap;
 pub mod bulk;
 pub mod channel;
