@@ -208,10 +208,10 @@ pub struct MemoryChannels {
     packet_bytes: usize,
     // Field order is drop order: the mappings of the peers' memory close before this rank's
     // packet buffer and semaphore counters (which the peers may have mapped) are freed.
-    _remote_packets: PeerBuffers,
+    _remote_packets: Option<PeerBuffers>,
     _buffers: PeerBuffers,
     _semaphores: MemorySemaphores,
-    _packets: DeviceBuffer,
+    _packets: Option<DeviceBuffer>,
     /// This rank's buffer, which the peers map and write: allocated as long as this lives.
     _buffer: Retained,
 }
@@ -244,9 +244,9 @@ impl MemoryChannels {
 /// rank's whole packet buffer (one region per rank).
 fn packet_buffer_bytes(packet_bytes: usize, world_size: usize) -> Result<usize> {
     let packet = std::mem::size_of::<LL16Packet>();
-    if packet_bytes == 0 || !packet_bytes.is_multiple_of(packet) {
+    if !packet_bytes.is_multiple_of(packet) {
         return Err(Error::InvalidArgument(format!(
-            "memory channels: packet_bytes must be a positive multiple of {packet} (the LL16 packet size), got \
+            "memory channels: packet_bytes must be a multiple of {packet} (the LL16 packet size), got \
              {packet_bytes}"
         )));
     }
@@ -554,10 +554,13 @@ impl Communicator {
     ///
     /// The channel toward peer `p` puts into and gets from `p`'s buffer (`dst`, mapped here) and
     /// this rank's `buf` (`src`); it signals and waits with a memory semaphore of its own; and it
-    /// has `packet_bytes` of LL packet buffer each way (a positive multiple of 16 bytes, the
-    /// LL16 packet size): this rank allocates a zeroed packet buffer of `world_size *
-    /// packet_bytes` whose region `p` is where `p` writes its packets for this rank (see the
-    /// module documentation). Keep `buf` alive as long as kernels use the handles.
+    /// has `packet_bytes` of LL packet buffer each way (a multiple of 16 bytes, the LL16 packet
+    /// size): this rank allocates a zeroed packet buffer of `world_size * packet_bytes` whose
+    /// region `p` is where `p` writes its packets for this rank (see the module documentation).
+    /// With `packet_bytes` 0 the channels have no packet buffer (nothing is allocated or
+    /// exchanged for it, and the handles' packet addresses are 0): for kernels that send no
+    /// packets through the channels. Every rank passes the same `packet_bytes`. Keep `buf` alive
+    /// as long as kernels use the handles.
     pub fn memory_channels(&self, buf: &DeviceBuffer, packet_bytes: usize) -> Result<MemoryChannels> {
         self.require_one_machine("memory channels")?;
         let n = self.world_size();
@@ -569,13 +572,15 @@ impl Communicator {
             ));
         }
         let buffers = self.exchange(buf)?;
-        let packets = DeviceBuffer::exportable_filled(&self.gpu, total, 0)?;
-        let remote_packets = self.exchange(&packets)?;
-        if let Some(p) = (0..n).find(|&p| remote_packets.len(p) != total as u64) {
+        let packets = (total > 0).then(|| DeviceBuffer::exportable_filled(&self.gpu, total, 0)).transpose()?;
+        let remote_packets = packets.as_ref().map(|b| self.exchange(b)).transpose()?;
+        if let Some(r) = &remote_packets
+            && let Some(p) = (0..n).find(|&p| r.len(p) != total as u64)
+        {
             return Err(Error::InvalidArgument(format!(
                 "memory channels: rank {p} has {} bytes of packet buffer, this rank {total} (ranks passed \
                  different packet_bytes)",
-                remote_packets.len(p)
+                r.len(p)
             )));
         }
         let semaphores = self.memory_semaphores()?;
@@ -587,7 +592,10 @@ impl Communicator {
                         sem,
                         (buffers.addr(p), buffers.len(p)),
                         (buf.addr(), buf.len() as u64),
-                        (packets.addr(), remote_packets.addr(p)),
+                        (
+                            packets.as_ref().map_or(0, DeviceBuffer::addr),
+                            remote_packets.as_ref().map_or(0, |r| r.addr(p)),
+                        ),
                         packet_bytes as u64,
                     )
                 })
@@ -865,6 +873,29 @@ unsafe fn tcp_port(
     let remote = RemoteMemory { regions: vec![peer_dst_bytes], semaphores: 1 };
     let t = b.add_transport(Box::new(TcpTransport::start(link, source, landing, remote, cfg)?));
     Ok((b.add_remote_memory(t, 0, peer_dst_bytes)?, b.add_remote_semaphore(t, 0)?))
+}
+
+#[cfg(test)]
+mod packet_tests {
+    use rand::RngExt;
+
+    /// A packet region is a multiple of the LL16 packet size, 0 included (no packet buffer);
+    /// the whole buffer is one region per rank, and a size that overflows is refused.
+    #[test]
+    fn packet_regions_are_whole_packets_or_none() {
+        let mut rng = rand::rng();
+        for _ in 0..1000 {
+            let (bytes, n) = (rng.random_range(0..1usize << 20), rng.random_range(1..1024usize));
+            let got = super::packet_buffer_bytes(bytes, n);
+            if bytes % 16 == 0 {
+                assert_eq!(got.unwrap(), bytes * n, "{bytes} bytes for {n} ranks");
+            } else {
+                assert!(got.unwrap_err().to_string().contains("multiple of 16"), "{bytes}");
+            }
+        }
+        assert_eq!(super::packet_buffer_bytes(0, 8).unwrap(), 0);
+        assert!(super::packet_buffer_bytes(usize::MAX - 15, 2).is_err());
+    }
 }
 
 #[cfg(test)]

@@ -276,10 +276,6 @@ impl ImportedMemory {
         Ok(Some(Self { backing: Backing::Local(held), gpu: gpu.ordinal(), addr, bytes }))
     }
 
-    /// Whether the memory belongs to this process (exported by a rank that is a thread of it).
-    pub fn is_local(&self) -> bool {
-        matches!(self.backing, Backing::Local(_))
-    }
     /// The mapped address (valid on this process's GPU).
     pub fn addr(&self) -> u64 {
         self.addr

@@ -360,12 +360,6 @@ impl BootstrapConfig {
         self
     }
 
-    /// Replaces the frame limit.
-    pub fn with_max_frame(mut self, max_frame: usize) -> Self {
-        self.max_frame = max_frame;
-        self
-    }
-
     /// The configuration the environment describes, or `Ok(None)` without rank variables.
     ///
     /// * address: `MSCCLPP_RS_BOOTSTRAP` (`host:port`) when set. Otherwise, when all ranks are on
