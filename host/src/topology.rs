@@ -144,18 +144,8 @@ impl RankPlace {
 }
 
 fn pci_bus_id(gpu: &Gpu) -> Option<String> {
-    let mut buf = [0 as std::ffi::c_char; 32];
     gpu.bind().ok()?;
-    // SAFETY: the driver writes at most `len` bytes, NUL-terminated, into our buffer.
-    let r = unsafe {
-        cudarc::driver::sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, gpu.context().cu_device())
-    };
-    if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
-        return None;
-    }
-    // SAFETY: NUL-terminated within the buffer on success.
-    let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
-    Some(s.to_string_lossy().into_owned())
+    crate::driver::calls::device_pci_bus_id(gpu.context().cu_device()).ok()
 }
 
 /// Every rank's place, as this rank sees it.

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::sys;
 
-use crate::error::{DriverContext, Result, check};
+use crate::driver::calls;
+use crate::error::{DriverContext, Result};
 use crate::gpu::Gpu;
 use crate::memory::PinnedBuffer;
 
@@ -100,9 +101,9 @@ impl Engine for CudaEngine {
 
     fn write_device(&mut self, addr: u64, value: u64) -> Result<()> {
         // Default flags: the write waits for the earlier work and includes a memory barrier.
-        // SAFETY: the address was registered as a mapped u64 counter.
-        let r = unsafe { sys::cuStreamWriteValue64_v2(self.stream.cu_stream(), addr, value, 0) };
-        check(r, || format!("signalling the semaphore at {addr:#x}"))
+        // SAFETY: the stream is this engine's; the address was registered as a mapped u64 counter.
+        unsafe { calls::stream_write_value64(self.stream.cu_stream(), addr, value) }
+            .ctx(|| format!("signalling the semaphore at {addr:#x}"))
     }
 
     fn atomic_add(&mut self, addr: u64, value: u64) -> Result<()> {
@@ -112,9 +113,9 @@ impl Engine for CudaEngine {
     }
 
     fn place_mark(&mut self, mark: u64) -> Result<()> {
-        // SAFETY: the marks word is this engine's device-mapped pinned memory.
-        let r = unsafe { sys::cuStreamWriteValue64_v2(self.stream.cu_stream(), self.marks.device_addr(), mark, 0) };
-        check(r, || "placing a completion mark".into())
+        // SAFETY: the stream is this engine's; the marks word is its device-mapped pinned memory.
+        unsafe { calls::stream_write_value64(self.stream.cu_stream(), self.marks.device_addr(), mark) }
+            .ctx(|| "placing a completion mark".into())
     }
 
     fn marks_done(&self) -> u64 {
@@ -126,10 +127,6 @@ impl Engine for CudaEngine {
 
     fn is_idle(&mut self) -> Result<bool> {
         // SAFETY: the stream is this engine's, alive as long as it.
-        let r = unsafe { sys::cuStreamQuery(self.stream.cu_stream()) };
-        match r {
-            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            r => check(r, || "querying the proxy stream".into()).map(|()| true),
-        }
+        unsafe { calls::stream_is_done(self.stream.cu_stream()) }.ctx(|| "querying the proxy stream".into())
     }
 }
