@@ -16,8 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, PlottingBackend};
-use mscclpp_host::proxy::{HostCounter, MemoryRegion, ProxyBuilder};
+use mscclpp_host::proxy::ProxyBuilder;
 use mscclpp_host::semaphore::{MemorySemaphorePair, SemaphoreStorage};
+use mscclpp_host::transport::engine::MemoryRegion;
+use mscclpp_host::transport::ipc::HostCounter;
 use mscclpp_host::{Args, DeviceBuffer, Gpu, LaunchConfig, PinnedBuffer, channel};
 use mscclpp_rs::{
     PTX,

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds everything the GPU machine runs (release test, pattern-test and bench executables with the
-# PTX embedded, coll-bench, the allreduce example and the report), copies them and the runner into
-# the git-ignored .gpu/, and prints the command to run there. The GPU machine needs no Rust
-# toolchain: nothing is built there. The report (.gpu/bin/report) finds the test and bench
-# executables beside it and runs them; .gpu/cpu-report/ holds this machine's PTX/SASS verdict of
-# the same PTX, which the report shows when the GPU machine has no ptxas.
+# Builds everything the GPU runs need (release test, pattern-test and bench executables with the
+# PTX embedded, coll-bench, the allreduce example and the report) into the git-ignored .gpu/,
+# with the runner as .gpu/run.sh, and prints the command that runs them. Running .gpu/ needs no
+# Rust toolchain, only what .gpu/run.sh lists (a CUDA driver and GPUs; OpenMPI's mpirun and NCCL
+# for some groups). The report (.gpu/bin/report) finds the test and bench executables beside it
+# and runs them; .gpu/cpu-report/ holds this build's PTX/SASS verdict of the same PTX, which the
+# report shows where no ptxas is installed.
 #
-#   scripts/gpu-build.sh            then on a machine with two GPUs:  bash .gpu/run.sh report
+#   scripts/gpu-build.sh            then, with two GPUs:  bash .gpu/run.sh report
 #   bash .gpu/run.sh [unit] [mp] [threads] [abort] [example] [report] [bench] [coll] [tcp] [ep] [exec]  (default:
 #                                                      mp threads abort example report; filters by binary name prefix too)
 set -euo pipefail

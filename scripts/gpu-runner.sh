@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (copied to .gpu/run.sh by scripts/gpu-build.sh); logs go to $OUT (the
-# GPU machine's output folder) when set, else /tmp/mscclpp-rs-out; prints a short table last and
-# exits non-zero when any run failed.
+# The GPU runs of the executables in .gpu/ (this file is .gpu/run.sh, laid out by
+# scripts/gpu-build.sh); logs go to $OUT when set, else /tmp/mscclpp-rs-out; prints a short table
+# last and exits non-zero when any run failed.
+# Needs: a CUDA driver and GPUs (two for the peer parts; one runs them as two handles of it);
+# OpenMPI's mpirun for the mpirun modes; NCCL (libnccl.so.2) for the coll and bench baselines;
+# the timeout command. NVLink multicast stays off (the NVLS variables are set below).
 #   bash .gpu/run.sh report           the GPU report: it runs the unit tests, the pattern and
 #                                     collectives tests (built-in launcher), the benches and
 #                                     coll-bench against NCCL itself, and writes $OUT/report/

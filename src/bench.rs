@@ -232,12 +232,6 @@ fn median(v: &[f64]) -> f64 {
     if s.is_empty() { f64::NAN } else { s[s.len() / 2] }
 }
 
-/// Median seconds per iteration of a recorded variant.
-pub fn median_of(id: &str) -> Option<f64> {
-    let id = form_id(same_gpu(), id);
-    results().lock().unwrap_or_else(|e| e.into_inner()).iter().find(|e| e.id == id).map(|e| median(&e.samples))
-}
-
 /// The value of a variant whose median is `seconds` per iteration, in its metric's unit.
 fn value_of(v: &Variant, seconds: f64) -> f64 {
     match v.metric {

@@ -114,7 +114,7 @@ fn proxy_atomic_add_kernel_assembles() {
     let dir = std::env::temp_dir().join(format!("mscclpp-rs-proxy-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("proxy_atomic_add.ptx");
-    std::fs::write(&path, mscclpp_host::proxy::atomic_add_ptx()).unwrap();
+    std::fs::write(&path, mscclpp_host::transport::engine::atomic_add_ptx()).unwrap();
     let asm = nvptx_builder::assemble(&path, "sm_90").expect("ptxas rejected the proxy kernel");
     let funcs = ptxcheck::sass_functions(&asm.sass);
     let f = funcs.get("mscclpp_proxy_atomic_add").expect("kernel in SASS");

@@ -22,7 +22,7 @@ use mscclpp_host::comm::Communicator;
 /// `std::env!` in the rest of this file.
 macro_rules! env {
     ("KERNELS_PTX") => {
-        "../host/src/proxy/atomic_add.ptx"
+        "../host/src/transport/engine/atomic_add.ptx"
     };
 }
 

@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mscclpp_host::launch::launch_on;
-use mscclpp_host::proxy::{MemoryRegion, ProxyBuilder};
+use mscclpp_host::proxy::ProxyBuilder;
 use mscclpp_host::semaphore::SemaphoreStorage;
+use mscclpp_host::transport::engine::MemoryRegion;
 use mscclpp_host::transport::tcp::cuda::{CudaLanding, CudaSource};
 use mscclpp_host::transport::tcp::{Link, RemoteMemory, TcpConfig, TcpTransport};
 use mscclpp_host::transport::{RemoteSpan, Transport};

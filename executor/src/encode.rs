@@ -172,6 +172,36 @@ fn layout(rp: &RankPlan, chunk_bytes: u64, pkt: bool, rank: usize, in_output: Op
 /// used both as packets and as plain data (a switch channel bound to scratch uses it as plain
 /// data).
 pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
+    check_arguments(p, rank, chunk_bytes)?;
+    let pkt = packet_scratch(p)?;
+    let layouts = layouts(p, chunk_bytes, pkt)?;
+    let (switch, switch_index) = switch_channels(p, &layouts)?;
+    let channels = channel_tables(p, rank);
+    let (barrier_ids, sync) = sync_counters(p, rank);
+    let tables = Tables {
+        p,
+        rank,
+        chunk_bytes,
+        pkt,
+        layouts: &layouts,
+        table_index: &channels.table_index,
+        switch_index: &switch_index,
+        barrier_ids: &barrier_ids,
+    };
+    let mut ops = vec![];
+    let mut tb_start = vec![0u32];
+    for (tb, list) in p.ranks[rank].threadblocks.iter().enumerate() {
+        for (i, op) in list.iter().enumerate() {
+            ops.push(OpEncoder { t: &tables, tb, i, op }.encode()?);
+        }
+        tb_start.push(ops.len() as u32);
+    }
+    let ChannelTables { memory, port, memory_sets, port_sets, .. } = channels;
+    Ok(Encoded { rank, ops, tb_start, memory, port, memory_sets, port_sets, switch, layouts, chunk_bytes, sync })
+}
+
+/// A rank of the plan, and a chunk size that is a positive multiple of 16.
+fn check_arguments(p: &Program, rank: usize, chunk_bytes: u64) -> Result<()> {
     let n = p.ranks.len();
     if rank >= n {
         return Err(Error::InvalidArgument(format!("executor: rank {rank} but the plan has {n} ranks")));
@@ -181,7 +211,12 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
             "executor: chunk_bytes {chunk_bytes} is not a positive multiple of 16"
         )));
     }
-    // Packet or plain scratch: decided for the whole plan (every rank lays out alike).
+    Ok(())
+}
+
+/// Whether the scratch holds packets (else plain data): decided for the whole plan (every rank
+/// lays out alike); a plan that uses it both ways is refused.
+fn packet_scratch(p: &Program) -> Result<bool> {
     let (mut pkt, mut plain) = (false, false);
     for r in &p.ranks {
         for op in r.threadblocks.iter().flatten() {
@@ -196,17 +231,27 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
                 .into(),
         ));
     }
-    let layouts: Vec<Layout> = p
-        .ranks
+    Ok(pkt)
+}
+
+/// Every rank's arena layout.
+fn layouts(p: &Program, chunk_bytes: u64, pkt: bool) -> Result<Vec<Layout>> {
+    p.ranks
         .iter()
         .enumerate()
         .map(|(r, rp)| {
             let in_output = p.input_in_output(r).map_err(|e| Error::InvalidArgument(format!("executor: {e}")))?;
             layout(rp, chunk_bytes, pkt, r, in_output)
         })
-        .collect::<Result<_>>()?;
-    // Switch channels: every rank builds every one, over all ranks and the whole arena, so a
-    // switch offset is the same in every rank's copy.
+        .collect()
+}
+
+/// The switch channels' bound buffers in declaration order, and each channel's index among
+/// them. Every rank builds every one, over all ranks and the whole arena, so a switch offset is
+/// the same in every rank's copy: a channel over fewer ranks, or bound to a buffer that lies
+/// elsewhere in some rank's arena, is refused.
+fn switch_channels(p: &Program, layouts: &[Layout]) -> Result<(Vec<BufferType>, Vec<Option<u32>>)> {
+    let n = p.ranks.len();
     let mut switch = vec![];
     let mut switch_index = vec![None; p.channels.len()];
     for (c, ch) in p.channels.iter().enumerate() {
@@ -258,7 +303,21 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
             switch.push(*buffer);
         }
     }
-    // Channel tables: the k-th channel of a type from r to q is in set k on both sides.
+    Ok((switch, switch_index))
+}
+
+/// A rank's memory- and port-channel tables.
+struct ChannelTables {
+    memory: Vec<(usize, usize)>,
+    port: Vec<(usize, usize)>,
+    /// Per channel of the plan: its index in this rank's table of its type, if it is this rank's.
+    table_index: Vec<Option<u32>>,
+    memory_sets: usize,
+    port_sets: usize,
+}
+
+/// Rank `rank`'s channel tables: the k-th channel of a type from r to q is in set k on both sides.
+fn channel_tables(p: &Program, rank: usize) -> ChannelTables {
     let mut memory = vec![];
     let mut port = vec![];
     let mut table_index = vec![None; p.channels.len()];
@@ -282,20 +341,12 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
             table.push((set, dst));
         }
     }
-    let scratch_stride = if pkt { 2 * chunk_bytes } else { chunk_bytes };
-    // In range of u64: every chunk lies in its buffer (checked below before any offset is taken),
-    // and every buffer in an arena whose size was computed without wrapping.
-    let off = |c: &Chunk, start: u64| -> u64 {
-        let l = &layouts[c.rank];
-        match c.buffer {
-            BufferType::Input => l.input + c.index as u64 * chunk_bytes + start,
-            BufferType::Output => l.output + c.index as u64 * chunk_bytes + start,
-            BufferType::Scratch if pkt => l.scratch + c.index as u64 * scratch_stride + 2 * start,
-            BufferType::Scratch => l.scratch + c.index as u64 * chunk_bytes + start,
-        }
-    };
-    let is_pkt = |c: &Chunk| pkt && c.buffer == BufferType::Scratch;
-    // Sync counters: the rank's barrier ids in order of first use, then its semaphores.
+    ChannelTables { memory, port, table_index, memory_sets, port_sets }
+}
+
+/// Rank `rank`'s sync counters: its barrier ids in order of first use (each counter starts at
+/// 0), then its semaphores (at their initial values).
+fn sync_counters(p: &Program, rank: usize) -> (Vec<usize>, Vec<u64>) {
     let mut barrier_ids: Vec<usize> = vec![];
     for op in p.ranks[rank].threadblocks.iter().flatten() {
         if let OpKind::Barrier { id, .. } = op.kind
@@ -306,227 +357,288 @@ pub fn encode(p: &Program, rank: usize, chunk_bytes: u64) -> Result<Encoded> {
     }
     let mut sync = vec![0u64; barrier_ids.len()];
     sync.extend(&p.ranks[rank].semaphores);
-    let mut ops = vec![];
-    let mut tb_start = vec![0u32];
-    for (tb, list) in p.ranks[rank].threadblocks.iter().enumerate() {
-        for (i, op) in list.iter().enumerate() {
-            let err = |why: &str| unsupported(rank, tb, i, op, why);
-            let channel = |c: usize, want: ChannelType| -> Result<u32> {
-                match (p.channels.get(c), table_index.get(c).copied().flatten()) {
-                    (Some(ch), Some(t)) if ch.channel_type() == want => Ok(t),
-                    _ => Err(err(&format!("channel {c} is not a {want} channel of this rank"))),
-                }
-            };
-            // (table index, bound buffer) of a switch channel this rank is a member of.
-            let switch_channel = |c: usize| -> Result<(u32, BufferType)> {
-                match (p.channels.get(c), switch_index.get(c).copied().flatten()) {
-                    (Some(Channel::Switch { ranks, buffer }), Some(t)) if ranks.contains(&rank) => Ok((t, *buffer)),
-                    _ => Err(err(&format!("channel {c} is not a switch channel of this rank"))),
-                }
-            };
-            // A thread-block group splits the data: this block's byte range of the chunk.
-            let span = |c: &Chunk| -> (u64, u64) {
-                let total = c.size as u64 * chunk_bytes;
-                match op.tbg {
-                    Some(g) if g.size > 1 => {
-                        // Saturating: `encode` may be given a plan that skipped the checker
-                        // (a group index at or past its size); it must not panic on it.
-                        let part = total.div_ceil(g.size as u64).div_ceil(16).saturating_mul(16);
-                        let start = (g.index as u64).saturating_mul(part).min(total);
-                        (start, part.min(total - start))
-                    }
-                    _ => (0, total),
-                }
-            };
-            let sync_flags = |data_sync: SyncType, relaxed: bool| -> u32 {
-                if relaxed || data_sync == SyncType::None { flags::RELAXED } else { 0 }
-            };
-            let mut e = ExecOp { kind: 0, channel: 0, flags: 0, n_others: 0, dst: 0, src: 0, bytes: 0, others: [0; 7] };
-            let data = |e: &mut ExecOp, kind: u32, dst: &Chunk, src: &Chunk| {
-                let (start, len) = span(src);
-                e.kind = kind;
-                e.dst = off(dst, start);
-                e.src = off(src, start);
-                e.bytes = len;
-                if is_pkt(dst) {
-                    e.flags |= flags::DST_PKT_SCRATCH;
-                }
-                if is_pkt(src) {
-                    e.flags |= flags::SRC_PKT_SCRATCH;
-                }
-            };
-            for c in chunks(p, &op.kind) {
-                let have = p.ranks.get(c.rank).map(|r| r.buffer_chunks(c.buffer)).unwrap_or(0);
-                if c.size == 0 || c.index.checked_add(c.size).is_none_or(|end| end > have) {
-                    return Err(err(&format!("chunk {c} is outside its {have}-chunk buffer or empty")));
-                }
-            }
-            if op.tbg.is_some_and(|g| g.size > 1)
-                && matches!(
-                    op.kind,
-                    OpKind::Signal { .. }
-                        | OpKind::Wait { .. }
-                        | OpKind::Flush { .. }
-                        | OpKind::Barrier { .. }
-                        | OpKind::SemRelease { .. }
-                        | OpKind::SemAcquire { .. }
-                )
-            {
-                return Err(err(
-                    "thread-block groups on signal, wait, flush, barriers or semaphores are not supported",
-                ));
-            }
-            match &op.kind {
-                OpKind::Put { channel: c, dst, src } => match p.channels.get(*c).map(Channel::channel_type) {
-                    Some(ChannelType::Port) => {
-                        e.channel = channel(*c, ChannelType::Port)?;
-                        data(&mut e, opcode::PORT_PUT, dst, src);
-                    }
-                    _ => {
-                        e.channel = channel(*c, ChannelType::Memory)?;
-                        data(&mut e, opcode::PUT, dst, src);
-                    }
-                },
-                OpKind::PutWithSignal { channel: c, dst, src } => {
-                    e.channel = channel(*c, ChannelType::Port)?;
-                    data(&mut e, opcode::PORT_PUT_WITH_SIGNAL, dst, src);
-                }
-                OpKind::PutWithSignalAndFlush { channel: c, dst, src } => {
-                    e.channel = channel(*c, ChannelType::Port)?;
-                    data(&mut e, opcode::PORT_PUT_WITH_SIGNAL_AND_FLUSH, dst, src);
-                }
-                OpKind::Get { channel: c, dst, src } => {
-                    e.channel = channel(*c, ChannelType::Memory)?;
-                    data(&mut e, opcode::GET, dst, src);
-                }
-                OpKind::PutPackets { channel: c, dst, src } => {
-                    if p.channels.get(*c).map(Channel::channel_type) == Some(ChannelType::Port) {
-                        return Err(err("packets over port channels are not supported"));
-                    }
-                    e.channel = channel(*c, ChannelType::Memory)?;
-                    data(&mut e, opcode::PUT_PACKETS, dst, src);
-                }
-                OpKind::ReadPutPackets { channel: c, dst, src } => {
-                    e.channel = channel(*c, ChannelType::Memory)?;
-                    data(&mut e, opcode::READ_PUT_PACKETS, dst, src);
-                }
-                OpKind::Signal { channel: c, data_sync, relaxed } => {
-                    match p.channels.get(*c).map(Channel::channel_type) {
-                        Some(ChannelType::Port) => {
-                            e.channel = channel(*c, ChannelType::Port)?;
-                            e.kind = opcode::PORT_SIGNAL;
-                        }
-                        _ => {
-                            e.channel = channel(*c, ChannelType::Memory)?;
-                            e.kind = opcode::SIGNAL;
-                            e.flags = sync_flags(*data_sync, *relaxed);
-                        }
-                    }
-                }
-                OpKind::Wait { channel: c, data_sync, relaxed } => {
-                    match p.channels.get(*c).map(Channel::channel_type) {
-                        Some(ChannelType::Port) => {
-                            e.channel = channel(*c, ChannelType::Port)?;
-                            e.kind = opcode::PORT_WAIT;
-                        }
-                        _ => {
-                            e.channel = channel(*c, ChannelType::Memory)?;
-                            e.kind = opcode::WAIT;
-                            e.flags = sync_flags(*data_sync, *relaxed);
-                        }
-                    }
-                }
-                OpKind::Flush { channel: c, .. } => {
-                    e.channel = channel(*c, ChannelType::Port)?;
-                    e.kind = opcode::PORT_FLUSH;
-                }
-                OpKind::Copy { dst, src } => data(&mut e, opcode::COPY, dst, src),
-                OpKind::CopyPackets { dst, src } => data(&mut e, opcode::COPY_PACKETS, dst, src),
-                OpKind::UnpackPackets { dst, src } => data(&mut e, opcode::UNPACK_PACKETS, dst, src),
-                OpKind::Reduce { src, others, dst, reduce_op, packet } => {
-                    if *reduce_op != ReduceOp::Sum {
-                        return Err(err(&format!("reduction {reduce_op:?} (only Sum is supported)")));
-                    }
-                    if others.len() > MAX_OTHERS {
-                        return Err(err(&format!("{} other operands (at most {MAX_OTHERS})", others.len())));
-                    }
-                    if *packet && others.iter().any(|o| !is_pkt(o)) {
-                        return Err(err("packet operands must be in scratch"));
-                    }
-                    data(&mut e, opcode::REDUCE, dst, src);
-                    let (start, _) = span(src);
-                    for (k, o) in others.iter().enumerate() {
-                        e.others[k] = off(o, start);
-                    }
-                    e.n_others = others.len() as u32;
-                    if *packet {
-                        e.flags |= flags::PACKET_OTHERS;
-                    }
-                }
-                OpKind::ChannelReduce { channel: c, local_src, remote_srcs, local_dst, reduce_op } => {
-                    if *reduce_op != ReduceOp::Sum {
-                        return Err(err(&format!("reduction {reduce_op:?} (only Sum is supported)")));
-                    }
-                    if remote_srcs.len() > MAX_OTHERS {
-                        return Err(err(&format!("{} remote operands (at most {MAX_OTHERS})", remote_srcs.len())));
-                    }
-                    e.channel = channel(*c, ChannelType::Memory)?;
-                    let peer = p.channels[*c].endpoints().map(|(_, d)| d);
-                    if let Some(o) = remote_srcs.iter().find(|o| Some(o.rank) != peer) {
-                        return Err(err(&format!("remote operand {o} is not on the channel's peer")));
-                    }
-                    if local_src.rank != rank || local_dst.rank != rank {
-                        return Err(err("the local operands must be on this rank"));
-                    }
-                    data(&mut e, opcode::CHANNEL_REDUCE, local_dst, local_src);
-                    let (start, _) = span(local_src);
-                    for (k, o) in remote_srcs.iter().enumerate() {
-                        e.others[k] = off(o, start);
-                    }
-                    e.n_others = remote_srcs.len() as u32;
-                }
-                OpKind::SwitchReduce { channel: c, buffer_offset, size, dst, reduce_op } => {
-                    if *reduce_op != ReduceOp::Sum {
-                        return Err(err(&format!("reduction {reduce_op:?} (only Sum is supported)")));
-                    }
-                    let (table, buffer) = switch_channel(*c)?;
-                    e.channel = table;
-                    data(&mut e, opcode::SWITCH_REDUCE, dst, &Chunk::new(rank, buffer, *buffer_offset, *size));
-                }
-                OpKind::SwitchBroadcast { channel: c, src, buffer_offset, size } => {
-                    let (table, buffer) = switch_channel(*c)?;
-                    e.channel = table;
-                    data(&mut e, opcode::SWITCH_BROADCAST, &Chunk::new(rank, buffer, *buffer_offset, *size), src);
-                }
-                OpKind::SwitchBroadcastPackets { channel: c, src, buffer_offset, size } => {
-                    let (table, buffer) = switch_channel(*c)?;
-                    e.channel = table;
-                    let dst = Chunk::new(rank, buffer, *buffer_offset, *size);
-                    if !is_pkt(&dst) || !is_pkt(src) {
-                        return Err(err("packets through a switch channel need scratch on both sides"));
-                    }
-                    data(&mut e, opcode::SWITCH_BROADCAST_PACKETS, &dst, src);
-                }
-                OpKind::Barrier { id, count } => {
-                    e.kind = opcode::BARRIER;
-                    e.channel = barrier_ids.iter().position(|b| b == id).expect("collected above") as u32;
-                    e.bytes = *count as u64;
-                }
-                OpKind::SemRelease { sem } | OpKind::SemAcquire { sem } => {
-                    if *sem >= p.ranks[rank].semaphores.len() {
-                        return Err(err(&format!("semaphore {sem} is not one of this rank's")));
-                    }
-                    e.kind = if matches!(op.kind, OpKind::SemRelease { .. }) {
-                        opcode::SEM_RELEASE
-                    } else {
-                        opcode::SEM_ACQUIRE
-                    };
-                    e.channel = (barrier_ids.len() + sem) as u32;
-                }
-            }
-            ops.push(e);
+    (barrier_ids, sync)
+}
+
+/// What encoding one rank's operations needs from the plan-wide steps.
+struct Tables<'a> {
+    p: &'a Program,
+    rank: usize,
+    chunk_bytes: u64,
+    /// The scratch holds packets.
+    pkt: bool,
+    layouts: &'a [Layout],
+    /// [`ChannelTables::table_index`].
+    table_index: &'a [Option<u32>],
+    /// Per channel of the plan: its index among the switch channels.
+    switch_index: &'a [Option<u32>],
+    barrier_ids: &'a [usize],
+}
+
+impl Tables<'_> {
+    /// The arena offset of byte `start` of chunk `c`. In range of u64: every chunk lies in its
+    /// buffer (checked before any offset is taken), and every buffer in an arena whose size was
+    /// computed without wrapping.
+    fn off(&self, c: &Chunk, start: u64) -> u64 {
+        let l = &self.layouts[c.rank];
+        let chunk_bytes = self.chunk_bytes;
+        let scratch_stride = if self.pkt { 2 * chunk_bytes } else { chunk_bytes };
+        match c.buffer {
+            BufferType::Input => l.input + c.index as u64 * chunk_bytes + start,
+            BufferType::Output => l.output + c.index as u64 * chunk_bytes + start,
+            BufferType::Scratch if self.pkt => l.scratch + c.index as u64 * scratch_stride + 2 * start,
+            BufferType::Scratch => l.scratch + c.index as u64 * chunk_bytes + start,
         }
-        tb_start.push(ops.len() as u32);
     }
-    Ok(Encoded { rank, ops, tb_start, memory, port, memory_sets, port_sets, switch, layouts, chunk_bytes, sync })
+
+    /// Whether chunk `c` holds packets.
+    fn is_pkt(&self, c: &Chunk) -> bool {
+        self.pkt && c.buffer == BufferType::Scratch
+    }
+}
+
+/// The flags of a memory channel's signal or wait.
+fn sync_flags(data_sync: SyncType, relaxed: bool) -> u32 {
+    if relaxed || data_sync == SyncType::None { flags::RELAXED } else { 0 }
+}
+
+/// Operation `i` of thread block `tb`, being encoded.
+struct OpEncoder<'a> {
+    t: &'a Tables<'a>,
+    tb: usize,
+    i: usize,
+    op: &'a Op,
+}
+
+impl OpEncoder<'_> {
+    fn err(&self, why: &str) -> Error {
+        unsupported(self.t.rank, self.tb, self.i, self.op, why)
+    }
+
+    /// The table index of channel `c`, which must be this rank's and of type `want`.
+    fn channel(&self, c: usize, want: ChannelType) -> Result<u32> {
+        match (self.t.p.channels.get(c), self.t.table_index.get(c).copied().flatten()) {
+            (Some(ch), Some(t)) if ch.channel_type() == want => Ok(t),
+            _ => Err(self.err(&format!("channel {c} is not a {want} channel of this rank"))),
+        }
+    }
+
+    /// (table index, bound buffer) of a switch channel this rank is a member of.
+    fn switch_channel(&self, c: usize) -> Result<(u32, BufferType)> {
+        match (self.t.p.channels.get(c), self.t.switch_index.get(c).copied().flatten()) {
+            (Some(Channel::Switch { ranks, buffer }), Some(t)) if ranks.contains(&self.t.rank) => Ok((t, *buffer)),
+            _ => Err(self.err(&format!("channel {c} is not a switch channel of this rank"))),
+        }
+    }
+
+    /// This block's byte range of chunk `c`: a thread-block group splits the data.
+    fn span(&self, c: &Chunk) -> (u64, u64) {
+        let total = c.size as u64 * self.t.chunk_bytes;
+        match self.op.tbg {
+            Some(g) if g.size > 1 => {
+                // Saturating: `encode` may be given a plan that skipped the checker
+                // (a group index at or past its size); it must not panic on it.
+                let part = total.div_ceil(g.size as u64).div_ceil(16).saturating_mul(16);
+                let start = (g.index as u64).saturating_mul(part).min(total);
+                (start, part.min(total - start))
+            }
+            _ => (0, total),
+        }
+    }
+
+    /// A data movement of opcode `kind` from `src` to `dst` (this block's span of them).
+    fn data(&self, e: &mut ExecOp, kind: u32, dst: &Chunk, src: &Chunk) {
+        let (start, len) = self.span(src);
+        e.kind = kind;
+        e.dst = self.t.off(dst, start);
+        e.src = self.t.off(src, start);
+        e.bytes = len;
+        if self.t.is_pkt(dst) {
+            e.flags |= flags::DST_PKT_SCRATCH;
+        }
+        if self.t.is_pkt(src) {
+            e.flags |= flags::SRC_PKT_SCRATCH;
+        }
+    }
+
+    /// Every chunk operand lies in its buffer and is not empty, and thread-block groups are only
+    /// on data movement.
+    fn check_operands(&self) -> Result<()> {
+        let p = self.t.p;
+        for c in chunks(p, &self.op.kind) {
+            let have = p.ranks.get(c.rank).map(|r| r.buffer_chunks(c.buffer)).unwrap_or(0);
+            if c.size == 0 || c.index.checked_add(c.size).is_none_or(|end| end > have) {
+                return Err(self.err(&format!("chunk {c} is outside its {have}-chunk buffer or empty")));
+            }
+        }
+        if self.op.tbg.is_some_and(|g| g.size > 1)
+            && matches!(
+                self.op.kind,
+                OpKind::Signal { .. }
+                    | OpKind::Wait { .. }
+                    | OpKind::Flush { .. }
+                    | OpKind::Barrier { .. }
+                    | OpKind::SemRelease { .. }
+                    | OpKind::SemAcquire { .. }
+            )
+        {
+            return Err(
+                self.err("thread-block groups on signal, wait, flush, barriers or semaphores are not supported")
+            );
+        }
+        Ok(())
+    }
+
+    /// The device record of the operation.
+    fn encode(&self) -> Result<ExecOp> {
+        self.check_operands()?;
+        let (p, rank) = (self.t.p, self.t.rank);
+        let mut e = ExecOp { kind: 0, channel: 0, flags: 0, n_others: 0, dst: 0, src: 0, bytes: 0, others: [0; 7] };
+        let op = self.op;
+        match &op.kind {
+            OpKind::Put { channel: c, dst, src } => match p.channels.get(*c).map(Channel::channel_type) {
+                Some(ChannelType::Port) => {
+                    e.channel = self.channel(*c, ChannelType::Port)?;
+                    self.data(&mut e, opcode::PORT_PUT, dst, src);
+                }
+                _ => {
+                    e.channel = self.channel(*c, ChannelType::Memory)?;
+                    self.data(&mut e, opcode::PUT, dst, src);
+                }
+            },
+            OpKind::PutWithSignal { channel: c, dst, src } => {
+                e.channel = self.channel(*c, ChannelType::Port)?;
+                self.data(&mut e, opcode::PORT_PUT_WITH_SIGNAL, dst, src);
+            }
+            OpKind::PutWithSignalAndFlush { channel: c, dst, src } => {
+                e.channel = self.channel(*c, ChannelType::Port)?;
+                self.data(&mut e, opcode::PORT_PUT_WITH_SIGNAL_AND_FLUSH, dst, src);
+            }
+            OpKind::Get { channel: c, dst, src } => {
+                e.channel = self.channel(*c, ChannelType::Memory)?;
+                self.data(&mut e, opcode::GET, dst, src);
+            }
+            OpKind::PutPackets { channel: c, dst, src } => {
+                if p.channels.get(*c).map(Channel::channel_type) == Some(ChannelType::Port) {
+                    return Err(self.err("packets over port channels are not supported"));
+                }
+                e.channel = self.channel(*c, ChannelType::Memory)?;
+                self.data(&mut e, opcode::PUT_PACKETS, dst, src);
+            }
+            OpKind::ReadPutPackets { channel: c, dst, src } => {
+                e.channel = self.channel(*c, ChannelType::Memory)?;
+                self.data(&mut e, opcode::READ_PUT_PACKETS, dst, src);
+            }
+            OpKind::Signal { channel: c, data_sync, relaxed } => match p.channels.get(*c).map(Channel::channel_type) {
+                Some(ChannelType::Port) => {
+                    e.channel = self.channel(*c, ChannelType::Port)?;
+                    e.kind = opcode::PORT_SIGNAL;
+                }
+                _ => {
+                    e.channel = self.channel(*c, ChannelType::Memory)?;
+                    e.kind = opcode::SIGNAL;
+                    e.flags = sync_flags(*data_sync, *relaxed);
+                }
+            },
+            OpKind::Wait { channel: c, data_sync, relaxed } => match p.channels.get(*c).map(Channel::channel_type) {
+                Some(ChannelType::Port) => {
+                    e.channel = self.channel(*c, ChannelType::Port)?;
+                    e.kind = opcode::PORT_WAIT;
+                }
+                _ => {
+                    e.channel = self.channel(*c, ChannelType::Memory)?;
+                    e.kind = opcode::WAIT;
+                    e.flags = sync_flags(*data_sync, *relaxed);
+                }
+            },
+            OpKind::Flush { channel: c, .. } => {
+                e.channel = self.channel(*c, ChannelType::Port)?;
+                e.kind = opcode::PORT_FLUSH;
+            }
+            OpKind::Copy { dst, src } => self.data(&mut e, opcode::COPY, dst, src),
+            OpKind::CopyPackets { dst, src } => self.data(&mut e, opcode::COPY_PACKETS, dst, src),
+            OpKind::UnpackPackets { dst, src } => self.data(&mut e, opcode::UNPACK_PACKETS, dst, src),
+            OpKind::Reduce { src, others, dst, reduce_op, packet } => {
+                if *reduce_op != ReduceOp::Sum {
+                    return Err(self.err(&format!("reduction {reduce_op:?} (only Sum is supported)")));
+                }
+                if others.len() > MAX_OTHERS {
+                    return Err(self.err(&format!("{} other operands (at most {MAX_OTHERS})", others.len())));
+                }
+                if *packet && others.iter().any(|o| !self.t.is_pkt(o)) {
+                    return Err(self.err("packet operands must be in scratch"));
+                }
+                self.data(&mut e, opcode::REDUCE, dst, src);
+                let (start, _) = self.span(src);
+                for (k, o) in others.iter().enumerate() {
+                    e.others[k] = self.t.off(o, start);
+                }
+                e.n_others = others.len() as u32;
+                if *packet {
+                    e.flags |= flags::PACKET_OTHERS;
+                }
+            }
+            OpKind::ChannelReduce { channel: c, local_src, remote_srcs, local_dst, reduce_op } => {
+                if *reduce_op != ReduceOp::Sum {
+                    return Err(self.err(&format!("reduction {reduce_op:?} (only Sum is supported)")));
+                }
+                if remote_srcs.len() > MAX_OTHERS {
+                    return Err(self.err(&format!("{} remote operands (at most {MAX_OTHERS})", remote_srcs.len())));
+                }
+                e.channel = self.channel(*c, ChannelType::Memory)?;
+                let peer = p.channels[*c].endpoints().map(|(_, d)| d);
+                if let Some(o) = remote_srcs.iter().find(|o| Some(o.rank) != peer) {
+                    return Err(self.err(&format!("remote operand {o} is not on the channel's peer")));
+                }
+                if local_src.rank != rank || local_dst.rank != rank {
+                    return Err(self.err("the local operands must be on this rank"));
+                }
+                self.data(&mut e, opcode::CHANNEL_REDUCE, local_dst, local_src);
+                let (start, _) = self.span(local_src);
+                for (k, o) in remote_srcs.iter().enumerate() {
+                    e.others[k] = self.t.off(o, start);
+                }
+                e.n_others = remote_srcs.len() as u32;
+            }
+            OpKind::SwitchReduce { channel: c, buffer_offset, size, dst, reduce_op } => {
+                if *reduce_op != ReduceOp::Sum {
+                    return Err(self.err(&format!("reduction {reduce_op:?} (only Sum is supported)")));
+                }
+                let (table, buffer) = self.switch_channel(*c)?;
+                e.channel = table;
+                self.data(&mut e, opcode::SWITCH_REDUCE, dst, &Chunk::new(rank, buffer, *buffer_offset, *size));
+            }
+            OpKind::SwitchBroadcast { channel: c, src, buffer_offset, size } => {
+                let (table, buffer) = self.switch_channel(*c)?;
+                e.channel = table;
+                self.data(&mut e, opcode::SWITCH_BROADCAST, &Chunk::new(rank, buffer, *buffer_offset, *size), src);
+            }
+            OpKind::SwitchBroadcastPackets { channel: c, src, buffer_offset, size } => {
+                let (table, buffer) = self.switch_channel(*c)?;
+                e.channel = table;
+                let dst = Chunk::new(rank, buffer, *buffer_offset, *size);
+                if !self.t.is_pkt(&dst) || !self.t.is_pkt(src) {
+                    return Err(self.err("packets through a switch channel need scratch on both sides"));
+                }
+                self.data(&mut e, opcode::SWITCH_BROADCAST_PACKETS, &dst, src);
+            }
+            OpKind::Barrier { id, count } => {
+                e.kind = opcode::BARRIER;
+                e.channel = self.t.barrier_ids.iter().position(|b| b == id).expect("collected above") as u32;
+                e.bytes = *count as u64;
+            }
+            OpKind::SemRelease { sem } | OpKind::SemAcquire { sem } => {
+                if *sem >= p.ranks[rank].semaphores.len() {
+                    return Err(self.err(&format!("semaphore {sem} is not one of this rank's")));
+                }
+                e.kind = if matches!(op.kind, OpKind::SemRelease { .. }) {
+                    opcode::SEM_RELEASE
+                } else {
+                    opcode::SEM_ACQUIRE
+                };
+                e.channel = (self.t.barrier_ids.len() + sem) as u32;
+            }
+        }
+        Ok(e)
+    }
 }

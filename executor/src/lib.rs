@@ -229,9 +229,11 @@ impl Executor {
         let gpu = comm.gpu().clone();
         let layout = encoded.layout();
         let arena = DeviceBuffer::exportable_filled(&gpu, layout.bytes as usize, 0)?;
-        // Collective calls: every rank builds the same number of sets, in the same order.
+        // Collective calls: every rank builds the same number of sets, in the same order. The plan
+        // kernel's packets travel in the arenas' packet scratch (through each channel's `dst`),
+        // never in a channel's own packet buffer: the channels get none (packet_bytes 0).
         let memory: Vec<MemoryChannels> =
-            (0..encoded.memory_sets).map(|_| comm.memory_channels(&arena, 16)).collect::<Result<_>>()?;
+            (0..encoded.memory_sets).map(|_| comm.memory_channels(&arena, 0)).collect::<Result<_>>()?;
         let ports: Vec<PortChannels> =
             (0..encoded.port_sets).map(|_| comm.port_channels(&arena, &arena)).collect::<Result<_>>()?;
         // Every switch channel of the plan over every rank's whole arena (laid out alike on every

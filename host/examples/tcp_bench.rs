@@ -43,8 +43,8 @@ use std::time::{Duration, Instant};
 
 use mscclpp_host::bootstrap::launcher::{Role, role};
 use mscclpp_host::bootstrap::{Bootstrap, BootstrapConfig, BootstrapExt, RankInfo, TcpBootstrap, Token};
-use mscclpp_host::proxy::MemoryRegion;
 use mscclpp_host::topology::{HostIdentity, RankPlace, Topology};
+use mscclpp_host::transport::engine::MemoryRegion;
 use mscclpp_host::transport::tcp::connect::PeerAddr;
 use mscclpp_host::transport::tcp::cuda::{CudaLanding, CudaSource};
 use mscclpp_host::transport::tcp::{

@@ -48,13 +48,17 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::ipc::{ExportedMemory, ImportedMemory};
 use crate::memory::{DeviceBuffer, Retained};
-use crate::proxy::{HostCounter, MemoryRegion, ProxyBuilder, ProxyOptions, ProxyService};
+use crate::proxy::{MemoryId, ProxyBuilder, ProxyOptions, ProxyService, SemaphoreId};
 use crate::semaphore::{HostInboundWord, SemaphoreSlot};
 use crate::shm::SharedHostMemory;
 use crate::topology::Topology;
 use crate::transport::TransportKind;
+use crate::transport::engine::MemoryRegion;
+use crate::transport::ipc::HostCounter;
 use crate::transport::tcp::cuda::{CudaLanding, CudaSource};
-use crate::transport::tcp::{ConnectOptions, RemoteMemory, TcpConfig, TcpTransport, connect::PeerAddr, connect_peers};
+use crate::transport::tcp::{
+    ConnectOptions, Link, RemoteMemory, TcpConfig, TcpTransport, connect::PeerAddr, connect_peers,
+};
 
 /// A bootstrap (any [`Bootstrap`]: [`crate::bootstrap::TcpBootstrap`] or one of the program's
 /// own) plus the GPU this rank uses.
@@ -204,10 +208,10 @@ pub struct MemoryChannels {
     packet_bytes: usize,
     // Field order is drop order: the mappings of the peers' memory close before this rank's
     // packet buffer and semaphore counters (which the peers may have mapped) are freed.
-    _remote_packets: PeerBuffers,
+    _remote_packets: Option<PeerBuffers>,
     _buffers: PeerBuffers,
     _semaphores: MemorySemaphores,
-    _packets: DeviceBuffer,
+    _packets: Option<DeviceBuffer>,
     /// This rank's buffer, which the peers map and write: allocated as long as this lives.
     _buffer: Retained,
 }
@@ -240,9 +244,9 @@ impl MemoryChannels {
 /// rank's whole packet buffer (one region per rank).
 fn packet_buffer_bytes(packet_bytes: usize, world_size: usize) -> Result<usize> {
     let packet = std::mem::size_of::<LL16Packet>();
-    if packet_bytes == 0 || !packet_bytes.is_multiple_of(packet) {
+    if !packet_bytes.is_multiple_of(packet) {
         return Err(Error::InvalidArgument(format!(
-            "memory channels: packet_bytes must be a positive multiple of {packet} (the LL16 packet size), got \
+            "memory channels: packet_bytes must be a multiple of {packet} (the LL16 packet size), got \
              {packet_bytes}"
         )));
     }
@@ -550,10 +554,13 @@ impl Communicator {
     ///
     /// The channel toward peer `p` puts into and gets from `p`'s buffer (`dst`, mapped here) and
     /// this rank's `buf` (`src`); it signals and waits with a memory semaphore of its own; and it
-    /// has `packet_bytes` of LL packet buffer each way (a positive multiple of 16 bytes, the
-    /// LL16 packet size): this rank allocates a zeroed packet buffer of `world_size *
-    /// packet_bytes` whose region `p` is where `p` writes its packets for this rank (see the
-    /// module documentation). Keep `buf` alive as long as kernels use the handles.
+    /// has `packet_bytes` of LL packet buffer each way (a multiple of 16 bytes, the LL16 packet
+    /// size): this rank allocates a zeroed packet buffer of `world_size * packet_bytes` whose
+    /// region `p` is where `p` writes its packets for this rank (see the module documentation).
+    /// With `packet_bytes` 0 the channels have no packet buffer (nothing is allocated or
+    /// exchanged for it, and the handles' packet addresses are 0): for kernels that send no
+    /// packets through the channels. Every rank passes the same `packet_bytes`. Keep `buf` alive
+    /// as long as kernels use the handles.
     pub fn memory_channels(&self, buf: &DeviceBuffer, packet_bytes: usize) -> Result<MemoryChannels> {
         self.require_one_machine("memory channels")?;
         let n = self.world_size();
@@ -565,13 +572,15 @@ impl Communicator {
             ));
         }
         let buffers = self.exchange(buf)?;
-        let packets = DeviceBuffer::exportable_filled(&self.gpu, total, 0)?;
-        let remote_packets = self.exchange(&packets)?;
-        if let Some(p) = (0..n).find(|&p| remote_packets.len(p) != total as u64) {
+        let packets = (total > 0).then(|| DeviceBuffer::exportable_filled(&self.gpu, total, 0)).transpose()?;
+        let remote_packets = packets.as_ref().map(|b| self.exchange(b)).transpose()?;
+        if let Some(r) = &remote_packets
+            && let Some(p) = (0..n).find(|&p| r.len(p) != total as u64)
+        {
             return Err(Error::InvalidArgument(format!(
                 "memory channels: rank {p} has {} bytes of packet buffer, this rank {total} (ranks passed \
                  different packet_bytes)",
-                remote_packets.len(p)
+                r.len(p)
             )));
         }
         let semaphores = self.memory_semaphores()?;
@@ -583,7 +592,10 @@ impl Communicator {
                         sem,
                         (buffers.addr(p), buffers.len(p)),
                         (buf.addr(), buf.len() as u64),
-                        (packets.addr(), remote_packets.addr(p)),
+                        (
+                            packets.as_ref().map_or(0, DeviceBuffer::addr),
+                            remote_packets.as_ref().map_or(0, |r| r.addr(p)),
+                        ),
                         packet_bytes as u64,
                     )
                 })
@@ -710,63 +722,44 @@ impl Communicator {
         let src_region = MemoryRegion { base: src.addr(), bytes: src.len() as u64 };
         let src_id = b.add_memory(src_region)?;
         let mut ids = Vec::with_capacity(n);
-        for p in 0..n {
-            if p == me {
+        for (p, kind) in kinds.iter().enumerate() {
+            let Some(kind) = *kind else {
                 ids.push(None);
                 continue;
-            }
-            SemaphoreSlot::check_within(p, sems.len(p), me)?;
-            if tcp(p) {
-                let link = links
-                    .iter_mut()
-                    .find_map(|l| l.take_if(|l| l.peer == p))
-                    .ok_or_else(|| Error::proxy(format!("no TCP connection with rank {p}")))?;
-                // This rank's receiver from p writes p's puts into `dst` and its signals into
-                // slot p's inbound counter, which the channel toward p waits on.
-                let inbound = SemaphoreSlot::at(storage.addr(), p).inbound().addr();
-                let dst_region = MemoryRegion { base: dst.addr(), bytes: dst.len() as u64 };
-                // SAFETY: `src` and `dst` are buffers on this GPU whose memory the channels
-                // retain (`_buffers`); the inbound counter is in `storage`, owned by the channels
-                // too; both are dropped after the proxy, which closes the transport (joining its
-                // receiver) when it stops; only this receiver writes slot p's inbound counter.
-                let (source, landing) = unsafe {
-                    (
-                        CudaSource::new(&self.gpu, vec![src_region], &cfg)?,
-                        CudaLanding::new(&self.gpu, vec![dst_region], vec![inbound], &cfg)?,
-                    )
-                };
-                let remote = RemoteMemory { regions: vec![dsts.len(p)], semaphores: 1 };
-                let t = b.add_transport(Box::new(TcpTransport::start(link, source, landing, remote, &cfg)?));
-                ids.push(Some((b.add_remote_memory(t, 0, dsts.len(p))?, b.add_remote_semaphore(t, 0)?, true)));
-                continue;
-            }
-            let dst_id = b.add_memory(MemoryRegion { base: dsts.addr(p), bytes: dsts.len(p) })?;
-            // Rank p waits for this rank's signals in its slot `me`.
-            let sem_id = match &host {
-                Some(h) => {
-                    let peer = h.peers[p].clone().ok_or_else(|| Error::proxy(format!("no counters of rank {p}")))?;
-                    // SAFETY: word `me` of rank p's array of n counters (a page-aligned mapping of
-                    // HostInboundWord::array_bytes(n) bytes, and me < n), which only this rank's
-                    // proxy writes; the Arc it gets keeps the mapping alive.
-                    let counter = unsafe {
-                        HostCounter::from_raw(peer.host_ptr().add(HostInboundWord::offset(me)).cast::<u64>(), peer)
-                    };
-                    b.add_host_semaphore(counter)?
-                }
-                None => b.add_semaphore(SemaphoreSlot::at(sems.addr(p), me).inbound().addr())?,
             };
-            ids.push(Some((dst_id, sem_id, false)));
+            SemaphoreSlot::check_within(p, sems.len(p), me)?;
+            // One arm per transport kind: the ids this rank's proxy serves rank p's channel with.
+            let route = match kind {
+                TransportKind::CudaIpc => ipc_port(&mut b, (me, p), &dsts, &sems, host.as_ref())?,
+                TransportKind::Tcp => {
+                    let link = links
+                        .iter_mut()
+                        .find_map(|l| l.take_if(|l| l.peer == p))
+                        .ok_or_else(|| Error::proxy(format!("no TCP connection with rank {p}")))?;
+                    // This rank's receiver from p writes p's puts into `dst` and its signals into
+                    // slot p's inbound counter, which the channel toward p waits on.
+                    let inbound = SemaphoreSlot::at(storage.addr(), p).inbound().addr();
+                    let dst_region = MemoryRegion { base: dst.addr(), bytes: dst.len() as u64 };
+                    // SAFETY: `src` and `dst` are buffers on this GPU whose memory the channels
+                    // retain (`_buffers`); the inbound counter is in `storage`, owned by the
+                    // channels too; both are dropped after the proxy, which closes the transport
+                    // (joining its receiver) when it stops; only this receiver writes slot p's
+                    // inbound counter.
+                    unsafe { tcp_port(&mut b, &self.gpu, link, (src_region, dst_region, inbound), dsts.len(p), &cfg)? }
+                }
+            };
+            ids.push(Some((route, kind)));
         }
         let proxy = b.start()?;
         let channels = ids
             .iter()
             .enumerate()
             .map(|(p, ids)| {
-                ids.map(|(dst_id, sem_id, over_tcp)| {
+                ids.map(|((dst_id, sem_id), kind)| {
                     let slot = SemaphoreSlot::at(storage.addr(), p);
                     let wait_on = match &host {
                         // The inbound word lives in shared host memory; `expected` stays in the slot.
-                        Some(h) if !over_tcp => Host2DeviceSemaphore {
+                        Some(h) if kind == TransportKind::CudaIpc => Host2DeviceSemaphore {
                             inbound: HostInboundWord::at(h.own_device, p).ptr(),
                             expected: slot.expected(),
                         },
@@ -829,6 +822,80 @@ struct HostCounters {
     own: Arc<SharedHostMemory>,
     own_device: u64,
     peers: Vec<Option<Arc<SharedHostMemory>>>,
+}
+
+/// The CUDA IPC route from rank `me` toward rank `p`: p's destination buffer and the counter p
+/// waits on (word `me` of p's shared host counters, else slot `me` of p's semaphore storage) are
+/// mapped here, and this rank's proxy copies and signals through them.
+fn ipc_port(
+    b: &mut ProxyBuilder,
+    (me, p): (usize, usize),
+    dsts: &PeerBuffers,
+    sems: &PeerBuffers,
+    host: Option<&HostCounters>,
+) -> Result<(MemoryId, SemaphoreId)> {
+    let dst_id = b.add_memory(MemoryRegion { base: dsts.addr(p), bytes: dsts.len(p) })?;
+    // Rank p waits for this rank's signals in its slot `me`.
+    let sem_id = match host {
+        Some(h) => {
+            let peer = h.peers[p].clone().ok_or_else(|| Error::proxy(format!("no counters of rank {p}")))?;
+            // SAFETY: word `me` of rank p's array of n counters (a page-aligned mapping of
+            // HostInboundWord::array_bytes(n) bytes, and me < n), which only this rank's
+            // proxy writes; the Arc it gets keeps the mapping alive.
+            let counter =
+                unsafe { HostCounter::from_raw(peer.host_ptr().add(HostInboundWord::offset(me)).cast::<u64>(), peer) };
+            b.add_host_semaphore(counter)?
+        }
+        None => b.add_semaphore(SemaphoreSlot::at(sems.addr(p), me).inbound().addr())?,
+    };
+    Ok((dst_id, sem_id))
+}
+
+/// The TCP route toward the peer of `link`: a transport whose sender reads `src` and whose
+/// receiver lands the peer's puts in `dst` and its signals in the counter at `inbound`
+/// (`(src, dst, inbound)`, all on `gpu`); the peer's destination buffer has `peer_dst_bytes`.
+///
+/// # Safety
+/// `src` and `dst` must stay valid device memory of `gpu`, and `inbound` an 8-aligned u64 of it
+/// that nothing else writes, until the proxy built from `b` has stopped (it closes the transport,
+/// joining its threads).
+unsafe fn tcp_port(
+    b: &mut ProxyBuilder,
+    gpu: &Arc<Gpu>,
+    link: Link,
+    (src, dst, inbound): (MemoryRegion, MemoryRegion, u64),
+    peer_dst_bytes: u64,
+    cfg: &TcpConfig,
+) -> Result<(MemoryId, SemaphoreId)> {
+    // SAFETY: the caller's contract.
+    let (source, landing) =
+        unsafe { (CudaSource::new(gpu, vec![src], cfg)?, CudaLanding::new(gpu, vec![dst], vec![inbound], cfg)?) };
+    let remote = RemoteMemory { regions: vec![peer_dst_bytes], semaphores: 1 };
+    let t = b.add_transport(Box::new(TcpTransport::start(link, source, landing, remote, cfg)?));
+    Ok((b.add_remote_memory(t, 0, peer_dst_bytes)?, b.add_remote_semaphore(t, 0)?))
+}
+
+#[cfg(test)]
+mod packet_tests {
+    use rand::RngExt;
+
+    /// A packet region is a multiple of the LL16 packet size, 0 included (no packet buffer);
+    /// the whole buffer is one region per rank, and a size that overflows is refused.
+    #[test]
+    fn packet_regions_are_whole_packets_or_none() {
+        let mut rng = rand::rng();
+        for _ in 0..1000 {
+            let (bytes, n) = (rng.random_range(0..1usize << 20), rng.random_range(1..1024usize));
+            let got = super::packet_buffer_bytes(bytes, n);
+            if bytes % 16 == 0 {
+                assert_eq!(got.unwrap(), bytes * n, "{bytes} bytes for {n} ranks");
+            } else {
+                assert!(got.unwrap_err().to_string().contains("multiple of 16"), "{bytes}");
+            }
+        }
+        assert_eq!(super::packet_buffer_bytes(0, 8).unwrap(), 0);
+        assert!(super::packet_buffer_bytes(usize::MAX - 15, 2).is_err());
+    }
 }
 
 #[cfg(test)]

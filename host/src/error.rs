@@ -2,7 +2,7 @@
 
 use cudarc::driver::DriverError;
 
-use crate::bootstrap::frame::{FrameError, FrameFault};
+use crate::frame::{FrameError, FrameFault};
 
 /// Every error the host runtime reports. Each carries enough context to say what was being done.
 ///
@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn frame_errors_convert_with_their_messages() {
-        use crate::bootstrap::frame::{FrameError, FrameFault};
+        use crate::frame::{FrameError, FrameFault};
         let io = || std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
         let cases = [
             (

@@ -404,12 +404,8 @@ impl Gpu {
 
     /// Whether this device can access `peer`'s memory directly.
     pub fn can_access_peer(&self, peer: &Gpu) -> Result<bool> {
-        let mut can = 0i32;
-        // SAFETY: both device handles are valid; `can` is a valid out-pointer.
-        let r =
-            unsafe { cudarc::driver::sys::cuDeviceCanAccessPeer(&mut can, self.ctx.cu_device(), peer.ctx.cu_device()) };
-        crate::error::check(r, || format!("cuDeviceCanAccessPeer({}, {})", self.ordinal(), peer.ordinal()))?;
-        Ok(can != 0)
+        crate::driver::calls::device_can_access_peer(self.ctx.cu_device(), peer.ctx.cu_device())
+            .ctx(|| format!("cuDeviceCanAccessPeer({}, {})", self.ordinal(), peer.ordinal()))
     }
 
     /// Enables this context's access to `peer`'s memory (idempotent). Two handles of one device
@@ -422,12 +418,13 @@ impl Gpu {
             return Err(Error::Unsupported(format!("GPU {} cannot access GPU {}", self.ordinal(), peer.ordinal())));
         }
         self.bind()?;
-        // SAFETY: the current context is ours; `peer`'s context is valid.
-        let r = unsafe { cudarc::driver::sys::cuCtxEnablePeerAccess(peer.ctx.cu_ctx(), 0) };
-        if r == cudarc::driver::sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
-            return Ok(());
+        // SAFETY: the current context is ours; `peer`'s context is valid (`peer` holds it).
+        match unsafe { crate::driver::calls::ctx_enable_peer_access(peer.ctx.cu_ctx()) } {
+            Err(cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)) => {
+                Ok(())
+            }
+            r => r.ctx(|| format!("enabling peer access {} -> {}", self.ordinal(), peer.ordinal())),
         }
-        crate::error::check(r, || format!("enabling peer access {} -> {}", self.ordinal(), peer.ordinal()))
     }
 }
 

@@ -35,7 +35,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use cudarc::driver::sys::{self, CUipcMem_flags};
 
-use crate::error::{Error, Result, check};
+use crate::driver::calls;
+use crate::error::{DriverContext, Error, Result};
 use crate::gpu::Gpu;
 use crate::memory::{DeviceBuffer, Retained, WeakRetained};
 
@@ -98,14 +99,12 @@ impl ExportedMemory {
             ));
         }
         buf.gpu().bind()?;
-        let (mut base, mut size) = (0u64, 0usize);
-        // SAFETY: `buf.addr()` lies in a live allocation; both are out-params.
-        let r = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, buf.addr()) };
-        check(r, || "finding the allocation of a buffer to export".into())?;
-        let mut h = sys::CUipcMemHandle { reserved: [0; 64] };
-        // SAFETY: `base` is the start of a live cuMemAlloc allocation; `h` is an out-param.
-        let r = unsafe { sys::cuIpcGetMemHandle(&mut h, base) };
-        check(r, || format!("exporting {} bytes of GPU {} memory", buf.len(), buf.gpu().ordinal()))?;
+        // SAFETY: `buf.addr()` lies in a live allocation of the bound context.
+        let (base, size) = unsafe { calls::mem_get_address_range(buf.addr()) }
+            .ctx(|| "finding the allocation of a buffer to export".into())?;
+        // SAFETY: `base` is the start of a live cuMemAlloc allocation (exportable buffers are).
+        let h = unsafe { calls::ipc_get_mem_handle(base) }
+            .ctx(|| format!("exporting {} bytes of GPU {} memory", buf.len(), buf.gpu().ordinal()))?;
         let e = Self {
             handle: h.reserved.map(|c| c as u8),
             bytes: buf.len() as u64,
@@ -152,7 +151,7 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         if self.gpu.bind().is_ok() {
             // SAFETY: `base` came from cuIpcOpenMemHandle in this context and is closed once.
-            let _ = unsafe { sys::cuIpcCloseMemHandle(self.base) };
+            let _ = unsafe { calls::ipc_close_mem_handle(self.base) };
         }
     }
 }
@@ -221,13 +220,12 @@ impl ImportedMemory {
             None => {
                 gpu.bind()?;
                 let h = sys::CUipcMemHandle { reserved: exported.handle.map(|b| b as std::ffi::c_char) };
-                let mut base = 0u64;
-                // SAFETY: `h` is a handle produced by cuIpcGetMemHandle in another process; `base`
-                // is an out-param.
-                let r = unsafe {
-                    sys::cuIpcOpenMemHandle_v2(&mut base, h, CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32)
-                };
-                check(r, || {
+                // SAFETY: `h` is a handle produced by cuIpcGetMemHandle in another process; the
+                // mapping is closed once, when its `Mapping` drops.
+                let base = unsafe {
+                    calls::ipc_open_mem_handle(h, CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32)
+                }
+                .ctx(|| {
                     format!(
                         "importing {} bytes of GPU {} memory from process {} into GPU {}{}",
                         exported.allocation_bytes,
@@ -249,10 +247,9 @@ impl ImportedMemory {
         };
         // The claim is checked against what the driver actually mapped, not only against the
         // peer's own allocation size: the mapped range must cover the whole buffer.
-        let (mut range_base, mut range_size) = (0u64, 0usize);
-        // SAFETY: `mapping.base` is the start of a live mapping in this context; both are out-params.
-        let r = unsafe { sys::cuMemGetAddressRange_v2(&mut range_base, &mut range_size, mapping.base) };
-        check(r, || "finding the range of an imported mapping".into())?;
+        // SAFETY: `mapping.base` is the start of a live mapping in this context.
+        let (range_base, range_size) = unsafe { calls::mem_get_address_range(mapping.base) }
+            .ctx(|| "finding the range of an imported mapping".into())?;
         check_mapped_range(exported, mapping.base, range_base, range_size as u64)?;
         let addr = mapping.base.checked_add(exported.offset).ok_or_else(|| {
             Error::InvalidArgument(format!("imported buffer at offset {} overflows the address space", exported.offset))
@@ -276,10 +273,6 @@ impl ImportedMemory {
         Ok(Some(Self { backing: Backing::Local(held), gpu: gpu.ordinal(), addr, bytes }))
     }
 
-    /// Whether the memory belongs to this process (exported by a rank that is a thread of it).
-    pub fn is_local(&self) -> bool {
-        matches!(self.backing, Backing::Local(_))
-    }
     /// The mapped address (valid on this process's GPU).
     pub fn addr(&self) -> u64 {
         self.addr

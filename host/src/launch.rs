@@ -147,17 +147,14 @@ fn prepare(gpu: &Gpu, func: &CudaFunction, cfg: LaunchConfig, args: &Args) -> Re
 
 /// The most threads per block `f` can be launched with (its register use decides), at least 32.
 pub fn max_threads_per_block(f: &CudaFunction) -> Result<u32> {
-    let mut v = 0i32;
-    // SAFETY: `v` is an out-parameter; the function handle is live (its module is held by the
-    // caller's `CudaFunction`).
-    let r = unsafe {
-        cudarc::driver::sys::cuFuncGetAttribute(
-            &mut v,
-            FnAttr::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+    // SAFETY: the function handle is live (its module is held by the caller's `CudaFunction`).
+    let v = unsafe {
+        cudarc::driver::result::function::get_function_attribute(
             f.cu_function(),
+            FnAttr::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
         )
-    };
-    r.result().map_err(|e| Error::Driver { context: "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)".into(), source: e })?;
+    }
+    .ctx(|| "cuFuncGetAttribute(MAX_THREADS_PER_BLOCK)".into())?;
     Ok(v.max(32) as u32)
 }
 
@@ -166,23 +163,11 @@ pub fn max_threads_per_block(f: &CudaFunction) -> Result<u32> {
 /// SM count). A kernel whose blocks wait for each other (or for other ranks' blocks on the same
 /// GPU) must stay within it, else it waits for blocks that never start.
 pub fn max_resident_blocks(gpu: &Gpu, f: &CudaFunction, threads: u32, shared_bytes: u32) -> Result<u32> {
-    let mut per_sm = 0i32;
     gpu.bind()?;
-    // SAFETY: `per_sm` is an out-parameter; the function handle is live (its module is held by
-    // the caller's `CudaFunction`).
-    let r = unsafe {
-        cudarc::driver::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            &mut per_sm,
-            f.cu_function(),
-            threads as i32,
-            shared_bytes as usize,
-        )
-    };
-    r.result().map_err(|e| Error::Driver {
-        context: format!("cuOccupancyMaxActiveBlocksPerMultiprocessor({threads} threads, {shared_bytes} B shared)"),
-        source: e,
-    })?;
-    Ok((per_sm.max(0) as u32).saturating_mul(gpu.info().sm_count))
+    let per_sm = f
+        .occupancy_max_active_blocks_per_multiprocessor(threads, shared_bytes as usize, None)
+        .ctx(|| format!("cuOccupancyMaxActiveBlocksPerMultiprocessor({threads} threads, {shared_bytes} B shared)"))?;
+    Ok(per_sm.saturating_mul(gpu.info().sm_count))
 }
 
 /// Launches `func` on `stream`, raising the function's dynamic shared-memory limit when the
@@ -300,8 +285,7 @@ pub unsafe fn launch_overlapped_on(
     };
     // SAFETY: the configuration and attribute live across the call; the argument pointers are
     // the caller's (see `launch_on`).
-    unsafe { sys::cuLaunchKernelEx(&lc, func.cu_function(), args.ptrs.as_mut_ptr(), std::ptr::null_mut()) }
-        .result()
+    unsafe { crate::driver::calls::launch_kernel_ex(&lc, func.cu_function(), &mut args.ptrs) }
         .ctx(|| format!("launching an overlapped kernel with grid {g:?}, block {b:?}"))
 }
 

@@ -11,6 +11,7 @@
 //! * [`shm`]: host memory shared by the processes of one machine (host-written semaphores).
 //! * [`bulk`]: host-side validation for bulk-copy work.
 //! * [`nvls`]: NVLink multicast buffers, only behind the multicast guard.
+//! * [`frame`]: the bootstrap's wire frames and the session token.
 //! * [`bootstrap`]: rank discovery (mpirun, PMI, Slurm, the built-in launcher), TCP rendezvous,
 //!   all-gather / barrier / send / recv between ranks, and the launcher itself.
 //! * [`fifo`], [`proxy`], [`semaphore`], [`channel`]: the trigger FIFO, the proxy thread that
@@ -58,6 +59,7 @@
 //! graphs, so that programs use the version this crate is built with.
 
 pub mod abort;
+mod auth;
 pub mod bootstrap;
 pub mod bulk;
 pub mod channel;
@@ -65,6 +67,7 @@ pub mod comm;
 mod driver;
 pub mod error;
 pub mod fifo;
+pub mod frame;
 pub mod gpu;
 pub mod ipc;
 pub mod launch;

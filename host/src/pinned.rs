@@ -2,10 +2,11 @@
 //!
 //! [`Gpu`]: crate::gpu::Gpu
 
-use cudarc::driver::sys::{self, CUdeviceptr};
+use cudarc::driver::sys;
 use mscclpp_device::ptr::GlobalPtr;
 
-use crate::error::{DriverContext, Result, check};
+use crate::driver::calls;
+use crate::error::{DriverContext, Result};
 
 /// Page-locked host memory mapped into every context's address space (`PORTABLE | DEVICEMAP`):
 /// the GPU reads and writes it over PCIe, the host through ordinary pointers.
@@ -36,14 +37,17 @@ impl PinnedBuffer {
         let host = unsafe { cudarc::driver::result::malloc_host(bytes.max(1), flags) }
             .ctx(|| format!("allocating {bytes} bytes of pinned host memory"))?
             .cast::<u8>();
-        let mut device: CUdeviceptr = 0;
-        // SAFETY: `host` was just allocated with DEVICEMAP.
-        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0) };
-        if let Err(e) = check(r, || "cuMemHostGetDevicePointer".into()) {
-            // SAFETY: allocated above, freed once.
-            let _ = unsafe { cudarc::driver::result::free_host(host.cast()) };
-            return Err(e);
-        }
+        // SAFETY: `host` was just allocated with DEVICEMAP, in the bound context.
+        let device = match unsafe { calls::mem_host_get_device_pointer(host.cast()) }
+            .ctx(|| "cuMemHostGetDevicePointer".into())
+        {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: allocated above, freed once.
+                let _ = unsafe { cudarc::driver::result::free_host(host.cast()) };
+                return Err(e);
+            }
+        };
         // SAFETY: `host` points to `bytes` writable bytes.
         unsafe { std::ptr::write_bytes(host, 0, bytes.max(1)) };
         Ok(Self { host, device, bytes })

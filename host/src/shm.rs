@@ -30,7 +30,8 @@ use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 
-use crate::error::{Error, Result, check};
+use crate::driver::calls;
+use crate::error::{DriverContext, Error, Result};
 use crate::gpu::Gpu;
 
 const DIR: &str = "/dev/shm";
@@ -205,16 +206,19 @@ impl SharedHostMemory {
         gpu.bind()?;
         let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
         // SAFETY: the range is this value's live mapping; unregistered before it is unmapped.
-        let r = unsafe { sys::cuMemHostRegister_v2(self.host.as_ptr().cast(), self.bytes, flags) };
-        check(r, || format!("registering shared memory {} ({} bytes)", self.name, self.bytes))?;
-        let mut device: CUdeviceptr = 0;
-        // SAFETY: registered just above with DEVICEMAP.
-        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, self.host.as_ptr().cast(), 0) };
-        if let Err(e) = check(r, || format!("mapping shared memory {} for GPU {}", self.name, gpu.ordinal())) {
-            // SAFETY: registered above, unregistered once.
-            let _ = unsafe { sys::cuMemHostUnregister(self.host.as_ptr().cast()) };
-            return Err(e);
-        }
+        unsafe { calls::mem_host_register(self.host.as_ptr().cast(), self.bytes, flags) }
+            .ctx(|| format!("registering shared memory {} ({} bytes)", self.name, self.bytes))?;
+        // SAFETY: registered just above with DEVICEMAP, in the bound context.
+        let device = match unsafe { calls::mem_host_get_device_pointer(self.host.as_ptr().cast()) }
+            .ctx(|| format!("mapping shared memory {} for GPU {}", self.name, gpu.ordinal()))
+        {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: registered above, unregistered once.
+                let _ = unsafe { calls::mem_host_unregister(self.host.as_ptr().cast()) };
+                return Err(e);
+            }
+        };
         self.registered = Some((gpu.clone(), device));
         Ok(())
     }
@@ -287,7 +291,7 @@ impl Drop for SharedHostMemory {
         if let Some((gpu, _)) = &self.registered {
             let _ = gpu.bind();
             // SAFETY: registered by `register`, unregistered once, before the unmap below.
-            let _ = unsafe { sys::cuMemHostUnregister(self.host.as_ptr().cast()) };
+            let _ = unsafe { calls::mem_host_unregister(self.host.as_ptr().cast()) };
         }
         // SAFETY: the mapping made by `map` with this length, unmapped once.
         let _ = unsafe { munmap(self.host.cast(), self.bytes) };

@@ -46,15 +46,8 @@ impl HostIdentity {
 }
 
 /// This machine's host name (empty if it cannot be read).
-pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most `len` bytes into the buffer we own.
-    let r = unsafe { nix::libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if r != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+fn hostname() -> String {
+    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// One rank's place.
@@ -151,18 +144,8 @@ impl RankPlace {
 }
 
 fn pci_bus_id(gpu: &Gpu) -> Option<String> {
-    let mut buf = [0 as std::ffi::c_char; 32];
     gpu.bind().ok()?;
-    // SAFETY: the driver writes at most `len` bytes, NUL-terminated, into our buffer.
-    let r = unsafe {
-        cudarc::driver::sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, gpu.context().cu_device())
-    };
-    if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
-        return None;
-    }
-    // SAFETY: NUL-terminated within the buffer on success.
-    let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
-    Some(s.to_string_lossy().into_owned())
+    crate::driver::calls::device_pci_bus_id(gpu.context().cu_device()).ok()
 }
 
 /// Every rank's place, as this rank sees it.

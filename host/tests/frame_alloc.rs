@@ -4,8 +4,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use mscclpp_host::bootstrap::frame::{self, Kind, Token};
 use mscclpp_host::bootstrap::{FrameError, FrameFault};
+use mscclpp_host::frame::{self, Kind, Token};
 
 struct Tracking;
 

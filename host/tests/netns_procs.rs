@@ -409,7 +409,7 @@ const GPU_BYTES: usize = (4 << 20) + 4104;
 /// pinned memory on both sides), each followed by a signal into pinned memory; a flush; every
 /// byte and the signal count checked.
 fn gpu_puts(b: &TcpBootstrap, cfg: &BootstrapConfig) -> mscclpp_host::Result<()> {
-    use mscclpp_host::proxy::MemoryRegion;
+    use mscclpp_host::transport::engine::MemoryRegion;
     use mscclpp_host::transport::tcp::cuda::{CudaLanding, CudaSource};
     use mscclpp_host::{DeviceBuffer, Gpu, PinnedBuffer};
     let (me, n) = (b.rank(), b.world_size());

@@ -150,13 +150,6 @@ impl DataType {
             DataType::F8E5M2 => "f8e5m2",
         }
     }
-    /// Floating-point types (their pre-multiplying scalars are floats).
-    pub const fn is_float(self) -> bool {
-        matches!(
-            self,
-            DataType::F16 | DataType::F32 | DataType::F64 | DataType::Bf16 | DataType::F8E4M3 | DataType::F8E5M2
-        )
-    }
     /// The same type in `mscclpp-collectives`, where its kernels sum it.
     pub const fn collectives(self) -> Option<mscclpp_collectives::DataType> {
         use mscclpp_collectives::DataType as C;

@@ -21,7 +21,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
 
-use mscclpp_host::bootstrap::frame::Token;
+use mscclpp_host::frame::Token;
 
 use crate::abi::UNIQUE_ID_BYTES;
 use crate::error::{Error, Result};

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::frame::{DEFAULT_MAX_FRAME, Token, stable_hash};
 use crate::error::{Error, Result};
+use crate::frame::{DEFAULT_MAX_FRAME, Token, stable_hash};
 
 /// This process's rank (set by the built-in launcher).
 pub const ENV_RANK: &str = "MSCCLPP_RS_RANK";
@@ -357,12 +357,6 @@ impl BootstrapConfig {
     /// Replaces the timeout.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
-        self
-    }
-
-    /// Replaces the frame limit.
-    pub fn with_max_frame(mut self, max_frame: usize) -> Self {
-        self.max_frame = max_frame;
         self
     }
 

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
-use super::frame::{Frame, Kind};
 use super::{PeerLostHook, lock};
+use crate::frame::{Frame, Kind};
 
 /// What receives from a peer that said goodbye fail with.
 pub(super) const SAID_GOODBYE: &str = "it closed its bootstrap (said goodbye)";

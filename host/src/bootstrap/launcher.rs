@@ -40,9 +40,9 @@ use super::Bootstrap;
 use super::env::{
     ENV_BOOTSTRAP, ENV_LOCAL_RANK, ENV_LOCAL_SIZE, ENV_RANK, ENV_TOKEN, ENV_WORLD_SIZE, EnvSnapshot, RankInfo,
 };
-use super::frame::Token;
 use super::local::LocalBootstrap;
 use crate::error::{Error, Result};
+use crate::frame::Token;
 
 /// Deadline of a launch started by [`maybe_launch_from_args`], in seconds (default 600).
 pub const ENV_LAUNCH_DEADLINE: &str = "MSCCLPP_RS_LAUNCH_DEADLINE";

@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::frame::{self, FrameError, Intro, Kind, PACK_OVERHEAD};
 use super::inbox::Inbox;
 use super::rendezvous::{HANDSHAKE_WAIT, HandshakeGate, Introduced, connect_handshake, send_frame, server_proof};
 use super::{BootstrapConfig, is_timeout, lock};
 use crate::error::{Error, Result};
+use crate::frame::{self, FrameError, Intro, Kind, PACK_OVERHEAD};
 
 /// How long a closing rank may spend handing its goodbye to one peer's socket.
 const GOODBYE_TIMEOUT: Duration = Duration::from_millis(200);

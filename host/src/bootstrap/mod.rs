@@ -170,7 +170,6 @@
 //!
 //! [`send`]: Bootstrap::send
 pub mod env;
-pub mod frame;
 mod inbox;
 pub mod launcher;
 mod links;
@@ -182,8 +181,8 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+pub use crate::frame::{FrameError, FrameFault, Token};
 pub use env::{BootstrapConfig, EnvSnapshot, RankInfo, RankSource};
-pub use frame::{FrameError, FrameFault, Token};
 pub use launcher::{Launcher, Role, launch, maybe_launch_from_args, role};
 pub use local::LocalBootstrap;
 pub use tcp::TcpBootstrap;

@@ -9,9 +9,10 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use super::env::{self, BootstrapConfig};
-use super::frame::{self, Frame, FrameError, Intro, Kind, Token, decode_table, encode_table};
 use super::is_timeout;
+use crate::auth::{self, Proof};
 use crate::error::{Error, Result};
+use crate::frame::{self, Frame, FrameError, Intro, Kind, Token, decode_table, encode_table};
 
 /// How long a freshly accepted connection may take to answer the challenge before it is dropped
 /// as a stray (bounded by the rendezvous deadline too). Real ranks answer at once.
@@ -155,19 +156,14 @@ pub(super) struct Nonces {
     pub(super) client: [u8; NONCE_LEN],
 }
 
-pub(super) fn nonce() -> [u8; NONCE_LEN] {
-    use rand::RngExt;
-    rand::rng().random()
-}
-
 /// The connecting side's proof over the challenge, its own nonce and its introduction.
 pub(super) fn client_proof(token: &Token, kind: Kind, n: &Nonces, intro: &[u8]) -> [u8; frame::PROOF_LEN] {
-    token.prove(&[b"mscclpp-rs client", &[kind as u8], &n.server, &n.client, intro])
+    auth::prove(token, Proof::BootstrapClient, &[&[kind as u8], &n.server, &n.client, intro])
 }
 
 /// The accepting side's proof, sent in the welcome: it knows the token too.
 pub(super) fn server_proof(token: &Token, kind: Kind, n: &Nonces) -> [u8; frame::PROOF_LEN] {
-    token.prove(&[b"mscclpp-rs server", &[kind as u8], &n.server, &n.client])
+    auth::prove(token, Proof::BootstrapServer, &[&[kind as u8], &n.server, &n.client])
 }
 
 /// What a handshake thread reports: its id, and the introduced connection or why it was dropped.
@@ -282,7 +278,7 @@ pub(super) fn accept_handshake(
     kind: Kind,
     deadline: Instant,
 ) -> std::result::Result<Introduced, String> {
-    let server = nonce();
+    let server = auth::nonce();
     let mut w = Deadlined { stream: &stream, deadline };
     frame::write_frame(&mut w, token, Kind::Challenge, 0, &server).map_err(|e| {
         if is_timeout(&e) {
@@ -321,7 +317,12 @@ pub(super) fn accept_handshake(
     let mut client = [0u8; NONCE_LEN];
     client.copy_from_slice(client_nonce);
     let nonces = Nonces { server, client };
-    if !token.verify(&[b"mscclpp-rs client", &[kind as u8], &nonces.server, &nonces.client, intro_bytes], proof) {
+    if !auth::verify(
+        token,
+        Proof::BootstrapClient,
+        &[&[kind as u8], &nonces.server, &nonces.client, intro_bytes],
+        proof,
+    ) {
         return Err("wrong session token (failed the challenge)".into());
     }
     let intro = Intro::decode(intro_bytes).ok_or_else(|| format!("malformed {}", kind.name()))?;
@@ -353,14 +354,15 @@ pub(super) fn connect_handshake(
         .as_slice()
         .try_into()
         .map_err(|_| Error::Protocol(format!("rank {peer} sent a malformed challenge")))?;
-    let nonces = Nonces { server, client: nonce() };
+    let nonces = Nonces { server, client: auth::nonce() };
     let mut payload = Vec::with_capacity(NONCE_LEN + frame::PROOF_LEN + intro.len());
     payload.extend_from_slice(&nonces.client);
     payload.extend_from_slice(&client_proof(&cfg.token, kind, &nonces, intro));
     payload.extend_from_slice(intro);
     send_frame(stream, cfg, kind, &payload, deadline, peer)?;
     let welcome = expect(stream, cfg, Kind::Welcome, frame::PROOF_LEN, deadline, peer, "the welcome")?;
-    if !cfg.token.verify(&[b"mscclpp-rs server", &[kind as u8], &nonces.server, &nonces.client], &welcome.payload) {
+    let parts: [&[u8]; 3] = [&[kind as u8], &nonces.server, &nonces.client];
+    if !auth::verify(&cfg.token, Proof::BootstrapServer, &parts, &welcome.payload) {
         return Err(Error::Protocol(format!(
             "rank {peer} did not prove the session token in its welcome (another job on this address?)"
         )));

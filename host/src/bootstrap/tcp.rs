@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::frame::{self, Kind};
 use super::inbox::Waited;
 use super::links::Net;
 use super::rendezvous::{leaf_rendezvous, root_rendezvous};
 use super::{Bootstrap, BootstrapConfig, BootstrapHints, EnvSnapshot, RankInfo, after, lock};
 use crate::error::{Error, Result};
+use crate::frame::{self, Kind};
 
 /// The smallest frame limit that still carries the rendezvous.
 const MIN_MAX_FRAME: usize = 4096;

@@ -1,9 +1,9 @@
 //! In-process tests: every rank is a thread, all on loopback.
 
 use super::env::MAX_WORLD_SIZE;
-use super::frame::{self, Intro, Kind, decode_table, encode_table};
 use super::rendezvous::*;
 use super::*;
+use crate::frame::{self, Intro, Kind, decode_table, encode_table};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;

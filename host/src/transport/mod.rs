@@ -5,10 +5,9 @@
 //! [`Transport`]: everything a port channel's `put`, `signal`, `flush` and `atomic_add` need from
 //! a connection to one peer (or, for CUDA IPC, to every peer whose memory is mapped here).
 //!
-//! * **CUDA IPC** (the proxy's own implementation, private to [`crate::proxy`]): the peer's
-//!   buffer and semaphore are mapped into this process; a put is a copy on the proxy's stream,
-//!   a signal a stream write (or a store into shared host memory), a flush waits for the
-//!   stream. Only between processes of one machine.
+//! * **CUDA IPC** ([`ipc`]): the peer's buffer and semaphore are mapped into this process; a put
+//!   is a copy on the proxy's stream, a signal a stream write (or a store into shared host
+//!   memory), a flush waits for the stream. Only between processes of one machine.
 //! * **TCP** ([`tcp`]): the peer's proxy receives; a put travels through pinned staging buffers,
 //!   chunked and pipelined; signals and atomic adds follow the data on the same connection; a
 //!   flush waits for the peer's acknowledgement that everything before it has landed. Works
@@ -20,6 +19,13 @@
 //! peer elsewhere with [`crate::Error::OffMachine`]. `docs/TRANSPORTS.md` describes the design,
 //! including an InfiniBand (ibverbs) transport behind the same trait.
 
+//!
+//! Both drive the GPU through an [`engine::Engine`] (a stream of the proxy's GPU). A transport is
+//! a module here (a file, or a folder like [`tcp`]), one [`TransportKind`], and one arm in
+//! `Communicator::port_channels_with` that builds it for a peer.
+
+pub mod engine;
+pub mod ipc;
 pub mod tcp;
 
 use std::time::Instant;

@@ -31,6 +31,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, T
 use std::time::{Duration, Instant};
 
 use super::wire::{self, Introduction, NONCE_LEN};
+use crate::auth;
 use crate::bootstrap::{Bootstrap, BootstrapExt, BootstrapHints, Token};
 use crate::error::{Error, Result};
 
@@ -83,11 +84,6 @@ pub struct Link {
     pub peer_max_chunk: u64,
 }
 
-fn random_nonce() -> [u8; NONCE_LEN] {
-    use rand::RngExt;
-    rand::rng().random()
-}
-
 /// The address to advertise when none is given.
 fn default_advertise(boot: &dyn Bootstrap) -> Result<IpAddr> {
     if let Ok(v) = std::env::var(ENV_TRANSPORT_ADDR) {
@@ -99,7 +95,7 @@ fn default_advertise(boot: &dyn Bootstrap) -> Result<IpAddr> {
     if let Some(ip) = boot.hints().local_ip {
         return Ok(ip);
     }
-    let host = crate::topology::hostname();
+    let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
     let resolved =
         (host.as_str(), 0).to_socket_addrs().map(|a| a.map(|a| a.ip()).collect::<Vec<_>>()).unwrap_or_default();
     Ok(resolved.iter().copied().find(|ip| !ip.is_loopback()).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)))
@@ -114,8 +110,8 @@ pub fn connect_peers(boot: &dyn Bootstrap, peers: &[PeerAddr], opts: &ConnectOpt
     let timeout = opts.timeout.or(hints.timeout).unwrap_or(crate::bootstrap::env::DEFAULT_TIMEOUT);
     // 1, 2: instance and fallback key from rank 0.
     let mut mine = [0u8; 24];
-    mine[..NONCE_LEN].copy_from_slice(&random_nonce());
-    mine[NONCE_LEN..].copy_from_slice(&random_nonce()[..8]);
+    mine[..NONCE_LEN].copy_from_slice(&auth::nonce::<NONCE_LEN>());
+    mine[NONCE_LEN..].copy_from_slice(&auth::nonce::<8>());
     let all = boot.all_gather_checked(&mine)?;
     let root: [u8; 24] = all[0].as_slice().try_into().map_err(|_| {
         wrap("port channels over TCP".into())(Error::Protocol(format!(
@@ -317,7 +313,7 @@ fn connect_one(
     };
     let challenge = read_record(&mut s, wire::CHALLENGE_LEN, deadline, "the peer's challenge")?;
     let server = wire::parse_challenge(&challenge).map_err(Error::Protocol)?;
-    let client = random_nonce();
+    let client = auth::nonce();
     write_record(&mut s, &wire::hello(key, &intro, &server, &client), deadline, "the hello")?;
     let welcome = read_record(&mut s, wire::WELCOME_LEN, deadline, "the peer's welcome")?;
     let max_chunk = wire::parse_welcome(&welcome, key, &intro, &server, &client)
@@ -338,7 +334,7 @@ fn accept_one(
     max_chunk: u64,
     deadline: Instant,
 ) -> std::result::Result<(usize, TcpStream), String> {
-    let server = random_nonce();
+    let server = auth::nonce();
     write_record(&mut s, &wire::challenge(&server), deadline, "the challenge").map_err(|e| e.to_string())?;
     let hello = read_record(&mut s, wire::HELLO_LEN, deadline, "a hello").map_err(|e| e.to_string())?;
     let (intro, client, proof) = wire::parse_hello(&hello)?;

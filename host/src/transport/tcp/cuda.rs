@@ -12,7 +12,7 @@ use super::memory::{LandingMemory, Outgoing, SourceMemory, check_span};
 use crate::error::{DriverContext, Error, Result};
 use crate::gpu::Gpu;
 use crate::memory::PinnedBuffer;
-use crate::proxy::{CudaEngine, Engine, MemoryRegion};
+use crate::transport::engine::{CudaEngine, Engine, MemoryRegion};
 
 /// Pinned staging slots and the mark each one waits for.
 struct Slots {

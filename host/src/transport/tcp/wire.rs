@@ -22,7 +22,8 @@
 
 use std::fmt;
 
-use crate::bootstrap::frame::{PROOF_LEN, Token};
+use crate::auth::{self, Proof};
+use crate::frame::{PROOF_LEN, Token};
 
 /// The first four bytes of every message and handshake record.
 pub const MAGIC: [u8; 4] = *b"MRST";
@@ -253,7 +254,7 @@ pub fn hello_proof(
     server: &[u8; NONCE_LEN],
     client: &[u8; NONCE_LEN],
 ) -> [u8; PROOF_LEN] {
-    key.prove(&[b"mscclpp-rs transport hello v1", &intro.bytes(), server, client])
+    auth::prove(key, Proof::TransportHello, &[&intro.bytes(), server, client])
 }
 
 /// Whether `proof` is [`hello_proof`] of the rest, compared in constant time.
@@ -264,7 +265,7 @@ pub fn verify_hello(
     client: &[u8; NONCE_LEN],
     proof: &[u8],
 ) -> bool {
-    key.verify(&[b"mscclpp-rs transport hello v1", &intro.bytes(), server, client], proof)
+    auth::verify(key, Proof::TransportHello, &[&intro.bytes(), server, client], proof)
 }
 
 /// The accepting side's proof, over the same and the largest put chunk it accepts.
@@ -275,7 +276,7 @@ pub fn welcome_proof(
     client: &[u8; NONCE_LEN],
     max_chunk: u64,
 ) -> [u8; PROOF_LEN] {
-    key.prove(&[b"mscclpp-rs transport welcome v1", &intro.bytes(), server, client, &max_chunk.to_le_bytes()])
+    auth::prove(key, Proof::TransportWelcome, &[&intro.bytes(), server, client, &max_chunk.to_le_bytes()])
 }
 
 /// The connecting side's reply to a challenge.
@@ -325,9 +326,8 @@ pub fn parse_welcome(
 ) -> Result<u64, String> {
     let body = record_body(b, WELCOME, WELCOME_LEN, "welcome")?;
     let max_chunk = u64::from_le_bytes(body[0..8].try_into().expect("8 bytes"));
-    let parts: [&[u8]; 5] =
-        [b"mscclpp-rs transport welcome v1", &intro.bytes(), server, client, &max_chunk.to_le_bytes()];
-    if !key.verify(&parts, &body[8..]) {
+    let parts: [&[u8]; 4] = [&intro.bytes(), server, client, &max_chunk.to_le_bytes()];
+    if !auth::verify(key, Proof::TransportWelcome, &parts, &body[8..]) {
         return Err("the welcome's proof is wrong (the other side does not know the session key)".into());
     }
     Ok(max_chunk)

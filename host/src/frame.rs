@@ -1,4 +1,6 @@
-//! The bootstrap wire format: one fixed 40-byte header, then the payload.
+//! The bootstrap wire format: one fixed 40-byte header, then the payload. A leaf of the crate
+//! (it names no other module), used by the bootstrap, the TCP transport's handshake (the
+//! [`Token`]) and the crate's [`Error`](crate::Error) (which carries a [`FrameFault`]).
 //!
 //! ```text
 //!  offset  size  field
@@ -440,7 +442,7 @@ impl Intro {
     /// The payload bytes.
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(8 + self.listen.len());
-        // Ranks and world sizes are capped far below u32::MAX (`super::env::MAX_WORLD_SIZE`); an
+        // Ranks and world sizes are capped far below u32::MAX (`crate::bootstrap::env::MAX_WORLD_SIZE`); an
         // impossible value is sent as u32::MAX, which every receiver rejects.
         v.extend_from_slice(&u32::try_from(self.rank).unwrap_or(u32::MAX).to_le_bytes());
         v.extend_from_slice(&u32::try_from(self.world).unwrap_or(u32::MAX).to_le_bytes());
@@ -502,7 +504,7 @@ pub(crate) fn pack_parts(parts: &[Vec<u8>], max: usize) -> Vec<Vec<u8>> {
             i += 1;
         }
         let mut f = Vec::with_capacity(8 + body.len());
-        // World sizes are capped far below u32::MAX (`super::env::MAX_WORLD_SIZE`).
+        // World sizes are capped far below u32::MAX (`crate::bootstrap::env::MAX_WORLD_SIZE`).
         f.extend_from_slice(&(first as u32).to_le_bytes());
         f.extend_from_slice(&((i - first) as u32).to_le_bytes());
         f.extend_from_slice(&body);
@@ -643,7 +645,7 @@ mod tests {
         assert_ne!(Token::derive("job 1"), Token::derive("job 2"));
         // Pinned: ranks built from different commits must still derive the same token and port.
         assert_eq!(Token::derive("PMIX_NAMESPACE=job").to_hex(), "dee87ffb2f131e44f1ece6788c3cd772");
-        assert_eq!(super::super::env::derived_port("PMIX_NAMESPACE=job"), 27030);
+        assert_eq!(crate::bootstrap::env::derived_port("PMIX_NAMESPACE=job"), 27030);
     }
 
     /// A stream of `frames` cut at `at` yields exactly the frames that end at or before the cut;
