@@ -21,7 +21,7 @@ pub struct Cfg {
 }
 
 impl Cfg {
-    /// Builds the graph of a `.entry` body (as [`entries`] returns it) in a module `ptx`: a call
+    /// Builds the graph of a `.entry` body (as [`super::entries`] returns it) in a module `ptx`: a call
     /// of a function the module declares `.noreturn` ends its path (the compiler places no
     /// branch after it, so the next block in the text is not its successor).
     pub fn of(ptx: &str, body: &str) -> Self {

@@ -2,7 +2,7 @@
 //! verification tier 3 (instruction text present, no call left, body short, SASS opcodes).
 //!
 //! By concern: [`ptx`] (PTX text), [`sass`] (SASS text and the tools), [`source`] (scans of the
-//! Rust sources), [`cfg`] (a PTX kernel's control flow) and [`tokens`] (what both text checks
+//! Rust sources), [`cfg`](mod@cfg) (a PTX kernel's control flow) and [`tokens`](mod@tokens) (what both text checks
 //! compare). Everything is re-exported here.
 
 pub mod cfg;

@@ -20,7 +20,7 @@
 //! * [`launcher`]: starts N copies of the current executable as ranks on this machine
 //!   ([`launch`], and `--ranks N` through [`maybe_launch_from_args`]), or runs N ranks as
 //!   threads of this process ([`launcher::run_threads`], `--threads N`).
-//! * [`frame`]: the wire format and the rendezvous payloads.
+//! * [`crate::frame`]: the wire format and the rendezvous payloads.
 //!
 //! The TCP implementation lives in four private files: `tcp.rs` (the [`TcpBootstrap`] type and
 //! its operations), `rendezvous.rs` (joining rank 0, with the handshake), `links.rs` (the
@@ -129,7 +129,7 @@
 //!
 //! Every frame carries its kind and a tag derived from the session token (never the token
 //! itself), and its length is checked against [`BootstrapConfig::max_frame`] before anything is
-//! allocated (see [`frame`]). Every new connection starts with a challenge-response in both
+//! allocated (see [`crate::frame`]). Every new connection starts with a challenge-response in both
 //! directions: the accepting side sends a fresh nonce, the connecting side answers with its own
 //! nonce and an HMAC-SHA256 under the token over both nonces and its introduction, and the
 //! accepting side's welcome carries its own HMAC over the nonces. So a process joins only if it

@@ -97,7 +97,7 @@ impl ProxyService {
     /// already returned is not returned again). The thread first serves
     /// the triggers already pushed, then waits for the stream (so no copy is in flight once this
     /// returns) and delivers every pending host signal; a kernel still pushing, or a stream not
-    /// done, after the drain timeout ([`ProxyBuilder::drain_timeout`]) makes this return an error
+    /// done, after the drain timeout ([`super::ProxyBuilder::drain_timeout`]) makes this return an error
     /// instead of blocking.
     pub fn stop(mut self) -> Result<()> {
         self.shutdown();

@@ -32,7 +32,7 @@ pub struct MemoryRegion {
 }
 
 /// What the proxy needs from the GPU: enqueueing work on its stream, completion marks, and waiting
-/// for the stream. [`CudaEngine`] drives a CUDA stream; the tests use a fake.
+/// for the stream. `CudaEngine` drives a CUDA stream; the tests use a fake.
 pub trait Engine {
     /// Enqueues a copy of `bytes` bytes from `src` to `dst` (device addresses).
     fn copy(&mut self, dst: u64, src: u64, bytes: usize) -> Result<()>;
