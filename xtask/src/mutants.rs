@@ -62,9 +62,13 @@ pub const TARGETS: &[Target] = &[
         files: &["host/src/bootstrap/frame.rs"],
         only: None,
         skip: Some("Token::|stable_hash"),
-        tests: &["--lib", "--", "bootstrap::"],
+        // The frame tests and the bootstraps that run over TCP (which read and write frames);
+        // not the launcher's and the environment's tests, which spawn processes and parse
+        // variables without reading a frame of their own and would double every mutant's time.
+        tests: &["--lib", "--", "bootstrap::frame::", "bootstrap::tests::", "bootstrap::tcp::"],
         env: &[],
-        timeout_s: 240,
+        // The unmutated tests take about 20 s on two busy cores.
+        timeout_s: 60,
     },
     Target {
         name: "shm",
@@ -200,7 +204,10 @@ pub const TARGETS: &[Target] = &[
         files: &["ep/src/reference.rs"],
         only: Some("layout"),
         skip: None,
-        tests: &[],
+        // Its unit tests (hand cases for the edges and a property over random routings); the
+        // integration tests hold the kernels to it (emulated on CPU threads, or on a GPU) and
+        // take far longer.
+        tests: &["--lib", "--", "reference::"],
         env: &[],
         timeout_s: 300,
     },
@@ -274,6 +281,10 @@ pub fn mutants(root: &Path, args: &[String]) -> Result<()> {
         // One target directory for every run: the copies of the tree change path, so the
         // workspace's crates build again, but their dependencies do not.
         cmd.env("CARGO_TARGET_DIR", out.join("build"));
+        // No debug info: every mutant links its test binary again, and on two cores the linking
+        // of full debug info is a large part of each mutant's time. Nothing a test checks
+        // depends on it (debug assertions and overflow checks stay on).
+        cmd.env("CARGO_PROFILE_DEV_DEBUG", "0");
         for (k, v) in t.env {
             cmd.env(k, v);
         }
