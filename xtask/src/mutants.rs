@@ -225,18 +225,25 @@ pub const TARGETS: &[Target] = &[
 
 /// Surviving mutants that cannot change behaviour, with why: lines `FILE: MUTANT | REASON`, the
 /// mutant as cargo-mutants names it without its line and column (which may hold ` | ` itself: the
-/// reason is what follows the last one).
+/// reason is what follows the last one). Where a file has several mutants of that name (`replace
+/// && with || in check`), `FILE:LINE:COL: MUTANT | REASON` names the one meant; it stops matching
+/// when the file's lines move, and the mutant then shows as unexplained until the entry is
+/// updated.
 const EQUIVALENT: &str = include_str!("../equivalent-mutants.txt");
 
 /// The reason a missed mutant (`file:line:col: description`) is equivalent, if it is listed.
 pub fn equivalent(missed: &str) -> Option<&'static str> {
     let (file, rest) = missed.split_once(':')?;
-    // Skip `line:col: `.
-    let description = rest.splitn(3, ':').nth(2)?.trim();
+    // `line:col: `, then the description.
+    let mut parts = rest.splitn(3, ':');
+    let (line, col) = (parts.next()?, parts.next()?);
+    let description = parts.next()?.trim();
+    let place = format!("{file}:{line}:{col}");
     EQUIVALENT.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
         let (mutant, reason) = l.rsplit_once(" | ")?;
         let (f, d) = mutant.split_once(": ")?;
-        (f.trim() == file && d.trim() == description).then_some(reason.trim())
+        let f = f.trim();
+        ((f == file || f == place) && d.trim() == description).then_some(reason.trim())
     })
 }
 
@@ -415,8 +422,20 @@ mod tests {
             let (mutant, reason) = l.rsplit_once(" | ").unwrap_or_else(|| panic!("no ` | reason` in {l:?}"));
             assert!(!reason.trim().is_empty(), "{l:?}");
             let (file, description) = mutant.split_once(": ").unwrap();
-            assert!(crate::root().join(file).is_file(), "{l:?}: no file {file}");
-            assert_eq!(equivalent(&format!("{file}:1:2: {description}")), Some(reason.trim()));
+            match file.split_once(':') {
+                Some((path, place)) => {
+                    assert!(crate::root().join(path).is_file(), "{l:?}: no file {path}");
+                    assert_eq!(equivalent(&format!("{file}: {description}")), Some(reason.trim()));
+                    let (line, col) = place.split_once(':').unwrap();
+                    let other: u32 = line.parse::<u32>().unwrap() + 1;
+                    let moved = format!("{path}:{other}:{col}: {description}");
+                    assert_ne!(equivalent(&moved), Some(reason.trim()), "{l:?} matches another line");
+                }
+                None => {
+                    assert!(crate::root().join(file).is_file(), "{l:?}: no file {file}");
+                    assert_eq!(equivalent(&format!("{file}:1:2: {description}")), Some(reason.trim()));
+                }
+            }
         }
         assert_eq!(equivalent("host/src/shm.rs:1:2: no such mutant"), None);
     }
