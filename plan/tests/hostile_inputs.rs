@@ -74,6 +74,23 @@ fn channels_toward_missing_ranks_or_to_themselves_are_rejected() {
     }
 }
 
+/// Exists for planted bugs the other tests let through: the declarations' errors let past the
+/// cap of 32 by one (`<` turned into `<=`). 40 channels to themselves, and 40 ranks of an
+/// in-place plan whose input cannot lie in its output, give 32 errors each.
+#[test]
+fn declaration_errors_are_capped() {
+    use mscclpp_plan::Channel;
+    let mut p = raw(vec![], 1);
+    p.channels = (0..40).map(|_| Channel::Memory { src_rank: 1, dst_rank: 1 }).collect();
+    // The checker's cap on the errors it reports.
+    assert_eq!(check(&p).unwrap_err().len(), 32);
+    let mut p = Program::new("rs", "reducescatter", 40, 2, 1, 0);
+    p.set_in_place(true);
+    let e = check(&p).unwrap_err();
+    assert_eq!(e.len(), 32);
+    assert!(e.iter().all(|e| matches!(e, CheckError::InPlace(_))), "{e:?}");
+}
+
 #[test]
 fn plans_too_large_to_check_are_refused_quickly() {
     let started = Instant::now();

@@ -1507,3 +1507,23 @@ fn end_of_launch_errors_are_capped() {
     assert_eq!(e.len(), 32, "{m}");
     assert!(e.iter().any(|e| matches!(e, CheckError::InputInUseAtEnd { .. })), "{m}");
 }
+
+/// Exists for a planted bug the other tests let through: a wait that orders the signaller's
+/// writes without a fence after it, or when relaxed (`data_sync.after() && !relaxed` turned into
+/// `||`). Rank 0 puts into rank 1's output and signals (fenced); rank 1 waits without the fence
+/// after (or relaxed, with it), then reads the chunk: a race either way.
+#[test]
+fn only_a_fenced_wait_orders_the_signallers_writes() {
+    for (sync, relaxed) in [(SyncType::None, false), (SyncType::Before, false), (SyncType::After, true)] {
+        let mut p = Program::new("wait", "test", 2, 1, 1, 1);
+        let to1 = p.memory_channel(1, 0).unwrap();
+        let from0 = p.memory_channel(0, 1).unwrap();
+        to1.put(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+        to1.signal(&mut p, 0, SyncType::Both, false).unwrap();
+        from0.wait(&mut p, 0, sync, relaxed).unwrap();
+        let r1 = p.rank(1).unwrap();
+        r1.copy(&mut p, Chunk::scratch(1, 0, 1), Chunk::output(1, 0, 1), 0).unwrap();
+        let (_, m) = rejected(&p);
+        assert!(m.contains("race on rank 1 output[0..1]"), "{sync:?}, relaxed {relaxed}: {m}");
+    }
+}
