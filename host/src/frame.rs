@@ -758,6 +758,222 @@ mod tests {
         }
     }
 
+    /// Exists for planted bugs the other tests let through: `Kind::name` giving one string for
+    /// every kind (`""`, `"xyzzy"`) and `FrameFault`'s `Display` writing nothing. Each kind has
+    /// its own non-empty name, and each fault's message names what went wrong with its numbers.
+    #[test]
+    fn kinds_and_faults_describe_themselves() {
+        let names: std::collections::BTreeSet<&str> = (1..=12).map(|v| Kind::from_u8(v).unwrap().name()).collect();
+        assert_eq!(names.len(), 12, "two kinds share a name: {names:?}");
+        assert!(names.iter().all(|n| n.len() > 2 && n.is_ascii()), "{names:?}");
+        assert_eq!(Kind::Barrier.name(), "barrier");
+        assert_eq!(Kind::AllGather.name(), "all_gather");
+        use rand::RngExt;
+        let mut rng = rand::rng();
+        let (len, max, got): (u64, usize, usize) =
+            (rng.random_range(1000..1 << 40), rng.random_range(1..1000), rng.random_range(1..39));
+        let said = |f: FrameFault| f.to_string();
+        assert!(said(FrameFault::BadMagic(*b"GET ")).contains("bad magic"));
+        assert!(said(FrameFault::BadVersion(9)).contains(&format!("version 9, this build speaks {VERSION}")));
+        assert!(said(FrameFault::WrongToken).contains("wrong session token"));
+        assert!(said(FrameFault::UnknownKind(200)).contains("kind 200"));
+        assert!(said(FrameFault::TooLong { len, max }).contains(&format!("{len} bytes is over the {max}-byte limit")));
+        let t = said(FrameFault::Truncated { part: "header", got, want: HEADER_LEN as u64 });
+        assert!(t.contains(&format!("header: {got} of {HEADER_LEN} bytes")), "{t}");
+        let e = FrameError::Rejected(FrameFault::WrongToken).to_string();
+        assert!(e.starts_with("rejected frame: wrong session token"), "{e}");
+    }
+
+    /// Exists for a planted bug the other tests let through: `Token`'s `Debug` writing nothing.
+    /// It shows the first four bytes, enough to tell tokens apart in a log, and not the rest.
+    #[test]
+    fn token_debug_shows_only_a_prefix() {
+        let t = Token::random();
+        let d = format!("{t:?}");
+        assert_eq!(d, format!("Token({}..)", &t.to_hex()[..8]));
+        assert!(!d.contains(&t.to_hex()[8..]), "{d} shows the whole token");
+    }
+
+    /// A `Write` that keeps the bytes and records the length of every `write` call.
+    struct Recorder {
+        wire: Vec<u8>,
+        writes: Vec<usize>,
+    }
+
+    impl Write for Recorder {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.writes.push(b.len());
+            self.wire.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Exists for a planted bug the other tests let through: `write_frame` choosing the wrong
+    /// path for a frame's size (`<=` turned into `>`), which keeps the bytes but not the writes.
+    /// A frame of up to 64 KiB of payload goes out in one write of the whole frame; a larger one as
+    /// the header alone, then the payload (not copied into a new buffer).
+    #[test]
+    fn small_frames_are_one_write_and_large_ones_header_then_payload() {
+        use rand::RngExt;
+        let mut rng = rand::rng();
+        for len in [0, rng.random_range(1..FIRST_CHUNK), FIRST_CHUNK] {
+            let payload: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+            let mut w = Recorder { wire: Vec::new(), writes: Vec::new() };
+            write_frame(&mut w, &T, Kind::Message, 1, &payload).unwrap();
+            assert_eq!(w.writes, [HEADER_LEN + len], "payload of {len} bytes");
+            assert_eq!(w.wire, encode(&T, Kind::Message, 1, &payload));
+        }
+        for len in [FIRST_CHUNK + 1, rng.random_range(FIRST_CHUNK + 2..4 * FIRST_CHUNK)] {
+            let payload: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+            let mut w = Recorder { wire: Vec::new(), writes: Vec::new() };
+            write_frame(&mut w, &T, Kind::Message, 2, &payload).unwrap();
+            assert_eq!(w.writes, [HEADER_LEN, len], "payload of {len} bytes");
+            assert_eq!(w.wire, encode(&T, Kind::Message, 2, &payload));
+        }
+    }
+
+    /// A `Read` over `data` that hands out at most a few bytes a call, sometimes fails a call
+    /// with `Interrupted` first, and fails the test if asked for zero bytes.
+    struct Trickle {
+        data: Vec<u8>,
+        at: usize,
+        interrupted: usize,
+        rng: rand::rngs::ThreadRng,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            use rand::RngExt;
+            assert!(!buf.is_empty(), "read_frame asked the stream for zero bytes");
+            if self.rng.random_bool(0.3) {
+                self.interrupted += 1;
+                return Err(io::ErrorKind::Interrupted.into());
+            }
+            let n = buf.len().min(self.data.len() - self.at).min(self.rng.random_range(1..=7));
+            buf[..n].copy_from_slice(&self.data[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    /// Exists for planted bugs in `read_full` the other tests let through (their streams hand
+    /// out everything at once): reading on when the buffer is full (`<` turned into `<=`, a read
+    /// of zero bytes), and giving up on `Interrupted` (its guard or comparison inverted). Frames
+    /// that arrive a few bytes at a time, between interrupted calls, read back whole; a read
+    /// error of another kind is returned, not retried.
+    #[test]
+    fn frames_arriving_in_pieces_between_interruptions_read_back() {
+        use rand::RngExt;
+        let mut rng = rand::rng();
+        let frames: Vec<(u64, Vec<u8>)> =
+            (0..6).map(|_| (rng.random(), (0..rng.random_range(0..200)).map(|_| rng.random()).collect())).collect();
+        let mut wire = Vec::new();
+        for (seq, p) in &frames {
+            write_frame(&mut wire, &T, Kind::Message, *seq, p).unwrap();
+        }
+        let mut r = Trickle { data: wire, at: 0, interrupted: 0, rng: rand::rng() };
+        for (seq, p) in &frames {
+            let f = read_frame(&mut r, &T, 200).unwrap().unwrap();
+            assert_eq!((f.seq, &f.payload), (*seq, p));
+        }
+        assert_eq!(read_frame(&mut r, &T, 200).unwrap(), None);
+        assert!(r.interrupted > 0, "no call was interrupted");
+
+        /// Fails its first call with `kind`, then hands out `data`.
+        struct FailOnce(Option<io::ErrorKind>, Vec<u8>);
+        impl Read for FailOnce {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                if let Some(k) = self.0.take() {
+                    return Err(k.into());
+                }
+                let n = buf.len().min(self.1.len());
+                buf[..n].copy_from_slice(&self.1[..n]);
+                self.1.drain(..n);
+                Ok(n)
+            }
+        }
+        let wire = encode(&T, Kind::Message, 3, b"abc");
+        for k in [io::ErrorKind::TimedOut, io::ErrorKind::WouldBlock, io::ErrorKind::ConnectionReset] {
+            match read_frame(&mut FailOnce(Some(k), wire.clone()), &T, 16) {
+                Err(FrameError::Io(e)) => assert_eq!(e.kind(), k),
+                other => panic!("{k:?} was not returned: {other:?}"),
+            }
+        }
+        let f = read_frame(&mut FailOnce(Some(io::ErrorKind::Interrupted), wire), &T, 16).unwrap();
+        assert_eq!(f.map(|f| f.payload), Some(b"abc".to_vec()));
+    }
+
+    /// Exists for planted bugs the other tests let through: the limit check refusing a payload of
+    /// exactly the limit (`>` turned into `>=`), and the payload's later chunks sized from the
+    /// wrong remainder (`len - start` turned into `len + start`), which only payloads over the
+    /// first 64 KiB chunk reach. Frames of random sizes around and over the first chunk, back to
+    /// back in one stream, read back exactly; a payload of exactly the limit is accepted and one
+    /// byte more is refused.
+    #[test]
+    fn large_payloads_and_the_exact_limit_read_back() {
+        use rand::RngExt;
+        let mut rng = rand::rng();
+        let sizes = [
+            FIRST_CHUNK,
+            FIRST_CHUNK + 1,
+            rng.random_range(FIRST_CHUNK + 2..2 * FIRST_CHUNK),
+            rng.random_range(2 * FIRST_CHUNK..5 * FIRST_CHUNK),
+        ];
+        let max = sizes[3];
+        let payloads: Vec<Vec<u8>> = sizes.iter().map(|&n| (0..n).map(|_| rng.random()).collect()).collect();
+        let mut wire = Vec::new();
+        for (i, p) in payloads.iter().enumerate() {
+            write_frame(&mut wire, &T, Kind::AllGather, i as u64, p).unwrap();
+        }
+        let mut r = &wire[..];
+        for (i, p) in payloads.iter().enumerate() {
+            let f = read_frame(&mut r, &T, max).unwrap().unwrap();
+            assert_eq!((f.seq, f.payload.len()), (i as u64, p.len()));
+            assert!(f.payload == *p, "payload {i} of {} bytes differs", p.len());
+        }
+        assert_eq!(read_frame(&mut r, &T, max).unwrap(), None);
+        let n = rng.random_range(1..1000);
+        let exact = encode(&T, Kind::Message, 0, &vec![5; n]);
+        assert_eq!(read_frame(&mut &exact[..], &T, n).unwrap().unwrap().payload, vec![5; n]);
+        assert_eq!(fault(read_frame(&mut &exact[..], &T, n - 1)), FrameFault::TooLong { len: n as u64, max: n - 1 });
+    }
+
+    /// Exists for planted bugs in `pack_parts`' size test the other tests let through (`8 +
+    /// body.len() + 8 + part` with a `+` turned into `-` or `*`): a frame that could take the
+    /// next contribution and stay within the limit must take it. Over random contributions and
+    /// limits: every frame of more than one contribution is within the limit, every frame but the
+    /// last is full (the next contribution would take it over), and the frames unpack to the
+    /// contributions.
+    #[test]
+    fn gathered_contributions_fill_each_frame() {
+        use rand::RngExt;
+        let mut rng = rand::rng();
+        for _ in 0..200 {
+            let parts: Vec<Vec<u8>> =
+                (0..rng.random_range(1..12)).map(|_| vec![rng.random(); rng.random_range(0..90)]).collect();
+            let max = rng.random_range(16..400);
+            let frames = pack_parts(&parts, max);
+            let mut back = Vec::new();
+            for (i, f) in frames.iter().enumerate() {
+                let got = unpack_parts(f, back.len(), parts.len() - back.len()).unwrap();
+                assert!(got.len() == 1 || f.len() <= max, "max {max}: {} bytes in {} parts", f.len(), got.len());
+                back.extend(got);
+                if i + 1 < frames.len() {
+                    let next = parts[back.len()].len();
+                    assert!(
+                        f.len() + 8 + next > max,
+                        "max {max}: frame {i} of {} bytes could take {next} more",
+                        f.len()
+                    );
+                }
+            }
+            assert_eq!(back, parts, "max {max}");
+        }
+    }
+
     /// Exists for a planted bug the other tests let through: `Token::verify` comparing only the
     /// proof's first byte (a forged proof that is random or all zeros differs there). A proof with
     /// any one byte changed (the last included), cut short, empty or with a byte appended is

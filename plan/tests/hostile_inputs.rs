@@ -74,6 +74,23 @@ fn channels_toward_missing_ranks_or_to_themselves_are_rejected() {
     }
 }
 
+/// Exists for planted bugs the other tests let through: the declarations' errors let past the
+/// cap of 32 by one (`<` turned into `<=`). 40 channels to themselves, and 40 ranks of an
+/// in-place plan whose input cannot lie in its output, give 32 errors each.
+#[test]
+fn declaration_errors_are_capped() {
+    use mscclpp_plan::Channel;
+    let mut p = raw(vec![], 1);
+    p.channels = (0..40).map(|_| Channel::Memory { src_rank: 1, dst_rank: 1 }).collect();
+    // The checker's cap on the errors it reports.
+    assert_eq!(check(&p).unwrap_err().len(), 32);
+    let mut p = Program::new("rs", "reducescatter", 40, 2, 1, 0);
+    p.set_in_place(true);
+    let e = check(&p).unwrap_err();
+    assert_eq!(e.len(), 32);
+    assert!(e.iter().all(|e| matches!(e, CheckError::InPlace(_))), "{e:?}");
+}
+
 #[test]
 fn plans_too_large_to_check_are_refused_quickly() {
     let started = Instant::now();
@@ -83,6 +100,7 @@ fn plans_too_large_to_check_are_refused_quickly() {
     let e = check(&p).expect_err("too large");
     assert!(matches!(&e[0], CheckError::TooLarge { .. }), "{e:?}");
     assert!(e[0].to_string().contains("too large to check"), "{}", e[0]);
+    assert!(e[0].to_string().contains("steps of the simulation"), "{}", e[0]);
     // Too many ranks, too many thread blocks (plans from `Program::from_json` are not built
     // through the builder).
     let p = Program::new("many", "none", MAX_RANKS + 1, 1, 1, 0);
@@ -90,14 +108,33 @@ fn plans_too_large_to_check_are_refused_quickly() {
     let mut p = Program::new("wide", "none", 1, 1, 1, 0);
     p.ranks[0].threadblocks = vec![vec![]; MAX_THREADBLOCKS + 1];
     assert!(matches!(&check(&p).unwrap_err()[0], CheckError::TooLarge { .. }));
+    // At the limits, the plans check (planted bugs that refused them, `>` turned into `>=`,
+    // were let through before).
+    p.ranks[0].threadblocks.pop();
+    check(&p).unwrap();
+    check(&Program::new("many", "none", MAX_RANKS, 1, 1, 0)).unwrap();
     // Many thread blocks of one operation each: the happens-before sets alone (one per thread
-    // block, two bits per operation: 2^18 sets of 2^19 bits) would exceed the memory budget.
+    // block, two bits per operation: 2^18 sets of 2^19 bits) would exceed the memory budget,
+    // which refuses the plan before they exist. (The memory budget's own check: a planted bug
+    // that never refuses, `Budget::store` returning `Ok`, let the sets be allocated until the
+    // step budget ran out.)
     let mut p = Program::new("many blocks", "none", 64, 1, 1, 0);
     for (r, rank) in p.ranks.iter_mut().enumerate() {
         rank.threadblocks = vec![vec![copy(Chunk::output(r, 0, 1), Chunk::input(r, 0, 1))]; MAX_THREADBLOCKS];
     }
     let e = check(&p).expect_err("too large");
     assert!(matches!(&e[0], CheckError::TooLarge { .. }), "{:?}", &e[..1]);
+    assert!(e[0].to_string().contains("bytes of checker state"), "{}", e[0]);
+    // Just over the memory budget: 2^16 thread blocks of one operation each, whose sets of
+    // 2^17 + 16 bits take 2^16 * 16392 bytes, 2^19 more than the budget. (A planted bug that
+    // charged a set's words plus 8 instead of its bytes, `* 8` turned into `+ 8`, let it through
+    // to the simulation.)
+    let mut p = Program::new("over the budget", "none", 16, 1, 1, 0);
+    for (r, rank) in p.ranks.iter_mut().enumerate() {
+        rank.threadblocks = vec![vec![copy(Chunk::output(r, 0, 1), Chunk::input(r, 0, 1))]; MAX_THREADBLOCKS];
+    }
+    let e = check(&p).expect_err("too large");
+    assert!(e[0].to_string().contains("bytes of checker state"), "{}", e[0]);
     assert!(started.elapsed() < Duration::from_secs(30), "refusals took {:?}", started.elapsed());
 }
 
@@ -123,4 +160,28 @@ fn mscclpp_plans_with_huge_ids_are_malformed_not_allocated() {
     // At the limits, the plan reads.
     let ok = mscclpp_json::read(&plan(&(MAX_RANKS - 1).to_string(), &(MAX_THREADBLOCKS - 1).to_string())).unwrap();
     assert_eq!(ok.ranks.len(), MAX_RANKS);
+}
+
+/// `ranks` ranks of `tbs` thread blocks, each copying its own input chunk to its own output
+/// chunk: a clean plan of `ranks * tbs` operations.
+fn copies(ranks: usize, tbs: usize) -> Program {
+    let mut p = Program::new("copies", "none", ranks, tbs, tbs, 0);
+    for (r, rank) in p.ranks.iter_mut().enumerate() {
+        rank.threadblocks = (0..tbs).map(|t| vec![copy(Chunk::output(r, t, 1), Chunk::input(r, t, 1))]).collect();
+    }
+    p
+}
+
+/// Exists for planted bugs the other tests let through: the words of a happens-before set
+/// miscounted in the step budget (`hb_bytes / 8` turned into `% 8`, charging nothing, or `* 8`,
+/// charging 64 times too much). The end-of-launch check charges, for every rank, the words of
+/// every thread block's set: 512 ranks of 32 blocks (2^14 sets of 520 words) come to just over
+/// 2^32 steps and are refused; 64 ranks of 256 blocks (2^14 sets of 514 words) to about 2^29
+/// and are checked.
+#[test]
+fn the_end_of_launch_check_is_charged_by_the_words_it_joins() {
+    let e = check(&copies(512, 32)).expect_err("over the step budget");
+    assert!(e[0].to_string().contains("steps of the simulation"), "{}", e[0]);
+    let r = check(&copies(64, 256)).unwrap();
+    assert_eq!((r.ops, r.threadblocks), (1 << 14, 1 << 14));
 }

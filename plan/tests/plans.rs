@@ -103,9 +103,56 @@ fn packet_read_without_writer_deadlocks() {
     let mut p = Program::new("nopackets", "test", 1, 1, 1, 1);
     let r0 = p.rank(0).unwrap();
     r0.unpack_packets(&mut p, Chunk::output(0, 0, 1), Chunk::scratch(0, 0, 1), 0).unwrap();
-    let (_, m) = rejected(&p);
+    let (e, m) = rejected(&p);
     assert!(m.contains("deadlock: rank 0 tb 0 op 0 (unpack_packets"), "{m}");
     assert!(m.contains("waits for packets in rank 0 scratch[0..1]"), "{m}");
+    // Only the packets it reads: not its destination (a planted bug that listed every chunk
+    // the operation touches, `&&` turned into `||`, was let through before).
+    let CheckError::Deadlock { blocked } = &e[0] else { panic!("{m}") };
+    assert_eq!(blocked[0].waiting_for, "packets in rank 0 scratch[0..1]");
+    // Nor the chunks it reads without packets.
+    let mut p = Program::new("nopackets", "test", 1, 1, 1, 1);
+    let reduce = OpKind::Reduce {
+        src: Chunk::input(0, 0, 1),
+        others: vec![Chunk::scratch(0, 0, 1)],
+        dst: Chunk::output(0, 0, 1),
+        reduce_op: ReduceOp::Sum,
+        packet: true,
+    };
+    p.add_op(0, 0, reduce).unwrap();
+    let (e, m) = rejected(&p);
+    let CheckError::Deadlock { blocked } = &e[0] else { panic!("{m}") };
+    assert_eq!(blocked[0].waiting_for, "packets in rank 0 scratch[0..1]");
+    // The first 16 unit chunks missing, then "..." when there are more (planted bugs in that
+    // count, `+`, `*` or `>` changed, were let through before).
+    for (units, shown) in [(16, 16), (17, 17), (20, 17)] {
+        let mut p = Program::new("nopackets", "test", 1, units, units, units);
+        let r0 = p.rank(0).unwrap();
+        r0.unpack_packets(&mut p, Chunk::output(0, 0, units), Chunk::scratch(0, 0, units), 0).unwrap();
+        let (e, m) = rejected(&p);
+        let CheckError::Deadlock { blocked } = &e[0] else { panic!("{m}") };
+        let list: Vec<&str> = blocked[0].waiting_for.trim_start_matches("packets in ").split(", ").collect();
+        assert_eq!(list.len(), shown, "{units} units: {m}");
+        assert_eq!(list[15], "rank 0 scratch[15..16]", "{m}");
+        assert_eq!(list[shown - 1] == "...", units > 16, "{units} units: {m}");
+    }
+}
+
+/// Exists for a planted bug the other tests let through: a deadlock on a semaphore described
+/// as one on packets (its arm of the description deleted). Two thread blocks each acquire what
+/// the other releases only after its own acquire.
+#[test]
+fn a_deadlock_on_semaphores_names_them() {
+    let mut p = Program::new("sems", "test", 1, 1, 1, 0);
+    p.ranks[0].semaphores = vec![0, 0];
+    for (tb, (acquire, release)) in [(0, 1), (1, 0)].into_iter().enumerate() {
+        p.add_op(0, tb, OpKind::SemAcquire { sem: acquire }).unwrap();
+        p.add_op(0, tb, OpKind::SemRelease { sem: release }).unwrap();
+    }
+    let (e, m) = rejected(&p);
+    let CheckError::Deadlock { blocked } = &e[0] else { panic!("{m}") };
+    let waits: Vec<&str> = blocked.iter().map(|b| b.waiting_for.as_str()).collect();
+    assert_eq!(waits, ["a release of semaphore 0", "a release of semaphore 1"], "{m}");
 }
 
 /// Rank 0 puts into rank 1's output and signals; rank 1 reads the chunk before its wait.
@@ -1163,4 +1210,320 @@ fn mscclpp_packets_through_a_switch_channel() {
     q.ranks[1].threadblocks[0].remove(0);
     let (_, m) = rejected(&q);
     assert!(m.contains("deadlock") && m.contains("(switch broadcast of packets rank 1 scratch[1..2]"), "{m}");
+}
+
+/// A generator seeded from the clock (fresh inputs every run; the seed is in every message).
+fn fresh() -> (u64, Gen) {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let seed = t.as_nanos() as u64 ^ u64::from(std::process::id()) << 32;
+    (seed, Gen(seed))
+}
+
+impl Gen {
+    /// A number in `lo..hi`.
+    fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + self.next(hi - lo)
+    }
+}
+
+/// One rank whose thread blocks run one operation each, with the slice given (no builder
+/// checks: as read from JSON).
+fn one_rank_blocks(ops: Vec<(OpKind, Option<TbgInfo>)>, chunks: usize) -> Program {
+    let mut p = Program::new("blocks", "test", 1, chunks, chunks, chunks);
+    p.ranks[0].threadblocks = ops.into_iter().map(|(kind, tbg)| vec![Op { kind, tbg }]).collect();
+    p
+}
+
+/// Exists for a planted bug the other tests let through: slices of groups of different sizes
+/// taken as disjoint whenever their indices differ (`parts_overlap`'s size guard made `true`).
+/// Slice `i` of `n` and slice `j` of `m` with `n != m` may overlap whatever `i` and `j` are, so
+/// two unordered thread blocks writing a chunk through such slices race; the same index of the
+/// same size is one slice (also a race), and different indices of one size are disjoint.
+#[test]
+fn slices_of_groups_of_different_sizes_overlap() {
+    let (seed, mut rng) = fresh();
+    let copy = || OpKind::Copy { dst: Chunk::output(0, 0, 1), src: Chunk::input(0, 0, 1) };
+    for _ in 0..20 {
+        let n = rng.range(2, 9);
+        let m = loop {
+            let m = rng.range(2, 9);
+            if m != n {
+                break m;
+            }
+        };
+        let i = rng.range(0, n);
+        let j = loop {
+            let j = rng.range(0, m);
+            if j != i {
+                break j;
+            }
+        };
+        let a = Some(TbgInfo { index: i, size: n });
+        let p = one_rank_blocks(vec![(copy(), a), (copy(), Some(TbgInfo { index: j, size: m }))], 1);
+        let (_, msg) = rejected(&p);
+        assert!(msg.contains("race on rank 0 output[0..1]"), "seed {seed:#x}: slices {i}/{n} and {j}/{m}: {msg}");
+        let p = one_rank_blocks(vec![(copy(), a), (copy(), a)], 1);
+        assert!(rejected(&p).1.contains("race on rank 0 output[0..1]"), "seed {seed:#x}: slice {i}/{n} twice");
+        let other = Some(TbgInfo { index: (i + 1) % n, size: n });
+        check(&one_rank_blocks(vec![(copy(), a), (copy(), other)], 1)).unwrap();
+    }
+}
+
+/// Exists for a planted bug the other tests let through: a whole packet read taken as covered
+/// when every slice of a group differs from some write (`covered`'s `==` turned into `!=`),
+/// rather than equals one. Packets written through slice `i` of `n` and slice `j` of `m` (`n !=
+/// m`, neither group complete) leave parts of the chunk unwritten: a whole read of it waits for
+/// ever, a deadlock naming the chunk. Every slice of one group written covers it.
+#[test]
+fn packets_cover_a_whole_read_only_when_one_group_wrote_every_slice() {
+    let (seed, mut rng) = fresh();
+    let scratch = Chunk::scratch(0, 0, 1);
+    let write = |tbg| (OpKind::CopyPackets { dst: scratch, src: Chunk::input(0, 0, 1) }, Some(tbg));
+    let read = (OpKind::UnpackPackets { dst: Chunk::output(0, 0, 1), src: scratch }, None);
+    for _ in 0..20 {
+        let n = rng.range(2, 9);
+        let m = rng.range(n + 1, 10);
+        let (i, j) = (rng.range(0, n), rng.range(0, m));
+        let p = one_rank_blocks(
+            vec![write(TbgInfo { index: i, size: n }), write(TbgInfo { index: j, size: m }), read.clone()],
+            1,
+        );
+        let (e, msg) = rejected(&p);
+        assert!(matches!(e[0], CheckError::Deadlock { .. }), "seed {seed:#x}: slices {i}/{n} and {j}/{m}: {msg}");
+        assert!(msg.contains("packets in rank 0 scratch[0..1]"), "{msg}");
+        // Every slice of the group of `n`, in thread blocks of their own, ahead of the read.
+        let mut ops: Vec<_> = (0..n).map(|index| write(TbgInfo { index, size: n })).collect();
+        ops.push(read.clone());
+        let errors = check(&one_rank_blocks(ops, 1)).err().unwrap_or_default();
+        assert!(!errors.iter().any(|e| matches!(e, CheckError::Deadlock { .. })), "{}", messages(&errors));
+    }
+}
+
+/// Exists for a planted bug the other tests let through: the output chunk just past an in-place
+/// input taken as part of that input (`holds_input`'s `<` turned into `<=`). In an in-place
+/// allgather every rank's input is its slot of the output; every peer writes its own slot
+/// (the one after the input, for the next rank) before any wait, then signals: a clean plan for
+/// any number of ranks and input chunks, which the bug reads as a peer writing the input before
+/// the owner's launch began.
+#[test]
+fn in_place_writes_just_past_a_ranks_input_are_not_writes_of_its_input() {
+    let (seed, mut rng) = fresh();
+    for _ in 0..5 {
+        let n = rng.range(2, 6);
+        let c = rng.range(1, 4);
+        let mut p = Program::new("ag", "allgather", n, c, n * c, 0);
+        p.set_in_place(true);
+        for src in 0..n {
+            for dst in (0..n).filter(|&d| d != src) {
+                let ch = p.memory_channel(dst, src).unwrap();
+                ch.put(&mut p, Chunk::output(dst, src * c, c), Chunk::input(src, 0, c), dst).unwrap();
+                ch.signal(&mut p, dst, SyncType::Both, false).unwrap();
+                let back = p.memory_channel(src, dst).unwrap();
+                // In a thread block of its own: the writer has not waited for the owner.
+                back.wait(&mut p, n + src, SyncType::Both, false).unwrap();
+            }
+        }
+        if let Err(e) = check(&p) {
+            panic!("seed {seed:#x}: {n} ranks of {c} input chunks: {}", messages(&e));
+        }
+    }
+}
+
+/// Exists for planted bugs the other tests let through: a rank's host-input bit computed so that
+/// it falls on the transfer bit of a port put (`2 * m + rank` turned into `2 * m - rank` or `2 +
+/// m + rank`, with `m` operations). Rank 0's thread block 1 port-puts (operation 4) and releases
+/// a semaphore; thread block 0 acquires it, flushes the port channel (so it knows the put's
+/// transfer) and gets rank 2's input with no signal from rank 2: a race with rank 2's host, which
+/// the bug hides, because knowing the transfer then reads as knowing rank 2's input.
+#[test]
+fn knowing_a_port_transfer_is_not_knowing_another_ranks_input() {
+    let mut p = Program::new("host bits", "test", 3, 1, 1, 1);
+    p.ranks[0].semaphores = vec![0];
+    let port = p.port_channel(1, 0).unwrap();
+    let from2 = p.memory_channel(2, 0).unwrap();
+    let r0 = p.rank(0).unwrap();
+    r0.copy(&mut p, Chunk::scratch(0, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+    p.add_op(0, 0, OpKind::SemAcquire { sem: 0 }).unwrap();
+    port.flush(&mut p, 0, SyncType::Both).unwrap();
+    from2.get(&mut p, Chunk::output(0, 0, 1), Chunk::input(2, 0, 1), 0).unwrap();
+    port.put(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), 1).unwrap();
+    p.add_op(0, 1, OpKind::SemRelease { sem: 0 }).unwrap();
+    assert!(matches!(p.ranks[0].threadblocks[1][0].kind, OpKind::Put { .. }), "the put is operation 4 of 6");
+    let (_, m) = rejected(&p);
+    assert!(m.contains("race on rank 2 input[0..1]") && m.contains("rank 0 tb 0 op 3 (get"), "{m}");
+}
+
+/// Exists for planted bugs the other tests let through: an acquire that never takes one of the
+/// semaphore's initial tokens (`*free > 0` turned into `*free < 0`) and so always takes a
+/// release, or that takes them for ever (`*free -= 1` turned into `+= 1` or `/= 1`). With an
+/// initial value of 1, thread block 1's acquire passes on the initial token, which publishes
+/// nothing: its read of what thread block 0 wrote before its release races. With an initial
+/// value of 0 it waits for the release and the plan is clean; so it is with an initial value of
+/// 1 and a second acquire, which takes the release.
+#[test]
+fn a_semaphores_initial_tokens_publish_nothing() {
+    let build = |initial: u64| {
+        let mut p = Program::new("sem", "test", 1, 1, 1, 1);
+        p.ranks[0].semaphores = vec![initial];
+        let r0 = p.rank(0).unwrap();
+        r0.copy(&mut p, Chunk::scratch(0, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+        p.add_op(0, 0, OpKind::SemRelease { sem: 0 }).unwrap();
+        p.add_op(0, 1, OpKind::SemAcquire { sem: 0 }).unwrap();
+        r0.copy(&mut p, Chunk::output(0, 0, 1), Chunk::scratch(0, 0, 1), 1).unwrap();
+        p
+    };
+    check(&build(0)).unwrap();
+    let (_, m) = rejected(&build(1));
+    assert!(m.contains("race on rank 0 scratch[0..1]"), "{m}");
+    let mut p = build(1);
+    p.add_op(0, 0, OpKind::SemRelease { sem: 0 }).unwrap();
+    p.ranks[0].threadblocks[1].insert(0, Op { kind: OpKind::SemAcquire { sem: 0 }, tbg: None });
+    if let Err(e) = check(&p) {
+        panic!("the second acquire takes the release: {}", messages(&e));
+    }
+}
+
+/// Exists for planted bugs the other tests let through: a port put's transfer recorded under the
+/// wrong bit, among the data ancestors of what it wrote (`m + x` turned into `m - x`) or as the
+/// id of its remote write (the same in the lane's access). A packet read of what a port
+/// channel's put wrote knows that transfer through the packets (no fence needed): rank 1
+/// unpacks, with no wait, the packets rank 0's second operation (of five) put into its scratch,
+/// then copies; the plan is clean. (The operations are placed so that `m - x` is neither the put
+/// nor the read.)
+#[test]
+fn a_packet_read_knows_the_port_transfer_that_wrote_it() {
+    let mut p = Program::new("port packets", "test", 2, 1, 2, 1);
+    let port = p.port_channel(1, 0).unwrap();
+    let r0 = p.rank(0).unwrap();
+    r0.copy(&mut p, Chunk::output(0, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+    let put = OpKind::PutPackets { channel: port.id, dst: Chunk::scratch(1, 0, 1), src: Chunk::input(0, 0, 1) };
+    p.add_op(0, 0, put).unwrap();
+    let r1 = p.rank(1).unwrap();
+    r1.unpack_packets(&mut p, Chunk::output(1, 0, 1), Chunk::scratch(1, 0, 1), 0).unwrap();
+    for _ in 0..2 {
+        r1.copy(&mut p, Chunk::output(1, 1, 1), Chunk::input(1, 0, 1), 0).unwrap();
+    }
+    if let Err(e) = check(&p) {
+        panic!("{}", messages(&e));
+    }
+}
+
+/// Rank 0 port-puts its scratch `0..units` to rank 1 and signals, overwrites scratch chunks
+/// `writes` (each a copy of its input), then flushes; rank 1 waits.
+fn overwrite_after_port_put(units: usize, writes: &[Chunk]) -> Program {
+    let mut p = Program::new("overwrite", "test", 2, units, units, units);
+    let ch = p.port_channel(1, 0).unwrap();
+    let back = p.port_channel(0, 1).unwrap();
+    ch.put_with_signal(&mut p, Chunk::output(1, 0, units), Chunk::scratch(0, 0, units), 0).unwrap();
+    let r0 = p.rank(0).unwrap();
+    for &w in writes {
+        r0.copy(&mut p, w, Chunk::input(0, 0, w.size), 0).unwrap();
+    }
+    ch.flush(&mut p, 0, SyncType::Both).unwrap();
+    back.wait(&mut p, 0, SyncType::Both).unwrap();
+    p
+}
+
+/// Exists for planted bugs in the report of a port put's source overwritten before a flush
+/// that the other tests let through: every unflushed put of the rank reported for any write
+/// (the filter's `&&` turned into `||`), one report per unit chunk instead of one per (put,
+/// write) pair (the `&&` before `reported.insert` turned into `||`), and the cap of 32 errors
+/// exceeded by one (`<` turned into `<=`). A write beside the put's source is no error; one write
+/// over two units of it is one error; 40 writes over 40 units are capped at 32 errors.
+#[test]
+fn overwritten_port_sources_are_reported_once_each_and_capped() {
+    check(&overwrite_after_port_put(2, &[Chunk::output(0, 0, 2)])).unwrap();
+    let (e, m) = rejected(&overwrite_after_port_put(2, &[Chunk::scratch(0, 0, 2)]));
+    assert_eq!(e.len(), 1, "{m}");
+    assert!(matches!(e[0], CheckError::SourceOverwrittenBeforeFlush { .. }), "{m}");
+    let writes: Vec<Chunk> = (0..40).map(|i| Chunk::scratch(0, i, 1)).collect();
+    let (e, m) = rejected(&overwrite_after_port_put(40, &writes));
+    // The checker's cap on the errors it reports.
+    assert_eq!(e.len(), 32, "{m}");
+    assert!(e.iter().all(|e| matches!(e, CheckError::SourceOverwrittenBeforeFlush { .. })), "{m}");
+}
+
+/// Exists for planted bugs the other tests let through: the race cap exceeded by one (`<` turned
+/// into `<=`), and a race on a remote chunk given the hint for thread blocks of one rank (`||`
+/// turned into `&&`). Rank 1 reads rank 0's scratch with no wait, while rank 0 writes it: the
+/// hint is about remote writes. 40 unordered thread blocks writing one chunk race many times
+/// over, reported up to the cap of 32 errors.
+#[test]
+fn races_are_capped_and_remote_ones_get_the_remote_hint() {
+    let mut p = Program::new("remote", "test", 2, 1, 1, 1);
+    let r0 = p.rank(0).unwrap();
+    r0.copy(&mut p, Chunk::scratch(0, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+    let from0 = p.memory_channel(0, 1).unwrap();
+    from0.get(&mut p, Chunk::output(1, 0, 1), Chunk::scratch(0, 0, 1), 0).unwrap();
+    let (_, m) = rejected(&p);
+    assert!(m.contains("race on rank 0 scratch[0..1]") && m.contains("a remote write is visible only after"), "{m}");
+    let mut p = Program::new("many", "test", 1, 1, 1, 0);
+    let r0 = p.rank(0).unwrap();
+    for tb in 0..40 {
+        r0.copy(&mut p, Chunk::output(0, 0, 1), Chunk::input(0, 0, 1), tb).unwrap();
+    }
+    let (e, m) = rejected(&p);
+    // The checker's cap on the errors it reports.
+    assert_eq!(e.len(), 32, "{m}");
+}
+
+/// Exists for a planted bug the other tests let through: a flush that forgets the rank's
+/// unflushed puts on every port channel, not only its own (`x.0 == r && x.1 == c` turned into
+/// `||`). Rank 0 puts its scratch on one port channel, flushes another, then overwrites the
+/// scratch: the first put may still be reading it.
+#[test]
+fn a_flush_covers_only_its_own_channels_puts() {
+    let mut p = Program::new("two channels", "test", 2, 1, 1, 1);
+    let a = p.port_channel(1, 0).unwrap();
+    let b = p.port_channel(1, 0).unwrap();
+    let back = p.port_channel(0, 1).unwrap();
+    a.put_with_signal(&mut p, Chunk::output(1, 0, 1), Chunk::scratch(0, 0, 1), 0).unwrap();
+    b.flush(&mut p, 0, SyncType::Both).unwrap();
+    let r0 = p.rank(0).unwrap();
+    r0.copy(&mut p, Chunk::scratch(0, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+    a.flush(&mut p, 0, SyncType::Both).unwrap();
+    back.wait(&mut p, 0, SyncType::Both).unwrap();
+    let (e, m) = rejected(&p);
+    assert!(e.iter().any(|e| matches!(e, CheckError::SourceOverwrittenBeforeFlush { .. })), "{m}");
+}
+
+/// Exists for planted bugs the other tests let through: the cap of 32 errors exceeded by one
+/// in the end-of-launch checks (`<` turned into `<=`). Rank 0 puts 40 chunks into rank 1's output
+/// and rank 1's reads 40 chunks of rank 0's input, none of it announced: far more unobserved
+/// writes and inputs in use at the end than the cap, which holds.
+#[test]
+fn end_of_launch_errors_are_capped() {
+    let mut p = Program::new("unannounced", "test", 2, 40, 40, 0);
+    let to1 = p.memory_channel(1, 0).unwrap();
+    to1.put(&mut p, Chunk::output(1, 0, 40), Chunk::input(0, 0, 40), 0).unwrap();
+    let (e, m) = rejected(&p);
+    assert!(e.iter().all(|e| matches!(e, CheckError::UnobservedWrite { .. })), "{m}");
+    // The checker's cap on the errors it reports.
+    assert_eq!(e.len(), 32, "{m}");
+    let mut p = Program::new("unannounced", "test", 2, 40, 40, 0);
+    let from0 = p.memory_channel(0, 1).unwrap();
+    from0.get(&mut p, Chunk::output(1, 0, 40), Chunk::input(0, 0, 40), 0).unwrap();
+    let (e, m) = rejected(&p);
+    assert_eq!(e.len(), 32, "{m}");
+    assert!(e.iter().any(|e| matches!(e, CheckError::InputInUseAtEnd { .. })), "{m}");
+}
+
+/// Exists for a planted bug the other tests let through: a wait that orders the signaller's
+/// writes without a fence after it, or when relaxed (`data_sync.after() && !relaxed` turned into
+/// `||`). Rank 0 puts into rank 1's output and signals (fenced); rank 1 waits without the fence
+/// after (or relaxed, with it), then reads the chunk: a race either way.
+#[test]
+fn only_a_fenced_wait_orders_the_signallers_writes() {
+    for (sync, relaxed) in [(SyncType::None, false), (SyncType::Before, false), (SyncType::After, true)] {
+        let mut p = Program::new("wait", "test", 2, 1, 1, 1);
+        let to1 = p.memory_channel(1, 0).unwrap();
+        let from0 = p.memory_channel(0, 1).unwrap();
+        to1.put(&mut p, Chunk::output(1, 0, 1), Chunk::input(0, 0, 1), 0).unwrap();
+        to1.signal(&mut p, 0, SyncType::Both, false).unwrap();
+        from0.wait(&mut p, 0, sync, relaxed).unwrap();
+        let r1 = p.rank(1).unwrap();
+        r1.copy(&mut p, Chunk::scratch(1, 0, 1), Chunk::output(1, 0, 1), 0).unwrap();
+        let (_, m) = rejected(&p);
+        assert!(m.contains("race on rank 1 output[0..1]"), "{sync:?}, relaxed {relaxed}: {m}");
+    }
 }
