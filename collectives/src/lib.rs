@@ -412,11 +412,8 @@ impl Collectives {
         // Ranks that are threads of this process on this GPU run their kernels at once, and every
         // block waits for the peers' blocks: each rank gets its share of the SMs.
         let (share, sharing) = (comm.sm_share()?, comm.ranks_sharing_gpu()?);
-        // A kernel launched early holds its blocks' SMs while it waits for the kernel before it:
-        // with ranks of this process sharing the GPU, two kernels of every rank would then have to
-        // be resident at once, and a rank's blocks could wait for SMs that other ranks' early
-        // kernels hold (operations enqueued back to back deadlocked so). Plain launches there.
-        let config = Config { overlap: config.overlap && sharing <= 1, ..config };
+        // Operations enqueued back to back deadlocked with early launches there.
+        let config = Config { overlap: config.overlap && comm.may_overlap_launches()?, ..config };
         let local = config.check(n).and_then(|chunk| match config.max_blocks {
             Some(b) if sharing > 1 && b > share => Err(Error::InvalidArgument(format!(
                 "collectives: max_blocks {b} does not fit: {sharing} ranks of this process share GPU {}, so each \

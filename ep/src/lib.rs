@@ -406,11 +406,7 @@ impl ExpertParallel {
         // This rank's share of the SMs: all of them, unless ranks that are threads of this
         // process share the GPU (their kernels run at once, and every block waits for theirs).
         let (sms, sharing) = (comm.sm_share()?, comm.ranks_sharing_gpu()?);
-        // A kernel launched early holds its blocks' SMs while it waits for the kernel before it:
-        // with ranks of this process sharing the GPU, two kernels of every rank would then have
-        // to be resident at once, and a rank's blocks could wait for SMs that other ranks' early
-        // kernels hold. Plain launches there.
-        let config = Config { overlap: config.overlap && sharing <= 1, ..config };
+        let config = Config { overlap: config.overlap && comm.may_overlap_launches()?, ..config };
         let own_blocks = config.blocks.unwrap_or(sms);
         // This rank's own checks; their verdict travels with its sizes (all zero: refused), so
         // that sizes one rank refuses are refused on all and none waits for the others.

@@ -417,6 +417,16 @@ impl Communicator {
         Ok(self.topology()?.sm_share(self.gpu.info().sm_count))
     }
 
+    /// Whether this rank's kernels that wait for other ranks may be launched early, overlapped
+    /// with the kernel before them (programmatic stream serialization): not where ranks of this
+    /// process share the GPU ([`Self::ranks_sharing_gpu`]). An early kernel holds its blocks'
+    /// SMs while it waits for its predecessor, so two kernels of every rank would have to be
+    /// resident at once, and a rank's blocks could wait for SMs that other ranks' early kernels
+    /// hold.
+    pub fn may_overlap_launches(&self) -> Result<bool> {
+        Ok(self.ranks_sharing_gpu()? <= 1)
+    }
+
     /// An [`Error::OffMachine`] for `what` if some rank runs on another machine
     /// ([`Topology::require_one_machine`]).
     fn require_one_machine(&self, what: &str) -> Result<()> {
