@@ -295,7 +295,7 @@ const KNOWN_FOLDER_CYCLES: &[(&str, &[&str])] = &[("device/src", &["ptr", "ptx"]
 fn check_crate(dir: &str) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let files = module_files(&src);
-    assert!(files.len() > 3, "{}: no sources found", src.display());
+    assert!(files.len() > 1, "{}: no sources found", src.display());
     let g = graph(&files);
     let mut found = cycles(&g);
     let known: Vec<&[&str]> = KNOWN_FOLDER_CYCLES.iter().filter(|(d, _)| *d == dir).map(|(_, c)| *c).collect();
@@ -331,6 +331,7 @@ fn host_crate_has_no_import_cycles() {
 #[test]
 fn collectives_and_plan_have_no_import_cycles() {
     check_crate("collectives/src");
+    check_crate("collectives/device/src");
     check_crate("plan/src");
 }
 

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! The algorithms and the device-side state are described in
-//! [`mscclpp_device::collective`]. Which one runs for which size is [`Collectives::plan`]:
+//! [`mscclpp_collectives_device`]. Which one runs for which size is [`Collectives::plan`]:
 //!
 //! | operation | up to | algorithm |
 //! | --- | --- | --- |
@@ -33,87 +33,40 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaStream};
-use mscclpp_device::collective::{Algorithm, Collective};
+use mscclpp_collectives_device::{Algorithm, Collective};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_host::comm::{Communicator, PeerBuffers};
 use mscclpp_host::{Args, BootstrapExt, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
 
-pub mod nccl;
 pub mod reference;
-pub mod runner;
 
-pub use mscclpp_device::collective::Algorithm as CollectiveAlgorithm;
+pub use mscclpp_collectives_device::Algorithm as CollectiveAlgorithm;
 
 /// The PTX of the collective kernels (built from `kernels/` by this crate's build script).
 pub const PTX: &str = include_str!(env!("MSCCLPP_COLLECTIVES_PTX"));
 
-/// Element types.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DataType {
-    /// `f32`.
-    F32,
-    /// IEEE half precision (`half::f16`).
-    F16,
-    /// bfloat16 (`half::bf16`).
-    Bf16,
-    /// `i32` (wrapping sums).
-    I32,
-    /// `u32` (wrapping sums).
-    U32,
-    /// `f64`: accepted by NCCL, not (yet) by these collectives; asking for it is an error.
-    F64,
-}
+/// The element type and reduction of a collective call (defined by `mscclpp-host`, which every
+/// crate built on the library shares).
+pub use mscclpp_host::{DataType, ReduceOp};
 
-impl DataType {
-    /// The types the collectives support.
-    pub const SUPPORTED: [DataType; 5] = [DataType::F32, DataType::F16, DataType::Bf16, DataType::I32, DataType::U32];
-    /// Bytes of one element.
-    pub const fn bytes(self) -> usize {
-        match self {
-            DataType::F16 | DataType::Bf16 => 2,
-            DataType::F32 | DataType::I32 | DataType::U32 => 4,
-            DataType::F64 => 8,
-        }
-    }
-    /// The name used in kernel names and tables.
-    pub const fn name(self) -> &'static str {
-        match self {
-            DataType::F32 => "f32",
-            DataType::F16 => "f16",
-            DataType::Bf16 => "bf16",
-            DataType::I32 => "i32",
-            DataType::U32 => "u32",
-            DataType::F64 => "f64",
-        }
-    }
-    fn check(self) -> Result<()> {
-        if Self::SUPPORTED.contains(&self) {
-            Ok(())
-        } else {
-            Err(Error::Unsupported(format!(
-                "collectives: element type {} (supported: f32, f16, bf16, i32, u32)",
-                self.name()
-            )))
-        }
+/// An error unless the collectives implement element type `dtype`.
+fn check_dtype(dtype: DataType) -> Result<()> {
+    if DataType::SUPPORTED.contains(&dtype) {
+        Ok(())
+    } else {
+        Err(Error::Unsupported(format!(
+            "collectives: element type {} (supported: f32, f16, bf16, i32, u32)",
+            dtype.name()
+        )))
     }
 }
 
-/// Reduction operations.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReduceOp {
-    /// Sum (in rank order, so every rank gets the same bits).
-    Sum,
-    /// Maximum: not supported yet; asking for it is an error.
-    Max,
-}
-
-impl ReduceOp {
-    fn check(self) -> Result<()> {
-        match self {
-            ReduceOp::Sum => Ok(()),
-            other => Err(Error::Unsupported(format!("collectives: reduction {other:?} (only Sum is implemented)"))),
-        }
+/// An error unless the collectives implement reduction `op`.
+fn check_op(op: ReduceOp) -> Result<()> {
+    match op {
+        ReduceOp::Sum => Ok(()),
+        other => Err(Error::Unsupported(format!("collectives: reduction {other:?} (only Sum is implemented)"))),
     }
 }
 
@@ -325,7 +278,7 @@ pub fn checked_scratch_bytes(h: &Collective) -> Result<u64> {
 }
 
 /// Checks that a pipelined or direct operation of `bytes` per rank over `blocks` blocks takes
-/// fewer rounds per block than its flags can count (`2^24 - 1`, [`mscclpp_device::collective::ROUND_BITS`]);
+/// fewer rounds per block than its flags can count (`2^24 - 1`, [`mscclpp_collectives_device::ROUND_BITS`]);
 /// beyond that a round's flag would run into the epoch's bits. LL algorithms have no rounds.
 pub fn check_rounds(h: &Collective, algorithm: Algorithm, bytes: u64, blocks: u32) -> Result<()> {
     if matches!(algorithm, Algorithm::OneShotLl | Algorithm::TwoShotLl) {
@@ -335,7 +288,7 @@ pub fn check_rounds(h: &Collective, algorithm: Algorithm, bytes: u64, blocks: u3
     // (Capped far above any buffer, so that `piece_bytes` cannot overflow either.)
     let part = bytes.div_ceil(16).div_ceil(blocks.max(1) as u64).saturating_mul(16).min(1 << 62);
     let rounds = part.div_ceil(h.piece_bytes(part).max(1));
-    let limit = (1u64 << mscclpp_device::collective::ROUND_BITS) - 1;
+    let limit = (1u64 << mscclpp_collectives_device::ROUND_BITS) - 1;
     if rounds >= limit {
         return Err(Error::InvalidArgument(format!(
             "collectives: {bytes} bytes over {blocks} blocks takes {rounds} pipelined rounds per block (fewer than \
@@ -495,7 +448,7 @@ impl Collectives {
     }
 
     /// The device handle, for kernels that call the collectives themselves (see
-    /// [`Collective::allreduce`](mscclpp_device::collective::Collective)). Valid while `self` lives.
+    /// [`Collective::allreduce`](mscclpp_collectives_device::Collective)). Valid while `self` lives.
     pub fn handle(&self) -> Collective {
         self.handle
     }
@@ -804,9 +757,9 @@ pub fn check_request(
     ranks: usize,
     (send_len, recv_len): (usize, Option<usize>),
 ) -> Result<u64> {
-    dtype.check()?;
+    check_dtype(dtype)?;
     if let Some(r) = reduce {
-        r.check()?;
+        check_op(r)?;
     }
     let overflow = || Error::InvalidArgument(format!("collectives: {count} elements of {} overflow", dtype.name()));
     let bytes = (count as u64).checked_mul(dtype.bytes() as u64).ok_or_else(overflow)?;
@@ -1007,7 +960,7 @@ mod tests {
         // 16-byte slots: a round moves 16 bytes, so 16 * R bytes per block take R rounds.
         let h = handle(2, 8, 1 << 20, 16);
         let blocks = rand::rng().random_range(1..=8u32);
-        let most = (1u64 << mscclpp_device::collective::ROUND_BITS) - 2;
+        let most = (1u64 << mscclpp_collectives_device::ROUND_BITS) - 2;
         check_rounds(&h, Algorithm::Pipelined, 16 * most * blocks as u64, blocks).unwrap();
         let e = check_rounds(&h, Algorithm::Pipelined, 16 * (most + 1) * blocks as u64, blocks).unwrap_err();
         assert!(e.to_string().contains(&format!("takes {} pipelined rounds per block", most + 1)), "{e}");

@@ -20,7 +20,7 @@ use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
 
 fn main() -> ExitCode {
-    mscclpp_collectives::runner::main("mp_collectives", 2, run)
+    mscclpp_harness::runner::main("mp_collectives", 2, run)
 }
 
 /// Element counts: odd, not multiples of 16 bytes, around the algorithms' limits, and large

@@ -59,9 +59,14 @@
 //!   inside one GPU.
 //! * [`trigger`], [`fifo`], [`channel`]: the proxy's trigger encoding, the trigger FIFO to the
 //!   host proxy, and the memory, port and switch channels.
-//! * [`packet`], [`copy`], [`sync`], [`op`], [`multimem`], [`collective`]: LL packets,
+//! * [`packet`], [`copy`], [`sync`], [`op`], [`element`], [`multimem`]: LL packets,
 //!   cooperative copies, the block barrier ([`sync::block_barrier`]) and the grid barrier, the
-//!   reduction operation markers, NVLink SHARP forms, and device-callable collectives.
+//!   reduction operation markers, the one trait of values that sum ([`element::Element`]), and
+//!   NVLink SHARP forms.
+//!
+//! Algorithms built on these primitives live in crates of their own, each a small `no_std`
+//! crate of device code shared by its host crate and its kernels: `mscclpp-collectives-device`,
+//! `mscclpp-executor-device`, `mscclpp-ep-device`, `mscclpp-nccl-device`.
 //! * [`poll`]: [`poll::SpinBudget`], the bound on every wait: when it runs out the kernel prints
 //!   which wait and executes `trap;`, so a lost signal fails the launch instead of hanging it;
 //!   and [`poll::now_ns`], the global timer the budgets are measured in.
@@ -88,9 +93,8 @@ pub mod abort;
 pub mod atomic;
 pub mod bulk;
 pub mod channel;
-pub mod collective;
 pub mod copy;
-pub mod executor;
+pub mod element;
 pub mod fifo;
 pub mod multimem;
 pub mod op;

@@ -5,8 +5,9 @@
 //! format string, and (2) pass C strings (`c"..."`), never `&str` literals terminated by a
 //! hand-written `"\0"`. This test scans every device-side source for both: this crate, and in the
 //! repository every kernel crate (each `crate-type = ["cdylib"]` manifest: `ptx-tests/`, the
-//! collectives', executor's and expert-parallel kernels, the examples' kernels) with the files
-//! they include from elsewhere through `#[path = ".."]` (`ep/src/shared.rs`).
+//! collectives', executor's and expert-parallel kernels, the examples' kernels), every crate of
+//! device code that kernel crates share with their host crate (`*/device`), and the files they
+//! include from elsewhere through `#[path = ".."]`.
 
 use std::path::{Path, PathBuf};
 
@@ -182,8 +183,11 @@ const KERNEL_CRATES: [&str; 6] = [
     "ptx-tests",
 ];
 
+/// The crates of device code that a host crate and its kernel crate share.
+const DEVICE_CODE_CRATES: [&str; 4] = ["collectives/device", "ep/device", "executor/device", "nccl/device"];
+
 /// The device-side sources: this crate, and within the repository (not in a packaged copy of the
-/// crate) every kernel crate's sources and what they include by `#[path]`.
+/// crate) every kernel crate's and device-code crate's sources and what they include by `#[path]`.
 fn device_sources() -> Vec<PathBuf> {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
@@ -199,6 +203,11 @@ fn device_sources() -> Vec<PathBuf> {
         for c in &crates {
             rust_files(&c.join("src"), &mut files);
         }
+        for c in DEVICE_CODE_CRATES {
+            let before = files.len();
+            rust_files(&root.join(c).join("src"), &mut files);
+            assert!(files.len() > before, "no sources under {c}/src");
+        }
         let mut i = 0;
         while i < files.len() {
             let (src, dir) = (std::fs::read_to_string(&files[i]).unwrap(), files[i].parent().unwrap().to_path_buf());
@@ -212,8 +221,8 @@ fn device_sources() -> Vec<PathBuf> {
             i += 1;
         }
         assert!(
-            files.iter().any(|f| f.ends_with("ep/src/shared.rs")),
-            "ep/src/shared.rs (included by ep/kernels) not scanned"
+            files.iter().any(|f| f.ends_with("collectives/device/src/device/oneshot.rs")),
+            "the collectives' device code not scanned"
         );
     }
     files

@@ -58,17 +58,14 @@ use mscclpp_host::comm::{Communicator, PeerBuffers};
 use mscclpp_host::{Args, BootstrapExt, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
 
 pub mod reference;
-pub mod shared;
+/// The handle and buffer layouts shared with the kernels (the crate `mscclpp-ep-device`).
+pub use mscclpp_ep_device as shared;
 
-pub use mscclpp_collectives::DataType;
+pub use mscclpp_host::DataType;
 use shared::{EXCHANGE_SHARED_BYTES, EpHandle, LAYOUT_THREADS, MAX_EXPERTS, MAX_RANKS, MAX_TOPK};
 
 /// The PTX of the kernels (built from `kernels/` by this crate's build script).
 pub const PTX: &str = include_str!(env!("MSCCLPP_EP_PTX"));
-
-// SAFETY: `EpHandle` is `repr(C)` of u64 and u32 fields with no padding (72 bytes, asserted in
-// `shared`), the same file compiled for both targets.
-unsafe impl mscclpp_device::abi::DeviceAbi for EpHandle {}
 
 /// Largest `max_tokens` (row indices stay below 2^31 with [`MAX_RANKS`] ranks).
 pub const MAX_TOKENS: usize = 1 << 24;
@@ -777,15 +774,22 @@ impl ExpertParallel {
                 d.max_rows
             )));
         }
-        let r = self.handle.shared_regions();
         let mut x = vec![0u8; rows * d.row_bytes];
         let mut topk_idx = vec![0i32; rows * d.k];
         let mut topk_weights = vec![0f32; rows * d.k];
         let mut src = vec![0i32; rows];
-        self.shared.read(r.recv_x as usize, &mut x)?;
-        self.shared.read(r.recv_idx as usize, &mut topk_idx)?;
-        self.shared.read(r.recv_w as usize, &mut topk_weights)?;
-        self.shared.read(r.recv_src as usize, &mut src)?;
+        // Read through the addresses the dispatch result gives its users, so they are what the
+        // tests check.
+        let base = self.shared.addr();
+        let at = |addr: u64| {
+            addr.checked_sub(base)
+                .map(|o| o as usize)
+                .ok_or_else(|| Error::InvalidArgument("ep: the dispatch result belongs to another object".into()))
+        };
+        self.shared.read(at(d.recv_x_addr())?, &mut x)?;
+        self.shared.read(at(d.recv_topk_idx_addr())?, &mut topk_idx)?;
+        self.shared.read(at(d.recv_topk_weights_addr())?, &mut topk_weights)?;
+        self.shared.read(at(d.recv_src_addr())?, &mut src)?;
         Ok(ReceivedRows { x, topk_idx, topk_weights, src })
     }
 }

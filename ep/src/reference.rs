@@ -7,7 +7,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
 use crate::DataType;
-use crate::shared::{f32_to_bf16_bits, rank_of_expert, valid_expert};
+use crate::shared::{rank_of_expert, valid_expert};
 
 /// The dispatch layout of one rank's batch (DeepEP's `get_dispatch_layout` semantics).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,7 +162,7 @@ pub fn to_f32(dtype: DataType, bytes: &[u8]) -> Vec<f32> {
 /// For other element types.
 pub fn from_f32(dtype: DataType, v: &[f32]) -> Vec<u8> {
     match dtype {
-        DataType::Bf16 => v.iter().flat_map(|x| f32_to_bf16_bits(x.to_bits()).to_le_bytes()).collect(),
+        DataType::Bf16 => v.iter().flat_map(|x| bf16::from_f32(*x).to_le_bytes()).collect(),
         DataType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         other => panic!("ep reference: element type {}", other.name()),
     }
@@ -415,29 +415,7 @@ mod tests {
         }
     }
 
-    #[test]
-    fn bf16_rounding_matches_half() {
-        // Ties at 1 + 2^-8 (rounds down to even) and 1 + 3 * 2^-8 (rounds up to even), subnormals.
-        let tie = 2f32.powi(-8);
-        for x in [0f32, -0.0, 1.0, 1.0 + tie, 1.0 + 3.0 * tie, f32::MAX, f32::MIN_POSITIVE, 1e-40, f32::INFINITY] {
-            assert_eq!(f32_to_bf16_bits(x.to_bits()), bf16::from_f32(x).to_bits(), "{x}");
-            assert_eq!(f32_to_bf16_bits((-x).to_bits()), bf16::from_f32(-x).to_bits(), "{}", -x);
-        }
-        assert!(bf16::from_bits(f32_to_bf16_bits(f32::NAN.to_bits())).is_nan());
-    }
-
     proptest! {
-        #[test]
-        fn bf16_rounding_matches_half_everywhere(bits in any::<u32>()) {
-            let x = f32::from_bits(bits);
-            let ours = bf16::from_bits(f32_to_bf16_bits(bits));
-            if x.is_nan() {
-                prop_assert!(ours.is_nan());
-            } else {
-                prop_assert_eq!(ours.to_bits(), bf16::from_f32(x).to_bits());
-            }
-        }
-
         /// The layout against its definition, restated: counts, positions as prefix sums in token
         /// order, and a rank computed as floor(e * ranks / experts).
         #[test]

@@ -21,10 +21,6 @@ use mscclpp_ep::{Config, DataType};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-mod shared {
-    pub use mscclpp_ep::shared::*;
-}
-
 #[path = "../kernels/src/body.rs"]
 #[allow(dead_code)]
 mod body;
@@ -388,7 +384,7 @@ fn run_rank(
         let mut s = Seen { layout: Some(run_layout(r, &idx, inp.tokens, op.k, failed)), ..Seen::default() };
         let sig = signature(sig_k.unwrap_or(op.k) as u32, code(op.dtype));
         let (xa, ia, wa) = (x.addr(), idx.addr(), w.addr());
-        hw::launch(blocks, threads, shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
+        hw::launch(blocks, threads, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
             // SAFETY: the inputs hold the batch; the world's buffers the handle's regions.
             unsafe {
                 body::dispatch(
@@ -416,15 +412,15 @@ fn run_rank(
             let y = Mem::from_bytes(&e.ys[me]);
             let out = Mem::from_bytes(&vec![0xa5; inp.tokens * row + 64]);
             let (ya, oa, y_bytes) = (y.addr(), out.addr(), e.ys[me].len() as u64);
-            hw::launch(blocks, threads, shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
+            hw::launch(blocks, threads, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
                 let (y, out) = (GlobalPtr::from_addr(ya), GlobalPtr::from_addr(oa));
                 let t = inp.tokens as u32;
                 // SAFETY: `y` holds the received rows' outputs, `out` the tokens' rows.
                 unsafe {
                     if op.dtype == DataType::F32 {
-                        body::combine::<body::F32Lanes>(h, y, y_bytes, out, t, row as u32, BUDGET)
+                        body::combine::<mscclpp_device::vec::F32x4>(h, y, y_bytes, out, t, row as u32, BUDGET)
                     } else {
-                        body::combine::<body::Bf16Lanes>(h, y, y_bytes, out, t, row as u32, BUDGET)
+                        body::combine::<mscclpp_device::vec::Bf16x8>(h, y, y_bytes, out, t, row as u32, BUDGET)
                     }
                 }
             });

@@ -32,7 +32,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
 fn main() -> ExitCode {
-    mscclpp_collectives::runner::main("mp_ep", 2, run)
+    mscclpp_harness::runner::main("mp_ep", 2, run)
 }
 
 fn fail(what: String) -> Error {

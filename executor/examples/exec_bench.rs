@@ -38,7 +38,7 @@ const ITERS: usize = 50;
 const TRIALS: usize = 5;
 
 fn main() -> ExitCode {
-    mscclpp_collectives::runner::main("exec_bench", 2, run)
+    mscclpp_harness::runner::main("exec_bench", 2, run)
 }
 
 /// Median seconds per operation of `ITERS` back-to-back calls of `op`.

@@ -1,8 +1,8 @@
 //! The host encoder: one rank's part of a [`Program`] as the device records of
-//! [`mscclpp_device::executor`], with every offset resolved in the arenas' layout and every
+//! [`mscclpp_executor_device`], with every offset resolved in the arenas' layout and every
 //! operation the executor cannot run refused up front (never a partial run).
 
-use mscclpp_device::executor::{ExecOp, MAX_OTHERS, flags, opcode};
+use mscclpp_executor_device::{ExecOp, MAX_OTHERS, flags, opcode};
 use mscclpp_host::{Error, Result};
 use mscclpp_plan::{BufferType, Channel, ChannelType, Chunk, Op, OpKind, Program, RankPlan, ReduceOp, SyncType};
 
@@ -53,7 +53,7 @@ pub struct Encoded {
     pub layouts: Vec<Layout>,
     /// Bytes of one chunk.
     pub chunk_bytes: u64,
-    /// Initial values of this rank's sync counters ([`ExecPlan::sync`](mscclpp_device::executor::ExecPlan::sync)):
+    /// Initial values of this rank's sync counters ([`ExecPlan::sync`](mscclpp_executor_device::ExecPlan::sync)):
     /// one per barrier id the rank uses (0), then one per semaphore (its initial value).
     pub sync: Vec<u64>,
 }

@@ -1,5 +1,5 @@
 //! Runs [`mscclpp_plan`] execution plans on GPUs: one generic kernel interprets a rank's plan
-//! from device memory ([`mscclpp_device::executor`]).
+//! from device memory ([`mscclpp_executor_device`]).
 //!
 //! ```text
 //!  Program (builder, JSON or MSCCL++ plan) ──check()──► encode(rank) ──► ExecOp records
@@ -27,8 +27,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaStream};
 use mscclpp_device::channel::emulated_switch::EmulatedSwitchChannel;
-use mscclpp_device::executor::{ExecPlan, dtype};
 use mscclpp_device::poll::SpinBudget;
+use mscclpp_executor_device::{ExecPlan, dtype};
 use mscclpp_host::comm::{Communicator, EmulatedSwitchChannels, MemoryChannels, PortChannels};
 use mscclpp_host::{Args, BootstrapExt, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
 use mscclpp_plan::{BufferType, Program};

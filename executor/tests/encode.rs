@@ -2,8 +2,8 @@
 //! the arenas, the records survive a byte round trip (what the upload does), and operations the
 //! executor cannot run are refused with the operation named.
 
-use mscclpp_device::executor::{ExecOp, MAX_OTHERS, flags, opcode};
 use mscclpp_executor::{Encoded, encode};
+use mscclpp_executor_device::{ExecOp, MAX_OTHERS, flags, opcode};
 use mscclpp_plan::{BufferType, Channel, Chunk, Op, OpKind, Program, ReduceOp, TbgInfo, examples, mscclpp_json};
 
 const CHUNK: u64 = 4096;

@@ -31,7 +31,7 @@ use mscclpp_host::{BootstrapExt, Error, Result};
 use mscclpp_plan::{BufferType, Channel, Program, RankPlan, examples, interpret, mscclpp_json};
 
 fn main() -> ExitCode {
-    mscclpp_collectives::runner::main("mp_exec", 2, run)
+    mscclpp_harness::runner::main("mp_exec", 2, run)
 }
 
 const POISON: u8 = 0xa5;

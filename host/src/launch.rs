@@ -252,7 +252,7 @@ pub unsafe fn launch_cooperative_on(
 /// [`launch_on`], allowed to overlap the kernel before it on `stream` (programmatic stream
 /// serialization, sm_90): this kernel may be scheduled while the previous one still runs, and
 /// must execute `griddepcontrol.wait` (`mscclpp_device::ptx::misc::griddepcontrol_wait`) before
-/// it touches memory the previous kernel uses. Kernels of `mscclpp_device::collective` do.
+/// it touches memory the previous kernel uses. Kernels of `mscclpp_collectives_device` do.
 ///
 /// # Safety
 /// As for [`launch_on`]; the kernel waits as described before its first memory access that

@@ -65,6 +65,7 @@ pub mod bulk;
 pub mod channel;
 pub mod comm;
 mod driver;
+pub mod dtype;
 pub mod error;
 pub mod fifo;
 pub mod frame;
@@ -84,6 +85,7 @@ pub use bootstrap::{Bootstrap, BootstrapExt, TcpBootstrap};
 /// The CUDA driver bindings this crate is built on (streams, events, graphs), re-exported so that
 /// programs use the same version.
 pub use cudarc;
+pub use dtype::{DataType, ReduceOp};
 pub use error::{Error, Result};
 pub use gpu::Gpu;
 pub use launch::{Args, LaunchConfig};

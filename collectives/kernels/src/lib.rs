@@ -1,11 +1,12 @@
 //! The kernels of `mscclpp-collectives`: one entry point per (operation, algorithm, element
-//! type), each a thin call of the device-callable collective in `mscclpp_device::collective`.
+//! type), each a thin call of the device-callable collective in `mscclpp_collectives_device`.
 //!
 //! Every kernel takes `(handle: Collective, input, output, bytes: u64, budget: SpinBudget)`.
 #![no_std]
 #![feature(abi_ptx)]
 
-use mscclpp_device::collective::{Algorithm, Bf16, Collective, F16, F32, I32, U32};
+use half::{bf16, f16};
+use mscclpp_collectives_device::{Algorithm, Collective};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 
@@ -51,36 +52,36 @@ macro_rules! gather_kernels {
 }
 
 kernels! {
-    allreduce_oneshot_f32 => allreduce::<F32>(OneShotLl);
-    allreduce_oneshot_f16 => allreduce::<F16>(OneShotLl);
-    allreduce_oneshot_bf16 => allreduce::<Bf16>(OneShotLl);
-    allreduce_oneshot_i32 => allreduce::<I32>(OneShotLl);
-    allreduce_oneshot_u32 => allreduce::<U32>(OneShotLl);
-    allreduce_twoshot_f32 => allreduce::<F32>(TwoShotLl);
-    allreduce_twoshot_f16 => allreduce::<F16>(TwoShotLl);
-    allreduce_twoshot_bf16 => allreduce::<Bf16>(TwoShotLl);
-    allreduce_twoshot_i32 => allreduce::<I32>(TwoShotLl);
-    allreduce_twoshot_u32 => allreduce::<U32>(TwoShotLl);
-    allreduce_pipelined_f32 => allreduce::<F32>(Pipelined);
-    allreduce_pipelined_f16 => allreduce::<F16>(Pipelined);
-    allreduce_pipelined_bf16 => allreduce::<Bf16>(Pipelined);
-    allreduce_pipelined_i32 => allreduce::<I32>(Pipelined);
-    allreduce_pipelined_u32 => allreduce::<U32>(Pipelined);
-    allreduce_direct_f32 => allreduce::<F32>(Direct);
-    allreduce_direct_f16 => allreduce::<F16>(Direct);
-    allreduce_direct_bf16 => allreduce::<Bf16>(Direct);
-    allreduce_direct_i32 => allreduce::<I32>(Direct);
-    allreduce_direct_u32 => allreduce::<U32>(Direct);
-    reduce_scatter_oneshot_f32 => reduce_scatter::<F32>(OneShotLl);
-    reduce_scatter_oneshot_f16 => reduce_scatter::<F16>(OneShotLl);
-    reduce_scatter_oneshot_bf16 => reduce_scatter::<Bf16>(OneShotLl);
-    reduce_scatter_oneshot_i32 => reduce_scatter::<I32>(OneShotLl);
-    reduce_scatter_oneshot_u32 => reduce_scatter::<U32>(OneShotLl);
-    reduce_scatter_pipelined_f32 => reduce_scatter::<F32>(Pipelined);
-    reduce_scatter_pipelined_f16 => reduce_scatter::<F16>(Pipelined);
-    reduce_scatter_pipelined_bf16 => reduce_scatter::<Bf16>(Pipelined);
-    reduce_scatter_pipelined_i32 => reduce_scatter::<I32>(Pipelined);
-    reduce_scatter_pipelined_u32 => reduce_scatter::<U32>(Pipelined);
+    allreduce_oneshot_f32 => allreduce::<f32>(OneShotLl);
+    allreduce_oneshot_f16 => allreduce::<f16>(OneShotLl);
+    allreduce_oneshot_bf16 => allreduce::<bf16>(OneShotLl);
+    allreduce_oneshot_i32 => allreduce::<i32>(OneShotLl);
+    allreduce_oneshot_u32 => allreduce::<u32>(OneShotLl);
+    allreduce_twoshot_f32 => allreduce::<f32>(TwoShotLl);
+    allreduce_twoshot_f16 => allreduce::<f16>(TwoShotLl);
+    allreduce_twoshot_bf16 => allreduce::<bf16>(TwoShotLl);
+    allreduce_twoshot_i32 => allreduce::<i32>(TwoShotLl);
+    allreduce_twoshot_u32 => allreduce::<u32>(TwoShotLl);
+    allreduce_pipelined_f32 => allreduce::<f32>(Pipelined);
+    allreduce_pipelined_f16 => allreduce::<f16>(Pipelined);
+    allreduce_pipelined_bf16 => allreduce::<bf16>(Pipelined);
+    allreduce_pipelined_i32 => allreduce::<i32>(Pipelined);
+    allreduce_pipelined_u32 => allreduce::<u32>(Pipelined);
+    allreduce_direct_f32 => allreduce::<f32>(Direct);
+    allreduce_direct_f16 => allreduce::<f16>(Direct);
+    allreduce_direct_bf16 => allreduce::<bf16>(Direct);
+    allreduce_direct_i32 => allreduce::<i32>(Direct);
+    allreduce_direct_u32 => allreduce::<u32>(Direct);
+    reduce_scatter_oneshot_f32 => reduce_scatter::<f32>(OneShotLl);
+    reduce_scatter_oneshot_f16 => reduce_scatter::<f16>(OneShotLl);
+    reduce_scatter_oneshot_bf16 => reduce_scatter::<bf16>(OneShotLl);
+    reduce_scatter_oneshot_i32 => reduce_scatter::<i32>(OneShotLl);
+    reduce_scatter_oneshot_u32 => reduce_scatter::<u32>(OneShotLl);
+    reduce_scatter_pipelined_f32 => reduce_scatter::<f32>(Pipelined);
+    reduce_scatter_pipelined_f16 => reduce_scatter::<f16>(Pipelined);
+    reduce_scatter_pipelined_bf16 => reduce_scatter::<bf16>(Pipelined);
+    reduce_scatter_pipelined_i32 => reduce_scatter::<i32>(Pipelined);
+    reduce_scatter_pipelined_u32 => reduce_scatter::<u32>(Pipelined);
 }
 
 gather_kernels! {

@@ -23,13 +23,13 @@ use std::time::Duration;
 
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaStream};
-use mscclpp_collectives::nccl::{Nccl, NcclComm};
 use mscclpp_collectives::{CollectiveAlgorithm as Algorithm, Collectives, Config, DataType, Operation, ReduceOp};
+use mscclpp_harness::nccl::{Nccl, NcclComm};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{DeviceBuffer, Error, Result};
 
 fn main() -> ExitCode {
-    mscclpp_collectives::runner::main("coll-bench", 2, run)
+    mscclpp_harness::runner::main("coll-bench", 2, run)
 }
 
 fn drv<T>(r: std::result::Result<T, cudarc::driver::DriverError>, what: &str) -> Result<T> {

@@ -18,6 +18,7 @@
 //! or with [`SwitchChannel::store_reduce`]: outputs zeroed, each member adds its input into
 //! every copy (`multimem.red` add), then one barrier round.
 
+use crate::element::Element;
 use crate::ptr::{GlobalPtr, MultimemPtr};
 use crate::semaphore::SwitchSemaphore;
 
@@ -220,58 +221,13 @@ mod mc {
     }
 }
 
-/// Element types both switch channels reduce and broadcast: the types with a
-/// `multimem.ld_reduce` add and a `multimem.st` form (from the [`crate::multimem`] tables), plus
-/// a lane-wise add for the emulation (f16/bf16 lanes add in f32 and round back, once per rank,
-/// in rank order).
-pub trait SwitchElem: Copy + bytemuck::Pod + mc::Multicast {
-    /// Lane-wise sum.
-    fn add(self, other: Self) -> Self;
-}
+/// Element types both switch channels reduce and broadcast: the [`Element`] types (their
+/// lane-wise sum serves the emulation, in rank order) that have a `multimem.ld_reduce` add and a
+/// `multimem.st` form (from the [`crate::multimem`] tables). A bound, not a second sum: every
+/// such type is one automatically.
+pub trait SwitchElem: Element + mc::Multicast {}
 
-macro_rules! switch_elem {
-    ($($t:ty => |$a:ident, $b:ident| $add:expr;)*) => { $(
-        impl SwitchElem for $t {
-            #[inline(always)]
-            fn add(self, other: Self) -> Self {
-                let ($a, $b) = (self, other);
-                $add
-            }
-        }
-    )* };
-}
-
-fn lanes<T: Copy, const N: usize>(a: [T; N], b: [T; N], f: impl Fn(T, T) -> T) -> [T; N] {
-    let mut out = a;
-    let mut i = 0;
-    while i < N {
-        out[i] = f(a[i], b[i]);
-        i += 1;
-    }
-    out
-}
-
-fn add_f16(a: half::f16, b: half::f16) -> half::f16 {
-    half::f16::from_f32(a.to_f32() + b.to_f32())
-}
-
-fn add_bf16(a: half::bf16, b: half::bf16) -> half::bf16 {
-    half::bf16::from_f32(a.to_f32() + b.to_f32())
-}
-
-use crate::vec::{Bf16x2, Bf16x8, F16x2, F16x8, F32x2, F32x4};
-
-switch_elem! {
-    f32 => |a, b| a + b;
-    u32 => |a, b| a.wrapping_add(b);
-    i32 => |a, b| a.wrapping_add(b);
-    F32x2 => |a, b| F32x2(lanes(a.0, b.0, |x, y| x + y));
-    F32x4 => |a, b| F32x4(lanes(a.0, b.0, |x, y| x + y));
-    F16x2 => |a, b| F16x2(lanes(a.0, b.0, add_f16));
-    F16x8 => |a, b| F16x8(lanes(a.0, b.0, add_f16));
-    Bf16x2 => |a, b| Bf16x2(lanes(a.0, b.0, add_bf16));
-    Bf16x8 => |a, b| Bf16x8(lanes(a.0, b.0, add_bf16));
-}
+impl<V: Element + mc::Multicast> SwitchElem for V {}
 
 /// What an algorithm needs of a switch channel; implemented by [`SwitchChannel`] (NVLink
 /// multicast) and by [`super::emulated_switch::EmulatedSwitchChannel`] (peer pointers), so one
@@ -328,18 +284,4 @@ pub trait SwitchGroup: Copy {
     /// # Safety
     /// As for [`SwitchGroup::signal`].
     unsafe fn relaxed_wait(&self, budget: crate::poll::SpinBudget);
-}
-
-#[cfg(test)]
-mod elem_tests {
-    use super::SwitchElem;
-    use crate::vec::{Bf16x2, F32x4};
-
-    #[test]
-    fn lane_wise_adds() {
-        assert_eq!(F32x4([1.0, 2.0, 3.0, 4.0]).add(F32x4([0.5; 4])), F32x4([1.5, 2.5, 3.5, 4.5]));
-        assert_eq!(u32::MAX.add(2), 1);
-        let h = Bf16x2([half::bf16::from_f32(1.0), half::bf16::from_f32(-2.0)]);
-        assert_eq!(h.add(h).0.map(|x| x.to_f32()), [2.0, -4.0]);
-    }
 }

@@ -1,9 +1,10 @@
 //! The bodies of the kernels, written against `crate::hw` (the device operations) and
-//! `crate::shared` (the layouts): the kernel crate's entry points call them on the GPU, and the
+//! `mscclpp_ep_device` (the layouts): the kernel crate's entry points call them on the GPU, and the
 //! host crate's emulation test runs them on CPU threads. See the crate documentation.
 
 use core::ops::{Add, Mul};
 
+use mscclpp_device::element::Element;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 
@@ -11,7 +12,7 @@ use crate::hw::{
     ctaid, fail, follow_previous_grid, ld_v4, load_acquire, nctaid, ntid, red_add_cta, shared_base, spin_until, st_v4,
     store_release, sync_threads, tid,
 };
-use crate::shared::*;
+use mscclpp_ep_device::*;
 
 const WARP: u32 = 32;
 
@@ -487,49 +488,20 @@ pub unsafe fn dispatch(
     }
 }
 
-/// How a combine element type loads, sums and stores 16 bytes.
-pub trait Lanes {
-    /// Adds the elements of `v` to the accumulators (f32, one rounding per addition).
-    fn add(acc: &mut [f32; 8], v: [u32; 4]);
-    /// The accumulators as 16 bytes of elements.
-    fn pack(acc: &[f32; 8]) -> [u32; 4];
-}
-
-/// bf16 elements: 8 per vector.
-pub struct Bf16Lanes;
-/// f32 elements: 4 per vector.
-pub struct F32Lanes;
-
-impl Lanes for Bf16Lanes {
-    #[inline(always)]
-    fn add(acc: &mut [f32; 8], v: [u32; 4]) {
-        for i in 0..4 {
-            acc[2 * i] += f32::from_bits(bf16_to_f32_bits(v[i] as u16));
-            acc[2 * i + 1] += f32::from_bits(bf16_to_f32_bits((v[i] >> 16) as u16));
-        }
-    }
-    #[inline(always)]
-    fn pack(acc: &[f32; 8]) -> [u32; 4] {
-        let mut o = [0u32; 4];
-        for (i, w) in o.iter_mut().enumerate() {
-            *w = f32_to_bf16_bits(acc[2 * i].to_bits()) as u32
-                | (f32_to_bf16_bits(acc[2 * i + 1].to_bits()) as u32) << 16;
-        }
-        o
+/// Adds the lanes of the 16-byte vector `v` of `V` to the accumulators (f32, one rounding per
+/// addition).
+#[inline(always)]
+fn accumulate<V: Element>(acc: &mut [f32; 8], v: [u32; 4]) {
+    let v: V = bytemuck::cast(v);
+    for (i, a) in acc.iter_mut().enumerate().take(V::LANES) {
+        *a += v.lane_f32(i);
     }
 }
 
-impl Lanes for F32Lanes {
-    #[inline(always)]
-    fn add(acc: &mut [f32; 8], v: [u32; 4]) {
-        for i in 0..4 {
-            acc[i] += f32::from_bits(v[i]);
-        }
-    }
-    #[inline(always)]
-    fn pack(acc: &[f32; 8]) -> [u32; 4] {
-        [acc[0].to_bits(), acc[1].to_bits(), acc[2].to_bits(), acc[3].to_bits()]
-    }
+/// The accumulators as one 16-byte vector of `V` (each rounded once).
+#[inline(always)]
+fn pack<V: Element>(acc: &[f32; 8]) -> [u32; 4] {
+    bytemuck::cast(V::from_f32_lanes(acc))
 }
 
 /// Combine: this rank's rows of `y` (one per received row, `row_bytes` each, as the last
@@ -540,7 +512,7 @@ impl Lanes for F32Lanes {
 /// As for [`ep_dispatch`]; the last operation on this handle was a dispatch (its info and
 /// layout are current); `y` holds `y_bytes` bytes, `out` `tokens * row_bytes`; every rank
 /// passes the same `row_bytes`.
-pub unsafe fn combine<L: Lanes>(
+pub unsafe fn combine<V: Element>(
     h: EpHandle,
     y: GlobalPtr<u8>,
     y_bytes: u64,
@@ -663,19 +635,19 @@ pub unsafe fn combine<L: Lanes>(
                         let a = ld_v4(vec_at(s, v));
                         if two {
                             let b1 = ld_v4(vec_at(s, v + WARP));
-                            L::add(&mut acc0, a);
-                            L::add(&mut acc1, b1);
+                            accumulate::<V>(&mut acc0, a);
+                            accumulate::<V>(&mut acc1, b1);
                         } else {
-                            L::add(&mut acc0, a);
+                            accumulate::<V>(&mut acc0, a);
                         }
                     }
                 }
             }
             // SAFETY: vectors of token t's output row.
             unsafe {
-                st_v4(vec_at(dst, v), L::pack(&acc0));
+                st_v4(vec_at(dst, v), pack::<V>(&acc0));
                 if two {
-                    st_v4(vec_at(dst, v + WARP), L::pack(&acc1));
+                    st_v4(vec_at(dst, v + WARP), pack::<V>(&acc1));
                 }
             }
             v += 2 * WARP;

@@ -1,6 +1,6 @@
 //! The kernels of `mscclpp-ep`: the dispatch layout, the dispatch and the combine of expert
 //! parallelism among the GPUs of one machine. The buffers, the handle and the protocol are
-//! described in `shared` (the host crate's `ep/src/shared.rs`, included here) and in the host
+//! described in `mscclpp_ep_device` (the device code the host crate shares) and in the host
 //! crate's documentation.
 //!
 //! * `ep_layout` (one block): from the top-k expert ids, every rank's token count, every
@@ -18,16 +18,13 @@
 #![no_std]
 #![feature(abi_ptx)]
 
-#[path = "../../src/shared.rs"]
-pub mod shared;
-
 pub mod body;
 pub mod hw;
 
-use body::{Bf16Lanes, F32Lanes};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
-use shared::EpHandle;
+use mscclpp_device::vec::{Bf16x8, F32x4};
+use mscclpp_ep_device::EpHandle;
 
 /// The dispatch layout (see [`body::layout`]).
 ///
@@ -97,7 +94,7 @@ macro_rules! combine_kernels {
 
 combine_kernels! {
     /// Combine of bf16 rows (sums in f32, rounded once to bf16). See [`body::combine`].
-    ep_combine_bf16 => Bf16Lanes;
+    ep_combine_bf16 => Bf16x8;
     /// Combine of f32 rows. See [`body::combine`].
-    ep_combine_f32 => F32Lanes;
+    ep_combine_f32 => F32x4;
 }

@@ -31,9 +31,9 @@ use std::time::Duration;
 
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::CUevent_flags;
-use mscclpp_collectives::nccl::{Nccl, NcclComm, Transfer};
 use mscclpp_ep::reference::{self, Routing};
 use mscclpp_ep::{Config, DataType, DispatchInput, ExpertParallel};
+use mscclpp_harness::nccl::{Nccl, NcclComm, Transfer};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
 
@@ -72,7 +72,7 @@ const EXPERTS: usize = 256;
 const TOPK: usize = 8;
 
 fn main() -> ExitCode {
-    mscclpp_collectives::runner::main("ep_bench", 2, run)
+    mscclpp_harness::runner::main("ep_bench", 2, run)
 }
 
 fn drv<T>(r: std::result::Result<T, cudarc::driver::DriverError>, what: &str) -> Result<T> {

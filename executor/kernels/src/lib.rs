@@ -1,10 +1,10 @@
 //! The kernel of `mscclpp-executor`: `exec_plan` runs one rank's encoded execution plan
-//! ([`mscclpp_device::executor::ExecPlan::run`]), block `b` its thread block `b`.
+//! ([`mscclpp_executor_device::ExecPlan::run`]), block `b` its thread block `b`.
 #![no_std]
 #![feature(abi_ptx)]
 
-use mscclpp_device::executor::ExecPlan;
 use mscclpp_device::poll::SpinBudget;
+use mscclpp_executor_device::ExecPlan;
 
 /// Runs this rank's plan; the grid has one block per thread block of the plan.
 ///

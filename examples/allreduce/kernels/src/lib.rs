@@ -12,15 +12,15 @@
 //!   next `put` overwrites a scratch area a peer is still reading.
 //!
 //! The last kernel, `scale_allreduce_shift`, calls the library's device-callable allreduce
-//! (`mscclpp_device::collective`) between two elementwise steps of its own, in one launch.
+//! (`mscclpp_collectives_device`) between two elementwise steps of its own, in one launch.
 //!
 //! Reductions add the ranks' values in rank order (rank 0's + rank 1's + ...), so every rank, and
 //! the host's reference, get the same bits.
 #![no_std]
 #![feature(abi_ptx)]
 
+use mscclpp_collectives_device::{Algorithm, Collective};
 use mscclpp_device::channel::memory::MemoryChannel;
-use mscclpp_device::collective::{Algorithm, Collective, F32};
 use mscclpp_device::copy::Threads;
 use mscclpp_device::packet::LL16Packet;
 use mscclpp_device::poll::SpinBudget;
@@ -271,7 +271,7 @@ pub unsafe extern "ptx-kernel" fn scale_allreduce_shift(
         }
         // The collective reads any element from any block: every block's writes first.
         syncer.sync(sreg::nctaid_x(), BUDGET); // every block's `tmp = alpha * x` written
-        coll.allreduce::<F32>(algorithm, tmp.cast(), out.cast(), 4 * n, BUDGET);
+        coll.allreduce::<f32>(algorithm, tmp.cast(), out.cast(), 4 * n, BUDGET);
         syncer.sync(sreg::nctaid_x(), BUDGET); // every block's share of the sum written
         let mut i = t.index as u64;
         while i < n {

@@ -16,7 +16,7 @@
 //! a remote offset is an offset into the peer's arena; a port channel's memories are the same
 //! two arenas; a switch channel's buffer is every rank's arena (laid out alike on every rank), so
 //! a switch offset is the same offset into every copy. Switch operations go through the
-//! [`SwitchGroup`](crate::channel::switch::SwitchGroup) API of an
+//! [`SwitchGroup`](mscclpp_device::channel::switch::SwitchGroup) API of an
 //! [`EmulatedSwitchChannel`] (peer pointers; NVLink multicast is not used). The host encoder
 //! (`mscclpp-executor`) turns a checked plan into these records.
 //!
@@ -32,12 +32,16 @@
 //! ([`flags::DST_PKT_SCRATCH`], [`flags::SRC_PKT_SCRATCH`]) alternate between two copies of the
 //! packet scratch by the flag's parity, so a rank one launch ahead never overwrites packets its
 //! peer is still reading.
+//!
+//! This crate is the device code of `mscclpp-executor`, shared by its host crate (the encoder)
+//! and its kernel crate.
+#![cfg_attr(not(test), no_std)]
 
-use crate::abi::DeviceAbi;
-use crate::channel::emulated_switch::EmulatedSwitchChannel;
-use crate::channel::memory::MemoryChannel;
-use crate::channel::port::PortChannel;
-use crate::ptr::GlobalPtr;
+use mscclpp_device::abi::DeviceAbi;
+use mscclpp_device::channel::emulated_switch::EmulatedSwitchChannel;
+use mscclpp_device::channel::memory::MemoryChannel;
+use mscclpp_device::channel::port::PortChannel;
+use mscclpp_device::ptr::GlobalPtr;
 
 /// Most operands of a reduction besides its first (`src`): 7, enough for 8 ranks.
 pub const MAX_OTHERS: usize = 7;
@@ -184,22 +188,16 @@ unsafe impl DeviceAbi for ExecPlan {}
 #[cfg(any(target_arch = "nvptx64", doc))]
 mod device {
     use super::*;
-    use crate::atomic::{self, AcqRel, Acquire, Gpu, Relaxed, Release, Sys, fence_acq_rel};
-    use crate::channel::switch::{SwitchElem, SwitchGroup};
-    use crate::collective::{Bf16, Element, F16, F32, I32, U32};
-    use crate::copy::{Threads, copy_widest};
-    use crate::packet::{LL16Packet, copy_from_packets, copy_to_packets};
-    use crate::poll::{SpinBudget, fail, spin_until};
-    use crate::ptx::ld_st;
-    use crate::ptx::misc::barrier_sync;
-    use crate::ptx::sreg;
-    use crate::vec::{Bf16x8, F16x8, F32x4};
-
-    /// Lane-wise sum of two 8-byte words.
-    #[inline(always)]
-    fn add64<E: Element>(a: u64, b: u64) -> u64 {
-        E::add32(a as u32, b as u32) as u64 | (E::add32((a >> 32) as u32, (b >> 32) as u32) as u64) << 32
-    }
+    use mscclpp_device::atomic::{self, AcqRel, Acquire, Gpu, Relaxed, Release, Sys, fence_acq_rel};
+    use mscclpp_device::channel::switch::{SwitchElem, SwitchGroup};
+    use mscclpp_device::copy::{Threads, copy_widest};
+    use mscclpp_device::element::Element;
+    use mscclpp_device::packet::{LL16Packet, copy_from_packets, copy_to_packets};
+    use mscclpp_device::poll::{SpinBudget, fail, spin_until};
+    use mscclpp_device::ptx::ld_st;
+    use mscclpp_device::ptx::misc::barrier_sync;
+    use mscclpp_device::ptx::sreg;
+    use mscclpp_device::vec::{Bf16x8, F16x8, F32x4};
 
     /// `dst = src + others...` with the others as LL16 packets, in 8-byte words (a packet's
     /// payload), in operand order.
@@ -226,7 +224,7 @@ mod device {
                 let mut acc = ld_st::ld_global_u64(src.add(i as usize).as_ptr());
                 for &other in op.others.iter().take(op.n_others as usize) {
                     let p = arena.byte_add((other + shift) as usize).cast::<LL16Packet>();
-                    acc = add64::<E>(acc, p.add(i as usize).read(flag, b));
+                    acc = E::add_dwords(acc, p.add(i as usize).read(flag, b));
                 }
                 ld_st::st_global_u64(dst.add(i as usize).as_ptr(), acc);
             }
@@ -254,7 +252,7 @@ mod device {
                 for &other in op.others.iter().take(op.n_others as usize) {
                     let v = ld_st::ld_global_v4_u32(others.byte_add(other as usize + at).cast::<u32>().as_ptr());
                     for (a, b) in acc.iter_mut().zip(v) {
-                        *a = E::add32(*a, b);
+                        *a = E::add_words(*a, b);
                     }
                 }
                 ld_st::st_global_v4_u32(dst.byte_add(at).cast::<u32>().as_ptr(), acc);
@@ -412,11 +410,11 @@ mod device {
                             // Packet operands are in the packet scratch, shifted by the parity.
                             let o = ExecOp { dst, ..op };
                             match self.dtype {
-                                dtype::F32 => reduce_packets::<F32>(arena, &o, shift, flag, t, budget),
-                                dtype::BF16 => reduce_packets::<Bf16>(arena, &o, shift, flag, t, budget),
-                                dtype::F16 => reduce_packets::<F16>(arena, &o, shift, flag, t, budget),
-                                dtype::I32 => reduce_packets::<I32>(arena, &o, shift, flag, t, budget),
-                                dtype::U32 => reduce_packets::<U32>(arena, &o, shift, flag, t, budget),
+                                dtype::F32 => reduce_packets::<f32>(arena, &o, shift, flag, t, budget),
+                                dtype::BF16 => reduce_packets::<half::bf16>(arena, &o, shift, flag, t, budget),
+                                dtype::F16 => reduce_packets::<half::f16>(arena, &o, shift, flag, t, budget),
+                                dtype::I32 => reduce_packets::<i32>(arena, &o, shift, flag, t, budget),
+                                dtype::U32 => reduce_packets::<u32>(arena, &o, shift, flag, t, budget),
                                 _ => fail(c"exec_plan: unknown element type"),
                             }
                         }
@@ -425,11 +423,11 @@ mod device {
                             let others = if op.kind == opcode::CHANNEL_REDUCE { mem().dst } else { arena };
                             let o = ExecOp { dst, src, ..op };
                             match self.dtype {
-                                dtype::F32 => reduce_plain::<F32>(arena, others, &o, t),
-                                dtype::BF16 => reduce_plain::<Bf16>(arena, others, &o, t),
-                                dtype::F16 => reduce_plain::<F16>(arena, others, &o, t),
-                                dtype::I32 => reduce_plain::<I32>(arena, others, &o, t),
-                                dtype::U32 => reduce_plain::<U32>(arena, others, &o, t),
+                                dtype::F32 => reduce_plain::<f32>(arena, others, &o, t),
+                                dtype::BF16 => reduce_plain::<half::bf16>(arena, others, &o, t),
+                                dtype::F16 => reduce_plain::<half::f16>(arena, others, &o, t),
+                                dtype::I32 => reduce_plain::<i32>(arena, others, &o, t),
+                                dtype::U32 => reduce_plain::<u32>(arena, others, &o, t),
                                 _ => fail(c"exec_plan: unknown element type"),
                             }
                         }

@@ -53,11 +53,16 @@
 //! same arguments on every rank, in the same order; grids may differ between calls but not
 //! between ranks; at most `max_blocks` blocks; inputs, outputs and sizes as documented. Two
 //! collective calls in one kernel are separated by a grid barrier (e.g.
-//! [`DeviceSyncer`](crate::sync::DeviceSyncer)): every block of this rank has finished the first
+//! [`DeviceSyncer`](mscclpp_device::sync::DeviceSyncer)): every block of this rank has finished the first
 //! before any block starts the second. Between kernels the stream order does this.
 //!
 //! Sums are computed in rank order (`x0 + x1 + ... + xN-1`, each addition rounded), so every
 //! rank gets the same bits, and so does a host reference that adds in the same order.
+//!
+//! This crate is the device code of `mscclpp-collectives`, shared by its host crate (which
+//! builds the handle and sizes the scratch with the same layout functions) and its kernel crate;
+//! a kernel of your own depends on it to call the collectives inside a launch.
+#![cfg_attr(not(test), no_std)]
 
 /// The smallest piece a pipelined round moves when `min_rounds` asks for more rounds.
 pub const MIN_PIECE_BYTES: u64 = 8 << 10;
@@ -74,13 +79,13 @@ pub const LL_PACKET_BYTES: u64 = 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct Collective {
     /// This rank's scratch buffer ([`Collective::scratch_bytes`] bytes, zeroed at creation).
-    pub scratch: crate::ptr::GlobalPtr<u8>,
+    pub scratch: mscclpp_device::ptr::GlobalPtr<u8>,
     /// `n_ranks` addresses: rank q's scratch as mapped on this GPU (this rank's own entry is
     /// `scratch`).
-    pub peers: crate::ptr::GlobalPtr<u64>,
+    pub peers: mscclpp_device::ptr::GlobalPtr<u64>,
     /// This rank's state: one u64 epoch per block (`max_blocks` of them, all 1 at creation and
     /// equal between operations).
-    pub state: crate::ptr::GlobalPtr<u64>,
+    pub state: mscclpp_device::ptr::GlobalPtr<u64>,
     /// Bytes of one LL slot (one sender's packets in one half of one region); a multiple of 16.
     pub ll_bytes: u64,
     /// Bytes of one pipelined slot; a multiple of 16.
@@ -98,7 +103,7 @@ pub struct Collective {
 }
 static_assertions::assert_eq_size!(Collective, [u64; 7]);
 // SAFETY: repr(C) of pointers and integers, no implicit padding (asserted by size), Pod.
-unsafe impl crate::abi::DeviceAbi for Collective {}
+unsafe impl mscclpp_device::abi::DeviceAbi for Collective {}
 
 /// Where the regions of the scratch buffer start (the same on every rank).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,107 +255,7 @@ impl Algorithm {
     }
 }
 
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// An element type the collectives sum: 32-bit words hold one `f32`, `i32` or `u32`, or two
-/// `f16` / `bf16` lanes (sealed).
-pub trait Element: sealed::Sealed {
-    /// Bytes of one element (2 or 4).
-    const BYTES: u64;
-    /// The name of the type (`"f32"`, `"bf16"`, ...).
-    const NAME: &'static str;
-    /// Lane-wise sum of two 32-bit words of elements (each lane rounded as one addition).
-    fn add32(a: u32, b: u32) -> u32;
-}
-
-/// `f32` sums (IEEE, round to nearest even).
-#[derive(Clone, Copy, Debug)]
-pub struct F32;
-/// IEEE half-precision sums, accumulated in half precision (`add.rn.f16x2`).
-#[derive(Clone, Copy, Debug)]
-pub struct F16;
-/// bfloat16 sums, accumulated in bfloat16 (`add.rn.bf16x2`).
-#[derive(Clone, Copy, Debug)]
-pub struct Bf16;
-/// Wrapping `i32` sums.
-#[derive(Clone, Copy, Debug)]
-pub struct I32;
-/// Wrapping `u32` sums.
-#[derive(Clone, Copy, Debug)]
-pub struct U32;
-
-impl sealed::Sealed for F32 {}
-impl sealed::Sealed for F16 {}
-impl sealed::Sealed for Bf16 {}
-impl sealed::Sealed for I32 {}
-impl sealed::Sealed for U32 {}
-
-impl Element for F32 {
-    const BYTES: u64 = 4;
-    const NAME: &'static str = "f32";
-    #[inline(always)]
-    fn add32(a: u32, b: u32) -> u32 {
-        (f32::from_bits(a) + f32::from_bits(b)).to_bits()
-    }
-}
-impl Element for I32 {
-    const BYTES: u64 = 4;
-    const NAME: &'static str = "i32";
-    #[inline(always)]
-    fn add32(a: u32, b: u32) -> u32 {
-        a.wrapping_add(b)
-    }
-}
-impl Element for U32 {
-    const BYTES: u64 = 4;
-    const NAME: &'static str = "u32";
-    #[inline(always)]
-    fn add32(a: u32, b: u32) -> u32 {
-        a.wrapping_add(b)
-    }
-}
-impl Element for F16 {
-    const BYTES: u64 = 2;
-    const NAME: &'static str = "f16";
-    #[inline(always)]
-    fn add32(a: u32, b: u32) -> u32 {
-        #[cfg(target_arch = "nvptx64")]
-        {
-            crate::ptx::arith::add_rn_f16x2(a, b)
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
-        {
-            let lane = |x: u32, y: u32| {
-                half::f16::from_f32(half::f16::from_bits(x as u16).to_f32() + half::f16::from_bits(y as u16).to_f32())
-                    .to_bits() as u32
-            };
-            lane(a, b) | lane(a >> 16, b >> 16) << 16
-        }
-    }
-}
-impl Element for Bf16 {
-    const BYTES: u64 = 2;
-    const NAME: &'static str = "bf16";
-    #[inline(always)]
-    fn add32(a: u32, b: u32) -> u32 {
-        #[cfg(target_arch = "nvptx64")]
-        {
-            crate::ptx::arith::add_rn_bf16x2(a, b)
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
-        {
-            let lane = |x: u32, y: u32| {
-                half::bf16::from_f32(
-                    half::bf16::from_bits(x as u16).to_f32() + half::bf16::from_bits(y as u16).to_f32(),
-                )
-                .to_bits() as u32
-            };
-            lane(a, b) | lane(a >> 16, b >> 16) << 16
-        }
-    }
-}
+pub use mscclpp_device::element::Element;
 
 #[cfg(any(target_arch = "nvptx64", doc))]
 mod device;
@@ -358,7 +263,7 @@ mod device;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ptr::GlobalPtr;
+    use mscclpp_device::ptr::GlobalPtr;
 
     fn handle(n: u32, blocks: u32) -> Collective {
         Collective {
@@ -435,20 +340,5 @@ mod tests {
         assert_eq!(h.piece_bytes(1000), 8 << 10);
         assert_eq!(h.piece_bytes(100_001) % 16, 0);
         assert_eq!(split(10, 3, 2), (6, 10));
-    }
-
-    #[test]
-    fn half_precision_sums_round_once() {
-        // 1 + 2^-11 is a tie in f16: rounds to even (1.0).
-        let one = half::f16::from_f32(1.0).to_bits() as u32;
-        let tiny = half::f16::from_f32(2f32.powi(-11)).to_bits() as u32;
-        assert_eq!(
-            F16::add32(one | one << 16, tiny | one << 16),
-            one | (half::f16::from_f32(2.0).to_bits() as u32) << 16
-        );
-        let b = half::bf16::from_f32(3.0).to_bits() as u32;
-        assert_eq!(Bf16::add32(b, b) & 0xffff, half::bf16::from_f32(6.0).to_bits() as u32);
-        assert_eq!(F32::add32(1.5f32.to_bits(), 2.25f32.to_bits()), 3.75f32.to_bits());
-        assert_eq!(I32::add32(u32::MAX, 2), 1);
     }
 }

@@ -12,7 +12,7 @@ use cudarc::driver::CudaStream;
 use libloading::Library;
 use mscclpp_host::{Bootstrap, BootstrapExt, Error, Gpu, Result};
 
-use crate::{DataType, ReduceOp};
+use mscclpp_host::{DataType, ReduceOp};
 
 /// NCCL's opaque unique id (128 bytes), passed by value.
 #[repr(C)]

@@ -1,6 +1,6 @@
-//! What the host crate and the kernel crate (`ep/kernels`, which includes this file by path)
-//! must agree on: the kernel handle, where every region of the buffers starts, the tags of the
-//! count words and the bf16 rounding. Plain `core` code, compiled for both targets.
+//! The device code of `mscclpp-ep`: what its host crate and its kernel crate (`ep/kernels`)
+//! must agree on: the kernel handle, where every region of the buffers starts and the tags of
+//! the count words. Plain `core` code, compiled for both targets.
 //!
 //! Every rank owns one *shared* buffer that every other rank has mapped (CUDA IPC):
 //!
@@ -21,6 +21,7 @@
 //!
 //! And two local buffers per rank: the *layout* (this rank's routing, written by the layout
 //! kernel) and the *info* (what this rank received in the last dispatch).
+#![cfg_attr(not(test), no_std)]
 
 /// Most ranks (GPUs of one machine).
 pub const MAX_RANKS: usize = 8;
@@ -67,20 +68,6 @@ pub const fn valid_expert(id: i32, experts: u32) -> bool {
     id >= 0 && (id as u32) < experts
 }
 
-/// The f32 bits of a bf16 value (exact).
-pub const fn bf16_to_f32_bits(h: u16) -> u32 {
-    (h as u32) << 16
-}
-
-/// bf16 bits of an f32 value, rounded to nearest, ties to even; NaNs stay NaNs (quiet).
-pub const fn f32_to_bf16_bits(x: u32) -> u16 {
-    if (x & 0x7fff_ffff) > 0x7f80_0000 {
-        return ((x >> 16) | 0x0040) as u16;
-    }
-    // No overflow: the largest non-NaN pattern is 0xff80_0000.
-    ((x + 0x7fff + ((x >> 16) & 1)) >> 16) as u16
-}
-
 const fn round_up(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to
 }
@@ -118,6 +105,9 @@ pub struct EpHandle {
 }
 
 const _: () = assert!(core::mem::size_of::<EpHandle>() == 72);
+// SAFETY: `repr(C)` of u64 and u32 fields with no padding (72 bytes, asserted above), the same
+// layout on the host and nvptx64.
+unsafe impl mscclpp_device::abi::DeviceAbi for EpHandle {}
 
 /// Byte offsets of the regions of a shared buffer (the same on every rank).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
