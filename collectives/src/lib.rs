@@ -27,7 +27,7 @@
 //! not be shared with the other ranks, because data moves through the exchanged scratch buffers.
 //! Operations on one stream run in order; operations need no host synchronisation between them.
 //!
-//! [`nccl`] loads NCCL at run time for the side-by-side benchmark (`coll-bench`).
+//! The side-by-side benchmark (`coll-bench`) loads NCCL at run time through `mscclpp_harness::nccl`.
 
 use std::collections::HashMap;
 use std::sync::Arc;

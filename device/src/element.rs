@@ -2,7 +2,7 @@
 //! the primitives (the collectives' packed-word sums, the switch channels' emulated reduction,
 //! the executor's reductions, expert parallelism's combine).
 //!
-//! An element is a scalar lane type (`f32`, `i32`, `u32`, [`f16`], [`bf16`]) or a vector of one
+//! An element is a scalar lane type (`f32`, `i32`, `u32`, `f16`, `bf16` (of `half`)) or a vector of one
 //! ([`crate::vec`]). Sums are lane-wise, each lane one addition rounded to nearest even
 //! (integers wrap); on nvptx64 the packed f16 and bf16 words use `add.rn.f16x2` /
 //! `add.rn.bf16x2`, elsewhere the lanes add in f32 and round back, which gives the same bits

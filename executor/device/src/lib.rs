@@ -1,6 +1,6 @@
 //! The plan executor's device side: one rank's execution plan encoded as flat `#[repr(C)]`
-//! records that one generic kernel interprets ([`ExecPlan::run`]), with the channel APIs of this
-//! crate doing the work.
+//! records that one generic kernel interprets (`ExecPlan::run`, compiled for nvptx64 only),
+//! with the channel APIs of `mscclpp-device` doing the work.
 //!
 //! ```text
 //!  ExecPlan { ops, tb_start, memory, port, switch, arena, epochs, ... }
@@ -185,7 +185,7 @@ static_assertions::assert_eq_size!(ExecPlan, [u64; 11]);
 // SAFETY: repr(C) of addresses and integers, no implicit padding (asserted size).
 unsafe impl DeviceAbi for ExecPlan {}
 
-#[cfg(any(target_arch = "nvptx64", doc))]
+#[cfg(target_arch = "nvptx64")]
 mod device {
     use super::*;
     use mscclpp_device::atomic::{self, AcqRel, Acquire, Gpu, Relaxed, Release, Sys, fence_acq_rel};
