@@ -106,7 +106,8 @@ mod sealed {
 /// needs::<f32, mscclpp_device::op::Xor>(); // no xor on floats
 /// ```
 pub trait BulkReduceOp<T>: sealed::Sealed<T> {
-    /// The PTX operation and type suffix, e.g. `"add.f32"`.
+    /// The instruction, from the wrapper's row: e.g.
+    /// `cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32`.
     const PTX: &'static str;
 
     /// Issues the reduction.
@@ -118,11 +119,17 @@ pub trait BulkReduceOp<T>: sealed::Sealed<T> {
     unsafe fn issue(dst: *mut u8, src: u32, bytes: u32);
 }
 
+/// Implements [`BulkReduceOp`] for rows `Op, Type => wrapper;` of `ptx::cp_async_bulk::REDUCE`: a
+/// row names the wrapper only, its `PTX` is the mnemonic of the wrapper's row (a wrapper missing
+/// from the table fails the build on every target).
 macro_rules! reduce_pairs {
-    ($($op:ident, $t:ty => $wrapper:ident, $ptx:literal;)*) => { $(
+    ($($op:ident, $t:ty => $wrapper:ident;)*) => { $(
         impl sealed::Sealed<$t> for op::$op {}
+        // Evaluated on every build, so a wrapper without a row fails it.
+        const _: &str = <op::$op as BulkReduceOp<$t>>::PTX;
         impl BulkReduceOp<$t> for op::$op {
-            const PTX: &'static str = $ptx;
+            const PTX: &'static str =
+                crate::ptx::check::mnemonic(crate::ptx::cp_async_bulk::REDUCE, stringify!($wrapper));
             #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn issue(dst: *mut u8, src: u32, bytes: u32) {
@@ -134,39 +141,39 @@ macro_rules! reduce_pairs {
 }
 
 reduce_pairs! {
-    Add, half::f16 => cp_reduce_async_bulk_add_noftz_f16, "add.noftz.f16";
-    Add, half::bf16 => cp_reduce_async_bulk_add_noftz_bf16, "add.noftz.bf16";
-    Add, f32 => cp_reduce_async_bulk_add_f32, "add.f32";
-    Add, f64 => cp_reduce_async_bulk_add_f64, "add.f64";
-    Add, u32 => cp_reduce_async_bulk_add_u32, "add.u32";
-    Add, i32 => cp_reduce_async_bulk_add_s32, "add.s32";
-    Add, u64 => cp_reduce_async_bulk_add_u64, "add.u64";
-    Min, half::f16 => cp_reduce_async_bulk_min_f16, "min.f16";
-    Min, half::bf16 => cp_reduce_async_bulk_min_bf16, "min.bf16";
-    Min, u32 => cp_reduce_async_bulk_min_u32, "min.u32";
-    Min, i32 => cp_reduce_async_bulk_min_s32, "min.s32";
-    Min, u64 => cp_reduce_async_bulk_min_u64, "min.u64";
-    Min, i64 => cp_reduce_async_bulk_min_s64, "min.s64";
-    Max, half::f16 => cp_reduce_async_bulk_max_f16, "max.f16";
-    Max, half::bf16 => cp_reduce_async_bulk_max_bf16, "max.bf16";
-    Max, u32 => cp_reduce_async_bulk_max_u32, "max.u32";
-    Max, i32 => cp_reduce_async_bulk_max_s32, "max.s32";
-    Max, u64 => cp_reduce_async_bulk_max_u64, "max.u64";
-    Max, i64 => cp_reduce_async_bulk_max_s64, "max.s64";
-    Inc, u32 => cp_reduce_async_bulk_inc_u32, "inc.u32";
-    Dec, u32 => cp_reduce_async_bulk_dec_u32, "dec.u32";
-    And, u32 => cp_reduce_async_bulk_and_b32, "and.b32";
-    And, i32 => cp_reduce_async_bulk_and_b32, "and.b32";
-    And, u64 => cp_reduce_async_bulk_and_b64, "and.b64";
-    And, i64 => cp_reduce_async_bulk_and_b64, "and.b64";
-    Or, u32 => cp_reduce_async_bulk_or_b32, "or.b32";
-    Or, i32 => cp_reduce_async_bulk_or_b32, "or.b32";
-    Or, u64 => cp_reduce_async_bulk_or_b64, "or.b64";
-    Or, i64 => cp_reduce_async_bulk_or_b64, "or.b64";
-    Xor, u32 => cp_reduce_async_bulk_xor_b32, "xor.b32";
-    Xor, i32 => cp_reduce_async_bulk_xor_b32, "xor.b32";
-    Xor, u64 => cp_reduce_async_bulk_xor_b64, "xor.b64";
-    Xor, i64 => cp_reduce_async_bulk_xor_b64, "xor.b64";
+    Add, half::f16 => cp_reduce_async_bulk_add_noftz_f16;
+    Add, half::bf16 => cp_reduce_async_bulk_add_noftz_bf16;
+    Add, f32 => cp_reduce_async_bulk_add_f32;
+    Add, f64 => cp_reduce_async_bulk_add_f64;
+    Add, u32 => cp_reduce_async_bulk_add_u32;
+    Add, i32 => cp_reduce_async_bulk_add_s32;
+    Add, u64 => cp_reduce_async_bulk_add_u64;
+    Min, half::f16 => cp_reduce_async_bulk_min_f16;
+    Min, half::bf16 => cp_reduce_async_bulk_min_bf16;
+    Min, u32 => cp_reduce_async_bulk_min_u32;
+    Min, i32 => cp_reduce_async_bulk_min_s32;
+    Min, u64 => cp_reduce_async_bulk_min_u64;
+    Min, i64 => cp_reduce_async_bulk_min_s64;
+    Max, half::f16 => cp_reduce_async_bulk_max_f16;
+    Max, half::bf16 => cp_reduce_async_bulk_max_bf16;
+    Max, u32 => cp_reduce_async_bulk_max_u32;
+    Max, i32 => cp_reduce_async_bulk_max_s32;
+    Max, u64 => cp_reduce_async_bulk_max_u64;
+    Max, i64 => cp_reduce_async_bulk_max_s64;
+    Inc, u32 => cp_reduce_async_bulk_inc_u32;
+    Dec, u32 => cp_reduce_async_bulk_dec_u32;
+    And, u32 => cp_reduce_async_bulk_and_b32;
+    And, i32 => cp_reduce_async_bulk_and_b32;
+    And, u64 => cp_reduce_async_bulk_and_b64;
+    And, i64 => cp_reduce_async_bulk_and_b64;
+    Or, u32 => cp_reduce_async_bulk_or_b32;
+    Or, i32 => cp_reduce_async_bulk_or_b32;
+    Or, u64 => cp_reduce_async_bulk_or_b64;
+    Or, i64 => cp_reduce_async_bulk_or_b64;
+    Xor, u32 => cp_reduce_async_bulk_xor_b32;
+    Xor, i32 => cp_reduce_async_bulk_xor_b32;
+    Xor, u64 => cp_reduce_async_bulk_xor_b64;
+    Xor, i64 => cp_reduce_async_bulk_xor_b64;
 }
 
 /// An L2 eviction policy for the `_with_policy` bulk forms.
@@ -635,9 +642,10 @@ mod tests {
         fn ptx<T, O: BulkReduceOp<T>>() -> &'static str {
             O::PTX
         }
-        assert_eq!(ptx::<half::bf16, op::Add>(), "add.noftz.bf16");
-        assert_eq!(ptx::<i64, op::Min>(), "min.s64");
-        assert_eq!(ptx::<i32, op::Xor>(), "xor.b32");
-        assert_eq!(ptx::<u32, op::Dec>(), "dec.u32");
+        const PREFIX: &str = "cp.reduce.async.bulk.global.shared::cta.bulk_group.";
+        assert_eq!(ptx::<half::bf16, op::Add>().strip_prefix(PREFIX), Some("add.noftz.bf16"));
+        assert_eq!(ptx::<i64, op::Min>().strip_prefix(PREFIX), Some("min.s64"));
+        assert_eq!(ptx::<i32, op::Xor>().strip_prefix(PREFIX), Some("xor.b32"));
+        assert_eq!(ptx::<u32, op::Dec>().strip_prefix(PREFIX), Some("dec.u32"));
     }
 }

@@ -3,7 +3,9 @@
 //! for [`CHECKS`](super::CHECKS). See [`check`](super::check) for what a row yields.
 //!
 //! A row's mnemonic is a literal: the `asm!` template is built from it (`concat!`), so the
-//! instruction, the doc alias and the expectation cannot disagree. A row's `sass [..]` lists the
+//! instruction, the doc alias and the expectation cannot disagree. The typed layers above
+//! ([`crate::multimem`], [`crate::bulk`]) name wrappers only and read their mnemonics back from the
+//! rows' tables (`check::mnemonic`). A row's `sass [..]` lists the
 //! opcodes its check kernel's SASS must hold (whole tokens), `forbid [..]` texts that must appear
 //! in neither its PTX nor its SASS, and `no_sass ".."` why an instruction has no SASS opcode of
 //! its own.
