@@ -116,7 +116,7 @@ pub trait BulkReduceOp<T>: sealed::Sealed<T> {
     /// As for [`bulk_reduce_store`].
     #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
-    unsafe fn issue(dst: *mut u8, src: u32, bytes: u32);
+    unsafe fn issue(dst: *mut u8, src: SharedPtr<u8>, bytes: u32);
 }
 
 /// Implements [`BulkReduceOp`] for rows `Op, Type => wrapper;` of `ptx::cp_async_bulk::REDUCE`: a
@@ -132,7 +132,7 @@ macro_rules! reduce_pairs {
                 crate::ptx::check::mnemonic(crate::ptx::cp_async_bulk::REDUCE, stringify!($wrapper));
             #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
-            unsafe fn issue(dst: *mut u8, src: u32, bytes: u32) {
+            unsafe fn issue(dst: *mut u8, src: SharedPtr<u8>, bytes: u32) {
                 // SAFETY: forwarded from the caller.
                 unsafe { crate::ptx::cp_async_bulk::$wrapper(dst, src, bytes) }
             }
@@ -255,7 +255,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn init(self, arrivals: u32) {
             // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_init(self.addr(), arrivals) };
+            unsafe { mb::mbarrier_init(self.cast(), arrivals) };
             // Partner: the first bulk_load/arrive on this barrier (any thread, after a CTA sync).
             fence::fence_mbarrier_init_release_cluster();
         }
@@ -268,7 +268,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn relaxed_init(self, arrivals: u32) {
             // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_init(self.addr(), arrivals) };
+            unsafe { mb::mbarrier_init(self.cast(), arrivals) };
         }
 
         /// Invalidates the barrier so its 8 bytes can be reused as ordinary shared memory.
@@ -278,7 +278,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn invalidate(self) {
             // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_inval(self.addr()) };
+            unsafe { mb::mbarrier_inval(self.cast()) };
         }
 
         /// Adds `bytes` to the transaction count the current phase waits for (no arrival).
@@ -289,7 +289,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn expect(self, bytes: u32) {
             // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_expect_tx(self.addr(), bytes) };
+            unsafe { mb::mbarrier_expect_tx(self.cast(), bytes) };
         }
 
         /// One arrival (release at CTA scope).
@@ -299,7 +299,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn arrive(self) {
             // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_arrive(self.addr()) };
+            unsafe { mb::mbarrier_arrive(self.cast()) };
         }
 
         /// Expects `bytes` more transaction bytes and arrives, atomically: the safe way to
@@ -310,7 +310,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn arrive_and_expect(self, bytes: u32) {
             // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_arrive_expect_tx(self.addr(), bytes) };
+            unsafe { mb::mbarrier_arrive_expect_tx(self.cast(), bytes) };
         }
 
         /// Whether the phase with parity `phase` has completed (never blocks).
@@ -320,7 +320,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn poll(self, phase: u32) -> bool {
             // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_test_wait_parity(self.addr(), phase & 1) }
+            unsafe { mb::mbarrier_test_wait_parity(self.cast(), phase & 1) }
         }
 
         /// Waits until the phase with parity `*phase` completes, then flips `*phase` for the next
@@ -331,9 +331,9 @@ mod device {
         #[inline(always)]
         pub unsafe fn wait(self, phase: &mut u32, budget: SpinBudget) {
             let p = *phase & 1;
-            let addr = self.addr();
+            let bar = self.cast();
             // SAFETY: forwarded from the caller.
-            spin_until(budget, c"BulkBarrier::wait", || unsafe { mb::mbarrier_try_wait_parity(addr, p) });
+            spin_until(budget, c"BulkBarrier::wait", || unsafe { mb::mbarrier_try_wait_parity(bar, p) });
             *phase = p ^ 1;
         }
     }
@@ -356,7 +356,7 @@ mod device {
     pub unsafe fn bulk_load<T>(dst: SharedPtr<T>, src: GlobalPtr<T>, bytes: u32, bar: SharedPtr<BulkBarrier>) {
         check(dst.addr() as u64, src.addr(), bytes);
         // SAFETY: forwarded from the caller; arguments checked above in checked builds.
-        unsafe { cp::cp_async_bulk_shared_global(dst.addr(), src.as_ptr().cast(), bytes, bar.addr()) };
+        unsafe { cp::cp_async_bulk_shared_global(dst.cast(), src.as_ptr().cast(), bytes, bar.cast()) };
     }
 
     /// [`bulk_load`] with an L2 eviction policy for the source.
@@ -375,7 +375,7 @@ mod device {
         check(dst.addr() as u64, src.addr(), bytes);
         let p = policy_bits(policy);
         // SAFETY: forwarded from the caller.
-        unsafe { cp::cp_async_bulk_shared_global_hint(dst.addr(), src.as_ptr().cast(), bytes, bar.addr(), p) };
+        unsafe { cp::cp_async_bulk_shared_global_hint(dst.cast(), src.as_ptr().cast(), bytes, bar.cast(), p) };
     }
 
     /// Copies `bytes` from shared memory to global memory (local or peer) in this thread's open
@@ -390,7 +390,7 @@ mod device {
     pub unsafe fn bulk_store<T>(dst: GlobalPtr<T>, src: SharedPtr<T>, bytes: u32) {
         check(dst.addr(), src.addr() as u64, bytes);
         // SAFETY: forwarded from the caller.
-        unsafe { cp::cp_async_bulk_global_shared(dst.as_ptr().cast(), src.addr(), bytes) };
+        unsafe { cp::cp_async_bulk_global_shared(dst.as_ptr().cast(), src.cast(), bytes) };
     }
 
     /// [`bulk_store`] with an L2 eviction policy for the destination.
@@ -403,7 +403,7 @@ mod device {
         check(dst.addr(), src.addr() as u64, bytes);
         let p = policy_bits(policy);
         // SAFETY: forwarded from the caller.
-        unsafe { cp::cp_async_bulk_global_shared_hint(dst.as_ptr().cast(), src.addr(), bytes, p) };
+        unsafe { cp::cp_async_bulk_global_shared_hint(dst.as_ptr().cast(), src.cast(), bytes, p) };
     }
 
     /// Reduces `bytes` of `T` from shared memory into global memory (`dst[i] = op(dst[i], src[i])`),
@@ -417,7 +417,7 @@ mod device {
     pub unsafe fn bulk_reduce_store<T, Op: BulkReduceOp<T>>(dst: GlobalPtr<T>, src: SharedPtr<T>, bytes: u32) {
         check(dst.addr(), src.addr() as u64, bytes);
         // SAFETY: forwarded from the caller.
-        unsafe { Op::issue(dst.as_ptr().cast(), src.addr(), bytes) };
+        unsafe { Op::issue(dst.as_ptr().cast(), src.cast(), bytes) };
     }
 
     /// Closes this thread's open bulk group (stores and reduce-stores issued since the last commit).
