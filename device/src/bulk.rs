@@ -232,7 +232,7 @@ mod device {
     #[inline(always)]
     #[track_caller]
     fn check(dst: u64, src: u64, bytes: u32) {
-        if crate::CHECKS
+        if crate::ASSERTS
             && let Err(e) = validate(dst, src, bytes as u64)
         {
             crate::poll::fail(match e {
