@@ -176,15 +176,6 @@ reduce_pairs! {
     Xor, i64 => cp_reduce_async_bulk_xor_b64;
 }
 
-/// An L2 eviction policy for the `_with_policy` bulk forms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum L2Policy {
-    /// Data read once (streaming): evict first.
-    EvictFirst,
-    /// Data reused soon: evict last.
-    EvictLast,
-}
-
 /// Bytes of dynamic shared memory a [`BulkPipeline`] of `stages` stages of `tile_bytes` needs.
 pub const fn pipeline_smem_bytes(stages: u32, tile_bytes: u32) -> u32 {
     // Barriers first (8 bytes each), tiles from the next 128-byte boundary.
@@ -271,16 +262,6 @@ mod device {
             unsafe { mb::mbarrier_init(self.cast(), arrivals) };
         }
 
-        /// Invalidates the barrier so its 8 bytes can be reused as ordinary shared memory.
-        ///
-        /// # Safety
-        /// The barrier must be initialised and have no pending arrival, wait or copy.
-        #[inline(always)]
-        pub unsafe fn invalidate(self) {
-            // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_inval(self.cast()) };
-        }
-
         /// Adds `bytes` to the transaction count the current phase waits for (no arrival).
         ///
         /// # Safety
@@ -359,25 +340,6 @@ mod device {
         unsafe { cp::cp_async_bulk_shared_global(dst.cast(), src.as_ptr().cast(), bytes, bar.cast()) };
     }
 
-    /// [`bulk_load`] with an L2 eviction policy for the source.
-    ///
-    /// # Safety
-    /// As for [`bulk_load`].
-    #[inline(always)]
-    #[track_caller]
-    pub unsafe fn bulk_load_with_policy<T>(
-        dst: SharedPtr<T>,
-        src: GlobalPtr<T>,
-        bytes: u32,
-        bar: SharedPtr<BulkBarrier>,
-        policy: L2Policy,
-    ) {
-        check(dst.addr() as u64, src.addr(), bytes);
-        let p = policy_bits(policy);
-        // SAFETY: forwarded from the caller.
-        unsafe { cp::cp_async_bulk_shared_global_hint(dst.cast(), src.as_ptr().cast(), bytes, bar.cast(), p) };
-    }
-
     /// Copies `bytes` from shared memory to global memory (local or peer) in this thread's open
     /// bulk group. Close the group with [`bulk_store_commit`].
     ///
@@ -391,19 +353,6 @@ mod device {
         check(dst.addr(), src.addr() as u64, bytes);
         // SAFETY: forwarded from the caller.
         unsafe { cp::cp_async_bulk_global_shared(dst.as_ptr().cast(), src.cast(), bytes) };
-    }
-
-    /// [`bulk_store`] with an L2 eviction policy for the destination.
-    ///
-    /// # Safety
-    /// As for [`bulk_store`].
-    #[inline(always)]
-    #[track_caller]
-    pub unsafe fn bulk_store_with_policy<T>(dst: GlobalPtr<T>, src: SharedPtr<T>, bytes: u32, policy: L2Policy) {
-        check(dst.addr(), src.addr() as u64, bytes);
-        let p = policy_bits(policy);
-        // SAFETY: forwarded from the caller.
-        unsafe { cp::cp_async_bulk_global_shared_hint(dst.as_ptr().cast(), src.cast(), bytes, p) };
     }
 
     /// Reduces `bytes` of `T` from shared memory into global memory (`dst[i] = op(dst[i], src[i])`),
@@ -447,26 +396,6 @@ mod device {
     #[inline(always)]
     pub fn bulk_fence() {
         fence::fence_proxy_async_shared_cta();
-    }
-
-    /// Asks the copy engine to prefetch `bytes` of global memory into L2.
-    ///
-    /// # Safety
-    /// 16-byte aligned `src`, `bytes` a non-zero multiple of 16.
-    #[inline(always)]
-    #[track_caller]
-    pub unsafe fn bulk_prefetch_l2<T>(src: GlobalPtr<T>, bytes: u32) {
-        check(src.addr(), src.addr(), bytes);
-        // SAFETY: forwarded from the caller.
-        unsafe { cp::cp_async_bulk_prefetch_l2(src.as_ptr().cast(), bytes) };
-    }
-
-    #[inline(always)]
-    fn policy_bits(p: L2Policy) -> u64 {
-        match p {
-            L2Policy::EvictFirst => cp::createpolicy_fractional_l2_evict_first(),
-            L2Policy::EvictLast => cp::createpolicy_fractional_l2_evict_last(),
-        }
     }
 
     impl<const N: usize> BulkPipeline<N> {

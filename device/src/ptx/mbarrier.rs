@@ -26,18 +26,6 @@ hand! {
         unsafe { asm!(concat!(mnemonic!(), " [{b}], {c};"), b = in(reg32) bar.addr(), c = in(reg32) count, options(nostack)) };
     }
 
-    #[check("mbarrier.inval.shared::cta.b64", sass ["SYNCS.CCTL.IV"], kernel |p: *mut u32| { mbarrier_inval(SharedPtr::from_addr(*p)); })]
-    /// `mbarrier.inval.shared::cta.b64 [a];` (PTX 7.0, sm_80): the slot may be reused as ordinary
-    /// shared memory afterwards.
-    ///
-    /// # Safety
-    /// `bar` must be an initialised barrier with no pending operation.
-    #[inline(always)]
-    pub unsafe fn mbarrier_inval(bar: SharedPtr<u64>) {
-        // SAFETY: caller guarantees `bar` is an idle barrier.
-        unsafe { asm!(concat!(mnemonic!(), " [{b}];"), b = in(reg32) bar.addr(), options(nostack)) };
-    }
-
     #[check("mbarrier.expect_tx.relaxed.cta.shared::cta.b64", sass ["SYNCS.ARRIVE.TRANS64.RED.A0TR"],
         kernel |p: *mut u32| { mbarrier_expect_tx(SharedPtr::from_addr(*p), *p.add(1)); })]
     /// `mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [a], tx;` (PTX 8.0, sm_90): adds `tx` to the
