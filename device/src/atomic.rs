@@ -410,10 +410,3 @@ pub fn fence_sc<S: Scope>() {
         ScopeId::Sys => fence_sc_sys(),
     }
 }
-
-/// The async-proxy fence for shared memory (`fence.proxy.async.shared::cta`).
-#[cfg(any(target_arch = "nvptx64", doc))]
-#[inline(always)]
-pub fn fence_proxy_async_shared() {
-    crate::ptx::fence::fence_proxy_async_shared_cta();
-}

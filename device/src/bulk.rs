@@ -106,7 +106,8 @@ mod sealed {
 /// needs::<f32, mscclpp_device::op::Xor>(); // no xor on floats
 /// ```
 pub trait BulkReduceOp<T>: sealed::Sealed<T> {
-    /// The PTX operation and type suffix, e.g. `"add.f32"`.
+    /// The instruction, from the wrapper's row: e.g.
+    /// `cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32`.
     const PTX: &'static str;
 
     /// Issues the reduction.
@@ -115,17 +116,23 @@ pub trait BulkReduceOp<T>: sealed::Sealed<T> {
     /// As for [`bulk_reduce_store`].
     #[cfg(any(target_arch = "nvptx64", doc))]
     #[doc(hidden)]
-    unsafe fn issue(dst: *mut u8, src: u32, bytes: u32);
+    unsafe fn issue(dst: *mut u8, src: SharedPtr<u8>, bytes: u32);
 }
 
+/// Implements [`BulkReduceOp`] for rows `Op, Type => wrapper;` of `ptx::cp_async_bulk::REDUCE`: a
+/// row names the wrapper only, its `PTX` is the mnemonic of the wrapper's row (a wrapper missing
+/// from the table fails the build on every target).
 macro_rules! reduce_pairs {
-    ($($op:ident, $t:ty => $wrapper:ident, $ptx:literal;)*) => { $(
+    ($($op:ident, $t:ty => $wrapper:ident;)*) => { $(
         impl sealed::Sealed<$t> for op::$op {}
+        // Evaluated on every build, so a wrapper without a row fails it.
+        const _: &str = <op::$op as BulkReduceOp<$t>>::PTX;
         impl BulkReduceOp<$t> for op::$op {
-            const PTX: &'static str = $ptx;
+            const PTX: &'static str =
+                crate::ptx::check::mnemonic(crate::ptx::cp_async_bulk::REDUCE, stringify!($wrapper));
             #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
-            unsafe fn issue(dst: *mut u8, src: u32, bytes: u32) {
+            unsafe fn issue(dst: *mut u8, src: SharedPtr<u8>, bytes: u32) {
                 // SAFETY: forwarded from the caller.
                 unsafe { crate::ptx::cp_async_bulk::$wrapper(dst, src, bytes) }
             }
@@ -134,48 +141,39 @@ macro_rules! reduce_pairs {
 }
 
 reduce_pairs! {
-    Add, half::f16 => cp_reduce_async_bulk_add_noftz_f16, "add.noftz.f16";
-    Add, half::bf16 => cp_reduce_async_bulk_add_noftz_bf16, "add.noftz.bf16";
-    Add, f32 => cp_reduce_async_bulk_add_f32, "add.f32";
-    Add, f64 => cp_reduce_async_bulk_add_f64, "add.f64";
-    Add, u32 => cp_reduce_async_bulk_add_u32, "add.u32";
-    Add, i32 => cp_reduce_async_bulk_add_s32, "add.s32";
-    Add, u64 => cp_reduce_async_bulk_add_u64, "add.u64";
-    Min, half::f16 => cp_reduce_async_bulk_min_f16, "min.f16";
-    Min, half::bf16 => cp_reduce_async_bulk_min_bf16, "min.bf16";
-    Min, u32 => cp_reduce_async_bulk_min_u32, "min.u32";
-    Min, i32 => cp_reduce_async_bulk_min_s32, "min.s32";
-    Min, u64 => cp_reduce_async_bulk_min_u64, "min.u64";
-    Min, i64 => cp_reduce_async_bulk_min_s64, "min.s64";
-    Max, half::f16 => cp_reduce_async_bulk_max_f16, "max.f16";
-    Max, half::bf16 => cp_reduce_async_bulk_max_bf16, "max.bf16";
-    Max, u32 => cp_reduce_async_bulk_max_u32, "max.u32";
-    Max, i32 => cp_reduce_async_bulk_max_s32, "max.s32";
-    Max, u64 => cp_reduce_async_bulk_max_u64, "max.u64";
-    Max, i64 => cp_reduce_async_bulk_max_s64, "max.s64";
-    Inc, u32 => cp_reduce_async_bulk_inc_u32, "inc.u32";
-    Dec, u32 => cp_reduce_async_bulk_dec_u32, "dec.u32";
-    And, u32 => cp_reduce_async_bulk_and_b32, "and.b32";
-    And, i32 => cp_reduce_async_bulk_and_b32, "and.b32";
-    And, u64 => cp_reduce_async_bulk_and_b64, "and.b64";
-    And, i64 => cp_reduce_async_bulk_and_b64, "and.b64";
-    Or, u32 => cp_reduce_async_bulk_or_b32, "or.b32";
-    Or, i32 => cp_reduce_async_bulk_or_b32, "or.b32";
-    Or, u64 => cp_reduce_async_bulk_or_b64, "or.b64";
-    Or, i64 => cp_reduce_async_bulk_or_b64, "or.b64";
-    Xor, u32 => cp_reduce_async_bulk_xor_b32, "xor.b32";
-    Xor, i32 => cp_reduce_async_bulk_xor_b32, "xor.b32";
-    Xor, u64 => cp_reduce_async_bulk_xor_b64, "xor.b64";
-    Xor, i64 => cp_reduce_async_bulk_xor_b64, "xor.b64";
-}
-
-/// An L2 eviction policy for the `_with_policy` bulk forms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum L2Policy {
-    /// Data read once (streaming): evict first.
-    EvictFirst,
-    /// Data reused soon: evict last.
-    EvictLast,
+    Add, half::f16 => cp_reduce_async_bulk_add_noftz_f16;
+    Add, half::bf16 => cp_reduce_async_bulk_add_noftz_bf16;
+    Add, f32 => cp_reduce_async_bulk_add_f32;
+    Add, f64 => cp_reduce_async_bulk_add_f64;
+    Add, u32 => cp_reduce_async_bulk_add_u32;
+    Add, i32 => cp_reduce_async_bulk_add_s32;
+    Add, u64 => cp_reduce_async_bulk_add_u64;
+    Min, half::f16 => cp_reduce_async_bulk_min_f16;
+    Min, half::bf16 => cp_reduce_async_bulk_min_bf16;
+    Min, u32 => cp_reduce_async_bulk_min_u32;
+    Min, i32 => cp_reduce_async_bulk_min_s32;
+    Min, u64 => cp_reduce_async_bulk_min_u64;
+    Min, i64 => cp_reduce_async_bulk_min_s64;
+    Max, half::f16 => cp_reduce_async_bulk_max_f16;
+    Max, half::bf16 => cp_reduce_async_bulk_max_bf16;
+    Max, u32 => cp_reduce_async_bulk_max_u32;
+    Max, i32 => cp_reduce_async_bulk_max_s32;
+    Max, u64 => cp_reduce_async_bulk_max_u64;
+    Max, i64 => cp_reduce_async_bulk_max_s64;
+    Inc, u32 => cp_reduce_async_bulk_inc_u32;
+    Dec, u32 => cp_reduce_async_bulk_dec_u32;
+    And, u32 => cp_reduce_async_bulk_and_b32;
+    And, i32 => cp_reduce_async_bulk_and_b32;
+    And, u64 => cp_reduce_async_bulk_and_b64;
+    And, i64 => cp_reduce_async_bulk_and_b64;
+    Or, u32 => cp_reduce_async_bulk_or_b32;
+    Or, i32 => cp_reduce_async_bulk_or_b32;
+    Or, u64 => cp_reduce_async_bulk_or_b64;
+    Or, i64 => cp_reduce_async_bulk_or_b64;
+    Xor, u32 => cp_reduce_async_bulk_xor_b32;
+    Xor, i32 => cp_reduce_async_bulk_xor_b32;
+    Xor, u64 => cp_reduce_async_bulk_xor_b64;
+    Xor, i64 => cp_reduce_async_bulk_xor_b64;
 }
 
 /// Bytes of dynamic shared memory a [`BulkPipeline`] of `stages` stages of `tile_bytes` needs.
@@ -225,7 +223,7 @@ mod device {
     #[inline(always)]
     #[track_caller]
     fn check(dst: u64, src: u64, bytes: u32) {
-        if crate::CHECKS
+        if crate::ASSERTS
             && let Err(e) = validate(dst, src, bytes as u64)
         {
             crate::poll::fail(match e {
@@ -248,7 +246,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn init(self, arrivals: u32) {
             // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_init(self.addr(), arrivals) };
+            unsafe { mb::mbarrier_init(self.cast(), arrivals) };
             // Partner: the first bulk_load/arrive on this barrier (any thread, after a CTA sync).
             fence::fence_mbarrier_init_release_cluster();
         }
@@ -261,17 +259,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn relaxed_init(self, arrivals: u32) {
             // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_init(self.addr(), arrivals) };
-        }
-
-        /// Invalidates the barrier so its 8 bytes can be reused as ordinary shared memory.
-        ///
-        /// # Safety
-        /// The barrier must be initialised and have no pending arrival, wait or copy.
-        #[inline(always)]
-        pub unsafe fn invalidate(self) {
-            // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_inval(self.addr()) };
+            unsafe { mb::mbarrier_init(self.cast(), arrivals) };
         }
 
         /// Adds `bytes` to the transaction count the current phase waits for (no arrival).
@@ -282,7 +270,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn expect(self, bytes: u32) {
             // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_expect_tx(self.addr(), bytes) };
+            unsafe { mb::mbarrier_expect_tx(self.cast(), bytes) };
         }
 
         /// One arrival (release at CTA scope).
@@ -292,7 +280,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn arrive(self) {
             // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_arrive(self.addr()) };
+            unsafe { mb::mbarrier_arrive(self.cast()) };
         }
 
         /// Expects `bytes` more transaction bytes and arrives, atomically: the safe way to
@@ -303,7 +291,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn arrive_and_expect(self, bytes: u32) {
             // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_arrive_expect_tx(self.addr(), bytes) };
+            unsafe { mb::mbarrier_arrive_expect_tx(self.cast(), bytes) };
         }
 
         /// Whether the phase with parity `phase` has completed (never blocks).
@@ -313,7 +301,7 @@ mod device {
         #[inline(always)]
         pub unsafe fn poll(self, phase: u32) -> bool {
             // SAFETY: forwarded from the caller.
-            unsafe { mb::mbarrier_test_wait_parity(self.addr(), phase & 1) }
+            unsafe { mb::mbarrier_test_wait_parity(self.cast(), phase & 1) }
         }
 
         /// Waits until the phase with parity `*phase` completes, then flips `*phase` for the next
@@ -324,9 +312,9 @@ mod device {
         #[inline(always)]
         pub unsafe fn wait(self, phase: &mut u32, budget: SpinBudget) {
             let p = *phase & 1;
-            let addr = self.addr();
+            let bar = self.cast();
             // SAFETY: forwarded from the caller.
-            spin_until(budget, c"BulkBarrier::wait", || unsafe { mb::mbarrier_try_wait_parity(addr, p) });
+            spin_until(budget, c"BulkBarrier::wait", || unsafe { mb::mbarrier_try_wait_parity(bar, p) });
             *phase = p ^ 1;
         }
     }
@@ -349,26 +337,7 @@ mod device {
     pub unsafe fn bulk_load<T>(dst: SharedPtr<T>, src: GlobalPtr<T>, bytes: u32, bar: SharedPtr<BulkBarrier>) {
         check(dst.addr() as u64, src.addr(), bytes);
         // SAFETY: forwarded from the caller; arguments checked above in checked builds.
-        unsafe { cp::cp_async_bulk_shared_global(dst.addr(), src.as_ptr().cast(), bytes, bar.addr()) };
-    }
-
-    /// [`bulk_load`] with an L2 eviction policy for the source.
-    ///
-    /// # Safety
-    /// As for [`bulk_load`].
-    #[inline(always)]
-    #[track_caller]
-    pub unsafe fn bulk_load_with_policy<T>(
-        dst: SharedPtr<T>,
-        src: GlobalPtr<T>,
-        bytes: u32,
-        bar: SharedPtr<BulkBarrier>,
-        policy: L2Policy,
-    ) {
-        check(dst.addr() as u64, src.addr(), bytes);
-        let p = policy_bits(policy);
-        // SAFETY: forwarded from the caller.
-        unsafe { cp::cp_async_bulk_shared_global_hint(dst.addr(), src.as_ptr().cast(), bytes, bar.addr(), p) };
+        unsafe { cp::cp_async_bulk_shared_global(dst.cast(), src.as_ptr().cast(), bytes, bar.cast()) };
     }
 
     /// Copies `bytes` from shared memory to global memory (local or peer) in this thread's open
@@ -383,20 +352,7 @@ mod device {
     pub unsafe fn bulk_store<T>(dst: GlobalPtr<T>, src: SharedPtr<T>, bytes: u32) {
         check(dst.addr(), src.addr() as u64, bytes);
         // SAFETY: forwarded from the caller.
-        unsafe { cp::cp_async_bulk_global_shared(dst.as_ptr().cast(), src.addr(), bytes) };
-    }
-
-    /// [`bulk_store`] with an L2 eviction policy for the destination.
-    ///
-    /// # Safety
-    /// As for [`bulk_store`].
-    #[inline(always)]
-    #[track_caller]
-    pub unsafe fn bulk_store_with_policy<T>(dst: GlobalPtr<T>, src: SharedPtr<T>, bytes: u32, policy: L2Policy) {
-        check(dst.addr(), src.addr() as u64, bytes);
-        let p = policy_bits(policy);
-        // SAFETY: forwarded from the caller.
-        unsafe { cp::cp_async_bulk_global_shared_hint(dst.as_ptr().cast(), src.addr(), bytes, p) };
+        unsafe { cp::cp_async_bulk_global_shared(dst.as_ptr().cast(), src.cast(), bytes) };
     }
 
     /// Reduces `bytes` of `T` from shared memory into global memory (`dst[i] = op(dst[i], src[i])`),
@@ -410,7 +366,7 @@ mod device {
     pub unsafe fn bulk_reduce_store<T, Op: BulkReduceOp<T>>(dst: GlobalPtr<T>, src: SharedPtr<T>, bytes: u32) {
         check(dst.addr(), src.addr() as u64, bytes);
         // SAFETY: forwarded from the caller.
-        unsafe { Op::issue(dst.as_ptr().cast(), src.addr(), bytes) };
+        unsafe { Op::issue(dst.as_ptr().cast(), src.cast(), bytes) };
     }
 
     /// Closes this thread's open bulk group (stores and reduce-stores issued since the last commit).
@@ -440,26 +396,6 @@ mod device {
     #[inline(always)]
     pub fn bulk_fence() {
         fence::fence_proxy_async_shared_cta();
-    }
-
-    /// Asks the copy engine to prefetch `bytes` of global memory into L2.
-    ///
-    /// # Safety
-    /// 16-byte aligned `src`, `bytes` a non-zero multiple of 16.
-    #[inline(always)]
-    #[track_caller]
-    pub unsafe fn bulk_prefetch_l2<T>(src: GlobalPtr<T>, bytes: u32) {
-        check(src.addr(), src.addr(), bytes);
-        // SAFETY: forwarded from the caller.
-        unsafe { cp::cp_async_bulk_prefetch_l2(src.as_ptr().cast(), bytes) };
-    }
-
-    #[inline(always)]
-    fn policy_bits(p: L2Policy) -> u64 {
-        match p {
-            L2Policy::EvictFirst => cp::createpolicy_fractional_l2_evict_first(),
-            L2Policy::EvictLast => cp::createpolicy_fractional_l2_evict_last(),
-        }
     }
 
     impl<const N: usize> BulkPipeline<N> {
@@ -635,9 +571,10 @@ mod tests {
         fn ptx<T, O: BulkReduceOp<T>>() -> &'static str {
             O::PTX
         }
-        assert_eq!(ptx::<half::bf16, op::Add>(), "add.noftz.bf16");
-        assert_eq!(ptx::<i64, op::Min>(), "min.s64");
-        assert_eq!(ptx::<i32, op::Xor>(), "xor.b32");
-        assert_eq!(ptx::<u32, op::Dec>(), "dec.u32");
+        const PREFIX: &str = "cp.reduce.async.bulk.global.shared::cta.bulk_group.";
+        assert_eq!(ptx::<half::bf16, op::Add>().strip_prefix(PREFIX), Some("add.noftz.bf16"));
+        assert_eq!(ptx::<i64, op::Min>().strip_prefix(PREFIX), Some("min.s64"));
+        assert_eq!(ptx::<i32, op::Xor>().strip_prefix(PREFIX), Some("xor.b32"));
+        assert_eq!(ptx::<u32, op::Dec>().strip_prefix(PREFIX), Some("dec.u32"));
     }
 }

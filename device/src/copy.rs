@@ -33,7 +33,76 @@ impl Threads {
     pub const fn new(index: u32, count: u32) -> Self {
         Self { index, count }
     }
+
+    /// This thread's share of `0..end`: `index`, `index + count`, `index + 2 * count`, ... below
+    /// `end`, as a `u32`, `u64` or `usize` (the type of `end`). The grid-stride loop, once:
+    ///
+    /// ```
+    /// # use mscclpp_device::copy::Threads;
+    /// let t = Threads::new(1, 3);
+    /// assert!(t.stride(8u64).eq([1, 4, 7]));
+    /// ```
+    ///
+    /// `for i in t.stride(n) { .. }` compiles to the same loop as the hand-written
+    /// `let mut i = t.index; while i < n { ..; i += t.count }`: no bounds check, the same compare
+    /// and add. A `count` of 0 never ends, as that loop would not.
+    #[inline(always)]
+    pub fn stride<I: StrideIndex>(self, end: I) -> Stride<I> {
+        Stride { last: I::from_u32(self.index), add: 0, count: self.count, end }
+    }
 }
+
+/// The indices one thread of a [`Threads`] group takes from `0..end`: [`Threads::stride`].
+#[derive(Clone, Debug)]
+pub struct Stride<I> {
+    last: I,
+    // 0 before the first index, then `count`: `next` adds first, so the loop carries one index
+    // (as the hand-written one does), and the count is widened only where it is added (as in
+    // `i += t.count as u64`).
+    add: u32,
+    count: u32,
+    end: I,
+}
+
+impl<I: StrideIndex> Iterator for Stride<I> {
+    type Item = I;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<I> {
+        // Wrapping, as `i += count` is in a release build.
+        self.last = self.last.wrapping_add(I::from_u32(self.add));
+        self.add = self.count;
+        if self.last < self.end { Some(self.last) } else { None }
+    }
+}
+
+/// An index type of [`Threads::stride`]: `u32`, `u64` or `usize` (sealed).
+pub trait StrideIndex: Copy + PartialOrd + sealed::Index {
+    /// A thread index or count as this type.
+    #[doc(hidden)]
+    fn from_u32(v: u32) -> Self;
+    /// `self + other`, wrapping.
+    #[doc(hidden)]
+    fn wrapping_add(self, other: Self) -> Self;
+}
+
+macro_rules! stride_indices {
+    ($($t:ty),*) => { $(
+        impl sealed::Index for $t {}
+        impl StrideIndex for $t {
+            #[inline(always)]
+            fn from_u32(v: u32) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn wrapping_add(self, other: Self) -> Self {
+                <$t>::wrapping_add(self, other)
+            }
+        }
+    )* };
+}
+
+stride_indices!(u32, u64, usize);
 
 #[cfg(any(target_arch = "nvptx64", doc))]
 impl Threads {
@@ -57,6 +126,7 @@ pub struct Width<const W: usize>;
 
 mod sealed {
     pub trait Sealed {}
+    pub trait Index {}
 }
 
 /// Implemented by the element widths the copies accept (sealed): `copy::<3>` does not compile.
@@ -182,11 +252,9 @@ mod device {
     /// Copies `n` bytes one at a time (no checks).
     #[inline(always)]
     unsafe fn bytes_one_by_one(dst: *mut u8, src: *const u8, n: u64, t: Threads) {
-        let mut i = t.index as u64;
-        while i < n {
+        for i in t.stride(n) {
             // SAFETY: the caller guarantees both ranges hold `n` bytes.
             unsafe { dst.add(i as usize).write(src.add(i as usize).read()) };
-            i += t.count as u64;
         }
     }
 
@@ -292,6 +360,24 @@ mod tests {
                     assert!((d + head) % w == (s + head) % w || head == bytes);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn stride_covers_the_range_once_between_the_threads() {
+        assert!(Threads::new(1, 3).stride(8u32).eq([1, 4, 7]));
+        assert!(Threads::new(2, 3).stride(8usize).eq([2, 5]));
+        assert!(Threads::new(5, 8).stride(5u64).eq([]));
+        assert!(Threads::new(0, 1).stride(0u64).eq([]));
+        // Every index below `end` by exactly one thread of the group.
+        for end in [0u64, 1, 7, 64, 100] {
+            let mut seen = [0u32; 100];
+            for index in 0..7 {
+                for i in Threads::new(index, 7).stride(end) {
+                    seen[i as usize] += 1;
+                }
+            }
+            assert!(seen.iter().take(end as usize).all(|&n| n == 1), "end {end}");
         }
     }
 }

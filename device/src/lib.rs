@@ -112,15 +112,16 @@ pub mod ptx;
 #[cfg(all(target_arch = "nvptx64", feature = "panic-handler"))]
 mod panic;
 
-/// Whether device-side argument assertions are compiled in (debug builds, or feature `checks`).
-pub const CHECKS: bool = cfg!(any(debug_assertions, feature = "checks"));
+/// Whether device-side argument assertions ([`device_assert!`]) are compiled in (debug builds, or
+/// feature `checks`). Not to be confused with [`ptx::CHECKS`], the wrappers' expected PTX/SASS.
+pub const ASSERTS: bool = cfg!(any(debug_assertions, feature = "checks"));
 
-/// Checks a condition on the device when [`CHECKS`] is on; on failure prints the message with the
+/// Checks a condition on the device when [`ASSERTS`] is on; on failure prints the message with the
 /// caller's location and traps, so the host sees a launch failure instead of corrupted memory.
 #[macro_export]
 macro_rules! device_assert {
     ($cond:expr, $msg:literal) => {
-        if $crate::CHECKS && !($cond) {
+        if $crate::ASSERTS && !($cond) {
             $crate::poll::fail(
                 const {
                     match ::core::ffi::CStr::from_bytes_with_nul(::core::concat!($msg, "\0").as_bytes()) {

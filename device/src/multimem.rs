@@ -36,8 +36,8 @@
 //! use mscclpp_device::multimem::{LdReduce, op};
 //! use mscclpp_device::vec::Bf16x8;
 //! fn needs<V, O: LdReduce<V>>() -> &'static str { O::PTX }
-//! assert_eq!(needs::<f32, op::Add>(), "add.f32");
-//! assert_eq!(needs::<Bf16x8, op::Max>(), "max.v4.bf16x2");
+//! assert_eq!(needs::<f32, op::Add>(), "multimem.ld_reduce.relaxed.sys.global.add.f32");
+//! assert_eq!(needs::<Bf16x8, op::Max>(), "multimem.ld_reduce.relaxed.sys.global.max.v4.bf16x2");
 //! ```
 //!
 //! Besides the relaxed forms: [`multimem_ld_reduce_acquire`], [`multimem_st_release`],
@@ -65,7 +65,7 @@ mod sealed {
 
 /// An operation that `multimem.ld_reduce.relaxed` applies to values of type `V`.
 pub trait LdReduce<V>: sealed::LdReduce<V> {
-    /// The PTX operation and type suffix, e.g. `"add.v4.f32"`.
+    /// The instruction, from the wrapper's row: e.g. `multimem.ld_reduce.relaxed.sys.global.add.v4.f32`.
     const PTX: &'static str;
     /// Issues the load.
     ///
@@ -78,7 +78,7 @@ pub trait LdReduce<V>: sealed::LdReduce<V> {
 
 /// An operation that `multimem.ld_reduce.acquire` applies to values of type `V`.
 pub trait LdReduceAcquire<V>: sealed::LdReduceAcquire<V> {
-    /// The PTX operation and type suffix.
+    /// The instruction, from the wrapper's row.
     const PTX: &'static str;
     /// Issues the load.
     ///
@@ -91,7 +91,7 @@ pub trait LdReduceAcquire<V>: sealed::LdReduceAcquire<V> {
 
 /// A 16-bit-lane vector whose `multimem.ld_reduce` add can accumulate in f32 (`.acc::f32`).
 pub trait LdReduceAccF32: sealed::LdReduceAccF32<Self> + Sized {
-    /// The PTX operation and type suffix.
+    /// The instruction, from the wrapper's row.
     const PTX: &'static str;
     /// Issues the load.
     ///
@@ -104,7 +104,7 @@ pub trait LdReduceAccF32: sealed::LdReduceAccF32<Self> + Sized {
 
 /// An fp8 vector whose `multimem.ld_reduce` add can accumulate in f16 (`.acc::f16`, sm_100a).
 pub trait LdReduceAccF16: sealed::LdReduceAccF16<Self> + Sized {
-    /// The PTX operation and type suffix.
+    /// The instruction, from the wrapper's row.
     const PTX: &'static str;
     /// Issues the load.
     ///
@@ -117,7 +117,7 @@ pub trait LdReduceAccF16: sealed::LdReduceAccF16<Self> + Sized {
 
 /// A value type that `multimem.st.relaxed` stores.
 pub trait Store: sealed::Store + Sized {
-    /// The PTX type suffix, e.g. `"v4.f32"`.
+    /// The instruction, from the wrapper's row: e.g. `multimem.st.relaxed.sys.global.v4.f32`.
     const PTX: &'static str;
     /// Issues the store.
     ///
@@ -130,7 +130,7 @@ pub trait Store: sealed::Store + Sized {
 
 /// A value type that `multimem.st.release` stores.
 pub trait StoreRelease: sealed::StoreRelease + Sized {
-    /// The PTX type suffix.
+    /// The instruction, from the wrapper's row.
     const PTX: &'static str;
     /// Issues the store.
     ///
@@ -143,7 +143,7 @@ pub trait StoreRelease: sealed::StoreRelease + Sized {
 
 /// An operation that `multimem.red.relaxed` applies to values of type `V`.
 pub trait Red<V>: sealed::Red<V> {
-    /// The PTX operation and type suffix.
+    /// The instruction, from the wrapper's row.
     const PTX: &'static str;
     /// Issues the reduction.
     ///
@@ -156,7 +156,7 @@ pub trait Red<V>: sealed::Red<V> {
 
 /// An operation that `multimem.red.release` applies to values of type `V`.
 pub trait RedRelease<V>: sealed::RedRelease<V> {
-    /// The PTX operation and type suffix.
+    /// The instruction, from the wrapper's row.
     const PTX: &'static str;
     /// Issues the reduction.
     ///
@@ -168,12 +168,16 @@ pub trait RedRelease<V>: sealed::RedRelease<V> {
 }
 
 /// Implements an op-keyed trait (`LdReduce`, `LdReduceAcquire`, `Red`, `RedRelease`) for rows
-/// `Op, Type => wrapper, "suffix";`.
+/// `Op, Type => wrapper;` of the wrappers in `ptx::multimem::TABLE` (`.. in TABLE;`). A row names
+/// the wrapper only: its `PTX` is the mnemonic of the wrapper's row in that table, looked up in a
+/// constant, so a wrapper missing from the table fails the build on every target.
 macro_rules! op_pairs {
-    (load $tr:ident :: $method:ident; $($op:ident, $t:ty => $w:ident, $ptx:literal;)*) => { $(
+    (load $tr:ident :: $method:ident in $table:ident; $($op:ident, $t:ty => $w:ident;)*) => { $(
         impl sealed::$tr<$t> for op::$op {}
+        // Evaluated on every build, so a wrapper without a row fails it.
+        const _: &str = <op::$op as $tr<$t>>::PTX;
         impl $tr<$t> for op::$op {
-            const PTX: &'static str = $ptx;
+            const PTX: &'static str = crate::ptx::check::mnemonic(crate::ptx::multimem::$table, stringify!($w));
             #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn $method(ptr: MultimemPtr<$t>) -> $t {
@@ -182,10 +186,12 @@ macro_rules! op_pairs {
             }
         }
     )* };
-    (store $tr:ident :: $method:ident; $($op:ident, $t:ty => $w:ident, $ptx:literal;)*) => { $(
+    (store $tr:ident :: $method:ident in $table:ident; $($op:ident, $t:ty => $w:ident;)*) => { $(
         impl sealed::$tr<$t> for op::$op {}
+        // Evaluated on every build, so a wrapper without a row fails it.
+        const _: &str = <op::$op as $tr<$t>>::PTX;
         impl $tr<$t> for op::$op {
-            const PTX: &'static str = $ptx;
+            const PTX: &'static str = crate::ptx::check::mnemonic(crate::ptx::multimem::$table, stringify!($w));
             #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn $method(ptr: MultimemPtr<$t>, value: $t) {
@@ -196,10 +202,12 @@ macro_rules! op_pairs {
     )* };
     // Signed integers through the `.b32`/`.b64` forms of the unsigned wrapper (bitwise ops only,
     // where the bits are the same).
-    (load_bits $tr:ident :: $method:ident; $($op:ident, $t:ty as $u:ty => $w:ident, $ptx:literal;)*) => { $(
+    (load_bits $tr:ident :: $method:ident in $table:ident; $($op:ident, $t:ty as $u:ty => $w:ident;)*) => { $(
         impl sealed::$tr<$t> for op::$op {}
+        // Evaluated on every build, so a wrapper without a row fails it.
+        const _: &str = <op::$op as $tr<$t>>::PTX;
         impl $tr<$t> for op::$op {
-            const PTX: &'static str = $ptx;
+            const PTX: &'static str = crate::ptx::check::mnemonic(crate::ptx::multimem::$table, stringify!($w));
             #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn $method(ptr: MultimemPtr<$t>) -> $t {
@@ -208,10 +216,12 @@ macro_rules! op_pairs {
             }
         }
     )* };
-    (store_bits $tr:ident :: $method:ident; $($op:ident, $t:ty as $u:ty => $w:ident, $ptx:literal;)*) => { $(
+    (store_bits $tr:ident :: $method:ident in $table:ident; $($op:ident, $t:ty as $u:ty => $w:ident;)*) => { $(
         impl sealed::$tr<$t> for op::$op {}
+        // Evaluated on every build, so a wrapper without a row fails it.
+        const _: &str = <op::$op as $tr<$t>>::PTX;
         impl $tr<$t> for op::$op {
-            const PTX: &'static str = $ptx;
+            const PTX: &'static str = crate::ptx::check::mnemonic(crate::ptx::multimem::$table, stringify!($w));
             #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn $method(ptr: MultimemPtr<$t>, value: $t) {
@@ -222,12 +232,15 @@ macro_rules! op_pairs {
     )* };
 }
 
-/// Implements a type-keyed trait (`Store`, `StoreRelease`, `LdReduceAccF32`, `LdReduceAccF16`).
+/// Implements a type-keyed trait (`Store`, `StoreRelease`, `LdReduceAccF32`, `LdReduceAccF16`) for
+/// rows `Type => wrapper;`, as [`op_pairs`] does.
 macro_rules! type_impls {
-    (load $tr:ident :: $method:ident; $($t:ty => $w:ident, $ptx:literal;)*) => { $(
+    (load $tr:ident :: $method:ident in $table:ident; $($t:ty => $w:ident;)*) => { $(
         impl sealed::$tr<$t> for $t {}
+        // Evaluated on every build, so a wrapper without a row fails it.
+        const _: &str = <$t as $tr>::PTX;
         impl $tr for $t {
-            const PTX: &'static str = $ptx;
+            const PTX: &'static str = crate::ptx::check::mnemonic(crate::ptx::multimem::$table, stringify!($w));
             #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn $method(ptr: MultimemPtr<$t>) -> $t {
@@ -236,10 +249,12 @@ macro_rules! type_impls {
             }
         }
     )* };
-    (store $tr:ident :: $method:ident; $($t:ty => $w:ident, $ptx:literal;)*) => { $(
+    (store $tr:ident :: $method:ident in $table:ident; $($t:ty => $w:ident;)*) => { $(
         impl sealed::$tr for $t {}
+        // Evaluated on every build, so a wrapper without a row fails it.
+        const _: &str = <$t as $tr>::PTX;
         impl $tr for $t {
-            const PTX: &'static str = $ptx;
+            const PTX: &'static str = crate::ptx::check::mnemonic(crate::ptx::multimem::$table, stringify!($w));
             #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
             unsafe fn $method(ptr: MultimemPtr<$t>, value: $t) {
@@ -250,209 +265,209 @@ macro_rules! type_impls {
     )* };
 }
 
-op_pairs! { load LdReduce::ld_reduce;
-    Add, u32 => multimem_ld_reduce_relaxed_sys_add_u32, "add.u32";
-    Add, i32 => multimem_ld_reduce_relaxed_sys_add_s32, "add.s32";
-    Add, u64 => multimem_ld_reduce_relaxed_sys_add_u64, "add.u64";
-    Add, f32 => multimem_ld_reduce_relaxed_sys_add_f32, "add.f32";
-    Add, F32x2 => multimem_ld_reduce_relaxed_sys_add_v2_f32, "add.v2.f32";
-    Add, F32x4 => multimem_ld_reduce_relaxed_sys_add_v4_f32, "add.v4.f32";
-    Add, f64 => multimem_ld_reduce_relaxed_sys_add_f64, "add.f64";
-    Add, F16x2 => multimem_ld_reduce_relaxed_sys_add_f16x2, "add.f16x2";
-    Add, F16x4 => multimem_ld_reduce_relaxed_sys_add_v2_f16x2, "add.v2.f16x2";
-    Add, F16x8 => multimem_ld_reduce_relaxed_sys_add_v4_f16x2, "add.v4.f16x2";
-    Add, Bf16x2 => multimem_ld_reduce_relaxed_sys_add_bf16x2, "add.bf16x2";
-    Add, Bf16x4 => multimem_ld_reduce_relaxed_sys_add_v2_bf16x2, "add.v2.bf16x2";
-    Add, Bf16x8 => multimem_ld_reduce_relaxed_sys_add_v4_bf16x2, "add.v4.bf16x2";
-    Min, u32 => multimem_ld_reduce_relaxed_sys_min_u32, "min.u32";
-    Min, i32 => multimem_ld_reduce_relaxed_sys_min_s32, "min.s32";
-    Min, u64 => multimem_ld_reduce_relaxed_sys_min_u64, "min.u64";
-    Min, i64 => multimem_ld_reduce_relaxed_sys_min_s64, "min.s64";
-    Min, F16x2 => multimem_ld_reduce_relaxed_sys_min_f16x2, "min.f16x2";
-    Min, F16x4 => multimem_ld_reduce_relaxed_sys_min_v2_f16x2, "min.v2.f16x2";
-    Min, F16x8 => multimem_ld_reduce_relaxed_sys_min_v4_f16x2, "min.v4.f16x2";
-    Min, Bf16x2 => multimem_ld_reduce_relaxed_sys_min_bf16x2, "min.bf16x2";
-    Min, Bf16x4 => multimem_ld_reduce_relaxed_sys_min_v2_bf16x2, "min.v2.bf16x2";
-    Min, Bf16x8 => multimem_ld_reduce_relaxed_sys_min_v4_bf16x2, "min.v4.bf16x2";
-    Max, u32 => multimem_ld_reduce_relaxed_sys_max_u32, "max.u32";
-    Max, i32 => multimem_ld_reduce_relaxed_sys_max_s32, "max.s32";
-    Max, u64 => multimem_ld_reduce_relaxed_sys_max_u64, "max.u64";
-    Max, i64 => multimem_ld_reduce_relaxed_sys_max_s64, "max.s64";
-    Max, F16x2 => multimem_ld_reduce_relaxed_sys_max_f16x2, "max.f16x2";
-    Max, F16x4 => multimem_ld_reduce_relaxed_sys_max_v2_f16x2, "max.v2.f16x2";
-    Max, F16x8 => multimem_ld_reduce_relaxed_sys_max_v4_f16x2, "max.v4.f16x2";
-    Max, Bf16x2 => multimem_ld_reduce_relaxed_sys_max_bf16x2, "max.bf16x2";
-    Max, Bf16x4 => multimem_ld_reduce_relaxed_sys_max_v2_bf16x2, "max.v2.bf16x2";
-    Max, Bf16x8 => multimem_ld_reduce_relaxed_sys_max_v4_bf16x2, "max.v4.bf16x2";
-    And, u32 => multimem_ld_reduce_relaxed_sys_and_b32, "and.b32";
-    And, u64 => multimem_ld_reduce_relaxed_sys_and_b64, "and.b64";
-    Or, u32 => multimem_ld_reduce_relaxed_sys_or_b32, "or.b32";
-    Or, u64 => multimem_ld_reduce_relaxed_sys_or_b64, "or.b64";
-    Xor, u32 => multimem_ld_reduce_relaxed_sys_xor_b32, "xor.b32";
-    Xor, u64 => multimem_ld_reduce_relaxed_sys_xor_b64, "xor.b64";
+op_pairs! { load LdReduce::ld_reduce in LD_REDUCE_RELAXED;
+    Add, u32 => multimem_ld_reduce_relaxed_sys_add_u32;
+    Add, i32 => multimem_ld_reduce_relaxed_sys_add_s32;
+    Add, u64 => multimem_ld_reduce_relaxed_sys_add_u64;
+    Add, f32 => multimem_ld_reduce_relaxed_sys_add_f32;
+    Add, F32x2 => multimem_ld_reduce_relaxed_sys_add_v2_f32;
+    Add, F32x4 => multimem_ld_reduce_relaxed_sys_add_v4_f32;
+    Add, f64 => multimem_ld_reduce_relaxed_sys_add_f64;
+    Add, F16x2 => multimem_ld_reduce_relaxed_sys_add_f16x2;
+    Add, F16x4 => multimem_ld_reduce_relaxed_sys_add_v2_f16x2;
+    Add, F16x8 => multimem_ld_reduce_relaxed_sys_add_v4_f16x2;
+    Add, Bf16x2 => multimem_ld_reduce_relaxed_sys_add_bf16x2;
+    Add, Bf16x4 => multimem_ld_reduce_relaxed_sys_add_v2_bf16x2;
+    Add, Bf16x8 => multimem_ld_reduce_relaxed_sys_add_v4_bf16x2;
+    Min, u32 => multimem_ld_reduce_relaxed_sys_min_u32;
+    Min, i32 => multimem_ld_reduce_relaxed_sys_min_s32;
+    Min, u64 => multimem_ld_reduce_relaxed_sys_min_u64;
+    Min, i64 => multimem_ld_reduce_relaxed_sys_min_s64;
+    Min, F16x2 => multimem_ld_reduce_relaxed_sys_min_f16x2;
+    Min, F16x4 => multimem_ld_reduce_relaxed_sys_min_v2_f16x2;
+    Min, F16x8 => multimem_ld_reduce_relaxed_sys_min_v4_f16x2;
+    Min, Bf16x2 => multimem_ld_reduce_relaxed_sys_min_bf16x2;
+    Min, Bf16x4 => multimem_ld_reduce_relaxed_sys_min_v2_bf16x2;
+    Min, Bf16x8 => multimem_ld_reduce_relaxed_sys_min_v4_bf16x2;
+    Max, u32 => multimem_ld_reduce_relaxed_sys_max_u32;
+    Max, i32 => multimem_ld_reduce_relaxed_sys_max_s32;
+    Max, u64 => multimem_ld_reduce_relaxed_sys_max_u64;
+    Max, i64 => multimem_ld_reduce_relaxed_sys_max_s64;
+    Max, F16x2 => multimem_ld_reduce_relaxed_sys_max_f16x2;
+    Max, F16x4 => multimem_ld_reduce_relaxed_sys_max_v2_f16x2;
+    Max, F16x8 => multimem_ld_reduce_relaxed_sys_max_v4_f16x2;
+    Max, Bf16x2 => multimem_ld_reduce_relaxed_sys_max_bf16x2;
+    Max, Bf16x4 => multimem_ld_reduce_relaxed_sys_max_v2_bf16x2;
+    Max, Bf16x8 => multimem_ld_reduce_relaxed_sys_max_v4_bf16x2;
+    And, u32 => multimem_ld_reduce_relaxed_sys_and_b32;
+    And, u64 => multimem_ld_reduce_relaxed_sys_and_b64;
+    Or, u32 => multimem_ld_reduce_relaxed_sys_or_b32;
+    Or, u64 => multimem_ld_reduce_relaxed_sys_or_b64;
+    Xor, u32 => multimem_ld_reduce_relaxed_sys_xor_b32;
+    Xor, u64 => multimem_ld_reduce_relaxed_sys_xor_b64;
 }
 
-op_pairs! { load_bits LdReduce::ld_reduce;
-    And, i32 as u32 => multimem_ld_reduce_relaxed_sys_and_b32, "and.b32";
-    And, i64 as u64 => multimem_ld_reduce_relaxed_sys_and_b64, "and.b64";
-    Or, i32 as u32 => multimem_ld_reduce_relaxed_sys_or_b32, "or.b32";
-    Or, i64 as u64 => multimem_ld_reduce_relaxed_sys_or_b64, "or.b64";
-    Xor, i32 as u32 => multimem_ld_reduce_relaxed_sys_xor_b32, "xor.b32";
-    Xor, i64 as u64 => multimem_ld_reduce_relaxed_sys_xor_b64, "xor.b64";
+op_pairs! { load_bits LdReduce::ld_reduce in LD_REDUCE_RELAXED;
+    And, i32 as u32 => multimem_ld_reduce_relaxed_sys_and_b32;
+    And, i64 as u64 => multimem_ld_reduce_relaxed_sys_and_b64;
+    Or, i32 as u32 => multimem_ld_reduce_relaxed_sys_or_b32;
+    Or, i64 as u64 => multimem_ld_reduce_relaxed_sys_or_b64;
+    Xor, i32 as u32 => multimem_ld_reduce_relaxed_sys_xor_b32;
+    Xor, i64 as u64 => multimem_ld_reduce_relaxed_sys_xor_b64;
 }
 
 // Acquire loads: the partner is a `.release` store or reduction at `.sys` scope (for example
 // [`multimem_red_release`] by another member) whose result this load observes.
-op_pairs! { load LdReduceAcquire::ld_reduce_acquire;
-    Add, u32 => multimem_ld_reduce_acquire_sys_add_u32, "add.u32";
-    Add, i32 => multimem_ld_reduce_acquire_sys_add_s32, "add.s32";
-    Add, u64 => multimem_ld_reduce_acquire_sys_add_u64, "add.u64";
-    Add, f32 => multimem_ld_reduce_acquire_sys_add_f32, "add.f32";
-    Add, F32x2 => multimem_ld_reduce_acquire_sys_add_v2_f32, "add.v2.f32";
-    Add, F32x4 => multimem_ld_reduce_acquire_sys_add_v4_f32, "add.v4.f32";
+op_pairs! { load LdReduceAcquire::ld_reduce_acquire in LD_REDUCE_ACQUIRE;
+    Add, u32 => multimem_ld_reduce_acquire_sys_add_u32;
+    Add, i32 => multimem_ld_reduce_acquire_sys_add_s32;
+    Add, u64 => multimem_ld_reduce_acquire_sys_add_u64;
+    Add, f32 => multimem_ld_reduce_acquire_sys_add_f32;
+    Add, F32x2 => multimem_ld_reduce_acquire_sys_add_v2_f32;
+    Add, F32x4 => multimem_ld_reduce_acquire_sys_add_v4_f32;
 }
 
-type_impls! { load LdReduceAccF32::ld_reduce_acc_f32;
-    F16x2 => multimem_ld_reduce_relaxed_sys_add_acc_f32_f16x2, "add.acc::f32.f16x2";
-    F16x4 => multimem_ld_reduce_relaxed_sys_add_acc_f32_v2_f16x2, "add.acc::f32.v2.f16x2";
-    F16x8 => multimem_ld_reduce_relaxed_sys_add_acc_f32_v4_f16x2, "add.acc::f32.v4.f16x2";
-    Bf16x2 => multimem_ld_reduce_relaxed_sys_add_acc_f32_bf16x2, "add.acc::f32.bf16x2";
-    Bf16x4 => multimem_ld_reduce_relaxed_sys_add_acc_f32_v2_bf16x2, "add.acc::f32.v2.bf16x2";
-    Bf16x8 => multimem_ld_reduce_relaxed_sys_add_acc_f32_v4_bf16x2, "add.acc::f32.v4.bf16x2";
+type_impls! { load LdReduceAccF32::ld_reduce_acc_f32 in LD_REDUCE_ACC_F32;
+    F16x2 => multimem_ld_reduce_relaxed_sys_add_acc_f32_f16x2;
+    F16x4 => multimem_ld_reduce_relaxed_sys_add_acc_f32_v2_f16x2;
+    F16x8 => multimem_ld_reduce_relaxed_sys_add_acc_f32_v4_f16x2;
+    Bf16x2 => multimem_ld_reduce_relaxed_sys_add_acc_f32_bf16x2;
+    Bf16x4 => multimem_ld_reduce_relaxed_sys_add_acc_f32_v2_bf16x2;
+    Bf16x8 => multimem_ld_reduce_relaxed_sys_add_acc_f32_v4_bf16x2;
 }
 
-type_impls! { store Store::st;
-    u32 => multimem_st_relaxed_sys_u32, "u32";
-    i32 => multimem_st_relaxed_sys_s32, "s32";
-    u64 => multimem_st_relaxed_sys_u64, "u64";
-    i64 => multimem_st_relaxed_sys_s64, "s64";
-    f32 => multimem_st_relaxed_sys_f32, "f32";
-    F32x2 => multimem_st_relaxed_sys_v2_f32, "v2.f32";
-    F32x4 => multimem_st_relaxed_sys_v4_f32, "v4.f32";
-    f64 => multimem_st_relaxed_sys_f64, "f64";
-    F16x2 => multimem_st_relaxed_sys_f16x2, "f16x2";
-    F16x4 => multimem_st_relaxed_sys_v2_f16x2, "v2.f16x2";
-    F16x8 => multimem_st_relaxed_sys_v4_f16x2, "v4.f16x2";
-    Bf16x2 => multimem_st_relaxed_sys_bf16x2, "bf16x2";
-    Bf16x4 => multimem_st_relaxed_sys_v2_bf16x2, "v2.bf16x2";
-    Bf16x8 => multimem_st_relaxed_sys_v4_bf16x2, "v4.bf16x2";
+type_impls! { store Store::st in ST_RELAXED;
+    u32 => multimem_st_relaxed_sys_u32;
+    i32 => multimem_st_relaxed_sys_s32;
+    u64 => multimem_st_relaxed_sys_u64;
+    i64 => multimem_st_relaxed_sys_s64;
+    f32 => multimem_st_relaxed_sys_f32;
+    F32x2 => multimem_st_relaxed_sys_v2_f32;
+    F32x4 => multimem_st_relaxed_sys_v4_f32;
+    f64 => multimem_st_relaxed_sys_f64;
+    F16x2 => multimem_st_relaxed_sys_f16x2;
+    F16x4 => multimem_st_relaxed_sys_v2_f16x2;
+    F16x8 => multimem_st_relaxed_sys_v4_f16x2;
+    Bf16x2 => multimem_st_relaxed_sys_bf16x2;
+    Bf16x4 => multimem_st_relaxed_sys_v2_bf16x2;
+    Bf16x8 => multimem_st_relaxed_sys_v4_bf16x2;
 }
 
 // Release stores: the partner is an `.acquire` load at `.sys` scope of the stored location by a
 // member that then reads what this thread wrote before the store.
-type_impls! { store StoreRelease::st_release;
-    u32 => multimem_st_release_sys_u32, "u32";
-    i32 => multimem_st_release_sys_s32, "s32";
-    u64 => multimem_st_release_sys_u64, "u64";
-    i64 => multimem_st_release_sys_s64, "s64";
-    f32 => multimem_st_release_sys_f32, "f32";
-    F32x2 => multimem_st_release_sys_v2_f32, "v2.f32";
-    F32x4 => multimem_st_release_sys_v4_f32, "v4.f32";
-    f64 => multimem_st_release_sys_f64, "f64";
+type_impls! { store StoreRelease::st_release in ST_RELEASE;
+    u32 => multimem_st_release_sys_u32;
+    i32 => multimem_st_release_sys_s32;
+    u64 => multimem_st_release_sys_u64;
+    i64 => multimem_st_release_sys_s64;
+    f32 => multimem_st_release_sys_f32;
+    F32x2 => multimem_st_release_sys_v2_f32;
+    F32x4 => multimem_st_release_sys_v4_f32;
+    f64 => multimem_st_release_sys_f64;
 }
 
-op_pairs! { store Red::red;
-    Add, u32 => multimem_red_relaxed_sys_add_u32, "add.u32";
-    Add, i32 => multimem_red_relaxed_sys_add_s32, "add.s32";
-    Add, u64 => multimem_red_relaxed_sys_add_u64, "add.u64";
-    Add, f32 => multimem_red_relaxed_sys_add_f32, "add.f32";
-    Add, F32x2 => multimem_red_relaxed_sys_add_v2_f32, "add.v2.f32";
-    Add, F32x4 => multimem_red_relaxed_sys_add_v4_f32, "add.v4.f32";
-    Add, f64 => multimem_red_relaxed_sys_add_f64, "add.f64";
-    Add, F16x2 => multimem_red_relaxed_sys_add_f16x2, "add.f16x2";
-    Add, F16x4 => multimem_red_relaxed_sys_add_v2_f16x2, "add.v2.f16x2";
-    Add, F16x8 => multimem_red_relaxed_sys_add_v4_f16x2, "add.v4.f16x2";
-    Add, Bf16x2 => multimem_red_relaxed_sys_add_bf16x2, "add.bf16x2";
-    Add, Bf16x4 => multimem_red_relaxed_sys_add_v2_bf16x2, "add.v2.bf16x2";
-    Add, Bf16x8 => multimem_red_relaxed_sys_add_v4_bf16x2, "add.v4.bf16x2";
-    Min, u32 => multimem_red_relaxed_sys_min_u32, "min.u32";
-    Min, i32 => multimem_red_relaxed_sys_min_s32, "min.s32";
-    Min, u64 => multimem_red_relaxed_sys_min_u64, "min.u64";
-    Min, i64 => multimem_red_relaxed_sys_min_s64, "min.s64";
-    Min, F16x2 => multimem_red_relaxed_sys_min_v2_f16, "min.v2.f16";
-    Min, F16x4 => multimem_red_relaxed_sys_min_v2_f16x2, "min.v2.f16x2";
-    Min, F16x8 => multimem_red_relaxed_sys_min_v4_f16x2, "min.v4.f16x2";
-    Min, Bf16x2 => multimem_red_relaxed_sys_min_v2_bf16, "min.v2.bf16";
-    Min, Bf16x4 => multimem_red_relaxed_sys_min_v2_bf16x2, "min.v2.bf16x2";
-    Min, Bf16x8 => multimem_red_relaxed_sys_min_v4_bf16x2, "min.v4.bf16x2";
-    Max, u32 => multimem_red_relaxed_sys_max_u32, "max.u32";
-    Max, i32 => multimem_red_relaxed_sys_max_s32, "max.s32";
-    Max, u64 => multimem_red_relaxed_sys_max_u64, "max.u64";
-    Max, i64 => multimem_red_relaxed_sys_max_s64, "max.s64";
-    Max, F16x2 => multimem_red_relaxed_sys_max_v2_f16, "max.v2.f16";
-    Max, F16x4 => multimem_red_relaxed_sys_max_v2_f16x2, "max.v2.f16x2";
-    Max, F16x8 => multimem_red_relaxed_sys_max_v4_f16x2, "max.v4.f16x2";
-    Max, Bf16x2 => multimem_red_relaxed_sys_max_v2_bf16, "max.v2.bf16";
-    Max, Bf16x4 => multimem_red_relaxed_sys_max_v2_bf16x2, "max.v2.bf16x2";
-    Max, Bf16x8 => multimem_red_relaxed_sys_max_v4_bf16x2, "max.v4.bf16x2";
-    And, u32 => multimem_red_relaxed_sys_and_b32, "and.b32";
-    And, u64 => multimem_red_relaxed_sys_and_b64, "and.b64";
-    Or, u32 => multimem_red_relaxed_sys_or_b32, "or.b32";
-    Or, u64 => multimem_red_relaxed_sys_or_b64, "or.b64";
-    Xor, u32 => multimem_red_relaxed_sys_xor_b32, "xor.b32";
-    Xor, u64 => multimem_red_relaxed_sys_xor_b64, "xor.b64";
+op_pairs! { store Red::red in RED_RELAXED;
+    Add, u32 => multimem_red_relaxed_sys_add_u32;
+    Add, i32 => multimem_red_relaxed_sys_add_s32;
+    Add, u64 => multimem_red_relaxed_sys_add_u64;
+    Add, f32 => multimem_red_relaxed_sys_add_f32;
+    Add, F32x2 => multimem_red_relaxed_sys_add_v2_f32;
+    Add, F32x4 => multimem_red_relaxed_sys_add_v4_f32;
+    Add, f64 => multimem_red_relaxed_sys_add_f64;
+    Add, F16x2 => multimem_red_relaxed_sys_add_f16x2;
+    Add, F16x4 => multimem_red_relaxed_sys_add_v2_f16x2;
+    Add, F16x8 => multimem_red_relaxed_sys_add_v4_f16x2;
+    Add, Bf16x2 => multimem_red_relaxed_sys_add_bf16x2;
+    Add, Bf16x4 => multimem_red_relaxed_sys_add_v2_bf16x2;
+    Add, Bf16x8 => multimem_red_relaxed_sys_add_v4_bf16x2;
+    Min, u32 => multimem_red_relaxed_sys_min_u32;
+    Min, i32 => multimem_red_relaxed_sys_min_s32;
+    Min, u64 => multimem_red_relaxed_sys_min_u64;
+    Min, i64 => multimem_red_relaxed_sys_min_s64;
+    Min, F16x2 => multimem_red_relaxed_sys_min_v2_f16;
+    Min, F16x4 => multimem_red_relaxed_sys_min_v2_f16x2;
+    Min, F16x8 => multimem_red_relaxed_sys_min_v4_f16x2;
+    Min, Bf16x2 => multimem_red_relaxed_sys_min_v2_bf16;
+    Min, Bf16x4 => multimem_red_relaxed_sys_min_v2_bf16x2;
+    Min, Bf16x8 => multimem_red_relaxed_sys_min_v4_bf16x2;
+    Max, u32 => multimem_red_relaxed_sys_max_u32;
+    Max, i32 => multimem_red_relaxed_sys_max_s32;
+    Max, u64 => multimem_red_relaxed_sys_max_u64;
+    Max, i64 => multimem_red_relaxed_sys_max_s64;
+    Max, F16x2 => multimem_red_relaxed_sys_max_v2_f16;
+    Max, F16x4 => multimem_red_relaxed_sys_max_v2_f16x2;
+    Max, F16x8 => multimem_red_relaxed_sys_max_v4_f16x2;
+    Max, Bf16x2 => multimem_red_relaxed_sys_max_v2_bf16;
+    Max, Bf16x4 => multimem_red_relaxed_sys_max_v2_bf16x2;
+    Max, Bf16x8 => multimem_red_relaxed_sys_max_v4_bf16x2;
+    And, u32 => multimem_red_relaxed_sys_and_b32;
+    And, u64 => multimem_red_relaxed_sys_and_b64;
+    Or, u32 => multimem_red_relaxed_sys_or_b32;
+    Or, u64 => multimem_red_relaxed_sys_or_b64;
+    Xor, u32 => multimem_red_relaxed_sys_xor_b32;
+    Xor, u64 => multimem_red_relaxed_sys_xor_b64;
 }
 
-op_pairs! { store_bits Red::red;
-    And, i32 as u32 => multimem_red_relaxed_sys_and_b32, "and.b32";
-    And, i64 as u64 => multimem_red_relaxed_sys_and_b64, "and.b64";
-    Or, i32 as u32 => multimem_red_relaxed_sys_or_b32, "or.b32";
-    Or, i64 as u64 => multimem_red_relaxed_sys_or_b64, "or.b64";
-    Xor, i32 as u32 => multimem_red_relaxed_sys_xor_b32, "xor.b32";
-    Xor, i64 as u64 => multimem_red_relaxed_sys_xor_b64, "xor.b64";
+op_pairs! { store_bits Red::red in RED_RELAXED;
+    And, i32 as u32 => multimem_red_relaxed_sys_and_b32;
+    And, i64 as u64 => multimem_red_relaxed_sys_and_b64;
+    Or, i32 as u32 => multimem_red_relaxed_sys_or_b32;
+    Or, i64 as u64 => multimem_red_relaxed_sys_or_b64;
+    Xor, i32 as u32 => multimem_red_relaxed_sys_xor_b32;
+    Xor, i64 as u64 => multimem_red_relaxed_sys_xor_b64;
 }
 
 // Release reductions: the partner is an `.acquire` load at `.sys` scope (unicast on a member's
 // own copy, or [`multimem_ld_reduce_acquire`]) that observes the result.
-op_pairs! { store RedRelease::red_release;
-    Add, u32 => multimem_red_release_sys_add_u32, "add.u32";
-    Add, i32 => multimem_red_release_sys_add_s32, "add.s32";
-    Add, u64 => multimem_red_release_sys_add_u64, "add.u64";
-    Add, f32 => multimem_red_release_sys_add_f32, "add.f32";
-    Add, F32x2 => multimem_red_release_sys_add_v2_f32, "add.v2.f32";
-    Add, F32x4 => multimem_red_release_sys_add_v4_f32, "add.v4.f32";
+op_pairs! { store RedRelease::red_release in RED_RELEASE;
+    Add, u32 => multimem_red_release_sys_add_u32;
+    Add, i32 => multimem_red_release_sys_add_s32;
+    Add, u64 => multimem_red_release_sys_add_u64;
+    Add, f32 => multimem_red_release_sys_add_f32;
+    Add, F32x2 => multimem_red_release_sys_add_v2_f32;
+    Add, F32x4 => multimem_red_release_sys_add_v4_f32;
 }
 
 #[cfg(feature = "sm100a")]
-op_pairs! { load LdReduce::ld_reduce;
-    Add, E4m3x4 => multimem_ld_reduce_relaxed_sys_add_e4m3x4, "add.e4m3x4";
-    Add, E4m3x8 => multimem_ld_reduce_relaxed_sys_add_v2_e4m3x4, "add.v2.e4m3x4";
-    Add, E4m3x16 => multimem_ld_reduce_relaxed_sys_add_v4_e4m3x4, "add.v4.e4m3x4";
-    Add, E5m2x4 => multimem_ld_reduce_relaxed_sys_add_e5m2x4, "add.e5m2x4";
-    Add, E5m2x8 => multimem_ld_reduce_relaxed_sys_add_v2_e5m2x4, "add.v2.e5m2x4";
-    Add, E5m2x16 => multimem_ld_reduce_relaxed_sys_add_v4_e5m2x4, "add.v4.e5m2x4";
-    Min, E4m3x4 => multimem_ld_reduce_relaxed_sys_min_e4m3x4, "min.e4m3x4";
-    Min, E4m3x8 => multimem_ld_reduce_relaxed_sys_min_v2_e4m3x4, "min.v2.e4m3x4";
-    Min, E4m3x16 => multimem_ld_reduce_relaxed_sys_min_v4_e4m3x4, "min.v4.e4m3x4";
-    Min, E5m2x4 => multimem_ld_reduce_relaxed_sys_min_e5m2x4, "min.e5m2x4";
-    Min, E5m2x8 => multimem_ld_reduce_relaxed_sys_min_v2_e5m2x4, "min.v2.e5m2x4";
-    Min, E5m2x16 => multimem_ld_reduce_relaxed_sys_min_v4_e5m2x4, "min.v4.e5m2x4";
-    Max, E4m3x4 => multimem_ld_reduce_relaxed_sys_max_e4m3x4, "max.e4m3x4";
-    Max, E4m3x8 => multimem_ld_reduce_relaxed_sys_max_v2_e4m3x4, "max.v2.e4m3x4";
-    Max, E4m3x16 => multimem_ld_reduce_relaxed_sys_max_v4_e4m3x4, "max.v4.e4m3x4";
-    Max, E5m2x4 => multimem_ld_reduce_relaxed_sys_max_e5m2x4, "max.e5m2x4";
-    Max, E5m2x8 => multimem_ld_reduce_relaxed_sys_max_v2_e5m2x4, "max.v2.e5m2x4";
-    Max, E5m2x16 => multimem_ld_reduce_relaxed_sys_max_v4_e5m2x4, "max.v4.e5m2x4";
+op_pairs! { load LdReduce::ld_reduce in LD_REDUCE_FP8;
+    Add, E4m3x4 => multimem_ld_reduce_relaxed_sys_add_e4m3x4;
+    Add, E4m3x8 => multimem_ld_reduce_relaxed_sys_add_v2_e4m3x4;
+    Add, E4m3x16 => multimem_ld_reduce_relaxed_sys_add_v4_e4m3x4;
+    Add, E5m2x4 => multimem_ld_reduce_relaxed_sys_add_e5m2x4;
+    Add, E5m2x8 => multimem_ld_reduce_relaxed_sys_add_v2_e5m2x4;
+    Add, E5m2x16 => multimem_ld_reduce_relaxed_sys_add_v4_e5m2x4;
+    Min, E4m3x4 => multimem_ld_reduce_relaxed_sys_min_e4m3x4;
+    Min, E4m3x8 => multimem_ld_reduce_relaxed_sys_min_v2_e4m3x4;
+    Min, E4m3x16 => multimem_ld_reduce_relaxed_sys_min_v4_e4m3x4;
+    Min, E5m2x4 => multimem_ld_reduce_relaxed_sys_min_e5m2x4;
+    Min, E5m2x8 => multimem_ld_reduce_relaxed_sys_min_v2_e5m2x4;
+    Min, E5m2x16 => multimem_ld_reduce_relaxed_sys_min_v4_e5m2x4;
+    Max, E4m3x4 => multimem_ld_reduce_relaxed_sys_max_e4m3x4;
+    Max, E4m3x8 => multimem_ld_reduce_relaxed_sys_max_v2_e4m3x4;
+    Max, E4m3x16 => multimem_ld_reduce_relaxed_sys_max_v4_e4m3x4;
+    Max, E5m2x4 => multimem_ld_reduce_relaxed_sys_max_e5m2x4;
+    Max, E5m2x8 => multimem_ld_reduce_relaxed_sys_max_v2_e5m2x4;
+    Max, E5m2x16 => multimem_ld_reduce_relaxed_sys_max_v4_e5m2x4;
 }
 
 #[cfg(feature = "sm100a")]
-type_impls! { load LdReduceAccF16::ld_reduce_acc_f16;
-    E4m3x4 => multimem_ld_reduce_relaxed_sys_add_acc_f16_e4m3x4, "add.acc::f16.e4m3x4";
-    E4m3x8 => multimem_ld_reduce_relaxed_sys_add_acc_f16_v2_e4m3x4, "add.acc::f16.v2.e4m3x4";
-    E4m3x16 => multimem_ld_reduce_relaxed_sys_add_acc_f16_v4_e4m3x4, "add.acc::f16.v4.e4m3x4";
-    E5m2x4 => multimem_ld_reduce_relaxed_sys_add_acc_f16_e5m2x4, "add.acc::f16.e5m2x4";
-    E5m2x8 => multimem_ld_reduce_relaxed_sys_add_acc_f16_v2_e5m2x4, "add.acc::f16.v2.e5m2x4";
-    E5m2x16 => multimem_ld_reduce_relaxed_sys_add_acc_f16_v4_e5m2x4, "add.acc::f16.v4.e5m2x4";
+type_impls! { load LdReduceAccF16::ld_reduce_acc_f16 in LD_REDUCE_FP8;
+    E4m3x4 => multimem_ld_reduce_relaxed_sys_add_acc_f16_e4m3x4;
+    E4m3x8 => multimem_ld_reduce_relaxed_sys_add_acc_f16_v2_e4m3x4;
+    E4m3x16 => multimem_ld_reduce_relaxed_sys_add_acc_f16_v4_e4m3x4;
+    E5m2x4 => multimem_ld_reduce_relaxed_sys_add_acc_f16_e5m2x4;
+    E5m2x8 => multimem_ld_reduce_relaxed_sys_add_acc_f16_v2_e5m2x4;
+    E5m2x16 => multimem_ld_reduce_relaxed_sys_add_acc_f16_v4_e5m2x4;
 }
 
 #[cfg(feature = "sm100a")]
-type_impls! { store Store::st;
-    E4m3x4 => multimem_st_relaxed_sys_e4m3x4, "e4m3x4";
-    E4m3x8 => multimem_st_relaxed_sys_v2_e4m3x4, "v2.e4m3x4";
-    E4m3x16 => multimem_st_relaxed_sys_v4_e4m3x4, "v4.e4m3x4";
-    E5m2x4 => multimem_st_relaxed_sys_e5m2x4, "e5m2x4";
-    E5m2x8 => multimem_st_relaxed_sys_v2_e5m2x4, "v2.e5m2x4";
-    E5m2x16 => multimem_st_relaxed_sys_v4_e5m2x4, "v4.e5m2x4";
+type_impls! { store Store::st in ST_FP8;
+    E4m3x4 => multimem_st_relaxed_sys_e4m3x4;
+    E4m3x8 => multimem_st_relaxed_sys_v2_e4m3x4;
+    E4m3x16 => multimem_st_relaxed_sys_v4_e4m3x4;
+    E5m2x4 => multimem_st_relaxed_sys_e5m2x4;
+    E5m2x8 => multimem_st_relaxed_sys_v2_e5m2x4;
+    E5m2x16 => multimem_st_relaxed_sys_v4_e5m2x4;
 }
 
 #[cfg(any(target_arch = "nvptx64", doc))]

@@ -280,14 +280,12 @@ mod device {
         device_assert!(bytes.is_multiple_of(P::PAYLOAD_BYTES), "put_packets: size not a multiple of the payload");
         device_assert!(src.is_aligned_to(P::PAYLOAD_BYTES as usize), "put_packets: source not aligned to the payload");
         let n = bytes / P::PAYLOAD_BYTES;
-        let mut i = t.index as u64;
-        while i < n {
+        for i in t.stride(n) {
             // SAFETY: packet i and payload i lie inside the ranges the caller vouched for.
             unsafe {
                 let v = P::load_payload(src.as_ptr().add((i * P::PAYLOAD_BYTES) as usize));
                 dst.add(i as usize).write(v, flag);
             }
-            i += t.count as u64;
         }
     }
 
@@ -312,14 +310,12 @@ mod device {
             "unpack_packets: target not aligned to the payload"
         );
         let n = bytes / P::PAYLOAD_BYTES;
-        let mut i = t.index as u64;
-        while i < n {
+        for i in t.stride(n) {
             // SAFETY: as for `copy_to_packets`.
             unsafe {
                 let v = src.add(i as usize).read(flag, budget);
                 P::store_payload(dst.as_ptr().add((i * P::PAYLOAD_BYTES) as usize), v);
             }
-            i += t.count as u64;
         }
     }
 }

@@ -195,23 +195,11 @@ pub fn dynamic_shared<T>() -> SharedPtr<T> {
     SharedPtr::from_addr(crate::ptx::smem::dynamic_smem_base())
 }
 
-/// Bytes of dynamic shared memory this launch was given.
-#[cfg(any(target_arch = "nvptx64", doc))]
-#[inline(always)]
-pub fn dynamic_shared_bytes() -> u32 {
-    crate::ptx::sreg::dynamic_smem_size()
-}
-
 #[cfg(any(target_arch = "nvptx64", doc))]
 impl<T> SharedPtr<T> {
     /// The generic pointer of this shared address, for ordinary loads and stores.
     #[inline(always)]
     pub fn as_generic(self) -> *mut T {
         crate::ptx::smem::cvta_shared_u64(self.addr).cast()
-    }
-    /// The shared address of a generic pointer into this CTA's shared memory.
-    #[inline(always)]
-    pub fn from_generic(ptr: *const T) -> Self {
-        Self::from_addr(crate::ptx::smem::cvta_to_shared_u64(ptr.cast()))
     }
 }

@@ -1,6 +1,7 @@
 //! Device halves of the bulk-copy tests and benches.
 
 use mscclpp_device::bulk::{self, BulkBarrier, BulkPipeline, BulkReduceOp};
+use mscclpp_device::copy::Threads;
 use mscclpp_device::op;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::{GlobalPtr, SharedPtr, dynamic_shared};
@@ -49,10 +50,8 @@ kernels! {
         bar.wait(&mut phase, BUDGET);
         let words = (n * tile_bytes / 4) as usize;
         let b = buf.cast::<u32>().as_generic();
-        let mut i = sreg::tid_x() as usize;
-        while i < words {
+        for i in Threads::block().stride(words) {
             *dst.add(i) = *b.add(i);
-            i += sreg::ntid_x() as usize;
         }
     }
 
@@ -97,10 +96,8 @@ kernels! {
                 barrier_sync();
             }
             let g = buf.as_generic();
-            let mut i = sreg::tid_x() as usize;
-            while i < words {
+            for i in Threads::block().stride(words) {
                 *g.add(i) = 3 * *src.add(k as usize * words + i) + k;
-                i += sreg::ntid_x() as usize;
             }
             // Partner: the bulk store below reads these generic writes through the async proxy.
             bulk::bulk_fence();
@@ -150,11 +147,8 @@ kernels! {
 
     /// Plain SM copy with 16-byte vectors, grid-stride (baseline).
     fn sm_copy_v4(dst: *mut [u32; 4], src: *const [u32; 4], n: u64) {
-        let mut i = (sreg::ctaid_x() * sreg::ntid_x() + sreg::tid_x()) as u64;
-        let stride = (sreg::nctaid_x() * sreg::ntid_x()) as u64;
-        while i < n {
+        for i in Threads::grid().stride(n) {
             *dst.add(i as usize) = *src.add(i as usize);
-            i += stride;
         }
     }
 }

@@ -25,13 +25,11 @@ fn words_of<P: Packet>() -> u32 {
 #[inline(always)]
 unsafe fn fill_message<P: Packet>(buf: *mut u32, packets: u32, seed: u32, side: u32, round: u32, t: Threads) {
     let w = words_of::<P>();
-    let mut j = t.index;
-    while j < packets {
+    for j in t.stride(packets) {
         for k in j * w..(j + 1) * w {
             // SAFETY: the kernel's caller passes a buffer that holds `packets` packets' words.
             unsafe { *buf.add(k as usize) = message_word(seed, side, round, k) };
         }
-        j += t.count;
     }
 }
 
@@ -48,8 +46,7 @@ unsafe fn check_message<P: Packet>(
 ) -> u32 {
     let w = words_of::<P>();
     let mut checked = 0;
-    let mut j = t.index;
-    while j < packets {
+    for j in t.stride(packets) {
         for k in j * w..(j + 1) * w {
             // SAFETY: the kernel's caller passes a buffer that holds `packets` packets' words.
             if unsafe { *buf.add(k as usize) } != message_word(seed, side, round, k) {
@@ -57,7 +54,6 @@ unsafe fn check_message<P: Packet>(
             }
             checked += 1;
         }
-        j += t.count;
     }
     checked
 }
@@ -206,10 +202,8 @@ kernels! {
         for r in 1..=rounds {
             for sending in [first != 0, first == 0] {
                 if sending {
-                    let mut k = t.index;
-                    while k < words {
+                    for k in t.stride(words) {
                         *out.add(k as usize) = message_word(seed, side, r, k);
-                        k += t.count;
                     }
                     // The message is whole before the threads copy it out (in other slices).
                     barrier_sync();
@@ -221,11 +215,9 @@ kernels! {
                     if t.index == 0 { chan.wait(BUDGET); }
                     // Thread 0's acquire before any thread reads the message.
                     barrier_sync();
-                    let mut k = t.index;
-                    while k < words {
+                    for k in t.stride(words) {
                         if core::ptr::read_volatile(inc.add(k as usize)) != message_word(seed, peer, r, k) { bad += 1; }
                         checked += 1;
-                        k += t.count;
                     }
                 }
             }
@@ -255,11 +247,9 @@ kernels! {
                 *half.add(b as usize) = v;
             }
             syncer.sync(nb, BUDGET);
-            let mut j = t.index;
-            while j < nb {
+            for j in t.stride(nb) {
                 if *half.add(j as usize) != v { bad += 1; }
                 seen += 1;
-                j += t.count;
             }
         }
         atom_red::red_relaxed_gpu_add_u64(report, bad);
@@ -319,11 +309,9 @@ kernels! {
         let (mut bad, mut checked) = (0u64, 0u64);
         for r in 1..=rounds {
             if (r % 2 == 1) == (first != 0) {
-                let mut i = t.index;
-                while i < n {
+                for i in t.stride(n) {
                     chan.write::<u64>(i as usize, val(r, i, 0));
                     *local.add((n + i) as usize) = val(r, i, 1);
-                    i += t.count;
                 }
                 // Every thread's stores before thread 0's release signal.
                 barrier_sync();
@@ -332,12 +320,10 @@ kernels! {
                 if t.index == 0 { chan.wait(BUDGET); }
                 // Thread 0's acquire before any thread reads.
                 barrier_sync();
-                let mut i = t.index;
-                while i < n {
+                for i in t.stride(n) {
                     if *local.add(i as usize) != val(r, i, 0) { bad += 1; }
                     if chan.read::<u64>((n + i) as usize) != val(r, i, 1) { bad += 1; }
                     checked += 2;
-                    i += t.count;
                 }
             }
         }

@@ -7,6 +7,7 @@ use core::ptr::{read_volatile, write_volatile};
 use mscclpp_device::atomic::{self, AcqRel, Gpu};
 use mscclpp_device::bulk::{self, BulkPipeline};
 use mscclpp_device::channel::port::PortChannel;
+use mscclpp_device::copy::Threads;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::{GlobalPtr, dynamic_shared};
 use mscclpp_device::ptx::{atom_red, misc::barrier_sync, sreg};
@@ -90,10 +91,8 @@ kernels! {
             let len = len_of(j);
             let words = len / 4;
             let base = (tile_of(j) * tile as u64 / 4) as usize;
-            let mut i = sreg::tid_x();
-            while i < words {
+            for i in Threads::block().stride(words) {
                 *out.add(base + i as usize) = sum_over_ranks(buf, world, words, i);
-                i += sreg::ntid_x();
             }
             // Every thread is done with this stage before it is refilled.
             barrier_sync();
@@ -145,10 +144,8 @@ kernels! {
         let n = world * chunk_words;
         let (mut bad, mut checked) = (0u64, 0u64);
         for k in 0..iters {
-            let mut i = t;
-            while i < n {
+            for i in Threads::block().stride(n) {
                 write_volatile(src.add(i as usize), a2a_word(k, me, i / chunk_words, i % chunk_words));
-                i += sreg::ntid_x();
             }
             barrier_sync();
             if t < world && t != me {
@@ -160,8 +157,7 @@ kernels! {
             }
             barrier_sync();
             let base = ((k % 2) * n) as usize;
-            let mut i = t;
-            while i < n {
+            for i in Threads::block().stride(n) {
                 let from = i / chunk_words;
                 if from != me {
                     if read_volatile(recv.add(base + i as usize)) != a2a_word(k, from, me, i % chunk_words) {
@@ -169,7 +165,6 @@ kernels! {
                     }
                     checked += 1;
                 }
-                i += sreg::ntid_x();
             }
             barrier_sync();
             // One flush drains this rank's proxy: every put above has completed after it.
@@ -199,14 +194,12 @@ kernels! {
 
     /// `out[i] = sum over r of slots[r * n + i]` (i32, wrapping), grid-stride.
     fn mp_reduce_slots(slots: *const i32, world: u32, n: u32, out: *mut i32) {
-        let mut i = sreg::ctaid_x() * sreg::ntid_x() + sreg::tid_x();
-        while i < n {
+        for i in Threads::grid().stride(n) {
             let mut s = 0i32;
             for r in 0..world {
                 s = s.wrapping_add(*slots.add((r * n + i) as usize));
             }
             *out.add(i as usize) = s;
-            i += sreg::nctaid_x() * sreg::ntid_x();
         }
     }
 
@@ -243,10 +236,8 @@ kernels! {
             barrier_sync();
             let words = len_of(j) / 4;
             let res = result.cast::<i32>().as_generic();
-            let mut i = sreg::tid_x();
-            while i < words {
+            for i in Threads::block().stride(words) {
                 *res.add(i as usize) = sum_over_ranks(buf, world, words, i);
-                i += sreg::ntid_x();
             }
             // Partner: the bulk stores below read the result through the async proxy.
             bulk::bulk_fence();

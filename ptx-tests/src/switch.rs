@@ -13,6 +13,7 @@
 
 use mscclpp_device::channel::emulated_switch::EmulatedSwitchChannel;
 use mscclpp_device::channel::switch::{SwitchChannel, SwitchElem, SwitchGroup};
+use mscclpp_device::copy::Threads;
 use mscclpp_device::multimem::{Red, op};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
@@ -217,10 +218,8 @@ unsafe fn emu_reduce_broadcast<V: SwitchElem>(
     unsafe {
         block_barrier(chan, budget);
         let n = chan.elements::<V>();
-        let mut i = sreg::tid_x() as u64;
-        while i < n {
+        for i in Threads::block().stride(n) {
             *out.add(i as usize) = chan.reduce::<V>(i as usize);
-            i += sreg::ntid_x() as u64;
         }
         // Every rank has read every copy before anyone overwrites it.
         block_barrier(chan, budget);

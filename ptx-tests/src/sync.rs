@@ -182,10 +182,8 @@ kernels! {
         for r in 1..=rounds {
             for sending in [first != 0, first == 0] {
                 if sending {
-                    let mut k = t.index;
-                    while k < words {
+                    for k in t.stride(words) {
                         write_volatile(peer_data.add(k as usize), message_word(seed, side, r, k));
-                        k += t.count;
                     }
                     // Every thread's payload stores before thread 0's release signal.
                     barrier_sync();
@@ -214,13 +212,11 @@ kernels! {
                     }
                     // Thread 0's acquire before any thread reads the payload.
                     barrier_sync();
-                    let mut k = t.index;
-                    while k < words {
+                    for k in t.stride(words) {
                         if read_volatile(my_data.add(k as usize)) != message_word(seed, peer, r, k) {
                             bad += 1;
                         }
                         checked += 1;
-                        k += t.count;
                     }
                 }
             }
@@ -301,10 +297,8 @@ kernels! {
             for _ in 0..count { sem.wait(BUDGET); }
         }
         barrier_sync();
-        let mut i = sreg::tid_x();
-        while i < words {
+        for i in Threads::block().stride(words) {
             *out.add(i as usize) = read_volatile(data.add(i as usize));
-            i += sreg::ntid_x();
         }
     }
 
@@ -316,11 +310,9 @@ kernels! {
         }
         barrier_sync();
         let words = (bytes / 4) as u32;
-        let mut i = sreg::tid_x();
-        while i < words {
+        for i in Threads::block().stride(words) {
             let p = src.add(i as usize);
             write_volatile(p, !read_volatile(p));
-            i += sreg::ntid_x();
         }
     }
 

@@ -249,11 +249,9 @@ mod device {
             let from = self.packets.byte_add(local_pkt_off as usize).cast::<P>();
             let to = self.remote_packets.byte_add(remote_pkt_off as usize).cast::<P>();
             let n = bytes / P::PAYLOAD_BYTES;
-            let mut i = t.index as u64;
-            while i < n {
+            for i in t.stride(n) {
                 // SAFETY: packet i lies inside both ranges (caller's contract).
                 unsafe { to.add(i as usize).write(from.add(i as usize).read(flag, budget), flag) };
-                i += t.count as u64;
             }
         }
 

@@ -91,16 +91,6 @@ mod device {
             unsafe { self.request(kind::DATA, dst_off, src_off, bytes, budget) }
         }
 
-        /// [`PortChannel::put`] with the same offset on both sides.
-        ///
-        /// # Safety
-        /// As for [`PortChannel::put`].
-        #[inline(always)]
-        pub unsafe fn put_at(&self, offset: u64, bytes: u64, budget: SpinBudget) -> u64 {
-            // SAFETY: forwarded.
-            unsafe { self.request(kind::DATA, offset, offset, bytes, budget) }
-        }
-
         /// Signals the peer's semaphore once the earlier puts of this proxy have landed.
         ///
         /// # Safety

@@ -72,3 +72,37 @@ pub(crate) const fn concat<const N: usize>(tables: &[&[Check]]) -> [Check; N] {
     assert!(k == N, "concat: N is not the total of the tables");
     out
 }
+
+/// The mnemonic of `wrapper`'s row in `table` (its first [`Check::ptx`] text), for the typed
+/// layers ([`crate::multimem`], [`crate::bulk`]) that name a wrapper and must state the instruction
+/// it emits: evaluated in a constant, a wrapper missing from `table` fails the build on every
+/// target, so the name cannot point at a row that does not exist or at another family's row.
+pub(crate) const fn mnemonic(table: &[Check], wrapper: &str) -> &'static str {
+    let mut i = 0;
+    while i < table.len() {
+        if same(table[i].wrapper, wrapper) {
+            match table[i].ptx.first() {
+                Some(m) => return m,
+                None => panic!("the wrapper's row has no mnemonic"),
+            }
+        }
+        i += 1;
+    }
+    panic!("no row in this table for the wrapper")
+}
+
+/// `a == b`, in const code.
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}

@@ -1,10 +1,16 @@
 //! Bulk copies by the Tensor Memory Accelerator (non-tensor `cp.async.bulk` forms).
 //!
+//! Shared-memory operands are [`SharedPtr`]s: `SharedPtr<u8>` for data,
+//! `SharedPtr<u64>` for the `mbarrier` object, so a global address or a size cannot stand in for
+//! either.
+//!
 //! The check kernels read their operands from memory: `p[0]` the global address, `p[1]` the
-//! shared address (low word) and the size (high word), `p[2]` the barrier, `p[3]` the policy.
+//! shared address (low word) and the size (high word), `p[2]` the barrier.
 
 #[cfg(any(target_arch = "nvptx64", doc))]
 use super::asm;
+#[cfg(any(target_arch = "nvptx64", doc))]
+use crate::ptr::SharedPtr;
 
 hand! {
     table = COPIES;
@@ -13,7 +19,12 @@ hand! {
         forbid [".L2::cache_hint"],
         kernel |p: *mut u64| {
             let w = *p.add(1);
-            cp_async_bulk_shared_global(w as u32, *p as *const u8, (w >> 32) as u32, *p.add(2) as u32);
+            cp_async_bulk_shared_global(
+                SharedPtr::from_addr(w as u32),
+                *p as *const u8,
+                (w >> 32) as u32,
+                SharedPtr::from_addr(*p.add(2) as u32),
+            );
         })]
     /// `cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [dst], [src], size, [bar];`
     /// (PTX 8.6, sm_90): copies `bytes` from global memory to shared memory; completion is counted
@@ -23,12 +34,12 @@ hand! {
     /// `dst` and `src` 16-byte aligned, `bytes` a multiple of 16, both ranges valid, `bar` an
     /// initialised barrier of this CTA that expects these bytes in its current phase.
     #[inline(always)]
-    pub unsafe fn cp_async_bulk_shared_global(dst: u32, src: *const u8, bytes: u32, bar: u32) {
+    pub unsafe fn cp_async_bulk_shared_global(dst: SharedPtr<u8>, src: *const u8, bytes: u32, bar: SharedPtr<u64>) {
         // SAFETY: caller guarantees the alignment, sizes and barrier state.
         unsafe {
             asm!(
                 concat!(mnemonic!(), " [{d}], [{s}], {n}, [{b}];"),
-                d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes, b = in(reg32) bar, options(nostack)
+                d = in(reg32) dst.addr(), s = in(reg64) src, n = in(reg32) bytes, b = in(reg32) bar.addr(), options(nostack)
             )
         };
     }
@@ -36,7 +47,7 @@ hand! {
     #[check("cp.async.bulk.global.shared::cta.bulk_group", sass ["UBLKCP.G.S"], forbid [".L2::cache_hint"],
         kernel |p: *mut u64| {
             let w = *p.add(1);
-            cp_async_bulk_global_shared(*p as *mut u8, w as u32, (w >> 32) as u32);
+            cp_async_bulk_global_shared(*p as *mut u8, SharedPtr::from_addr(w as u32), (w >> 32) as u32);
         })]
     /// `cp.async.bulk.global.shared::cta.bulk_group [dst], [src], size;` (PTX 8.0, sm_90): copies
     /// `bytes` from shared memory to global memory (local or peer), in the thread's open bulk group.
@@ -45,96 +56,14 @@ hand! {
     /// `dst` and `src` 16-byte aligned, `bytes` a multiple of 16, both ranges valid; the source must
     /// stay unchanged until a `cp.async.bulk.wait_group.read` covers this group.
     #[inline(always)]
-    pub unsafe fn cp_async_bulk_global_shared(dst: *mut u8, src: u32, bytes: u32) {
+    pub unsafe fn cp_async_bulk_global_shared(dst: *mut u8, src: SharedPtr<u8>, bytes: u32) {
         // SAFETY: caller guarantees the alignment and sizes.
         unsafe {
             asm!(
                 concat!(mnemonic!(), " [{d}], [{s}], {n};"),
-                d = in(reg64) dst, s = in(reg32) src, n = in(reg32) bytes, options(nostack)
+                d = in(reg64) dst, s = in(reg32) src.addr(), n = in(reg32) bytes, options(nostack)
             )
         };
-    }
-
-    #[check("cp.async.bulk.prefetch.L2.global", sass ["UBLKPF.L2"],
-        kernel |p: *mut u64| { cp_async_bulk_prefetch_l2(*p as *const u8, *p.add(1) as u32); })]
-    /// `cp.async.bulk.prefetch.L2.global [src], size;` (PTX 8.0, sm_90): asks the copy engine to
-    /// bring `bytes` into L2.
-    ///
-    /// # Safety
-    /// `src` 16-byte aligned and `bytes` a multiple of 16 (a prefetch of unmapped memory is ignored
-    /// by the hardware, but the operands must still be well formed).
-    #[inline(always)]
-    pub unsafe fn cp_async_bulk_prefetch_l2(src: *const u8, bytes: u32) {
-        // SAFETY: caller guarantees the operand constraints.
-        unsafe { asm!(concat!(mnemonic!(), " [{s}], {n};"), s = in(reg64) src, n = in(reg32) bytes, options(nostack)) };
-    }
-
-    #[check("cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes.L2::cache_hint", sass ["UBLKCP.S.G"],
-        kernel |p: *mut u64| {
-            let w = *p.add(1);
-            cp_async_bulk_shared_global_hint(w as u32, *p as *const u8, (w >> 32) as u32, *p.add(2) as u32, *p.add(3));
-        })]
-    /// `cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes.L2::cache_hint [dst], [src],
-    /// size, [bar], policy;` (PTX 8.6, sm_90): [`cp_async_bulk_shared_global`] with an L2 policy from
-    /// `createpolicy`.
-    ///
-    /// # Safety
-    /// As for [`cp_async_bulk_shared_global`]; `policy` must come from a `createpolicy` instruction.
-    #[inline(always)]
-    pub unsafe fn cp_async_bulk_shared_global_hint(dst: u32, src: *const u8, bytes: u32, bar: u32, policy: u64) {
-        // SAFETY: caller guarantees the alignment, sizes and barrier state.
-        unsafe {
-            asm!(
-                concat!(mnemonic!(), " [{d}], [{s}], {n}, [{b}], {p};"),
-                d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes, b = in(reg32) bar, p = in(reg64) policy,
-                options(nostack)
-            )
-        };
-    }
-
-    #[check("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint", sass ["UBLKCP.G.S"],
-        kernel |p: *mut u64| {
-            let w = *p.add(1);
-            cp_async_bulk_global_shared_hint(*p as *mut u8, w as u32, (w >> 32) as u32, *p.add(3));
-        })]
-    /// `cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [dst], [src], size, policy;`
-    /// (PTX 8.0, sm_90): [`cp_async_bulk_global_shared`] with an L2 policy.
-    ///
-    /// # Safety
-    /// As for [`cp_async_bulk_global_shared`]; `policy` must come from a `createpolicy` instruction.
-    #[inline(always)]
-    pub unsafe fn cp_async_bulk_global_shared_hint(dst: *mut u8, src: u32, bytes: u32, policy: u64) {
-        // SAFETY: caller guarantees the alignment and sizes.
-        unsafe {
-            asm!(
-                concat!(mnemonic!(), " [{d}], [{s}], {n}, {p};"),
-                d = in(reg64) dst, s = in(reg32) src, n = in(reg32) bytes, p = in(reg64) policy, options(nostack)
-            )
-        };
-    }
-
-    #[check("createpolicy.fractional.L2::evict_first.b64", sass [],
-        no_sass "the policy word is built from constants with ordinary uniform integer code",
-        kernel |p: *mut u64| { *p = createpolicy_fractional_l2_evict_first(); })]
-    /// `createpolicy.fractional.L2::evict_first.b64 d, 1.0;` (PTX 7.4, sm_80)
-    #[inline(always)]
-    pub fn createpolicy_fractional_l2_evict_first() -> u64 {
-        let p: u64;
-        // SAFETY: computes a policy value; no memory access.
-        unsafe { asm!(concat!(mnemonic!(), " {p}, 1.0;"), p = out(reg64) p, options(nomem, nostack, pure)) };
-        p
-    }
-
-    #[check("createpolicy.fractional.L2::evict_last.b64", sass [],
-        no_sass "the policy word is built from constants with ordinary uniform integer code",
-        kernel |p: *mut u64| { *p = createpolicy_fractional_l2_evict_last(); })]
-    /// `createpolicy.fractional.L2::evict_last.b64 d, 1.0;` (PTX 7.4, sm_80)
-    #[inline(always)]
-    pub fn createpolicy_fractional_l2_evict_last() -> u64 {
-        let p: u64;
-        // SAFETY: computes a policy value; no memory access.
-        unsafe { asm!(concat!(mnemonic!(), " {p}, 1.0;"), p = out(reg64) p, options(nomem, nostack, pure)) };
-        p
     }
 }
 

@@ -7,8 +7,11 @@
 //! * names follow the mnemonic (`mbarrier_try_wait_parity`, `ld_acquire_sys_u64`);
 //! * anything that orders memory or starts asynchronous work is emitted without `pure`/`nomem`;
 //! * predicates are declared inside `{ .reg .pred p; ... selp ... }` blocks, loops stay in Rust;
-//! * shared-memory operands are 32-bit `.shared::cta` addresses, global operands 64-bit generic
-//!   addresses of global memory.
+//! * shared-memory operands of the mbarrier and bulk-copy wrappers are
+//!   [`SharedPtr`](crate::ptr::SharedPtr)s (32-bit `.shared::cta` addresses; `SharedPtr<u64>`
+//!   for an `mbarrier` object); `smem`'s conversions take and return the plain `u32` that
+//!   `ptr::SharedPtr` wraps (`ptr` builds on them); global operands are 64-bit generic addresses
+//!   of global memory.
 //!
 //! Every wrapper is a row of a macro ([`check`] describes them): the row makes the wrapper, its
 //! check kernel (feature `check-kernels`) and its entry in [`CHECKS`], which the repository's

@@ -3,7 +3,9 @@
 //! for [`CHECKS`](super::CHECKS). See [`check`](super::check) for what a row yields.
 //!
 //! A row's mnemonic is a literal: the `asm!` template is built from it (`concat!`), so the
-//! instruction, the doc alias and the expectation cannot disagree. A row's `sass [..]` lists the
+//! instruction, the doc alias and the expectation cannot disagree. The typed layers above
+//! ([`crate::multimem`], [`crate::bulk`]) name wrappers only and read their mnemonics back from the
+//! rows' tables (`check::mnemonic`). A row's `sass [..]` lists the
 //! opcodes its check kernel's SASS must hold (whole tokens), `forbid [..]` texts that must appear
 //! in neither its PTX nor its SASS, and `no_sass ".."` why an instruction has no SASS opcode of
 //! its own.
@@ -457,18 +459,18 @@ macro_rules! bulk_reduce {
             #[doc(alias = $mn)]
             #[cfg(any(target_arch = "nvptx64", doc))]
             #[inline(always)]
-            pub unsafe fn $name(dst: *mut u8, src: u32, bytes: u32) {
+            pub unsafe fn $name(dst: *mut u8, src: $crate::ptr::SharedPtr<u8>, bytes: u32) {
                 // SAFETY: caller guarantees the alignment and sizes.
                 unsafe {
                     asm!(
                         concat!($mn, " [{d}], [{s}], {n};"),
-                        d = in(reg64) dst, s = in(reg32) src, n = in(reg32) bytes, options(nostack)
+                        d = in(reg64) dst, s = in(reg32) src.addr(), n = in(reg32) bytes, options(nostack)
                     )
                 };
             }
             check_kernel!((all()) $name, |p: *mut u64| {
                 let w = *p.add(1);
-                $name(*p as *mut u8, w as u32, (w >> 32) as u32);
+                $name(*p as *mut u8, $crate::ptr::SharedPtr::from_addr(w as u32), (w >> 32) as u32);
             });
         )*
         #[doc(hidden)]

@@ -39,21 +39,4 @@ hand! {
         };
         r as *mut u8
     }
-
-    #[check("cvta.to.shared.u64", sass [], no_sass "address arithmetic",
-        kernel |p: *mut u64| { *(p as *mut u32) = cvta_to_shared_u64(*p as *const u8); })]
-    /// `cvta.to.shared.u64 d, a;` (PTX 2.0): the 32-bit shared address of a generic pointer into this
-    /// CTA's shared memory.
-    #[inline(always)]
-    pub fn cvta_to_shared_u64(generic: *const u8) -> u32 {
-        let r: u64;
-        // SAFETY: an address conversion; no memory access.
-        unsafe {
-            asm!(
-                concat!(mnemonic!(), " {r}, {a};"),
-                r = out(reg64) r, a = in(reg64) generic as u64, options(nomem, nostack, pure)
-            )
-        };
-        r as u32
-    }
 }

@@ -79,15 +79,4 @@ hand! {
         unsafe { asm!(concat!("mov.u64 {r}, ", mnemonic!(), ";"), r = out(reg64) r, options(nomem, nostack)) };
         r
     }
-
-    #[check("%dynamic_smem_size", also ["mov.u32"], sass [], no_sass "a constant-bank value (LDC)",
-        kernel |p: *mut u32| { *p = dynamic_smem_size(); })]
-    /// `mov.u32 d, %dynamic_smem_size;` (PTX 4.1): bytes of dynamic shared memory of this launch.
-    #[inline(always)]
-    pub fn dynamic_smem_size() -> u32 {
-        let r: u32;
-        // SAFETY: reads a special register; no memory access.
-        unsafe { asm!(concat!("mov.u32 {r}, ", mnemonic!(), ";"), r = out(reg32) r, options(nomem, nostack, pure)) };
-        r
-    }
 }

@@ -52,13 +52,12 @@ unsafe fn reduce_with<T: Elem>(a: &ReduceArgs, op: ReduceOp, device_scalar: Opti
     let table = a.table as *const u64;
     let n = a.n_src.max(1) as usize;
     let out = a.out as *mut T;
-    let mut i = t.index as u64;
     let pre = |x: T| match (op, device_scalar) {
         (ReduceOp::PreMulSum, Some(s)) => T::combine(ReduceOp::Prod, x, s),
         (ReduceOp::PreMulSum, None) => T::scale(x, scalar_bits),
         _ => x,
     };
-    while i < a.count {
+    for i in t.stride(a.count) {
         // SAFETY: the host built the table and the sources to hold `count` elements at the
         // offsets given; `out` holds `count` elements.
         unsafe {
@@ -72,7 +71,6 @@ unsafe fn reduce_with<T: Elem>(a: &ReduceArgs, op: ReduceOp, device_scalar: Opti
             }
             out.add(i as usize).write(acc);
         }
-        i += t.count as u64;
     }
 }
 
@@ -118,21 +116,17 @@ pub unsafe extern "ptx-kernel" fn nccl_sync(a: SyncArgs) {
     // Partner: the peers' acquiring waits. Orders everything this rank wrote before the launch
     // (earlier kernels and copies on the stream) before the signals below.
     mscclpp_device::atomic::fence_acq_rel::<mscclpp_device::atomic::Sys>();
-    let mut p = t.index;
-    while p < a.n_ranks {
+    for p in t.stride(a.n_ranks) {
         if a.signals(p) {
             // SAFETY: entry p is the semaphore toward peer p; only this thread signals it here.
             unsafe { (*a.table.as_ptr().add(p as usize)).signal() }
         }
-        p += t.count;
     }
-    let mut p = t.index;
-    while p < a.n_ranks {
+    for p in t.stride(a.n_ranks) {
         if a.waits(p) {
             // SAFETY: as above; only this thread waits on it here.
             unsafe { (*a.table.as_ptr().add(p as usize)).wait(a.budget) }
         }
-        p += t.count;
     }
     // Partner: the peers' signals; later kernels on this stream read what the peers published.
     mscclpp_device::atomic::fence_acq_rel::<mscclpp_device::atomic::Sys>();

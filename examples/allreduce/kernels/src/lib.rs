@@ -163,8 +163,7 @@ pub unsafe extern "ptx-kernel" fn allreduce_packets(
         // Every peer's packets arrive in my regions: wait for each (traps after BUDGET) and add
         // in rank order, so every rank gets the same bits. Packet i went out from thread
         // i % count above, so each thread only rewrites values it has already sent.
-        let mut i = t.index as usize;
-        while i < (n / 2) as usize {
+        for i in t.stride((n / 2) as usize) {
             let p = pairs.add(i).as_ptr();
             let own = p.read();
             let sum = sum_in_rank_order(n_ranks, |q| {
@@ -176,7 +175,6 @@ pub unsafe extern "ptx-kernel" fn allreduce_packets(
                 }
             });
             p.write(sum);
-            i += t.count as usize;
         }
     }
 }
@@ -221,14 +219,12 @@ pub unsafe extern "ptx-kernel" fn allreduce_put(
         // values[i] = sum over ranks q, in order, of (q == rank ? values[i] : scratch[q][i])
         let values = channel(chans, (rank + 1) % n_ranks).src.cast::<f32>().as_ptr();
         let scratch = values.add(n as usize);
-        let mut i = t.index as usize;
-        while i < n as usize {
+        for i in t.stride(n as usize) {
             let own = *values.add(i);
             let [sum] = sum_in_rank_order(n_ranks, |q| {
                 [if q == rank { own } else { *scratch.add(q as usize * n as usize + i) }]
             });
             *values.add(i) = sum;
-            i += t.count as usize;
         }
     }
 }
@@ -264,20 +260,16 @@ pub unsafe extern "ptx-kernel" fn scale_allreduce_shift(
     // SAFETY: the host's contract above: every pointer holds `n` floats of this GPU.
     unsafe {
         // Before the collective: scale this rank's input.
-        let mut i = t.index as u64;
-        while i < n {
+        for i in t.stride(n) {
             tmp.add(i as usize).as_ptr().write(alpha * x.add(i as usize).as_ptr().read());
-            i += t.count as u64;
         }
         // The collective reads any element from any block: every block's writes first.
         syncer.sync(sreg::nctaid_x(), BUDGET); // every block's `tmp = alpha * x` written
         coll.allreduce::<f32>(algorithm, tmp.cast(), out.cast(), 4 * n, BUDGET);
         syncer.sync(sreg::nctaid_x(), BUDGET); // every block's share of the sum written
-        let mut i = t.index as u64;
-        while i < n {
+        for i in t.stride(n) {
             let p = out.add(i as usize).as_ptr();
             p.write(p.read() + beta);
-            i += t.count as u64;
         }
     }
 }
