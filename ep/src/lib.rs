@@ -26,10 +26,15 @@
 //! receive buffer, where `offset(s)` is the number of rows `d` receives from ranks below `s`:
 //! the first pass exchanges every rank's counts (tagged words in every rank's shared buffer), so
 //! every sender knows where its rows go and the receive buffer is contiguous, grouped by source
-//! rank, tokens in their source order. Alongside: the token's `k` expert ids (global ids, as
-//! given), its `k` weights (f32) and its index on the source rank. What was received (rows, the
-//! offsets by source, rows per local expert) stays on the GPU ([`Dispatched`]); reading it to the
-//! host is the caller's choice ([`ExpertParallel::recv_counts`]), never needed by the library.
+//! rank, tokens in their source order. Alongside: the token's `k` expert ids, its `k` weights
+//! (f32) and its index on the source rank. The ids are local by default, as DeepEP gives them
+//! ([`ExpertIds::Local`]): on rank `d`, `id - d * experts_per_rank` for an expert of `d`, -1 for
+//! an expert of another rank (or none), and the weight of every -1 slot is 0, so an expert layer
+//! indexes its local experts directly and sums `weight * expert(x)` over all `k` slots;
+//! [`ExpertIds::Global`] keeps the ids and weights as given. What was received (rows, the offsets
+//! by source, rows per local expert, rounded up to [`Config::expert_alignment`]) stays on the GPU
+//! ([`Dispatched`]); reading it to the host is the caller's choice
+//! ([`ExpertParallel::recv_counts`]), never needed by the library.
 //!
 //! **Combine** takes one row per received row (`y`, the expert layer's output for that row,
 //! typically the sum over this rank's experts of the token of weight x expert output: the
@@ -70,6 +75,26 @@ pub const PTX: &str = include_str!(env!("MSCCLPP_EP_PTX"));
 /// Largest `max_tokens` (row indices stay below 2^31 with [`MAX_RANKS`] ranks).
 pub const MAX_TOKENS: usize = 1 << 24;
 
+/// Blocks of dispatch and combine unless [`Config::blocks`] says otherwise (DeepEP's default
+/// `num_sms`), or the GPU's SMs (this rank's share of them) when there are fewer.
+pub const DEFAULT_BLOCKS: u32 = 20;
+
+/// Largest [`Config::expert_alignment`].
+pub const MAX_EXPERT_ALIGNMENT: u32 = 1 << 16;
+
+/// Which expert ids a dispatch delivers with the received rows ([`Config::expert_ids`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ExpertIds {
+    /// DeepEP's: on the receiving rank `r`, `id - r * experts_per_rank` for an expert of `r`,
+    /// -1 for an expert of another rank (or none), and the weight of every -1 slot is 0. An
+    /// expert layer indexes its local experts with them directly.
+    #[default]
+    Local,
+    /// The ids as given (global, `-1` or any id outside `0..experts` for none) and all `k`
+    /// weights as given, on every rank.
+    Global,
+}
+
 /// How an [`ExpertParallel`] is built. Every rank must use the same sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -82,9 +107,19 @@ pub struct Config {
     pub experts: usize,
     /// Largest top-k of a call.
     pub max_topk: usize,
-    /// Blocks of dispatch and combine (default: the GPU's SM count; at most that, since the
-    /// blocks wait for each other; when ranks that are threads of one process share the GPU,
-    /// this rank's share of it, `Communicator::sm_share`). Ranks that differ use the smallest.
+    /// The received top-k ids: local (the default, as DeepEP gives them) or global. The same on
+    /// every rank.
+    pub expert_ids: ExpertIds,
+    /// The rows received per local expert ([`RecvCounts::per_expert`] and the info words) are
+    /// rounded up to a multiple of this, as DeepEP's `expert_alignment` (grouped GEMMs want 128;
+    /// the received rows themselves are as before). 1 (the default) to
+    /// [`MAX_EXPERT_ALIGNMENT`]; may differ between ranks.
+    pub expert_alignment: u32,
+    /// Blocks of dispatch and combine, DeepEP's `num_sms` (default [`DEFAULT_BLOCKS`], 20, or
+    /// the GPU's SMs when fewer; when ranks that are threads of one process share the GPU, this
+    /// rank's share of them, `Communicator::sm_share`). 1 up to the SMs (the blocks wait for each
+    /// other, so all must be resident); the SMs left over run other work (attention, a shared
+    /// expert) at the same time. Ranks that differ use the smallest.
     pub blocks: Option<u32>,
     /// Threads per block of dispatch and combine (default 1024, or what the kernels' registers
     /// allow).
@@ -100,14 +135,17 @@ pub struct Config {
 }
 
 impl Config {
-    /// The sizes, with the default blocks, threads, a 20-second wait budget and overlapped
-    /// launches (unless `MSCCLPP_RS_EP_PDL=0`).
+    /// The sizes, with local expert ids, an expert alignment of 1, the default blocks
+    /// ([`DEFAULT_BLOCKS`]) and threads, a 20-second wait budget and overlapped launches (unless
+    /// `MSCCLPP_RS_EP_PDL=0`).
     pub fn new(max_tokens: usize, hidden: usize, experts: usize, max_topk: usize) -> Self {
         Self {
             max_tokens,
             hidden,
             experts,
             max_topk,
+            expert_ids: ExpertIds::Local,
+            expert_alignment: 1,
             blocks: None,
             threads: None,
             budget: SpinBudget::from_millis(20_000),
@@ -136,6 +174,12 @@ impl Config {
         if self.max_tokens == 0 || self.max_tokens > MAX_TOKENS {
             return bad(format!("max_tokens {} (1 to {MAX_TOKENS})", self.max_tokens));
         }
+        if self.expert_alignment == 0 || self.expert_alignment > MAX_EXPERT_ALIGNMENT {
+            return bad(format!("expert_alignment {} (1 to {MAX_EXPERT_ALIGNMENT})", self.expert_alignment));
+        }
+        if self.blocks == Some(0) {
+            return bad("0 blocks (1 or more)".into());
+        }
         Ok(())
     }
 
@@ -155,6 +199,8 @@ impl Config {
             hidden: self.hidden as u32,
             max_topk: self.max_topk as u32,
             blocks,
+            global_ids: (self.expert_ids == ExpertIds::Global) as u32,
+            expert_alignment: self.expert_alignment,
             reserved: 0,
         }
     }
@@ -302,11 +348,13 @@ impl Dispatched {
     pub fn recv_x_addr(&self) -> u64 {
         self.recv_x
     }
-    /// Device address of the received rows' expert ids (`rows x k` i32, global ids).
+    /// Device address of the received rows' expert ids (`rows x k` i32): local ids, -1 for
+    /// experts of other ranks, unless the configuration asks for [`ExpertIds::Global`].
     pub fn recv_topk_idx_addr(&self) -> u64 {
         self.recv_topk_idx
     }
-    /// Device address of the received rows' weights (`rows x k` f32).
+    /// Device address of the received rows' weights (`rows x k` f32; 0 in the slots whose local
+    /// id is -1, unless [`ExpertIds::Global`]).
     pub fn recv_topk_weights_addr(&self) -> u64 {
         self.recv_topk_weights
     }
@@ -316,7 +364,8 @@ impl Dispatched {
     }
     /// Device address of the receive info (u32): `[0]` rows received, `[1 ..= n + 1]` the
     /// offset of each source rank's rows (and the total), then the `n x n` count matrix
-    /// (`[source][destination]`), then the rows received per local expert.
+    /// (`[source][destination]`), then the rows received per local expert (rounded up to a
+    /// multiple of [`Config::expert_alignment`]).
     pub fn info_addr(&self) -> u64 {
         self.info
     }
@@ -331,7 +380,8 @@ pub struct RecvCounts {
     pub offsets: Vec<usize>,
     /// Tokens every rank sent to every rank, `[source * n + destination]`.
     pub matrix: Vec<u32>,
-    /// Received (token, slot) pairs per expert of this rank.
+    /// Received (token, slot) pairs per expert of this rank, rounded up to a multiple of
+    /// [`Config::expert_alignment`] (DeepEP's `num_recv_tokens_per_expert_list`).
     pub per_expert: Vec<u32>,
 }
 
@@ -340,9 +390,9 @@ pub struct RecvCounts {
 pub struct ReceivedRows {
     /// `rows x row_bytes` bytes.
     pub x: Vec<u8>,
-    /// `rows x k` expert ids.
+    /// `rows x k` expert ids (local or global, as configured).
     pub topk_idx: Vec<i32>,
-    /// `rows x k` weights.
+    /// `rows x k` weights (0 where a local id is -1).
     pub topk_weights: Vec<f32>,
     /// `rows` source token indices.
     pub src: Vec<i32>,
@@ -404,7 +454,7 @@ impl ExpertParallel {
         // process share the GPU (their kernels run at once, and every block waits for theirs).
         let (sms, sharing) = (comm.sm_share()?, comm.ranks_sharing_gpu()?);
         let config = Config { overlap: config.overlap && comm.may_overlap_launches()?, ..config };
-        let own_blocks = config.blocks.unwrap_or(sms);
+        let own_blocks = config.blocks.unwrap_or(DEFAULT_BLOCKS.min(sms));
         // This rank's own checks; their verdict travels with its sizes (all zero: refused), so
         // that sizes one rank refuses are refused on all and none waits for the others.
         let local = config.check(n).and_then(|()| {
@@ -444,25 +494,26 @@ impl ExpertParallel {
                 config.hidden as u64,
                 config.experts as u64,
                 config.max_topk as u64,
+                (config.expert_ids == ExpertIds::Global) as u64,
                 own_blocks as u64,
             ],
-            Err(_) => [0; 5],
+            Err(_) => [0; 6],
         };
         let all = boot.all_gather_pod(&mine)?;
         local?;
-        if let Some(r) = all.iter().position(|v| v[4] == 0) {
+        if let Some(r) = all.iter().position(|v| v[5] == 0) {
             return Err(Error::InvalidArgument(format!(
                 "ep: rank {r} refused its configuration (its own error says why)"
             )));
         }
-        if let Some(r) = all.iter().position(|v| v[..4] != mine[..4]) {
+        if let Some(r) = all.iter().position(|v| v[..5] != mine[..5]) {
             return Err(Error::InvalidArgument(format!(
-                "ep: rank {r} uses max_tokens, hidden, experts, max_topk {:?}, this rank {:?}",
-                &all[r][..4],
-                &mine[..4]
+                "ep: rank {r} uses max_tokens, hidden, experts, max_topk, global ids {:?}, this rank {:?}",
+                &all[r][..5],
+                &mine[..5]
             )));
         }
-        let blocks = all.iter().map(|v| v[4]).min().unwrap_or(1) as u32;
+        let blocks = all.iter().map(|v| v[5]).min().unwrap_or(1) as u32;
         let mut handle = config.kernel_handle(me, n, blocks);
         let total = handle.shared_regions().total;
         let shared = DeviceBuffer::exportable_filled(&gpu, total as usize, 0)?;
@@ -822,6 +873,14 @@ mod tests {
         assert!(e(Config { experts: MAX_EXPERTS + 2, ..ok }).contains("experts"));
         assert!(e(Config { max_tokens: 0, ..ok }).contains("max_tokens"));
         assert!(e(Config { max_tokens: MAX_TOKENS + 1, ..ok }).contains("max_tokens"));
+        assert!(e(Config { expert_alignment: 0, ..ok }).contains("expert_alignment"));
+        assert!(e(Config { expert_alignment: MAX_EXPERT_ALIGNMENT + 1, ..ok }).contains("expert_alignment"));
+        assert!(Config { expert_alignment: MAX_EXPERT_ALIGNMENT, ..ok }.check(2).is_ok());
+        assert!(e(Config { blocks: Some(0), ..ok }).contains("0 blocks"));
+        assert!(Config { blocks: Some(1), ..ok }.check(2).is_ok());
+        let h = Config { expert_ids: ExpertIds::Global, expert_alignment: 128, ..ok }.kernel_handle(1, 2, 20);
+        assert_eq!((h.global_ids, h.expert_alignment, h.blocks), (1, 128, 20));
+        assert_eq!(ok.kernel_handle(0, 2, 1).global_ids, 0, "local ids by default");
         // DeepSeek-V3 sizes on two ranks: receive rows and landing, both for f32 rows.
         let b = ok.shared_bytes(2, 132).unwrap();
         let rows = 2 * 2 * 4096 * 7168 * 4;
@@ -895,6 +954,21 @@ mod tests {
                 assert_eq!(h.info_per_expert() + h.experts_per_rank(), h.info_words());
             }
         }
+    }
+
+    #[test]
+    fn local_ids_and_aligned_counts() {
+        // 12 experts on 3 ranks: 4 each.
+        let local = |id, rank| shared::local_expert(id, rank, 12, 3);
+        assert_eq!(
+            [local(0, 0), local(3, 0), local(4, 0), local(4, 1), local(7, 1), local(11, 2)],
+            [0, 3, -1, 0, 3, 3]
+        );
+        assert_eq!([local(-1, 0), local(12, 2), local(i32::MIN, 0), local(i32::MAX, 2)], [-1; 4]);
+        let a = shared::align_count;
+        assert_eq!([a(0, 128), a(1, 128), a(128, 128), a(129, 128), a(5, 1), a(5, 3)], [0, 128, 128, 256, 5, 6]);
+        assert_eq!(a(u32::MAX - 1, 1 << 16), u32::MAX, "saturates");
+        assert_eq!(a(7, 0), 7, "0 reads as 1");
     }
 
     #[test]

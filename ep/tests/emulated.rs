@@ -17,7 +17,7 @@ use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
 use mscclpp_ep::shared::{DTYPE_BF16, DTYPE_F32, EpHandle, signature};
-use mscclpp_ep::{Config, DataType};
+use mscclpp_ep::{Config, DataType, ExpertIds};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -306,9 +306,12 @@ fn expect(op: &Op, cfg: &Config, n: usize, seed: u64) -> Expect {
     let layouts: Vec<Layout> =
         inputs.iter().map(|i| reference::layout(&i.topk_idx, i.tokens, op.k, cfg.experts, n)).collect();
     let row = cfg.hidden * op.dtype.bytes();
-    let recv: Vec<Received> = (0..n).map(|d| reference::received(&inputs, &layouts, d, cfg.experts, row)).collect();
-    let ys: Vec<Vec<u8>> =
-        (0..n).map(|d| reference::scaled_experts(op.dtype, &recv[d], op.k, d, cfg.experts, n)).collect();
+    let recv: Vec<Received> = (0..n)
+        .map(|d| reference::received(&inputs, &layouts, d, (cfg.experts, row), cfg.expert_ids, cfg.expert_alignment))
+        .collect();
+    let ys: Vec<Vec<u8>> = (0..n)
+        .map(|d| reference::scaled_experts(op.dtype, &recv[d], op.k, (d, n), cfg.experts, cfg.expert_ids))
+        .collect();
     let offsets: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
     let outs =
         (0..n).map(|s| reference::combine(op.dtype, &layouts[s], s, inputs[s].tokens, (&ys, &offsets), row)).collect();
@@ -507,6 +510,27 @@ fn eight_ranks_the_most_one_gpu_runs_as_threads() {
     // Eight ranks (the count the multi-rank test runs as threads on one GPU), two experts each.
     let cfg = Config::new(40, 8, 16, 4);
     run_world(&cfg, 8, (2, 32), &ops(8), 15);
+}
+
+#[test]
+fn global_ids_and_aligned_counts() {
+    // The ids and weights as given; counts per local expert rounded up to multiples of 8.
+    let cfg = Config { expert_ids: ExpertIds::Global, expert_alignment: 8, ..Config::new(40, 16, 12, 4) };
+    run_world(&cfg, 3, (2, 32), &ops(3), 16);
+    let cfg = Config { expert_alignment: 3, ..cfg };
+    run_world(&cfg, 2, (3, 32), &ops(2)[..3], 17);
+}
+
+#[test]
+fn local_ids_are_the_default() {
+    let cfg = Config::new(40, 16, 12, 4);
+    assert_eq!((cfg.expert_ids, cfg.expert_alignment, cfg.blocks), (ExpertIds::Local, 1, None));
+    // Every rank hosts experts of the tokens, so every received row has -1 slots (other ranks').
+    let op = Op { dtype: DataType::Bf16, k: 4, routing: Routing::Random { none: 0.0 }, tokens: [40; 4], combine: true };
+    let e = expect(&op, &cfg, 3, 18);
+    assert!(e.recv.iter().all(|r| r.topk_idx.iter().all(|&id| (-1..4).contains(&id))));
+    assert!(e.recv.iter().all(|r| r.topk_idx.contains(&-1) && r.topk_weights.contains(&0.0)));
+    run_world(&cfg, 3, (2, 32), &[op], 18);
 }
 
 #[test]

@@ -8,7 +8,9 @@
 //!   and with 3 blocks of 64 threads (many tokens per warp, launches not overlapped), and at
 //!   DeepSeek-V3's hidden size:
 //!   after each dispatch the layout, the receive counts and every received row, id, weight and
-//!   source index are compared; the "experts" (expert e scales by e + 1, weighted by the
+//!   source index are compared (local ids with the weights of other ranks' slots zeroed by
+//!   default, global ids in the small configuration; counts per local expert rounded up to 128
+//!   there and at DeepSeek-V3's size); the "experts" (expert e scales by e + 1, weighted by the
 //!   token's weight, summed over the rank's experts of the token) run on the host; combine must
 //!   return the host's sum in rank order, and past the output nothing may be written;
 //! * pairs of dispatch and combine enqueued back to back with no host synchronisation (the same
@@ -25,7 +27,7 @@
 use std::process::ExitCode;
 
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
-use mscclpp_ep::{Config, DataType, DispatchInput, Dispatched, ExpertParallel};
+use mscclpp_ep::{Config, DataType, DispatchInput, Dispatched, ExpertIds, ExpertParallel};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
 use rand::rngs::StdRng;
@@ -75,9 +77,12 @@ fn plan(c: &Case, cfg: &Config, n: usize, me: usize) -> Plan {
     let layouts: Vec<Layout> =
         inputs.iter().map(|i| reference::layout(&i.topk_idx, i.tokens, c.k, cfg.experts, n)).collect();
     let row = cfg.hidden * c.dtype.bytes();
-    let recv: Vec<Received> = (0..n).map(|d| reference::received(&inputs, &layouts, d, cfg.experts, row)).collect();
-    let ys: Vec<Vec<u8>> =
-        (0..n).map(|d| reference::scaled_experts(c.dtype, &recv[d], c.k, d, cfg.experts, n)).collect();
+    let recv: Vec<Received> = (0..n)
+        .map(|d| reference::received(&inputs, &layouts, d, (cfg.experts, row), cfg.expert_ids, cfg.expert_alignment))
+        .collect();
+    let ys: Vec<Vec<u8>> = (0..n)
+        .map(|d| reference::scaled_experts(c.dtype, &recv[d], c.k, (d, n), cfg.experts, cfg.expert_ids))
+        .collect();
     let offsets: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
     let out = reference::combine(c.dtype, &layouts[me], me, inputs[me].tokens, (&ys, &offsets), row);
     Plan { inputs, layouts, recv, ys, out }
@@ -290,6 +295,12 @@ fn another_objects_handle(comm: &Communicator, base: &Case) -> Result<()> {
         Err(Error::InvalidArgument(_)) => {}
         other => return Err(fail(format!("a configuration refused on rank 0: {other:?}"))),
     }
+    // Ranks that disagree on the ids they deliver are refused on every rank.
+    let ids = Config { expert_ids: if me == 0 { ExpertIds::Global } else { ExpertIds::Local }, ..cfg };
+    match ExpertParallel::new(comm, ids) {
+        Err(Error::InvalidArgument(m)) if m.contains("global ids") => {}
+        other => return Err(fail(format!("ranks that disagree on global ids: {other:?}"))),
+    }
     let mut a = ExpertParallel::new(comm, cfg)?;
     let mut b = ExpertParallel::new(comm, cfg)?;
     let c = Case { k: 4, tokens: [200, 150, 17, 99], ..*base };
@@ -390,8 +401,16 @@ fn run(comm: &Communicator) -> Result<()> {
     another_objects_handle(comm, &cases[3].1)?;
 
     // Few blocks, few threads: many tokens per warp and per block; plain launches (the other
-    // configurations overlap each kernel's launch with the end of the one before).
-    let small = Config { blocks: Some(3), threads: Some(64), overlap: false, ..cfg };
+    // configurations overlap each kernel's launch with the end of the one before); global ids,
+    // counts per local expert rounded up to 128.
+    let small = Config {
+        blocks: Some(3),
+        threads: Some(64),
+        overlap: false,
+        expert_ids: ExpertIds::Global,
+        expert_alignment: 128,
+        ..cfg
+    };
     let mut ep = ExpertParallel::new(comm, small)?;
     let (blocks, dt, ct) = ep.grid();
     for (what, c) in [&cases[7], &cases[9], &cases[10], &cases[12]].map(|x| (x.0.clone(), x.1)) {
@@ -401,7 +420,7 @@ fn run(comm: &Communicator) -> Result<()> {
     drop(ep);
 
     // DeepSeek-V3's hidden size and expert count, a decoding batch.
-    let big = Config::new(128, 7168, 256, 8);
+    let big = Config { expert_alignment: 128, ..Config::new(128, 7168, 256, 8) };
     let mut ep = ExpertParallel::new(comm, big)?;
     let (blocks, dt, ct) = ep.grid();
     for (what, c) in [

@@ -13,8 +13,9 @@
 //!                  then one word per expert of this rank: the sender's (token, slot) count;
 //!                  each word is (tag << 32 | value), the tag naming the dispatch
 //!  recv_x          [n * max_tokens] rows of `row_bytes` (the call's hidden * element bytes)
-//!  recv_idx        [n * max_tokens][k] i32 (global expert ids, -1 for none)
-//!  recv_w          [n * max_tokens][k] f32
+//!  recv_idx        [n * max_tokens][k] i32 (local expert ids, -1 for an expert elsewhere or
+//!                  none; or the ids as given, with `global_ids`)
+//!  recv_w          [n * max_tokens][k] f32 (0 where the local id is -1; or as given)
 //!  recv_src        [n * max_tokens] i32 (the token's index on its source rank)
 //!  combine landing [sender][max_tokens] rows: what `sender` computed for this rank's tokens
 //! ```
@@ -68,6 +69,24 @@ pub const fn valid_expert(id: i32, experts: u32) -> bool {
     id >= 0 && (id as u32) < experts
 }
 
+/// The id receiving rank `rank` gets for top-k entry `id` (DeepEP's local ids): `id - rank *
+/// experts_per_rank` when `id` names an expert of `rank`, else -1 (an expert elsewhere, or
+/// none).
+pub const fn local_expert(id: i32, rank: u32, experts: u32, ranks: u32) -> i32 {
+    if valid_expert(id, experts) && rank_of_expert(id as u32, experts, ranks) == rank {
+        id - (rank * (experts / ranks)) as i32
+    } else {
+        -1
+    }
+}
+
+/// `count` rounded up to a multiple of `alignment` (1 or more), at most `u32::MAX`.
+pub const fn align_count(count: u32, alignment: u32) -> u32 {
+    let a = if alignment == 0 { 1 } else { alignment as u64 };
+    let r = (count as u64).div_ceil(a) * a;
+    if r > u32::MAX as u64 { u32::MAX } else { r as u32 }
+}
+
 const fn round_up(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to
 }
@@ -100,12 +119,18 @@ pub struct EpHandle {
     pub max_topk: u32,
     /// Blocks of every dispatch and combine launch (the flags exist for this many).
     pub blocks: u32,
+    /// 1: the received top-k ids are the ids as given, with their weights; 0: local ids (see
+    /// [`local_expert`]), weights zeroed where the local id is -1. The same on every rank.
+    pub global_ids: u32,
+    /// The rows received per local expert are reported rounded up to a multiple of this (1 or
+    /// more).
+    pub expert_alignment: u32,
     /// Zero.
     pub reserved: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<EpHandle>() == 72);
-// SAFETY: `repr(C)` of u64 and u32 fields with no padding (72 bytes, asserted above), the same
+const _: () = assert!(core::mem::size_of::<EpHandle>() == 80);
+// SAFETY: `repr(C)` of u64 and u32 fields with no padding (80 bytes, asserted above), the same
 // layout on the host and nvptx64.
 unsafe impl mscclpp_device::abi::DeviceAbi for EpHandle {}
 

@@ -399,7 +399,7 @@ pub unsafe fn dispatch(
                 sum += unsafe { wait_count(h.shared + h.count_word(parity, s, 1 + n + j), tag, budget) };
             }
             // SAFETY: as above.
-            unsafe { info.add((h.info_per_expert() + j) as usize).write(sum) };
+            unsafe { info.add((h.info_per_expert() + j) as usize).write(align_count(sum, h.expert_alignment)) };
             j += nt;
         }
     }
@@ -444,10 +444,15 @@ pub unsafe fn dispatch(
                 // n * max_tokens, slot below k <= max_topk).
                 unsafe {
                     let (value, addr) = if j < k {
-                        let v = topk_idx.as_ptr().add(at + j as usize).read() as u32;
-                        (v, base + sr.recv_idx + (row * k as u64 + j as u64) * 4)
+                        let id = topk_idx.as_ptr().add(at + j as usize).read();
+                        let v = if h.global_ids != 0 { id } else { local_expert(id, d, h.experts, n) };
+                        (v as u32, base + sr.recv_idx + (row * k as u64 + j as u64) * 4)
                     } else if j < 2 * k {
-                        let v = topk_w.as_ptr().add(at + (j - k) as usize).read();
+                        let slot = at + (j - k) as usize;
+                        let elsewhere =
+                            h.global_ids == 0 && local_expert(topk_idx.as_ptr().add(slot).read(), d, h.experts, n) < 0;
+                        // Zero (+0.0) for the slots whose local id is -1, as DeepEP gives them.
+                        let v = if elsewhere { 0 } else { topk_w.as_ptr().add(slot).read() };
                         (v, base + sr.recv_w + (row * k as u64 + (j - k) as u64) * 4)
                     } else {
                         (t, base + sr.recv_src + row * 4)

@@ -32,7 +32,7 @@ use std::time::Duration;
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::CUevent_flags;
 use mscclpp_ep::reference::{self, Routing};
-use mscclpp_ep::{Config, DataType, DispatchInput, ExpertParallel};
+use mscclpp_ep::{Config, DataType, DispatchInput, ExpertIds, ExpertParallel};
 use mscclpp_harness::nccl::{Nccl, NcclComm, Transfer};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
@@ -260,7 +260,8 @@ fn measure(comm: &Communicator, shape: &Shape, reps: usize, nc: Option<&NcclComm
     let inputs: Vec<_> =
         (0..n).map(|r| reference::random_input(seed, r, dtype, t, HIDDEN, TOPK, (EXPERTS, n), routing)).collect();
     let layouts: Vec<_> = inputs.iter().map(|i| reference::layout(&i.topk_idx, t, TOPK, EXPERTS, n)).collect();
-    let recv: Vec<_> = (0..n).map(|d| reference::received(&inputs, &layouts, d, EXPERTS, row)).collect();
+    let recv: Vec<_> =
+        (0..n).map(|d| reference::received(&inputs, &layouts, d, (EXPERTS, row), ExpertIds::Local, 1)).collect();
     let mine = &inputs[me];
     let x = DeviceBuffer::from_slice(&gpu, &mine.x)?;
     let idx = DeviceBuffer::from_slice(&gpu, &mine.topk_idx)?;
