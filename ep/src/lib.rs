@@ -56,7 +56,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaStream};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_host::comm::{Communicator, PeerBuffers};
@@ -119,7 +119,16 @@ pub struct Config {
     /// the GPU's SMs when fewer; when ranks that are threads of one process share the GPU, this
     /// rank's share of them, `Communicator::sm_share`). 1 up to the SMs (the blocks wait for each
     /// other, so all must be resident); the SMs left over run other work (attention, a shared
-    /// expert) at the same time. Ranks that differ use the smallest.
+    /// expert) at the same time, on another stream ([`ExpertParallel::wait_event`],
+    /// [`ExpertParallel::record_event`]). Ranks that differ use the smallest. Every count gives
+    /// the same bits.
+    ///
+    /// How to pick it: dispatch and combine move bytes over NVLink, which a fraction of the SMs
+    /// saturates; the rest only spin. Run `ep_bench` with `MSCCLPP_RS_EP_BLOCKS` at your token
+    /// count and take the smallest count past which the GB/s stop rising (DeepEP's 20 is the
+    /// place to start on NVLink 4 machines such as H100 and H200; decoding batches, with few
+    /// rows to move, often need fewer); more only when nothing runs beside dispatch and combine. Work launched beside them must leave these
+    /// blocks room to be resident, or they wait for it to finish.
     pub blocks: Option<u32>,
     /// Threads per block of dispatch and combine (default 1024, or what the kernels' registers
     /// allow).
@@ -573,6 +582,29 @@ impl ExpertParallel {
     /// This rank and the number of ranks.
     pub fn rank(&self) -> (usize, usize) {
         (self.handle.rank as usize, self.handle.n_ranks as usize)
+    }
+
+    /// Makes `stream` wait for `event` (work recorded on another stream of this GPU, e.g. the
+    /// attention's) before what is enqueued on it next: DeepEP's `previous_event`. With
+    /// [`ExpertParallel::record_event`], dispatch and combine run on a stream of their own with
+    /// [`Config::blocks`] SMs while other work uses the rest.
+    pub fn wait_event(&self, stream: &CudaStream, event: &CudaEvent) -> Result<()> {
+        self.check_stream(stream)?;
+        stream.wait(event).map_err(|e| Error::Driver {
+            context: format!("making a stream of GPU {} wait for an event", self.gpu.ordinal()),
+            source: e,
+        })
+    }
+
+    /// An event recorded on `stream` after the work enqueued on it so far (a dispatch or a
+    /// combine): another stream waits on it (`CudaStream::wait`) before it uses the results, as
+    /// DeepEP's returned `EventOverlap`.
+    pub fn record_event(&self, stream: &CudaStream) -> Result<CudaEvent> {
+        self.check_stream(stream)?;
+        stream.record_event(None).map_err(|e| Error::Driver {
+            context: format!("recording an event on a stream of GPU {}", self.gpu.ordinal()),
+            source: e,
+        })
     }
 
     fn check_stream(&self, stream: &CudaStream) -> Result<()> {

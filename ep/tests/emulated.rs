@@ -17,7 +17,7 @@ use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
 use mscclpp_ep::shared::{DTYPE_BF16, DTYPE_F32, EpHandle, signature};
-use mscclpp_ep::{Config, DataType, ExpertIds};
+use mscclpp_ep::{Config, DEFAULT_BLOCKS, DataType, ExpertIds};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -510,6 +510,19 @@ fn eight_ranks_the_most_one_gpu_runs_as_threads() {
     // Eight ranks (the count the multi-rank test runs as threads on one GPU), two experts each.
     let cfg = Config::new(40, 8, 16, 4);
     run_world(&cfg, 8, (2, 32), &ops(8), 15);
+}
+
+#[test]
+fn every_block_budget_down_to_one() {
+    // DeepEP's default of 20 SMs and fewer, down to one block per rank: the same bits at every
+    // budget (each block has its own flags and share of the rows; block 0 alone publishes the
+    // counts and writes the receive info).
+    for (n, experts, seed) in [(2, 8, 20), (4, 16, 30)] {
+        let cfg = Config::new(40, 16, experts, 4);
+        for blocks in [1, 2, 3, DEFAULT_BLOCKS] {
+            run_world(&cfg, n, (blocks, 32), &ops(n), seed + blocks as u64);
+        }
+    }
 }
 
 #[test]

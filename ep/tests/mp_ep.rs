@@ -13,8 +13,10 @@
 //!   there and at DeepSeek-V3's size); the "experts" (expert e scales by e + 1, weighted by the
 //!   token's weight, summed over the rank's experts of the token) run on the host; combine must
 //!   return the host's sum in rank order, and past the output nothing may be written;
+//! * the default SM budget (20 blocks, or this rank's SMs when fewer), 3 blocks and 1 block;
 //! * pairs of dispatch and combine enqueued back to back with no host synchronisation (the same
-//!   batch twice among them must give the same bits);
+//!   batch twice among them must give the same bits); a dispatch and combine on a stream of
+//!   their own, ordered by `wait_event` / `record_event`;
 //! * requests beyond the configuration, stale and repeated combines: errors, before any launch.
 //!
 //! ```sh
@@ -27,7 +29,7 @@
 use std::process::ExitCode;
 
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
-use mscclpp_ep::{Config, DataType, DispatchInput, Dispatched, ExpertIds, ExpertParallel};
+use mscclpp_ep::{Config, DEFAULT_BLOCKS, DataType, DispatchInput, Dispatched, ExpertIds, ExpertParallel};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
 use rand::rngs::StdRng;
@@ -240,6 +242,28 @@ fn back_to_back(ep: &mut ExpertParallel, base: &Case) -> Result<usize> {
     Ok(cases.len())
 }
 
+/// Dispatch and combine on a stream of their own: it waits for an event recorded after the
+/// uploads on the GPU's stream, which waits for an event recorded after the combine.
+fn on_a_side_stream(ep: &mut ExpertParallel, c: &Case) -> Result<usize> {
+    let (me, n) = ep.rank();
+    let cfg = *ep.config();
+    let p = plan(c, &cfg, n, me);
+    let gpu = ep.gpu().clone();
+    let side = gpu.new_stream()?;
+    let b = upload(ep, &p, me)?;
+    let uploaded = ep.record_event(gpu.stream())?;
+    ep.wait_event(&side, &uploaded)?;
+    let tokens = p.inputs[me].tokens;
+    let input = DispatchInput { x: &b.x, dtype: c.dtype, topk_idx: &b.idx, topk_weights: &b.w, tokens, k: c.k };
+    let d = ep.dispatch(&input, &side)?;
+    ep.combine(&d, &b.y, &b.out, c.dtype, &side)?;
+    let combined = ep.record_event(&side)?;
+    ep.wait_event(gpu.stream(), &combined)?;
+    gpu.synchronize()?;
+    check_out("on a side stream", &b, &p.out)?;
+    Ok(1)
+}
+
 /// Requests the host refuses before launching anything (every rank makes the same ones).
 fn refusals(ep: &mut ExpertParallel, base: &Case) -> Result<()> {
     let (me, n) = ep.rank();
@@ -343,6 +367,10 @@ fn run(comm: &Communicator) -> Result<()> {
     let cfg = Config::new(1100, 1000, 64, 8);
     let mut ep = ExpertParallel::new(comm, cfg)?;
     let (blocks, dt, ct) = ep.grid();
+    // The default SM budget: DeepEP's 20, or this rank's share of the SMs when smaller.
+    if blocks != DEFAULT_BLOCKS.min(comm.sm_share()?) {
+        return Err(fail(format!("{blocks} blocks by default, expected {DEFAULT_BLOCKS} or this rank's SMs")));
+    }
     total += layouts(&mut ep, seed)?;
     let mut cases: Vec<(String, Case)> = vec![];
     for k in 1..=8 {
@@ -417,6 +445,18 @@ fn run(comm: &Communicator) -> Result<()> {
         run_case(&mut ep, &c, &format!("{what} [{blocks} blocks x {dt}/{ct} threads]"))?;
         total += 1;
     }
+    drop(ep);
+
+    // One block per rank, the smallest SM budget; then on a stream of the experts' own, ordered
+    // by events.
+    let one = Config { blocks: Some(1), ..cfg };
+    let mut ep = ExpertParallel::new(comm, one)?;
+    let (blocks, dt, ct) = ep.grid();
+    for (what, c) in [&cases[0], &cases[7], &cases[8], &cases[10], &cases[12]].map(|x| (x.0.clone(), x.1)) {
+        run_case(&mut ep, &c, &format!("{what} [{blocks} blocks x {dt}/{ct} threads]"))?;
+        total += 1;
+    }
+    total += on_a_side_stream(&mut ep, &cases[2].1)?;
     drop(ep);
 
     // DeepSeek-V3's hidden size and expert count, a decoding batch.

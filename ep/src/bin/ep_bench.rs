@@ -6,6 +6,7 @@
 //! mpirun -np 2 ep_bench                      # or: ep_bench --ranks 2 (built-in launcher)
 //! MSCCLPP_RS_EP_SHAPES=decode ...            # which shapes (default prefill,decode)
 //! MSCCLPP_RS_EP_REPS=30 ...                  # timed batches (default 20)
+//! MSCCLPP_RS_EP_BLOCKS=24 ...                # the SM budget (default: Config's, 20)
 //! MSCCLPP_RS_NCCL=/path/libnccl.so.2 ...     # which NCCL (default: the loader's libnccl.so.2)
 //! ```
 //! Times are medians of CUDA-event timings of single operations: every batch starts with a
@@ -250,7 +251,8 @@ fn measure(comm: &Communicator, shape: &Shape, reps: usize, nc: Option<&NcclComm
     let dtype = DataType::Bf16;
     let row = HIDDEN * dtype.bytes();
     let t = shape.tokens;
-    let mut ep = ExpertParallel::new(comm, Config::new(t, HIDDEN, EXPERTS, TOPK))?;
+    let blocks = std::env::var("MSCCLPP_RS_EP_BLOCKS").ok().and_then(|v| v.parse().ok());
+    let mut ep = ExpertParallel::new(comm, Config { blocks, ..Config::new(t, HIDDEN, EXPERTS, TOPK) })?;
     if me == 0 {
         let (blocks, dt, ct) = ep.grid();
         println!("{}: {blocks} blocks, {dt} threads (dispatch), {ct} threads (combine)", shape.name);
