@@ -82,6 +82,27 @@ pub const DEFAULT_BLOCKS: u32 = 20;
 /// Largest [`Config::expert_alignment`].
 pub const MAX_EXPERT_ALIGNMENT: u32 = 1 << 16;
 
+/// The element type of the top-k ids given to dispatch and layout ([`Config::topk_idx`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TopkIdx {
+    /// i32 ids.
+    #[default]
+    I32,
+    /// i64 ids, as DeepEP takes them (`topk_idx_t`): an id outside `0..experts` is "no expert",
+    /// as with i32, and arrives as -1 (the received ids are i32 either way).
+    I64,
+}
+
+impl TopkIdx {
+    /// Bytes of one id.
+    pub const fn bytes(self) -> usize {
+        match self {
+            TopkIdx::I32 => 4,
+            TopkIdx::I64 => 8,
+        }
+    }
+}
+
 /// Which expert ids a dispatch delivers with the received rows ([`Config::expert_ids`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ExpertIds {
@@ -110,6 +131,9 @@ pub struct Config {
     /// The received top-k ids: local (the default, as DeepEP gives them) or global. The same on
     /// every rank.
     pub expert_ids: ExpertIds,
+    /// The type of the top-k ids given to [`ExpertParallel::dispatch`] and
+    /// [`ExpertParallel::layout`]: i32 (the default) or i64. May differ between ranks.
+    pub topk_idx: TopkIdx,
     /// The rows received per local expert ([`RecvCounts::per_expert`] and the info words) are
     /// rounded up to a multiple of this, as DeepEP's `expert_alignment` (grouped GEMMs want 128;
     /// the received rows themselves are as before). 1 (the default) to
@@ -154,6 +178,7 @@ impl Config {
             experts,
             max_topk,
             expert_ids: ExpertIds::Local,
+            topk_idx: TopkIdx::I32,
             expert_alignment: 1,
             blocks: None,
             threads: None,
@@ -210,7 +235,7 @@ impl Config {
             blocks,
             global_ids: (self.expert_ids == ExpertIds::Global) as u32,
             expert_alignment: self.expert_alignment,
-            reserved: 0,
+            idx_bytes: self.topk_idx.bytes() as u32,
         }
     }
 
@@ -233,8 +258,8 @@ fn dtype_code(dtype: DataType) -> Result<u32> {
 }
 
 /// The checks of a dispatch that need no GPU: the element type, `tokens` and `k` within the
-/// configuration, and buffer lengths (bytes of `x`, `topk_idx`, `topk_weights`) that hold the
-/// batch. Returns the bytes of one row.
+/// configuration, and buffer lengths (bytes of `x`, `topk_idx` (of [`Config::topk_idx`]),
+/// `topk_weights`) that hold the batch. Returns the bytes of one row.
 pub fn check_dispatch(
     config: &Config,
     dtype: DataType,
@@ -255,8 +280,9 @@ pub fn check_dispatch(
     let bytes = |a: usize, b: usize| {
         a.checked_mul(b).ok_or_else(|| Error::InvalidArgument(format!("ep dispatch: {tokens} tokens overflow")))
     };
-    let ids = bytes(tokens, k.saturating_mul(4))?;
-    let need = [("x", x_len, bytes(tokens, row)?), ("topk_idx", idx_len, ids), ("topk_weights", w_len, ids)];
+    let ids = bytes(tokens, k.saturating_mul(config.topk_idx.bytes()))?;
+    let weights = bytes(tokens, k.saturating_mul(4))?;
+    let need = [("x", x_len, bytes(tokens, row)?), ("topk_idx", idx_len, ids), ("topk_weights", w_len, weights)];
     for (what, has, needs) in need {
         if has < needs {
             return bad(format!("the {what} buffer holds {has} bytes, {tokens} tokens need {needs}"));
@@ -303,7 +329,8 @@ pub struct DispatchInput<'a> {
     pub x: &'a DeviceBuffer,
     /// bf16 or f32.
     pub dtype: DataType,
-    /// `tokens x k` i32 expert ids; `-1` (or any id outside `0..experts`) for none.
+    /// `tokens x k` expert ids, i32 (or i64: [`Config::topk_idx`]); `-1` (or any id outside
+    /// `0..experts`) for none.
     pub topk_idx: &'a DeviceBuffer,
     /// `tokens x k` f32 weights, carried to the receivers.
     pub topk_weights: &'a DeviceBuffer,
@@ -659,7 +686,8 @@ impl ExpertParallel {
         let lr = h.layout_regions();
         let (n, p) = (h.n_ranks, self.layout_threads);
         let mut args = Args::new()
-            .arg(GlobalPtr::<i32>::from_addr(topk_idx.addr()))
+            .arg(GlobalPtr::<u8>::from_addr(topk_idx.addr()))
+            .arg(h.idx_bytes)
             .arg(tokens as u32)
             .arg(k as u32)
             .arg(h.experts)
@@ -669,9 +697,10 @@ impl ExpertParallel {
             .arg(GlobalPtr::<u8>::from_addr(h.layout + lr.in_rank))
             .arg(GlobalPtr::<i32>::from_addr(h.layout + lr.send_index));
         let cfg = LaunchConfig::new(1, p).shared((n * p + h.experts) * 4);
-        // SAFETY: the kernel takes (ptr, u32, u32, u32, u32, ptr, ptr, ptr, ptr) as passed;
-        // `topk_idx` holds tokens * k ids (checked by the caller); the layout buffer holds the
-        // regions for max_tokens >= tokens; shared memory for the per-thread and expert counts.
+        // SAFETY: the kernel takes (ptr, u32, u32, u32, u32, u32, ptr, ptr, ptr, ptr) as passed;
+        // `topk_idx` holds tokens * k ids of `idx_bytes` bytes (checked by the caller); the layout
+        // buffer holds the regions for max_tokens >= tokens; shared memory for the per-thread and
+        // expert counts.
         unsafe { self.launch(stream, &self.f_layout, cfg, &mut args)? };
         self.layout_tokens = tokens;
         Ok(())
@@ -690,11 +719,11 @@ impl ExpertParallel {
                 self.config.max_tokens, self.config.max_topk
             )));
         }
-        if topk_idx.len() < tokens * k * 4 {
+        let need = tokens * k * self.config.topk_idx.bytes();
+        if topk_idx.len() < need {
             return Err(Error::InvalidArgument(format!(
-                "ep layout: the topk_idx buffer holds {} bytes, {tokens} x {k} ids need {}",
+                "ep layout: the topk_idx buffer holds {} bytes, {tokens} x {k} ids need {need}",
                 topk_idx.len(),
-                tokens * k * 4
             )));
         }
         self.pending = None;
@@ -739,7 +768,7 @@ impl ExpertParallel {
         let mut args = Args::new()
             .arg(h)
             .arg(GlobalPtr::<u8>::from_addr(input.x.addr()))
-            .arg(GlobalPtr::<i32>::from_addr(input.topk_idx.addr()))
+            .arg(GlobalPtr::<u8>::from_addr(input.topk_idx.addr()))
             .arg(GlobalPtr::<u32>::from_addr(input.topk_weights.addr()))
             .arg(input.tokens as u32)
             .arg(input.k as u32)
@@ -935,6 +964,11 @@ mod tests {
         let short_w = (10 * 128, 10 * 4 * 4, 10 * 4 * 4 - 4);
         assert!(e(check_dispatch(&c, DataType::Bf16, 10, 4, short_w)).contains("topk_weights"));
         assert!(matches!(check_dispatch(&c, DataType::F16, 1, 1, lens(1, 1, 2)), Err(Error::Unsupported(_))));
+        // i64 ids: twice the bytes of the ids, the same weights.
+        let wide = Config { topk_idx: TopkIdx::I64, ..c };
+        assert!(check_dispatch(&wide, DataType::Bf16, 10, 4, (10 * 128, 10 * 4 * 8, 10 * 4 * 4)).is_ok());
+        let e64 = e(check_dispatch(&wide, DataType::Bf16, 10, 4, lens(10, 4, 2)));
+        assert!(e64.contains("topk_idx buffer holds 160 bytes, 10 tokens need 320"), "{e64}");
         assert_eq!(check_combine(&c, DataType::Bf16, 10, 1280).unwrap(), 128);
         assert!(e(check_combine(&c, DataType::F32, 10, 1280)).contains("need 2560"));
         assert!(matches!(check_combine(&c, DataType::I32, 1, 1 << 20), Err(Error::Unsupported(_))));

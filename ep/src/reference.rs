@@ -108,6 +108,14 @@ pub fn random_topk(
     out
 }
 
+/// `ids` (expert ids or -1) as i64, as a DeepEP user gives them, with every -1 replaced by one
+/// of several values that name no expert, some of which an i32 truncation would read as an
+/// expert (`1 << 32` as 0, `i64::MIN` as 0, `(1 << 32) + 1` as 1) or as -1 (`i64::MAX`).
+pub fn widen_ids(ids: &[i32]) -> Vec<i64> {
+    const NONE: [i64; 6] = [-1, 1 << 32, (1 << 32) + 1, i64::MIN, i64::MAX, -(1 << 40)];
+    ids.iter().enumerate().map(|(i, &id)| if id == -1 { NONE[i % NONE.len()] } else { id as i64 }).collect()
+}
+
 /// One rank's batch, on the host.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RankInput {

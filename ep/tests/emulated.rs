@@ -17,7 +17,7 @@ use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
 use mscclpp_ep::shared::{DTYPE_BF16, DTYPE_F32, EpHandle, signature};
-use mscclpp_ep::{Config, DEFAULT_BLOCKS, DataType, ExpertIds};
+use mscclpp_ep::{Config, DEFAULT_BLOCKS, DataType, ExpertIds, TopkIdx};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -345,6 +345,7 @@ fn run_layout(r: &Rank, idx: &Mem, tokens: usize, k: usize, failed: &Arc<AtomicB
         unsafe {
             body::layout(
                 GlobalPtr::from_addr(idx_addr),
+                h.idx_bytes,
                 tokens as u32,
                 k as u32,
                 h.experts,
@@ -382,7 +383,12 @@ fn run_rank(
         // Ranks reach their kernels at different times (as GPUs with different loads would).
         std::thread::sleep(std::time::Duration::from_millis(((me * 7 + i * 3) % 5) as u64));
         let inp = &e.inputs[me];
-        let (x, idx, w) = (Mem::from_bytes(&inp.x), Mem::from_pod(&inp.topk_idx), Mem::from_pod(&inp.topk_weights));
+        let idx = if h.idx_bytes == 8 {
+            Mem::from_pod(&reference::widen_ids(&inp.topk_idx))
+        } else {
+            Mem::from_pod(&inp.topk_idx)
+        };
+        let (x, w) = (Mem::from_bytes(&inp.x), Mem::from_pod(&inp.topk_weights));
         let row = h.hidden as usize * op.dtype.bytes();
         let mut s = Seen { layout: Some(run_layout(r, &idx, inp.tokens, op.k, failed)), ..Seen::default() };
         let sig = signature(sig_k.unwrap_or(op.k) as u32, code(op.dtype));
@@ -535,6 +541,15 @@ fn global_ids_and_aligned_counts() {
 }
 
 #[test]
+fn i64_ids() {
+    // Every -1 is an i64 that names no expert, some of which an i32 truncation would read as one.
+    let cfg = Config { topk_idx: TopkIdx::I64, ..Config::new(40, 16, 12, 4) };
+    run_world(&cfg, 3, (2, 32), &ops(3), 19);
+    let cfg = Config { expert_ids: ExpertIds::Global, ..cfg };
+    run_world(&cfg, 2, (1, 32), &ops(2), 20);
+}
+
+#[test]
 fn local_ids_are_the_default() {
     let cfg = Config::new(40, 16, 12, 4);
     assert_eq!((cfg.expert_ids, cfg.expert_alignment, cfg.blocks), (ExpertIds::Local, 1, None));
@@ -583,11 +598,17 @@ fn layout_kernel_matches_the_reference() {
         let epr = 1 + rng.random_range(0..6usize);
         let k = 1 + rng.random_range(0..8usize);
         let tokens = rng.random_range(0..150usize);
-        let cfg = Config::new(150, 8, n * epr, 8);
+        // Every other case with i64 ids (each -1 replaced by a value an i32 truncation misreads).
+        let topk_idx = if case % 2 == 1 { TopkIdx::I64 } else { TopkIdx::I32 };
+        let cfg = Config { topk_idx, ..Config::new(150, 8, n * epr, 8) };
         let ranks = world(&cfg, n, 1);
         let e = (n * epr) as i32;
         let idx: Vec<i32> = (0..tokens * k).map(|_| rng.random_range(-2..e + 2)).collect();
-        let got = run_layout(&ranks[0], &Mem::from_pod(&idx), tokens, k, &failed);
+        let buf = match topk_idx {
+            TopkIdx::I64 => Mem::from_pod(&reference::widen_ids(&idx)),
+            TopkIdx::I32 => Mem::from_pod(&idx),
+        };
+        let got = run_layout(&ranks[0], &buf, tokens, k, &failed);
         assert_eq!(
             got,
             reference::layout(&idx, tokens, k, n * epr, n),

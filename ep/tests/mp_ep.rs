@@ -13,7 +13,8 @@
 //!   there and at DeepSeek-V3's size); the "experts" (expert e scales by e + 1, weighted by the
 //!   token's weight, summed over the rank's experts of the token) run on the host; combine must
 //!   return the host's sum in rank order, and past the output nothing may be written;
-//! * the default SM budget (20 blocks, or this rank's SMs when fewer), 3 blocks and 1 block;
+//! * the default SM budget (20 blocks, or this rank's SMs when fewer), 3 blocks and 1 block
+//!   (with i64 ids there, the layout kernel too);
 //! * pairs of dispatch and combine enqueued back to back with no host synchronisation (the same
 //!   batch twice among them must give the same bits); a dispatch and combine on a stream of
 //!   their own, ordered by `wait_event` / `record_event`;
@@ -29,7 +30,7 @@
 use std::process::ExitCode;
 
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
-use mscclpp_ep::{Config, DEFAULT_BLOCKS, DataType, DispatchInput, Dispatched, ExpertIds, ExpertParallel};
+use mscclpp_ep::{Config, DEFAULT_BLOCKS, DataType, DispatchInput, Dispatched, ExpertIds, ExpertParallel, TopkIdx};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
 use rand::rngs::StdRng;
@@ -99,13 +100,22 @@ struct Bufs {
     out: DeviceBuffer,
 }
 
+/// Top-k ids on the GPU as the configuration says: i32, or i64 with every -1 replaced by a value
+/// that names no expert (`reference::widen_ids`).
+fn upload_ids(ep: &ExpertParallel, ids: &[i32]) -> Result<DeviceBuffer> {
+    match ep.config().topk_idx {
+        TopkIdx::I32 => DeviceBuffer::from_slice(ep.gpu(), ids),
+        TopkIdx::I64 => DeviceBuffer::from_slice(ep.gpu(), &reference::widen_ids(ids)),
+    }
+}
+
 fn upload(ep: &ExpertParallel, p: &Plan, me: usize) -> Result<Bufs> {
     let gpu = ep.gpu();
     let i = &p.inputs[me];
     let out_bytes = p.out.len() + TAIL;
     Ok(Bufs {
         x: DeviceBuffer::from_slice(gpu, &i.x)?,
-        idx: DeviceBuffer::from_slice(gpu, &i.topk_idx)?,
+        idx: upload_ids(ep, &i.topk_idx)?,
         w: DeviceBuffer::from_slice(gpu, &i.topk_weights)?,
         y: DeviceBuffer::from_slice(gpu, &p.ys[me])?,
         out: DeviceBuffer::filled(gpu, out_bytes, POISON)?,
@@ -198,7 +208,7 @@ fn layouts(ep: &mut ExpertParallel, seed: u64) -> Result<usize> {
         let k = 1 + (i * 3 + me) % cfg.max_topk;
         let e = cfg.experts as i32;
         let idx: Vec<i32> = (0..tokens * k).map(|_| rng.random_range(-3..e + 3)).collect();
-        let buf = DeviceBuffer::from_slice(ep.gpu(), &idx)?;
+        let buf = upload_ids(ep, &idx)?;
         let stream = ep.gpu().clone();
         ep.layout(&buf, tokens, k, stream.stream())?;
         let got = ep.read_layout(stream.stream())?;
@@ -447,11 +457,13 @@ fn run(comm: &Communicator) -> Result<()> {
     }
     drop(ep);
 
-    // One block per rank, the smallest SM budget; then on a stream of the experts' own, ordered
-    // by events.
-    let one = Config { blocks: Some(1), ..cfg };
+    // One block per rank, the smallest SM budget, with i64 ids (every -1 replaced by an i64 that
+    // names no expert, some of which an i32 truncation would read as one); then on a stream of
+    // the experts' own, ordered by events.
+    let one = Config { blocks: Some(1), topk_idx: TopkIdx::I64, ..cfg };
     let mut ep = ExpertParallel::new(comm, one)?;
     let (blocks, dt, ct) = ep.grid();
+    total += layouts(&mut ep, seed + 1)?;
     for (what, c) in [&cases[0], &cases[7], &cases[8], &cases[10], &cases[12]].map(|x| (x.0.clone(), x.1)) {
         run_case(&mut ep, &c, &format!("{what} [{blocks} blocks x {dt}/{ct} threads]"))?;
         total += 1;

@@ -80,6 +80,12 @@ pub const fn local_expert(id: i32, rank: u32, experts: u32, ranks: u32) -> i32 {
     }
 }
 
+/// The id an i64 top-k entry stands for: itself when it names an expert (`0..experts`), else -1
+/// (so that no value outside the i32 range names an expert once narrowed).
+pub const fn id_from_i64(id: i64, experts: u32) -> i32 {
+    if id >= 0 && id < experts as i64 { id as i32 } else { -1 }
+}
+
 /// `count` rounded up to a multiple of `alignment` (1 or more), at most `u32::MAX`.
 pub const fn align_count(count: u32, alignment: u32) -> u32 {
     let a = if alignment == 0 { 1 } else { alignment as u64 };
@@ -125,8 +131,8 @@ pub struct EpHandle {
     /// The rows received per local expert are reported rounded up to a multiple of this (1 or
     /// more).
     pub expert_alignment: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// Bytes of one top-k id of the inputs: 4 (i32) or 8 (i64, see [`id_from_i64`]).
+    pub idx_bytes: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<EpHandle>() == 80);

@@ -16,16 +16,33 @@ use mscclpp_ep_device::*;
 
 const WARP: u32 = 32;
 
+/// Top-k entry `i` of `topk_idx`: an i32, or an i64 when `idx_bytes` is 8 (read as
+/// [`id_from_i64`] says: -1 unless it names an expert).
+///
+/// # Safety
+/// `topk_idx` holds more than `i` entries of `idx_bytes` bytes, aligned.
+#[inline(always)]
+unsafe fn read_id(topk_idx: GlobalPtr<u8>, idx_bytes: u32, i: usize, experts: u32) -> i32 {
+    // SAFETY: entry i of the buffer (caller's contract).
+    unsafe {
+        if idx_bytes == 8 {
+            id_from_i64((topk_idx.addr() as *const i64).add(i).read(), experts)
+        } else {
+            (topk_idx.addr() as *const i32).add(i).read()
+        }
+    }
+}
+
 /// The rank mask of token `t`: bit r set when one of its `k` experts lives on rank r.
 ///
 /// # Safety
-/// `topk_idx` holds `(t + 1) * k` entries.
+/// `topk_idx` holds `(t + 1) * k` entries of `idx_bytes` bytes.
 #[inline(always)]
-unsafe fn token_mask(topk_idx: GlobalPtr<i32>, t: u32, k: u32, experts: u32, ranks: u32) -> u32 {
+unsafe fn token_mask(topk_idx: GlobalPtr<u8>, idx_bytes: u32, t: u32, k: u32, experts: u32, ranks: u32) -> u32 {
     let mut mask = 0u32;
     for j in 0..k {
         // SAFETY: entry t * k + j < (t + 1) * k (caller's contract).
-        let id = unsafe { topk_idx.as_ptr().add(t as usize * k as usize + j as usize).read() };
+        let id = unsafe { read_id(topk_idx, idx_bytes, t as usize * k as usize + j as usize, experts) };
         if valid_expert(id, experts) {
             mask |= 1 << rank_of_expert(id as u32, experts, ranks);
         }
@@ -37,12 +54,13 @@ unsafe fn token_mask(topk_idx: GlobalPtr<i32>, t: u32, k: u32, experts: u32, ran
 /// shared memory `(ranks * ntid + experts) * 4` bytes.
 ///
 /// # Safety
-/// `topk_idx` holds `tokens * k` i32; `per_rank` `ranks` u32, `per_expert` `experts` u32,
-/// `in_rank` `tokens * ranks` bytes, `send_index` `tokens * ranks` i32; `1 <= ranks <=
-/// MAX_RANKS`, `experts` a positive multiple of `ranks`; one block.
+/// `topk_idx` holds `tokens * k` i32 (`idx_bytes` 4) or i64 (`idx_bytes` 8); `per_rank` `ranks`
+/// u32, `per_expert` `experts` u32, `in_rank` `tokens * ranks` bytes, `send_index` `tokens *
+/// ranks` i32; `1 <= ranks <= MAX_RANKS`, `experts` a positive multiple of `ranks`; one block.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn layout(
-    topk_idx: GlobalPtr<i32>,
+    topk_idx: GlobalPtr<u8>,
+    idx_bytes: u32,
     tokens: u32,
     k: u32,
     experts: u32,
@@ -80,7 +98,7 @@ pub unsafe fn layout(
         let mut mask = 0u32;
         for j in 0..k {
             // SAFETY: t < tokens, j < k.
-            let id = unsafe { topk_idx.as_ptr().add(t as usize * k as usize + j as usize).read() };
+            let id = unsafe { read_id(topk_idx, idx_bytes, t as usize * k as usize + j as usize, experts) };
             if valid_expert(id, experts) {
                 mask |= 1 << rank_of_expert(id as u32, experts, ranks);
                 // SAFETY: id < experts; shared-memory counter of this block.
@@ -129,7 +147,7 @@ pub unsafe fn layout(
     }
     for t in lo..hi {
         // SAFETY: t < tokens.
-        let mask = unsafe { token_mask(topk_idx, t, k, experts, ranks) };
+        let mask = unsafe { token_mask(topk_idx, idx_bytes, t, k, experts, ranks) };
         for (r, nx) in next.iter_mut().enumerate() {
             if (r as u32) < ranks {
                 let i = t as usize * ranks as usize + r;
@@ -280,14 +298,14 @@ where
 /// # Safety
 /// Launched by `mscclpp_ep::ExpertParallel` on every rank with `h.blocks` blocks (resident at
 /// once), `EXCHANGE_SHARED_BYTES` of dynamic shared memory and at least `MAX_RANKS` threads per
-/// block (a multiple of 32); `x`, `topk_idx` and `topk_w` hold the token's rows, ids and weights;
-/// `tokens <= h.max_tokens`, `k <= h.max_topk`, `row_bytes` a multiple of 16 at most
-/// `4 * h.hidden`.
+/// block (a multiple of 32); `x`, `topk_idx` and `topk_w` hold the tokens' rows, ids (of
+/// `h.idx_bytes` bytes) and weights; `tokens <= h.max_tokens`, `k <= h.max_topk`, `row_bytes` a
+/// multiple of 16 at most `4 * h.hidden`.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn dispatch(
     h: EpHandle,
     x: GlobalPtr<u8>,
-    topk_idx: GlobalPtr<i32>,
+    topk_idx: GlobalPtr<u8>,
     topk_w: GlobalPtr<u32>,
     tokens: u32,
     k: u32,
@@ -444,13 +462,13 @@ pub unsafe fn dispatch(
                 // n * max_tokens, slot below k <= max_topk).
                 unsafe {
                     let (value, addr) = if j < k {
-                        let id = topk_idx.as_ptr().add(at + j as usize).read();
+                        let id = read_id(topk_idx, h.idx_bytes, at + j as usize, h.experts);
                         let v = if h.global_ids != 0 { id } else { local_expert(id, d, h.experts, n) };
                         (v as u32, base + sr.recv_idx + (row * k as u64 + j as u64) * 4)
                     } else if j < 2 * k {
                         let slot = at + (j - k) as usize;
-                        let elsewhere =
-                            h.global_ids == 0 && local_expert(topk_idx.as_ptr().add(slot).read(), d, h.experts, n) < 0;
+                        let elsewhere = h.global_ids == 0
+                            && local_expert(read_id(topk_idx, h.idx_bytes, slot, h.experts), d, h.experts, n) < 0;
                         // Zero (+0.0) for the slots whose local id is -1, as DeepEP gives them.
                         let v = if elsewhere { 0 } else { topk_w.as_ptr().add(slot).read() };
                         (v, base + sr.recv_w + (row * k as u64 + (j - k) as u64) * 4)
