@@ -43,10 +43,16 @@
 //! the same bits on every run. A token that went nowhere gets zeros. The weights are applied
 //! where the experts run, so one row per (token, rank) crosses NVLink each way, as in DeepEP's
 //! normal mode; weighting at the source would need one row per (token, expert), up to `k / ranks`
-//! times the traffic.
+//! times the traffic. [`ExpertParallel::combine_with_weights`] also sums the received rows' `k`
+//! weights back the same way (DeepEP's `combined_topk_weights`).
 //!
 //! Memory: every rank allocates about `2 * ranks * max_tokens * hidden * 4` bytes (receive rows
-//! and combine landing, sized for f32 rows; [`Config::shared_bytes`]).
+//! and combine landing, sized for f32 rows, plus ids and weights; [`Config::shared_bytes`]).
+//!
+//! **SM budget**: dispatch and combine run [`Config::blocks`] blocks (default
+//! [`DEFAULT_BLOCKS`], 20, DeepEP's `num_sms`), so that other work can run on the other SMs;
+//! [`ExpertParallel::wait_event`] and [`ExpertParallel::record_event`] order them with the
+//! caller's streams.
 //!
 //! Every call is collective (every rank, same order, same `k` and element type; the token count
 //! may differ between ranks, 0 included) and stream-ordered: nothing waits on the host. A
@@ -67,7 +73,7 @@ pub mod reference;
 pub use mscclpp_ep_device as shared;
 
 pub use mscclpp_host::DataType;
-use shared::{EXCHANGE_SHARED_BYTES, EpHandle, LAYOUT_THREADS, MAX_EXPERTS, MAX_RANKS, MAX_TOPK};
+use shared::{EXCHANGE_SHARED_BYTES, EpHandle, LAYOUT_THREADS, MAX_EXPERTS, MAX_RANKS, MAX_TOPK, WeightsArgs};
 
 /// The PTX of the kernels (built from `kernels/` by this crate's build script).
 pub const PTX: &str = include_str!(env!("MSCCLPP_EP_PTX"));
@@ -338,6 +344,20 @@ pub struct DispatchInput<'a> {
     pub tokens: usize,
     /// Experts per token (1 to `max_topk`; the same on every rank).
     pub k: usize,
+}
+
+/// The top-k weights a combine sums besides the rows ([`ExpertParallel::combine_with_weights`]),
+/// as DeepEP's `combine(topk_weights=...)` returns `combined_topk_weights`.
+#[derive(Clone, Copy, Debug)]
+pub struct CombineWeights<'a> {
+    /// `rows x k` f32, one per received row and slot (in the received order), or `None` for the
+    /// weights the dispatch delivered ([`Dispatched::recv_topk_weights_addr`]). A buffer shorter
+    /// than the received rows makes the kernel trap with a message.
+    pub input: Option<&'a DeviceBuffer>,
+    /// `tokens x k` f32: for every token of this rank and slot, the sum in rank order (f32, from
+    /// 0) of the weights of the ranks the token went to; 0 for a token that went nowhere. With
+    /// local ids and the delivered weights, every slot gets its weight back (0 for no expert).
+    pub out: &'a DeviceBuffer,
 }
 
 /// What a dispatch delivered to this rank, on the GPU; the handle a combine reuses. The
@@ -814,6 +834,31 @@ impl ExpertParallel {
         dtype: DataType,
         stream: &CudaStream,
     ) -> Result<()> {
+        self.combine_inner(d, y, out, dtype, None, stream)
+    }
+
+    /// [`ExpertParallel::combine`], and the top-k weights summed the same way into
+    /// `weights.out` ([`CombineWeights`]). Every rank calls the same one of the two.
+    pub fn combine_with_weights(
+        &mut self,
+        d: &Dispatched,
+        (y, out): (&DeviceBuffer, &DeviceBuffer),
+        dtype: DataType,
+        weights: CombineWeights,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.combine_inner(d, y, out, dtype, Some(weights), stream)
+    }
+
+    fn combine_inner(
+        &mut self,
+        d: &Dispatched,
+        y: &DeviceBuffer,
+        out: &DeviceBuffer,
+        dtype: DataType,
+        weights: Option<CombineWeights>,
+        stream: &CudaStream,
+    ) -> Result<()> {
         if self.pending != Some(d.generation) {
             return Err(Error::InvalidArgument(
                 "ep combine: the handle is not this object's last dispatch, or that dispatch was already combined"
@@ -823,6 +868,29 @@ impl ExpertParallel {
         self.check_stream(stream)?;
         self.check_gpu(&[y, out])?;
         let row_bytes = check_combine(&self.config, dtype, d.tokens, out.len())?;
+        let wt = match weights {
+            None => WeightsArgs::default(),
+            Some(w) => {
+                self.check_gpu(&[w.out])?;
+                let need = d.tokens * d.k * 4;
+                if w.out.len() < need {
+                    return Err(Error::InvalidArgument(format!(
+                        "ep combine: the weights output holds {} bytes, {} tokens x {} weights need {need}",
+                        w.out.len(),
+                        d.tokens,
+                        d.k
+                    )));
+                }
+                let (input, input_bytes) = match w.input {
+                    Some(b) => {
+                        self.check_gpu(&[b])?;
+                        (b.addr(), b.len() as u64)
+                    }
+                    None => (d.recv_topk_weights, (d.max_rows * d.k * 4) as u64),
+                };
+                WeightsArgs { input, input_bytes, out: w.out.addr(), k: d.k as u32, reserved: 0 }
+            }
+        };
         let f = match dtype {
             DataType::F32 => &self.f_combine_f32,
             _ => &self.f_combine_bf16,
@@ -835,11 +903,13 @@ impl ExpertParallel {
             .arg(GlobalPtr::<u8>::from_addr(out.addr()))
             .arg(d.tokens as u32)
             .arg(row_bytes as u32)
+            .arg(wt)
             .arg(self.config.budget);
         let cfg = LaunchConfig::new(h.blocks, self.threads.1).shared(EXCHANGE_SHARED_BYTES);
-        // SAFETY: the kernel takes (EpHandle, ptr, u64, ptr, u32, u32, SpinBudget) as passed;
-        // `out` holds the tokens' rows (checked); the kernel reads at most `y.len()` bytes of `y`
-        // (it checks the received rows against it); the layout and info it reads are this
+        // SAFETY: the kernel takes (EpHandle, ptr, u64, ptr, u32, u32, WeightsArgs, SpinBudget)
+        // as passed; `out` holds the tokens' rows and `wt.out` (when not 0) their weights
+        // (checked); the kernel reads at most `y.len()` bytes of `y` and `wt.input_bytes` of
+        // `wt.input` (it checks the received rows against them); the layout and info it reads are this
         // dispatch's (no dispatch or layout since: `pending`); grid as for dispatch.
         unsafe { self.launch(stream, f, cfg, &mut args)? };
         self.pending = None;
@@ -1008,8 +1078,10 @@ mod tests {
                 assert!(r.recv_idx + h.max_recv_rows() * 5 * 4 <= r.recv_w);
                 assert!(r.recv_w + h.max_recv_rows() * 5 * 4 <= r.recv_src);
                 assert!(r.recv_src + h.max_recv_rows() * 4 <= r.combine);
-                assert_eq!(h.combine_region(n - 1) + h.combine_region_bytes(), r.total);
-                for off in [r.recv_x, r.recv_idx, r.recv_w, r.recv_src, r.combine, h.combine_region(1)] {
+                assert!(h.combine_region(n - 1) + h.combine_region_bytes() <= r.combine_w);
+                assert_eq!(h.combine_w_region(n - 1) + h.combine_w_region_bytes(), r.total);
+                assert_eq!(h.combine_w_region_bytes(), 33 * 5 * 4);
+                for off in [r.recv_x, r.recv_idx, r.recv_w, r.recv_src, r.combine, h.combine_region(1), r.combine_w] {
                     assert_eq!(off % 16, 0);
                 }
                 let l = h.layout_regions();

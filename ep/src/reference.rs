@@ -321,6 +321,32 @@ pub fn combine(
     from_f32(dtype, &acc)
 }
 
+/// What a combine that sums the top-k weights returns on rank `s` (its `layout`, `tokens` tokens
+/// of `k` slots): for every token and slot, the weights the ranks it went to return
+/// (`weights[r]`, `rows x k` of rank `r` in its received order, `offsets[r]` its offsets by
+/// source), summed in rank order in f32 from 0.
+pub fn combine_weights(
+    layout: &Layout,
+    s: usize,
+    (tokens, k): (usize, usize),
+    (weights, offsets): (&[Vec<f32>], &[Vec<usize>]),
+) -> Vec<f32> {
+    let n = weights.len();
+    let mut acc = vec![0f32; tokens * k];
+    for t in 0..tokens {
+        for r in 0..n {
+            let si = layout.send_index[t * n + r];
+            if si >= 0 {
+                let row = offsets[r][s] + si as usize;
+                for j in 0..k {
+                    acc[t * k + j] += weights[r][row * k + j];
+                }
+            }
+        }
+    }
+    acc
+}
+
 /// The mixture the tests' experts compute for rank input `inp`, exactly (f64):
 /// `sum_j w_j * (e_j + 1) * x` over the token's valid slots; and the sum of the terms' magnitudes
 /// (for a rounding bound).
@@ -480,6 +506,18 @@ mod tests {
                 assert!(yg == *y, "the experts compute the same from local and global ids");
             }
             let offs: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
+            // The delivered weights summed back: every slot's weight (0 for no expert).
+            let ws: Vec<Vec<f32>> = recv.iter().map(|r| r.topk_weights.clone()).collect();
+            for s in 0..n {
+                let back = combine_weights(&layouts[s], s, (30, k), (&ws, &offs));
+                let want: Vec<f32> = inputs[s]
+                    .topk_idx
+                    .iter()
+                    .zip(&inputs[s].topk_weights)
+                    .map(|(&id, &w)| if valid_expert(id, experts as u32) { w } else { 0.0 })
+                    .collect();
+                assert_eq!(back, want);
+            }
             for s in 0..n {
                 let out = to_f32(dtype, &combine(dtype, &layouts[s], s, 30, (&ys, &offs), row));
                 let (want, mag) = moe_exact(dtype, &inputs[s], experts);

@@ -16,7 +16,7 @@ use std::sync::atomic::AtomicBool;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
-use mscclpp_ep::shared::{DTYPE_BF16, DTYPE_F32, EpHandle, signature};
+use mscclpp_ep::shared::{DTYPE_BF16, DTYPE_F32, EpHandle, WeightsArgs, signature};
 use mscclpp_ep::{Config, DEFAULT_BLOCKS, DataType, ExpertIds, TopkIdx};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -294,6 +294,16 @@ struct Expect {
     recv: Vec<Received>,
     ys: Vec<Vec<u8>>,
     outs: Vec<Vec<u8>>,
+    /// The weights a caller gives combine (per rank, one per received row and slot).
+    w_ins: Vec<Vec<f32>>,
+    /// What combine sums from the delivered weights, from the caller's.
+    w_outs: [Vec<Vec<f32>>; 2],
+}
+
+/// How operation `i` of a sequence combines the weights: from the delivered ones (0), from the
+/// caller's (1), not at all (2). The same on every rank.
+fn weights_mode(i: usize) -> usize {
+    i % 3
 }
 
 fn expect(op: &Op, cfg: &Config, n: usize, seed: u64) -> Expect {
@@ -315,7 +325,12 @@ fn expect(op: &Op, cfg: &Config, n: usize, seed: u64) -> Expect {
     let offsets: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
     let outs =
         (0..n).map(|s| reference::combine(op.dtype, &layouts[s], s, inputs[s].tokens, (&ys, &offsets), row)).collect();
-    Expect { inputs, layouts, recv, ys, outs }
+    let w_ins: Vec<Vec<f32>> = recv.iter().map(|r| r.topk_weights.iter().map(|w| w * 0.5 + 1.0).collect()).collect();
+    let delivered: Vec<Vec<f32>> = recv.iter().map(|r| r.topk_weights.clone()).collect();
+    let w_outs = [&delivered, &w_ins].map(|w| {
+        (0..n).map(|s| reference::combine_weights(&layouts[s], s, (inputs[s].tokens, op.k), (w, &offsets))).collect()
+    });
+    Expect { inputs, layouts, recv, ys, outs, w_ins, w_outs }
 }
 
 /// What a rank saw after one dispatch and combine.
@@ -328,6 +343,7 @@ struct Seen {
     w: Vec<u32>,
     src: Vec<i32>,
     out: Vec<u8>,
+    w_out: Vec<u8>,
 }
 
 fn code(dtype: DataType) -> u32 {
@@ -421,19 +437,42 @@ fn run_rank(
             let y = Mem::from_bytes(&e.ys[me]);
             let out = Mem::from_bytes(&vec![0xa5; inp.tokens * row + 64]);
             let (ya, oa, y_bytes) = (y.addr(), out.addr(), e.ys[me].len() as u64);
+            let w_in = Mem::from_pod(&e.w_ins[me]);
+            let w_bytes = inp.tokens * op.k * 4 + 64;
+            let w_out = Mem::from_bytes(&vec![0xa5; w_bytes]);
+            let k = op.k as u32;
+            let wt = match weights_mode(i) {
+                0 => WeightsArgs {
+                    input: h.shared + sr.recv_w,
+                    input_bytes: h.max_recv_rows() * op.k as u64 * 4,
+                    out: w_out.addr(),
+                    k,
+                    reserved: 0,
+                },
+                1 => WeightsArgs {
+                    input: w_in.addr(),
+                    input_bytes: e.w_ins[me].len() as u64 * 4,
+                    out: w_out.addr(),
+                    k,
+                    reserved: 0,
+                },
+                _ => WeightsArgs::default(),
+            };
             hw::launch(blocks, threads, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
                 let (y, out) = (GlobalPtr::from_addr(ya), GlobalPtr::from_addr(oa));
                 let t = inp.tokens as u32;
-                // SAFETY: `y` holds the received rows' outputs, `out` the tokens' rows.
+                // SAFETY: `y` holds the received rows' outputs, `out` the tokens' rows, the
+                // weights their rows and slots.
                 unsafe {
                     if op.dtype == DataType::F32 {
-                        body::combine::<mscclpp_device::vec::F32x4>(h, y, y_bytes, out, t, row as u32, BUDGET)
+                        body::combine::<mscclpp_device::vec::F32x4>(h, y, y_bytes, out, t, row as u32, wt, BUDGET)
                     } else {
-                        body::combine::<mscclpp_device::vec::Bf16x8>(h, y, y_bytes, out, t, row as u32, BUDGET)
+                        body::combine::<mscclpp_device::vec::Bf16x8>(h, y, y_bytes, out, t, row as u32, wt, BUDGET)
                     }
                 }
             });
             s.out = out.bytes()[..inp.tokens * row + 64].to_vec();
+            s.w_out = w_out.bytes()[..w_bytes].to_vec();
         }
         seen.push(s);
     }
@@ -478,6 +517,16 @@ fn run_world(cfg: &Config, n: usize, grid: (u32, u32), ops: &[Op], seed: u64) {
                 let t = e.outs[me].len();
                 assert!(s.out[..t] == e.outs[me][..], "{what}: combine output differs");
                 assert!(s.out[t..].iter().all(|&b| b == 0xa5), "{what}: combine wrote past the output");
+                let mode = weights_mode(i);
+                let tk = e.inputs[me].tokens * op.k * 4;
+                if mode < 2 {
+                    let got: Vec<u32> =
+                        s.w_out[..tk].as_chunks::<4>().0.iter().map(|c| u32::from_le_bytes(*c)).collect();
+                    let want: Vec<u32> = e.w_outs[mode][me].iter().map(|w| w.to_bits()).collect();
+                    assert_eq!(got, want, "{what}: summed weights ({})", ["delivered", "caller's"][mode]);
+                }
+                let tail = if mode < 2 { &s.w_out[tk..] } else { &s.w_out[..] };
+                assert!(tail.iter().all(|&b| b == 0xa5), "{what}: combine wrote weights it was not asked for");
             }
         }
     }

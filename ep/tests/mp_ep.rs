@@ -18,6 +18,8 @@
 //! * pairs of dispatch and combine enqueued back to back with no host synchronisation (the same
 //!   batch twice among them must give the same bits); a dispatch and combine on a stream of
 //!   their own, ordered by `wait_event` / `record_event`;
+//! * combines that also sum the top-k weights (even k: the delivered ones, which come back as
+//!   given; on the side stream: the caller's), bit for bit;
 //! * requests beyond the configuration, stale and repeated combines: errors, before any launch.
 //!
 //! ```sh
@@ -30,7 +32,9 @@
 use std::process::ExitCode;
 
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
-use mscclpp_ep::{Config, DEFAULT_BLOCKS, DataType, DispatchInput, Dispatched, ExpertIds, ExpertParallel, TopkIdx};
+use mscclpp_ep::{
+    CombineWeights, Config, DEFAULT_BLOCKS, DataType, DispatchInput, Dispatched, ExpertIds, ExpertParallel, TopkIdx,
+};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
 use rand::rngs::StdRng;
@@ -68,6 +72,8 @@ struct Plan {
     ys: Vec<Vec<u8>>,
     /// What combine returns on this rank.
     out: Vec<u8>,
+    /// The delivered weights summed back on this rank (`tokens x k`).
+    w_out: Vec<f32>,
 }
 
 fn plan(c: &Case, cfg: &Config, n: usize, me: usize) -> Plan {
@@ -88,7 +94,9 @@ fn plan(c: &Case, cfg: &Config, n: usize, me: usize) -> Plan {
         .collect();
     let offsets: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
     let out = reference::combine(c.dtype, &layouts[me], me, inputs[me].tokens, (&ys, &offsets), row);
-    Plan { inputs, layouts, recv, ys, out }
+    let delivered: Vec<Vec<f32>> = recv.iter().map(|r| r.topk_weights.clone()).collect();
+    let w_out = reference::combine_weights(&layouts[me], me, (inputs[me].tokens, c.k), (&delivered, &offsets));
+    Plan { inputs, layouts, recv, ys, out, w_out }
 }
 
 /// This rank's device buffers of one case.
@@ -151,6 +159,18 @@ fn check_layout(what: &str, got: &Layout, want: &Layout) -> Result<()> {
     check_eq(&format!("{what}: send index"), &got.send_index, &want.send_index)
 }
 
+/// Checks summed weights read from `buf` (and its poisoned tail) against `want`.
+fn check_weights(what: &str, buf: &DeviceBuffer, want: &[f32]) -> Result<()> {
+    let got = buf.to_vec::<u8>()?;
+    let n = want.len() * 4;
+    let bits: Vec<u32> = got[..n].as_chunks::<4>().0.iter().map(|c| u32::from_le_bytes(*c)).collect();
+    check_eq(&format!("{what}: summed weights"), &bits, &want.iter().map(|w| w.to_bits()).collect::<Vec<_>>())?;
+    if got[n..].iter().any(|&x| x != POISON) {
+        return Err(fail(format!("{what}: combine wrote past the summed weights")));
+    }
+    Ok(())
+}
+
 /// Checks the combine output (and the poisoned tail) of this rank.
 fn check_out(what: &str, b: &Bufs, want: &[u8]) -> Result<()> {
     let got = b.out.to_vec::<u8>()?;
@@ -183,9 +203,19 @@ fn run_case(ep: &mut ExpertParallel, c: &Case, what: &str) -> Result<()> {
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     check_eq(&format!("{what}: received weights"), &bits(&got.topk_weights), &bits(&want.topk_weights))?;
     check_eq(&format!("{what}: received source indices"), &got.src, &want.src)?;
-    ep.combine(&d, &b.y, &b.out, c.dtype, stream)?;
+    // Even k: the combine also sums the delivered weights back (DeepEP's combined_topk_weights).
+    let w_out = DeviceBuffer::filled(ep.gpu(), p.w_out.len() * 4 + TAIL, POISON)?;
+    if c.k % 2 == 0 {
+        let weights = CombineWeights { input: None, out: &w_out };
+        ep.combine_with_weights(&d, (&b.y, &b.out), c.dtype, weights, stream)?;
+    } else {
+        ep.combine(&d, &b.y, &b.out, c.dtype, stream)?;
+    }
     ep.gpu().synchronize()?;
     check_out(what, &b, &p.out)?;
+    if c.k % 2 == 0 {
+        check_weights(what, &w_out, &p.w_out)?;
+    }
     // The reference itself is the mixture the experts define (within rounding).
     let (exact, mag) = reference::moe_exact(c.dtype, &p.inputs[me], cfg.experts);
     let eps = if c.dtype == DataType::Bf16 { 3.0 / 256.0 } else { 1e-5 };
@@ -266,11 +296,20 @@ fn on_a_side_stream(ep: &mut ExpertParallel, c: &Case) -> Result<usize> {
     let tokens = p.inputs[me].tokens;
     let input = DispatchInput { x: &b.x, dtype: c.dtype, topk_idx: &b.idx, topk_weights: &b.w, tokens, k: c.k };
     let d = ep.dispatch(&input, &side)?;
-    ep.combine(&d, &b.y, &b.out, c.dtype, &side)?;
+    // The caller's weights (not the delivered ones) summed back with the rows.
+    let recv = &p.recv;
+    let w_ins: Vec<Vec<f32>> = recv.iter().map(|r| r.topk_weights.iter().map(|w| w * 0.5 + 1.0).collect()).collect();
+    let offsets: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
+    let want = reference::combine_weights(&p.layouts[me], me, (tokens, c.k), (&w_ins, &offsets));
+    let w_in = DeviceBuffer::from_slice(&gpu, &w_ins[me])?;
+    let w_out = DeviceBuffer::filled(&gpu, want.len() * 4 + TAIL, POISON)?;
+    let weights = CombineWeights { input: Some(&w_in), out: &w_out };
+    ep.combine_with_weights(&d, (&b.y, &b.out), c.dtype, weights, &side)?;
     let combined = ep.record_event(&side)?;
     ep.wait_event(gpu.stream(), &combined)?;
     gpu.synchronize()?;
     check_out("on a side stream", &b, &p.out)?;
+    check_weights("on a side stream", &w_out, &want)?;
     Ok(1)
 }
 
@@ -310,6 +349,10 @@ fn refusals(ep: &mut ExpertParallel, base: &Case) -> Result<()> {
     let d1 = dispatch(ep, base, &b, t)?;
     let d2 = dispatch(ep, base, &b, t)?;
     expect_err(ep.combine(&d1, &b.y, &b.out, base.dtype, s), "stale combine", "last dispatch")?;
+    let short_w = DeviceBuffer::alloc(&gpu, t * base.k * 4 - 1)?;
+    let weights = CombineWeights { input: None, out: &short_w };
+    let r = ep.combine_with_weights(&d2, (&b.y, &b.out), base.dtype, weights, s);
+    expect_err(r, "short summed weights", "weights output holds")?;
     ep.combine(&d2, &b.y, &b.out, base.dtype, s)?;
     expect_err(ep.combine(&d2, &b.y, &b.out, base.dtype, s), "second combine", "already combined")?;
     gpu.synchronize()?;

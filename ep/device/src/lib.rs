@@ -18,6 +18,8 @@
 //!  recv_w          [n * max_tokens][k] f32 (0 where the local id is -1; or as given)
 //!  recv_src        [n * max_tokens] i32 (the token's index on its source rank)
 //!  combine landing [sender][max_tokens] rows: what `sender` computed for this rank's tokens
+//!  weight landing  [sender][max_tokens][max_topk] f32: the top-k weights `sender` returns for
+//!                  this rank's tokens (a combine that sums them)
 //! ```
 //!
 //! And two local buffers per rank: the *layout* (this rank's routing, written by the layout
@@ -140,6 +142,26 @@ const _: () = assert!(core::mem::size_of::<EpHandle>() == 80);
 // layout on the host and nvptx64.
 unsafe impl mscclpp_device::abi::DeviceAbi for EpHandle {}
 
+/// The top-k weights a combine sums (a kernel parameter): `out == 0` for none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WeightsArgs {
+    /// Device address of the received rows' weights (`rows x k` f32) this rank returns.
+    pub input: u64,
+    /// Bytes at `input`.
+    pub input_bytes: u64,
+    /// Device address of this rank's tokens' summed weights (`tokens x k` f32), or 0.
+    pub out: u64,
+    /// Top-k of the dispatch.
+    pub k: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<WeightsArgs>() == 32);
+// SAFETY: `repr(C)` of u64 and u32 fields with no padding (32 bytes, asserted above).
+unsafe impl mscclpp_device::abi::DeviceAbi for WeightsArgs {}
+
 /// Byte offsets of the regions of a shared buffer (the same on every rank).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SharedRegions {
@@ -159,6 +181,8 @@ pub struct SharedRegions {
     pub recv_src: u64,
     /// Combine landing rows.
     pub combine: u64,
+    /// Combine landing top-k weights.
+    pub combine_w: u64,
     /// Total bytes.
     pub total: u64,
 }
@@ -213,8 +237,20 @@ impl EpHandle {
         let recv_w = round_up(recv_idx + rows * self.max_topk as u64 * 4, 256);
         let recv_src = round_up(recv_w + rows * self.max_topk as u64 * 4, 256);
         let combine = round_up(recv_src + rows * 4, 256);
-        let total = combine + n * self.combine_region_bytes();
-        SharedRegions { dispatch_flags, combine_flags, counts, recv_x, recv_idx, recv_w, recv_src, combine, total }
+        let combine_w = round_up(combine + n * self.combine_region_bytes(), 256);
+        let total = combine_w + n * self.combine_w_region_bytes();
+        SharedRegions {
+            dispatch_flags,
+            combine_flags,
+            counts,
+            recv_x,
+            recv_idx,
+            recv_w,
+            recv_src,
+            combine,
+            combine_w,
+            total,
+        }
     }
     /// Offset of the dispatch flag of (`sender`, `block`).
     pub const fn dispatch_flag(&self, sender: u32, block: u32) -> u64 {
@@ -228,6 +264,14 @@ impl EpHandle {
     pub const fn count_word(&self, parity: u64, sender: u32, word: u32) -> u64 {
         let w = self.count_words() as u64;
         self.shared_regions().counts + ((parity * self.n_ranks as u64 + sender as u64) * w + word as u64) * 8
+    }
+    /// Bytes of one sender's weight landing region.
+    pub const fn combine_w_region_bytes(&self) -> u64 {
+        self.max_tokens as u64 * self.max_topk as u64 * 4
+    }
+    /// Offset of `sender`'s weight landing region.
+    pub const fn combine_w_region(&self, sender: u32) -> u64 {
+        self.shared_regions().combine_w + sender as u64 * self.combine_w_region_bytes()
     }
     /// Offset of `sender`'s combine landing region.
     pub const fn combine_region(&self, sender: u32) -> u64 {

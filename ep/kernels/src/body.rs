@@ -529,12 +529,16 @@ fn pack<V: Element>(acc: &[f32; 8]) -> [u32; 4] {
 
 /// Combine: this rank's rows of `y` (one per received row, `row_bytes` each, as the last
 /// dispatch laid them out) go back to their source ranks; every token of this rank gets the sum,
-/// in rank order, of what the ranks it went to computed for it.
+/// in rank order, of what the ranks it went to computed for it. With `wt.out` (not 0), the
+/// same for the received rows' `k` weights at `wt.input`: every token's `k` weights summed in
+/// rank order (f32, from 0) into `wt.out`.
 ///
 /// # Safety
-/// As for [`ep_dispatch`]; the last operation on this handle was a dispatch (its info and
-/// layout are current); `y` holds `y_bytes` bytes, `out` `tokens * row_bytes`; every rank
-/// passes the same `row_bytes`.
+/// As for [`dispatch`]; the last operation on this handle was a dispatch (its info and layout
+/// are current); `y` holds `y_bytes` bytes, `out` `tokens * row_bytes`; every rank passes the
+/// same `row_bytes` and the same `wt.k` (the dispatch's k) and `wt.out` zero or not on all; with
+/// `wt.out`, `wt.input` holds `wt.input_bytes` bytes (4-aligned) and `wt.out` `tokens * k` f32.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn combine<V: Element>(
     h: EpHandle,
     y: GlobalPtr<u8>,
@@ -542,6 +546,7 @@ pub unsafe fn combine<V: Element>(
     out: GlobalPtr<u8>,
     tokens: u32,
     row_bytes: u32,
+    wt: WeightsArgs,
     budget: SpinBudget,
 ) {
     follow_previous_grid();
@@ -572,6 +577,10 @@ pub unsafe fn combine<V: Element>(
     if received * row_bytes as u64 > y_bytes {
         fail(c"ep_combine: the expert-output buffer holds fewer rows than this rank received");
     }
+    let (weights, wk) = (wt.out != 0, wt.k as u64);
+    if weights && received * wk * 4 > wt.input_bytes {
+        fail(c"ep_combine: the weights buffer holds fewer rows than this rank received");
+    }
     let offset = |s: u32| -> u64 {
         // SAFETY: s <= n.
         unsafe { tb.base.add(s as usize).read() as u64 }
@@ -591,6 +600,17 @@ pub unsafe fn combine<V: Element>(
         // SAFETY: vectors inside this source's rows of `y` (checked against y_bytes) and inside
         // rank s's landing region (rows <= max_tokens).
         unsafe { copy_vecs(src, dst, g as u64, vecs, gn as u64) };
+        if weights {
+            let (src, dst) = (wt.input + offset(s) * wk * 4, tb.peer(s) + h.combine_w_region(me));
+            let mut i = g as u64;
+            while i < rows * wk {
+                // SAFETY: words of this source's rows of the weights (checked against
+                // input_bytes) and of rank s's weight landing region (rows <= max_tokens, k <=
+                // max_topk).
+                unsafe { ((dst + i * 4) as *mut u32).write(((src + i * 4) as *const u32).read()) };
+                i += gn as u64;
+            }
+        }
     }
     sync_threads();
     // 2. Signal every other rank, then wait for every block of every other rank.
@@ -676,6 +696,29 @@ pub unsafe fn combine<V: Element>(
             v += 2 * WARP;
         }
         u += nw;
+    }
+    // 4. The same for the weights, one (token, slot) per thread.
+    let mut i = g;
+    while weights && i < tokens * wt.k {
+        let (t, j) = ((i / wt.k) as u64, (i % wt.k) as u64);
+        let mut acc = 0f32;
+        for r in 0..n {
+            // SAFETY: t < tokens, r < n.
+            let si = unsafe { send_index.add(t as usize * n as usize + r as usize).read() };
+            if si >= 0 {
+                let at = if r == me {
+                    wt.input + ((offset(me) + si as u64) * wk + j) * 4
+                } else {
+                    h.shared + h.combine_w_region(r) + (si as u64 * wk + j) * 4
+                };
+                // SAFETY: a weight of this rank's received rows or of a landing region, written
+                // before the flags waited for above.
+                acc += f32::from_bits(unsafe { (at as *const u32).read() });
+            }
+        }
+        // SAFETY: t < tokens, j < k: inside `wt.out`.
+        unsafe { ((wt.out + (t * wk + j) * 4) as *mut u32).write(acc.to_bits()) };
+        i += gn;
     }
     sync_threads();
     if tid == 0 {

@@ -24,7 +24,7 @@ pub mod hw;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::vec::{Bf16x8, F32x4};
-use mscclpp_ep_device::EpHandle;
+use mscclpp_ep_device::{EpHandle, WeightsArgs};
 
 /// The dispatch layout (see [`body::layout`]).
 ///
@@ -78,6 +78,7 @@ macro_rules! combine_kernels {
         /// # Safety
         /// As for [`body::combine`].
         #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
         pub unsafe extern "ptx-kernel" fn $name(
             h: EpHandle,
             y: GlobalPtr<u8>,
@@ -85,10 +86,11 @@ macro_rules! combine_kernels {
             out: GlobalPtr<u8>,
             tokens: u32,
             row_bytes: u32,
+            wt: WeightsArgs,
             budget: SpinBudget,
         ) {
             // SAFETY: forwarded from the launch contract.
-            unsafe { body::combine::<$lanes>(h, y, y_bytes, out, tokens, row_bytes, budget) }
+            unsafe { body::combine::<$lanes>(h, y, y_bytes, out, tokens, row_bytes, wt, budget) }
         }
     )* };
 }
