@@ -69,7 +69,9 @@ fn expert_parallelism(
     // d.recv_x_addr(): this rank's received rows, grouped by source rank (their count is on the GPU,
     // at d.info_addr(); ep.recv_counts(&d, stream) reads it after a synchronisation).
     // Your experts write one output row per received row into `y` (e.g. the weighted sum over
-    // this rank's experts of the token: the weights arrive at d.recv_topk_weights_addr()).
+    // this rank's experts of the token): the ids at d.recv_topk_idx_addr() are local (0 to
+    // experts_per_rank - 1, -1 for another rank's expert), the weights at
+    // d.recv_topk_weights_addr() are 0 in the -1 slots.
     ep.combine(&d, &y, &out, DataType::Bf16, stream)?; // out[t] = sum of the ranks' rows for t
     Ok(())
 }

@@ -26,10 +26,15 @@
 //! receive buffer, where `offset(s)` is the number of rows `d` receives from ranks below `s`:
 //! the first pass exchanges every rank's counts (tagged words in every rank's shared buffer), so
 //! every sender knows where its rows go and the receive buffer is contiguous, grouped by source
-//! rank, tokens in their source order. Alongside: the token's `k` expert ids (global ids, as
-//! given), its `k` weights (f32) and its index on the source rank. What was received (rows, the
-//! offsets by source, rows per local expert) stays on the GPU ([`Dispatched`]); reading it to the
-//! host is the caller's choice ([`ExpertParallel::recv_counts`]), never needed by the library.
+//! rank, tokens in their source order. Alongside: the token's `k` expert ids, its `k` weights
+//! (f32) and its index on the source rank. The ids are local by default, as DeepEP gives them
+//! ([`ExpertIds::Local`]): on rank `d`, `id - d * experts_per_rank` for an expert of `d`, -1 for
+//! an expert of another rank (or none), and the weight of every -1 slot is 0, so an expert layer
+//! indexes its local experts directly and sums `weight * expert(x)` over all `k` slots;
+//! [`ExpertIds::Global`] keeps the ids and weights as given. What was received (rows, the offsets
+//! by source, rows per local expert, rounded up to [`Config::expert_alignment`]) stays on the GPU
+//! ([`Dispatched`]); reading it to the host is the caller's choice
+//! ([`ExpertParallel::recv_counts`]), never needed by the library.
 //!
 //! **Combine** takes one row per received row (`y`, the expert layer's output for that row,
 //! typically the sum over this rank's experts of the token of weight x expert output: the
@@ -38,10 +43,16 @@
 //! the same bits on every run. A token that went nowhere gets zeros. The weights are applied
 //! where the experts run, so one row per (token, rank) crosses NVLink each way, as in DeepEP's
 //! normal mode; weighting at the source would need one row per (token, expert), up to `k / ranks`
-//! times the traffic.
+//! times the traffic. [`ExpertParallel::combine_with_weights`] also sums the received rows' `k`
+//! weights back the same way (DeepEP's `combined_topk_weights`).
 //!
 //! Memory: every rank allocates about `2 * ranks * max_tokens * hidden * 4` bytes (receive rows
-//! and combine landing, sized for f32 rows; [`Config::shared_bytes`]).
+//! and combine landing, sized for f32 rows, plus ids and weights; [`Config::shared_bytes`]).
+//!
+//! **SM budget**: dispatch and combine run [`Config::blocks`] blocks (default
+//! [`DEFAULT_BLOCKS`], 20, DeepEP's `num_sms`), so that other work can run on the other SMs;
+//! [`ExpertParallel::wait_event`] and [`ExpertParallel::record_event`] order them with the
+//! caller's streams.
 //!
 //! Every call is collective (every rank, same order, same `k` and element type; the token count
 //! may differ between ranks, 0 included) and stream-ordered: nothing waits on the host. A
@@ -51,7 +62,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaStream};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_host::comm::{Communicator, PeerBuffers};
@@ -62,13 +73,54 @@ pub mod reference;
 pub use mscclpp_ep_device as shared;
 
 pub use mscclpp_host::DataType;
-use shared::{EXCHANGE_SHARED_BYTES, EpHandle, LAYOUT_THREADS, MAX_EXPERTS, MAX_RANKS, MAX_TOPK};
+use shared::{EXCHANGE_SHARED_BYTES, EpHandle, LAYOUT_THREADS, MAX_EXPERTS, MAX_RANKS, MAX_TOPK, WeightsArgs};
 
 /// The PTX of the kernels (built from `kernels/` by this crate's build script).
 pub const PTX: &str = include_str!(env!("MSCCLPP_EP_PTX"));
 
 /// Largest `max_tokens` (row indices stay below 2^31 with [`MAX_RANKS`] ranks).
 pub const MAX_TOKENS: usize = 1 << 24;
+
+/// Blocks of dispatch and combine unless [`Config::blocks`] says otherwise (DeepEP's default
+/// `num_sms`), or the GPU's SMs (this rank's share of them) when there are fewer.
+pub const DEFAULT_BLOCKS: u32 = 20;
+
+/// Largest [`Config::expert_alignment`].
+pub const MAX_EXPERT_ALIGNMENT: u32 = 1 << 16;
+
+/// The element type of the top-k ids given to dispatch and layout ([`Config::topk_idx`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TopkIdx {
+    /// i32 ids.
+    #[default]
+    I32,
+    /// i64 ids, as DeepEP takes them (`topk_idx_t`): an id outside `0..experts` is "no expert",
+    /// as with i32, and arrives as -1 (the received ids are i32 either way).
+    I64,
+}
+
+impl TopkIdx {
+    /// Bytes of one id.
+    pub const fn bytes(self) -> usize {
+        match self {
+            TopkIdx::I32 => 4,
+            TopkIdx::I64 => 8,
+        }
+    }
+}
+
+/// Which expert ids a dispatch delivers with the received rows ([`Config::expert_ids`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ExpertIds {
+    /// DeepEP's: on the receiving rank `r`, `id - r * experts_per_rank` for an expert of `r`,
+    /// -1 for an expert of another rank (or none), and the weight of every -1 slot is 0. An
+    /// expert layer indexes its local experts with them directly.
+    #[default]
+    Local,
+    /// The ids as given (global, `-1` or any id outside `0..experts` for none) and all `k`
+    /// weights as given, on every rank.
+    Global,
+}
 
 /// How an [`ExpertParallel`] is built. Every rank must use the same sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,9 +134,31 @@ pub struct Config {
     pub experts: usize,
     /// Largest top-k of a call.
     pub max_topk: usize,
-    /// Blocks of dispatch and combine (default: the GPU's SM count; at most that, since the
-    /// blocks wait for each other; when ranks that are threads of one process share the GPU,
-    /// this rank's share of it, `Communicator::sm_share`). Ranks that differ use the smallest.
+    /// The received top-k ids: local (the default, as DeepEP gives them) or global. The same on
+    /// every rank.
+    pub expert_ids: ExpertIds,
+    /// The type of the top-k ids given to [`ExpertParallel::dispatch`] and
+    /// [`ExpertParallel::layout`]: i32 (the default) or i64. May differ between ranks.
+    pub topk_idx: TopkIdx,
+    /// The rows received per local expert ([`RecvCounts::per_expert`] and the info words) are
+    /// rounded up to a multiple of this, as DeepEP's `expert_alignment` (grouped GEMMs want 128;
+    /// the received rows themselves are as before). 1 (the default) to
+    /// [`MAX_EXPERT_ALIGNMENT`]; may differ between ranks.
+    pub expert_alignment: u32,
+    /// Blocks of dispatch and combine, DeepEP's `num_sms` (default [`DEFAULT_BLOCKS`], 20, or
+    /// the GPU's SMs when fewer; when ranks that are threads of one process share the GPU, this
+    /// rank's share of them, `Communicator::sm_share`). 1 up to the SMs (the blocks wait for each
+    /// other, so all must be resident); the SMs left over run other work (attention, a shared
+    /// expert) at the same time, on another stream ([`ExpertParallel::wait_event`],
+    /// [`ExpertParallel::record_event`]). Ranks that differ use the smallest. Every count gives
+    /// the same bits.
+    ///
+    /// How to pick it: dispatch and combine move bytes over NVLink, which a fraction of the SMs
+    /// saturates; the rest only spin. Run `ep_bench` with `MSCCLPP_RS_EP_BLOCKS` at your token
+    /// count and take the smallest count past which the GB/s stop rising (DeepEP's 20 is the
+    /// place to start on NVLink 4 machines such as H100 and H200; decoding batches, with few
+    /// rows to move, often need fewer); more only when nothing runs beside dispatch and combine. Work launched beside them must leave these
+    /// blocks room to be resident, or they wait for it to finish.
     pub blocks: Option<u32>,
     /// Threads per block of dispatch and combine (default 1024, or what the kernels' registers
     /// allow).
@@ -100,14 +174,18 @@ pub struct Config {
 }
 
 impl Config {
-    /// The sizes, with the default blocks, threads, a 20-second wait budget and overlapped
-    /// launches (unless `MSCCLPP_RS_EP_PDL=0`).
+    /// The sizes, with local expert ids, an expert alignment of 1, the default blocks
+    /// ([`DEFAULT_BLOCKS`]) and threads, a 20-second wait budget and overlapped launches (unless
+    /// `MSCCLPP_RS_EP_PDL=0`).
     pub fn new(max_tokens: usize, hidden: usize, experts: usize, max_topk: usize) -> Self {
         Self {
             max_tokens,
             hidden,
             experts,
             max_topk,
+            expert_ids: ExpertIds::Local,
+            topk_idx: TopkIdx::I32,
+            expert_alignment: 1,
             blocks: None,
             threads: None,
             budget: SpinBudget::from_millis(20_000),
@@ -136,6 +214,12 @@ impl Config {
         if self.max_tokens == 0 || self.max_tokens > MAX_TOKENS {
             return bad(format!("max_tokens {} (1 to {MAX_TOKENS})", self.max_tokens));
         }
+        if self.expert_alignment == 0 || self.expert_alignment > MAX_EXPERT_ALIGNMENT {
+            return bad(format!("expert_alignment {} (1 to {MAX_EXPERT_ALIGNMENT})", self.expert_alignment));
+        }
+        if self.blocks == Some(0) {
+            return bad("0 blocks (1 or more)".into());
+        }
         Ok(())
     }
 
@@ -155,7 +239,9 @@ impl Config {
             hidden: self.hidden as u32,
             max_topk: self.max_topk as u32,
             blocks,
-            reserved: 0,
+            global_ids: (self.expert_ids == ExpertIds::Global) as u32,
+            expert_alignment: self.expert_alignment,
+            idx_bytes: self.topk_idx.bytes() as u32,
         }
     }
 
@@ -178,8 +264,8 @@ fn dtype_code(dtype: DataType) -> Result<u32> {
 }
 
 /// The checks of a dispatch that need no GPU: the element type, `tokens` and `k` within the
-/// configuration, and buffer lengths (bytes of `x`, `topk_idx`, `topk_weights`) that hold the
-/// batch. Returns the bytes of one row.
+/// configuration, and buffer lengths (bytes of `x`, `topk_idx` (of [`Config::topk_idx`]),
+/// `topk_weights`) that hold the batch. Returns the bytes of one row.
 pub fn check_dispatch(
     config: &Config,
     dtype: DataType,
@@ -200,8 +286,9 @@ pub fn check_dispatch(
     let bytes = |a: usize, b: usize| {
         a.checked_mul(b).ok_or_else(|| Error::InvalidArgument(format!("ep dispatch: {tokens} tokens overflow")))
     };
-    let ids = bytes(tokens, k.saturating_mul(4))?;
-    let need = [("x", x_len, bytes(tokens, row)?), ("topk_idx", idx_len, ids), ("topk_weights", w_len, ids)];
+    let ids = bytes(tokens, k.saturating_mul(config.topk_idx.bytes()))?;
+    let weights = bytes(tokens, k.saturating_mul(4))?;
+    let need = [("x", x_len, bytes(tokens, row)?), ("topk_idx", idx_len, ids), ("topk_weights", w_len, weights)];
     for (what, has, needs) in need {
         if has < needs {
             return bad(format!("the {what} buffer holds {has} bytes, {tokens} tokens need {needs}"));
@@ -248,7 +335,8 @@ pub struct DispatchInput<'a> {
     pub x: &'a DeviceBuffer,
     /// bf16 or f32.
     pub dtype: DataType,
-    /// `tokens x k` i32 expert ids; `-1` (or any id outside `0..experts`) for none.
+    /// `tokens x k` expert ids, i32 (or i64: [`Config::topk_idx`]); `-1` (or any id outside
+    /// `0..experts`) for none.
     pub topk_idx: &'a DeviceBuffer,
     /// `tokens x k` f32 weights, carried to the receivers.
     pub topk_weights: &'a DeviceBuffer,
@@ -256,6 +344,20 @@ pub struct DispatchInput<'a> {
     pub tokens: usize,
     /// Experts per token (1 to `max_topk`; the same on every rank).
     pub k: usize,
+}
+
+/// The top-k weights a combine sums besides the rows ([`ExpertParallel::combine_with_weights`]),
+/// as DeepEP's `combine(topk_weights=...)` returns `combined_topk_weights`.
+#[derive(Clone, Copy, Debug)]
+pub struct CombineWeights<'a> {
+    /// `rows x k` f32, one per received row and slot (in the received order), or `None` for the
+    /// weights the dispatch delivered ([`Dispatched::recv_topk_weights_addr`]). A buffer shorter
+    /// than the received rows makes the kernel trap with a message.
+    pub input: Option<&'a DeviceBuffer>,
+    /// `tokens x k` f32: for every token of this rank and slot, the sum in rank order (f32, from
+    /// 0) of the weights of the ranks the token went to; 0 for a token that went nowhere. With
+    /// local ids and the delivered weights, every slot gets its weight back (0 for no expert).
+    pub out: &'a DeviceBuffer,
 }
 
 /// What a dispatch delivered to this rank, on the GPU; the handle a combine reuses. The
@@ -302,11 +404,13 @@ impl Dispatched {
     pub fn recv_x_addr(&self) -> u64 {
         self.recv_x
     }
-    /// Device address of the received rows' expert ids (`rows x k` i32, global ids).
+    /// Device address of the received rows' expert ids (`rows x k` i32): local ids, -1 for
+    /// experts of other ranks, unless the configuration asks for [`ExpertIds::Global`].
     pub fn recv_topk_idx_addr(&self) -> u64 {
         self.recv_topk_idx
     }
-    /// Device address of the received rows' weights (`rows x k` f32).
+    /// Device address of the received rows' weights (`rows x k` f32; 0 in the slots whose local
+    /// id is -1, unless [`ExpertIds::Global`]).
     pub fn recv_topk_weights_addr(&self) -> u64 {
         self.recv_topk_weights
     }
@@ -316,7 +420,8 @@ impl Dispatched {
     }
     /// Device address of the receive info (u32): `[0]` rows received, `[1 ..= n + 1]` the
     /// offset of each source rank's rows (and the total), then the `n x n` count matrix
-    /// (`[source][destination]`), then the rows received per local expert.
+    /// (`[source][destination]`), then the rows received per local expert (rounded up to a
+    /// multiple of [`Config::expert_alignment`]).
     pub fn info_addr(&self) -> u64 {
         self.info
     }
@@ -331,7 +436,8 @@ pub struct RecvCounts {
     pub offsets: Vec<usize>,
     /// Tokens every rank sent to every rank, `[source * n + destination]`.
     pub matrix: Vec<u32>,
-    /// Received (token, slot) pairs per expert of this rank.
+    /// Received (token, slot) pairs per expert of this rank, rounded up to a multiple of
+    /// [`Config::expert_alignment`] (DeepEP's `num_recv_tokens_per_expert_list`).
     pub per_expert: Vec<u32>,
 }
 
@@ -340,9 +446,9 @@ pub struct RecvCounts {
 pub struct ReceivedRows {
     /// `rows x row_bytes` bytes.
     pub x: Vec<u8>,
-    /// `rows x k` expert ids.
+    /// `rows x k` expert ids (local or global, as configured).
     pub topk_idx: Vec<i32>,
-    /// `rows x k` weights.
+    /// `rows x k` weights (0 where a local id is -1).
     pub topk_weights: Vec<f32>,
     /// `rows` source token indices.
     pub src: Vec<i32>,
@@ -404,7 +510,7 @@ impl ExpertParallel {
         // process share the GPU (their kernels run at once, and every block waits for theirs).
         let (sms, sharing) = (comm.sm_share()?, comm.ranks_sharing_gpu()?);
         let config = Config { overlap: config.overlap && comm.may_overlap_launches()?, ..config };
-        let own_blocks = config.blocks.unwrap_or(sms);
+        let own_blocks = config.blocks.unwrap_or(DEFAULT_BLOCKS.min(sms));
         // This rank's own checks; their verdict travels with its sizes (all zero: refused), so
         // that sizes one rank refuses are refused on all and none waits for the others.
         let local = config.check(n).and_then(|()| {
@@ -444,25 +550,26 @@ impl ExpertParallel {
                 config.hidden as u64,
                 config.experts as u64,
                 config.max_topk as u64,
+                (config.expert_ids == ExpertIds::Global) as u64,
                 own_blocks as u64,
             ],
-            Err(_) => [0; 5],
+            Err(_) => [0; 6],
         };
         let all = boot.all_gather_pod(&mine)?;
         local?;
-        if let Some(r) = all.iter().position(|v| v[4] == 0) {
+        if let Some(r) = all.iter().position(|v| v[5] == 0) {
             return Err(Error::InvalidArgument(format!(
                 "ep: rank {r} refused its configuration (its own error says why)"
             )));
         }
-        if let Some(r) = all.iter().position(|v| v[..4] != mine[..4]) {
+        if let Some(r) = all.iter().position(|v| v[..5] != mine[..5]) {
             return Err(Error::InvalidArgument(format!(
-                "ep: rank {r} uses max_tokens, hidden, experts, max_topk {:?}, this rank {:?}",
-                &all[r][..4],
-                &mine[..4]
+                "ep: rank {r} uses max_tokens, hidden, experts, max_topk, global ids {:?}, this rank {:?}",
+                &all[r][..5],
+                &mine[..5]
             )));
         }
-        let blocks = all.iter().map(|v| v[4]).min().unwrap_or(1) as u32;
+        let blocks = all.iter().map(|v| v[5]).min().unwrap_or(1) as u32;
         let mut handle = config.kernel_handle(me, n, blocks);
         let total = handle.shared_regions().total;
         let shared = DeviceBuffer::exportable_filled(&gpu, total as usize, 0)?;
@@ -524,6 +631,29 @@ impl ExpertParallel {
         (self.handle.rank as usize, self.handle.n_ranks as usize)
     }
 
+    /// Makes `stream` wait for `event` (work recorded on another stream of this GPU, e.g. the
+    /// attention's) before what is enqueued on it next: DeepEP's `previous_event`. With
+    /// [`ExpertParallel::record_event`], dispatch and combine run on a stream of their own with
+    /// [`Config::blocks`] SMs while other work uses the rest.
+    pub fn wait_event(&self, stream: &CudaStream, event: &CudaEvent) -> Result<()> {
+        self.check_stream(stream)?;
+        stream.wait(event).map_err(|e| Error::Driver {
+            context: format!("making a stream of GPU {} wait for an event", self.gpu.ordinal()),
+            source: e,
+        })
+    }
+
+    /// An event recorded on `stream` after the work enqueued on it so far (a dispatch or a
+    /// combine): another stream waits on it (`CudaStream::wait`) before it uses the results, as
+    /// DeepEP's returned `EventOverlap`.
+    pub fn record_event(&self, stream: &CudaStream) -> Result<CudaEvent> {
+        self.check_stream(stream)?;
+        stream.record_event(None).map_err(|e| Error::Driver {
+            context: format!("recording an event on a stream of GPU {}", self.gpu.ordinal()),
+            source: e,
+        })
+    }
+
     fn check_stream(&self, stream: &CudaStream) -> Result<()> {
         if stream.context().cu_ctx() != self.gpu.context().cu_ctx() {
             return Err(Error::InvalidArgument(format!(
@@ -576,7 +706,8 @@ impl ExpertParallel {
         let lr = h.layout_regions();
         let (n, p) = (h.n_ranks, self.layout_threads);
         let mut args = Args::new()
-            .arg(GlobalPtr::<i32>::from_addr(topk_idx.addr()))
+            .arg(GlobalPtr::<u8>::from_addr(topk_idx.addr()))
+            .arg(h.idx_bytes)
             .arg(tokens as u32)
             .arg(k as u32)
             .arg(h.experts)
@@ -586,9 +717,10 @@ impl ExpertParallel {
             .arg(GlobalPtr::<u8>::from_addr(h.layout + lr.in_rank))
             .arg(GlobalPtr::<i32>::from_addr(h.layout + lr.send_index));
         let cfg = LaunchConfig::new(1, p).shared((n * p + h.experts) * 4);
-        // SAFETY: the kernel takes (ptr, u32, u32, u32, u32, ptr, ptr, ptr, ptr) as passed;
-        // `topk_idx` holds tokens * k ids (checked by the caller); the layout buffer holds the
-        // regions for max_tokens >= tokens; shared memory for the per-thread and expert counts.
+        // SAFETY: the kernel takes (ptr, u32, u32, u32, u32, u32, ptr, ptr, ptr, ptr) as passed;
+        // `topk_idx` holds tokens * k ids of `idx_bytes` bytes (checked by the caller); the layout
+        // buffer holds the regions for max_tokens >= tokens; shared memory for the per-thread and
+        // expert counts.
         unsafe { self.launch(stream, &self.f_layout, cfg, &mut args)? };
         self.layout_tokens = tokens;
         Ok(())
@@ -607,11 +739,11 @@ impl ExpertParallel {
                 self.config.max_tokens, self.config.max_topk
             )));
         }
-        if topk_idx.len() < tokens * k * 4 {
+        let need = tokens * k * self.config.topk_idx.bytes();
+        if topk_idx.len() < need {
             return Err(Error::InvalidArgument(format!(
-                "ep layout: the topk_idx buffer holds {} bytes, {tokens} x {k} ids need {}",
+                "ep layout: the topk_idx buffer holds {} bytes, {tokens} x {k} ids need {need}",
                 topk_idx.len(),
-                tokens * k * 4
             )));
         }
         self.pending = None;
@@ -656,7 +788,7 @@ impl ExpertParallel {
         let mut args = Args::new()
             .arg(h)
             .arg(GlobalPtr::<u8>::from_addr(input.x.addr()))
-            .arg(GlobalPtr::<i32>::from_addr(input.topk_idx.addr()))
+            .arg(GlobalPtr::<u8>::from_addr(input.topk_idx.addr()))
             .arg(GlobalPtr::<u32>::from_addr(input.topk_weights.addr()))
             .arg(input.tokens as u32)
             .arg(input.k as u32)
@@ -702,6 +834,31 @@ impl ExpertParallel {
         dtype: DataType,
         stream: &CudaStream,
     ) -> Result<()> {
+        self.combine_inner(d, y, out, dtype, None, stream)
+    }
+
+    /// [`ExpertParallel::combine`], and the top-k weights summed the same way into
+    /// `weights.out` ([`CombineWeights`]). Every rank calls the same one of the two.
+    pub fn combine_with_weights(
+        &mut self,
+        d: &Dispatched,
+        (y, out): (&DeviceBuffer, &DeviceBuffer),
+        dtype: DataType,
+        weights: CombineWeights,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.combine_inner(d, y, out, dtype, Some(weights), stream)
+    }
+
+    fn combine_inner(
+        &mut self,
+        d: &Dispatched,
+        y: &DeviceBuffer,
+        out: &DeviceBuffer,
+        dtype: DataType,
+        weights: Option<CombineWeights>,
+        stream: &CudaStream,
+    ) -> Result<()> {
         if self.pending != Some(d.generation) {
             return Err(Error::InvalidArgument(
                 "ep combine: the handle is not this object's last dispatch, or that dispatch was already combined"
@@ -711,6 +868,29 @@ impl ExpertParallel {
         self.check_stream(stream)?;
         self.check_gpu(&[y, out])?;
         let row_bytes = check_combine(&self.config, dtype, d.tokens, out.len())?;
+        let wt = match weights {
+            None => WeightsArgs::default(),
+            Some(w) => {
+                self.check_gpu(&[w.out])?;
+                let need = d.tokens * d.k * 4;
+                if w.out.len() < need {
+                    return Err(Error::InvalidArgument(format!(
+                        "ep combine: the weights output holds {} bytes, {} tokens x {} weights need {need}",
+                        w.out.len(),
+                        d.tokens,
+                        d.k
+                    )));
+                }
+                let (input, input_bytes) = match w.input {
+                    Some(b) => {
+                        self.check_gpu(&[b])?;
+                        (b.addr(), b.len() as u64)
+                    }
+                    None => (d.recv_topk_weights, (d.max_rows * d.k * 4) as u64),
+                };
+                WeightsArgs { input, input_bytes, out: w.out.addr(), k: d.k as u32, reserved: 0 }
+            }
+        };
         let f = match dtype {
             DataType::F32 => &self.f_combine_f32,
             _ => &self.f_combine_bf16,
@@ -723,11 +903,13 @@ impl ExpertParallel {
             .arg(GlobalPtr::<u8>::from_addr(out.addr()))
             .arg(d.tokens as u32)
             .arg(row_bytes as u32)
+            .arg(wt)
             .arg(self.config.budget);
         let cfg = LaunchConfig::new(h.blocks, self.threads.1).shared(EXCHANGE_SHARED_BYTES);
-        // SAFETY: the kernel takes (EpHandle, ptr, u64, ptr, u32, u32, SpinBudget) as passed;
-        // `out` holds the tokens' rows (checked); the kernel reads at most `y.len()` bytes of `y`
-        // (it checks the received rows against it); the layout and info it reads are this
+        // SAFETY: the kernel takes (EpHandle, ptr, u64, ptr, u32, u32, WeightsArgs, SpinBudget)
+        // as passed; `out` holds the tokens' rows and `wt.out` (when not 0) their weights
+        // (checked); the kernel reads at most `y.len()` bytes of `y` and `wt.input_bytes` of
+        // `wt.input` (it checks the received rows against them); the layout and info it reads are this
         // dispatch's (no dispatch or layout since: `pending`); grid as for dispatch.
         unsafe { self.launch(stream, f, cfg, &mut args)? };
         self.pending = None;
@@ -822,6 +1004,14 @@ mod tests {
         assert!(e(Config { experts: MAX_EXPERTS + 2, ..ok }).contains("experts"));
         assert!(e(Config { max_tokens: 0, ..ok }).contains("max_tokens"));
         assert!(e(Config { max_tokens: MAX_TOKENS + 1, ..ok }).contains("max_tokens"));
+        assert!(e(Config { expert_alignment: 0, ..ok }).contains("expert_alignment"));
+        assert!(e(Config { expert_alignment: MAX_EXPERT_ALIGNMENT + 1, ..ok }).contains("expert_alignment"));
+        assert!(Config { expert_alignment: MAX_EXPERT_ALIGNMENT, ..ok }.check(2).is_ok());
+        assert!(e(Config { blocks: Some(0), ..ok }).contains("0 blocks"));
+        assert!(Config { blocks: Some(1), ..ok }.check(2).is_ok());
+        let h = Config { expert_ids: ExpertIds::Global, expert_alignment: 128, ..ok }.kernel_handle(1, 2, 20);
+        assert_eq!((h.global_ids, h.expert_alignment, h.blocks), (1, 128, 20));
+        assert_eq!(ok.kernel_handle(0, 2, 1).global_ids, 0, "local ids by default");
         // DeepSeek-V3 sizes on two ranks: receive rows and landing, both for f32 rows.
         let b = ok.shared_bytes(2, 132).unwrap();
         let rows = 2 * 2 * 4096 * 7168 * 4;
@@ -844,6 +1034,11 @@ mod tests {
         let short_w = (10 * 128, 10 * 4 * 4, 10 * 4 * 4 - 4);
         assert!(e(check_dispatch(&c, DataType::Bf16, 10, 4, short_w)).contains("topk_weights"));
         assert!(matches!(check_dispatch(&c, DataType::F16, 1, 1, lens(1, 1, 2)), Err(Error::Unsupported(_))));
+        // i64 ids: twice the bytes of the ids, the same weights.
+        let wide = Config { topk_idx: TopkIdx::I64, ..c };
+        assert!(check_dispatch(&wide, DataType::Bf16, 10, 4, (10 * 128, 10 * 4 * 8, 10 * 4 * 4)).is_ok());
+        let e64 = e(check_dispatch(&wide, DataType::Bf16, 10, 4, lens(10, 4, 2)));
+        assert!(e64.contains("topk_idx buffer holds 160 bytes, 10 tokens need 320"), "{e64}");
         assert_eq!(check_combine(&c, DataType::Bf16, 10, 1280).unwrap(), 128);
         assert!(e(check_combine(&c, DataType::F32, 10, 1280)).contains("need 2560"));
         assert!(matches!(check_combine(&c, DataType::I32, 1, 1 << 20), Err(Error::Unsupported(_))));
@@ -883,8 +1078,10 @@ mod tests {
                 assert!(r.recv_idx + h.max_recv_rows() * 5 * 4 <= r.recv_w);
                 assert!(r.recv_w + h.max_recv_rows() * 5 * 4 <= r.recv_src);
                 assert!(r.recv_src + h.max_recv_rows() * 4 <= r.combine);
-                assert_eq!(h.combine_region(n - 1) + h.combine_region_bytes(), r.total);
-                for off in [r.recv_x, r.recv_idx, r.recv_w, r.recv_src, r.combine, h.combine_region(1)] {
+                assert!(h.combine_region(n - 1) + h.combine_region_bytes() <= r.combine_w);
+                assert_eq!(h.combine_w_region(n - 1) + h.combine_w_region_bytes(), r.total);
+                assert_eq!(h.combine_w_region_bytes(), 33 * 5 * 4);
+                for off in [r.recv_x, r.recv_idx, r.recv_w, r.recv_src, r.combine, h.combine_region(1), r.combine_w] {
                     assert_eq!(off % 16, 0);
                 }
                 let l = h.layout_regions();
@@ -895,6 +1092,21 @@ mod tests {
                 assert_eq!(h.info_per_expert() + h.experts_per_rank(), h.info_words());
             }
         }
+    }
+
+    #[test]
+    fn local_ids_and_aligned_counts() {
+        // 12 experts on 3 ranks: 4 each.
+        let local = |id, rank| shared::local_expert(id, rank, 12, 3);
+        assert_eq!(
+            [local(0, 0), local(3, 0), local(4, 0), local(4, 1), local(7, 1), local(11, 2)],
+            [0, 3, -1, 0, 3, 3]
+        );
+        assert_eq!([local(-1, 0), local(12, 2), local(i32::MIN, 0), local(i32::MAX, 2)], [-1; 4]);
+        let a = shared::align_count;
+        assert_eq!([a(0, 128), a(1, 128), a(128, 128), a(129, 128), a(5, 1), a(5, 3)], [0, 128, 128, 256, 5, 6]);
+        assert_eq!(a(u32::MAX - 1, 1 << 16), u32::MAX, "saturates");
+        assert_eq!(a(7, 0), 7, "0 reads as 1");
     }
 
     #[test]

@@ -6,8 +6,8 @@ use half::bf16;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use crate::DataType;
-use crate::shared::{rank_of_expert, valid_expert};
+use crate::shared::{align_count, local_expert, rank_of_expert, valid_expert};
+use crate::{DataType, ExpertIds};
 
 /// The dispatch layout of one rank's batch (DeepEP's `get_dispatch_layout` semantics).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,6 +108,14 @@ pub fn random_topk(
     out
 }
 
+/// `ids` (expert ids or -1) as i64, as a DeepEP user gives them, with every -1 replaced by one
+/// of several values that name no expert, some of which an i32 truncation would read as an
+/// expert (`1 << 32` as 0, `i64::MIN` as 0, `(1 << 32) + 1` as 1) or as -1 (`i64::MAX`).
+pub fn widen_ids(ids: &[i32]) -> Vec<i64> {
+    const NONE: [i64; 6] = [-1, 1 << 32, (1 << 32) + 1, i64::MIN, i64::MAX, -(1 << 40)];
+    ids.iter().enumerate().map(|(i, &id)| if id == -1 { NONE[i % NONE.len()] } else { id as i64 }).collect()
+}
+
 /// One rank's batch, on the host.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RankInput {
@@ -177,21 +185,30 @@ pub struct Received {
     pub offsets: Vec<usize>,
     /// `[source * n + destination]` token counts.
     pub matrix: Vec<u32>,
-    /// (token, slot) pairs toward each expert of the rank.
+    /// (token, slot) pairs toward each expert of the rank, rounded up to a multiple of the
+    /// expert alignment.
     pub per_expert: Vec<u32>,
     /// The rows (bytes).
     pub x: Vec<u8>,
-    /// Their ids.
+    /// Their ids: local (`id - d * experts_per_rank` for an expert of `d`, else -1) or global.
     pub topk_idx: Vec<i32>,
-    /// Their weights.
+    /// Their weights (with local ids, 0 where the id is -1).
     pub topk_weights: Vec<f32>,
     /// Their source token indices.
     pub src: Vec<i32>,
 }
 
 /// What rank `d` receives when every rank dispatches its `inputs[s]` (with `layouts[s]`, its
-/// layout), rows of `row_bytes` bytes.
-pub fn received(inputs: &[RankInput], layouts: &[Layout], d: usize, experts: usize, row_bytes: usize) -> Received {
+/// layout), rows of `row_bytes` bytes, its ids as `ids` says, its counts per local expert
+/// rounded up to a multiple of `alignment` (DeepEP's `expert_alignment`, 1 or more).
+pub fn received(
+    inputs: &[RankInput],
+    layouts: &[Layout],
+    d: usize,
+    (experts, row_bytes): (usize, usize),
+    ids: ExpertIds,
+    alignment: u32,
+) -> Received {
     let n = inputs.len();
     let epr = experts / n;
     let matrix: Vec<u32> = (0..n * n).map(|i| layouts[i / n].tokens_per_rank[i % n]).collect();
@@ -199,7 +216,9 @@ pub fn received(inputs: &[RankInput], layouts: &[Layout], d: usize, experts: usi
     for s in 0..n {
         offsets[s + 1] = offsets[s] + matrix[s * n + d] as usize;
     }
-    let per_expert = (0..epr).map(|j| layouts.iter().map(|l| l.tokens_per_expert[d * epr + j]).sum()).collect();
+    let per_expert = (0..epr)
+        .map(|j| align_count(layouts.iter().map(|l| l.tokens_per_expert[d * epr + j]).sum(), alignment))
+        .collect();
     let mut r = Received {
         rows: offsets[n],
         offsets,
@@ -214,8 +233,20 @@ pub fn received(inputs: &[RankInput], layouts: &[Layout], d: usize, experts: usi
         for t in 0..inp.tokens {
             if l.is_token_in_rank[t * n + d] {
                 r.x.extend_from_slice(&inp.x[t * row_bytes..(t + 1) * row_bytes]);
-                r.topk_idx.extend_from_slice(&inp.topk_idx[t * inp.k..(t + 1) * inp.k]);
-                r.topk_weights.extend_from_slice(&inp.topk_weights[t * inp.k..(t + 1) * inp.k]);
+                for j in t * inp.k..(t + 1) * inp.k {
+                    let (id, w) = (inp.topk_idx[j], inp.topk_weights[j]);
+                    match ids {
+                        ExpertIds::Global => {
+                            r.topk_idx.push(id);
+                            r.topk_weights.push(w);
+                        }
+                        ExpertIds::Local => {
+                            let local = local_expert(id, d as u32, experts as u32, n as u32);
+                            r.topk_idx.push(local);
+                            r.topk_weights.push(if local < 0 { 0.0 } else { w });
+                        }
+                    }
+                }
                 r.src.push(t as i32);
             }
         }
@@ -223,23 +254,31 @@ pub fn received(inputs: &[RankInput], layouts: &[Layout], d: usize, experts: usi
     r
 }
 
-/// The tests' expert layer on rank `rank`: expert `e` multiplies by `e + 1`. For every received
-/// row, the sum over its slots whose expert lives on `rank`, in slot order, of
-/// `(weight * (e + 1)) * x` in f32 (each product and sum rounded), rounded to `dtype`.
+/// The tests' expert layer on rank `rank`: (global) expert `e` multiplies by `e + 1`. For every
+/// received row, the sum over its slots whose expert lives on `rank`, in slot order, of
+/// `(weight * (e + 1)) * x` in f32 (each product and sum rounded), rounded to `dtype`. `ids`
+/// says how to read the received ids (a local id `l` is the expert `rank * experts_per_rank +
+/// l`); the result is the same for both.
 pub fn scaled_experts(
     dtype: DataType,
     recv: &Received,
     k: usize,
-    rank: usize,
+    (rank, ranks): (usize, usize),
     experts: usize,
-    ranks: usize,
+    ids: ExpertIds,
 ) -> Vec<u8> {
     let x = to_f32(dtype, &recv.x);
     let hidden = x.len().checked_div(recv.rows).unwrap_or(0);
     let mut y = vec![0f32; x.len()];
     for i in 0..recv.rows {
         for j in 0..k {
-            let id = recv.topk_idx[i * k + j];
+            let id = match recv.topk_idx[i * k + j] {
+                l if ids == ExpertIds::Local && (0..(experts / ranks) as i32).contains(&l) => {
+                    l + (rank * (experts / ranks)) as i32
+                }
+                _ if ids == ExpertIds::Local => -1,
+                g => g,
+            };
             if valid_expert(id, experts as u32)
                 && rank_of_expert(id as u32, experts as u32, ranks as u32) as usize == rank
             {
@@ -280,6 +319,32 @@ pub fn combine(
         }
     }
     from_f32(dtype, &acc)
+}
+
+/// What a combine that sums the top-k weights returns on rank `s` (its `layout`, `tokens` tokens
+/// of `k` slots): for every token and slot, the weights the ranks it went to return
+/// (`weights[r]`, `rows x k` of rank `r` in its received order, `offsets[r]` its offsets by
+/// source), summed in rank order in f32 from 0.
+pub fn combine_weights(
+    layout: &Layout,
+    s: usize,
+    (tokens, k): (usize, usize),
+    (weights, offsets): (&[Vec<f32>], &[Vec<usize>]),
+) -> Vec<f32> {
+    let n = weights.len();
+    let mut acc = vec![0f32; tokens * k];
+    for t in 0..tokens {
+        for r in 0..n {
+            let si = layout.send_index[t * n + r];
+            if si >= 0 {
+                let row = offsets[r][s] + si as usize;
+                for j in 0..k {
+                    acc[t * k + j] += weights[r][row * k + j];
+                }
+            }
+        }
+    }
+    acc
 }
 
 /// The mixture the tests' experts compute for rank input `inp`, exactly (f64):
@@ -376,7 +441,7 @@ mod tests {
         let layouts: Vec<Layout> = inputs.iter().map(|i| layout(&i.topk_idx, i.tokens, i.k, experts, n)).collect();
         let row = hidden * 2;
         for d in 0..n {
-            let r = received(&inputs, &layouts, d, experts, row);
+            let r = received(&inputs, &layouts, d, (experts, row), ExpertIds::Global, 1);
             assert_eq!(r.rows, layouts.iter().map(|l| l.tokens_per_rank[d] as usize).sum::<usize>());
             assert_eq!(r.x.len(), r.rows * row);
             assert_eq!(r.offsets[1], layouts[0].tokens_per_rank[d] as usize);
@@ -393,6 +458,36 @@ mod tests {
     }
 
     #[test]
+    fn local_ids_zeroed_weights_and_aligned_counts_by_hand() {
+        // 4 experts on 2 ranks (0, 1 on rank 0; 2, 3 on rank 1), k = 2, rows of 2 bytes.
+        let input = |tokens, topk_idx: Vec<i32>, topk_weights: Vec<f32>| RankInput {
+            tokens,
+            k: 2,
+            x: (0..tokens as u8 * 2).collect(),
+            topk_idx,
+            topk_weights,
+        };
+        let inputs = [input(2, vec![0, 3, 2, -1], vec![0.5, 0.25, 0.75, 0.125]), input(1, vec![1, 0], vec![1.0, 2.0])];
+        let layouts: Vec<Layout> = inputs.iter().map(|i| layout(&i.topk_idx, i.tokens, 2, 4, 2)).collect();
+        let r0 = received(&inputs, &layouts, 0, (4, 2), ExpertIds::Local, 1);
+        assert_eq!(r0.src, [0, 0]);
+        assert_eq!(r0.topk_idx, [0, -1, 1, 0]);
+        assert_eq!(r0.topk_weights, [0.5, 0.0, 1.0, 2.0]);
+        assert_eq!(r0.per_expert, [2, 1]);
+        let r1 = received(&inputs, &layouts, 1, (4, 2), ExpertIds::Local, 4);
+        assert_eq!(r1.src, [0, 1]);
+        assert_eq!(r1.topk_idx, [-1, 1, 0, -1]);
+        assert_eq!(r1.topk_weights, [0.0, 0.25, 0.75, 0.0]);
+        assert_eq!(r1.per_expert, [4, 4], "1 and 1 rounded up to 4");
+        assert_eq!(received(&inputs, &layouts, 1, (4, 2), ExpertIds::Local, 1).per_expert, [1, 1]);
+        let g0 = received(&inputs, &layouts, 0, (4, 2), ExpertIds::Global, 3);
+        assert_eq!(g0.topk_idx, [0, 3, 1, 0]);
+        assert_eq!(g0.topk_weights, [0.5, 0.25, 1.0, 2.0]);
+        assert_eq!(g0.per_expert, [3, 3]);
+        assert_eq!((g0.x, g0.rows), (r0.x, r0.rows), "only the ids, weights and counts differ");
+    }
+
+    #[test]
     fn combine_of_the_scaled_experts_is_the_mixture() {
         let (experts, n, hidden, k) = (16, 4, 16, 4);
         for dtype in [DataType::Bf16, DataType::F32] {
@@ -401,9 +496,28 @@ mod tests {
                 .collect();
             let layouts: Vec<Layout> = inputs.iter().map(|i| layout(&i.topk_idx, i.tokens, k, experts, n)).collect();
             let row = hidden * dtype.bytes();
-            let recv: Vec<Received> = (0..n).map(|d| received(&inputs, &layouts, d, experts, row)).collect();
-            let ys: Vec<Vec<u8>> = (0..n).map(|d| scaled_experts(dtype, &recv[d], k, d, experts, n)).collect();
+            let recv: Vec<Received> =
+                (0..n).map(|d| received(&inputs, &layouts, d, (experts, row), ExpertIds::Local, 1)).collect();
+            let ys: Vec<Vec<u8>> =
+                (0..n).map(|d| scaled_experts(dtype, &recv[d], k, (d, n), experts, ExpertIds::Local)).collect();
+            for (d, y) in ys.iter().enumerate() {
+                let global = received(&inputs, &layouts, d, (experts, row), ExpertIds::Global, 1);
+                let yg = scaled_experts(dtype, &global, k, (d, n), experts, ExpertIds::Global);
+                assert!(yg == *y, "the experts compute the same from local and global ids");
+            }
             let offs: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
+            // The delivered weights summed back: every slot's weight (0 for no expert).
+            let ws: Vec<Vec<f32>> = recv.iter().map(|r| r.topk_weights.clone()).collect();
+            for s in 0..n {
+                let back = combine_weights(&layouts[s], s, (30, k), (&ws, &offs));
+                let want: Vec<f32> = inputs[s]
+                    .topk_idx
+                    .iter()
+                    .zip(&inputs[s].topk_weights)
+                    .map(|(&id, &w)| if valid_expert(id, experts as u32) { w } else { 0.0 })
+                    .collect();
+                assert_eq!(back, want);
+            }
             for s in 0..n {
                 let out = to_f32(dtype, &combine(dtype, &layouts[s], s, 30, (&ys, &offs), row));
                 let (want, mag) = moe_exact(dtype, &inputs[s], experts);

@@ -16,8 +16,8 @@ use std::sync::atomic::AtomicBool;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
-use mscclpp_ep::shared::{DTYPE_BF16, DTYPE_F32, EpHandle, signature};
-use mscclpp_ep::{Config, DataType};
+use mscclpp_ep::shared::{DTYPE_BF16, DTYPE_F32, EpHandle, WeightsArgs, signature};
+use mscclpp_ep::{Config, DEFAULT_BLOCKS, DataType, ExpertIds, TopkIdx};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -294,6 +294,16 @@ struct Expect {
     recv: Vec<Received>,
     ys: Vec<Vec<u8>>,
     outs: Vec<Vec<u8>>,
+    /// The weights a caller gives combine (per rank, one per received row and slot).
+    w_ins: Vec<Vec<f32>>,
+    /// What combine sums from the delivered weights, from the caller's.
+    w_outs: [Vec<Vec<f32>>; 2],
+}
+
+/// How operation `i` of a sequence combines the weights: from the delivered ones (0), from the
+/// caller's (1), not at all (2). The same on every rank.
+fn weights_mode(i: usize) -> usize {
+    i % 3
 }
 
 fn expect(op: &Op, cfg: &Config, n: usize, seed: u64) -> Expect {
@@ -306,13 +316,21 @@ fn expect(op: &Op, cfg: &Config, n: usize, seed: u64) -> Expect {
     let layouts: Vec<Layout> =
         inputs.iter().map(|i| reference::layout(&i.topk_idx, i.tokens, op.k, cfg.experts, n)).collect();
     let row = cfg.hidden * op.dtype.bytes();
-    let recv: Vec<Received> = (0..n).map(|d| reference::received(&inputs, &layouts, d, cfg.experts, row)).collect();
-    let ys: Vec<Vec<u8>> =
-        (0..n).map(|d| reference::scaled_experts(op.dtype, &recv[d], op.k, d, cfg.experts, n)).collect();
+    let recv: Vec<Received> = (0..n)
+        .map(|d| reference::received(&inputs, &layouts, d, (cfg.experts, row), cfg.expert_ids, cfg.expert_alignment))
+        .collect();
+    let ys: Vec<Vec<u8>> = (0..n)
+        .map(|d| reference::scaled_experts(op.dtype, &recv[d], op.k, (d, n), cfg.experts, cfg.expert_ids))
+        .collect();
     let offsets: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
     let outs =
         (0..n).map(|s| reference::combine(op.dtype, &layouts[s], s, inputs[s].tokens, (&ys, &offsets), row)).collect();
-    Expect { inputs, layouts, recv, ys, outs }
+    let w_ins: Vec<Vec<f32>> = recv.iter().map(|r| r.topk_weights.iter().map(|w| w * 0.5 + 1.0).collect()).collect();
+    let delivered: Vec<Vec<f32>> = recv.iter().map(|r| r.topk_weights.clone()).collect();
+    let w_outs = [&delivered, &w_ins].map(|w| {
+        (0..n).map(|s| reference::combine_weights(&layouts[s], s, (inputs[s].tokens, op.k), (w, &offsets))).collect()
+    });
+    Expect { inputs, layouts, recv, ys, outs, w_ins, w_outs }
 }
 
 /// What a rank saw after one dispatch and combine.
@@ -325,6 +343,7 @@ struct Seen {
     w: Vec<u32>,
     src: Vec<i32>,
     out: Vec<u8>,
+    w_out: Vec<u8>,
 }
 
 fn code(dtype: DataType) -> u32 {
@@ -342,6 +361,7 @@ fn run_layout(r: &Rank, idx: &Mem, tokens: usize, k: usize, failed: &Arc<AtomicB
         unsafe {
             body::layout(
                 GlobalPtr::from_addr(idx_addr),
+                h.idx_bytes,
                 tokens as u32,
                 k as u32,
                 h.experts,
@@ -379,7 +399,12 @@ fn run_rank(
         // Ranks reach their kernels at different times (as GPUs with different loads would).
         std::thread::sleep(std::time::Duration::from_millis(((me * 7 + i * 3) % 5) as u64));
         let inp = &e.inputs[me];
-        let (x, idx, w) = (Mem::from_bytes(&inp.x), Mem::from_pod(&inp.topk_idx), Mem::from_pod(&inp.topk_weights));
+        let idx = if h.idx_bytes == 8 {
+            Mem::from_pod(&reference::widen_ids(&inp.topk_idx))
+        } else {
+            Mem::from_pod(&inp.topk_idx)
+        };
+        let (x, w) = (Mem::from_bytes(&inp.x), Mem::from_pod(&inp.topk_weights));
         let row = h.hidden as usize * op.dtype.bytes();
         let mut s = Seen { layout: Some(run_layout(r, &idx, inp.tokens, op.k, failed)), ..Seen::default() };
         let sig = signature(sig_k.unwrap_or(op.k) as u32, code(op.dtype));
@@ -412,19 +437,42 @@ fn run_rank(
             let y = Mem::from_bytes(&e.ys[me]);
             let out = Mem::from_bytes(&vec![0xa5; inp.tokens * row + 64]);
             let (ya, oa, y_bytes) = (y.addr(), out.addr(), e.ys[me].len() as u64);
+            let w_in = Mem::from_pod(&e.w_ins[me]);
+            let w_bytes = inp.tokens * op.k * 4 + 64;
+            let w_out = Mem::from_bytes(&vec![0xa5; w_bytes]);
+            let k = op.k as u32;
+            let wt = match weights_mode(i) {
+                0 => WeightsArgs {
+                    input: h.shared + sr.recv_w,
+                    input_bytes: h.max_recv_rows() * op.k as u64 * 4,
+                    out: w_out.addr(),
+                    k,
+                    reserved: 0,
+                },
+                1 => WeightsArgs {
+                    input: w_in.addr(),
+                    input_bytes: e.w_ins[me].len() as u64 * 4,
+                    out: w_out.addr(),
+                    k,
+                    reserved: 0,
+                },
+                _ => WeightsArgs::default(),
+            };
             hw::launch(blocks, threads, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
                 let (y, out) = (GlobalPtr::from_addr(ya), GlobalPtr::from_addr(oa));
                 let t = inp.tokens as u32;
-                // SAFETY: `y` holds the received rows' outputs, `out` the tokens' rows.
+                // SAFETY: `y` holds the received rows' outputs, `out` the tokens' rows, the
+                // weights their rows and slots.
                 unsafe {
                     if op.dtype == DataType::F32 {
-                        body::combine::<mscclpp_device::vec::F32x4>(h, y, y_bytes, out, t, row as u32, BUDGET)
+                        body::combine::<mscclpp_device::vec::F32x4>(h, y, y_bytes, out, t, row as u32, wt, BUDGET)
                     } else {
-                        body::combine::<mscclpp_device::vec::Bf16x8>(h, y, y_bytes, out, t, row as u32, BUDGET)
+                        body::combine::<mscclpp_device::vec::Bf16x8>(h, y, y_bytes, out, t, row as u32, wt, BUDGET)
                     }
                 }
             });
             s.out = out.bytes()[..inp.tokens * row + 64].to_vec();
+            s.w_out = w_out.bytes()[..w_bytes].to_vec();
         }
         seen.push(s);
     }
@@ -469,6 +517,16 @@ fn run_world(cfg: &Config, n: usize, grid: (u32, u32), ops: &[Op], seed: u64) {
                 let t = e.outs[me].len();
                 assert!(s.out[..t] == e.outs[me][..], "{what}: combine output differs");
                 assert!(s.out[t..].iter().all(|&b| b == 0xa5), "{what}: combine wrote past the output");
+                let mode = weights_mode(i);
+                let tk = e.inputs[me].tokens * op.k * 4;
+                if mode < 2 {
+                    let got: Vec<u32> =
+                        s.w_out[..tk].as_chunks::<4>().0.iter().map(|c| u32::from_le_bytes(*c)).collect();
+                    let want: Vec<u32> = e.w_outs[mode][me].iter().map(|w| w.to_bits()).collect();
+                    assert_eq!(got, want, "{what}: summed weights ({})", ["delivered", "caller's"][mode]);
+                }
+                let tail = if mode < 2 { &s.w_out[tk..] } else { &s.w_out[..] };
+                assert!(tail.iter().all(|&b| b == 0xa5), "{what}: combine wrote weights it was not asked for");
             }
         }
     }
@@ -510,6 +568,49 @@ fn eight_ranks_the_most_one_gpu_runs_as_threads() {
 }
 
 #[test]
+fn every_block_budget_down_to_one() {
+    // DeepEP's default of 20 SMs and fewer, down to one block per rank: the same bits at every
+    // budget (each block has its own flags and share of the rows; block 0 alone publishes the
+    // counts and writes the receive info).
+    for (n, experts, seed) in [(2, 8, 20), (4, 16, 30)] {
+        let cfg = Config::new(40, 16, experts, 4);
+        for blocks in [1, 2, 3, DEFAULT_BLOCKS] {
+            run_world(&cfg, n, (blocks, 32), &ops(n), seed + blocks as u64);
+        }
+    }
+}
+
+#[test]
+fn global_ids_and_aligned_counts() {
+    // The ids and weights as given; counts per local expert rounded up to multiples of 8.
+    let cfg = Config { expert_ids: ExpertIds::Global, expert_alignment: 8, ..Config::new(40, 16, 12, 4) };
+    run_world(&cfg, 3, (2, 32), &ops(3), 16);
+    let cfg = Config { expert_alignment: 3, ..cfg };
+    run_world(&cfg, 2, (3, 32), &ops(2)[..3], 17);
+}
+
+#[test]
+fn i64_ids() {
+    // Every -1 is an i64 that names no expert, some of which an i32 truncation would read as one.
+    let cfg = Config { topk_idx: TopkIdx::I64, ..Config::new(40, 16, 12, 4) };
+    run_world(&cfg, 3, (2, 32), &ops(3), 19);
+    let cfg = Config { expert_ids: ExpertIds::Global, ..cfg };
+    run_world(&cfg, 2, (1, 32), &ops(2), 20);
+}
+
+#[test]
+fn local_ids_are_the_default() {
+    let cfg = Config::new(40, 16, 12, 4);
+    assert_eq!((cfg.expert_ids, cfg.expert_alignment, cfg.blocks), (ExpertIds::Local, 1, None));
+    // Every rank hosts experts of the tokens, so every received row has -1 slots (other ranks').
+    let op = Op { dtype: DataType::Bf16, k: 4, routing: Routing::Random { none: 0.0 }, tokens: [40; 4], combine: true };
+    let e = expect(&op, &cfg, 3, 18);
+    assert!(e.recv.iter().all(|r| r.topk_idx.iter().all(|&id| (-1..4).contains(&id))));
+    assert!(e.recv.iter().all(|r| r.topk_idx.contains(&-1) && r.topk_weights.contains(&0.0)));
+    run_world(&cfg, 3, (2, 32), &[op], 18);
+}
+
+#[test]
 fn one_rank_and_one_block() {
     let cfg = Config::new(40, 8, 4, 4);
     run_world(&cfg, 1, (1, 32), &ops(1)[..4], 13);
@@ -546,11 +647,17 @@ fn layout_kernel_matches_the_reference() {
         let epr = 1 + rng.random_range(0..6usize);
         let k = 1 + rng.random_range(0..8usize);
         let tokens = rng.random_range(0..150usize);
-        let cfg = Config::new(150, 8, n * epr, 8);
+        // Every other case with i64 ids (each -1 replaced by a value an i32 truncation misreads).
+        let topk_idx = if case % 2 == 1 { TopkIdx::I64 } else { TopkIdx::I32 };
+        let cfg = Config { topk_idx, ..Config::new(150, 8, n * epr, 8) };
         let ranks = world(&cfg, n, 1);
         let e = (n * epr) as i32;
         let idx: Vec<i32> = (0..tokens * k).map(|_| rng.random_range(-2..e + 2)).collect();
-        let got = run_layout(&ranks[0], &Mem::from_pod(&idx), tokens, k, &failed);
+        let buf = match topk_idx {
+            TopkIdx::I64 => Mem::from_pod(&reference::widen_ids(&idx)),
+            TopkIdx::I32 => Mem::from_pod(&idx),
+        };
+        let got = run_layout(&ranks[0], &buf, tokens, k, &failed);
         assert_eq!(
             got,
             reference::layout(&idx, tokens, k, n * epr, n),

@@ -8,11 +8,18 @@
 //!   and with 3 blocks of 64 threads (many tokens per warp, launches not overlapped), and at
 //!   DeepSeek-V3's hidden size:
 //!   after each dispatch the layout, the receive counts and every received row, id, weight and
-//!   source index are compared; the "experts" (expert e scales by e + 1, weighted by the
+//!   source index are compared (local ids with the weights of other ranks' slots zeroed by
+//!   default, global ids in the small configuration; counts per local expert rounded up to 128
+//!   there and at DeepSeek-V3's size); the "experts" (expert e scales by e + 1, weighted by the
 //!   token's weight, summed over the rank's experts of the token) run on the host; combine must
 //!   return the host's sum in rank order, and past the output nothing may be written;
+//! * the default SM budget (20 blocks, or this rank's SMs when fewer), 3 blocks and 1 block
+//!   (with i64 ids there, the layout kernel too);
 //! * pairs of dispatch and combine enqueued back to back with no host synchronisation (the same
-//!   batch twice among them must give the same bits);
+//!   batch twice among them must give the same bits); a dispatch and combine on a stream of
+//!   their own, ordered by `wait_event` / `record_event`;
+//! * combines that also sum the top-k weights (even k: the delivered ones, which come back as
+//!   given; on the side stream: the caller's), bit for bit;
 //! * requests beyond the configuration, stale and repeated combines: errors, before any launch.
 //!
 //! ```sh
@@ -25,7 +32,9 @@
 use std::process::ExitCode;
 
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
-use mscclpp_ep::{Config, DataType, DispatchInput, Dispatched, ExpertParallel};
+use mscclpp_ep::{
+    CombineWeights, Config, DEFAULT_BLOCKS, DataType, DispatchInput, Dispatched, ExpertIds, ExpertParallel, TopkIdx,
+};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
 use rand::rngs::StdRng;
@@ -63,6 +72,8 @@ struct Plan {
     ys: Vec<Vec<u8>>,
     /// What combine returns on this rank.
     out: Vec<u8>,
+    /// The delivered weights summed back on this rank (`tokens x k`).
+    w_out: Vec<f32>,
 }
 
 fn plan(c: &Case, cfg: &Config, n: usize, me: usize) -> Plan {
@@ -75,12 +86,17 @@ fn plan(c: &Case, cfg: &Config, n: usize, me: usize) -> Plan {
     let layouts: Vec<Layout> =
         inputs.iter().map(|i| reference::layout(&i.topk_idx, i.tokens, c.k, cfg.experts, n)).collect();
     let row = cfg.hidden * c.dtype.bytes();
-    let recv: Vec<Received> = (0..n).map(|d| reference::received(&inputs, &layouts, d, cfg.experts, row)).collect();
-    let ys: Vec<Vec<u8>> =
-        (0..n).map(|d| reference::scaled_experts(c.dtype, &recv[d], c.k, d, cfg.experts, n)).collect();
+    let recv: Vec<Received> = (0..n)
+        .map(|d| reference::received(&inputs, &layouts, d, (cfg.experts, row), cfg.expert_ids, cfg.expert_alignment))
+        .collect();
+    let ys: Vec<Vec<u8>> = (0..n)
+        .map(|d| reference::scaled_experts(c.dtype, &recv[d], c.k, (d, n), cfg.experts, cfg.expert_ids))
+        .collect();
     let offsets: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
     let out = reference::combine(c.dtype, &layouts[me], me, inputs[me].tokens, (&ys, &offsets), row);
-    Plan { inputs, layouts, recv, ys, out }
+    let delivered: Vec<Vec<f32>> = recv.iter().map(|r| r.topk_weights.clone()).collect();
+    let w_out = reference::combine_weights(&layouts[me], me, (inputs[me].tokens, c.k), (&delivered, &offsets));
+    Plan { inputs, layouts, recv, ys, out, w_out }
 }
 
 /// This rank's device buffers of one case.
@@ -92,13 +108,22 @@ struct Bufs {
     out: DeviceBuffer,
 }
 
+/// Top-k ids on the GPU as the configuration says: i32, or i64 with every -1 replaced by a value
+/// that names no expert (`reference::widen_ids`).
+fn upload_ids(ep: &ExpertParallel, ids: &[i32]) -> Result<DeviceBuffer> {
+    match ep.config().topk_idx {
+        TopkIdx::I32 => DeviceBuffer::from_slice(ep.gpu(), ids),
+        TopkIdx::I64 => DeviceBuffer::from_slice(ep.gpu(), &reference::widen_ids(ids)),
+    }
+}
+
 fn upload(ep: &ExpertParallel, p: &Plan, me: usize) -> Result<Bufs> {
     let gpu = ep.gpu();
     let i = &p.inputs[me];
     let out_bytes = p.out.len() + TAIL;
     Ok(Bufs {
         x: DeviceBuffer::from_slice(gpu, &i.x)?,
-        idx: DeviceBuffer::from_slice(gpu, &i.topk_idx)?,
+        idx: upload_ids(ep, &i.topk_idx)?,
         w: DeviceBuffer::from_slice(gpu, &i.topk_weights)?,
         y: DeviceBuffer::from_slice(gpu, &p.ys[me])?,
         out: DeviceBuffer::filled(gpu, out_bytes, POISON)?,
@@ -134,6 +159,18 @@ fn check_layout(what: &str, got: &Layout, want: &Layout) -> Result<()> {
     check_eq(&format!("{what}: send index"), &got.send_index, &want.send_index)
 }
 
+/// Checks summed weights read from `buf` (and its poisoned tail) against `want`.
+fn check_weights(what: &str, buf: &DeviceBuffer, want: &[f32]) -> Result<()> {
+    let got = buf.to_vec::<u8>()?;
+    let n = want.len() * 4;
+    let bits: Vec<u32> = got[..n].as_chunks::<4>().0.iter().map(|c| u32::from_le_bytes(*c)).collect();
+    check_eq(&format!("{what}: summed weights"), &bits, &want.iter().map(|w| w.to_bits()).collect::<Vec<_>>())?;
+    if got[n..].iter().any(|&x| x != POISON) {
+        return Err(fail(format!("{what}: combine wrote past the summed weights")));
+    }
+    Ok(())
+}
+
 /// Checks the combine output (and the poisoned tail) of this rank.
 fn check_out(what: &str, b: &Bufs, want: &[u8]) -> Result<()> {
     let got = b.out.to_vec::<u8>()?;
@@ -166,9 +203,19 @@ fn run_case(ep: &mut ExpertParallel, c: &Case, what: &str) -> Result<()> {
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     check_eq(&format!("{what}: received weights"), &bits(&got.topk_weights), &bits(&want.topk_weights))?;
     check_eq(&format!("{what}: received source indices"), &got.src, &want.src)?;
-    ep.combine(&d, &b.y, &b.out, c.dtype, stream)?;
+    // Even k: the combine also sums the delivered weights back (DeepEP's combined_topk_weights).
+    let w_out = DeviceBuffer::filled(ep.gpu(), p.w_out.len() * 4 + TAIL, POISON)?;
+    if c.k % 2 == 0 {
+        let weights = CombineWeights { input: None, out: &w_out };
+        ep.combine_with_weights(&d, (&b.y, &b.out), c.dtype, weights, stream)?;
+    } else {
+        ep.combine(&d, &b.y, &b.out, c.dtype, stream)?;
+    }
     ep.gpu().synchronize()?;
     check_out(what, &b, &p.out)?;
+    if c.k % 2 == 0 {
+        check_weights(what, &w_out, &p.w_out)?;
+    }
     // The reference itself is the mixture the experts define (within rounding).
     let (exact, mag) = reference::moe_exact(c.dtype, &p.inputs[me], cfg.experts);
     let eps = if c.dtype == DataType::Bf16 { 3.0 / 256.0 } else { 1e-5 };
@@ -191,7 +238,7 @@ fn layouts(ep: &mut ExpertParallel, seed: u64) -> Result<usize> {
         let k = 1 + (i * 3 + me) % cfg.max_topk;
         let e = cfg.experts as i32;
         let idx: Vec<i32> = (0..tokens * k).map(|_| rng.random_range(-3..e + 3)).collect();
-        let buf = DeviceBuffer::from_slice(ep.gpu(), &idx)?;
+        let buf = upload_ids(ep, &idx)?;
         let stream = ep.gpu().clone();
         ep.layout(&buf, tokens, k, stream.stream())?;
         let got = ep.read_layout(stream.stream())?;
@@ -235,6 +282,37 @@ fn back_to_back(ep: &mut ExpertParallel, base: &Case) -> Result<usize> {
     Ok(cases.len())
 }
 
+/// Dispatch and combine on a stream of their own: it waits for an event recorded after the
+/// uploads on the GPU's stream, which waits for an event recorded after the combine.
+fn on_a_side_stream(ep: &mut ExpertParallel, c: &Case) -> Result<usize> {
+    let (me, n) = ep.rank();
+    let cfg = *ep.config();
+    let p = plan(c, &cfg, n, me);
+    let gpu = ep.gpu().clone();
+    let side = gpu.new_stream()?;
+    let b = upload(ep, &p, me)?;
+    let uploaded = ep.record_event(gpu.stream())?;
+    ep.wait_event(&side, &uploaded)?;
+    let tokens = p.inputs[me].tokens;
+    let input = DispatchInput { x: &b.x, dtype: c.dtype, topk_idx: &b.idx, topk_weights: &b.w, tokens, k: c.k };
+    let d = ep.dispatch(&input, &side)?;
+    // The caller's weights (not the delivered ones) summed back with the rows.
+    let recv = &p.recv;
+    let w_ins: Vec<Vec<f32>> = recv.iter().map(|r| r.topk_weights.iter().map(|w| w * 0.5 + 1.0).collect()).collect();
+    let offsets: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
+    let want = reference::combine_weights(&p.layouts[me], me, (tokens, c.k), (&w_ins, &offsets));
+    let w_in = DeviceBuffer::from_slice(&gpu, &w_ins[me])?;
+    let w_out = DeviceBuffer::filled(&gpu, want.len() * 4 + TAIL, POISON)?;
+    let weights = CombineWeights { input: Some(&w_in), out: &w_out };
+    ep.combine_with_weights(&d, (&b.y, &b.out), c.dtype, weights, &side)?;
+    let combined = ep.record_event(&side)?;
+    ep.wait_event(gpu.stream(), &combined)?;
+    gpu.synchronize()?;
+    check_out("on a side stream", &b, &p.out)?;
+    check_weights("on a side stream", &w_out, &want)?;
+    Ok(1)
+}
+
 /// Requests the host refuses before launching anything (every rank makes the same ones).
 fn refusals(ep: &mut ExpertParallel, base: &Case) -> Result<()> {
     let (me, n) = ep.rank();
@@ -271,6 +349,10 @@ fn refusals(ep: &mut ExpertParallel, base: &Case) -> Result<()> {
     let d1 = dispatch(ep, base, &b, t)?;
     let d2 = dispatch(ep, base, &b, t)?;
     expect_err(ep.combine(&d1, &b.y, &b.out, base.dtype, s), "stale combine", "last dispatch")?;
+    let short_w = DeviceBuffer::alloc(&gpu, t * base.k * 4 - 1)?;
+    let weights = CombineWeights { input: None, out: &short_w };
+    let r = ep.combine_with_weights(&d2, (&b.y, &b.out), base.dtype, weights, s);
+    expect_err(r, "short summed weights", "weights output holds")?;
     ep.combine(&d2, &b.y, &b.out, base.dtype, s)?;
     expect_err(ep.combine(&d2, &b.y, &b.out, base.dtype, s), "second combine", "already combined")?;
     gpu.synchronize()?;
@@ -289,6 +371,12 @@ fn another_objects_handle(comm: &Communicator, base: &Case) -> Result<()> {
     match ExpertParallel::new(comm, bad) {
         Err(Error::InvalidArgument(_)) => {}
         other => return Err(fail(format!("a configuration refused on rank 0: {other:?}"))),
+    }
+    // Ranks that disagree on the ids they deliver are refused on every rank.
+    let ids = Config { expert_ids: if me == 0 { ExpertIds::Global } else { ExpertIds::Local }, ..cfg };
+    match ExpertParallel::new(comm, ids) {
+        Err(Error::InvalidArgument(m)) if m.contains("global ids") => {}
+        other => return Err(fail(format!("ranks that disagree on global ids: {other:?}"))),
     }
     let mut a = ExpertParallel::new(comm, cfg)?;
     let mut b = ExpertParallel::new(comm, cfg)?;
@@ -332,6 +420,10 @@ fn run(comm: &Communicator) -> Result<()> {
     let cfg = Config::new(1100, 1000, 64, 8);
     let mut ep = ExpertParallel::new(comm, cfg)?;
     let (blocks, dt, ct) = ep.grid();
+    // The default SM budget: DeepEP's 20, or this rank's share of the SMs when smaller.
+    if blocks != DEFAULT_BLOCKS.min(comm.sm_share()?) {
+        return Err(fail(format!("{blocks} blocks by default, expected {DEFAULT_BLOCKS} or this rank's SMs")));
+    }
     total += layouts(&mut ep, seed)?;
     let mut cases: Vec<(String, Case)> = vec![];
     for k in 1..=8 {
@@ -390,8 +482,16 @@ fn run(comm: &Communicator) -> Result<()> {
     another_objects_handle(comm, &cases[3].1)?;
 
     // Few blocks, few threads: many tokens per warp and per block; plain launches (the other
-    // configurations overlap each kernel's launch with the end of the one before).
-    let small = Config { blocks: Some(3), threads: Some(64), overlap: false, ..cfg };
+    // configurations overlap each kernel's launch with the end of the one before); global ids,
+    // counts per local expert rounded up to 128.
+    let small = Config {
+        blocks: Some(3),
+        threads: Some(64),
+        overlap: false,
+        expert_ids: ExpertIds::Global,
+        expert_alignment: 128,
+        ..cfg
+    };
     let mut ep = ExpertParallel::new(comm, small)?;
     let (blocks, dt, ct) = ep.grid();
     for (what, c) in [&cases[7], &cases[9], &cases[10], &cases[12]].map(|x| (x.0.clone(), x.1)) {
@@ -400,8 +500,22 @@ fn run(comm: &Communicator) -> Result<()> {
     }
     drop(ep);
 
+    // One block per rank, the smallest SM budget, with i64 ids (every -1 replaced by an i64 that
+    // names no expert, some of which an i32 truncation would read as one); then on a stream of
+    // the experts' own, ordered by events.
+    let one = Config { blocks: Some(1), topk_idx: TopkIdx::I64, ..cfg };
+    let mut ep = ExpertParallel::new(comm, one)?;
+    let (blocks, dt, ct) = ep.grid();
+    total += layouts(&mut ep, seed + 1)?;
+    for (what, c) in [&cases[0], &cases[7], &cases[8], &cases[10], &cases[12]].map(|x| (x.0.clone(), x.1)) {
+        run_case(&mut ep, &c, &format!("{what} [{blocks} blocks x {dt}/{ct} threads]"))?;
+        total += 1;
+    }
+    total += on_a_side_stream(&mut ep, &cases[2].1)?;
+    drop(ep);
+
     // DeepSeek-V3's hidden size and expert count, a decoding batch.
-    let big = Config::new(128, 7168, 256, 8);
+    let big = Config { expert_alignment: 128, ..Config::new(128, 7168, 256, 8) };
     let mut ep = ExpertParallel::new(comm, big)?;
     let (blocks, dt, ct) = ep.grid();
     for (what, c) in [

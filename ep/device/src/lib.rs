@@ -13,10 +13,13 @@
 //!                  then one word per expert of this rank: the sender's (token, slot) count;
 //!                  each word is (tag << 32 | value), the tag naming the dispatch
 //!  recv_x          [n * max_tokens] rows of `row_bytes` (the call's hidden * element bytes)
-//!  recv_idx        [n * max_tokens][k] i32 (global expert ids, -1 for none)
-//!  recv_w          [n * max_tokens][k] f32
+//!  recv_idx        [n * max_tokens][k] i32 (local expert ids, -1 for an expert elsewhere or
+//!                  none; or the ids as given, with `global_ids`)
+//!  recv_w          [n * max_tokens][k] f32 (0 where the local id is -1; or as given)
 //!  recv_src        [n * max_tokens] i32 (the token's index on its source rank)
 //!  combine landing [sender][max_tokens] rows: what `sender` computed for this rank's tokens
+//!  weight landing  [sender][max_tokens][max_topk] f32: the top-k weights `sender` returns for
+//!                  this rank's tokens (a combine that sums them)
 //! ```
 //!
 //! And two local buffers per rank: the *layout* (this rank's routing, written by the layout
@@ -68,6 +71,30 @@ pub const fn valid_expert(id: i32, experts: u32) -> bool {
     id >= 0 && (id as u32) < experts
 }
 
+/// The id receiving rank `rank` gets for top-k entry `id` (DeepEP's local ids): `id - rank *
+/// experts_per_rank` when `id` names an expert of `rank`, else -1 (an expert elsewhere, or
+/// none).
+pub const fn local_expert(id: i32, rank: u32, experts: u32, ranks: u32) -> i32 {
+    if valid_expert(id, experts) && rank_of_expert(id as u32, experts, ranks) == rank {
+        id - (rank * (experts / ranks)) as i32
+    } else {
+        -1
+    }
+}
+
+/// The id an i64 top-k entry stands for: itself when it names an expert (`0..experts`), else -1
+/// (so that no value outside the i32 range names an expert once narrowed).
+pub const fn id_from_i64(id: i64, experts: u32) -> i32 {
+    if id >= 0 && id < experts as i64 { id as i32 } else { -1 }
+}
+
+/// `count` rounded up to a multiple of `alignment` (1 or more), at most `u32::MAX`.
+pub const fn align_count(count: u32, alignment: u32) -> u32 {
+    let a = if alignment == 0 { 1 } else { alignment as u64 };
+    let r = (count as u64).div_ceil(a) * a;
+    if r > u32::MAX as u64 { u32::MAX } else { r as u32 }
+}
+
 const fn round_up(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to
 }
@@ -100,14 +127,40 @@ pub struct EpHandle {
     pub max_topk: u32,
     /// Blocks of every dispatch and combine launch (the flags exist for this many).
     pub blocks: u32,
+    /// 1: the received top-k ids are the ids as given, with their weights; 0: local ids (see
+    /// [`local_expert`]), weights zeroed where the local id is -1. The same on every rank.
+    pub global_ids: u32,
+    /// The rows received per local expert are reported rounded up to a multiple of this (1 or
+    /// more).
+    pub expert_alignment: u32,
+    /// Bytes of one top-k id of the inputs: 4 (i32) or 8 (i64, see [`id_from_i64`]).
+    pub idx_bytes: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<EpHandle>() == 80);
+// SAFETY: `repr(C)` of u64 and u32 fields with no padding (80 bytes, asserted above), the same
+// layout on the host and nvptx64.
+unsafe impl mscclpp_device::abi::DeviceAbi for EpHandle {}
+
+/// The top-k weights a combine sums (a kernel parameter): `out == 0` for none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WeightsArgs {
+    /// Device address of the received rows' weights (`rows x k` f32) this rank returns.
+    pub input: u64,
+    /// Bytes at `input`.
+    pub input_bytes: u64,
+    /// Device address of this rank's tokens' summed weights (`tokens x k` f32), or 0.
+    pub out: u64,
+    /// Top-k of the dispatch.
+    pub k: u32,
     /// Zero.
     pub reserved: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<EpHandle>() == 72);
-// SAFETY: `repr(C)` of u64 and u32 fields with no padding (72 bytes, asserted above), the same
-// layout on the host and nvptx64.
-unsafe impl mscclpp_device::abi::DeviceAbi for EpHandle {}
+const _: () = assert!(core::mem::size_of::<WeightsArgs>() == 32);
+// SAFETY: `repr(C)` of u64 and u32 fields with no padding (32 bytes, asserted above).
+unsafe impl mscclpp_device::abi::DeviceAbi for WeightsArgs {}
 
 /// Byte offsets of the regions of a shared buffer (the same on every rank).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +181,8 @@ pub struct SharedRegions {
     pub recv_src: u64,
     /// Combine landing rows.
     pub combine: u64,
+    /// Combine landing top-k weights.
+    pub combine_w: u64,
     /// Total bytes.
     pub total: u64,
 }
@@ -182,8 +237,20 @@ impl EpHandle {
         let recv_w = round_up(recv_idx + rows * self.max_topk as u64 * 4, 256);
         let recv_src = round_up(recv_w + rows * self.max_topk as u64 * 4, 256);
         let combine = round_up(recv_src + rows * 4, 256);
-        let total = combine + n * self.combine_region_bytes();
-        SharedRegions { dispatch_flags, combine_flags, counts, recv_x, recv_idx, recv_w, recv_src, combine, total }
+        let combine_w = round_up(combine + n * self.combine_region_bytes(), 256);
+        let total = combine_w + n * self.combine_w_region_bytes();
+        SharedRegions {
+            dispatch_flags,
+            combine_flags,
+            counts,
+            recv_x,
+            recv_idx,
+            recv_w,
+            recv_src,
+            combine,
+            combine_w,
+            total,
+        }
     }
     /// Offset of the dispatch flag of (`sender`, `block`).
     pub const fn dispatch_flag(&self, sender: u32, block: u32) -> u64 {
@@ -197,6 +264,14 @@ impl EpHandle {
     pub const fn count_word(&self, parity: u64, sender: u32, word: u32) -> u64 {
         let w = self.count_words() as u64;
         self.shared_regions().counts + ((parity * self.n_ranks as u64 + sender as u64) * w + word as u64) * 8
+    }
+    /// Bytes of one sender's weight landing region.
+    pub const fn combine_w_region_bytes(&self) -> u64 {
+        self.max_tokens as u64 * self.max_topk as u64 * 4
+    }
+    /// Offset of `sender`'s weight landing region.
+    pub const fn combine_w_region(&self, sender: u32) -> u64 {
+        self.shared_regions().combine_w + sender as u64 * self.combine_w_region_bytes()
     }
     /// Offset of `sender`'s combine landing region.
     pub const fn combine_region(&self, sender: u32) -> u64 {

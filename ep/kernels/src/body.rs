@@ -16,16 +16,33 @@ use mscclpp_ep_device::*;
 
 const WARP: u32 = 32;
 
+/// Top-k entry `i` of `topk_idx`: an i32, or an i64 when `idx_bytes` is 8 (read as
+/// [`id_from_i64`] says: -1 unless it names an expert).
+///
+/// # Safety
+/// `topk_idx` holds more than `i` entries of `idx_bytes` bytes, aligned.
+#[inline(always)]
+unsafe fn read_id(topk_idx: GlobalPtr<u8>, idx_bytes: u32, i: usize, experts: u32) -> i32 {
+    // SAFETY: entry i of the buffer (caller's contract).
+    unsafe {
+        if idx_bytes == 8 {
+            id_from_i64((topk_idx.addr() as *const i64).add(i).read(), experts)
+        } else {
+            (topk_idx.addr() as *const i32).add(i).read()
+        }
+    }
+}
+
 /// The rank mask of token `t`: bit r set when one of its `k` experts lives on rank r.
 ///
 /// # Safety
-/// `topk_idx` holds `(t + 1) * k` entries.
+/// `topk_idx` holds `(t + 1) * k` entries of `idx_bytes` bytes.
 #[inline(always)]
-unsafe fn token_mask(topk_idx: GlobalPtr<i32>, t: u32, k: u32, experts: u32, ranks: u32) -> u32 {
+unsafe fn token_mask(topk_idx: GlobalPtr<u8>, idx_bytes: u32, t: u32, k: u32, experts: u32, ranks: u32) -> u32 {
     let mut mask = 0u32;
     for j in 0..k {
         // SAFETY: entry t * k + j < (t + 1) * k (caller's contract).
-        let id = unsafe { topk_idx.as_ptr().add(t as usize * k as usize + j as usize).read() };
+        let id = unsafe { read_id(topk_idx, idx_bytes, t as usize * k as usize + j as usize, experts) };
         if valid_expert(id, experts) {
             mask |= 1 << rank_of_expert(id as u32, experts, ranks);
         }
@@ -37,12 +54,13 @@ unsafe fn token_mask(topk_idx: GlobalPtr<i32>, t: u32, k: u32, experts: u32, ran
 /// shared memory `(ranks * ntid + experts) * 4` bytes.
 ///
 /// # Safety
-/// `topk_idx` holds `tokens * k` i32; `per_rank` `ranks` u32, `per_expert` `experts` u32,
-/// `in_rank` `tokens * ranks` bytes, `send_index` `tokens * ranks` i32; `1 <= ranks <=
-/// MAX_RANKS`, `experts` a positive multiple of `ranks`; one block.
+/// `topk_idx` holds `tokens * k` i32 (`idx_bytes` 4) or i64 (`idx_bytes` 8); `per_rank` `ranks`
+/// u32, `per_expert` `experts` u32, `in_rank` `tokens * ranks` bytes, `send_index` `tokens *
+/// ranks` i32; `1 <= ranks <= MAX_RANKS`, `experts` a positive multiple of `ranks`; one block.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn layout(
-    topk_idx: GlobalPtr<i32>,
+    topk_idx: GlobalPtr<u8>,
+    idx_bytes: u32,
     tokens: u32,
     k: u32,
     experts: u32,
@@ -80,7 +98,7 @@ pub unsafe fn layout(
         let mut mask = 0u32;
         for j in 0..k {
             // SAFETY: t < tokens, j < k.
-            let id = unsafe { topk_idx.as_ptr().add(t as usize * k as usize + j as usize).read() };
+            let id = unsafe { read_id(topk_idx, idx_bytes, t as usize * k as usize + j as usize, experts) };
             if valid_expert(id, experts) {
                 mask |= 1 << rank_of_expert(id as u32, experts, ranks);
                 // SAFETY: id < experts; shared-memory counter of this block.
@@ -129,7 +147,7 @@ pub unsafe fn layout(
     }
     for t in lo..hi {
         // SAFETY: t < tokens.
-        let mask = unsafe { token_mask(topk_idx, t, k, experts, ranks) };
+        let mask = unsafe { token_mask(topk_idx, idx_bytes, t, k, experts, ranks) };
         for (r, nx) in next.iter_mut().enumerate() {
             if (r as u32) < ranks {
                 let i = t as usize * ranks as usize + r;
@@ -280,14 +298,14 @@ where
 /// # Safety
 /// Launched by `mscclpp_ep::ExpertParallel` on every rank with `h.blocks` blocks (resident at
 /// once), `EXCHANGE_SHARED_BYTES` of dynamic shared memory and at least `MAX_RANKS` threads per
-/// block (a multiple of 32); `x`, `topk_idx` and `topk_w` hold the token's rows, ids and weights;
-/// `tokens <= h.max_tokens`, `k <= h.max_topk`, `row_bytes` a multiple of 16 at most
-/// `4 * h.hidden`.
+/// block (a multiple of 32); `x`, `topk_idx` and `topk_w` hold the tokens' rows, ids (of
+/// `h.idx_bytes` bytes) and weights; `tokens <= h.max_tokens`, `k <= h.max_topk`, `row_bytes` a
+/// multiple of 16 at most `4 * h.hidden`.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn dispatch(
     h: EpHandle,
     x: GlobalPtr<u8>,
-    topk_idx: GlobalPtr<i32>,
+    topk_idx: GlobalPtr<u8>,
     topk_w: GlobalPtr<u32>,
     tokens: u32,
     k: u32,
@@ -399,7 +417,7 @@ pub unsafe fn dispatch(
                 sum += unsafe { wait_count(h.shared + h.count_word(parity, s, 1 + n + j), tag, budget) };
             }
             // SAFETY: as above.
-            unsafe { info.add((h.info_per_expert() + j) as usize).write(sum) };
+            unsafe { info.add((h.info_per_expert() + j) as usize).write(align_count(sum, h.expert_alignment)) };
             j += nt;
         }
     }
@@ -444,10 +462,15 @@ pub unsafe fn dispatch(
                 // n * max_tokens, slot below k <= max_topk).
                 unsafe {
                     let (value, addr) = if j < k {
-                        let v = topk_idx.as_ptr().add(at + j as usize).read() as u32;
-                        (v, base + sr.recv_idx + (row * k as u64 + j as u64) * 4)
+                        let id = read_id(topk_idx, h.idx_bytes, at + j as usize, h.experts);
+                        let v = if h.global_ids != 0 { id } else { local_expert(id, d, h.experts, n) };
+                        (v as u32, base + sr.recv_idx + (row * k as u64 + j as u64) * 4)
                     } else if j < 2 * k {
-                        let v = topk_w.as_ptr().add(at + (j - k) as usize).read();
+                        let slot = at + (j - k) as usize;
+                        let elsewhere = h.global_ids == 0
+                            && local_expert(read_id(topk_idx, h.idx_bytes, slot, h.experts), d, h.experts, n) < 0;
+                        // Zero (+0.0) for the slots whose local id is -1, as DeepEP gives them.
+                        let v = if elsewhere { 0 } else { topk_w.as_ptr().add(slot).read() };
                         (v, base + sr.recv_w + (row * k as u64 + (j - k) as u64) * 4)
                     } else {
                         (t, base + sr.recv_src + row * 4)
@@ -506,12 +529,16 @@ fn pack<V: Element>(acc: &[f32; 8]) -> [u32; 4] {
 
 /// Combine: this rank's rows of `y` (one per received row, `row_bytes` each, as the last
 /// dispatch laid them out) go back to their source ranks; every token of this rank gets the sum,
-/// in rank order, of what the ranks it went to computed for it.
+/// in rank order, of what the ranks it went to computed for it. With `wt.out` (not 0), the
+/// same for the received rows' `k` weights at `wt.input`: every token's `k` weights summed in
+/// rank order (f32, from 0) into `wt.out`.
 ///
 /// # Safety
-/// As for [`ep_dispatch`]; the last operation on this handle was a dispatch (its info and
-/// layout are current); `y` holds `y_bytes` bytes, `out` `tokens * row_bytes`; every rank
-/// passes the same `row_bytes`.
+/// As for [`dispatch`]; the last operation on this handle was a dispatch (its info and layout
+/// are current); `y` holds `y_bytes` bytes, `out` `tokens * row_bytes`; every rank passes the
+/// same `row_bytes` and the same `wt.k` (the dispatch's k) and `wt.out` zero or not on all; with
+/// `wt.out`, `wt.input` holds `wt.input_bytes` bytes (4-aligned) and `wt.out` `tokens * k` f32.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn combine<V: Element>(
     h: EpHandle,
     y: GlobalPtr<u8>,
@@ -519,6 +546,7 @@ pub unsafe fn combine<V: Element>(
     out: GlobalPtr<u8>,
     tokens: u32,
     row_bytes: u32,
+    wt: WeightsArgs,
     budget: SpinBudget,
 ) {
     follow_previous_grid();
@@ -549,6 +577,10 @@ pub unsafe fn combine<V: Element>(
     if received * row_bytes as u64 > y_bytes {
         fail(c"ep_combine: the expert-output buffer holds fewer rows than this rank received");
     }
+    let (weights, wk) = (wt.out != 0, wt.k as u64);
+    if weights && received * wk * 4 > wt.input_bytes {
+        fail(c"ep_combine: the weights buffer holds fewer rows than this rank received");
+    }
     let offset = |s: u32| -> u64 {
         // SAFETY: s <= n.
         unsafe { tb.base.add(s as usize).read() as u64 }
@@ -568,6 +600,17 @@ pub unsafe fn combine<V: Element>(
         // SAFETY: vectors inside this source's rows of `y` (checked against y_bytes) and inside
         // rank s's landing region (rows <= max_tokens).
         unsafe { copy_vecs(src, dst, g as u64, vecs, gn as u64) };
+        if weights {
+            let (src, dst) = (wt.input + offset(s) * wk * 4, tb.peer(s) + h.combine_w_region(me));
+            let mut i = g as u64;
+            while i < rows * wk {
+                // SAFETY: words of this source's rows of the weights (checked against
+                // input_bytes) and of rank s's weight landing region (rows <= max_tokens, k <=
+                // max_topk).
+                unsafe { ((dst + i * 4) as *mut u32).write(((src + i * 4) as *const u32).read()) };
+                i += gn as u64;
+            }
+        }
     }
     sync_threads();
     // 2. Signal every other rank, then wait for every block of every other rank.
@@ -653,6 +696,29 @@ pub unsafe fn combine<V: Element>(
             v += 2 * WARP;
         }
         u += nw;
+    }
+    // 4. The same for the weights, one (token, slot) per thread.
+    let mut i = g;
+    while weights && i < tokens * wt.k {
+        let (t, j) = ((i / wt.k) as u64, (i % wt.k) as u64);
+        let mut acc = 0f32;
+        for r in 0..n {
+            // SAFETY: t < tokens, r < n.
+            let si = unsafe { send_index.add(t as usize * n as usize + r as usize).read() };
+            if si >= 0 {
+                let at = if r == me {
+                    wt.input + ((offset(me) + si as u64) * wk + j) * 4
+                } else {
+                    h.shared + h.combine_w_region(r) + (si as u64 * wk + j) * 4
+                };
+                // SAFETY: a weight of this rank's received rows or of a landing region, written
+                // before the flags waited for above.
+                acc += f32::from_bits(unsafe { (at as *const u32).read() });
+            }
+        }
+        // SAFETY: t < tokens, j < k: inside `wt.out`.
+        unsafe { ((wt.out + (t * wk + j) * 4) as *mut u32).write(acc.to_bits()) };
+        i += gn;
     }
     sync_threads();
     if tid == 0 {

@@ -24,7 +24,7 @@ pub mod hw;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::vec::{Bf16x8, F32x4};
-use mscclpp_ep_device::EpHandle;
+use mscclpp_ep_device::{EpHandle, WeightsArgs};
 
 /// The dispatch layout (see [`body::layout`]).
 ///
@@ -33,7 +33,8 @@ use mscclpp_ep_device::EpHandle;
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "ptx-kernel" fn ep_layout(
-    topk_idx: GlobalPtr<i32>,
+    topk_idx: GlobalPtr<u8>,
+    idx_bytes: u32,
     tokens: u32,
     k: u32,
     experts: u32,
@@ -44,7 +45,7 @@ pub unsafe extern "ptx-kernel" fn ep_layout(
     send_index: GlobalPtr<i32>,
 ) {
     // SAFETY: forwarded from the launch contract.
-    unsafe { body::layout(topk_idx, tokens, k, experts, ranks, per_rank, per_expert, in_rank, send_index) }
+    unsafe { body::layout(topk_idx, idx_bytes, tokens, k, experts, ranks, per_rank, per_expert, in_rank, send_index) }
 }
 
 /// Dispatch (see [`body::dispatch`]).
@@ -56,7 +57,7 @@ pub unsafe extern "ptx-kernel" fn ep_layout(
 pub unsafe extern "ptx-kernel" fn ep_dispatch(
     h: EpHandle,
     x: GlobalPtr<u8>,
-    topk_idx: GlobalPtr<i32>,
+    topk_idx: GlobalPtr<u8>,
     topk_w: GlobalPtr<u32>,
     tokens: u32,
     k: u32,
@@ -77,6 +78,7 @@ macro_rules! combine_kernels {
         /// # Safety
         /// As for [`body::combine`].
         #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
         pub unsafe extern "ptx-kernel" fn $name(
             h: EpHandle,
             y: GlobalPtr<u8>,
@@ -84,10 +86,11 @@ macro_rules! combine_kernels {
             out: GlobalPtr<u8>,
             tokens: u32,
             row_bytes: u32,
+            wt: WeightsArgs,
             budget: SpinBudget,
         ) {
             // SAFETY: forwarded from the launch contract.
-            unsafe { body::combine::<$lanes>(h, y, y_bytes, out, tokens, row_bytes, budget) }
+            unsafe { body::combine::<$lanes>(h, y, y_bytes, out, tokens, row_bytes, wt, budget) }
         }
     )* };
 }

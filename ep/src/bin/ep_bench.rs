@@ -6,6 +6,7 @@
 //! mpirun -np 2 ep_bench                      # or: ep_bench --ranks 2 (built-in launcher)
 //! MSCCLPP_RS_EP_SHAPES=decode ...            # which shapes (default prefill,decode)
 //! MSCCLPP_RS_EP_REPS=30 ...                  # timed batches (default 20)
+//! MSCCLPP_RS_EP_BLOCKS=24 ...                # the SM budget (default: Config's, 20)
 //! MSCCLPP_RS_NCCL=/path/libnccl.so.2 ...     # which NCCL (default: the loader's libnccl.so.2)
 //! ```
 //! Times are medians of CUDA-event timings of single operations: every batch starts with a
@@ -32,7 +33,7 @@ use std::time::Duration;
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::CUevent_flags;
 use mscclpp_ep::reference::{self, Routing};
-use mscclpp_ep::{Config, DataType, DispatchInput, ExpertParallel};
+use mscclpp_ep::{Config, DataType, DispatchInput, ExpertIds, ExpertParallel};
 use mscclpp_harness::nccl::{Nccl, NcclComm, Transfer};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
@@ -250,7 +251,8 @@ fn measure(comm: &Communicator, shape: &Shape, reps: usize, nc: Option<&NcclComm
     let dtype = DataType::Bf16;
     let row = HIDDEN * dtype.bytes();
     let t = shape.tokens;
-    let mut ep = ExpertParallel::new(comm, Config::new(t, HIDDEN, EXPERTS, TOPK))?;
+    let blocks = std::env::var("MSCCLPP_RS_EP_BLOCKS").ok().and_then(|v| v.parse().ok());
+    let mut ep = ExpertParallel::new(comm, Config { blocks, ..Config::new(t, HIDDEN, EXPERTS, TOPK) })?;
     if me == 0 {
         let (blocks, dt, ct) = ep.grid();
         println!("{}: {blocks} blocks, {dt} threads (dispatch), {ct} threads (combine)", shape.name);
@@ -260,7 +262,8 @@ fn measure(comm: &Communicator, shape: &Shape, reps: usize, nc: Option<&NcclComm
     let inputs: Vec<_> =
         (0..n).map(|r| reference::random_input(seed, r, dtype, t, HIDDEN, TOPK, (EXPERTS, n), routing)).collect();
     let layouts: Vec<_> = inputs.iter().map(|i| reference::layout(&i.topk_idx, t, TOPK, EXPERTS, n)).collect();
-    let recv: Vec<_> = (0..n).map(|d| reference::received(&inputs, &layouts, d, EXPERTS, row)).collect();
+    let recv: Vec<_> =
+        (0..n).map(|d| reference::received(&inputs, &layouts, d, (EXPERTS, row), ExpertIds::Local, 1)).collect();
     let mine = &inputs[me];
     let x = DeviceBuffer::from_slice(&gpu, &mine.x)?;
     let idx = DeviceBuffer::from_slice(&gpu, &mine.topk_idx)?;
