@@ -4,6 +4,7 @@
 
 use core::ops::{Add, Mul};
 
+use mscclpp_device::copy::Threads;
 use mscclpp_device::element::Element;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
@@ -81,11 +82,9 @@ pub unsafe fn layout(
     };
     // SAFETY: the expert region follows the `ranks * p` counts (launch contract).
     let ex = unsafe { sh.add(ranks as usize * p as usize) };
-    let mut e = tid;
-    while e < experts {
+    for e in Threads::new(tid, p).stride(experts) {
         // SAFETY: e < experts.
         unsafe { ex.add(e as usize).write(0) };
-        e += p;
     }
     // Thread `tid` owns the tokens [lo, hi): consecutive runs in thread order, so a prefix over
     // threads is a prefix in token order.
@@ -167,11 +166,9 @@ pub unsafe fn layout(
         // SAFETY: the last thread's inclusive prefix is the total; tid < ranks.
         unsafe { per_rank.as_ptr().add(tid as usize).write(cell(tid as usize, p - 1).read()) };
     }
-    let mut e = tid;
-    while e < experts {
+    for e in Threads::new(tid, p).stride(experts) {
         // SAFETY: e < experts; every count was added before the barriers above.
         unsafe { per_expert.as_ptr().add(e as usize).write(ex.add(e as usize).read()) };
-        e += p;
     }
 }
 
@@ -336,8 +333,7 @@ pub unsafe fn dispatch(
     // release orders them after everything this rank did before (its earlier kernels).
     let words = h.count_words();
     if b == 0 {
-        let mut i = tid;
-        while i < n * words {
+        for i in Threads::new(tid, nt).stride(n * words) {
             let (d, w) = (i / words, i % words);
             // SAFETY: the layout kernel wrote n per-rank and `experts` per-expert counts.
             let value = unsafe {
@@ -353,13 +349,11 @@ pub unsafe fn dispatch(
             // SAFETY: rank d's count slot, written only by this rank's block 0. Partner: the
             // acquire in `wait_count` on rank d.
             unsafe { store_release(at as *mut u64, pack_count(tag, value)) };
-            i += nt;
         }
     }
 
     // 2. Every block reads every rank's signature and counts toward every rank.
-    let mut i = tid;
-    while i < n * (1 + n) {
+    for i in Threads::new(tid, nt).stride(n * (1 + n)) {
         let (s, w) = (i / (1 + n), i % (1 + n));
         // SAFETY: this rank's count slot s (written by rank s's block 0).
         let v = unsafe { wait_count(h.shared + h.count_word(parity, s, w), tag, budget) };
@@ -371,7 +365,6 @@ pub unsafe fn dispatch(
         }
         // SAFETY: s < n, w <= n: inside the matrix.
         unsafe { tb.cnt.add((s * (1 + n) + w) as usize).write(v) };
-        i += nt;
     }
     sync_threads();
     let cnt = |s: u32, d: u32| -> u32 {
@@ -403,14 +396,11 @@ pub unsafe fn dispatch(
                 info.write(off);
             }
         }
-        let mut i = tid;
-        while i < n * n {
+        for i in Threads::new(tid, nt).stride(n * n) {
             // SAFETY: as above.
             unsafe { info.add((h.info_matrix() + i) as usize).write(cnt(i / n, i % n)) };
-            i += nt;
         }
-        let mut j = tid;
-        while j < epr {
+        for j in Threads::new(tid, nt).stride(epr) {
             let mut sum = 0;
             for s in 0..n {
                 // SAFETY: this rank's count slot s, word 1 + n + j < count_words.
@@ -418,7 +408,6 @@ pub unsafe fn dispatch(
             }
             // SAFETY: as above.
             unsafe { info.add((h.info_per_expert() + j) as usize).write(align_count(sum, h.expert_alignment)) };
-            j += nt;
         }
     }
     sync_threads();
@@ -618,8 +607,7 @@ pub unsafe fn combine<V: Element>(
         // SAFETY: rank tid's combine flag (me, b), written only by this block.
         unsafe { store_release((tb.peer(tid) + h.combine_flag(me, b)) as *mut u64, e) };
     }
-    let mut j = tid;
-    while j < n * nb {
+    for j in Threads::new(tid, nt).stride(n * nb) {
         if j / nb != me {
             // SAFETY: this rank's combine flag (j / nb, j % nb).
             unsafe {
@@ -631,7 +619,6 @@ pub unsafe fn combine<V: Element>(
                 )
             };
         }
-        j += nt;
     }
     sync_threads();
 
@@ -643,8 +630,7 @@ pub unsafe fn combine<V: Element>(
     let vecs = row_bytes / 16;
     let per = pieces(nw, tokens, vecs);
     let send_index = (h.layout + lr.send_index) as *const i32;
-    let mut u = gw;
-    while u < tokens * per {
+    for u in Threads::new(gw, nw).stride(tokens * per) {
         let (t, piece) = (u / per, u % per);
         let (v0, v1) =
             ((vecs as u64 * piece as u64 / per as u64) as u32, (vecs as u64 * (piece as u64 + 1) / per as u64) as u32);
@@ -695,7 +681,6 @@ pub unsafe fn combine<V: Element>(
             }
             v += 2 * WARP;
         }
-        u += nw;
     }
     // 4. The same for the weights, one (token, slot) per thread.
     let mut i = g;

@@ -217,8 +217,7 @@ mod device {
         let words = op.bytes / 8;
         let src = arena.byte_add(op.src as usize).cast::<u64>();
         let dst = arena.byte_add(op.dst as usize).cast::<u64>();
-        let mut i = t.index as u64;
-        while i < words {
+        for i in t.stride(words) {
             // SAFETY: word i lies inside every operand (caller's contract).
             unsafe {
                 let mut acc = ld_st::ld_global_u64(src.add(i as usize).as_ptr());
@@ -228,7 +227,6 @@ mod device {
                 }
                 ld_st::st_global_u64(dst.add(i as usize).as_ptr(), acc);
             }
-            i += t.count as u64;
         }
     }
 
@@ -243,8 +241,7 @@ mod device {
         let words = op.bytes / 16;
         let src = arena.byte_add(op.src as usize);
         let dst = arena.byte_add(op.dst as usize);
-        let mut i = t.index as u64;
-        while i < words {
+        for i in t.stride(words) {
             let at = (i * 16) as usize;
             // SAFETY: word i lies inside every operand (caller's contract).
             unsafe {
@@ -257,7 +254,6 @@ mod device {
                 }
                 ld_st::st_global_v4_u32(dst.byte_add(at).cast::<u32>().as_ptr(), acc);
             }
-            i += t.count as u64;
         }
     }
 
@@ -279,12 +275,10 @@ mod device {
         let size = core::mem::size_of::<V>() as u64;
         let (first, n) = (src / size, bytes / size);
         let out = arena.byte_add(dst as usize).cast::<V>();
-        let mut i = t.index as u64;
-        while i < n {
+        for i in t.stride(n) {
             // SAFETY: element `first + i` of every copy and element `i` at `dst` are in range
             // (caller's contract).
             unsafe { out.add(i as usize).as_ptr().write(c.reduce::<V>((first + i) as usize)) };
-            i += t.count as u64;
         }
     }
 
@@ -305,11 +299,9 @@ mod device {
         let size = core::mem::size_of::<V>() as u64;
         let (first, n) = (dst / size, bytes / size);
         let from = arena.byte_add(src as usize).cast::<V>();
-        let mut i = t.index as u64;
-        while i < n {
+        for i in t.stride(n) {
             // SAFETY: as for `switch_reduce`.
             unsafe { c.broadcast::<V>((first + i) as usize, from.add(i as usize).as_ptr().read()) };
-            i += t.count as u64;
         }
     }
 
@@ -385,10 +377,8 @@ mod device {
                             let c = mem();
                             let from = arena.byte_add(src as usize).cast::<LL16Packet>();
                             let to = c.dst.byte_add(dst as usize).cast::<LL16Packet>();
-                            let mut k = t.index as u64;
-                            while k < op.bytes / 8 {
+                            for k in t.stride(op.bytes / 8) {
                                 to.add(k as usize).write(from.add(k as usize).read(flag, budget), flag);
-                                k += t.count as u64;
                             }
                         }
                         opcode::COPY_PACKETS => copy_to_packets::<LL16Packet>(
@@ -507,13 +497,11 @@ mod device {
                             let c = switch();
                             let from = arena.byte_add(src as usize).cast::<LL16Packet>();
                             let first = dst / 16;
-                            let mut k = t.index as u64;
-                            while k < op.bytes / 8 {
+                            for k in t.stride(op.bytes / 8) {
                                 let p = from.add(k as usize);
                                 p.read(flag, budget);
                                 let whole = p.cast::<F32x4>().as_ptr().read_volatile();
                                 c.broadcast::<F32x4>((first + k) as usize, whole);
-                                k += t.count as u64;
                             }
                         }
                         opcode::BARRIER => {

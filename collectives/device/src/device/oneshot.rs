@@ -58,24 +58,20 @@ impl Collective {
         let (flag, half) = (ll_flag(e), e & 1);
         let words = bytes.div_ceil(8);
         device_assert!(words * LL_PACKET_BYTES <= self.ll_bytes, "allreduce (LL): message larger than the LL slot");
-        let mut i = t.index as u64;
-        while i < words {
+        for i in t.stride(words) {
             // SAFETY: word i lies in the input; packet i lies in every peer's slot (checked size).
             unsafe {
                 let w = load_word(input, i, bytes);
                 self.ll_send(half, 0, i, w, flag);
             }
-            i += t.count as u64;
         }
-        let mut i = t.index as u64;
-        while i < words {
+        for i in t.stride(words) {
             // SAFETY: as above, for this rank's own slots.
             unsafe {
                 let own = load_word(input, i, bytes);
                 let acc = self.ll_sum::<E>(half, i, own, flag, budget);
                 store_word(output, i, bytes, acc);
             }
-            i += t.count as u64;
         }
     }
 
@@ -100,8 +96,7 @@ impl Collective {
         device_assert!(words * LL_PACKET_BYTES <= self.ll_bytes, "allgather (LL): message larger than the LL slot");
         let mine = output.byte_add((me as u64 * bytes) as usize);
         let in_place = mine == input;
-        let mut i = t.index as u64;
-        while i < words {
+        for i in t.stride(words) {
             // SAFETY: word i lies in the input and in my part of the output; packet i in the slots.
             unsafe {
                 let w = load_word(input, i, bytes);
@@ -110,20 +105,17 @@ impl Collective {
                     store_word(mine, i, bytes, w);
                 }
             }
-            i += t.count as u64;
         }
         for q in 0..n {
             if q == me {
                 continue;
             }
             let theirs = output.byte_add((q as u64 * bytes) as usize);
-            let mut i = t.index as u64;
-            while i < words {
+            for i in t.stride(words) {
                 // SAFETY: as above.
                 unsafe {
                     store_word(theirs, i, bytes, self.ll_slot(me, half, 0, q).add(i as usize).read(flag, budget))
                 };
-                i += t.count as u64;
             }
         }
     }
@@ -153,23 +145,19 @@ impl Collective {
                 continue;
             }
             let shard = input.byte_add((p as u64 * bytes) as usize);
-            let mut i = t.index as u64;
-            while i < words {
+            for i in t.stride(words) {
                 // SAFETY: word i lies in shard p; packet i in the slot.
                 unsafe { self.ll_slot(p, half, 0, me).add(i as usize).write(load_word(shard, i, bytes), flag) };
-                i += t.count as u64;
             }
         }
         let own_shard = input.byte_add((me as u64 * bytes) as usize);
-        let mut i = t.index as u64;
-        while i < words {
+        for i in t.stride(words) {
             // SAFETY: as above.
             unsafe {
                 let own = load_word(own_shard, i, bytes);
                 let acc = self.ll_sum::<E>(half, i, own, flag, budget);
                 store_word(output, i, bytes, acc);
             }
-            i += t.count as u64;
         }
     }
 }

@@ -153,8 +153,7 @@ impl Collective {
         }
         // Any alignment: one element at a time.
         let size = core::mem::size_of::<E>() as u64;
-        let mut i = t.index as u64;
-        while i < len / size {
+        for i in t.stride(len / size) {
             let off = (i * size) as usize;
             // SAFETY: element i lies in every range, aligned to its size.
             unsafe {
@@ -166,7 +165,6 @@ impl Collective {
                 }
                 dst.byte_add(off).cast::<E>().as_ptr().write(acc);
             }
-            i += t.count as u64;
         }
     }
 

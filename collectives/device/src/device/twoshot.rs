@@ -26,24 +26,20 @@ impl Collective {
             words.div_ceil(n as u64) * LL_PACKET_BYTES <= self.ll_bytes,
             "allreduce (two-shot LL): shard larger than the LL slot"
         );
-        let step = t.count as u64;
         // Shot 1: shard p to rank p.
         for p in 0..n {
             if p == me {
                 continue;
             }
             let (s, end) = split(words, n as u64, p as u64);
-            let mut j = t.index as u64;
-            while s + j < end {
+            for j in t.stride(end - s) {
                 // SAFETY: word s + j lies in the input, packet j in the slot (checked size).
                 unsafe { self.ll_slot(p, half, 0, me).add(j as usize).write(load_word(input, s + j, bytes), flag) };
-                j += step;
             }
         }
         // Sum my shard in rank order, keep it, and send it to everyone.
         let (s, end) = split(words, n as u64, me as u64);
-        let mut j = t.index as u64;
-        while s + j < end {
+        for j in t.stride(end - s) {
             // SAFETY: as above.
             unsafe {
                 let own = load_word(input, s + j, bytes);
@@ -51,7 +47,6 @@ impl Collective {
                 store_word(output, s + j, bytes, acc);
                 self.ll_send(half, 1, j, acc, flag);
             }
-            j += step;
         }
         // Shot 2: every other shard's sum from its owner.
         for q in 0..n {
@@ -59,13 +54,11 @@ impl Collective {
                 continue;
             }
             let (s, end) = split(words, n as u64, q as u64);
-            let mut j = t.index as u64;
-            while s + j < end {
+            for j in t.stride(end - s) {
                 // SAFETY: as above.
                 unsafe {
                     store_word(output, s + j, bytes, self.ll_slot(me, half, 1, q).add(j as usize).read(flag, budget))
                 };
-                j += step;
             }
         }
     }
