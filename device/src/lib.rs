@@ -52,7 +52,7 @@
 //! # Where things are
 //!
 //! * [`ptr`]: typed addresses ([`ptr::GlobalPtr`], [`ptr::SharedPtr`], [`ptr::MultimemPtr`]) and
-//!   the dynamic shared-memory window.
+//!   the dynamic shared-memory window ([`SharedPtr::dynamic`](ptr::SharedPtr), device only).
 //! * [`bulk`]: Hopper bulk copies with [`bulk::BulkBarrier`] and the N-stage [`bulk::BulkPipeline`].
 //! * [`atomic`]: scoped atomics, with order and scope as type parameters.
 //! * [`semaphore`]: every semaphore: between GPUs, from the host, over NVLink multicast and
@@ -103,6 +103,7 @@ pub mod poll;
 pub mod protocol;
 pub mod ptr;
 pub mod semaphore;
+mod smem;
 pub mod sync;
 pub mod trigger;
 pub mod vec;

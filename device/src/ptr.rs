@@ -187,19 +187,3 @@ mod tests {
         assert!(SharedPtr::<u8>::from_addr(0).is_aligned_to(1 << 16));
     }
 }
-
-/// The start of this launch's dynamic shared memory (128-byte aligned), as a typed address.
-#[cfg(any(target_arch = "nvptx64", doc))]
-#[inline(always)]
-pub fn dynamic_shared<T>() -> SharedPtr<T> {
-    SharedPtr::from_addr(crate::ptx::smem::dynamic_smem_base())
-}
-
-#[cfg(any(target_arch = "nvptx64", doc))]
-impl<T> SharedPtr<T> {
-    /// The generic pointer of this shared address, for ordinary loads and stores.
-    #[inline(always)]
-    pub fn as_generic(self) -> *mut T {
-        crate::ptx::smem::cvta_shared_u64(self.addr).cast()
-    }
-}

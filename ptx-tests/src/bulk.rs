@@ -4,7 +4,7 @@ use mscclpp_device::bulk::{self, BulkBarrier, BulkPipeline, BulkReduceOp};
 use mscclpp_device::copy::Threads;
 use mscclpp_device::op;
 use mscclpp_device::poll::SpinBudget;
-use mscclpp_device::ptr::{GlobalPtr, SharedPtr, dynamic_shared};
+use mscclpp_device::ptr::{GlobalPtr, SharedPtr};
 use mscclpp_device::ptx::{misc::barrier_sync, sreg};
 
 use crate::kernels;
@@ -14,7 +14,7 @@ const BUDGET: SpinBudget = SpinBudget::DEFAULT;
 /// Barrier at the start of dynamic shared memory, data from byte 128.
 #[inline(always)]
 fn layout() -> (SharedPtr<BulkBarrier>, SharedPtr<u8>) {
-    let base = dynamic_shared::<u8>();
+    let base = SharedPtr::<u8>::dynamic();
     (base.cast(), base.byte_add(128))
 }
 
@@ -85,7 +85,7 @@ kernels! {
     /// stores (`out = 3 * in + k`), fence, the leader bulk-stores it; before buffer k % 2 is
     /// rewritten for tile k + 2, the leader waits until at most one store still reads its source.
     fn bulk_store_double_buffer(dst: GlobalPtr<u32>, src: *const u32, tiles: u32, tile_bytes: u32) {
-        let base = dynamic_shared::<u8>();
+        let base = SharedPtr::<u8>::dynamic();
         let leader = sreg::tid_x() == 0;
         let words = (tile_bytes / 4) as usize;
         for k in 0..tiles {
@@ -160,7 +160,7 @@ unsafe fn stream_copy<const N: usize>(dst: GlobalPtr<u8>, src: GlobalPtr<u8>, by
     }
     // SAFETY: the launch gives BulkPipeline::<N>::smem_bytes(tile_bytes) bytes of dynamic shared memory.
     unsafe {
-        let pipe = BulkPipeline::<N>::new(dynamic_shared(), tile_bytes, true);
+        let pipe = BulkPipeline::<N>::new(SharedPtr::dynamic(), tile_bytes, true);
         pipe.copy(dst, src, bytes, sreg::ctaid_x(), sreg::nctaid_x(), BUDGET);
     }
 }
@@ -194,7 +194,7 @@ unsafe fn stream_reduce<T, O: BulkReduceOp<T>, const N: usize>(
     };
     // SAFETY: shared memory sized by the host as for the copy pipeline; every range lies in [0, bytes).
     unsafe {
-        let pipe = BulkPipeline::<N>::new(dynamic_shared(), tile_bytes, true);
+        let pipe = BulkPipeline::<N>::new(SharedPtr::dynamic(), tile_bytes, true);
         for j in 0..(N as u32).min(total) {
             pipe.load(j, src.byte_add(at(j)), size(j));
         }

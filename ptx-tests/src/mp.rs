@@ -9,7 +9,7 @@ use mscclpp_device::bulk::{self, BulkPipeline};
 use mscclpp_device::channel::port::PortChannel;
 use mscclpp_device::copy::Threads;
 use mscclpp_device::poll::SpinBudget;
-use mscclpp_device::ptr::{GlobalPtr, dynamic_shared};
+use mscclpp_device::ptr::{GlobalPtr, SharedPtr};
 use mscclpp_device::ptx::{atom_red, misc::barrier_sync, sreg};
 use mscclpp_device::semaphore::MemoryDevice2DeviceSemaphore;
 
@@ -57,7 +57,7 @@ kernels! {
     fn mp_dispatch(send: GlobalPtr<u8>, recv: *const u64, sems: *const MemoryDevice2DeviceSemaphore, world: u32, me: u32, bytes: u64, tile: u32) {
         let p = sreg::ctaid_x();
         if p >= world || p == me || sreg::tid_x() != 0 { return; }
-        let pipe = BulkPipeline::<2>::new(dynamic_shared(), tile, true);
+        let pipe = BulkPipeline::<2>::new(SharedPtr::dynamic(), tile, true);
         pipe.copy(at(recv, p).byte_add((me as u64 * bytes) as usize), send.byte_add((p as u64 * bytes) as usize), bytes, 0, 1, BUDGET);
         let s = &*sems.add(p as usize);
         // Partner: rank p's wait; the bulk stores above completed (copy waits for them).
@@ -69,7 +69,7 @@ kernels! {
     /// every rank's `srcs[r]` in one barrier phase, two stages deep, summed in shared memory.
     fn mp_combine(srcs: *const u64, world: u32, out: *mut i32, bytes: u64, tile: u32) {
         let leader = sreg::tid_x() == 0;
-        let pipe = BulkPipeline::<2>::new(dynamic_shared(), world * tile, leader);
+        let pipe = BulkPipeline::<2>::new(SharedPtr::dynamic(), world * tile, leader);
         barrier_sync();
         let all = bytes.div_ceil(tile as u64);
         let (b, g) = (sreg::ctaid_x() as u64, sreg::nctaid_x() as u64);
@@ -182,7 +182,7 @@ kernels! {
     fn mp_allgather(src: GlobalPtr<u8>, dsts: *const u64, sems: *const MemoryDevice2DeviceSemaphore, world: u32, me: u32, bytes: u64, tile: u32) {
         let p = sreg::ctaid_x();
         if p >= world || sreg::tid_x() != 0 { return; }
-        let pipe = BulkPipeline::<2>::new(dynamic_shared(), tile, true);
+        let pipe = BulkPipeline::<2>::new(SharedPtr::dynamic(), tile, true);
         pipe.copy(at(dsts, p).byte_add((me as u64 * bytes) as usize), src, bytes, 0, 1, BUDGET);
         if p != me {
             let s = &*sems.add(p as usize);
@@ -209,8 +209,8 @@ kernels! {
     /// so when the kernel ends every rank's chunk has landed here.
     fn mp_allreduce(srcs: *const u64, outs: *const u64, sems: *const MemoryDevice2DeviceSemaphore, world: u32, me: u32, bytes: u64, tile: u32, done: *mut u32) {
         let leader = sreg::tid_x() == 0;
-        let pipe = BulkPipeline::<2>::new(dynamic_shared(), world * tile, leader);
-        let result = dynamic_shared::<u8>().byte_add(BulkPipeline::<2>::smem_bytes(world * tile) as usize);
+        let pipe = BulkPipeline::<2>::new(SharedPtr::dynamic(), world * tile, leader);
+        let result = SharedPtr::<u8>::dynamic().byte_add(BulkPipeline::<2>::smem_bytes(world * tile) as usize);
         barrier_sync();
         let chunk = bytes / world as u64;
         let off = me as u64 * chunk;

@@ -4,7 +4,7 @@
 
 use mscclpp_device::atomic::{self, Acquire, Cta, Relaxed, Release, Sys};
 use mscclpp_device::poll::SpinBudget;
-use mscclpp_device::ptr::dynamic_shared;
+use mscclpp_device::ptr::SharedPtr;
 use mscclpp_device::ptx::{ld_st, misc, sreg};
 
 /// This thread's index in its block.
@@ -44,7 +44,7 @@ pub fn sync_threads() {
 /// The block's dynamic shared memory, as a generic pointer.
 #[inline(always)]
 pub fn shared_base() -> *mut u8 {
-    dynamic_shared::<u8>().as_generic()
+    SharedPtr::<u8>::dynamic().as_generic()
 }
 /// `ld.acquire.sys.u64`.
 ///

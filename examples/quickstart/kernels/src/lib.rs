@@ -3,7 +3,7 @@
 #![feature(abi_ptx)]
 use mscclpp_device::bulk::{self, BulkBarrier};
 use mscclpp_device::poll::SpinBudget;
-use mscclpp_device::ptr::{GlobalPtr, SharedPtr, dynamic_shared};
+use mscclpp_device::ptr::{GlobalPtr, SharedPtr};
 use mscclpp_device::ptx::sreg;
 
 /// Copies `bytes` from `src` to `dst` through shared memory with the copy engine. Thread 0 does
@@ -17,8 +17,8 @@ pub unsafe extern "ptx-kernel" fn copy_tile(dst: GlobalPtr<u8>, src: GlobalPtr<u
     if sreg::tid_x() != 0 {
         return; // one thread drives the copy: the barrier expects exactly one arrival
     }
-    let bar: SharedPtr<BulkBarrier> = dynamic_shared();
-    let tile = dynamic_shared::<u8>().byte_add(128);
+    let bar: SharedPtr<BulkBarrier> = SharedPtr::dynamic();
+    let tile = SharedPtr::<u8>::dynamic().byte_add(128);
     // SAFETY: the barrier and the tile are in this launch's dynamic shared memory, and only this
     // thread uses them; the caller guarantees the sizes and alignments.
     unsafe {
