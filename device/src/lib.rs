@@ -107,6 +107,7 @@ mod smem;
 pub mod sync;
 pub mod trigger;
 pub mod vec;
+pub mod window;
 
 pub mod ptx;
 

@@ -80,6 +80,7 @@ pub mod semaphore;
 pub mod shm;
 pub mod topology;
 pub mod transport;
+pub mod window;
 
 pub use bootstrap::{Bootstrap, BootstrapExt, TcpBootstrap};
 /// The CUDA driver bindings this crate is built on (streams, events, graphs), re-exported so that
