@@ -24,10 +24,30 @@ fn floats(seed: u64, rank: usize, round: usize, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-64.0f32..64.0)).collect()
 }
 
+/// `got` must be an error that says `says`.
+fn expect_refusal(what: &str, got: Result<(), String>, says: &str) -> PhaseResult {
+    match got {
+        Err(e) if e.contains(says) => Ok(()),
+        Err(e) => Err(format!("{what}: refused, but with \"{e}\" (expected it to say \"{says}\")")),
+        Ok(()) => Err(format!("{what}: registered")),
+    }
+}
+
 pub(crate) fn window(c: &Ctx) -> PhaseResult {
     let cm = comm(c)?;
     let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
     let cfg = LaunchConfig::new(1, 256);
+
+    // Refusals, on every rank, naming the odd one (none of them may leave a rank waiting).
+    if n > 1 {
+        let last = n - 1;
+        let odd = cm.window(if me == last { 32 } else { 16 }).map(|_| ()).map_err(e2s);
+        expect_refusal("a window of another size", odd, &format!("rank {last} has 32 bytes"))?;
+    }
+    let plain = if me == 0 { DeviceBuffer::alloc(&g, 4096) } else { DeviceBuffer::alloc_exportable(&g, 4096) };
+    let unexported = cm.register_window(&plain.map_err(e2s)?).map(|_| ()).map_err(e2s);
+    expect_refusal("a buffer that is not exportable", unexported, "rank 0 has a buffer that is not exportable")?;
+    barrier(c)?;
 
     // Puts, signals and barriers, 3 launches.
     let chunk = 16 * rng_for(c.seed, 0, 0, 42).random_range(256..4096usize);
