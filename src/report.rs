@@ -32,8 +32,11 @@ pub mod family {
     pub const EP: &str = "expert parallel";
     /// Plans run by the executor kernel (`mscclpp-executor`).
     pub const PLANS: &str = "plans (executor)";
+    /// Symmetric memory windows: peers by rank and offset, signals, the team barrier.
+    pub const WINDOWS: &str = "symmetric windows";
     /// Every family, in report order.
-    pub const ALL: [&str; 10] = [BULK, SYNC, PORT, MEMCHAN, PACKETS, SWITCH, BOOTSTRAP, COLLECTIVES, EP, PLANS];
+    pub const ALL: [&str; 11] =
+        [BULK, SYNC, PORT, MEMCHAN, PACKETS, SWITCH, BOOTSTRAP, COLLECTIVES, EP, PLANS, WINDOWS];
 }
 
 /// The family of a test or phase by the words of its name (`_`-separated; a word matches a key
@@ -42,6 +45,7 @@ pub fn family_of(name: &str) -> Option<&'static str> {
     use family::*;
     const RULES: &[(&[&str], &str)] = &[
         (&["bootstrap", "mapping"], BOOTSTRAP),
+        (&["window"], WINDOWS),
         (&["switch"], SWITCH),
         (&["packet", "ll8", "ll16"], PACKETS),
         (&["bulk", "dispatch", "combine"], BULK),
@@ -722,6 +726,7 @@ mod tests {
             ("allreduce_small", Some(COLLECTIVES)),
             ("switch_allreduce", Some(SWITCH)),
             ("switch_barrier", Some(SWITCH)),
+            ("window", Some(WINDOWS)),
             ("bootstrap_ring_send_recv", Some(BOOTSTRAP)),
             ("gpu_mapping", Some(BOOTSTRAP)),
             // "port" is a word, not a part of one.

@@ -49,6 +49,57 @@
 //! }
 //! ```
 //!
+//! # Symmetric windows
+//!
+//! The model of NCCL's device API and NVSHMEM: every rank registers the same number of bytes
+//! together, and a kernel reaches any rank's copy by `(rank, offset)`. On the host,
+//! `Communicator::window(bytes)` (or `register_window(&buf)` over an exportable `DeviceBuffer`)
+//! is a collective call that allocates, exchanges and maps every rank's memory and a signal
+//! area; a rank with another size makes every rank fail, naming it. Its `handle()` is a
+//! [`window::Window`], passed to kernels by value:
+//!
+//! * [`local::<T>(offset)`](window::Window::local) is this rank's memory,
+//!   [`peer::<T>(rank, offset)`](window::Window) another rank's, mapped here (plain loads and
+//!   stores over NVLink); a rank outside the team or an offset past the window fails with
+//!   [`device_assert!`];
+//! * [`signal(peer, slot)`](window::Window) / `signal_add` add to the peer's signal word for this
+//!   rank (release, system scope), `wait_signal(slot, from, value, budget)` waits for this rank's
+//!   word from `from` to reach `value` (acquire), `reset` zeroes a word;
+//! * [`barrier(budget)`](window::Window) is a barrier of the whole team, run by one thread per
+//!   rank: after it, every rank's earlier writes are visible.
+//!
+//! ```ignore
+//! use mscclpp_device::copy::Threads;
+//! use mscclpp_device::poll::SpinBudget;
+//! use mscclpp_device::sync::block_barrier;
+//! use mscclpp_device::window::Window;
+//!
+//! /// Sums every rank's `n` f32 at offset 0 of the window into `out` (one block per rank).
+//! #[unsafe(no_mangle)]
+//! pub unsafe extern "ptx-kernel" fn window_sum(w: Window, out: *mut f32, n: u64) {
+//!     let t = Threads::block();
+//!     // SAFETY: the host passes a live window of at least `n` f32 and an `out` of `n` f32.
+//!     unsafe {
+//!         // ... this rank's data written to w.local::<f32>(0) and on, then every rank meets:
+//!         block_barrier();
+//!         if t.index == 0 {
+//!             w.barrier(SpinBudget::DEFAULT); // every rank's earlier writes are visible after it
+//!         }
+//!         block_barrier();
+//!         for i in t.stride(n) {
+//!             let mut sum = w.peer::<f32>(0, i * 4).as_ptr().read();
+//!             for r in 1..w.size {
+//!                 sum += w.peer::<f32>(r, i * 4).as_ptr().read(); // rank r's memory, mapped here
+//!             }
+//!             *out.add(i as usize) = sum;
+//!         }
+//!     }
+//! }
+//! ```
+//!
+//! Before this rank writes its window again, a second barrier (or a signal from every reader)
+//! tells it that the peers are done reading.
+//!
 //! # Where things are
 //!
 //! * [`ptr`]: typed addresses ([`ptr::GlobalPtr`], [`ptr::SharedPtr`], [`ptr::MultimemPtr`]) and
@@ -63,6 +114,7 @@
 //!   cooperative copies, the block barrier ([`sync::block_barrier`]) and the grid barrier, the
 //!   reduction operation markers, the one trait of values that sum ([`element::Element`]), and
 //!   NVLink SHARP forms.
+//! * [`window`]: symmetric memory windows (see above).
 //!
 //! Algorithms built on these primitives live in crates of their own, each a small `no_std`
 //! crate of device code shared by its host crate and its kernels: `mscclpp-collectives-device`,
@@ -107,6 +159,7 @@ mod smem;
 pub mod sync;
 pub mod trigger;
 pub mod vec;
+pub mod window;
 
 pub mod ptx;
 

@@ -21,6 +21,8 @@
 //! * [`topology`], [`transport`]: where every rank runs (machine, GPU), and how a port channel's
 //!   operations reach a peer: CUDA IPC on one machine, TCP between machines
 //!   (`MSCCLPP_RS_TRANSPORT=tcp` forces it on one machine).
+//! * [`window`]: symmetric memory windows ([`Communicator::window`](comm::Communicator::window)),
+//!   the same size on every rank, addressed by kernels as `(rank, offset)`.
 //!
 //! Every fallible call returns the one [`Error`] type.
 //!
@@ -80,6 +82,7 @@ pub mod semaphore;
 pub mod shm;
 pub mod topology;
 pub mod transport;
+pub mod window;
 
 pub use bootstrap::{Bootstrap, BootstrapExt, TcpBootstrap};
 /// The CUDA driver bindings this crate is built on (streams, events, graphs), re-exported so that

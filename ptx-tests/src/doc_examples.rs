@@ -24,6 +24,36 @@ pub mod crate_overview {
     }
 }
 
+pub mod window_overview {
+    //! `mscclpp_device`'s crate docs, "Symmetric windows".
+    use mscclpp_device::copy::Threads;
+    use mscclpp_device::poll::SpinBudget;
+    use mscclpp_device::sync::block_barrier;
+    use mscclpp_device::window::Window;
+
+    /// Sums every rank's `n` f32 at offset 0 of the window into `out` (one block per rank).
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn window_sum(w: Window, out: *mut f32, n: u64) {
+        let t = Threads::block();
+        // SAFETY: the host passes a live window of at least `n` f32 and an `out` of `n` f32.
+        unsafe {
+            // ... this rank's data written to w.local::<f32>(0) and on, then every rank meets:
+            block_barrier();
+            if t.index == 0 {
+                w.barrier(SpinBudget::DEFAULT); // every rank's earlier writes are visible after it
+            }
+            block_barrier();
+            for i in t.stride(n) {
+                let mut sum = w.peer::<f32>(0, i * 4).as_ptr().read();
+                for r in 1..w.size {
+                    sum += w.peer::<f32>(r, i * 4).as_ptr().read(); // rank r's memory, mapped here
+                }
+                *out.add(i as usize) = sum;
+            }
+        }
+    }
+}
+
 /// `mscclpp_device::atomic`'s module docs.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn atomic_doc_example(flag: *mut u64, counter: *mut u32, remote: *mut u64) {

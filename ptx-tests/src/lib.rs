@@ -16,6 +16,7 @@ pub mod mp;
 pub mod shared;
 pub mod switch;
 pub mod sync;
+pub mod window;
 
 /// Defines `#[no_mangle] extern "ptx-kernel"` functions whose bodies are unsafe blocks.
 #[macro_export]

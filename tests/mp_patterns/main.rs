@@ -33,8 +33,8 @@
 //!
 //! This file holds the driver and the helpers the phases share; the phases live in
 //! `bootstrap.rs` (the bootstrap on the CPU, and the rank-to-GPU mapping), `patterns.rs` (bulk
-//! copies, semaphores, port and memory channels, small collectives) and `switch.rs` (the switch
-//! channel, emulated).
+//! copies, semaphores, port and memory channels, small collectives), `switch.rs` (the switch
+//! channel, emulated) and `window.rs` (symmetric memory windows).
 
 mod bootstrap;
 mod patterns;
@@ -43,6 +43,7 @@ mod patterns;
 #[allow(dead_code)]
 mod shared;
 mod switch;
+mod window;
 
 use std::process::ExitCode;
 
@@ -99,6 +100,7 @@ const PHASES: &[Phase] = &[
     Phase { name: "switch_reduce_broadcast", needs_gpus: 1, run: switch::switch_reduce_broadcast },
     Phase { name: "switch_barrier", needs_gpus: 1, run: switch::switch_barrier },
     Phase { name: "switch_allreduce", needs_gpus: 1, run: switch::switch_allreduce },
+    Phase { name: "window", needs_gpus: 1, run: window::window },
 ];
 
 fn main() -> ExitCode {

@@ -1,0 +1,375 @@
+//! Symmetric memory windows: memory that every rank of a team registered together, the same
+//! number of bytes on each, so that an offset means the same place in every rank's copy. A kernel
+//! turns `(rank, offset)` into a pointer with [`Window::peer`] (the peer's memory, mapped into
+//! this GPU's address space) and orders its accesses with per-rank signal words and a team
+//! barrier. This is the model of NCCL's device API (windows, LSA pointers and barriers) and of
+//! NVSHMEM's symmetric heap, built on this crate's atomics and bounded waits.
+//!
+//! ```text
+//!  rank r's window:       [ bytes of data ]                  (the same size on every rank)
+//!  rank r's signal area:  [ barrier: N words | slot 0: N words | ... | slot S-1: N words | epoch ]
+//!                           word p: written by rank p only (its barrier epoch, its signal count)
+//!
+//!  peer(p, off)       = bases[p] + off     (bases: every rank's window as mapped here)
+//!  signal(p, s)       : red.release.sys.add  peer_signals[p][N * (1 + s) + r] += 1
+//!  wait_signal(s, q, v): ld.acquire.sys      signals[N * (1 + s) + q] until it reaches v
+//!  barrier()          : st.release.sys  peer_signals[p][r] = epoch, for every p != r;
+//!                       ld.acquire.sys  signals[p] until it reaches epoch, for every p != r
+//! ```
+//!
+//! Signal words only grow (a signal adds, a barrier stores its next epoch), so every wait
+//! compares with [`crate::semaphore::reached`] and an early signal is never lost. The handle is
+//! built by the host (`Communicator::window` in `mscclpp-host`), which allocates the signal area
+//! zeroed; [`Window::reset`] zeroes one word again between uses.
+//!
+//! The data path orders nothing by itself, as with a memory channel: the threads that wrote a
+//! peer's window synchronise with the one thread that signals (a `bar.sync`, or a grid barrier
+//! when several blocks wrote), and the peer reads only after its wait.
+
+use crate::abi::DeviceAbi;
+use crate::ptr::GlobalPtr;
+
+/// A symmetric memory window of one team, as seen by one of its ranks: built by the host and
+/// passed to kernels by value (56 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct Window {
+    /// This rank in the team.
+    pub rank: u32,
+    /// The number of ranks in the team.
+    pub size: u32,
+    /// Bytes of the window, the same on every rank.
+    pub bytes: u64,
+    /// This rank's window.
+    pub local: GlobalPtr<u8>,
+    /// `size` addresses: every rank's window as mapped here (this rank's is `local`).
+    pub bases: GlobalPtr<u64>,
+    /// This rank's signal area ([`Window::signal_words`] words, zeroed at registration).
+    pub signals: GlobalPtr<u64>,
+    /// `size` addresses: every rank's signal area as mapped here.
+    pub peer_signals: GlobalPtr<u64>,
+    /// User signal slots per rank pair (`slot` of [`Window::signal`] is below it).
+    pub slots: u32,
+    /// Zero (explicit padding).
+    pub reserved: u32,
+}
+static_assertions::assert_eq_size!(Window, [u64; 7]);
+static_assertions::assert_eq_align!(Window, u64);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Window, bytes), 8);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Window, local), 16);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Window, bases), 24);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Window, signals), 32);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Window, peer_signals), 40);
+static_assertions::const_assert_eq!(core::mem::offset_of!(Window, slots), 48);
+// SAFETY: repr(C) of integers and addresses; no implicit padding (asserted above).
+unsafe impl DeviceAbi for Window {}
+
+impl Window {
+    /// The signal slots a window gets unless the host asks for another number.
+    pub const DEFAULT_SLOTS: u32 = 8;
+
+    /// Words of one rank's signal area for a team of `size` with `slots` user slots: a barrier
+    /// word and `slots` signal words per rank, and this rank's barrier epoch. `None` on overflow.
+    pub const fn signal_words(size: u32, slots: u32) -> Option<u64> {
+        match (size as u64).checked_mul(slots as u64 + 1) {
+            Some(w) => w.checked_add(1),
+            None => None,
+        }
+    }
+
+    /// The word of a signal area that rank `from` writes in barriers.
+    pub const fn barrier_word(from: u32) -> u64 {
+        from as u64
+    }
+
+    /// The word of a signal area that rank `from` adds to with signals of `slot`, in a team of
+    /// `size`.
+    pub const fn signal_word(size: u32, slot: u32, from: u32) -> u64 {
+        size as u64 * (slot as u64 + 1) + from as u64
+    }
+
+    /// The word that holds this rank's barrier epoch (read and written by this rank only).
+    pub const fn epoch_word(size: u32, slots: u32) -> u64 {
+        size as u64 * (slots as u64 + 1)
+    }
+
+    /// Whether `[offset, offset + len)` lies inside a window of `bytes`.
+    pub const fn fits(offset: u64, len: u64, bytes: u64) -> bool {
+        match offset.checked_add(len) {
+            Some(end) => end <= bytes,
+            None => false,
+        }
+    }
+
+    /// Whether `rank` is a member of the team.
+    #[inline(always)]
+    pub const fn is_member(&self, rank: u32) -> bool {
+        rank < self.size
+    }
+
+    /// Whether a `T` at `offset` lies inside the window and is aligned for `T` (the window's
+    /// start is aligned for every `T` up to 256 bytes on every rank).
+    #[inline(always)]
+    pub const fn holds<T>(&self, offset: u64) -> bool {
+        Self::fits(offset, core::mem::size_of::<T>() as u64, self.bytes)
+            && offset.is_multiple_of(core::mem::align_of::<T>() as u64)
+    }
+
+    /// A `T` at byte `offset` of this rank's window.
+    ///
+    /// With [`crate::ASSERTS`], fails (prints and traps; panics on the host) when the `T` does
+    /// not lie inside the window or is misaligned.
+    #[inline(always)]
+    #[track_caller]
+    pub fn local<T>(&self, offset: u64) -> GlobalPtr<T> {
+        crate::device_assert!(self.holds::<T>(offset), "Window::local: offset outside the window or misaligned");
+        self.local.byte_add(offset as usize).cast()
+    }
+}
+
+#[cfg(any(target_arch = "nvptx64", doc))]
+mod device {
+    use super::*;
+    use crate::atomic::{self, Acquire, Relaxed, Release, Sys};
+    use crate::device_assert;
+    use crate::poll::{SpinBudget, spin_until};
+    use crate::semaphore::reached;
+
+    impl Window {
+        /// A `T` at byte `offset` of rank `rank`'s window, as mapped into this GPU's address
+        /// space (this rank's own window for `rank == self.rank`). Plain loads and stores through
+        /// it reach the peer's memory over NVLink (or the same GPU's memory).
+        ///
+        /// With [`crate::ASSERTS`], fails (prints and traps) for a rank outside the team, or a
+        /// `T` outside the window or misaligned.
+        ///
+        /// Compiled for nvptx64 only (it reads the table of addresses in device memory).
+        ///
+        /// # Safety
+        /// The handle must come from the host runtime for this GPU, and its window must still be
+        /// registered.
+        #[inline(always)]
+        pub unsafe fn peer<T>(&self, rank: u32, offset: u64) -> GlobalPtr<T> {
+            device_assert!(self.is_member(rank), "Window::peer: rank outside the team");
+            device_assert!(self.holds::<T>(offset), "Window::peer: offset outside the window or misaligned");
+            // SAFETY: `bases` holds `size` addresses (the caller's contract), `rank` is below it.
+            let base = unsafe { self.bases.add(rank as usize).as_ptr().read() };
+            GlobalPtr::<u8>::from_addr(base).byte_add(offset as usize).cast()
+        }
+
+        /// Word `word` of rank `rank`'s signal area, as mapped here.
+        ///
+        /// # Safety
+        /// As for [`Window::peer`]; `rank` is in the team.
+        #[inline(always)]
+        unsafe fn peer_signal(&self, rank: u32, word: u64) -> *mut u64 {
+            // SAFETY: `peer_signals` holds `size` addresses (the caller's contract).
+            let base = unsafe { self.peer_signals.add(rank as usize).as_ptr().read() };
+            GlobalPtr::<u64>::from_addr(base).add(word as usize).as_ptr()
+        }
+
+        /// Adds 1 to rank `peer`'s signal word of `slot` for this rank: a release at system
+        /// scope, so every write this thread made (or synchronised with) before it is visible to
+        /// a peer whose [`Window::wait_signal`] sees the new value. `peer` may be this rank.
+        ///
+        /// # Safety
+        /// As for [`Window::peer`]; `peer` in the team and `slot` below `slots` (checked with
+        /// [`crate::ASSERTS`]).
+        #[inline(always)]
+        pub unsafe fn signal(&self, peer: u32, slot: u32) {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.signal_add(peer, slot, 1) }
+        }
+
+        /// Adds `value` to rank `peer`'s signal word of `slot` for this rank (release, system
+        /// scope; see [`Window::signal`]). Several threads may add to one word.
+        ///
+        /// # Safety
+        /// As for [`Window::signal`].
+        #[inline(always)]
+        pub unsafe fn signal_add(&self, peer: u32, slot: u32, value: u64) {
+            device_assert!(self.is_member(peer), "Window::signal: peer outside the team");
+            device_assert!(slot < self.slots, "Window::signal: slot out of range");
+            // SAFETY: the peer's signal word for this rank (caller's contract); only atomics
+            // touch it. Partner: the peer's acquire load in `wait_signal`.
+            unsafe {
+                let word = self.peer_signal(peer, Self::signal_word(self.size, slot, self.rank));
+                atomic::red_add::<Release, Sys, u64>(word, value);
+            }
+        }
+
+        /// The value of this rank's signal word of `slot` from rank `from` (an acquire load).
+        ///
+        /// # Safety
+        /// As for [`Window::peer`]; `from` in the team and `slot` below `slots` (checked with
+        /// [`crate::ASSERTS`]).
+        #[inline(always)]
+        pub unsafe fn signal_value(&self, slot: u32, from: u32) -> u64 {
+            device_assert!(self.is_member(from), "Window::signal_value: rank outside the team");
+            device_assert!(slot < self.slots, "Window::signal_value: slot out of range");
+            let word = self.signals.add(Self::signal_word(self.size, slot, from) as usize);
+            // SAFETY: this rank's signal word (caller's contract). Partner: `signal_add`.
+            unsafe { atomic::load::<Acquire, Sys, u64>(word.as_ptr()) }
+        }
+
+        /// Waits until this rank's signal word of `slot` from rank `from` reaches `value`
+        /// (wrap-around safe), with acquire: what `from` wrote before the signals that made it
+        /// reach `value` is visible afterwards. Prints and traps when `budget` runs out.
+        ///
+        /// # Safety
+        /// As for [`Window::signal_value`].
+        #[inline(always)]
+        pub unsafe fn wait_signal(&self, slot: u32, from: u32, value: u64, budget: SpinBudget) {
+            device_assert!(self.is_member(from), "Window::wait_signal: rank outside the team");
+            device_assert!(slot < self.slots, "Window::wait_signal: slot out of range");
+            let word = self.signals.add(Self::signal_word(self.size, slot, from) as usize);
+            spin_until(budget, c"Window::wait_signal", || {
+                // SAFETY: as for `signal_value`. Partner: `signal_add` (release).
+                reached(unsafe { atomic::load::<Acquire, Sys, u64>(word.as_ptr()) }, value)
+            });
+        }
+
+        /// Sets this rank's signal word of `slot` from rank `from` back to 0.
+        ///
+        /// # Safety
+        /// As for [`Window::signal_value`]; no signal toward this word may be in flight or come
+        /// before the reset is ordered before it (for instance by a barrier), or it is lost.
+        #[inline(always)]
+        pub unsafe fn reset(&self, slot: u32, from: u32) {
+            device_assert!(self.is_member(from), "Window::reset: rank outside the team");
+            device_assert!(slot < self.slots, "Window::reset: slot out of range");
+            let word = self.signals.add(Self::signal_word(self.size, slot, from) as usize);
+            // SAFETY: this rank's signal word (caller's contract).
+            unsafe { atomic::store::<Relaxed, Sys, u64>(word.as_ptr(), 0) }
+        }
+
+        /// A barrier of the whole team: this rank stores its next barrier epoch into every
+        /// peer's barrier word for it (release, system scope), then waits until every peer's
+        /// word here has reached that epoch (acquire). Afterwards every write that any rank made
+        /// (or synchronised with) before its barrier is visible here. Prints and traps when one
+        /// wait runs out of `budget`.
+        ///
+        /// One thread per rank calls it, every rank the same number of times (the epoch persists
+        /// across launches in the signal area); the other threads of the kernel synchronise
+        /// with that thread before (their writes) and after (their reads), with `bar.sync` or a
+        /// grid barrier.
+        ///
+        /// # Safety
+        /// As for [`Window::peer`]; no other thread of this rank uses the barrier concurrently.
+        #[inline(always)]
+        pub unsafe fn barrier(&self, budget: SpinBudget) {
+            let epoch_at = self.signals.add(Self::epoch_word(self.size, self.slots) as usize).as_ptr();
+            // SAFETY: this rank's private epoch word, used by the one barrier thread (caller's
+            // contract): plain accesses.
+            let epoch = unsafe { epoch_at.read() }.wrapping_add(1);
+            // SAFETY: as above.
+            unsafe { epoch_at.write(epoch) };
+            for p in (0..self.size).filter(|&p| p != self.rank) {
+                // SAFETY: the peer's barrier word for this rank, written by this rank only.
+                // Partner: the peer's acquire loads below.
+                unsafe {
+                    let word = self.peer_signal(p, Self::barrier_word(self.rank));
+                    atomic::store::<Release, Sys, u64>(word, epoch);
+                }
+            }
+            for p in (0..self.size).filter(|&p| p != self.rank) {
+                let word = self.signals.add(Self::barrier_word(p) as usize);
+                spin_until(budget, c"Window::barrier", || {
+                    // SAFETY: this rank's barrier word for `p`. Partner: `p`'s release store.
+                    reached(unsafe { atomic::load::<Acquire, Sys, u64>(word.as_ptr()) }, epoch)
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(size: u32, bytes: u64) -> Window {
+        Window {
+            rank: 1,
+            size,
+            bytes,
+            local: GlobalPtr::from_addr(0x10_0000),
+            bases: GlobalPtr::from_addr(0x20_0000),
+            signals: GlobalPtr::from_addr(0x30_0000),
+            peer_signals: GlobalPtr::from_addr(0x40_0000),
+            slots: Window::DEFAULT_SLOTS,
+            reserved: 0,
+        }
+    }
+
+    /// The layout is what the host writes and the GPU reads: every field's offset, the size.
+    #[test]
+    fn layout_is_pinned() {
+        use core::mem::{align_of, offset_of, size_of};
+        assert_eq!(size_of::<Window>(), 56);
+        assert_eq!(align_of::<Window>(), 8);
+        assert_eq!(offset_of!(Window, rank), 0);
+        assert_eq!(offset_of!(Window, size), 4);
+        assert_eq!(offset_of!(Window, bytes), 8);
+        assert_eq!(offset_of!(Window, local), 16);
+        assert_eq!(offset_of!(Window, bases), 24);
+        assert_eq!(offset_of!(Window, signals), 32);
+        assert_eq!(offset_of!(Window, peer_signals), 40);
+        assert_eq!(offset_of!(Window, slots), 48);
+        let w = window(4, 1 << 20);
+        let b = bytemuck::bytes_of(&w);
+        assert_eq!(&b[4..8], &4u32.to_le_bytes());
+        assert_eq!(&b[16..24], &0x10_0000u64.to_le_bytes());
+    }
+
+    /// Every word of the signal area has one writer: barrier words, then slot after slot, then
+    /// the epoch, all distinct and inside the area.
+    #[test]
+    fn signal_words_are_distinct_and_inside_the_area() {
+        for size in [1u32, 2, 3, 8] {
+            for slots in [0u32, 1, 8] {
+                let words = Window::signal_words(size, slots).unwrap();
+                let mut seen = std::collections::BTreeSet::new();
+                for from in 0..size {
+                    assert!(seen.insert(Window::barrier_word(from)));
+                    for slot in 0..slots {
+                        assert!(seen.insert(Window::signal_word(size, slot, from)));
+                    }
+                }
+                assert!(seen.insert(Window::epoch_word(size, slots)));
+                assert_eq!(seen.len() as u64, words);
+                assert_eq!(*seen.last().unwrap(), words - 1);
+            }
+        }
+        assert_eq!(Window::signal_words(u32::MAX, u32::MAX), Some(u32::MAX as u64 * (1 << 32) + 1));
+    }
+
+    #[test]
+    fn bounds_and_alignment() {
+        let w = window(4, 4096);
+        assert!(w.is_member(0) && w.is_member(3) && !w.is_member(4) && !w.is_member(u32::MAX));
+        assert!(w.holds::<u64>(0));
+        assert!(w.holds::<u64>(4088));
+        assert!(!w.holds::<u64>(4089), "past the end");
+        assert!(!w.holds::<u64>(4092), "past the end and misaligned");
+        assert!(!w.holds::<u64>(4), "misaligned");
+        assert!(w.holds::<u8>(4095));
+        assert!(!w.holds::<u8>(4096));
+        assert!(!w.holds::<u8>(u64::MAX), "offset + size wraps");
+        assert!(w.holds::<[u8; 0]>(4096), "an empty element at the end");
+        assert!(Window::fits(0, 0, 0));
+        assert!(!Window::fits(u64::MAX, 2, u64::MAX));
+        assert_eq!(w.local::<u32>(8).addr(), 0x10_0008);
+    }
+
+    #[test]
+    #[should_panic(expected = "Window::local: offset outside the window")]
+    fn local_refuses_an_offset_past_the_window() {
+        let _ = window(2, 64).local::<u64>(64);
+    }
+
+    #[test]
+    #[should_panic(expected = "Window::local: offset outside the window")]
+    fn local_refuses_a_misaligned_offset() {
+        let _ = window(2, 64).local::<u32>(2);
+    }
+}

@@ -1,0 +1,391 @@
+//! Symmetric memory windows: memory registered by every rank together, the same size on each,
+//! that kernels address as `(rank, offset)` through the device handle
+//! [`mscclpp_device::window::Window`] (see that module for the signal area and the barrier).
+//!
+//! ```text
+//!  every rank:  agree (all-gather of the size, the slots and any local problem: all fail or none)
+//!               window memory ──exchange──► bases[p]          (every rank's window, mapped here)
+//!               signal area   ──exchange──► peer_signals[p]   (zeroed; one word per writer)
+//!               table on the GPU: [bases | peer_signals]  → the device handle
+//! ```
+//!
+//! Registration is collective: every rank calls [`Communicator::window`] (or
+//! [`Communicator::register_window`]) at the same point. Before anything is mapped the ranks
+//! all-gather what each brings, so that a rank with another size, another number of signal
+//! slots, no memory or a misaligned buffer makes *every* rank return an error naming it, instead
+//! of leaving the others waiting in a later exchange.
+//!
+//! Memory the caller already has is registered as a [`DeviceBuffer`] from
+//! [`DeviceBuffer::alloc_exportable`]. A raw device pointer with its length cannot be: CUDA IPC
+//! exports whole driver allocations (a pointer from `cuMemAlloc` may share one with other
+//! buffers, which the peers would then map too), and ranks that are threads of one process keep
+//! each other's memory alive through a hold on the [`DeviceBuffer`]'s allocation, which a raw
+//! pointer does not have.
+
+use mscclpp_device::ptr::GlobalPtr;
+use mscclpp_device::window::Window as WindowHandle;
+
+use crate::bootstrap::{Bootstrap, BootstrapExt};
+use crate::comm::{Communicator, PeerBuffers};
+use crate::error::{Error, Result};
+use crate::memory::{DeviceBuffer, Retained};
+
+/// Window sizes are multiples of this many bytes, so that 16-byte vector accesses tile a window.
+pub const WINDOW_ALIGN: usize = 16;
+
+/// Window memory starts at a multiple of this many bytes on every rank (an exportable buffer is a
+/// driver allocation of its own, which starts far more aligned).
+pub const WINDOW_BASE_ALIGN: u64 = 256;
+
+/// The most signal slots a window may have.
+pub const MAX_SIGNAL_SLOTS: u32 = 1024;
+
+/// A registered window: holds this rank's window memory, its signal area and the mappings of
+/// every peer's, for as long as it lives. Dropping it unmaps the peers' memory; [`Window::free`]
+/// first waits for every rank, so that no rank lets go while a peer may still use its memory.
+pub struct Window {
+    handle: WindowHandle,
+    comm: Communicator,
+    // Fields drop in order: the mappings close before the local memory they sit beside is freed.
+    _peers: PeerBuffers,
+    _peer_signals: PeerBuffers,
+    _table: DeviceBuffer,
+    signals: DeviceBuffer,
+    _data: Retained,
+    owned: Option<DeviceBuffer>,
+}
+
+impl std::fmt::Debug for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Window(rank {} of {}, {} B at {:#x}, {} signal slots)",
+            self.handle.rank,
+            self.handle.size,
+            self.handle.bytes,
+            self.handle.local.addr(),
+            self.handle.slots
+        )
+    }
+}
+
+impl Window {
+    /// The device handle, to pass to kernels by value.
+    pub fn handle(&self) -> WindowHandle {
+        self.handle
+    }
+    /// Bytes of the window (the same on every rank).
+    pub fn len(&self) -> usize {
+        self.handle.bytes as usize
+    }
+    /// Always false: a window has at least [`WINDOW_ALIGN`] bytes.
+    pub fn is_empty(&self) -> bool {
+        self.handle.bytes == 0
+    }
+    /// This rank's window memory.
+    pub fn local(&self) -> GlobalPtr<u8> {
+        self.handle.local
+    }
+    /// The buffer [`Communicator::window`] allocated (to read and write this rank's window from
+    /// the host); `None` for a window over the caller's buffer.
+    pub fn buffer(&self) -> Option<&DeviceBuffer> {
+        self.owned.as_ref()
+    }
+    /// This rank's signal area ([`WindowHandle::signal_words`] words).
+    pub fn signals(&self) -> &DeviceBuffer {
+        &self.signals
+    }
+    /// Frees the window collectively: a barrier of every rank, then the mappings and memory are
+    /// released. Call it on every rank, after this rank's kernels that use the window are done.
+    pub fn free(self) -> Result<()> {
+        self.comm.bootstrap().barrier()
+    }
+}
+
+/// What a rank brings to a registration, all-gathered before anything is mapped.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct Claim {
+    bytes: u64,
+    slots: u32,
+    /// A [`Problem`] code (0: none).
+    problem: u32,
+}
+
+/// Why a rank cannot take part, as all-gathered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+enum Problem {
+    ZeroBytes = 1,
+    SizeNotAligned = 2,
+    BaseNotAligned = 3,
+    NotExportable = 4,
+    OtherGpu = 5,
+    Allocation = 6,
+    TooManySlots = 7,
+}
+
+impl Problem {
+    fn from_code(code: u32) -> Option<Self> {
+        use Problem::*;
+        [ZeroBytes, SizeNotAligned, BaseNotAligned, NotExportable, OtherGpu, Allocation, TooManySlots]
+            .into_iter()
+            .find(|p| *p as u32 == code)
+    }
+    fn says(self, c: &Claim) -> String {
+        match self {
+            Problem::ZeroBytes => "has a window of 0 bytes".into(),
+            Problem::SizeNotAligned => {
+                format!("has a window of {} bytes, not a multiple of {WINDOW_ALIGN}", c.bytes)
+            }
+            Problem::BaseNotAligned => format!("has window memory not aligned to {WINDOW_BASE_ALIGN} bytes"),
+            Problem::NotExportable => "has a buffer that is not exportable (use DeviceBuffer::alloc_exportable)".into(),
+            Problem::OtherGpu => "has a buffer on another GPU than its communicator's".into(),
+            Problem::Allocation => format!("could not allocate its window of {} bytes", c.bytes),
+            Problem::TooManySlots => format!("asks for {} signal slots, more than {MAX_SIGNAL_SLOTS}", c.slots),
+        }
+    }
+}
+
+impl Claim {
+    /// What a rank with `bytes` of window memory at `addr` and `slots` signal slots brings; the
+    /// first problem found locally, if any.
+    pub(crate) fn of(bytes: usize, addr: u64, slots: u32) -> Self {
+        let problem = if bytes == 0 {
+            Some(Problem::ZeroBytes)
+        } else if !bytes.is_multiple_of(WINDOW_ALIGN) {
+            Some(Problem::SizeNotAligned)
+        } else if !addr.is_multiple_of(WINDOW_BASE_ALIGN) {
+            Some(Problem::BaseNotAligned)
+        } else if slots > MAX_SIGNAL_SLOTS {
+            Some(Problem::TooManySlots)
+        } else {
+            None
+        };
+        Self { bytes: bytes as u64, slots, problem: problem.map_or(0, |p| p as u32) }
+    }
+
+    fn with(self, problem: Problem) -> Self {
+        Self { problem: problem as u32, ..self }
+    }
+}
+
+/// Checks every rank's claim: the first rank with a problem, then every rank whose size or slot
+/// count differs from rank 0's, is an [`Error::InvalidArgument`] naming it. Every rank sees the
+/// same claims, so every rank returns the same verdict.
+pub(crate) fn check_claims(all: &[Claim]) -> Result<()> {
+    for (r, c) in all.iter().enumerate() {
+        if c.problem != 0 {
+            let why = Problem::from_code(c.problem)
+                .map_or_else(|| format!("reports an unknown problem {}", c.problem), |p| p.says(c));
+            return Err(Error::InvalidArgument(format!("window registration: rank {r} {why}")));
+        }
+    }
+    let Some(first) = all.first() else { return Ok(()) };
+    let odd: Vec<String> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| (c.bytes, c.slots) != (first.bytes, first.slots))
+        .map(|(r, c)| format!("rank {r} has {} bytes and {} slots", c.bytes, c.slots))
+        .collect();
+    if !odd.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "window registration: every rank must register the same size: rank 0 has {} bytes and {} slots, {}",
+            first.bytes,
+            first.slots,
+            odd.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// All-gathers this rank's claim and checks every rank's ([`check_claims`]); `local` is this
+/// rank's own error behind its problem, returned instead of the common message on this rank.
+pub(crate) fn agree(boot: &dyn Bootstrap, mine: Claim, local: Option<Error>) -> Result<()> {
+    let all = boot.all_gather_pod(&mine)?;
+    match (check_claims(&all), local) {
+        (Err(_), Some(own)) => Err(own),
+        (verdict, _) => verdict,
+    }
+}
+
+impl Communicator {
+    /// A window of `bytes` (a multiple of [`WINDOW_ALIGN`], not 0) with
+    /// [`WindowHandle::DEFAULT_SLOTS`] signal slots, zeroed: a collective call, every rank with
+    /// the same `bytes`. Every rank allocates exportable memory, the ranks exchange it and map
+    /// each other's, and the table of every rank's addresses and signal area is built on this
+    /// rank's GPU. A rank with another size (or a problem of its own) makes every rank return
+    /// [`Error::InvalidArgument`] naming it. Every rank must run on this machine.
+    pub fn window(&self, bytes: usize) -> Result<Window> {
+        self.window_with_slots(bytes, WindowHandle::DEFAULT_SLOTS)
+    }
+
+    /// [`Self::window`] with `slots` signal slots (at most [`MAX_SIGNAL_SLOTS`]; 0 leaves only
+    /// the barrier).
+    pub fn window_with_slots(&self, bytes: usize, slots: u32) -> Result<Window> {
+        let mut claim = Claim::of(bytes, 0, slots);
+        let mut local = None;
+        let mut buf = None;
+        if claim.problem == 0 {
+            match DeviceBuffer::exportable_filled(self.gpu(), bytes, 0) {
+                Ok(b) => buf = Some(b),
+                Err(e) => {
+                    claim = claim.with(Problem::Allocation);
+                    local = Some(e);
+                }
+            }
+        }
+        agree(&**self.bootstrap(), claim, local)?;
+        let buf = buf.ok_or_else(|| Error::InvalidArgument("window registration: no buffer after agreement".into()))?;
+        let mut w = self.build_window(&buf, slots)?;
+        w.owned = Some(buf);
+        Ok(w)
+    }
+
+    /// A window over `buf`, memory this rank already has (exportable: from
+    /// [`DeviceBuffer::alloc_exportable`], on this rank's GPU), with
+    /// [`WindowHandle::DEFAULT_SLOTS`] signal slots: collective as [`Self::window`], every rank
+    /// with a buffer of the same size. The window holds the buffer's memory while it lives; its
+    /// contents are left as they are.
+    pub fn register_window(&self, buf: &DeviceBuffer) -> Result<Window> {
+        let mut claim = Claim::of(buf.len(), buf.addr(), WindowHandle::DEFAULT_SLOTS);
+        if claim.problem == 0 && !buf.is_exportable() {
+            claim = claim.with(Problem::NotExportable);
+        }
+        if claim.problem == 0 && buf.gpu().ordinal() != self.gpu().ordinal() {
+            claim = claim.with(Problem::OtherGpu);
+        }
+        agree(&**self.bootstrap(), claim, None)?;
+        self.build_window(buf, WindowHandle::DEFAULT_SLOTS)
+    }
+
+    /// The collective steps after agreement: exchanges of the window and the signal area, the
+    /// table, the handle.
+    fn build_window(&self, buf: &DeviceBuffer, slots: u32) -> Result<Window> {
+        let (n, me) = (self.world_size(), self.rank());
+        let size = u32::try_from(n).map_err(|_| Error::InvalidArgument(format!("a team of {n} ranks")))?;
+        let words = WindowHandle::signal_words(size, slots)
+            .and_then(|w| usize::try_from(w).ok())
+            .ok_or_else(|| Error::InvalidArgument(format!("a signal area for {n} ranks and {slots} slots")))?;
+        let signals = DeviceBuffer::exportable_filled(self.gpu(), words * 8, 0)?;
+        let peers = self.exchange(buf)?;
+        let peer_signals = self.exchange(&signals)?;
+        // Agreed above; the exchange reports what each exporter actually has.
+        if let Some(p) = (0..n).find(|&p| peers.len(p) != buf.len() as u64 || peer_signals.len(p) != words as u64 * 8) {
+            return Err(Error::InvalidArgument(format!(
+                "window registration: rank {p} exported {} bytes of window and {} of signals, expected {} and {}",
+                peers.len(p),
+                peer_signals.len(p),
+                buf.len(),
+                words * 8
+            )));
+        }
+        let table: Vec<u64> = peers.addrs().iter().chain(peer_signals.addrs()).copied().collect();
+        let table = DeviceBuffer::from_slice(self.gpu(), &table)?;
+        let handle = WindowHandle {
+            rank: me as u32,
+            size,
+            bytes: buf.len() as u64,
+            local: buf.ptr(),
+            bases: table.ptr(),
+            signals: signals.ptr(),
+            peer_signals: table.ptr::<u64>().add(n),
+            slots,
+            reserved: 0,
+        };
+        Ok(Window {
+            handle,
+            comm: self.clone(),
+            _peers: peers,
+            _peer_signals: peer_signals,
+            _table: table,
+            signals,
+            _data: buf.retain(),
+            owned: None,
+        })
+    }
+}
+
+/// Every rank's claim of `bytes` with the default slots.
+#[cfg(test)]
+fn claims_from(bytes: &[usize]) -> Vec<Claim> {
+    bytes.iter().map(|&b| Claim::of(b, 0, WindowHandle::DEFAULT_SLOTS)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::bootstrap::LocalBootstrap;
+
+    /// Runs `f(rank, bootstrap)` on one thread per rank of an in-process group of `n`.
+    fn on_ranks<T: Send + 'static>(
+        n: usize,
+        f: impl Fn(usize, &LocalBootstrap) -> T + Send + Sync + 'static,
+    ) -> Vec<T> {
+        let f = Arc::new(f);
+        let threads: Vec<_> = LocalBootstrap::group(n)
+            .unwrap()
+            .into_iter()
+            .enumerate()
+            .map(|(r, b)| {
+                let f = f.clone();
+                std::thread::spawn(move || f(r, &b))
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_rank_with_another_size_makes_every_rank_fail_naming_it() {
+        let out = on_ranks(4, |r, b| agree(b, Claim::of(if r == 2 { 8192 } else { 4096 }, 0, 8), None));
+        for (r, got) in out.into_iter().enumerate() {
+            let e = got.expect_err("every rank refuses").to_string();
+            assert!(e.contains("rank 2 has 8192 bytes"), "rank {r}: {e}");
+            assert!(e.contains("rank 0 has 4096 bytes"), "rank {r}: {e}");
+            assert!(!e.contains("rank 1 has"), "rank {r} names only the odd rank: {e}");
+        }
+        // The same size everywhere passes on every rank.
+        assert!(on_ranks(3, |_, b| agree(b, Claim::of(1 << 20, 0, 8), None)).into_iter().all(|v| v.is_ok()));
+    }
+
+    #[test]
+    fn a_rank_with_a_bad_input_makes_every_rank_fail_naming_it() {
+        for (bad, says) in
+            [(0usize, "rank 1 has a window of 0 bytes"), (4100, "rank 1 has a window of 4100 bytes, not a multiple")]
+        {
+            let out = on_ranks(3, move |r, b| agree(b, Claim::of(if r == 1 { bad } else { 4096 }, 0, 8), None));
+            for (r, got) in out.into_iter().enumerate() {
+                let e = got.expect_err("every rank refuses").to_string();
+                assert!(e.contains(says), "rank {r}: {e}");
+            }
+        }
+        // The failing rank returns its own, more precise error; the others name it.
+        let out = on_ranks(2, |r, b| {
+            let c = Claim::of(4096, 0, 8);
+            if r == 0 {
+                agree(b, c.with(Problem::Allocation), Some(Error::Unsupported("out of memory".into())))
+            } else {
+                agree(b, c, None)
+            }
+        });
+        assert!(out[0].as_ref().unwrap_err().to_string().contains("out of memory"));
+        assert!(out[1].as_ref().unwrap_err().to_string().contains("rank 0 could not allocate"));
+    }
+
+    #[test]
+    fn local_inputs_are_checked() {
+        assert_eq!(Claim::of(4096, 1 << 21, 8).problem, 0);
+        assert_eq!(Claim::of(0, 0, 8).problem, Problem::ZeroBytes as u32);
+        assert_eq!(Claim::of(17, 0, 8).problem, Problem::SizeNotAligned as u32);
+        assert_eq!(Claim::of(4096, 0x1010, 8).problem, Problem::BaseNotAligned as u32);
+        assert_eq!(Claim::of(4096, 0, MAX_SIGNAL_SLOTS + 1).problem, Problem::TooManySlots as u32);
+        assert!(check_claims(&claims_from(&[4096, 4096])).is_ok());
+        assert!(check_claims(&[]).is_ok());
+        let slots = [Claim::of(4096, 0, 8), Claim::of(4096, 0, 4)];
+        assert!(check_claims(&slots).unwrap_err().to_string().contains("rank 1 has 4096 bytes and 4 slots"));
+        let unknown = [Claim { bytes: 16, slots: 0, problem: 99 }];
+        assert!(check_claims(&unknown).unwrap_err().to_string().contains("unknown problem 99"));
+    }
+}

@@ -1,0 +1,82 @@
+//! Device halves of the window phase of `tests/mp_patterns/` (symmetric memory windows): puts
+//! through `Window::peer` ordered by signals and the team barrier, and the one-shot allreduce
+//! written on a window. One block per rank (ranks may share one GPU); thread 0 signals, waits
+//! and runs the barriers, the block barrier orders the other threads around it.
+
+use mscclpp_device::copy::{Threads, copy_widest};
+use mscclpp_device::poll::SpinBudget;
+use mscclpp_device::ptr::GlobalPtr;
+use mscclpp_device::sync::block_barrier;
+use mscclpp_device::window::Window;
+
+use crate::kernels;
+
+const BUDGET: SpinBudget = SpinBudget::from_millis(20_000);
+
+/// The team barrier of the calling block: every thread's earlier accesses are ordered before
+/// every thread's later ones, on every rank.
+///
+/// # Safety
+/// `w` is a live window; every rank's block calls it the same number of times.
+#[inline(always)]
+unsafe fn team_barrier(w: &Window) {
+    block_barrier();
+    if Threads::block().index == 0 {
+        // SAFETY: forwarded; thread 0 alone runs the barrier.
+        unsafe { w.barrier(BUDGET) };
+    }
+    block_barrier();
+}
+
+kernels! {
+    /// Launch `round` (1, 2, ...) of the put pattern: the block copies chunk `p` of `src` (this
+    /// rank's data for rank `p`) to offset `me * chunk` of rank `p`'s window, for every rank `p`
+    /// (itself included); thread 0 signals slot 0 of every peer and waits until every peer's
+    /// signal has reached `round`; then a team barrier, and the block reads chunk `p` of the
+    /// window of rank `p`, at offset `((me + 1) % size) * chunk` (what rank `me + 1` wrote
+    /// there), into chunk `p` of `out`; a closing barrier lets the next round overwrite windows.
+    fn win_put(w: Window, src: GlobalPtr<u8>, out: GlobalPtr<u8>, chunk: u64, round: u64) {
+        let t = Threads::block();
+        for p in 0..w.size {
+            let from = src.byte_add((p as u64 * chunk) as usize);
+            copy_widest(w.peer::<u8>(p, w.rank as u64 * chunk), from, chunk, t);
+        }
+        block_barrier();
+        if t.index == 0 {
+            for p in (0..w.size).filter(|&p| p != w.rank) {
+                // Partner: rank p's wait_signal below (release, after the block barrier).
+                w.signal(p, 0);
+            }
+            for p in (0..w.size).filter(|&p| p != w.rank) {
+                w.wait_signal(0, p, round, BUDGET);
+            }
+        }
+        team_barrier(&w);
+        let next = if w.rank + 1 < w.size { w.rank + 1 } else { 0 }; // (no division: no panic path)
+        for p in 0..w.size {
+            let to = out.byte_add((p as u64 * chunk) as usize);
+            copy_widest(to, w.peer::<u8>(p, next as u64 * chunk), chunk, t);
+        }
+        team_barrier(&w);
+    }
+
+    /// One-shot allreduce (sum of `n` f32) on a window of `n` f32 per rank: copy `input` into
+    /// this rank's window, team barrier, every element summed over every rank's window in rank
+    /// order (rank 0's value first) into `out`, and a closing barrier before the window is
+    /// written again.
+    fn win_allreduce_f32(w: Window, input: GlobalPtr<f32>, out: GlobalPtr<f32>, n: u64) {
+        let t = Threads::block();
+        for i in t.stride(n) {
+            w.local::<f32>(i * 4).as_ptr().write(input.add(i as usize).as_ptr().read());
+        }
+        team_barrier(&w);
+        for i in t.stride(n) {
+            let mut sum = w.peer::<f32>(0, i * 4).as_ptr().read();
+            for r in 1..w.size {
+                sum += w.peer::<f32>(r, i * 4).as_ptr().read();
+            }
+            out.add(i as usize).as_ptr().write(sum);
+        }
+        team_barrier(&w);
+    }
+}

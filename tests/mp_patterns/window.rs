@@ -1,0 +1,113 @@
+//! The window phase: symmetric memory windows (`Communicator::window` and `register_window`,
+//! the device handle `mscclpp_device::window::Window`). Puts through `peer()` ordered by
+//! signals and the team barrier, every byte checked on the host, over several launches (the
+//! signal counts and the barrier epoch persist); then the one-shot allreduce written on a
+//! window, bit for bit against the host's sum in rank order.
+
+use mscclpp_device::window::Window as WindowHandle;
+use mscclpp_host::{Args, DeviceBuffer, LaunchConfig};
+use rand::RngExt;
+
+use crate::{Ctx, POISON, PhaseResult, barrier, comm, compare, e2s, rng_for, run, same, upload};
+
+/// What rank `from` sends rank `to` in launch `round`: random bytes from a generator seeded by
+/// both ranks and the round, so a chunk from the wrong rank, place or round is caught.
+fn chunk_data(seed: u64, from: usize, to: usize, round: u64, chunk: usize) -> Vec<u8> {
+    let mut v = vec![0u8; chunk];
+    rng_for(seed, from, round as usize, 40 + to as u64).fill(&mut v[..]);
+    v
+}
+
+/// Rank `rank`'s allreduce input of launch `round`.
+fn floats(seed: u64, rank: usize, round: usize, n: usize) -> Vec<f32> {
+    let mut rng = rng_for(seed, rank, round, 41);
+    (0..n).map(|_| rng.random_range(-64.0f32..64.0)).collect()
+}
+
+/// `got` must be an error that says `says`.
+fn expect_refusal(what: &str, got: Result<(), String>, says: &str) -> PhaseResult {
+    match got {
+        Err(e) if e.contains(says) => Ok(()),
+        Err(e) => Err(format!("{what}: refused, but with \"{e}\" (expected it to say \"{says}\")")),
+        Ok(()) => Err(format!("{what}: registered")),
+    }
+}
+
+pub(crate) fn window(c: &Ctx) -> PhaseResult {
+    let cm = comm(c)?;
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let cfg = LaunchConfig::new(1, 256);
+
+    // Refusals, on every rank, naming the odd one (none of them may leave a rank waiting).
+    if n > 1 {
+        let last = n - 1;
+        let odd = cm.window(if me == last { 32 } else { 16 }).map(|_| ()).map_err(e2s);
+        expect_refusal("a window of another size", odd, &format!("rank {last} has 32 bytes"))?;
+    }
+    let plain = if me == 0 { DeviceBuffer::alloc(&g, 4096) } else { DeviceBuffer::alloc_exportable(&g, 4096) };
+    let unexported = cm.register_window(&plain.map_err(e2s)?).map(|_| ()).map_err(e2s);
+    expect_refusal("a buffer that is not exportable", unexported, "rank 0 has a buffer that is not exportable")?;
+    barrier(c)?;
+
+    // Puts, signals and barriers, 3 launches.
+    let chunk = 16 * rng_for(c.seed, 0, 0, 42).random_range(256..4096usize);
+    let win = cm.window(n * chunk).map_err(e2s)?;
+    let h = win.handle();
+    if (h.rank as usize, h.size as usize, h.bytes) != (me, n, (n * chunk) as u64) {
+        return Err(format!("handle {h:?} for rank {me} of {n}, {} bytes", n * chunk));
+    }
+    let buf = win.buffer().ok_or("Communicator::window gave no buffer")?;
+    let out = DeviceBuffer::alloc(&g, n * chunk).map_err(e2s)?;
+    let rounds = 3u64;
+    for round in 1..=rounds {
+        let src: Vec<u8> = (0..n).flat_map(|p| chunk_data(c.seed, me, p, round, chunk)).collect();
+        let src = upload(&g, &src)?;
+        out.fill(POISON).map_err(e2s)?;
+        barrier(c)?;
+        let args = Args::new().arg(h).arg(src.ptr::<u8>()).arg(out.ptr::<u8>()).arg(chunk as u64).arg(round);
+        run(&g, "win_put", cfg, args)?;
+        // Slot q of this rank's window: what rank q sent this rank.
+        let want: Vec<u8> = (0..n).flat_map(|q| chunk_data(c.seed, q, me, round, chunk)).collect();
+        compare(&format!("launch {round}: this rank's window"), &buf.to_vec::<u8>().map_err(e2s)?, &want)?;
+        // Chunk p of `out`: slot `me + 1` of rank p's window, what rank `me + 1` sent rank p.
+        let next = (me + 1) % n;
+        let want: Vec<u8> = (0..n).flat_map(|p| chunk_data(c.seed, next, p, round, chunk)).collect();
+        compare(&format!("launch {round}: read from the peers' windows"), &out.to_vec::<u8>().map_err(e2s)?, &want)?;
+        // No rank writes into a window again before every rank has read its own.
+        barrier(c)?;
+    }
+    // The signal area after the launches: one signal per launch from every peer, two barriers
+    // per launch (every peer's barrier word and this rank's epoch).
+    let words = win.signals().to_vec::<u64>().map_err(e2s)?;
+    let size = n as u32;
+    for p in (0..size).filter(|&p| p as usize != me) {
+        let got =
+            [words[WindowHandle::signal_word(size, 0, p) as usize], words[WindowHandle::barrier_word(p) as usize]];
+        same(&format!("signal and barrier words from rank {p}"), &got, &[rounds, 2 * rounds])?;
+    }
+    let epoch = words[WindowHandle::epoch_word(size, h.slots) as usize];
+    same("this rank's barrier epoch", &[epoch], &[2 * rounds])?;
+    win.free().map_err(e2s)?;
+
+    // The one-shot allreduce on a window over this rank's own buffer, 2 launches.
+    let elems = 4 * rng_for(c.seed, 0, 0, 43).random_range(4096..16384usize);
+    let data = DeviceBuffer::alloc_exportable(&g, elems * 4).map_err(e2s)?;
+    let win = cm.register_window(&data).map_err(e2s)?;
+    let out = DeviceBuffer::alloc(&g, elems * 4).map_err(e2s)?;
+    for round in 1..=2 {
+        let input = upload(&g, &floats(c.seed, me, round, elems))?;
+        out.fill(POISON).map_err(e2s)?;
+        barrier(c)?;
+        let args = Args::new().arg(win.handle()).arg(input.ptr::<f32>()).arg(out.ptr::<f32>()).arg(elems as u64);
+        run(&g, "win_allreduce_f32", cfg, args)?;
+        let inputs: Vec<Vec<f32>> = (0..n).map(|r| floats(c.seed, r, round, elems)).collect();
+        let want: Vec<u32> = (0..elems).map(|i| (1..n).fold(inputs[0][i], |a, r| a + inputs[r][i]).to_bits()).collect();
+        let got: Vec<u32> = out.to_vec::<f32>().map_err(e2s)?.into_iter().map(f32::to_bits).collect();
+        same(&format!("launch {round}: window allreduce of {elems} f32 (bits)"), &got, &want)?;
+        same(&format!("launch {round}: this rank's window"), &data.to_vec::<f32>().map_err(e2s)?, &inputs[me])?;
+    }
+    if me == 0 {
+        println!("rank 0: window: {rounds} put launches of {chunk} B per pair, allreduce of {elems} f32");
+    }
+    win.free().map_err(e2s)
+}

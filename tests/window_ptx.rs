@@ -1,0 +1,49 @@
+//! CPU checks of the window kernels in `ptx-tests/src/window.rs`: the signal is a system-scope
+//! release after the block's writes, the waits system-scope acquires, the team barrier's arrival
+//! a system-scope release store, and the window allreduce's sums plain
+//! round-to-nearest adds in rank order (no fused or flushed forms), so that its results can match
+//! the host's bit for bit.
+
+use mscclpp_rs::ptxcheck;
+
+/// The instructions and the control flow of kernel `name` in the sm_90 module.
+fn kernel(name: &str) -> (Vec<String>, ptxcheck::Cfg) {
+    let entries = ptxcheck::entries(mscclpp_rs::PTX);
+    let b = entries.get(name).unwrap_or_else(|| panic!("no kernel {name}"));
+    let ins = ptxcheck::instructions(b).into_iter().map(str::to_string).collect();
+    (ins, ptxcheck::Cfg::of(mscclpp_rs::PTX, b))
+}
+
+const BAR: &str = "barrier.sync 0;";
+const SIGNAL: &str = "red.release.sys.add.u64";
+const WAIT: &str = "ld.acquire.sys.u64";
+const ARRIVE: &str = "st.release.sys.u64";
+
+#[test]
+fn put_kernel_signals_with_release_after_the_block_barrier_and_waits_with_acquire() {
+    let (ins, g) = kernel("win_put");
+    assert!(g.always_before(BAR, SIGNAL), "the block's writes are gathered before the signal");
+    // Signals, waits and arrivals sit in loops over the peers (which may run no iteration), so
+    // their order is the source's; what each is, is checked here.
+    for text in [SIGNAL, WAIT, ARRIVE] {
+        assert!(ins.iter().any(|l| l.starts_with(text)), "no `{text}` in win_put");
+    }
+    assert!(!ins.iter().any(|l| l.contains(".relaxed.sys")), "a relaxed signal or wait");
+    assert!(!ins.iter().any(|l| l.starts_with("bar.sync")), "an aligned barrier after divergent code");
+    assert!(!ins.iter().any(|l| l.contains("ld.local") || l.contains("st.local")), "local memory in win_put");
+    ptxcheck::assert_only_cold_wait_calls("win_put", &ins);
+}
+
+#[test]
+fn window_allreduce_sums_with_plain_adds_between_two_team_barriers() {
+    let (ins, g) = kernel("win_allreduce_f32");
+    assert!(ins.iter().any(|l| l.starts_with("add.rn.f32")), "no f32 add");
+    assert!(
+        !ins.iter().any(|l| l.starts_with("fma") || l.contains(".ftz")),
+        "a fused or flushed form would differ from the host's sums"
+    );
+    assert!(ins.iter().any(|l| l.starts_with(ARRIVE)) && ins.iter().any(|l| l.starts_with(WAIT)), "no team barrier");
+    assert!(g.always_before(BAR, "add.rn.f32"), "the sums read the peers' windows after the block barrier");
+    assert!(g.always_after(BAR, "add.rn.f32"), "a block barrier (and the closing team barrier) after the sums");
+    ptxcheck::assert_only_cold_wait_calls("win_allreduce_f32", &ins);
+}
