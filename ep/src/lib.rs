@@ -109,6 +109,39 @@ impl TopkIdx {
     }
 }
 
+/// The format of the rows a dispatch delivers ([`ExpertParallel::dispatch_as`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RecvFormat {
+    /// The rows as given (bf16 or f32).
+    #[default]
+    Input,
+    /// bf16 rows cast to FP8 E4M3 (E4M3FN, rounded to nearest even, saturated to +-448) in the
+    /// dispatch kernel, as DeepSeek-V3 / DeepEP dispatch them: `hidden` bytes per row, and one f32
+    /// scale per 128 columns (`[rows][hidden / 128]`, at [`Dispatched::recv_x_scales_addr`]) with
+    /// `x = e4m3 * scale`. For every 128 columns of a token: `amax = max(1e-4, max |x|)`, the
+    /// scale `amax * (1 / 448)` and each element `e4m3(x * (448 / amax))`, in f32, as DeepEP's
+    /// dispatch kernel computes them (`calculate_fp8_scales`). Needs `hidden % 128 == 0`.
+    E4m3,
+    /// [`RecvFormat::E4m3`] with every scale rounded up to a power of two,
+    /// `2^ceil(log2(amax / 448))` (DeepEP's `round_scale`), still as f32.
+    E4m3Pow2,
+}
+
+impl RecvFormat {
+    /// The kernels' code of the format.
+    const fn code(self) -> u32 {
+        match self {
+            RecvFormat::Input => shared::FORMAT_COPY,
+            RecvFormat::E4m3 => shared::FORMAT_E4M3,
+            RecvFormat::E4m3Pow2 => shared::FORMAT_E4M3_POW2,
+        }
+    }
+    /// Whether the rows arrive as FP8 with scales.
+    pub const fn is_fp8(self) -> bool {
+        !matches!(self, RecvFormat::Input)
+    }
+}
+
 /// Which expert ids a dispatch delivers with the received rows ([`Config::expert_ids`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ExpertIds {
@@ -297,6 +330,27 @@ pub fn check_dispatch(
     Ok(row)
 }
 
+/// The checks of a dispatch's received format that need no GPU: FP8 takes bf16 rows whose
+/// `hidden` is a multiple of 128. Returns the bytes of one received row.
+pub fn check_recv_format(config: &Config, dtype: DataType, format: RecvFormat) -> Result<usize> {
+    if !format.is_fp8() {
+        return row_bytes(config, dtype);
+    }
+    if dtype != DataType::Bf16 {
+        return Err(Error::Unsupported(format!(
+            "ep dispatch: an FP8 dispatch of {} rows (it casts bf16 rows)",
+            dtype.name()
+        )));
+    }
+    if !config.hidden.is_multiple_of(shared::FP8_GROUP as usize) {
+        return Err(Error::InvalidArgument(format!(
+            "ep dispatch: an FP8 dispatch needs a hidden size that is a multiple of 128 (one scale per 128 columns), not {}",
+            config.hidden
+        )));
+    }
+    Ok(config.hidden)
+}
+
 /// The checks of a combine that need no GPU: the element type and an output buffer (`out_len`
 /// bytes) that holds `tokens` rows. Returns the bytes of one row.
 pub fn check_combine(config: &Config, dtype: DataType, tokens: usize, out_len: usize) -> Result<usize> {
@@ -370,8 +424,10 @@ pub struct Dispatched {
     tokens: usize,
     k: usize,
     dtype: DataType,
+    format: RecvFormat,
     row_bytes: usize,
     recv_x: u64,
+    recv_x_scales: Option<u64>,
     recv_topk_idx: u64,
     recv_topk_weights: u64,
     recv_src: u64,
@@ -388,11 +444,15 @@ impl Dispatched {
     pub fn k(&self) -> usize {
         self.k
     }
-    /// Element type of the rows.
+    /// Element type of the rows given to the dispatch.
     pub fn dtype(&self) -> DataType {
         self.dtype
     }
-    /// Bytes of one row.
+    /// Format of the received rows.
+    pub fn format(&self) -> RecvFormat {
+        self.format
+    }
+    /// Bytes of one received row (`hidden` for FP8).
     pub fn row_bytes(&self) -> usize {
         self.row_bytes
     }
@@ -400,9 +460,15 @@ impl Dispatched {
     pub fn max_rows(&self) -> usize {
         self.max_rows
     }
-    /// Device address of the received rows (`rows x row_bytes`, grouped by source rank).
+    /// Device address of the received rows (`rows x row_bytes`, grouped by source rank): of
+    /// the input's element type, or e4m3 bytes for an FP8 dispatch.
     pub fn recv_x_addr(&self) -> u64 {
         self.recv_x
+    }
+    /// Device address of the received rows' FP8 scales (`rows x hidden / 128` f32, row-major,
+    /// DeepEP's `x_scales`), for an FP8 dispatch ([`RecvFormat::E4m3`]); `None` otherwise.
+    pub fn recv_x_scales_addr(&self) -> Option<u64> {
+        self.recv_x_scales
     }
     /// Device address of the received rows' expert ids (`rows x k` i32): local ids, -1 for
     /// experts of other ranks, unless the configuration asks for [`ExpertIds::Global`].
@@ -446,6 +512,8 @@ pub struct RecvCounts {
 pub struct ReceivedRows {
     /// `rows x row_bytes` bytes.
     pub x: Vec<u8>,
+    /// `rows x hidden / 128` FP8 scales (empty unless the dispatch was FP8).
+    pub x_scales: Vec<f32>,
     /// `rows x k` expert ids (local or global, as configured).
     pub topk_idx: Vec<i32>,
     /// `rows x k` weights (0 where a local id is -1).
@@ -465,6 +533,7 @@ pub struct ExpertParallel {
     layout_threads: u32,
     f_layout: CudaFunction,
     f_dispatch: CudaFunction,
+    f_dispatch_fp8: CudaFunction,
     f_combine_bf16: CudaFunction,
     f_combine_f32: CudaFunction,
     /// The number of this object's last dispatch (0: none yet); a [`Dispatched`] carries its
@@ -531,11 +600,15 @@ impl ExpertParallel {
         });
         let f_layout = gpu.function(PTX, "ep_layout")?;
         let f_dispatch = gpu.function(PTX, "ep_dispatch")?;
+        let f_dispatch_fp8 = gpu.function(PTX, "ep_dispatch_fp8")?;
         let f_combine_bf16 = gpu.function(PTX, "ep_combine_bf16")?;
         let f_combine_f32 = gpu.function(PTX, "ep_combine_f32")?;
         let pick = |limit: u32| config.threads.unwrap_or(1024).min(limit).max(32) / 32 * 32;
         let threads = (
-            pick(mscclpp_host::launch::max_threads_per_block(&f_dispatch)?),
+            pick(
+                mscclpp_host::launch::max_threads_per_block(&f_dispatch)?
+                    .min(mscclpp_host::launch::max_threads_per_block(&f_dispatch_fp8)?),
+            ),
             pick(
                 mscclpp_host::launch::max_threads_per_block(&f_combine_bf16)?
                     .min(mscclpp_host::launch::max_threads_per_block(&f_combine_f32)?),
@@ -600,6 +673,7 @@ impl ExpertParallel {
             layout_threads,
             f_layout,
             f_dispatch,
+            f_dispatch_fp8,
             f_combine_bf16,
             f_combine_f32,
             generation: 0,
@@ -776,11 +850,28 @@ impl ExpertParallel {
 
     /// Dispatches this rank's batch (see the crate documentation): enqueues the layout kernel
     /// and the dispatch kernel on `stream` and returns without waiting. Every rank calls it.
+    /// The rows arrive as given; [`ExpertParallel::dispatch_as`] casts them to FP8.
     pub fn dispatch(&mut self, input: &DispatchInput, stream: &CudaStream) -> Result<Dispatched> {
+        self.dispatch_as(input, RecvFormat::Input, stream)
+    }
+
+    /// [`ExpertParallel::dispatch`], the rows arriving in `format`: as given, or (bf16 rows)
+    /// cast to FP8 E4M3 in the dispatch kernel with one f32 scale per 128 columns
+    /// ([`RecvFormat::E4m3`], DeepEP's FP8 dispatch: half the bytes of bf16 over NVLink; the
+    /// scales at [`Dispatched::recv_x_scales_addr`]). Every rank passes the same format (a
+    /// dispatch whose format differs between ranks traps with a message). The combine that
+    /// follows takes bf16 (or f32) rows, as DeepEP's.
+    pub fn dispatch_as(
+        &mut self,
+        input: &DispatchInput,
+        format: RecvFormat,
+        stream: &CudaStream,
+    ) -> Result<Dispatched> {
         self.check_stream(stream)?;
         self.check_gpu(&[input.x, input.topk_idx, input.topk_weights])?;
         let lens = (input.x.len(), input.topk_idx.len(), input.topk_weights.len());
-        let row_bytes = check_dispatch(&self.config, input.dtype, input.tokens, input.k, lens)?;
+        let in_row_bytes = check_dispatch(&self.config, input.dtype, input.tokens, input.k, lens)?;
+        let row_bytes = check_recv_format(&self.config, input.dtype, format)?;
         let code = dtype_code(input.dtype)?;
         self.pending = None;
         self.enqueue_layout(input.topk_idx, input.tokens, input.k, stream)?;
@@ -792,17 +883,20 @@ impl ExpertParallel {
             .arg(GlobalPtr::<u32>::from_addr(input.topk_weights.addr()))
             .arg(input.tokens as u32)
             .arg(input.k as u32)
-            .arg(row_bytes as u32)
-            .arg(shared::signature(input.k as u32, code))
+            .arg(in_row_bytes as u32)
+            .arg(shared::signature(input.k as u32, code, format.code()))
+            .arg(format.code())
             .arg(self.config.budget);
         let cfg = LaunchConfig::new(h.blocks, self.threads.0).shared(EXCHANGE_SHARED_BYTES);
-        // SAFETY: the kernel takes (EpHandle, ptr, ptr, ptr, u32, u32, u32, u32, SpinBudget) as
-        // passed; the inputs hold the batch (checked above); the handle's buffers live as long as
-        // `self`; the grid is `h.blocks` blocks (at most one per SM, so all resident) of at least
-        // 32 threads; every rank enqueues the same sequence of operations (the caller's
-        // contract), and a rank whose arguments differ traps with a message rather than writing
-        // outside the buffers (counts are checked against max_tokens on the GPU).
-        unsafe { self.launch(stream, &self.f_dispatch, cfg, &mut args)? };
+        let f = if format.is_fp8() { &self.f_dispatch_fp8 } else { &self.f_dispatch };
+        // SAFETY: the kernel takes (EpHandle, ptr, ptr, ptr, u32, u32, u32, u32, u32,
+        // SpinBudget) as passed; the inputs hold the batch (checked above; for FP8, bf16 rows of
+        // a multiple of 128 elements); the handle's buffers live as long as `self`; the grid is
+        // `h.blocks` blocks (at most one per SM, so all resident) of at least 32 threads; every
+        // rank enqueues the same sequence of operations (the caller's contract), and a rank whose
+        // arguments differ traps with a message rather than writing outside the buffers (counts
+        // are checked against max_tokens on the GPU, and the format is in the signature).
+        unsafe { self.launch(stream, f, cfg, &mut args)? };
         self.generation = next_generation();
         self.pending = Some(self.generation);
         let r = h.shared_regions();
@@ -811,8 +905,10 @@ impl ExpertParallel {
             tokens: input.tokens,
             k: input.k,
             dtype: input.dtype,
+            format,
             row_bytes,
             recv_x: h.shared + r.recv_x,
+            recv_x_scales: format.is_fp8().then_some(h.shared + r.recv_scales),
             recv_topk_idx: h.shared + r.recv_idx,
             recv_topk_weights: h.shared + r.recv_w,
             recv_src: h.shared + r.recv_src,
@@ -960,6 +1056,8 @@ impl ExpertParallel {
         let mut topk_idx = vec![0i32; rows * d.k];
         let mut topk_weights = vec![0f32; rows * d.k];
         let mut src = vec![0i32; rows];
+        let scales = if d.recv_x_scales.is_some() { self.handle.scales_per_row() as usize } else { 0 };
+        let mut x_scales = vec![0f32; rows * scales];
         // Read through the addresses the dispatch result gives its users, so they are what the
         // tests check.
         let base = self.shared.addr();
@@ -972,7 +1070,10 @@ impl ExpertParallel {
         self.shared.read(at(d.recv_topk_idx_addr())?, &mut topk_idx)?;
         self.shared.read(at(d.recv_topk_weights_addr())?, &mut topk_weights)?;
         self.shared.read(at(d.recv_src_addr())?, &mut src)?;
-        Ok(ReceivedRows { x, topk_idx, topk_weights, src })
+        if let Some(addr) = d.recv_x_scales_addr() {
+            self.shared.read(at(addr)?, &mut x_scales)?;
+        }
+        Ok(ReceivedRows { x, x_scales, topk_idx, topk_weights, src })
     }
 }
 
@@ -982,7 +1083,7 @@ mod tests {
 
     #[test]
     fn kernels_exist_in_the_ptx() {
-        for name in ["ep_layout", "ep_dispatch", "ep_combine_bf16", "ep_combine_f32"] {
+        for name in ["ep_layout", "ep_dispatch", "ep_dispatch_fp8", "ep_combine_bf16", "ep_combine_f32"] {
             assert!(PTX.contains(&format!(".entry {name}(")), "{name} missing from the PTX");
         }
     }
@@ -1042,6 +1143,16 @@ mod tests {
         assert_eq!(check_combine(&c, DataType::Bf16, 10, 1280).unwrap(), 128);
         assert!(e(check_combine(&c, DataType::F32, 10, 1280)).contains("need 2560"));
         assert!(matches!(check_combine(&c, DataType::I32, 1, 1 << 20), Err(Error::Unsupported(_))));
+        // FP8: bf16 rows of a multiple of 128 elements, `hidden` bytes received.
+        let wide = Config { hidden: 7168, ..c };
+        assert_eq!(check_recv_format(&wide, DataType::Bf16, RecvFormat::E4m3).unwrap(), 7168);
+        assert_eq!(check_recv_format(&wide, DataType::Bf16, RecvFormat::E4m3Pow2).unwrap(), 7168);
+        assert_eq!(check_recv_format(&wide, DataType::Bf16, RecvFormat::Input).unwrap(), 7168 * 2);
+        assert_eq!(check_recv_format(&c, DataType::F32, RecvFormat::Input).unwrap(), 256, "any hidden as given");
+        let e64 = e(check_recv_format(&c, DataType::Bf16, RecvFormat::E4m3));
+        assert!(e64.contains("multiple of 128") && e64.contains("64"), "{e64}");
+        assert!(matches!(check_recv_format(&wide, DataType::F32, RecvFormat::E4m3), Err(Error::Unsupported(_))));
+        assert_eq!(RecvFormat::default(), RecvFormat::Input);
     }
 
     #[test]
@@ -1069,7 +1180,7 @@ mod tests {
     fn regions_do_not_overlap_and_stay_aligned() {
         for n in 1..=MAX_RANKS as u32 {
             for blocks in [1, 7, 132] {
-                let h = Config::new(33, 24, 8 * n as usize, 5).kernel_handle(0, n as usize, blocks);
+                let h = Config::new(33, 384, 8 * n as usize, 5).kernel_handle(0, n as usize, blocks);
                 let r = h.shared_regions();
                 assert_eq!(h.dispatch_flag(n - 1, blocks - 1) + 8, r.combine_flags);
                 assert_eq!(h.combine_flag(n - 1, blocks - 1) + 8, r.counts);
@@ -1077,11 +1188,21 @@ mod tests {
                 assert!(r.recv_x + h.max_recv_rows() * h.max_row_bytes() <= r.recv_idx);
                 assert!(r.recv_idx + h.max_recv_rows() * 5 * 4 <= r.recv_w);
                 assert!(r.recv_w + h.max_recv_rows() * 5 * 4 <= r.recv_src);
-                assert!(r.recv_src + h.max_recv_rows() * 4 <= r.combine);
+                assert!(r.recv_src + h.max_recv_rows() * 4 <= r.recv_scales);
+                assert!(r.recv_scales + h.max_recv_rows() * 3 * 4 <= r.combine);
                 assert!(h.combine_region(n - 1) + h.combine_region_bytes() <= r.combine_w);
                 assert_eq!(h.combine_w_region(n - 1) + h.combine_w_region_bytes(), r.total);
                 assert_eq!(h.combine_w_region_bytes(), 33 * 5 * 4);
-                for off in [r.recv_x, r.recv_idx, r.recv_w, r.recv_src, r.combine, h.combine_region(1), r.combine_w] {
+                for off in [
+                    r.recv_x,
+                    r.recv_idx,
+                    r.recv_w,
+                    r.recv_src,
+                    r.recv_scales,
+                    r.combine,
+                    h.combine_region(1),
+                    r.combine_w,
+                ] {
                     assert_eq!(off % 16, 0);
                 }
                 let l = h.layout_regions();
@@ -1116,7 +1237,14 @@ mod tests {
         assert_eq!(shared::count_tag((1 << 32) + 5), 5);
         assert_eq!(shared::pack_count(7, 9) >> 32, 7);
         assert_eq!(shared::pack_count(7, u32::MAX) as u32, u32::MAX);
-        assert_ne!(shared::signature(8, shared::DTYPE_BF16), shared::signature(8, shared::DTYPE_F32));
-        assert_ne!(shared::signature(1, shared::DTYPE_BF16), shared::signature(2, shared::DTYPE_BF16));
+        let sig = |k, dtype, format| shared::signature(k, dtype, format);
+        assert_ne!(sig(8, shared::DTYPE_BF16, 0), sig(8, shared::DTYPE_F32, 0));
+        assert_ne!(sig(1, shared::DTYPE_BF16, 0), sig(2, shared::DTYPE_BF16, 0));
+        assert_ne!(sig(8, shared::DTYPE_BF16, 0), sig(8, shared::DTYPE_BF16, shared::FORMAT_E4M3));
+        assert_ne!(
+            sig(8, shared::DTYPE_BF16, shared::FORMAT_E4M3),
+            sig(8, shared::DTYPE_BF16, shared::FORMAT_E4M3_POW2)
+        );
+        assert_ne!(sig(shared::MAX_TOPK as u32, 2, 2), sig(shared::MAX_TOPK as u32 - 1, 2, 2));
     }
 }
