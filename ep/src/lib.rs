@@ -7,7 +7,8 @@
 //!        every rank allocates a shared buffer sized for the maxima and maps everybody's
 //!  ep.dispatch(&DispatchInput { x, dtype, topk_idx, topk_weights, tokens, k }, stream)
 //!        layout kernel:   counts per rank / expert, is-token-in-rank, positions (prefix sums)
-//!        dispatch kernel: counts to every rank, then rows, ids, weights and source indices
+//!        dispatch kernel: counts to every rank, then rows (or FP8 rows and scales:
+//!                         ep.dispatch_as), ids, weights and source indices
 //!        -> Dispatched: this rank's received rows, grouped by source rank, on the GPU
 //!  (your experts: one output row per received row, in a buffer `y` of your own)
 //!  ep.combine(&dispatched, &y, &out, dtype, stream)
@@ -46,8 +47,15 @@
 //! times the traffic. [`ExpertParallel::combine_with_weights`] also sums the received rows' `k`
 //! weights back the same way (DeepEP's `combined_topk_weights`).
 //!
+//! **FP8** ([`ExpertParallel::dispatch_as`] with [`RecvFormat::E4m3`]): the dispatch kernel casts
+//! bf16 rows to FP8 E4M3 on the way, one f32 scale per 128 columns of a token, as DeepSeek-V3
+//! and DeepEP dispatch them ([`reference::cast_e4m3`] is the specification): rows of `hidden`
+//! bytes and `[rows][hidden / 128]` scales ([`Dispatched::recv_x_scales_addr`]). The combine
+//! that follows takes bf16 rows, as DeepEP's.
+//!
 //! Memory: every rank allocates about `2 * ranks * max_tokens * hidden * 4` bytes (receive rows
-//! and combine landing, sized for f32 rows, plus ids and weights; [`Config::shared_bytes`]).
+//! and combine landing, sized for f32 rows, plus ids, weights and FP8 scales;
+//! [`Config::shared_bytes`]).
 //!
 //! **SM budget**: dispatch and combine run [`Config::blocks`] blocks (default
 //! [`DEFAULT_BLOCKS`], 20, DeepEP's `num_sms`), so that other work can run on the other SMs;
