@@ -133,6 +133,11 @@ pub enum RecvFormat {
     /// [`RecvFormat::E4m3`] with every scale rounded up to a power of two,
     /// `2^ceil(log2(amax / 448))` (DeepEP's `round_scale`), still as f32.
     E4m3Pow2,
+    /// [`RecvFormat::E4m3Pow2`] with the scales stored as UE8M0 bytes (the exponent field of the
+    /// f32 power of two: `scale = 2^(byte - 127)`), DeepEP's `use_ue8m0`: four to a u32, byte
+    /// `i % 4` of word `i / 4` (little-endian), `ceil(hidden / 512)` words per row, the padding
+    /// bytes 0 (DeepEP's packed int scales, row-major).
+    E4m3Ue8m0,
 }
 
 impl RecvFormat {
@@ -142,6 +147,7 @@ impl RecvFormat {
             RecvFormat::Input => shared::FORMAT_COPY,
             RecvFormat::E4m3 => shared::FORMAT_E4M3,
             RecvFormat::E4m3Pow2 => shared::FORMAT_E4M3_POW2,
+            RecvFormat::E4m3Ue8m0 => shared::FORMAT_E4M3_UE8M0,
         }
     }
     /// Whether the rows arrive as FP8 with scales.
@@ -436,6 +442,7 @@ pub struct Dispatched {
     row_bytes: usize,
     recv_x: u64,
     recv_x_scales: Option<u64>,
+    scale_row_bytes: usize,
     recv_topk_idx: u64,
     recv_topk_weights: u64,
     recv_src: u64,
@@ -473,10 +480,16 @@ impl Dispatched {
     pub fn recv_x_addr(&self) -> u64 {
         self.recv_x
     }
-    /// Device address of the received rows' FP8 scales (`rows x hidden / 128` f32, row-major,
-    /// DeepEP's `x_scales`), for an FP8 dispatch ([`RecvFormat::E4m3`]); `None` otherwise.
+    /// Device address of the received rows' FP8 scales, for an FP8 dispatch; `None` otherwise:
+    /// `rows x hidden / 128` f32, row-major (DeepEP's `x_scales`), or with
+    /// [`RecvFormat::E4m3Ue8m0`] `rows x ceil(hidden / 512)` u32 of four UE8M0 bytes each
+    /// ([`Dispatched::scale_row_bytes`] per row).
     pub fn recv_x_scales_addr(&self) -> Option<u64> {
         self.recv_x_scales
+    }
+    /// Bytes of one received row's scales (0 unless FP8).
+    pub fn scale_row_bytes(&self) -> usize {
+        self.scale_row_bytes
     }
     /// Device address of the received rows' expert ids (`rows x k` i32): local ids, -1 for
     /// experts of other ranks, unless the configuration asks for [`ExpertIds::Global`].
@@ -520,7 +533,8 @@ pub struct RecvCounts {
 pub struct ReceivedRows {
     /// `rows x row_bytes` bytes.
     pub x: Vec<u8>,
-    /// `rows x hidden / 128` FP8 scales (empty unless the dispatch was FP8).
+    /// `rows x hidden / 128` FP8 scales (empty unless the dispatch was FP8; UE8M0 bytes read as
+    /// the powers of two they stand for).
     pub x_scales: Vec<f32>,
     /// `rows x k` expert ids (local or global, as configured).
     pub topk_idx: Vec<i32>,
@@ -917,6 +931,11 @@ impl ExpertParallel {
             row_bytes,
             recv_x: h.shared + r.recv_x,
             recv_x_scales: format.is_fp8().then_some(h.shared + r.recv_scales),
+            scale_row_bytes: if format.is_fp8() {
+                shared::scale_row_bytes(format.code(), h.scales_per_row()) as usize
+            } else {
+                0
+            },
             recv_topk_idx: h.shared + r.recv_idx,
             recv_topk_weights: h.shared + r.recv_w,
             recv_src: h.shared + r.recv_src,
@@ -1064,8 +1083,7 @@ impl ExpertParallel {
         let mut topk_idx = vec![0i32; rows * d.k];
         let mut topk_weights = vec![0f32; rows * d.k];
         let mut src = vec![0i32; rows];
-        let scales = if d.recv_x_scales.is_some() { self.handle.scales_per_row() as usize } else { 0 };
-        let mut x_scales = vec![0f32; rows * scales];
+        let mut x_scales = vec![0u8; rows * d.scale_row_bytes];
         // Read through the addresses the dispatch result gives its users, so they are what the
         // tests check.
         let base = self.shared.addr();
@@ -1081,6 +1099,15 @@ impl ExpertParallel {
         if let Some(addr) = d.recv_x_scales_addr() {
             self.shared.read(at(addr)?, &mut x_scales)?;
         }
+        let x_scales = match d.format {
+            RecvFormat::Input => vec![],
+            RecvFormat::E4m3Ue8m0 => {
+                let groups = self.handle.scales_per_row() as usize;
+                let bytes = x_scales.chunks(d.scale_row_bytes.max(1)).flat_map(|row| &row[..groups]);
+                bytes.map(|&b| f32::from_bits((b as u32) << 23)).collect()
+            }
+            _ => x_scales.as_chunks::<4>().0.iter().map(|c| f32::from_le_bytes(*c)).collect(),
+        };
         Ok(ReceivedRows { x, x_scales, topk_idx, topk_weights, src })
     }
 }
@@ -1155,6 +1182,13 @@ mod tests {
         let wide = Config { hidden: 7168, ..c };
         assert_eq!(check_recv_format(&wide, DataType::Bf16, RecvFormat::E4m3).unwrap(), 7168);
         assert_eq!(check_recv_format(&wide, DataType::Bf16, RecvFormat::E4m3Pow2).unwrap(), 7168);
+        assert_eq!(check_recv_format(&wide, DataType::Bf16, RecvFormat::E4m3Ue8m0).unwrap(), 7168);
+        let bytes = |format: RecvFormat, groups| shared::scale_row_bytes(format.code(), groups);
+        assert_eq!([bytes(RecvFormat::E4m3, 56), bytes(RecvFormat::E4m3Ue8m0, 56)], [224, 56]);
+        assert_eq!(
+            [bytes(RecvFormat::E4m3Ue8m0, 1), bytes(RecvFormat::E4m3Ue8m0, 3), bytes(RecvFormat::E4m3Ue8m0, 5)],
+            [4, 4, 8]
+        );
         assert_eq!(check_recv_format(&wide, DataType::Bf16, RecvFormat::Input).unwrap(), 7168 * 2);
         assert_eq!(check_recv_format(&c, DataType::F32, RecvFormat::Input).unwrap(), 256, "any hidden as given");
         let e64 = e(check_recv_format(&c, DataType::Bf16, RecvFormat::E4m3));

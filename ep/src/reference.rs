@@ -177,8 +177,9 @@ pub fn from_f32(dtype: DataType, v: &[f32]) -> Vec<u8> {
 }
 
 /// bf16 rows (`hidden` elements each, a multiple of 128) as an FP8 dispatch delivers them
-/// (`format` [`RecvFormat::E4m3`] or [`RecvFormat::E4m3Pow2`]): the e4m3 bytes and the
-/// `[rows][hidden / 128]` scales. DeepEP's per-token cast in its dispatch kernel
+/// (`format` [`RecvFormat::E4m3`], [`RecvFormat::E4m3Pow2`] or [`RecvFormat::E4m3Ue8m0`]): the
+/// e4m3 bytes and the `[rows][hidden / 128]` scales (as f32; [`pack_ue8m0`] packs them as UE8M0
+/// delivers them). DeepEP's per-token cast in its dispatch kernel
 /// (`calculate_fp8_scales` and `__nv_cvt_float2_to_fp8x2(.., __NV_SATFINITE, __NV_E4M3)`): per
 /// 128 columns, `amax = max(1e-4, max |x|)` in f32; the scale `amax * (1 / 448)` and the
 /// multiplier `448 / amax` (or, rounding the scale up to a power of two, `2^e` and `2^-e` with
@@ -196,7 +197,7 @@ pub fn cast_e4m3(x: &[u8], hidden: usize, format: RecvFormat) -> (Vec<u8>, Vec<f
     for group in v.chunks(128) {
         let amax = group.iter().fold(1e-4f32, |m, x| m.max(x.abs()));
         let inv = amax * (1.0 / 448.0);
-        let (mul, scale) = if format == RecvFormat::E4m3Pow2 {
+        let (mul, scale) = if format != RecvFormat::E4m3 {
             let e = (inv as f64).log2().ceil() as i32;
             (2f32.powi(-e), 2f32.powi(e))
         } else {
@@ -224,6 +225,20 @@ pub fn spread_magnitudes(x: &[u8], hidden: usize) -> Vec<u8> {
         };
     }
     from_f32(DataType::Bf16, &v)
+}
+
+/// Power-of-two scales (`[rows][groups]` f32) as [`RecvFormat::E4m3Ue8m0`] delivers them: the
+/// exponent field of each as a byte, four to a little-endian u32, every row padded with zero
+/// bytes to whole words.
+pub fn pack_ue8m0(scales: &[f32], groups: usize) -> Vec<u32> {
+    let words = groups.div_ceil(4);
+    let mut out = vec![0u32; scales.len() / groups.max(1) * words];
+    for (i, s) in scales.iter().enumerate() {
+        let (row, g) = (i / groups, i % groups);
+        assert_eq!(s.to_bits() & 0x807f_ffff, 0, "{s} is not a power of two");
+        out[row * words + g / 4] |= (s.to_bits() >> 23) << (8 * (g % 4));
+    }
+    out
 }
 
 /// e4m3 bytes and their `[rows][hidden / 128]` scales back to f32 (`e4m3 * scale`).
@@ -638,6 +653,9 @@ mod tests {
         let v: Vec<f32> =
             (0..4 * 384).map(|_| rng.random_range(-4.0f32..4.0) * [1.0, 1e-3][rng.random_range(0..2)]).collect();
         let x = from_f32(DataType::Bf16, &v);
+        assert_eq!(pack_ue8m0(&[1.0, 0.5, 2.0, 4.0, 2f32.powi(-22)], 5), [0x8180_7e7f, 0x69]);
+        assert_eq!(pack_ue8m0(&[1.0, 0.5, 2.0, 4.0, 2f32.powi(-22), 8.0], 3), [0x0080_7e7f, 0x0082_6981]);
+        assert_eq!(cast_e4m3(&x, 384, RecvFormat::E4m3Ue8m0), cast_e4m3(&x, 384, RecvFormat::E4m3Pow2));
         for format in [RecvFormat::E4m3, RecvFormat::E4m3Pow2] {
             let (q, s) = cast_e4m3(&x, 384, format);
             assert_eq!((q.len(), s.len()), (4 * 384, 4 * 3));

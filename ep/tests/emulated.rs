@@ -17,7 +17,8 @@ use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
 use mscclpp_ep::shared::{
-    DTYPE_BF16, DTYPE_F32, EpHandle, FORMAT_COPY, FORMAT_E4M3, FORMAT_E4M3_POW2, WeightsArgs, signature,
+    DTYPE_BF16, DTYPE_F32, EpHandle, FORMAT_COPY, FORMAT_E4M3, FORMAT_E4M3_POW2, FORMAT_E4M3_UE8M0, WeightsArgs,
+    scale_row_bytes, signature,
 };
 use mscclpp_ep::{Config, DEFAULT_BLOCKS, DataType, ExpertIds, RecvFormat, TopkIdx};
 use rand::rngs::StdRng;
@@ -333,6 +334,10 @@ fn expect(op: &Op, cfg: &Config, n: usize, seed: u64) -> Expect {
         .iter()
         .map(|r| match op.format {
             RecvFormat::Input => (r.x.clone(), vec![]),
+            RecvFormat::E4m3Ue8m0 => {
+                let (q, scales) = reference::cast_e4m3(&r.x, cfg.hidden, op.format);
+                (q, reference::pack_ue8m0(&scales, cfg.hidden / 128))
+            }
             fp8 => {
                 let (q, scales) = reference::cast_e4m3(&r.x, cfg.hidden, fp8);
                 (q, scales.iter().map(|s| s.to_bits()).collect())
@@ -377,6 +382,7 @@ fn format_code(format: RecvFormat) -> u32 {
         RecvFormat::Input => FORMAT_COPY,
         RecvFormat::E4m3 => FORMAT_E4M3,
         RecvFormat::E4m3Pow2 => FORMAT_E4M3_POW2,
+        RecvFormat::E4m3Ue8m0 => FORMAT_E4M3_UE8M0,
     }
 }
 
@@ -457,7 +463,7 @@ fn run_rank(
         let rows = s.info[0] as usize;
         if op.format.is_fp8() {
             s.x = r.shared.read(sr.recv_x, rows * h.hidden as usize);
-            s.scales = r.shared.read(sr.recv_scales, rows * h.scales_per_row() as usize);
+            s.scales = r.shared.read(sr.recv_scales, rows * scale_row_bytes(format, h.scales_per_row()) as usize / 4);
         } else {
             s.x = r.shared.read(sr.recv_x, rows * row);
         }
@@ -631,8 +637,9 @@ fn i64_ids() {
     run_world(&cfg, 2, (1, 32), &ops(2), 20);
 }
 
-/// `ops(n)` with the bf16 operations' rows cast to FP8 (`format`, every other one), the rest as
-/// given: both dispatch kernels on the same buffers, one after the other.
+/// `ops(n)` with the bf16 operations' rows cast to FP8 (the second and fifth to `format`, the
+/// first with f32 scales), the rest as given: both dispatch kernels and several formats on the
+/// same buffers, one after the other.
 fn fp8_ops(n: usize, format: RecvFormat) -> Vec<Op> {
     let mut bf16 = 0;
     ops(n)
@@ -642,19 +649,35 @@ fn fp8_ops(n: usize, format: RecvFormat) -> Vec<Op> {
                 return op;
             }
             bf16 += 1;
-            Op { format: if bf16 % 2 == 1 { format } else { RecvFormat::Input }, ..op }
+            // The first with f32 scales (every rank receives some): UE8M0's padding is written
+            // over them afterwards.
+            let format = match bf16 {
+                1 => RecvFormat::E4m3,
+                2 | 5 => format,
+                _ => RecvFormat::Input,
+            };
+            Op { format, ..op }
         })
         .collect()
 }
 
 #[test]
 fn fp8_dispatch_at_several_shapes_and_budgets() {
-    // Rows of 2 and 3 groups of 128 columns, 1 to 20 blocks, 2 to 4 ranks: the e4m3 bytes and
-    // the scales bit for bit, every magnitude (`reference::spread_magnitudes`).
-    let cases = [(2, 256, 8, (1, 32)), (3, 384, 12, (3, 64)), (4, 256, 16, (DEFAULT_BLOCKS, 32)), (2, 128, 4, (2, 32))];
+    // Rows of 1 to 5 groups of 128 columns, 1 to 20 blocks, 2 to 4 ranks, each format: the e4m3
+    // bytes and the scales (UE8M0: with 1 to 3 padding bytes) bit for bit, every magnitude
+    // (`reference::spread_magnitudes`).
+    let cases = [
+        (2, 256, 8, (1, 32)),
+        (3, 384, 12, (3, 64)),
+        (2, 640, 4, (2, 32)),
+        (4, 256, 16, (DEFAULT_BLOCKS, 32)),
+        (2, 128, 4, (2, 32)),
+        (3, 512, 6, (1, 64)),
+    ];
+    let formats = [RecvFormat::E4m3, RecvFormat::E4m3Pow2, RecvFormat::E4m3Ue8m0];
     for (i, (n, hidden, experts, grid)) in cases.into_iter().enumerate() {
         let cfg = Config::new(40, hidden, experts, 4);
-        let format = if i % 2 == 0 { RecvFormat::E4m3 } else { RecvFormat::E4m3Pow2 };
+        let format = formats[i % 3];
         run_world(&cfg, n, grid, &fp8_ops(n, format), 40 + i as u64);
     }
 }
@@ -664,7 +687,7 @@ fn fp8_dispatch_with_global_i64_ids_and_one_rank() {
     let cfg = Config { topk_idx: TopkIdx::I64, expert_ids: ExpertIds::Global, ..Config::new(40, 128, 12, 4) };
     run_world(&cfg, 3, (2, 32), &fp8_ops(3, RecvFormat::E4m3), 50);
     let cfg = Config::new(40, 256, 4, 4);
-    run_world(&cfg, 1, (1, 32), &fp8_ops(1, RecvFormat::E4m3Pow2)[..4], 51);
+    run_world(&cfg, 1, (1, 32), &fp8_ops(1, RecvFormat::E4m3Ue8m0), 51);
 }
 
 #[test]

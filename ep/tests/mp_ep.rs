@@ -20,8 +20,8 @@
 //!   their own, ordered by `wait_event` / `record_event`;
 //! * combines that also sum the top-k weights (even k: the delivered ones, which come back as
 //!   given; on the side stream: the caller's), bit for bit;
-//! * FP8 dispatch (bf16 rows cast to e4m3 with f32 scales per 128 columns, DeepEP's and
-//!   power-of-two scales) at DeepSeek-V3's hidden size, between bf16 and f32 dispatches on the
+//! * FP8 dispatch (bf16 rows cast to e4m3 with a scale per 128 columns: DeepEP's f32 scales,
+//!   power-of-two ones, UE8M0 bytes) at DeepSeek-V3's hidden size, between bf16 and f32 dispatches on the
 //!   same object and with one block of 64 threads: the e4m3 bytes and the scales bit for bit;
 //! * requests beyond the configuration, stale and repeated combines, FP8 of f32 rows or of rows
 //!   that are not a multiple of 128: errors, before any launch.
@@ -582,13 +582,15 @@ fn run(comm: &Communicator) -> Result<()> {
     drop(ep);
 
     // DeepSeek-V3's hidden size and expert count, a decoding batch; bf16, f32 and FP8 (DeepEP's
-    // scales and power-of-two ones), whose e4m3 bytes and scales are checked bit for bit.
+    // scales, power-of-two ones, UE8M0 bytes), whose e4m3 bytes and scales are checked bit for
+    // bit.
     let big = Config { expert_alignment: 128, ..Config::new(128, 7168, 256, 8) };
     let fp8 = |format, k, routing, tokens, seed| Case { format, dtype: DataType::Bf16, k, routing, tokens, seed };
     let fp8_cases = [
         ("deepseek fp8 k=8", fp8(RecvFormat::E4m3, 8, Routing::Random { none: 0.0 }, [128, 100, 128, 77], seed + 42)),
         ("deepseek fp8 pow2 k=8", fp8(RecvFormat::E4m3Pow2, 8, random, [0, 128, 33, 1], seed + 43)),
         ("deepseek fp8 k=3 to rank 0", fp8(RecvFormat::E4m3, 3, Routing::ToRank(0), [128, 5, 128, 64], seed + 44)),
+        ("deepseek fp8 ue8m0 k=8", fp8(RecvFormat::E4m3Ue8m0, 8, random, [128, 128, 1, 100], seed + 45)),
     ];
     let mut ep = ExpertParallel::new(comm, big)?;
     let (blocks, dt, ct) = ep.grid();
@@ -618,6 +620,7 @@ fn run(comm: &Communicator) -> Result<()> {
         ),
         fp8_cases[1],
         fp8_cases[2],
+        fp8_cases[3],
     ] {
         run_case(&mut ep, &c, &format!("{what} [{blocks} blocks x {dt}/{ct} threads]"))?;
         total += 1;

@@ -18,7 +18,8 @@
 //!  recv_w          [n * max_tokens][k] f32 (0 where the local id is -1; or as given)
 //!  recv_src        [n * max_tokens] i32 (the token's index on its source rank)
 //!  recv_scales     [n * max_tokens][hidden / 128] f32 (FP8 dispatches: each received row's
-//!                  scale per 128 columns; `recv_x` then holds rows of `hidden` e4m3 bytes)
+//!                  scale per 128 columns, or its UE8M0 bytes: `scale_row_bytes`; `recv_x`
+//!                  then holds rows of `hidden` e4m3 bytes)
 //!  combine landing [sender][max_tokens] rows: what `sender` computed for this rank's tokens
 //!  weight landing  [sender][max_tokens][max_topk] f32: the top-k weights `sender` returns for
 //!                  this rank's tokens (a combine that sums them)
@@ -52,6 +53,15 @@ pub const FORMAT_COPY: u32 = 0;
 pub const FORMAT_E4M3: u32 = 1;
 /// [`FORMAT_E4M3`] with the scales rounded up to powers of two (DeepEP's `round_scale`).
 pub const FORMAT_E4M3_POW2: u32 = 2;
+/// [`FORMAT_E4M3_POW2`] with the scales stored as UE8M0 bytes (the f32 exponent field, DeepEP's
+/// `use_ue8m0`), four to a little-endian u32, each row's padded with zero bytes to whole words.
+pub const FORMAT_E4M3_UE8M0: u32 = 3;
+
+/// Bytes of one received row's scales in `format` with `groups` scales: `4 * groups` (f32), or
+/// `groups` rounded up to a multiple of 4 (UE8M0 bytes), never more than `4 * groups`.
+pub const fn scale_row_bytes(format: u32, groups: u32) -> u32 {
+    if format == FORMAT_E4M3_UE8M0 { groups.div_ceil(4) * 4 } else { groups * 4 }
+}
 
 /// Columns that share one FP8 scale.
 pub const FP8_GROUP: u32 = 128;

@@ -335,7 +335,8 @@ unsafe fn write_meta(
 /// `signature(k, element type, format)`, the same on every rank. `CAST` false: the rows are
 /// copied as they are (`format` is `FORMAT_COPY`); true: bf16 rows are cast to e4m3 on the way,
 /// one f32 scale per 128 columns into `recv_scales` (`format` `FORMAT_E4M3` or
-/// `FORMAT_E4M3_POW2`, see [`e4m3_scales`]).
+/// `FORMAT_E4M3_POW2`, see [`e4m3_scales`]; or `FORMAT_E4M3_UE8M0`, those scales as bytes,
+/// [`scale_row_bytes`] per row).
 ///
 /// # Safety
 /// Launched by `mscclpp_ep::ExpertParallel` on every rank with `h.blocks` blocks (resident at
@@ -470,7 +471,8 @@ pub unsafe fn dispatch<const CAST: bool>(
         };
         let (g, gn) = (b * nt + tid, nb * nt);
         let groups = h.scales_per_row();
-        let pow2 = format == FORMAT_E4M3_POW2;
+        let (pow2, ue8m0) = (format != FORMAT_E4M3, format == FORMAT_E4M3_UE8M0);
+        let scale_row = scale_row_bytes(format, groups) as u64;
         for u in Threads::new(g, gn).stride(tokens as u64 * groups as u64) {
             let (t, grp) = ((u / groups as u64) as u32, (u % groups as u64) as u32);
             let mut rows = [0u64; MAX_RANKS];
@@ -494,14 +496,27 @@ pub unsafe fn dispatch<const CAST: bool>(
                 }
             }
             let (mul, scale) = e4m3_scales(amax, pow2);
-            let groups64 = groups as u64;
             for d in 0..n {
                 // Remote ranks first, this rank last.
                 let d = (me + 1 + d) % n;
                 if (mask >> d) & 1 == 1 {
-                    let at = tb.peer(d) + sr.recv_scales + (rows[d as usize] * groups64 + grp as u64) * 4;
-                    // SAFETY: the scale of a received row (below n * max_tokens) and group.
-                    unsafe { (at as *mut u32).write(scale.to_bits()) };
+                    let at = tb.peer(d) + sr.recv_scales + rows[d as usize] * scale_row;
+                    // SAFETY: the scales of a received row (below n * max_tokens): `scale_row`
+                    // bytes, at most 4 per group.
+                    unsafe {
+                        if !ue8m0 {
+                            ((at + grp as u64 * 4) as *mut u32).write(scale.to_bits());
+                        } else {
+                            // The exponent field of a power of two; the last group zeroes the
+                            // padding of the row's last word.
+                            ((at + grp as u64) as *mut u8).write((scale.to_bits() >> 23) as u8);
+                            if grp + 1 == groups {
+                                for p in groups as u64..scale_row {
+                                    ((at + p) as *mut u8).write(0);
+                                }
+                            }
+                        }
+                    }
                 }
             }
             // 16 bf16 (two vectors) make one vector of 16 e4m3.
