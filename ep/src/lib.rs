@@ -62,11 +62,12 @@
 //! [`ExpertParallel::wait_event`] and [`ExpertParallel::record_event`] order them with the
 //! caller's streams.
 //!
-//! Every call is collective (every rank, same order, same `k` and element type; the token count
-//! may differ between ranks, 0 included) and stream-ordered: nothing waits on the host. A
-//! dispatch's received rows stay valid until the next dispatch on the same [`ExpertParallel`];
-//! work that reads them (the experts) must be ordered before that dispatch on the stream. Each
-//! dispatch may be followed by at most one combine, before the next dispatch.
+//! Every call is collective (every rank, same order, same `k`, element type and received format
+//! ([`RecvFormat`]); the token count may differ between ranks, 0 included) and stream-ordered:
+//! nothing waits on the host. A dispatch's received rows stay valid until the next dispatch on
+//! the same [`ExpertParallel`]; work that reads them (the experts) must be ordered before that
+//! dispatch on the stream. Each dispatch may be followed by at most one combine, before the next
+//! dispatch.
 
 use std::sync::Arc;
 

@@ -425,7 +425,7 @@ fn run_rank(
     ops: &[Op],
     exp: &[Expect],
     (blocks, threads): (u32, u32),
-    sig_k: Option<usize>,
+    sig: Option<(usize, RecvFormat)>,
     failed: &Arc<AtomicBool>,
 ) -> Vec<Seen> {
     let h = r.h;
@@ -444,7 +444,8 @@ fn run_rank(
         let row = h.hidden as usize * op.dtype.bytes();
         let mut s = Seen { layout: Some(run_layout(r, &idx, inp.tokens, op.k, failed)), ..Seen::default() };
         let format = format_code(op.format);
-        let sig = signature(sig_k.unwrap_or(op.k) as u32, code(op.dtype), format);
+        let (sig_k, sig_format) = sig.map_or((op.k, format), |(k, f)| (k, format_code(f)));
+        let sig = signature(sig_k as u32, code(op.dtype), sig_format);
         let (xa, ia, wa) = (x.addr(), idx.addr(), w.addr());
         hw::launch(blocks, threads, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
             let args = (GlobalPtr::from_addr(xa), GlobalPtr::from_addr(ia), GlobalPtr::from_addr(wa));
@@ -765,8 +766,9 @@ fn layout_kernel_matches_the_reference() {
     }
 }
 
-/// Runs one dispatch where rank 1 claims another k; returns the ranks' failure messages.
-fn mismatched_k() -> Vec<String> {
+/// Runs one dispatch where rank 1 claims another k or format (`claim`); returns the ranks'
+/// failure messages.
+fn mismatched(claim: (usize, RecvFormat)) -> Vec<String> {
     let cfg = Config::new(8, 8, 4, 4);
     let ranks = world(&cfg, 2, 1);
     let op = Op {
@@ -787,7 +789,7 @@ fn mismatched_k() -> Vec<String> {
                 let (exp, failed) = (&exp, &failed);
                 scope.spawn(move || {
                     catch_unwind(AssertUnwindSafe(|| {
-                        run_rank(r, me, &[op], exp, (1, 32), (me == 1).then_some(3), failed)
+                        run_rank(r, me, &[op], exp, (1, 32), (me == 1).then_some(claim), failed)
                     }))
                 })
             })
@@ -800,9 +802,12 @@ fn mismatched_k() -> Vec<String> {
 }
 
 #[test]
-fn ranks_that_disagree_on_k_fail_with_a_message() {
-    let msgs = mismatched_k();
-    // Whichever rank reads the other's signature first reports it; the other may only see
-    // that a thread failed (on a GPU: the trap of the first, then the budget or the abort).
-    assert!(msgs.iter().any(|m| m.contains("the ranks were called with different k or element types")), "{msgs:?}");
+fn ranks_that_disagree_on_k_or_format_fail_with_a_message() {
+    for claim in [(3, RecvFormat::Input), (2, RecvFormat::E4m3), (2, RecvFormat::E4m3Ue8m0)] {
+        let msgs = mismatched(claim);
+        // Whichever rank reads the other's signature first reports it; the other may only see
+        // that a thread failed (on a GPU: the trap of the first, then the budget or the abort).
+        let what = "the ranks were called with different k, element types or received formats";
+        assert!(msgs.iter().any(|m| m.contains(what)), "{claim:?}: {msgs:?}");
+    }
 }

@@ -294,8 +294,8 @@ fn bf16_abs(bits: u32) -> f32 {
 }
 
 /// Word `j` of token `t`'s `2k + 1` words for destination rank `d` (whose shared buffer is at
-/// `base`, its regions at `sr`), received as row `row`: id `j` (local or global), weight `j - k` (0 where the local
-/// id is -1), or the source index (`j == 2k`).
+/// `base`, its regions at `sr`), received as row `row`: id `j` (local or global), weight `j - k`
+/// (0 where the local id is -1), or the source index (`j == 2k`).
 ///
 /// # Safety
 /// `t` below the tokens of `topk_idx` and `topk_w` (ids of `h.idx_bytes` bytes), `j < 2k + 1`,
@@ -405,7 +405,7 @@ pub unsafe fn dispatch<const CAST: bool>(
         // SAFETY: this rank's count slot s (written by rank s's block 0).
         let v = unsafe { wait_count(h.shared + h.count_word(parity, s, w), tag, budget) };
         if w == 0 && v != signature {
-            fail(c"ep_dispatch: the ranks were called with different k or element types");
+            fail(c"ep_dispatch: the ranks were called with different k, element types or received formats");
         }
         if w > 0 && v > h.max_tokens {
             fail(c"ep_dispatch: a rank sends more tokens than max_tokens");
@@ -462,7 +462,8 @@ pub unsafe fn dispatch<const CAST: bool>(
     let send_index = (h.layout + lr.send_index) as *const i32;
     if CAST {
         // 3. FP8: one (token, 128 columns) per thread, cast once and stored to every rank the
-        // token goes to; then the ids, weights and source indices, one word per thread.
+        // token goes to; then the ids, weights and source indices, one word per thread. (Each
+        // thread reads its 256 bytes twice, the second time from L1; no thread waits for another.)
         let row_of = |t: u32, d: u32| -> Option<u64> {
             // SAFETY: t < tokens, d < n.
             let si = unsafe { send_index.add(t as usize * n as usize + d as usize).read() };
@@ -561,7 +562,7 @@ pub unsafe fn dispatch<const CAST: bool>(
     let vecs = row_bytes / 16;
     let per = pieces(nw, tokens, vecs);
     let mut u = gw;
-    // tokens * per <= max(tokens, nw): no overflow.
+    // tokens * per <= max(tokens, nw): no overflow. (FP8 cast its rows above.)
     while !CAST && u < tokens * per {
         let (t, piece) = (u / per, u % per);
         let (v0, v1) =
