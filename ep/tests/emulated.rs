@@ -671,8 +671,8 @@ fn fp8_dispatch_at_several_shapes_and_budgets() {
         (2, 256, 8, (1, 32)),
         (3, 384, 12, (3, 64)),
         (2, 640, 4, (2, 32)),
-        (4, 256, 16, (DEFAULT_BLOCKS, 32)),
-        (2, 128, 4, (2, 32)),
+        (4, 256, 16, (2, 32)),
+        (2, 128, 4, (DEFAULT_BLOCKS, 32)),
         (3, 512, 6, (1, 64)),
     ];
     let formats = [RecvFormat::E4m3, RecvFormat::E4m3Pow2, RecvFormat::E4m3Ue8m0];
