@@ -476,11 +476,12 @@ pub unsafe fn dispatch<const CAST: bool>(
         let scale_row = scale_row_bytes(format, groups) as u64;
         for u in Threads::new(g, gn).stride(tokens as u64 * groups as u64) {
             let (t, grp) = ((u / groups as u64) as u32, (u % groups as u64) as u32);
+            // Indexed by constants only (unrolled), so that they stay in registers.
             let mut rows = [0u64; MAX_RANKS];
             let mut mask = 0u32;
-            for d in 0..n {
-                if let Some(r) = row_of(t, d) {
-                    rows[d as usize] = r;
+            for (d, row) in rows.iter_mut().enumerate() {
+                if let Some(r) = (d < n as usize).then(|| row_of(t, d as u32)).flatten() {
+                    *row = r;
                     mask |= 1 << d;
                 }
             }
@@ -490,18 +491,17 @@ pub unsafe fn dispatch<const CAST: bool>(
             // 128 bf16: 16 vectors of 8.
             let src = x.addr() + t as u64 * row_bytes as u64 + grp as u64 * (FP8_GROUP as u64 * 2);
             let mut amax = FP8_MARGIN;
+            // The larger magnitude of a word's two bf16.
+            let m = |w: u32| bf16_abs(w << 16).max(bf16_abs(w & 0xffff_0000));
             for v in 0..16 {
                 // SAFETY: vector v of this group of token t's row.
-                for w in unsafe { ld_v4(vec_at(src, v)) } {
-                    amax = amax.max(bf16_abs(w << 16)).max(bf16_abs(w & 0xffff_0000));
-                }
+                let a = unsafe { ld_v4(vec_at(src, v)) };
+                amax = amax.max(m(a[0])).max(m(a[1])).max(m(a[2])).max(m(a[3]));
             }
             let (mul, scale) = e4m3_scales(amax, pow2);
-            for d in 0..n {
-                // Remote ranks first, this rank last.
-                let d = (me + 1 + d) % n;
+            for (d, &row) in rows.iter().enumerate() {
                 if (mask >> d) & 1 == 1 {
-                    let at = tb.peer(d) + sr.recv_scales + rows[d as usize] * scale_row;
+                    let at = tb.peer(d as u32) + sr.recv_scales + row * scale_row;
                     // SAFETY: the scales of a received row (below n * max_tokens): `scale_row`
                     // bytes, at most 4 per group.
                     unsafe {
@@ -520,20 +520,18 @@ pub unsafe fn dispatch<const CAST: bool>(
                     }
                 }
             }
-            // 16 bf16 (two vectors) make one vector of 16 e4m3.
+            // 16 bf16 (two vectors) make one vector of 16 e4m3: two words of 2 bf16 each (low
+            // half first) make one of 4 e4m3 (low byte first).
+            let q = |bits: u32| e4m3_from_f32(f32::from_bits(bits) * mul) as u32;
+            let pack =
+                |a: u32, b: u32| q(a << 16) | q(a & 0xffff_0000) << 8 | q(b << 16) << 16 | q(b & 0xffff_0000) << 24;
             for v in 0..8 {
                 // SAFETY: vectors 2v, 2v + 1 of the group.
                 let (lo, hi) = unsafe { (ld_v4(vec_at(src, 2 * v)), ld_v4(vec_at(src, 2 * v + 1))) };
-                let mut out = [0u32; 4];
-                for (i, o) in out.iter_mut().enumerate() {
-                    let w = if i < 2 { [lo[2 * i], lo[2 * i + 1]] } else { [hi[2 * i - 4], hi[2 * i - 3]] };
-                    let q = |bits: u32| e4m3_from_f32(f32::from_bits(bits) * mul) as u32;
-                    *o = q(w[0] << 16) | q(w[0] & 0xffff_0000) << 8 | q(w[1] << 16) << 16 | q(w[1] & 0xffff_0000) << 24;
-                }
-                for d in 0..n {
-                    let d = (me + 1 + d) % n;
+                let out = [pack(lo[0], lo[1]), pack(lo[2], lo[3]), pack(hi[0], hi[1]), pack(hi[2], hi[3])];
+                for (d, &row) in rows.iter().enumerate() {
                     if (mask >> d) & 1 == 1 {
-                        let row = tb.peer(d) + sr.recv_x + rows[d as usize] * h.hidden as u64;
+                        let row = tb.peer(d as u32) + sr.recv_x + row * h.hidden as u64;
                         // SAFETY: vector v of this group of a received row (below n * max_tokens)
                         // of `hidden` bytes, 16-aligned (hidden a multiple of 128).
                         unsafe { st_v4(vec_at(row + grp as u64 * FP8_GROUP as u64, v), out) };
