@@ -476,11 +476,11 @@ pub unsafe fn dispatch<const CAST: bool>(
         let scale_row = scale_row_bytes(format, groups) as u64;
         for u in Threads::new(g, gn).stride(tokens as u64 * groups as u64) {
             let (t, grp) = ((u / groups as u64) as u32, (u % groups as u64) as u32);
-            // Indexed by constants only (unrolled), so that they stay in registers.
+            // The token's row at every rank it goes to (`mask`: which ranks).
             let mut rows = [0u64; MAX_RANKS];
             let mut mask = 0u32;
-            for (d, row) in rows.iter_mut().enumerate() {
-                if let Some(r) = (d < n as usize).then(|| row_of(t, d as u32)).flatten() {
+            for (d, row) in rows.iter_mut().enumerate().take(n as usize) {
+                if let Some(r) = row_of(t, d as u32) {
                     *row = r;
                     mask |= 1 << d;
                 }
