@@ -551,8 +551,8 @@ pub struct ExpertParallel {
     gpu: Arc<Gpu>,
     config: Config,
     handle: EpHandle,
-    /// Threads per block of dispatch and of combine.
-    threads: (u32, u32),
+    /// Threads per block of dispatch, of combine and of the FP8 dispatch.
+    threads: (u32, u32, u32),
     layout_threads: u32,
     f_layout: CudaFunction,
     f_dispatch: CudaFunction,
@@ -628,14 +628,12 @@ impl ExpertParallel {
         let f_combine_f32 = gpu.function(PTX, "ep_combine_f32")?;
         let pick = |limit: u32| config.threads.unwrap_or(1024).min(limit).max(32) / 32 * 32;
         let threads = (
-            pick(
-                mscclpp_host::launch::max_threads_per_block(&f_dispatch)?
-                    .min(mscclpp_host::launch::max_threads_per_block(&f_dispatch_fp8)?),
-            ),
+            pick(mscclpp_host::launch::max_threads_per_block(&f_dispatch)?),
             pick(
                 mscclpp_host::launch::max_threads_per_block(&f_combine_bf16)?
                     .min(mscclpp_host::launch::max_threads_per_block(&f_combine_f32)?),
             ),
+            pick(mscclpp_host::launch::max_threads_per_block(&f_dispatch_fp8)?),
         );
         let layout_threads =
             LAYOUT_THREADS.min(mscclpp_host::launch::max_threads_per_block(&f_layout)?).max(32) / 32 * 32;
@@ -722,6 +720,11 @@ impl ExpertParallel {
     /// Blocks of dispatch and combine, threads per block of dispatch, of combine.
     pub fn grid(&self) -> (u32, u32, u32) {
         (self.handle.blocks, self.threads.0, self.threads.1)
+    }
+    /// Threads per block of an FP8 dispatch ([`ExpertParallel::dispatch_as`]; its kernel has
+    /// registers of its own, so it may run fewer than [`ExpertParallel::grid`]'s).
+    pub fn fp8_threads(&self) -> u32 {
+        self.threads.2
     }
     /// This rank and the number of ranks.
     pub fn rank(&self) -> (usize, usize) {
@@ -910,8 +913,9 @@ impl ExpertParallel {
             .arg(shared::signature(input.k as u32, code, format.code()))
             .arg(format.code())
             .arg(self.config.budget);
-        let cfg = LaunchConfig::new(h.blocks, self.threads.0).shared(EXCHANGE_SHARED_BYTES);
-        let f = if format.is_fp8() { &self.f_dispatch_fp8 } else { &self.f_dispatch };
+        let (f, threads) =
+            if format.is_fp8() { (&self.f_dispatch_fp8, self.threads.2) } else { (&self.f_dispatch, self.threads.0) };
+        let cfg = LaunchConfig::new(h.blocks, threads).shared(EXCHANGE_SHARED_BYTES);
         // SAFETY: the kernel takes (EpHandle, ptr, ptr, ptr, u32, u32, u32, u32, u32,
         // SpinBudget) as passed; the inputs hold the batch (checked above; for FP8, bf16 rows of
         // a multiple of 128 elements); the handle's buffers live as long as `self`; the grid is

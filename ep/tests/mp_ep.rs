@@ -628,7 +628,10 @@ fn run(comm: &Communicator) -> Result<()> {
     drop(ep);
     // FP8 with one block of 64 threads: many (token, 128 columns) per thread.
     let mut ep = ExpertParallel::new(comm, Config { blocks: Some(1), threads: Some(64), overlap: false, ..big })?;
-    let (blocks, dt, ct) = ep.grid();
+    let (blocks, dt, ct) = (ep.grid().0, ep.fp8_threads(), ep.grid().2);
+    if dt != 64 {
+        return Err(fail(format!("the FP8 dispatch runs {dt} threads per block, 64 configured")));
+    }
     for (what, c) in fp8_cases {
         run_case(&mut ep, &c, &format!("{what} [{blocks} blocks x {dt}/{ct} threads]"))?;
         total += 1;

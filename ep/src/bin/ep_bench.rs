@@ -296,6 +296,7 @@ fn measure(
     let mut ep = ExpertParallel::new(comm, Config { blocks, ..Config::new(t, HIDDEN, EXPERTS, TOPK) })?;
     if me == 0 {
         let (blocks, dt, ct) = ep.grid();
+        let dt = if format.is_fp8() { ep.fp8_threads() } else { dt };
         println!("{}: {blocks} blocks, {dt} threads (dispatch), {ct} threads (combine)", shape.name);
     }
     let routing = Routing::Random { none: 0.0 };
