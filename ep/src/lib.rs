@@ -7,7 +7,8 @@
 //!        every rank allocates a shared buffer sized for the maxima and maps everybody's
 //!  ep.dispatch(&DispatchInput { x, dtype, topk_idx, topk_weights, tokens, k }, stream)
 //!        layout kernel:   counts per rank / expert, is-token-in-rank, positions (prefix sums)
-//!        dispatch kernel: counts to every rank, then rows, ids, weights and source indices
+//!        dispatch kernel: counts to every rank, then rows (or FP8 rows and scales:
+//!                         ep.dispatch_as), ids, weights and source indices
 //!        -> Dispatched: this rank's received rows, grouped by source rank, on the GPU
 //!  (your experts: one output row per received row, in a buffer `y` of your own)
 //!  ep.combine(&dispatched, &y, &out, dtype, stream)
@@ -46,19 +47,27 @@
 //! times the traffic. [`ExpertParallel::combine_with_weights`] also sums the received rows' `k`
 //! weights back the same way (DeepEP's `combined_topk_weights`).
 //!
+//! **FP8** ([`ExpertParallel::dispatch_as`] with [`RecvFormat::E4m3`]): the dispatch kernel casts
+//! bf16 rows to FP8 E4M3 on the way, one f32 scale per 128 columns of a token, as DeepSeek-V3
+//! and DeepEP dispatch them ([`reference::cast_e4m3`] is the specification): rows of `hidden`
+//! bytes and `[rows][hidden / 128]` scales ([`Dispatched::recv_x_scales_addr`]). The combine
+//! that follows takes bf16 rows, as DeepEP's.
+//!
 //! Memory: every rank allocates about `2 * ranks * max_tokens * hidden * 4` bytes (receive rows
-//! and combine landing, sized for f32 rows, plus ids and weights; [`Config::shared_bytes`]).
+//! and combine landing, sized for f32 rows, plus ids, weights and FP8 scales;
+//! [`Config::shared_bytes`]).
 //!
 //! **SM budget**: dispatch and combine run [`Config::blocks`] blocks (default
 //! [`DEFAULT_BLOCKS`], 20, DeepEP's `num_sms`), so that other work can run on the other SMs;
 //! [`ExpertParallel::wait_event`] and [`ExpertParallel::record_event`] order them with the
 //! caller's streams.
 //!
-//! Every call is collective (every rank, same order, same `k` and element type; the token count
-//! may differ between ranks, 0 included) and stream-ordered: nothing waits on the host. A
-//! dispatch's received rows stay valid until the next dispatch on the same [`ExpertParallel`];
-//! work that reads them (the experts) must be ordered before that dispatch on the stream. Each
-//! dispatch may be followed by at most one combine, before the next dispatch.
+//! Every call is collective (every rank, same order, same `k`, element type and received format
+//! ([`RecvFormat`]); the token count may differ between ranks, 0 included) and stream-ordered:
+//! nothing waits on the host. A dispatch's received rows stay valid until the next dispatch on
+//! the same [`ExpertParallel`]; work that reads them (the experts) must be ordered before that
+//! dispatch on the stream. Each dispatch may be followed by at most one combine, before the next
+//! dispatch.
 
 use std::sync::Arc;
 
@@ -106,6 +115,45 @@ impl TopkIdx {
             TopkIdx::I32 => 4,
             TopkIdx::I64 => 8,
         }
+    }
+}
+
+/// The format of the rows a dispatch delivers ([`ExpertParallel::dispatch_as`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RecvFormat {
+    /// The rows as given (bf16 or f32).
+    #[default]
+    Input,
+    /// bf16 rows cast to FP8 E4M3 (E4M3FN, rounded to nearest even, saturated to +-448) in the
+    /// dispatch kernel, as DeepSeek-V3 / DeepEP dispatch them: `hidden` bytes per row, and one f32
+    /// scale per 128 columns (`[rows][hidden / 128]`, at [`Dispatched::recv_x_scales_addr`]) with
+    /// `x = e4m3 * scale`. For every 128 columns of a token: `amax = max(1e-4, max |x|)`, the
+    /// scale `amax * (1 / 448)` and each element `e4m3(x * (448 / amax))`, in f32, as DeepEP's
+    /// dispatch kernel computes them (`calculate_fp8_scales`). Needs `hidden % 128 == 0`.
+    E4m3,
+    /// [`RecvFormat::E4m3`] with every scale rounded up to a power of two,
+    /// `2^ceil(log2(amax / 448))` (DeepEP's `round_scale`), still as f32.
+    E4m3Pow2,
+    /// [`RecvFormat::E4m3Pow2`] with the scales stored as UE8M0 bytes (the exponent field of the
+    /// f32 power of two: `scale = 2^(byte - 127)`), DeepEP's `use_ue8m0`: four to a u32, byte
+    /// `i % 4` of word `i / 4` (little-endian), `ceil(hidden / 512)` words per row, the padding
+    /// bytes 0 (DeepEP's packed int scales, row-major).
+    E4m3Ue8m0,
+}
+
+impl RecvFormat {
+    /// The kernels' code of the format.
+    const fn code(self) -> u32 {
+        match self {
+            RecvFormat::Input => shared::FORMAT_COPY,
+            RecvFormat::E4m3 => shared::FORMAT_E4M3,
+            RecvFormat::E4m3Pow2 => shared::FORMAT_E4M3_POW2,
+            RecvFormat::E4m3Ue8m0 => shared::FORMAT_E4M3_UE8M0,
+        }
+    }
+    /// Whether the rows arrive as FP8 with scales.
+    pub const fn is_fp8(self) -> bool {
+        !matches!(self, RecvFormat::Input)
     }
 }
 
@@ -297,6 +345,27 @@ pub fn check_dispatch(
     Ok(row)
 }
 
+/// The checks of a dispatch's received format that need no GPU: FP8 takes bf16 rows whose
+/// `hidden` is a multiple of 128. Returns the bytes of one received row.
+pub fn check_recv_format(config: &Config, dtype: DataType, format: RecvFormat) -> Result<usize> {
+    if !format.is_fp8() {
+        return row_bytes(config, dtype);
+    }
+    if dtype != DataType::Bf16 {
+        return Err(Error::Unsupported(format!(
+            "ep dispatch: an FP8 dispatch of {} rows (it casts bf16 rows)",
+            dtype.name()
+        )));
+    }
+    if !config.hidden.is_multiple_of(shared::FP8_GROUP as usize) {
+        return Err(Error::InvalidArgument(format!(
+            "ep dispatch: an FP8 dispatch needs a hidden size that is a multiple of 128 (one scale per 128 columns), not {}",
+            config.hidden
+        )));
+    }
+    Ok(config.hidden)
+}
+
 /// The checks of a combine that need no GPU: the element type and an output buffer (`out_len`
 /// bytes) that holds `tokens` rows. Returns the bytes of one row.
 pub fn check_combine(config: &Config, dtype: DataType, tokens: usize, out_len: usize) -> Result<usize> {
@@ -370,8 +439,11 @@ pub struct Dispatched {
     tokens: usize,
     k: usize,
     dtype: DataType,
+    format: RecvFormat,
     row_bytes: usize,
     recv_x: u64,
+    recv_x_scales: Option<u64>,
+    scale_row_bytes: usize,
     recv_topk_idx: u64,
     recv_topk_weights: u64,
     recv_src: u64,
@@ -388,11 +460,15 @@ impl Dispatched {
     pub fn k(&self) -> usize {
         self.k
     }
-    /// Element type of the rows.
+    /// Element type of the rows given to the dispatch.
     pub fn dtype(&self) -> DataType {
         self.dtype
     }
-    /// Bytes of one row.
+    /// Format of the received rows.
+    pub fn format(&self) -> RecvFormat {
+        self.format
+    }
+    /// Bytes of one received row (`hidden` for FP8).
     pub fn row_bytes(&self) -> usize {
         self.row_bytes
     }
@@ -400,9 +476,21 @@ impl Dispatched {
     pub fn max_rows(&self) -> usize {
         self.max_rows
     }
-    /// Device address of the received rows (`rows x row_bytes`, grouped by source rank).
+    /// Device address of the received rows (`rows x row_bytes`, grouped by source rank): of
+    /// the input's element type, or e4m3 bytes for an FP8 dispatch.
     pub fn recv_x_addr(&self) -> u64 {
         self.recv_x
+    }
+    /// Device address of the received rows' FP8 scales, for an FP8 dispatch; `None` otherwise:
+    /// `rows x hidden / 128` f32, row-major (DeepEP's `x_scales`), or with
+    /// [`RecvFormat::E4m3Ue8m0`] `rows x ceil(hidden / 512)` u32 of four UE8M0 bytes each
+    /// ([`Dispatched::scale_row_bytes`] per row).
+    pub fn recv_x_scales_addr(&self) -> Option<u64> {
+        self.recv_x_scales
+    }
+    /// Bytes of one received row's scales (0 unless FP8).
+    pub fn scale_row_bytes(&self) -> usize {
+        self.scale_row_bytes
     }
     /// Device address of the received rows' expert ids (`rows x k` i32): local ids, -1 for
     /// experts of other ranks, unless the configuration asks for [`ExpertIds::Global`].
@@ -446,6 +534,9 @@ pub struct RecvCounts {
 pub struct ReceivedRows {
     /// `rows x row_bytes` bytes.
     pub x: Vec<u8>,
+    /// `rows x hidden / 128` FP8 scales (empty unless the dispatch was FP8; UE8M0 bytes read as
+    /// the powers of two they stand for).
+    pub x_scales: Vec<f32>,
     /// `rows x k` expert ids (local or global, as configured).
     pub topk_idx: Vec<i32>,
     /// `rows x k` weights (0 where a local id is -1).
@@ -460,11 +551,12 @@ pub struct ExpertParallel {
     gpu: Arc<Gpu>,
     config: Config,
     handle: EpHandle,
-    /// Threads per block of dispatch and of combine.
-    threads: (u32, u32),
+    /// Threads per block of dispatch, of combine and of the FP8 dispatch.
+    threads: (u32, u32, u32),
     layout_threads: u32,
     f_layout: CudaFunction,
     f_dispatch: CudaFunction,
+    f_dispatch_fp8: CudaFunction,
     f_combine_bf16: CudaFunction,
     f_combine_f32: CudaFunction,
     /// The number of this object's last dispatch (0: none yet); a [`Dispatched`] carries its
@@ -531,6 +623,7 @@ impl ExpertParallel {
         });
         let f_layout = gpu.function(PTX, "ep_layout")?;
         let f_dispatch = gpu.function(PTX, "ep_dispatch")?;
+        let f_dispatch_fp8 = gpu.function(PTX, "ep_dispatch_fp8")?;
         let f_combine_bf16 = gpu.function(PTX, "ep_combine_bf16")?;
         let f_combine_f32 = gpu.function(PTX, "ep_combine_f32")?;
         let pick = |limit: u32| config.threads.unwrap_or(1024).min(limit).max(32) / 32 * 32;
@@ -540,6 +633,7 @@ impl ExpertParallel {
                 mscclpp_host::launch::max_threads_per_block(&f_combine_bf16)?
                     .min(mscclpp_host::launch::max_threads_per_block(&f_combine_f32)?),
             ),
+            pick(mscclpp_host::launch::max_threads_per_block(&f_dispatch_fp8)?),
         );
         let layout_threads =
             LAYOUT_THREADS.min(mscclpp_host::launch::max_threads_per_block(&f_layout)?).max(32) / 32 * 32;
@@ -600,6 +694,7 @@ impl ExpertParallel {
             layout_threads,
             f_layout,
             f_dispatch,
+            f_dispatch_fp8,
             f_combine_bf16,
             f_combine_f32,
             generation: 0,
@@ -625,6 +720,11 @@ impl ExpertParallel {
     /// Blocks of dispatch and combine, threads per block of dispatch, of combine.
     pub fn grid(&self) -> (u32, u32, u32) {
         (self.handle.blocks, self.threads.0, self.threads.1)
+    }
+    /// Threads per block of an FP8 dispatch ([`ExpertParallel::dispatch_as`]; its kernel has
+    /// registers of its own, so it may run fewer than [`ExpertParallel::grid`]'s).
+    pub fn fp8_threads(&self) -> u32 {
+        self.threads.2
     }
     /// This rank and the number of ranks.
     pub fn rank(&self) -> (usize, usize) {
@@ -776,11 +876,28 @@ impl ExpertParallel {
 
     /// Dispatches this rank's batch (see the crate documentation): enqueues the layout kernel
     /// and the dispatch kernel on `stream` and returns without waiting. Every rank calls it.
+    /// The rows arrive as given; [`ExpertParallel::dispatch_as`] casts them to FP8.
     pub fn dispatch(&mut self, input: &DispatchInput, stream: &CudaStream) -> Result<Dispatched> {
+        self.dispatch_as(input, RecvFormat::Input, stream)
+    }
+
+    /// [`ExpertParallel::dispatch`], the rows arriving in `format`: as given, or (bf16 rows)
+    /// cast to FP8 E4M3 in the dispatch kernel with one f32 scale per 128 columns
+    /// ([`RecvFormat::E4m3`], DeepEP's FP8 dispatch: half the bytes of bf16 over NVLink; the
+    /// scales at [`Dispatched::recv_x_scales_addr`]). Every rank passes the same format (a
+    /// dispatch whose format differs between ranks traps with a message). The combine that
+    /// follows takes bf16 (or f32) rows, as DeepEP's.
+    pub fn dispatch_as(
+        &mut self,
+        input: &DispatchInput,
+        format: RecvFormat,
+        stream: &CudaStream,
+    ) -> Result<Dispatched> {
         self.check_stream(stream)?;
         self.check_gpu(&[input.x, input.topk_idx, input.topk_weights])?;
         let lens = (input.x.len(), input.topk_idx.len(), input.topk_weights.len());
-        let row_bytes = check_dispatch(&self.config, input.dtype, input.tokens, input.k, lens)?;
+        let in_row_bytes = check_dispatch(&self.config, input.dtype, input.tokens, input.k, lens)?;
+        let row_bytes = check_recv_format(&self.config, input.dtype, format)?;
         let code = dtype_code(input.dtype)?;
         self.pending = None;
         self.enqueue_layout(input.topk_idx, input.tokens, input.k, stream)?;
@@ -792,17 +909,21 @@ impl ExpertParallel {
             .arg(GlobalPtr::<u32>::from_addr(input.topk_weights.addr()))
             .arg(input.tokens as u32)
             .arg(input.k as u32)
-            .arg(row_bytes as u32)
-            .arg(shared::signature(input.k as u32, code))
+            .arg(in_row_bytes as u32)
+            .arg(shared::signature(input.k as u32, code, format.code()))
+            .arg(format.code())
             .arg(self.config.budget);
-        let cfg = LaunchConfig::new(h.blocks, self.threads.0).shared(EXCHANGE_SHARED_BYTES);
-        // SAFETY: the kernel takes (EpHandle, ptr, ptr, ptr, u32, u32, u32, u32, SpinBudget) as
-        // passed; the inputs hold the batch (checked above); the handle's buffers live as long as
-        // `self`; the grid is `h.blocks` blocks (at most one per SM, so all resident) of at least
-        // 32 threads; every rank enqueues the same sequence of operations (the caller's
-        // contract), and a rank whose arguments differ traps with a message rather than writing
-        // outside the buffers (counts are checked against max_tokens on the GPU).
-        unsafe { self.launch(stream, &self.f_dispatch, cfg, &mut args)? };
+        let (f, threads) =
+            if format.is_fp8() { (&self.f_dispatch_fp8, self.threads.2) } else { (&self.f_dispatch, self.threads.0) };
+        let cfg = LaunchConfig::new(h.blocks, threads).shared(EXCHANGE_SHARED_BYTES);
+        // SAFETY: the kernel takes (EpHandle, ptr, ptr, ptr, u32, u32, u32, u32, u32,
+        // SpinBudget) as passed; the inputs hold the batch (checked above; for FP8, bf16 rows of
+        // a multiple of 128 elements); the handle's buffers live as long as `self`; the grid is
+        // `h.blocks` blocks (at most one per SM, so all resident) of at least 32 threads; every
+        // rank enqueues the same sequence of operations (the caller's contract), and a rank whose
+        // arguments differ traps with a message rather than writing outside the buffers (counts
+        // are checked against max_tokens on the GPU, and the format is in the signature).
+        unsafe { self.launch(stream, f, cfg, &mut args)? };
         self.generation = next_generation();
         self.pending = Some(self.generation);
         let r = h.shared_regions();
@@ -811,8 +932,15 @@ impl ExpertParallel {
             tokens: input.tokens,
             k: input.k,
             dtype: input.dtype,
+            format,
             row_bytes,
             recv_x: h.shared + r.recv_x,
+            recv_x_scales: format.is_fp8().then_some(h.shared + r.recv_scales),
+            scale_row_bytes: if format.is_fp8() {
+                shared::scale_row_bytes(format.code(), h.scales_per_row()) as usize
+            } else {
+                0
+            },
             recv_topk_idx: h.shared + r.recv_idx,
             recv_topk_weights: h.shared + r.recv_w,
             recv_src: h.shared + r.recv_src,
@@ -960,6 +1088,7 @@ impl ExpertParallel {
         let mut topk_idx = vec![0i32; rows * d.k];
         let mut topk_weights = vec![0f32; rows * d.k];
         let mut src = vec![0i32; rows];
+        let mut x_scales = vec![0u8; rows * d.scale_row_bytes];
         // Read through the addresses the dispatch result gives its users, so they are what the
         // tests check.
         let base = self.shared.addr();
@@ -972,7 +1101,19 @@ impl ExpertParallel {
         self.shared.read(at(d.recv_topk_idx_addr())?, &mut topk_idx)?;
         self.shared.read(at(d.recv_topk_weights_addr())?, &mut topk_weights)?;
         self.shared.read(at(d.recv_src_addr())?, &mut src)?;
-        Ok(ReceivedRows { x, topk_idx, topk_weights, src })
+        if let Some(addr) = d.recv_x_scales_addr() {
+            self.shared.read(at(addr)?, &mut x_scales)?;
+        }
+        let x_scales = match d.format {
+            RecvFormat::Input => vec![],
+            RecvFormat::E4m3Ue8m0 => {
+                let groups = self.handle.scales_per_row() as usize;
+                let bytes = x_scales.chunks(d.scale_row_bytes.max(1)).flat_map(|row| &row[..groups]);
+                bytes.map(|&b| f32::from_bits((b as u32) << 23)).collect()
+            }
+            _ => x_scales.as_chunks::<4>().0.iter().map(|c| f32::from_le_bytes(*c)).collect(),
+        };
+        Ok(ReceivedRows { x, x_scales, topk_idx, topk_weights, src })
     }
 }
 
@@ -982,7 +1123,7 @@ mod tests {
 
     #[test]
     fn kernels_exist_in_the_ptx() {
-        for name in ["ep_layout", "ep_dispatch", "ep_combine_bf16", "ep_combine_f32"] {
+        for name in ["ep_layout", "ep_dispatch", "ep_dispatch_fp8", "ep_combine_bf16", "ep_combine_f32"] {
             assert!(PTX.contains(&format!(".entry {name}(")), "{name} missing from the PTX");
         }
     }
@@ -1042,6 +1183,23 @@ mod tests {
         assert_eq!(check_combine(&c, DataType::Bf16, 10, 1280).unwrap(), 128);
         assert!(e(check_combine(&c, DataType::F32, 10, 1280)).contains("need 2560"));
         assert!(matches!(check_combine(&c, DataType::I32, 1, 1 << 20), Err(Error::Unsupported(_))));
+        // FP8: bf16 rows of a multiple of 128 elements, `hidden` bytes received.
+        let wide = Config { hidden: 7168, ..c };
+        assert_eq!(check_recv_format(&wide, DataType::Bf16, RecvFormat::E4m3).unwrap(), 7168);
+        assert_eq!(check_recv_format(&wide, DataType::Bf16, RecvFormat::E4m3Pow2).unwrap(), 7168);
+        assert_eq!(check_recv_format(&wide, DataType::Bf16, RecvFormat::E4m3Ue8m0).unwrap(), 7168);
+        let bytes = |format: RecvFormat, groups| shared::scale_row_bytes(format.code(), groups);
+        assert_eq!([bytes(RecvFormat::E4m3, 56), bytes(RecvFormat::E4m3Ue8m0, 56)], [224, 56]);
+        assert_eq!(
+            [bytes(RecvFormat::E4m3Ue8m0, 1), bytes(RecvFormat::E4m3Ue8m0, 3), bytes(RecvFormat::E4m3Ue8m0, 5)],
+            [4, 4, 8]
+        );
+        assert_eq!(check_recv_format(&wide, DataType::Bf16, RecvFormat::Input).unwrap(), 7168 * 2);
+        assert_eq!(check_recv_format(&c, DataType::F32, RecvFormat::Input).unwrap(), 256, "any hidden as given");
+        let e64 = e(check_recv_format(&c, DataType::Bf16, RecvFormat::E4m3));
+        assert!(e64.contains("multiple of 128") && e64.contains("64"), "{e64}");
+        assert!(matches!(check_recv_format(&wide, DataType::F32, RecvFormat::E4m3), Err(Error::Unsupported(_))));
+        assert_eq!(RecvFormat::default(), RecvFormat::Input);
     }
 
     #[test]
@@ -1069,7 +1227,7 @@ mod tests {
     fn regions_do_not_overlap_and_stay_aligned() {
         for n in 1..=MAX_RANKS as u32 {
             for blocks in [1, 7, 132] {
-                let h = Config::new(33, 24, 8 * n as usize, 5).kernel_handle(0, n as usize, blocks);
+                let h = Config::new(33, 384, 8 * n as usize, 5).kernel_handle(0, n as usize, blocks);
                 let r = h.shared_regions();
                 assert_eq!(h.dispatch_flag(n - 1, blocks - 1) + 8, r.combine_flags);
                 assert_eq!(h.combine_flag(n - 1, blocks - 1) + 8, r.counts);
@@ -1077,11 +1235,21 @@ mod tests {
                 assert!(r.recv_x + h.max_recv_rows() * h.max_row_bytes() <= r.recv_idx);
                 assert!(r.recv_idx + h.max_recv_rows() * 5 * 4 <= r.recv_w);
                 assert!(r.recv_w + h.max_recv_rows() * 5 * 4 <= r.recv_src);
-                assert!(r.recv_src + h.max_recv_rows() * 4 <= r.combine);
+                assert!(r.recv_src + h.max_recv_rows() * 4 <= r.recv_scales);
+                assert!(r.recv_scales + h.max_recv_rows() * 3 * 4 <= r.combine);
                 assert!(h.combine_region(n - 1) + h.combine_region_bytes() <= r.combine_w);
                 assert_eq!(h.combine_w_region(n - 1) + h.combine_w_region_bytes(), r.total);
                 assert_eq!(h.combine_w_region_bytes(), 33 * 5 * 4);
-                for off in [r.recv_x, r.recv_idx, r.recv_w, r.recv_src, r.combine, h.combine_region(1), r.combine_w] {
+                for off in [
+                    r.recv_x,
+                    r.recv_idx,
+                    r.recv_w,
+                    r.recv_src,
+                    r.recv_scales,
+                    r.combine,
+                    h.combine_region(1),
+                    r.combine_w,
+                ] {
                     assert_eq!(off % 16, 0);
                 }
                 let l = h.layout_regions();
@@ -1116,7 +1284,14 @@ mod tests {
         assert_eq!(shared::count_tag((1 << 32) + 5), 5);
         assert_eq!(shared::pack_count(7, 9) >> 32, 7);
         assert_eq!(shared::pack_count(7, u32::MAX) as u32, u32::MAX);
-        assert_ne!(shared::signature(8, shared::DTYPE_BF16), shared::signature(8, shared::DTYPE_F32));
-        assert_ne!(shared::signature(1, shared::DTYPE_BF16), shared::signature(2, shared::DTYPE_BF16));
+        let sig = |k, dtype, format| shared::signature(k, dtype, format);
+        assert_ne!(sig(8, shared::DTYPE_BF16, 0), sig(8, shared::DTYPE_F32, 0));
+        assert_ne!(sig(1, shared::DTYPE_BF16, 0), sig(2, shared::DTYPE_BF16, 0));
+        assert_ne!(sig(8, shared::DTYPE_BF16, 0), sig(8, shared::DTYPE_BF16, shared::FORMAT_E4M3));
+        assert_ne!(
+            sig(8, shared::DTYPE_BF16, shared::FORMAT_E4M3),
+            sig(8, shared::DTYPE_BF16, shared::FORMAT_E4M3_POW2)
+        );
+        assert_ne!(sig(shared::MAX_TOPK as u32, 2, 2), sig(shared::MAX_TOPK as u32 - 1, 2, 2));
     }
 }

@@ -7,7 +7,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
 use crate::shared::{align_count, local_expert, rank_of_expert, valid_expert};
-use crate::{DataType, ExpertIds};
+use crate::{DataType, ExpertIds, RecvFormat};
 
 /// The dispatch layout of one rank's batch (DeepEP's `get_dispatch_layout` semantics).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,6 +174,77 @@ pub fn from_f32(dtype: DataType, v: &[f32]) -> Vec<u8> {
         DataType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         other => panic!("ep reference: element type {}", other.name()),
     }
+}
+
+/// bf16 rows (`hidden` elements each, a multiple of 128) as an FP8 dispatch delivers them
+/// (`format` [`RecvFormat::E4m3`], [`RecvFormat::E4m3Pow2`] or [`RecvFormat::E4m3Ue8m0`]): the
+/// e4m3 bytes and the `[rows][hidden / 128]` scales (as f32; [`pack_ue8m0`] packs them as UE8M0
+/// delivers them). DeepEP's per-token cast in its dispatch kernel
+/// (`calculate_fp8_scales` and `__nv_cvt_float2_to_fp8x2(.., __NV_SATFINITE, __NV_E4M3)`): per
+/// 128 columns, `amax = max(1e-4, max |x|)` in f32; the scale `amax * (1 / 448)` and the
+/// multiplier `448 / amax` (or, rounding the scale up to a power of two, `2^e` and `2^-e` with
+/// `e = ceil(log2(amax * (1 / 448)))`); every element `x * multiplier` (f32) rounded to the
+/// nearest e4m3, ties to even, saturated to +-448 (the `float8` crate's conversion, written after
+/// CUDA's own).
+///
+/// # Panics
+/// If `format` is not FP8, or `hidden` is not a multiple of 128.
+pub fn cast_e4m3(x: &[u8], hidden: usize, format: RecvFormat) -> (Vec<u8>, Vec<f32>) {
+    assert!(format.is_fp8() && hidden.is_multiple_of(128), "{format:?} of {hidden} columns");
+    let v = to_f32(DataType::Bf16, x);
+    let mut q = Vec::with_capacity(v.len());
+    let mut scales = Vec::with_capacity(v.len() / 128);
+    for group in v.chunks(128) {
+        let amax = group.iter().fold(1e-4f32, |m, x| m.max(x.abs()));
+        let inv = amax * (1.0 / 448.0);
+        let (mul, scale) = if format != RecvFormat::E4m3 {
+            let e = (inv as f64).log2().ceil() as i32;
+            (2f32.powi(-e), 2f32.powi(e))
+        } else {
+            (448.0 / amax, inv)
+        };
+        q.extend(group.iter().map(|x| float8::F8E4M3::from_f32(x * mul).to_bits()));
+        scales.push(scale);
+    }
+    (q, scales)
+}
+
+/// bf16 rows (`hidden` elements each) with their 128-column groups rescaled so that an FP8 cast
+/// meets every case: by group, in turn, all zeros, scaled by 1e-5, as they are, one element
+/// 1e4 times larger (the others become e4m3 subnormals or zeros), scaled by 1e30.
+pub fn spread_magnitudes(x: &[u8], hidden: usize) -> Vec<u8> {
+    let mut v = to_f32(DataType::Bf16, x);
+    for (i, e) in v.iter_mut().enumerate() {
+        let (row, col) = (i / hidden, i % hidden);
+        *e *= match (row * 7 + col / 128) % 5 {
+            0 => 0.0,
+            1 => 1e-5,
+            3 if col % 128 == 5 => 1e4,
+            4 => 1e30,
+            _ => 1.0,
+        };
+    }
+    from_f32(DataType::Bf16, &v)
+}
+
+/// Power-of-two scales (`[rows][groups]` f32) as [`RecvFormat::E4m3Ue8m0`] delivers them: the
+/// exponent field of each as a byte, four to a little-endian u32, every row padded with zero
+/// bytes to whole words.
+pub fn pack_ue8m0(scales: &[f32], groups: usize) -> Vec<u32> {
+    let words = groups.div_ceil(4);
+    let mut out = vec![0u32; scales.len() / groups.max(1) * words];
+    for (i, s) in scales.iter().enumerate() {
+        let (row, g) = (i / groups, i % groups);
+        assert_eq!(s.to_bits() & 0x807f_ffff, 0, "{s} is not a power of two");
+        out[row * words + g / 4] |= (s.to_bits() >> 23) << (8 * (g % 4));
+    }
+    out
+}
+
+/// e4m3 bytes and their `[rows][hidden / 128]` scales back to f32 (`e4m3 * scale`).
+pub fn e4m3_to_f32(q: &[u8], scales: &[f32], hidden: usize) -> Vec<f32> {
+    let scale = |i: usize| scales[i / hidden * (hidden / 128) + i % hidden / 128];
+    q.iter().enumerate().map(|(i, &b)| float8::F8E4M3::from_bits(b).to_f32() * scale(i)).collect()
 }
 
 /// What one rank receives in a dispatch.
@@ -525,6 +596,80 @@ mod tests {
                 for i in 0..out.len() {
                     assert!((out[i] as f64 - want[i]).abs() <= eps * mag[i] + 1e-30, "{dtype:?} {i}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn e4m3_of_the_kernels_is_the_reference_conversion() {
+        use crate::shared::e4m3_from_f32;
+        // Every e4m3 value, the midpoints between neighbours and the f32 values next to them
+        // (ties to even, saturation at 464 and above, the subnormals), both signs; then a sweep
+        // of f32 bit patterns.
+        let values: Vec<f32> = (0u8..0x7f).map(|b| float8::F8E4M3::from_bits(b).to_f32()).collect();
+        let mut xs = vec![0.0, 2f32.powi(-10), 464.0, 480.0, 1e30, f32::INFINITY, f32::MIN_POSITIVE, 1e-45];
+        for w in values.windows(2) {
+            let mid = (w[0] + w[1]) / 2.0;
+            for x in [w[0], mid, w[1]] {
+                xs.extend([x, f32::from_bits(x.to_bits() + 1), f32::from_bits(x.to_bits().max(1) - 1)]);
+            }
+        }
+        xs.extend((0..1u64 << 32).step_by(4099).map(|b| f32::from_bits(b as u32)).filter(|x| !x.is_nan()));
+        for x in xs.iter().flat_map(|&x| [x, -x]) {
+            assert_eq!(e4m3_from_f32(x), float8::F8E4M3::from_f32(x).to_bits(), "{x:e} ({:#x})", x.to_bits());
+        }
+        assert_eq!(e4m3_from_f32(f32::NAN) & 0x7f, 0x7f);
+        assert_eq!([e4m3_from_f32(448.0), e4m3_from_f32(-1e9), e4m3_from_f32(2f32.powi(-9))], [0x7e, 0xfe, 0x01]);
+    }
+
+    #[test]
+    fn fp8_cast_by_hand_and_back() {
+        use crate::shared::e4m3_scales;
+        // One row of 256 columns: a group of zeros, a group whose largest magnitude is 3.5.
+        let mut v = vec![0f32; 256];
+        v[128] = -3.5;
+        v[200] = 1.0;
+        v[255] = 0.001;
+        let x = from_f32(DataType::Bf16, &v);
+        let (q, s) = cast_e4m3(&x, 256, RecvFormat::E4m3);
+        assert_eq!(s, [1e-4f32 * (1.0 / 448.0), 3.5f32 * (1.0 / 448.0)]);
+        assert!(q[..128].iter().all(|&b| b == 0), "zeros stay zeros");
+        assert_eq!((q[128], q[200]), (0xfe, float8::F8E4M3::from_f32(448.0 / 3.5).to_bits()), "-amax is -448");
+        let (qp, sp) = cast_e4m3(&x, 256, RecvFormat::E4m3Pow2);
+        assert_eq!(sp, [2f32.powi(-22), 2f32.powi(-7)], "1e-4 / 448 <= 2^-22, 3.5 / 448 = 2^-7");
+        assert_eq!((qp[128], qp[200]), (0xfe, 0x70), "-448, 128");
+        // The kernels' scales are the reference's (amax of bf16 values, at least 1e-4).
+        for (amax, pow2) in [(0.0, false), (0.0, true), (3.5, false), (3.5, true), (300.0, true), (0.7, false)] {
+            let a = bf16::from_f32(amax).to_f32();
+            let (mul, scale) = e4m3_scales(a.max(1e-4), pow2);
+            let format = if pow2 { RecvFormat::E4m3Pow2 } else { RecvFormat::E4m3 };
+            let (q, want) = cast_e4m3(&from_f32(DataType::Bf16, &[a; 128]), 128, format);
+            assert_eq!(scale, want[0], "{amax} {pow2}");
+            assert_eq!(q[0], float8::F8E4M3::from_f32(a * mul).to_bits(), "{amax} {pow2}");
+        }
+        // Back within e4m3's rounding: half an ulp (2^-4 relative) or half the smallest
+        // subnormal step (2^-10 * scale * 448 / 448) of the group.
+        let mut rng = StdRng::seed_from_u64(3);
+        let v: Vec<f32> =
+            (0..4 * 384).map(|_| rng.random_range(-4.0f32..4.0) * [1.0, 1e-3][rng.random_range(0..2)]).collect();
+        let x = from_f32(DataType::Bf16, &v);
+        assert_eq!(pack_ue8m0(&[1.0, 0.5, 2.0, 4.0, 2f32.powi(-22)], 5), [0x8180_7e7f, 0x69]);
+        assert_eq!(pack_ue8m0(&[1.0, 0.5, 2.0, 4.0, 2f32.powi(-22), 8.0], 3), [0x0080_7e7f, 0x0082_6981]);
+        assert_eq!(cast_e4m3(&x, 384, RecvFormat::E4m3Ue8m0), cast_e4m3(&x, 384, RecvFormat::E4m3Pow2));
+        for format in [RecvFormat::E4m3, RecvFormat::E4m3Pow2] {
+            let (q, s) = cast_e4m3(&x, 384, format);
+            assert_eq!((q.len(), s.len()), (4 * 384, 4 * 3));
+            let back = e4m3_to_f32(&q, &s, 384);
+            let orig = to_f32(DataType::Bf16, &x);
+            for i in 0..orig.len() {
+                let scale = s[i / 128];
+                let err = (back[i] - orig[i]).abs();
+                assert!(
+                    err <= orig[i].abs() / 16.0 + scale / 512.0 + 1e-12,
+                    "{format:?} {i}: {} vs {}",
+                    back[i],
+                    orig[i]
+                );
             }
         }
     }

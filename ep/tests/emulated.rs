@@ -16,8 +16,11 @@ use std::sync::atomic::AtomicBool;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
-use mscclpp_ep::shared::{DTYPE_BF16, DTYPE_F32, EpHandle, WeightsArgs, signature};
-use mscclpp_ep::{Config, DEFAULT_BLOCKS, DataType, ExpertIds, TopkIdx};
+use mscclpp_ep::shared::{
+    DTYPE_BF16, DTYPE_F32, EpHandle, FORMAT_COPY, FORMAT_E4M3, FORMAT_E4M3_POW2, FORMAT_E4M3_UE8M0, WeightsArgs,
+    scale_row_bytes, signature,
+};
+use mscclpp_ep::{Config, DEFAULT_BLOCKS, DataType, ExpertIds, RecvFormat, TopkIdx};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -276,11 +279,12 @@ fn world(cfg: &Config, n: usize, blocks: u32) -> Vec<Rank> {
     ranks
 }
 
-/// One operation of a sequence: a batch per rank (known to all), dispatched, then combined
-/// unless `combine` is false.
+/// One operation of a sequence: a batch per rank (known to all), dispatched (the rows arriving
+/// in `format`), then combined unless `combine` is false.
 #[derive(Clone, Copy, Debug)]
 struct Op {
     dtype: DataType,
+    format: RecvFormat,
     k: usize,
     routing: Routing,
     tokens: [usize; 4],
@@ -292,6 +296,9 @@ struct Expect {
     inputs: Vec<RankInput>,
     layouts: Vec<Layout>,
     recv: Vec<Received>,
+    /// The received rows as the dispatch delivers them (cast to FP8 for an FP8 format) and
+    /// their scales (bits; empty unless FP8).
+    recv_x: Vec<(Vec<u8>, Vec<u32>)>,
     ys: Vec<Vec<u8>>,
     outs: Vec<Vec<u8>>,
     /// The weights a caller gives combine (per rank, one per received row and slot).
@@ -310,7 +317,11 @@ fn expect(op: &Op, cfg: &Config, n: usize, seed: u64) -> Expect {
     let inputs: Vec<RankInput> = (0..n)
         .map(|r| {
             let t = op.tokens[r % 4].min(cfg.max_tokens);
-            reference::random_input(seed, r, op.dtype, t, cfg.hidden, op.k, (cfg.experts, n), op.routing)
+            let mut i = reference::random_input(seed, r, op.dtype, t, cfg.hidden, op.k, (cfg.experts, n), op.routing);
+            if op.format.is_fp8() {
+                i.x = reference::spread_magnitudes(&i.x, cfg.hidden);
+            }
+            i
         })
         .collect();
     let layouts: Vec<Layout> =
@@ -319,6 +330,21 @@ fn expect(op: &Op, cfg: &Config, n: usize, seed: u64) -> Expect {
     let recv: Vec<Received> = (0..n)
         .map(|d| reference::received(&inputs, &layouts, d, (cfg.experts, row), cfg.expert_ids, cfg.expert_alignment))
         .collect();
+    let recv_x = recv
+        .iter()
+        .map(|r| match op.format {
+            RecvFormat::Input => (r.x.clone(), vec![]),
+            RecvFormat::E4m3Ue8m0 => {
+                let (q, scales) = reference::cast_e4m3(&r.x, cfg.hidden, op.format);
+                (q, reference::pack_ue8m0(&scales, cfg.hidden / 128))
+            }
+            fp8 => {
+                let (q, scales) = reference::cast_e4m3(&r.x, cfg.hidden, fp8);
+                (q, scales.iter().map(|s| s.to_bits()).collect())
+            }
+        })
+        .collect();
+    // The experts compute from the rows as sent (the combine does not depend on the format).
     let ys: Vec<Vec<u8>> = (0..n)
         .map(|d| reference::scaled_experts(op.dtype, &recv[d], op.k, (d, n), cfg.experts, cfg.expert_ids))
         .collect();
@@ -330,7 +356,7 @@ fn expect(op: &Op, cfg: &Config, n: usize, seed: u64) -> Expect {
     let w_outs = [&delivered, &w_ins].map(|w| {
         (0..n).map(|s| reference::combine_weights(&layouts[s], s, (inputs[s].tokens, op.k), (w, &offsets))).collect()
     });
-    Expect { inputs, layouts, recv, ys, outs, w_ins, w_outs }
+    Expect { inputs, layouts, recv, recv_x, ys, outs, w_ins, w_outs }
 }
 
 /// What a rank saw after one dispatch and combine.
@@ -339,6 +365,7 @@ struct Seen {
     layout: Option<Layout>,
     info: Vec<u32>,
     x: Vec<u8>,
+    scales: Vec<u32>,
     idx: Vec<i32>,
     w: Vec<u32>,
     src: Vec<i32>,
@@ -348,6 +375,15 @@ struct Seen {
 
 fn code(dtype: DataType) -> u32 {
     if dtype == DataType::F32 { DTYPE_F32 } else { DTYPE_BF16 }
+}
+
+fn format_code(format: RecvFormat) -> u32 {
+    match format {
+        RecvFormat::Input => FORMAT_COPY,
+        RecvFormat::E4m3 => FORMAT_E4M3,
+        RecvFormat::E4m3Pow2 => FORMAT_E4M3_POW2,
+        RecvFormat::E4m3Ue8m0 => FORMAT_E4M3_UE8M0,
+    }
 }
 
 /// The layout kernel of rank `r` on `idx`, then its results.
@@ -389,7 +425,7 @@ fn run_rank(
     ops: &[Op],
     exp: &[Expect],
     (blocks, threads): (u32, u32),
-    sig_k: Option<usize>,
+    sig: Option<(usize, RecvFormat)>,
     failed: &Arc<AtomicBool>,
 ) -> Vec<Seen> {
     let h = r.h;
@@ -407,28 +443,31 @@ fn run_rank(
         let (x, w) = (Mem::from_bytes(&inp.x), Mem::from_pod(&inp.topk_weights));
         let row = h.hidden as usize * op.dtype.bytes();
         let mut s = Seen { layout: Some(run_layout(r, &idx, inp.tokens, op.k, failed)), ..Seen::default() };
-        let sig = signature(sig_k.unwrap_or(op.k) as u32, code(op.dtype));
+        let format = format_code(op.format);
+        let (sig_k, sig_format) = sig.map_or((op.k, format), |(k, f)| (k, format_code(f)));
+        let sig = signature(sig_k as u32, code(op.dtype), sig_format);
         let (xa, ia, wa) = (x.addr(), idx.addr(), w.addr());
         hw::launch(blocks, threads, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
+            let args = (GlobalPtr::from_addr(xa), GlobalPtr::from_addr(ia), GlobalPtr::from_addr(wa));
+            let (t, k) = (inp.tokens as u32, op.k as u32);
             // SAFETY: the inputs hold the batch; the world's buffers the handle's regions.
             unsafe {
-                body::dispatch(
-                    h,
-                    GlobalPtr::from_addr(xa),
-                    GlobalPtr::from_addr(ia),
-                    GlobalPtr::from_addr(wa),
-                    inp.tokens as u32,
-                    op.k as u32,
-                    row as u32,
-                    sig,
-                    BUDGET,
-                )
+                if op.format.is_fp8() {
+                    body::dispatch::<true>(h, args.0, args.1, args.2, t, k, row as u32, (sig, format), BUDGET)
+                } else {
+                    body::dispatch::<false>(h, args.0, args.1, args.2, t, k, row as u32, (sig, format), BUDGET)
+                }
             }
         });
         // What arrived, read before this rank's next dispatch (as a stream-ordered reader would).
         s.info = r.info.read(0, h.info_words() as usize);
         let rows = s.info[0] as usize;
-        s.x = r.shared.read(sr.recv_x, rows * row);
+        if op.format.is_fp8() {
+            s.x = r.shared.read(sr.recv_x, rows * h.hidden as usize);
+            s.scales = r.shared.read(sr.recv_scales, rows * scale_row_bytes(format, h.scales_per_row()) as usize / 4);
+        } else {
+            s.x = r.shared.read(sr.recv_x, rows * row);
+        }
         s.idx = r.shared.read(sr.recv_idx, rows * op.k);
         s.w = r.shared.read(sr.recv_w, rows * op.k);
         s.src = r.shared.read(sr.recv_src, rows);
@@ -509,7 +548,8 @@ fn run_world(cfg: &Config, n: usize, grid: (u32, u32), ops: &[Op], seed: u64) {
             assert_eq!(&s.info[m..m + n * n], &want.matrix[..], "{what}: matrix");
             let pe = h.info_per_expert() as usize;
             assert_eq!(&s.info[pe..pe + (h.experts / nn) as usize], &want.per_expert[..], "{what}: per expert");
-            assert!(s.x == want.x, "{what}: received rows differ");
+            assert!(s.x == e.recv_x[me].0, "{what}: received rows differ");
+            assert_eq!(s.scales, e.recv_x[me].1, "{what}: received scales");
             assert_eq!(s.idx, want.topk_idx, "{what}: ids");
             assert_eq!(s.w, want.topk_weights.iter().map(|w| w.to_bits()).collect::<Vec<_>>(), "{what}: weights");
             assert_eq!(s.src, want.src, "{what}: source indices");
@@ -534,7 +574,7 @@ fn run_world(cfg: &Config, n: usize, grid: (u32, u32), ops: &[Op], seed: u64) {
 
 fn ops(n: usize) -> Vec<Op> {
     let random = Routing::Random { none: 0.2 };
-    let op = |dtype, k, routing, tokens, combine| Op { dtype, k, routing, tokens, combine };
+    let op = |dtype, k, routing, tokens, combine| Op { dtype, format: RecvFormat::Input, k, routing, tokens, combine };
     vec![
         op(DataType::Bf16, 3, random, [40, 17, 33, 1], true),
         op(DataType::F32, 1, random, [5, 40, 0, 39], true),
@@ -598,12 +638,72 @@ fn i64_ids() {
     run_world(&cfg, 2, (1, 32), &ops(2), 20);
 }
 
+/// `ops(n)` with the bf16 operations' rows cast to FP8 (the second and fifth to `format`, the
+/// first with f32 scales), the rest as given: both dispatch kernels and several formats on the
+/// same buffers, one after the other.
+fn fp8_ops(n: usize, format: RecvFormat) -> Vec<Op> {
+    let mut bf16 = 0;
+    ops(n)
+        .into_iter()
+        .map(|op| {
+            if op.dtype != DataType::Bf16 {
+                return op;
+            }
+            bf16 += 1;
+            // The first with f32 scales (every rank receives some): UE8M0's padding is written
+            // over them afterwards.
+            let format = match bf16 {
+                1 => RecvFormat::E4m3,
+                2 | 5 => format,
+                _ => RecvFormat::Input,
+            };
+            Op { format, ..op }
+        })
+        .collect()
+}
+
+#[test]
+fn fp8_dispatch_at_several_shapes_and_budgets() {
+    // Rows of 1 to 5 groups of 128 columns, 1 to 20 blocks, 2 to 4 ranks, each format: the e4m3
+    // bytes and the scales (UE8M0: with 1 to 3 padding bytes) bit for bit, every magnitude
+    // (`reference::spread_magnitudes`).
+    let cases = [
+        (2, 256, 8, (1, 32)),
+        (3, 384, 12, (3, 64)),
+        (2, 640, 4, (2, 32)),
+        (4, 256, 16, (2, 32)),
+        (2, 128, 4, (DEFAULT_BLOCKS, 32)),
+        (3, 512, 6, (1, 64)),
+    ];
+    let formats = [RecvFormat::E4m3, RecvFormat::E4m3Pow2, RecvFormat::E4m3Ue8m0];
+    for (i, (n, hidden, experts, grid)) in cases.into_iter().enumerate() {
+        let cfg = Config::new(40, hidden, experts, 4);
+        let format = formats[i % 3];
+        run_world(&cfg, n, grid, &fp8_ops(n, format), 40 + i as u64);
+    }
+}
+
+#[test]
+fn fp8_dispatch_with_global_i64_ids_and_one_rank() {
+    let cfg = Config { topk_idx: TopkIdx::I64, expert_ids: ExpertIds::Global, ..Config::new(40, 128, 12, 4) };
+    run_world(&cfg, 3, (2, 32), &fp8_ops(3, RecvFormat::E4m3), 50);
+    let cfg = Config::new(40, 256, 4, 4);
+    run_world(&cfg, 1, (1, 32), &fp8_ops(1, RecvFormat::E4m3Ue8m0), 51);
+}
+
 #[test]
 fn local_ids_are_the_default() {
     let cfg = Config::new(40, 16, 12, 4);
     assert_eq!((cfg.expert_ids, cfg.expert_alignment, cfg.blocks), (ExpertIds::Local, 1, None));
     // Every rank hosts experts of the tokens, so every received row has -1 slots (other ranks').
-    let op = Op { dtype: DataType::Bf16, k: 4, routing: Routing::Random { none: 0.0 }, tokens: [40; 4], combine: true };
+    let op = Op {
+        dtype: DataType::Bf16,
+        format: RecvFormat::Input,
+        k: 4,
+        routing: Routing::Random { none: 0.0 },
+        tokens: [40; 4],
+        combine: true,
+    };
     let e = expect(&op, &cfg, 3, 18);
     assert!(e.recv.iter().all(|r| r.topk_idx.iter().all(|&id| (-1..4).contains(&id))));
     assert!(e.recv.iter().all(|r| r.topk_idx.contains(&-1) && r.topk_weights.contains(&0.0)));
@@ -622,7 +722,7 @@ fn few_tokens_are_cut_into_pieces() {
     // up to 8 pieces, each copied and summed by another warp.
     let cfg = Config::new(4, 64, 8, 4);
     let random = Routing::Random { none: 0.1 };
-    let op = |dtype, k, tokens| Op { dtype, k, routing: random, tokens, combine: true };
+    let op = |dtype, k, tokens| Op { dtype, format: RecvFormat::Input, k, routing: random, tokens, combine: true };
     let ops = [
         op(DataType::F32, 4, [1, 2, 3, 0]),
         op(DataType::Bf16, 3, [3, 1, 0, 2]),
@@ -666,11 +766,19 @@ fn layout_kernel_matches_the_reference() {
     }
 }
 
-/// Runs one dispatch where rank 1 claims another k; returns the ranks' failure messages.
-fn mismatched_k() -> Vec<String> {
+/// Runs one dispatch where rank 1 claims another k or format (`claim`); returns the ranks'
+/// failure messages.
+fn mismatched(claim: (usize, RecvFormat)) -> Vec<String> {
     let cfg = Config::new(8, 8, 4, 4);
     let ranks = world(&cfg, 2, 1);
-    let op = Op { dtype: DataType::Bf16, k: 2, routing: Routing::Random { none: 0.0 }, tokens: [8; 4], combine: false };
+    let op = Op {
+        dtype: DataType::Bf16,
+        format: RecvFormat::Input,
+        k: 2,
+        routing: Routing::Random { none: 0.0 },
+        tokens: [8; 4],
+        combine: false,
+    };
     let exp = vec![expect(&op, &cfg, 2, 5)];
     let failed = Arc::new(AtomicBool::new(false));
     std::thread::scope(|scope| {
@@ -681,7 +789,7 @@ fn mismatched_k() -> Vec<String> {
                 let (exp, failed) = (&exp, &failed);
                 scope.spawn(move || {
                     catch_unwind(AssertUnwindSafe(|| {
-                        run_rank(r, me, &[op], exp, (1, 32), (me == 1).then_some(3), failed)
+                        run_rank(r, me, &[op], exp, (1, 32), (me == 1).then_some(claim), failed)
                     }))
                 })
             })
@@ -694,9 +802,12 @@ fn mismatched_k() -> Vec<String> {
 }
 
 #[test]
-fn ranks_that_disagree_on_k_fail_with_a_message() {
-    let msgs = mismatched_k();
-    // Whichever rank reads the other's signature first reports it; the other may only see
-    // that a thread failed (on a GPU: the trap of the first, then the budget or the abort).
-    assert!(msgs.iter().any(|m| m.contains("the ranks were called with different k or element types")), "{msgs:?}");
+fn ranks_that_disagree_on_k_or_format_fail_with_a_message() {
+    for claim in [(3, RecvFormat::Input), (2, RecvFormat::E4m3), (2, RecvFormat::E4m3Ue8m0)] {
+        let msgs = mismatched(claim);
+        // Whichever rank reads the other's signature first reports it; the other may only see
+        // that a thread failed (on a GPU: the trap of the first, then the budget or the abort).
+        let what = "the ranks were called with different k, element types or received formats";
+        assert!(msgs.iter().any(|m| m.contains(what)), "{claim:?}: {msgs:?}");
+    }
 }

@@ -20,7 +20,11 @@
 //!   their own, ordered by `wait_event` / `record_event`;
 //! * combines that also sum the top-k weights (even k: the delivered ones, which come back as
 //!   given; on the side stream: the caller's), bit for bit;
-//! * requests beyond the configuration, stale and repeated combines: errors, before any launch.
+//! * FP8 dispatch (bf16 rows cast to e4m3 with a scale per 128 columns: DeepEP's f32 scales,
+//!   power-of-two ones, UE8M0 bytes) at DeepSeek-V3's hidden size, between bf16 and f32 dispatches on the
+//!   same object and with one block of 64 threads: the e4m3 bytes and the scales bit for bit;
+//! * requests beyond the configuration, stale and repeated combines, FP8 of f32 rows or of rows
+//!   that are not a multiple of 128: errors, before any launch.
 //!
 //! ```sh
 //! cargo test --release -p mscclpp-ep --test mp_ep   # 2 ranks (launcher)
@@ -33,7 +37,8 @@ use std::process::ExitCode;
 
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
 use mscclpp_ep::{
-    CombineWeights, Config, DEFAULT_BLOCKS, DataType, DispatchInput, Dispatched, ExpertIds, ExpertParallel, TopkIdx,
+    CombineWeights, Config, DEFAULT_BLOCKS, DataType, DispatchInput, Dispatched, ExpertIds, ExpertParallel, RecvFormat,
+    TopkIdx,
 };
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
@@ -56,6 +61,9 @@ const TAIL: usize = 64;
 #[derive(Clone, Copy, Debug)]
 struct Case {
     dtype: DataType,
+    /// The received rows' format (FP8: the rows' magnitudes spread by
+    /// `reference::spread_magnitudes`).
+    format: RecvFormat,
     k: usize,
     routing: Routing,
     /// Tokens of rank r: `tokens[r % 4]` capped at max_tokens.
@@ -68,6 +76,9 @@ struct Plan {
     inputs: Vec<RankInput>,
     layouts: Vec<Layout>,
     recv: Vec<Received>,
+    /// The rows this rank receives as the dispatch delivers them (cast to FP8 for an FP8
+    /// format) and their scales (empty unless FP8).
+    recv_x: (Vec<u8>, Vec<f32>),
     /// The experts' output rows of every rank.
     ys: Vec<Vec<u8>>,
     /// What combine returns on this rank.
@@ -80,7 +91,11 @@ fn plan(c: &Case, cfg: &Config, n: usize, me: usize) -> Plan {
     let inputs: Vec<RankInput> = (0..n)
         .map(|r| {
             let t = c.tokens[r % 4].min(cfg.max_tokens);
-            reference::random_input(c.seed, r, c.dtype, t, cfg.hidden, c.k, (cfg.experts, n), c.routing)
+            let mut i = reference::random_input(c.seed, r, c.dtype, t, cfg.hidden, c.k, (cfg.experts, n), c.routing);
+            if c.format.is_fp8() {
+                i.x = reference::spread_magnitudes(&i.x, cfg.hidden);
+            }
+            i
         })
         .collect();
     let layouts: Vec<Layout> =
@@ -89,6 +104,11 @@ fn plan(c: &Case, cfg: &Config, n: usize, me: usize) -> Plan {
     let recv: Vec<Received> = (0..n)
         .map(|d| reference::received(&inputs, &layouts, d, (cfg.experts, row), cfg.expert_ids, cfg.expert_alignment))
         .collect();
+    let recv_x = match c.format {
+        RecvFormat::Input => (recv[me].x.clone(), vec![]),
+        fp8 => reference::cast_e4m3(&recv[me].x, cfg.hidden, fp8),
+    };
+    // The experts compute from the rows as sent (the combine does not depend on the format).
     let ys: Vec<Vec<u8>> = (0..n)
         .map(|d| reference::scaled_experts(c.dtype, &recv[d], c.k, (d, n), cfg.experts, cfg.expert_ids))
         .collect();
@@ -96,7 +116,7 @@ fn plan(c: &Case, cfg: &Config, n: usize, me: usize) -> Plan {
     let out = reference::combine(c.dtype, &layouts[me], me, inputs[me].tokens, (&ys, &offsets), row);
     let delivered: Vec<Vec<f32>> = recv.iter().map(|r| r.topk_weights.clone()).collect();
     let w_out = reference::combine_weights(&layouts[me], me, (inputs[me].tokens, c.k), (&delivered, &offsets));
-    Plan { inputs, layouts, recv, ys, out, w_out }
+    Plan { inputs, layouts, recv, recv_x, ys, out, w_out }
 }
 
 /// This rank's device buffers of one case.
@@ -132,7 +152,7 @@ fn upload(ep: &ExpertParallel, p: &Plan, me: usize) -> Result<Bufs> {
 
 fn dispatch(ep: &mut ExpertParallel, c: &Case, b: &Bufs, tokens: usize) -> Result<Dispatched> {
     let input = DispatchInput { x: &b.x, dtype: c.dtype, topk_idx: &b.idx, topk_weights: &b.w, tokens, k: c.k };
-    ep.dispatch(&input, ep.gpu().clone().stream())
+    ep.dispatch_as(&input, c.format, ep.gpu().clone().stream())
 }
 
 fn check_eq<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T]) -> Result<()> {
@@ -198,9 +218,13 @@ fn run_case(ep: &mut ExpertParallel, c: &Case, what: &str) -> Result<()> {
     check_eq(&format!("{what}: count matrix"), &rc.matrix, &want.matrix)?;
     check_eq(&format!("{what}: rows per local expert"), &rc.per_expert, &want.per_expert)?;
     let got = ep.read_received(&d, stream)?;
-    check_eq(&format!("{what}: received x"), &got.x, &want.x)?;
-    check_eq(&format!("{what}: received ids"), &got.topk_idx, &want.topk_idx)?;
+    check_eq(&format!("{what}: received x"), &got.x, &p.recv_x.0)?;
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    check_eq(&format!("{what}: received scales"), &bits(&got.x_scales), &bits(&p.recv_x.1))?;
+    if d.format() != c.format || d.recv_x_scales_addr().is_some() != c.format.is_fp8() {
+        return Err(fail(format!("{what}: the dispatch result says {:?}", d.format())));
+    }
+    check_eq(&format!("{what}: received ids"), &got.topk_idx, &want.topk_idx)?;
     check_eq(&format!("{what}: received weights"), &bits(&got.topk_weights), &bits(&want.topk_weights))?;
     check_eq(&format!("{what}: received source indices"), &got.src, &want.src)?;
     // Even k: the combine also sums the delivered weights back (DeepEP's combined_topk_weights).
@@ -341,6 +365,12 @@ fn refusals(ep: &mut ExpertParallel, base: &Case) -> Result<()> {
     expect_err(ep.dispatch(&big_k, s).map(|_| ()), "k above max_topk", "max_topk")?;
     let f16 = DispatchInput { dtype: DataType::F16, tokens: 1, ..too_many };
     expect_err(ep.dispatch(&f16, s).map(|_| ()), "f16", "bf16 and f32 are supported")?;
+    // FP8 casts bf16 rows of a multiple of 128 elements (this configuration's are 1000).
+    let one = DispatchInput { tokens: 1, ..too_many };
+    let r = ep.dispatch_as(&one, RecvFormat::E4m3, s).map(|_| ());
+    expect_err(r, "FP8 of 1000 columns", "multiple of 128")?;
+    let f32_rows = DispatchInput { dtype: DataType::F32, tokens: 1, ..too_many };
+    expect_err(ep.dispatch_as(&f32_rows, RecvFormat::E4m3Pow2, s).map(|_| ()), "FP8 of f32 rows", "of f32 rows")?;
     let t = p.inputs[me].tokens;
     let short_x = DeviceBuffer::alloc(&gpu, 17 * cfg.hidden * base.dtype.bytes() - 1)?;
     let short = DispatchInput { x: &short_x, tokens: 17, ..too_many };
@@ -430,19 +460,34 @@ fn run(comm: &Communicator) -> Result<()> {
         let tokens = [300 - 13 * k, 217 + 3 * k, 1 + k, 256];
         cases.push((
             format!("random bf16 k={k}"),
-            Case { dtype: DataType::Bf16, k, routing: random, tokens, seed: seed + k as u64 },
+            Case {
+                format: RecvFormat::Input,
+                dtype: DataType::Bf16,
+                k,
+                routing: random,
+                tokens,
+                seed: seed + k as u64,
+            },
         ));
     }
     for (k, tokens) in [(2, [100, 300, 7, 64]), (8, [300, 299, 298, 297])] {
         cases.push((
             format!("random f32 k={k}"),
-            Case { dtype: DataType::F32, k, routing: random, tokens, seed: seed + 20 + k as u64 },
+            Case {
+                format: RecvFormat::Input,
+                dtype: DataType::F32,
+                k,
+                routing: random,
+                tokens,
+                seed: seed + 20 + k as u64,
+            },
         ));
     }
     let last = n - 1;
     cases.push((
         format!("all to rank {last} bf16 k=8"),
         Case {
+            format: RecvFormat::Input,
             dtype: DataType::Bf16,
             k: 8,
             routing: Routing::ToRank(last),
@@ -452,19 +497,41 @@ fn run(comm: &Communicator) -> Result<()> {
     ));
     cases.push((
         "all to rank 0 f32 k=3".into(),
-        Case { dtype: DataType::F32, k: 3, routing: Routing::ToRank(0), tokens: [10, 300, 200, 0], seed: seed + 31 },
+        Case {
+            format: RecvFormat::Input,
+            dtype: DataType::F32,
+            k: 3,
+            routing: Routing::ToRank(0),
+            tokens: [10, 300, 200, 0],
+            seed: seed + 31,
+        },
     ));
     cases.push((
         "empty batches".into(),
-        Case { dtype: DataType::Bf16, k: 4, routing: random, tokens: [0; 4], seed: seed + 32 },
+        Case {
+            format: RecvFormat::Input,
+            dtype: DataType::Bf16,
+            k: 4,
+            routing: random,
+            tokens: [0; 4],
+            seed: seed + 32,
+        },
     ));
     cases.push((
         "rank 0 empty".into(),
-        Case { dtype: DataType::Bf16, k: 6, routing: random, tokens: [0, 300, 300, 300], seed: seed + 33 },
+        Case {
+            format: RecvFormat::Input,
+            dtype: DataType::Bf16,
+            k: 6,
+            routing: random,
+            tokens: [0, 300, 300, 300],
+            seed: seed + 33,
+        },
     ));
     cases.push((
         "full, every slot an expert".into(),
         Case {
+            format: RecvFormat::Input,
             dtype: DataType::Bf16,
             k: 8,
             routing: Routing::Random { none: 0.0 },
@@ -514,14 +581,24 @@ fn run(comm: &Communicator) -> Result<()> {
     total += on_a_side_stream(&mut ep, &cases[2].1)?;
     drop(ep);
 
-    // DeepSeek-V3's hidden size and expert count, a decoding batch.
+    // DeepSeek-V3's hidden size and expert count, a decoding batch; bf16, f32 and FP8 (DeepEP's
+    // scales, power-of-two ones, UE8M0 bytes), whose e4m3 bytes and scales are checked bit for
+    // bit.
     let big = Config { expert_alignment: 128, ..Config::new(128, 7168, 256, 8) };
+    let fp8 = |format, k, routing, tokens, seed| Case { format, dtype: DataType::Bf16, k, routing, tokens, seed };
+    let fp8_cases = [
+        ("deepseek fp8 k=8", fp8(RecvFormat::E4m3, 8, Routing::Random { none: 0.0 }, [128, 100, 128, 77], seed + 42)),
+        ("deepseek fp8 pow2 k=8", fp8(RecvFormat::E4m3Pow2, 8, random, [0, 128, 33, 1], seed + 43)),
+        ("deepseek fp8 k=3 to rank 0", fp8(RecvFormat::E4m3, 3, Routing::ToRank(0), [128, 5, 128, 64], seed + 44)),
+        ("deepseek fp8 ue8m0 k=8", fp8(RecvFormat::E4m3Ue8m0, 8, random, [128, 128, 1, 100], seed + 45)),
+    ];
     let mut ep = ExpertParallel::new(comm, big)?;
     let (blocks, dt, ct) = ep.grid();
     for (what, c) in [
         (
             "deepseek bf16 k=8",
             Case {
+                format: RecvFormat::Input,
                 dtype: DataType::Bf16,
                 k: 8,
                 routing: Routing::Random { none: 0.0 },
@@ -529,11 +606,33 @@ fn run(comm: &Communicator) -> Result<()> {
                 seed: seed + 40,
             },
         ),
+        fp8_cases[0],
         (
             "deepseek f32 k=4",
-            Case { dtype: DataType::F32, k: 4, routing: random, tokens: [50, 128, 0, 128], seed: seed + 41 },
+            Case {
+                format: RecvFormat::Input,
+                dtype: DataType::F32,
+                k: 4,
+                routing: random,
+                tokens: [50, 128, 0, 128],
+                seed: seed + 41,
+            },
         ),
+        fp8_cases[1],
+        fp8_cases[2],
+        fp8_cases[3],
     ] {
+        run_case(&mut ep, &c, &format!("{what} [{blocks} blocks x {dt}/{ct} threads]"))?;
+        total += 1;
+    }
+    drop(ep);
+    // FP8 with one block of 64 threads: many (token, 128 columns) per thread.
+    let mut ep = ExpertParallel::new(comm, Config { blocks: Some(1), threads: Some(64), overlap: false, ..big })?;
+    let (blocks, dt, ct) = (ep.grid().0, ep.fp8_threads(), ep.grid().2);
+    if dt != 64 {
+        return Err(fail(format!("the FP8 dispatch runs {dt} threads per block, 64 configured")));
+    }
+    for (what, c) in fp8_cases {
         run_case(&mut ep, &c, &format!("{what} [{blocks} blocks x {dt}/{ct} threads]"))?;
         total += 1;
     }

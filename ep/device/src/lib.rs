@@ -17,6 +17,9 @@
 //!                  none; or the ids as given, with `global_ids`)
 //!  recv_w          [n * max_tokens][k] f32 (0 where the local id is -1; or as given)
 //!  recv_src        [n * max_tokens] i32 (the token's index on its source rank)
+//!  recv_scales     [n * max_tokens][hidden / 128] f32 (FP8 dispatches: each received row's
+//!                  scale per 128 columns, or its UE8M0 bytes: `scale_row_bytes`; `recv_x`
+//!                  then holds rows of `hidden` e4m3 bytes)
 //!  combine landing [sender][max_tokens] rows: what `sender` computed for this rank's tokens
 //!  weight landing  [sender][max_tokens][max_topk] f32: the top-k weights `sender` returns for
 //!                  this rank's tokens (a combine that sums them)
@@ -43,9 +46,83 @@ pub const DTYPE_BF16: u32 = 1;
 /// Element type code of f32 in the dispatch signature.
 pub const DTYPE_F32: u32 = 2;
 
-/// The dispatch signature: every rank must pass the same `k` and element type.
-pub const fn signature(k: u32, dtype: u32) -> u32 {
-    (k << 8) | dtype
+/// Received-row format of a dispatch: the rows as given.
+pub const FORMAT_COPY: u32 = 0;
+/// Received-row format of a dispatch: bf16 rows cast to FP8 E4M3 with one f32 scale per
+/// [`FP8_GROUP`] columns, `amax / 448` ([`e4m3_scales`]).
+pub const FORMAT_E4M3: u32 = 1;
+/// [`FORMAT_E4M3`] with the scales rounded up to powers of two (DeepEP's `round_scale`).
+pub const FORMAT_E4M3_POW2: u32 = 2;
+/// [`FORMAT_E4M3_POW2`] with the scales stored as UE8M0 bytes (the f32 exponent field, DeepEP's
+/// `use_ue8m0`), four to a little-endian u32, each row's padded with zero bytes to whole words.
+pub const FORMAT_E4M3_UE8M0: u32 = 3;
+
+/// Bytes of one received row's scales in `format` with `groups` scales: `4 * groups` (f32), or
+/// `groups` rounded up to a multiple of 4 (UE8M0 bytes), never more than `4 * groups`.
+pub const fn scale_row_bytes(format: u32, groups: u32) -> u32 {
+    if format == FORMAT_E4M3_UE8M0 { groups.div_ceil(4) * 4 } else { groups * 4 }
+}
+
+/// Columns that share one FP8 scale.
+pub const FP8_GROUP: u32 = 128;
+/// Largest finite E4M3 value.
+pub const E4M3_MAX: f32 = 448.0;
+/// Smallest amax of a group (DeepEP's `kFP8Margin`): a group of zeros gets a finite scale.
+pub const FP8_MARGIN: f32 = 1e-4;
+
+/// The dispatch signature: every rank must pass the same `k`, element type and received format.
+pub const fn signature(k: u32, dtype: u32, format: u32) -> u32 {
+    (k << 16) | (format << 8) | dtype
+}
+
+/// The multiplier and the stored scale of a group whose largest magnitude (at least
+/// [`FP8_MARGIN`]) is `amax`, as DeepEP's `calculate_fp8_scales` computes them: the stored scale
+/// `amax * (1 / 448)` and the multiplier `448 / amax` (f32, rounded to nearest); with `pow2`
+/// (`round_scale`), the stored scale `2^ceil(log2(amax * (1 / 448)))` and the multiplier its
+/// inverse. An element is stored as `e4m3_from_f32(x * multiplier)`; `e4m3 * scale` reads it back.
+#[inline(always)]
+pub fn e4m3_scales(amax: f32, pow2: bool) -> (f32, f32) {
+    let inv = amax * (1.0 / E4M3_MAX);
+    if pow2 {
+        // ceil(log2(inv)) from the bits, as DeepEP's `fast_log2_ceil` (inv is a normal number).
+        let bits = inv.to_bits();
+        let e = ((bits >> 23) & 0xff) as i32 - 127 + ((bits & 0x7f_ffff) != 0) as i32;
+        let pow = |e: i32| f32::from_bits(((e + 127) as u32) << 23);
+        (pow(-e), pow(e))
+    } else {
+        (E4M3_MAX / amax, inv)
+    }
+}
+
+/// `x` as FP8 E4M3 (E4M3FN: no infinities, 0x7f / 0xff NaN), rounded to nearest even and
+/// saturated to +-448 (PTX `cvt.rn.satfinite.e4m3x2.f32`); NaN stays NaN.
+pub const fn e4m3_from_f32(x: f32) -> u8 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 24) & 0x80) as u8;
+    let abs = bits & 0x7fff_ffff;
+    let mag = if abs > 0x7f80_0000 {
+        0x7f // NaN
+    } else if abs >= 0x43e8_0000 {
+        0x7e // |x| >= 464 (the midpoint of 448 and 480), infinities too: 448
+    } else if abs <= 0x3a80_0000 {
+        0 // |x| <= 2^-10, half the smallest subnormal (2^-9): 0 (a tie goes to even 0)
+    } else {
+        // 2^-10 < |x| < 464, a normal f32: keep 4 significant bits (implicit + 3) where the
+        // E4M3 exponent is normal (|x| >= 2^-6), fewer below (multiples of 2^-9), rounding the
+        // dropped bits to nearest even. A carry out of the kept bits moves to the next binade
+        // (or from the subnormals to the smallest normal), as the encoding adds up.
+        let e = ((abs >> 23) as i32) - 127;
+        let mant = (abs & 0x7f_ffff) | 0x80_0000;
+        let shift = if e >= -6 { 20 } else { 20 + (-6 - e) as u32 };
+        let mut q = mant >> shift;
+        let rem = mant & ((1 << shift) - 1);
+        let half = 1 << (shift - 1);
+        if rem > half || (rem == half && q & 1 == 1) {
+            q += 1;
+        }
+        if e >= -6 { (((e + 6) as u32) << 3) + q } else { q }
+    };
+    (mag as u8) | sign
 }
 
 /// The tag of dispatch epoch `e` in the count words: its low 32 bits, never 0 (a zeroed word
@@ -179,6 +256,8 @@ pub struct SharedRegions {
     pub recv_w: u64,
     /// Received source token indices.
     pub recv_src: u64,
+    /// Received FP8 scales (`[rows][hidden / 128]` f32).
+    pub recv_scales: u64,
     /// Combine landing rows.
     pub combine: u64,
     /// Combine landing top-k weights.
@@ -220,6 +299,10 @@ impl EpHandle {
     pub const fn max_row_bytes(&self) -> u64 {
         self.hidden as u64 * 4
     }
+    /// FP8 scales per received row (`hidden / 128`, rounded down).
+    pub const fn scales_per_row(&self) -> u32 {
+        self.hidden / FP8_GROUP
+    }
     /// Bytes of one sender's combine landing region.
     pub const fn combine_region_bytes(&self) -> u64 {
         self.max_tokens as u64 * self.max_row_bytes()
@@ -236,7 +319,8 @@ impl EpHandle {
         let recv_idx = round_up(recv_x + rows * self.max_row_bytes(), 256);
         let recv_w = round_up(recv_idx + rows * self.max_topk as u64 * 4, 256);
         let recv_src = round_up(recv_w + rows * self.max_topk as u64 * 4, 256);
-        let combine = round_up(recv_src + rows * 4, 256);
+        let recv_scales = round_up(recv_src + rows * 4, 256);
+        let combine = round_up(recv_scales + rows * self.scales_per_row() as u64 * 4, 256);
         let combine_w = round_up(combine + n * self.combine_region_bytes(), 256);
         let total = combine_w + n * self.combine_w_region_bytes();
         SharedRegions {
@@ -247,6 +331,7 @@ impl EpHandle {
             recv_idx,
             recv_w,
             recv_src,
+            recv_scales,
             combine,
             combine_w,
             total,

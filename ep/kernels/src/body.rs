@@ -287,19 +287,66 @@ where
     }
 }
 
+/// |x| of the f32 whose bits are `bits` (a bf16 widened: its 16 bits in the high half).
+#[inline(always)]
+fn bf16_abs(bits: u32) -> f32 {
+    f32::from_bits(bits & 0x7fff_ffff)
+}
+
+/// Word `j` of token `t`'s `2k + 1` words for destination rank `d` (whose shared buffer is at
+/// `base`, its regions at `sr`), received as row `row`: id `j` (local or global), weight `j - k`
+/// (0 where the local id is -1), or the source index (`j == 2k`).
+///
+/// # Safety
+/// `t` below the tokens of `topk_idx` and `topk_w` (ids of `h.idx_bytes` bytes), `j < 2k + 1`,
+/// `k <= h.max_topk`, `d < h.n_ranks`, `row < h.max_recv_rows()`.
+#[inline(always)]
+unsafe fn write_meta(
+    (h, sr): (&EpHandle, &SharedRegions),
+    (topk_idx, topk_w): (GlobalPtr<u8>, GlobalPtr<u32>),
+    (t, k, j): (u32, u32, u32),
+    (d, base, row): (u32, u64, u64),
+) {
+    let at = t as usize * k as usize;
+    // SAFETY: entries of token t; destinations inside the regions (row below n * max_tokens,
+    // slot below k <= max_topk).
+    unsafe {
+        let (value, addr) = if j < k {
+            let id = read_id(topk_idx, h.idx_bytes, at + j as usize, h.experts);
+            let v = if h.global_ids != 0 { id } else { local_expert(id, d, h.experts, h.n_ranks) };
+            (v as u32, base + sr.recv_idx + (row * k as u64 + j as u64) * 4)
+        } else if j < 2 * k {
+            let slot = at + (j - k) as usize;
+            let elsewhere = h.global_ids == 0
+                && local_expert(read_id(topk_idx, h.idx_bytes, slot, h.experts), d, h.experts, h.n_ranks) < 0;
+            // Zero (+0.0) for the slots whose local id is -1, as DeepEP gives them.
+            let v = if elsewhere { 0 } else { topk_w.as_ptr().add(slot).read() };
+            (v, base + sr.recv_w + (row * k as u64 + (j - k) as u64) * 4)
+        } else {
+            (t, base + sr.recv_src + row * 4)
+        };
+        (addr as *mut u32).write(value);
+    }
+}
+
 /// Dispatch: every token of this rank (`tokens` rows of `row_bytes` at `x`, with `k` expert ids
 /// and weights each) to every rank that hosts one of its experts, once per rank. The layout
 /// kernel ran before on the stream (its results are in `h.layout`). `signature` is
-/// `signature(k, element type)`, the same on every rank.
+/// `signature(k, element type, format)`, the same on every rank. `CAST` false: the rows are
+/// copied as they are (`format` is `FORMAT_COPY`); true: bf16 rows are cast to e4m3 on the way,
+/// one f32 scale per 128 columns into `recv_scales` (`format` `FORMAT_E4M3` or
+/// `FORMAT_E4M3_POW2`, see [`e4m3_scales`]; or `FORMAT_E4M3_UE8M0`, those scales as bytes,
+/// [`scale_row_bytes`] per row).
 ///
 /// # Safety
 /// Launched by `mscclpp_ep::ExpertParallel` on every rank with `h.blocks` blocks (resident at
 /// once), `EXCHANGE_SHARED_BYTES` of dynamic shared memory and at least `MAX_RANKS` threads per
 /// block (a multiple of 32); `x`, `topk_idx` and `topk_w` hold the tokens' rows, ids (of
 /// `h.idx_bytes` bytes) and weights; `tokens <= h.max_tokens`, `k <= h.max_topk`, `row_bytes` a
-/// multiple of 16 at most `4 * h.hidden`.
+/// multiple of 16 at most `4 * h.hidden`; with `CAST`, the rows are bf16 (`row_bytes` is
+/// `2 * h.hidden`) and `h.hidden` is a multiple of 128.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn dispatch(
+pub unsafe fn dispatch<const CAST: bool>(
     h: EpHandle,
     x: GlobalPtr<u8>,
     topk_idx: GlobalPtr<u8>,
@@ -307,7 +354,7 @@ pub unsafe fn dispatch(
     tokens: u32,
     k: u32,
     row_bytes: u32,
-    signature: u32,
+    (signature, format): (u32, u32),
     budget: SpinBudget,
 ) {
     follow_previous_grid();
@@ -358,7 +405,7 @@ pub unsafe fn dispatch(
         // SAFETY: this rank's count slot s (written by rank s's block 0).
         let v = unsafe { wait_count(h.shared + h.count_word(parity, s, w), tag, budget) };
         if w == 0 && v != signature {
-            fail(c"ep_dispatch: the ranks were called with different k or element types");
+            fail(c"ep_dispatch: the ranks were called with different k, element types or received formats");
         }
         if w > 0 && v > h.max_tokens {
             fail(c"ep_dispatch: a rank sends more tokens than max_tokens");
@@ -412,6 +459,98 @@ pub unsafe fn dispatch(
     }
     sync_threads();
 
+    let send_index = (h.layout + lr.send_index) as *const i32;
+    if CAST {
+        // 3. FP8: one (token, 128 columns) per thread, cast once and stored to every rank the
+        // token goes to; then the ids, weights and source indices, one word per thread. (Each
+        // thread reads its 256 bytes twice, the second time from L1; no thread waits for another.)
+        let row_of = |t: u32, d: u32| -> Option<u64> {
+            // SAFETY: t < tokens, d < n.
+            let si = unsafe { send_index.add(t as usize * n as usize + d as usize).read() };
+            // SAFETY: d < n.
+            (si >= 0).then(|| (unsafe { tb.base.add(d as usize).read() } + si as u32) as u64)
+        };
+        let (g, gn) = (b * nt + tid, nb * nt);
+        let groups = h.scales_per_row();
+        let (pow2, ue8m0) = (format != FORMAT_E4M3, format == FORMAT_E4M3_UE8M0);
+        let scale_row = scale_row_bytes(format, groups) as u64;
+        for u in Threads::new(g, gn).stride(tokens as u64 * groups as u64) {
+            let (t, grp) = ((u / groups as u64) as u32, (u % groups as u64) as u32);
+            // The token's row at every rank it goes to (`mask`: which ranks).
+            let mut rows = [0u64; MAX_RANKS];
+            let mut mask = 0u32;
+            for (d, row) in rows.iter_mut().enumerate().take(n as usize) {
+                if let Some(r) = row_of(t, d as u32) {
+                    *row = r;
+                    mask |= 1 << d;
+                }
+            }
+            if mask == 0 {
+                continue;
+            }
+            // 128 bf16: 16 vectors of 8.
+            let src = x.addr() + t as u64 * row_bytes as u64 + grp as u64 * (FP8_GROUP as u64 * 2);
+            let mut amax = FP8_MARGIN;
+            // The larger magnitude of a word's two bf16.
+            let m = |w: u32| bf16_abs(w << 16).max(bf16_abs(w & 0xffff_0000));
+            for v in 0..16 {
+                // SAFETY: vector v of this group of token t's row.
+                let a = unsafe { ld_v4(vec_at(src, v)) };
+                amax = amax.max(m(a[0])).max(m(a[1])).max(m(a[2])).max(m(a[3]));
+            }
+            let (mul, scale) = e4m3_scales(amax, pow2);
+            for (d, &row) in rows.iter().enumerate() {
+                if (mask >> d) & 1 == 1 {
+                    let at = tb.peer(d as u32) + sr.recv_scales + row * scale_row;
+                    // SAFETY: the scales of a received row (below n * max_tokens): `scale_row`
+                    // bytes, at most 4 per group.
+                    unsafe {
+                        if !ue8m0 {
+                            ((at + grp as u64 * 4) as *mut u32).write(scale.to_bits());
+                        } else {
+                            // The exponent field of a power of two; the last group zeroes the
+                            // padding of the row's last word.
+                            ((at + grp as u64) as *mut u8).write((scale.to_bits() >> 23) as u8);
+                            if grp + 1 == groups {
+                                for p in groups as u64..scale_row {
+                                    ((at + p) as *mut u8).write(0);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            // 16 bf16 (two vectors) make one vector of 16 e4m3: two words of 2 bf16 each (low
+            // half first) make one of 4 e4m3 (low byte first).
+            let q = |bits: u32| e4m3_from_f32(f32::from_bits(bits) * mul) as u32;
+            let pack =
+                |a: u32, b: u32| q(a << 16) | q(a & 0xffff_0000) << 8 | q(b << 16) << 16 | q(b & 0xffff_0000) << 24;
+            for v in 0..8 {
+                // SAFETY: vectors 2v, 2v + 1 of the group.
+                let (lo, hi) = unsafe { (ld_v4(vec_at(src, 2 * v)), ld_v4(vec_at(src, 2 * v + 1))) };
+                let out = [pack(lo[0], lo[1]), pack(lo[2], lo[3]), pack(hi[0], hi[1]), pack(hi[2], hi[3])];
+                for (d, &row) in rows.iter().enumerate() {
+                    if (mask >> d) & 1 == 1 {
+                        let row = tb.peer(d as u32) + sr.recv_x + row * h.hidden as u64;
+                        // SAFETY: vector v of this group of a received row (below n * max_tokens)
+                        // of `hidden` bytes, 16-aligned (hidden a multiple of 128).
+                        unsafe { st_v4(vec_at(row + grp as u64 * FP8_GROUP as u64, v), out) };
+                    }
+                }
+            }
+        }
+        let words = 2 * k + 1;
+        for u in Threads::new(g, gn).stride(tokens * words) {
+            let (t, j) = (u / words, u % words);
+            for d in 0..n {
+                let d = (me + 1 + d) % n;
+                if let Some(row) = row_of(t, d) {
+                    // SAFETY: t < tokens, j < 2k + 1, the row below n * max_tokens.
+                    unsafe { write_meta((&h, &sr), (topk_idx, topk_w), (t, k, j), (d, tb.peer(d), row)) };
+                }
+            }
+        }
+    }
     // 3. Rows (or pieces of rows, when tokens are few), one warp each, one destination rank
     // after the other (a second read of the row comes from L2). Few live registers, so blocks
     // of up to 896 threads fit.
@@ -420,15 +559,13 @@ pub unsafe fn dispatch(
     let (gw, nw) = (b * wpb + tid / WARP, nb * wpb);
     let vecs = row_bytes / 16;
     let per = pieces(nw, tokens, vecs);
-    let send_index = (h.layout + lr.send_index) as *const i32;
     let mut u = gw;
-    // tokens * per <= max(tokens, nw): no overflow.
-    while u < tokens * per {
+    // tokens * per <= max(tokens, nw): no overflow. (FP8 cast its rows above.)
+    while !CAST && u < tokens * per {
         let (t, piece) = (u / per, u % per);
         let (v0, v1) =
             ((vecs as u64 * piece as u64 / per as u64) as u32, (vecs as u64 * (piece as u64 + 1) / per as u64) as u32);
         let src = x.addr() + t as u64 * row_bytes as u64;
-        let at = t as usize * k as usize;
         for d in 0..n {
             // Remote ranks first, this rank last.
             let d = (me + 1 + d) % n;
@@ -447,25 +584,8 @@ pub unsafe fn dispatch(
             // The k ids, the k weights and the source index, by the warp of the first piece.
             let mut j = if piece == 0 { lane } else { 2 * k + 1 };
             while j < 2 * k + 1 {
-                // SAFETY: entries of token t; destinations inside the regions (row below
-                // n * max_tokens, slot below k <= max_topk).
-                unsafe {
-                    let (value, addr) = if j < k {
-                        let id = read_id(topk_idx, h.idx_bytes, at + j as usize, h.experts);
-                        let v = if h.global_ids != 0 { id } else { local_expert(id, d, h.experts, n) };
-                        (v as u32, base + sr.recv_idx + (row * k as u64 + j as u64) * 4)
-                    } else if j < 2 * k {
-                        let slot = at + (j - k) as usize;
-                        let elsewhere = h.global_ids == 0
-                            && local_expert(read_id(topk_idx, h.idx_bytes, slot, h.experts), d, h.experts, n) < 0;
-                        // Zero (+0.0) for the slots whose local id is -1, as DeepEP gives them.
-                        let v = if elsewhere { 0 } else { topk_w.as_ptr().add(slot).read() };
-                        (v, base + sr.recv_w + (row * k as u64 + (j - k) as u64) * 4)
-                    } else {
-                        (t, base + sr.recv_src + row * 4)
-                    };
-                    (addr as *mut u32).write(value);
-                }
+                // SAFETY: t < tokens, j < 2k + 1, the row below n * max_tokens.
+                unsafe { write_meta((&h, &sr), (topk_idx, topk_w), (t, k, j), (d, base, row)) };
                 j += WARP;
             }
         }

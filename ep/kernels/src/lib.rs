@@ -9,6 +9,8 @@
 //! * `ep_dispatch` (`blocks` blocks, one per SM at most): publishes this rank's counts in every
 //!   rank's count slot, reads everybody's, then every warp copies whole tokens (16-byte vectors)
 //!   to each destination rank in turn, signals every rank and waits for every rank's signals.
+//!   `ep_dispatch_fp8` does the same with bf16 rows cast to FP8 E4M3 on the way (one thread per
+//!   128 columns of a token, with their f32 scale).
 //! * `ep_combine_bf16` / `ep_combine_f32`: pushes each received row's result back into its
 //!   source rank's landing region, signals, waits, then sums every token's results in rank
 //!   order in f32 and rounds once.
@@ -48,25 +50,41 @@ pub unsafe extern "ptx-kernel" fn ep_layout(
     unsafe { body::layout(topk_idx, idx_bytes, tokens, k, experts, ranks, per_rank, per_expert, in_rank, send_index) }
 }
 
-/// Dispatch (see [`body::dispatch`]).
-///
-/// # Safety
-/// As for [`body::dispatch`].
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn ep_dispatch(
-    h: EpHandle,
-    x: GlobalPtr<u8>,
-    topk_idx: GlobalPtr<u8>,
-    topk_w: GlobalPtr<u32>,
-    tokens: u32,
-    k: u32,
-    row_bytes: u32,
-    signature: u32,
-    budget: SpinBudget,
-) {
-    // SAFETY: forwarded from the launch contract.
-    unsafe { body::dispatch(h, x, topk_idx, topk_w, tokens, k, row_bytes, signature, budget) }
+/// One dispatch entry point per received format: `body::dispatch` copying the rows, or casting
+/// them to FP8 (each with its own registers).
+macro_rules! dispatch_kernels {
+    ($($(#[doc = $doc:literal])* $name:ident => $cast:literal;)*) => { $(
+        $(#[doc = $doc])*
+        ///
+        /// # Safety
+        /// As for [`body::dispatch`].
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            h: EpHandle,
+            x: GlobalPtr<u8>,
+            topk_idx: GlobalPtr<u8>,
+            topk_w: GlobalPtr<u32>,
+            tokens: u32,
+            k: u32,
+            row_bytes: u32,
+            signature: u32,
+            format: u32,
+            budget: SpinBudget,
+        ) {
+            // SAFETY: forwarded from the launch contract.
+            unsafe {
+                body::dispatch::<$cast>(h, x, topk_idx, topk_w, tokens, k, row_bytes, (signature, format), budget)
+            }
+        }
+    )* };
+}
+
+dispatch_kernels! {
+    /// Dispatch of the rows as they are (see [`body::dispatch`]).
+    ep_dispatch => false;
+    /// Dispatch of bf16 rows cast to FP8 E4M3 with per-128-column scales (see [`body::dispatch`]).
+    ep_dispatch_fp8 => true;
 }
 
 /// One combine entry point per element type (an `extern "ptx-kernel"` function cannot be

@@ -7,6 +7,8 @@
 //! MSCCLPP_RS_EP_SHAPES=decode ...            # which shapes (default prefill,decode)
 //! MSCCLPP_RS_EP_REPS=30 ...                  # timed batches (default 20)
 //! MSCCLPP_RS_EP_BLOCKS=24 ...                # the SM budget (default: Config's, 20)
+//! MSCCLPP_RS_EP_FORMAT=e4m3 ...              # received rows: bf16 (default), e4m3, e4m3-pow2,
+//!                                            # e4m3-ue8m0 (FP8 dispatch; combine stays bf16)
 //! MSCCLPP_RS_NCCL=/path/libnccl.so.2 ...     # which NCCL (default: the loader's libnccl.so.2)
 //! ```
 //! Times are medians of CUDA-event timings of single operations: every batch starts with a
@@ -14,7 +16,8 @@
 //! times [`BATCH`] pairs back to back, an event between every two operations. Ours: the layout
 //! kernel and the dispatch kernel; the combine kernel. Bandwidth as DeepEP counts it: the bytes
 //! of every row a rank receives in dispatch (its own included) per dispatch time, the same bytes
-//! per combine time; and NVLink bytes only (rows from, or back to, the other ranks).
+//! per combine time; and NVLink bytes only (rows from, or back to, the other ranks). An FP8
+//! dispatch's rows count their e4m3 bytes and scales, and NCCL moves rows of that size.
 //!
 //! The NCCL baseline moves the same rows: one grouped `ncclSend`/`ncclRecv` of the packed rows
 //! per destination (this rank's included), and the reverse for combine, with every size known in
@@ -33,7 +36,7 @@ use std::time::Duration;
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::CUevent_flags;
 use mscclpp_ep::reference::{self, Routing};
-use mscclpp_ep::{Config, DataType, DispatchInput, ExpertIds, ExpertParallel};
+use mscclpp_ep::{Config, DataType, DispatchInput, ExpertIds, ExpertParallel, RecvFormat};
 use mscclpp_harness::nccl::{Nccl, NcclComm, Transfer};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
@@ -135,10 +138,13 @@ struct RankResult {
     combine_us: f64,
     nccl_dispatch_us: f64,
     nccl_combine_us: f64,
-    /// Bytes of every received row.
+    /// Bytes of every received row (bf16: combine's rows).
     recv_bytes: f64,
     /// Bytes of the rows received from other ranks.
     nvlink_bytes: f64,
+    /// The same two as the dispatch delivers them (FP8: e4m3 bytes and scales).
+    dispatch_bytes: f64,
+    nvlink_dispatch_bytes: f64,
     wrong: f64,
     nccl_wrong: f64,
 }
@@ -191,16 +197,31 @@ fn run(comm: &Communicator) -> Result<()> {
             "comb x"
         );
     }
+    let format_name = std::env::var("MSCCLPP_RS_EP_FORMAT").unwrap_or_else(|_| "bf16".into());
+    let format = match format_name.as_str() {
+        "bf16" => RecvFormat::Input,
+        "e4m3" => RecvFormat::E4m3,
+        "e4m3-pow2" => RecvFormat::E4m3Pow2,
+        "e4m3-ue8m0" => RecvFormat::E4m3Ue8m0,
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "MSCCLPP_RS_EP_FORMAT={other} (bf16, e4m3, e4m3-pow2 or e4m3-ue8m0)"
+            )));
+        }
+    };
+    if me == 0 {
+        println!("received rows: {format_name}");
+    }
     for shape in &shapes {
-        let r = measure(comm, shape, reps, nc.as_ref())?;
+        let r = measure(comm, shape, reps, nc.as_ref(), format)?;
         let all = comm.bootstrap().all_gather_pod(&r)?;
         if me == 0 {
             let max = |f: fn(&RankResult) -> f64| all.iter().map(f).fold(0.0, f64::max);
             let mean = |f: &dyn Fn(&RankResult) -> f64| all.iter().map(f).sum::<f64>() / n as f64;
             let (d, c) = (max(|r| r.dispatch_us), max(|r| r.combine_us));
             let (nd, ncb) = (max(|r| r.nccl_dispatch_us), max(|r| r.nccl_combine_us));
-            let d_bw = mean(&|r| r.recv_bytes / r.dispatch_us / 1e3);
-            let d_nvl = mean(&|r| r.nvlink_bytes / r.dispatch_us / 1e3);
+            let d_bw = mean(&|r| r.dispatch_bytes / r.dispatch_us / 1e3);
+            let d_nvl = mean(&|r| r.nvlink_dispatch_bytes / r.dispatch_us / 1e3);
             let c_bw = mean(&|r| r.recv_bytes / r.combine_us / 1e3);
             let c_nvl = mean(&|r| r.nvlink_bytes / r.combine_us / 1e3);
             let wrong = all.iter().map(|r| r.wrong).sum::<f64>();
@@ -225,7 +246,7 @@ fn run(comm: &Communicator) -> Result<()> {
             if let Some(f) = out.as_mut() {
                 let _ = writeln!(
                     f,
-                    "{{\"bench\":\"ep\",\"shape\":\"{}\",\"ranks\":{n},\"tokens\":{},\"hidden\":{HIDDEN},\"experts\":{EXPERTS},\"topk\":{TOPK},\"dtype\":\"bf16\",\"dispatch_us\":{d:.3},\"combine_us\":{c:.3},\"dispatch_gbps\":{d_bw:.2},\"dispatch_nvlink_gbps\":{d_nvl:.2},\"combine_gbps\":{c_bw:.2},\"combine_nvlink_gbps\":{c_nvl:.2},\"nccl_dispatch_us\":{nd:.3},\"nccl_combine_us\":{ncb:.3},\"wrong\":{wrong},\"nccl_wrong\":{nccl_wrong},\"nccl\":\"{}\"}}",
+                    "{{\"bench\":\"ep\",\"shape\":\"{}\",\"ranks\":{n},\"tokens\":{},\"hidden\":{HIDDEN},\"experts\":{EXPERTS},\"topk\":{TOPK},\"dtype\":\"bf16\",\"format\":\"{format_name}\",\"dispatch_us\":{d:.3},\"combine_us\":{c:.3},\"dispatch_gbps\":{d_bw:.2},\"dispatch_nvlink_gbps\":{d_nvl:.2},\"combine_gbps\":{c_bw:.2},\"combine_nvlink_gbps\":{c_nvl:.2},\"nccl_dispatch_us\":{nd:.3},\"nccl_combine_us\":{ncb:.3},\"wrong\":{wrong},\"nccl_wrong\":{nccl_wrong},\"nccl\":\"{}\"}}",
                     shape.name,
                     shape.tokens,
                     nccl.as_ref().map(|l| l.version_string()).unwrap_or_else(|_| "none".into()),
@@ -245,7 +266,27 @@ fn run(comm: &Communicator) -> Result<()> {
     nccl.map(|_| ())
 }
 
-fn measure(comm: &Communicator, shape: &Shape, reps: usize, nc: Option<&NcclComm>) -> Result<RankResult> {
+/// Rows of `hidden` bf16 as an FP8 dispatch in `format` delivers each: its e4m3 bytes, then its
+/// scales (f32, or UE8M0 words).
+fn fp8_rows(x: &[u8], format: RecvFormat) -> Vec<u8> {
+    let (q, scales) = reference::cast_e4m3(x, HIDDEN, format);
+    let groups = HIDDEN / 128;
+    let scale_bytes: Vec<u8> = if format == RecvFormat::E4m3Ue8m0 {
+        reference::pack_ue8m0(&scales, groups).iter().flat_map(|w| w.to_le_bytes()).collect()
+    } else {
+        scales.iter().flat_map(|s| s.to_le_bytes()).collect()
+    };
+    let per = scale_bytes.len().checked_div(q.len() / HIDDEN).unwrap_or(0);
+    q.chunks(HIDDEN).zip(scale_bytes.chunks(per.max(1))).flat_map(|(r, s)| r.iter().chain(s).copied()).collect()
+}
+
+fn measure(
+    comm: &Communicator,
+    shape: &Shape,
+    reps: usize,
+    nc: Option<&NcclComm>,
+    format: RecvFormat,
+) -> Result<RankResult> {
     let (n, me) = (comm.world_size(), comm.rank());
     let gpu = comm.gpu().clone();
     let dtype = DataType::Bf16;
@@ -255,6 +296,7 @@ fn measure(comm: &Communicator, shape: &Shape, reps: usize, nc: Option<&NcclComm
     let mut ep = ExpertParallel::new(comm, Config { blocks, ..Config::new(t, HIDDEN, EXPERTS, TOPK) })?;
     if me == 0 {
         let (blocks, dt, ct) = ep.grid();
+        let dt = if format.is_fp8() { ep.fp8_threads() } else { dt };
         println!("{}: {blocks} blocks, {dt} threads (dispatch), {ct} threads (combine)", shape.name);
     }
     let routing = Routing::Random { none: 0.0 };
@@ -275,10 +317,22 @@ fn measure(comm: &Communicator, shape: &Shape, reps: usize, nc: Option<&NcclComm
     let input = DispatchInput { x: &x, dtype, topk_idx: &idx, topk_weights: &w, tokens: t, k: TOPK };
     let stream = gpu.stream();
 
-    // Correctness before timing.
-    let d = ep.dispatch(&input, stream)?;
+    // Correctness before timing. `drow`: bytes of a row as the dispatch delivers it.
+    let d = ep.dispatch_as(&input, format, stream)?;
+    let (xrow, drow) = (d.row_bytes(), d.row_bytes() + d.scale_row_bytes());
+    let (want_x, want_scales) = match format {
+        RecvFormat::Input => (recv[me].x.clone(), vec![]),
+        fp8 => reference::cast_e4m3(&recv[me].x, HIDDEN, fp8),
+    };
     let got = ep.read_received(&d, stream)?;
-    let mut wrong = (0..rows).filter(|&i| got.x[i * row..(i + 1) * row] != recv[me].x[i * row..(i + 1) * row]).count();
+    let g = want_scales.len().checked_div(rows).unwrap_or(0);
+    let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+    let mut wrong = (0..rows)
+        .filter(|&i| {
+            got.x.get(i * xrow..(i + 1) * xrow) != want_x.get(i * xrow..(i + 1) * xrow)
+                || got.x_scales.get(i * g..(i + 1) * g).map(bits) != want_scales.get(i * g..(i + 1) * g).map(bits)
+        })
+        .count();
     ep.combine(&d, &y, &out_buf, dtype, stream)?;
     gpu.synchronize()?;
     let ys: Vec<Vec<u8>> = recv.iter().map(|r| r.x.clone()).collect();
@@ -290,7 +344,7 @@ fn measure(comm: &Communicator, shape: &Shape, reps: usize, nc: Option<&NcclComm
     let mut pending = None;
     let (dispatch_us, combine_us) = time_pairs(comm, reps, |s, op| {
         if op == 0 {
-            pending = Some(ep.dispatch(&input, s)?);
+            pending = Some(ep.dispatch_as(&input, format, s)?);
             Ok(())
         } else {
             let d = pending.take().ok_or_else(|| Error::InvalidArgument("combine without dispatch".into()))?;
@@ -301,14 +355,16 @@ fn measure(comm: &Communicator, shape: &Shape, reps: usize, nc: Option<&NcclComm
     wrong += (0..t).filter(|&i| got_out[i * row..(i + 1) * row] != want[i * row..(i + 1) * row]).count();
     drop(ep);
 
-    // NCCL: the same rows, packed by destination, sizes known.
+    // NCCL: the same rows (FP8: as the dispatch delivers them), packed by destination, sizes
+    // known.
     let counts = |s: usize, d: usize| layouts[s].tokens_per_rank[d] as usize;
-    let mut packed = Vec::with_capacity(layouts[me].tokens_per_rank.iter().sum::<u32>() as usize * row);
+    let mine_d = if format.is_fp8() { fp8_rows(&mine.x, format) } else { mine.x.clone() };
+    let mut packed = Vec::with_capacity(layouts[me].tokens_per_rank.iter().sum::<u32>() as usize * drow);
     let mut send_off = vec![0usize; n + 1];
     for dst in 0..n {
         for tok in 0..t {
             if layouts[me].is_token_in_rank[tok * n + dst] {
-                packed.extend_from_slice(&mine.x[tok * row..(tok + 1) * row]);
+                packed.extend_from_slice(&mine_d[tok * drow..(tok + 1) * drow]);
             }
         }
         send_off[dst + 1] = send_off[dst] + counts(me, dst);
@@ -319,13 +375,14 @@ fn measure(comm: &Communicator, shape: &Shape, reps: usize, nc: Option<&NcclComm
     let mut nccl_wrong = 0;
     if let Some(nc) = nc {
         let send = DeviceBuffer::from_slice(&gpu, &packed)?;
-        let land = DeviceBuffer::filled(&gpu, rows * row, 0xa5)?;
+        let land = DeviceBuffer::filled(&gpu, rows * drow, 0xa5)?;
         let back = DeviceBuffer::alloc(&gpu, send_off[n] * row)?;
         let at = |b: &DeviceBuffer, rows: usize| b.addr() + (rows * row) as u64;
+        let dat = |b: &DeviceBuffer, rows: usize| b.addr() + (rows * drow) as u64;
         let disp_sends: Vec<Transfer> =
-            (0..n).map(|p| Transfer { peer: p, addr: at(&send, send_off[p]), bytes: counts(me, p) * row }).collect();
+            (0..n).map(|p| Transfer { peer: p, addr: dat(&send, send_off[p]), bytes: counts(me, p) * drow }).collect();
         let disp_recvs: Vec<Transfer> =
-            (0..n).map(|p| Transfer { peer: p, addr: at(&land, recv_off[p]), bytes: counts(p, me) * row }).collect();
+            (0..n).map(|p| Transfer { peer: p, addr: dat(&land, recv_off[p]), bytes: counts(p, me) * drow }).collect();
         let comb_sends: Vec<Transfer> =
             (0..n).map(|p| Transfer { peer: p, addr: at(&y, recv_off[p]), bytes: counts(p, me) * row }).collect();
         let comb_recvs: Vec<Transfer> =
@@ -342,7 +399,8 @@ fn measure(comm: &Communicator, shape: &Shape, reps: usize, nc: Option<&NcclComm
             }
         })?;
         let got = land.to_vec::<u8>()?;
-        nccl_wrong = (0..rows).filter(|&i| got[i * row..(i + 1) * row] != recv[me].x[i * row..(i + 1) * row]).count();
+        let want = if format.is_fp8() { fp8_rows(&recv[me].x, format) } else { recv[me].x.clone() };
+        nccl_wrong = (0..rows).filter(|&i| got[i * drow..(i + 1) * drow] != want[i * drow..(i + 1) * drow]).count();
     }
     let nvlink_rows = rows - counts(me, me);
     Ok(RankResult {
@@ -352,7 +410,29 @@ fn measure(comm: &Communicator, shape: &Shape, reps: usize, nc: Option<&NcclComm
         nccl_combine_us,
         recv_bytes: (rows * row) as f64,
         nvlink_bytes: (nvlink_rows * row) as f64,
+        dispatch_bytes: (rows * drow) as f64,
+        nvlink_dispatch_bytes: (nvlink_rows * drow) as f64,
         wrong: wrong as f64,
         nccl_wrong: nccl_wrong as f64,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fp8_rows_are_the_e4m3_bytes_then_the_scales() {
+        let v: Vec<f32> = (0..2 * HIDDEN).map(|i| (i % 97) as f32 - 48.0).collect();
+        let x = reference::from_f32(DataType::Bf16, &v);
+        let (q, scales) = reference::cast_e4m3(&x, HIDDEN, RecvFormat::E4m3);
+        let rows = fp8_rows(&x, RecvFormat::E4m3);
+        assert_eq!(rows.len(), 2 * (HIDDEN + HIDDEN / 32));
+        assert_eq!(&rows[HIDDEN + 224..2 * HIDDEN + 224], &q[HIDDEN..]);
+        assert_eq!(rows[HIDDEN..HIDDEN + 4], scales[0].to_le_bytes());
+        let rows = fp8_rows(&x, RecvFormat::E4m3Ue8m0);
+        assert_eq!(rows.len(), 2 * (HIDDEN + HIDDEN / 128));
+        let (_, pow2) = reference::cast_e4m3(&x, HIDDEN, RecvFormat::E4m3Ue8m0);
+        assert_eq!(rows[2 * HIDDEN + 56 + 1], (pow2[57].to_bits() >> 23) as u8);
+    }
 }
