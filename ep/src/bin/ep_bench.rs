@@ -161,8 +161,17 @@ fn run(comm: &Communicator) -> Result<()> {
         })
         .collect();
     let nccl = Nccl::load();
+    // NCCL refuses two ranks on one GPU: then ours is measured alone and the run fails after,
+    // naming why, as without NCCL.
+    let mut nccl_failed = None;
     let nc = match &nccl {
-        Ok(lib) => Some(lib.communicator(comm.bootstrap().as_ref(), comm.gpu())?),
+        Ok(lib) => match lib.communicator(comm.bootstrap().as_ref(), comm.gpu()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                nccl_failed = Some(e);
+                None
+            }
+        },
         Err(_) => None,
     };
     let mut out = std::env::var_os("MSCCLPP_RS_BENCH_OUT")
@@ -173,9 +182,10 @@ fn run(comm: &Communicator) -> Result<()> {
             "ep_bench: {n} ranks, GPU {} ({}), {}, hidden {HIDDEN}, {EXPERTS} experts, top-{TOPK}, bf16, {reps} x {BATCH} timed pairs",
             comm.gpu().ordinal(),
             comm.gpu().info().name,
-            match &nccl {
-                Ok(l) => format!("NCCL {} from {}", l.version_string(), l.path()),
-                Err(e) => format!("no NCCL ({e})"),
+            match (&nccl, &nccl_failed) {
+                (Ok(l), None) => format!("NCCL {} from {}", l.version_string(), l.path()),
+                (Ok(l), Some(e)) => format!("NCCL {} refused a communicator ({e})", l.version_string()),
+                (Err(e), _) => format!("no NCCL ({e})"),
             },
         );
         println!(
@@ -263,7 +273,10 @@ fn run(comm: &Communicator) -> Result<()> {
         }
     }
     drop(nc);
-    nccl.map(|_| ())
+    match nccl_failed {
+        Some(e) => Err(e),
+        None => nccl.map(|_| ()),
+    }
 }
 
 /// Rows of `hidden` bf16 as an FP8 dispatch in `format` delivers each: its e4m3 bytes, then its
