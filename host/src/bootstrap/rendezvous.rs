@@ -529,7 +529,7 @@ pub(super) fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
 
 /// Rank 0 holds a socket per rank: raises this process's soft limit on open files (1024 on many
 /// systems) toward the hard limit when a world of `n` ranks needs more.
-fn room_for_sockets(n: usize) {
+pub(super) fn room_for_sockets(n: usize) {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let want = (n as u64).saturating_add(256);
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
