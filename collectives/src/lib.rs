@@ -7,7 +7,7 @@
 //!  collectives.allreduce(&send, &recv, count, DataType::F32, ReduceOp::Sum, stream)
 //!        └─ picks an algorithm by size, launches one kernel on `stream` (graph-capturable)
 //!  collectives.handle()  ──►  a `Collective` for your own kernels: call
-//!        `handle.allreduce::<F32>(algorithm, input, output, bytes, budget)` inside them
+//!        `handle.allreduce::<f32>(algorithm, input, output, bytes, budget)` inside them
 //! ```
 //!
 //! The algorithms and the device-side state are described in

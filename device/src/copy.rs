@@ -45,7 +45,8 @@ impl Threads {
     ///
     /// `for i in t.stride(n) { .. }` compiles to the same loop as the hand-written
     /// `let mut i = t.index; while i < n { ..; i += t.count }`: no bounds check, the same compare
-    /// and add. A `count` of 0 never ends, as that loop would not.
+    /// and add. A `count` of 0 never ends, as that loop would not; nor does an `end` above the
+    /// type's maximum minus `count` (the index wraps, as it would there).
     #[inline(always)]
     pub fn stride<I: StrideIndex>(self, end: I) -> Stride<I> {
         Stride { last: I::from_u32(self.index), add: 0, count: self.count, end }

@@ -141,7 +141,7 @@ impl Problem {
             Problem::BaseNotAligned => format!("has window memory not aligned to {WINDOW_BASE_ALIGN} bytes"),
             Problem::NotExportable => "has a buffer that is not exportable (use DeviceBuffer::alloc_exportable)".into(),
             Problem::OtherGpu => "has a buffer on another GPU than its communicator's".into(),
-            Problem::Allocation => format!("could not allocate its window of {} bytes", c.bytes),
+            Problem::Allocation => format!("could not allocate its window of {} bytes or its signal area", c.bytes),
             Problem::TooManySlots => format!("asks for {} signal slots, more than {MAX_SIGNAL_SLOTS}", c.slots),
         }
     }
@@ -225,10 +225,13 @@ impl Communicator {
     pub fn window_with_slots(&self, bytes: usize, slots: u32) -> Result<Window> {
         let mut claim = Claim::of(bytes, 0, slots);
         let mut local = None;
-        let mut buf = None;
+        let mut mem = None;
         if claim.problem == 0 {
-            match DeviceBuffer::exportable_filled(self.gpu(), bytes, 0) {
-                Ok(b) => buf = Some(b),
+            // Everything this rank allocates is allocated before the agreement, so that a failure
+            // fails every rank instead of leaving them in the exchanges.
+            match DeviceBuffer::exportable_filled(self.gpu(), bytes, 0).and_then(|b| Ok((b, self.signal_area(slots)?)))
+            {
+                Ok(m) => mem = Some(m),
                 Err(e) => {
                     claim = claim.with(Problem::Allocation);
                     local = Some(e);
@@ -236,8 +239,9 @@ impl Communicator {
             }
         }
         agree(&**self.bootstrap(), claim, local)?;
-        let buf = buf.ok_or_else(|| Error::InvalidArgument("window registration: no buffer after agreement".into()))?;
-        let mut w = self.build_window(&buf, slots)?;
+        let (buf, signals) =
+            mem.ok_or_else(|| Error::InvalidArgument("window registration: no buffer after agreement".into()))?;
+        let mut w = self.build_window(&buf, signals, slots)?;
         w.owned = Some(buf);
         Ok(w)
     }
@@ -255,19 +259,43 @@ impl Communicator {
         if claim.problem == 0 && buf.gpu().ordinal() != self.gpu().ordinal() {
             claim = claim.with(Problem::OtherGpu);
         }
-        agree(&**self.bootstrap(), claim, None)?;
-        self.build_window(buf, WindowHandle::DEFAULT_SLOTS)
+        let (mut local, mut signals) = (None, None);
+        if claim.problem == 0 {
+            match self.signal_area(WindowHandle::DEFAULT_SLOTS) {
+                Ok(s) => signals = Some(s),
+                Err(e) => {
+                    claim = claim.with(Problem::Allocation);
+                    local = Some(e);
+                }
+            }
+        }
+        agree(&**self.bootstrap(), claim, local)?;
+        let signals = signals
+            .ok_or_else(|| Error::InvalidArgument("window registration: no signal area after agreement".into()))?;
+        self.build_window(buf, signals, WindowHandle::DEFAULT_SLOTS)
     }
 
-    /// The collective steps after agreement: exchanges of the window and the signal area, the
-    /// table, the handle.
-    fn build_window(&self, buf: &DeviceBuffer, slots: u32) -> Result<Window> {
-        let (n, me) = (self.world_size(), self.rank());
+    /// Words of the signal area for this team and `slots`.
+    fn signal_words(&self, slots: u32) -> Result<(u32, usize)> {
+        let n = self.world_size();
         let size = u32::try_from(n).map_err(|_| Error::InvalidArgument(format!("a team of {n} ranks")))?;
         let words = WindowHandle::signal_words(size, slots)
             .and_then(|w| usize::try_from(w).ok())
             .ok_or_else(|| Error::InvalidArgument(format!("a signal area for {n} ranks and {slots} slots")))?;
-        let signals = DeviceBuffer::exportable_filled(self.gpu(), words * 8, 0)?;
+        Ok((size, words))
+    }
+
+    /// This rank's zeroed, exportable signal area.
+    fn signal_area(&self, slots: u32) -> Result<DeviceBuffer> {
+        let (_, words) = self.signal_words(slots)?;
+        DeviceBuffer::exportable_filled(self.gpu(), words * 8, 0)
+    }
+
+    /// The collective steps after agreement: exchanges of the window and the signal area, the
+    /// table, the handle.
+    fn build_window(&self, buf: &DeviceBuffer, signals: DeviceBuffer, slots: u32) -> Result<Window> {
+        let (n, me) = (self.world_size(), self.rank());
+        let (size, words) = self.signal_words(slots)?;
         let peers = self.exchange(buf)?;
         let peer_signals = self.exchange(&signals)?;
         // Agreed above; the exchange reports what each exporter actually has.

@@ -8,7 +8,8 @@
 //!  dispatch flags  [sender][block] u64     block b of `sender` stores the dispatch epoch here
 //!                                          once its rows for this rank are written
 //!  combine flags   [sender][block] u64     the same for combine
-//!  count words     [parity][sender][word] u64, word 0: signature (k, element type),
+//!  count words     [parity][sender][word] u64, word 0: signature (k, received format,
+//!                  element type: see signature()),
 //!                  words 1..=n: the sender's token count toward every rank,
 //!                  then one word per expert of this rank: the sender's (token, slot) count;
 //!                  each word is (tag << 32 | value), the tag naming the dispatch
