@@ -423,10 +423,11 @@ impl OpEncoder<'_> {
         }
     }
 
-    /// (table index, bound buffer) of a switch channel this rank is a member of.
+    /// (table index, bound buffer) of a switch channel: every one is over every rank, this one
+    /// included ([`switch_channels`] refused the others).
     fn switch_channel(&self, c: usize) -> Result<(u32, BufferType)> {
         match (self.t.p.channels.get(c), self.t.switch_index.get(c).copied().flatten()) {
-            (Some(Channel::Switch { ranks, buffer }), Some(t)) if ranks.contains(&self.t.rank) => Ok((t, *buffer)),
+            (Some(Channel::Switch { buffer, .. }), Some(t)) => Ok((t, *buffer)),
             _ => Err(self.err(&format!("channel {c} is not a switch channel of this rank"))),
         }
     }

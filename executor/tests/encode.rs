@@ -446,3 +446,224 @@ fn packets_through_a_switch_channel_encode_in_the_packet_scratch() {
         );
     }
 }
+
+/// A plan of `ranks` ranks with `input`, `output` and `scratch` chunks each, `channels`, and
+/// `ops` as rank 0's only thread block.
+fn plan_of(
+    ranks: usize,
+    (input, output, scratch): (usize, usize, usize),
+    channels: Vec<Channel>,
+    ops: Vec<Op>,
+) -> Program {
+    let mut p = Program::new("hand", "none", ranks, input, output, scratch);
+    p.channels = channels;
+    p.ranks[0].threadblocks = vec![ops];
+    p
+}
+
+fn op(kind: OpKind, tbg: Option<TbgInfo>) -> Op {
+    Op { kind, tbg }
+}
+
+/// Plain (not packet) scratch is addressed chunk by chunk with no packet stride, and a group's
+/// share starts that many bytes into its chunk; a group of one block (or, unchecked, of none)
+/// does not split. For the mutants `replace match guard self.pkt with true in
+/// Tables<'_>::off`, `replace + with -` (both) and `replace + with *` in `Tables<'_>::off`, and
+/// `replace match guard g.size > 1 with true` and `replace > with >=` in `OpEncoder<'_>::span`.
+#[test]
+fn plain_scratch_and_group_shares_have_exact_offsets() {
+    let copy = OpKind::Copy { dst: Chunk::scratch(0, 1, 2), src: Chunk::input(0, 0, 2) };
+    let ops = vec![
+        op(copy.clone(), Some(TbgInfo { index: 1, size: 2 })),
+        op(copy.clone(), Some(TbgInfo { index: 1, size: 1 })),
+        op(copy, Some(TbgInfo { index: 0, size: 0 })),
+    ];
+    let p = plan_of(1, (2, 2, 4), vec![], ops);
+    let e = encode(&p, 0, CHUNK).unwrap();
+    let l = e.layout();
+    assert_eq!((l.input, l.output, l.scratch, l.pkt_shift, l.bytes), (0, 2 * CHUNK, 4 * CHUNK, 0, 8 * CHUNK));
+    let records: Vec<(u64, u64, u64, u32)> = e.ops.iter().map(|o| (o.dst, o.src, o.bytes, o.flags)).collect();
+    assert_eq!(
+        records,
+        [
+            // The second half: scratch chunk 1 plus one chunk, from input chunk 1.
+            (l.scratch + 2 * CHUNK, CHUNK, CHUNK, 0),
+            // Groups of one and of none: the whole two chunks.
+            (l.scratch + CHUNK, 0, 2 * CHUNK, 0),
+            (l.scratch + CHUNK, 0, 2 * CHUNK, 0),
+        ]
+    );
+}
+
+/// Thread-block groups are refused on synchronisation only when they split (more than one
+/// block). For the mutants `replace > with ==`, `replace > with <` and `replace > with >=` in
+/// `OpEncoder<'_>::check_operands`.
+#[test]
+fn groups_on_synchronisation_are_refused_only_when_they_split() {
+    let signal = OpKind::Signal { channel: 0, data_sync: mscclpp_plan::SyncType::Both, relaxed: false };
+    let p = |size| {
+        plan_of(
+            2,
+            (1, 1, 0),
+            vec![Channel::Memory { src_rank: 0, dst_rank: 1 }],
+            vec![op(signal.clone(), Some(TbgInfo { index: 0, size }))],
+        )
+    };
+    for size in [0, 1] {
+        let e = encode(&p(size), 0, CHUNK).unwrap_or_else(|err| panic!("group of {size}: {err}"));
+        assert_eq!((e.ops[0].kind, e.ops[0].channel, e.ops[0].flags), (opcode::SIGNAL, 0, 0), "group of {size}");
+    }
+    for size in [2, 3] {
+        let err = encode(&p(size), 0, CHUNK).expect_err("a split signal").to_string();
+        assert!(err.contains("operation 0 (signal): thread-block groups on signal"), "group of {size}: {err}");
+    }
+}
+
+/// A put over a port channel is a port put through this rank's port table (the k-th port
+/// channel toward a peer in set k); a channel of the wrong type for the operation is refused.
+/// For the mutants `delete match arm Some(ChannelType::Port) in OpEncoder<'_>::encode`,
+/// `replace match guard ch.channel_type() == want with true in OpEncoder<'_>::channel` and
+/// `replace + with * in channel_tables`.
+#[test]
+fn channels_are_used_by_their_type_and_set() {
+    let channels = vec![
+        Channel::Memory { src_rank: 0, dst_rank: 1 },
+        Channel::Port { src_rank: 0, dst_rank: 1 },
+        Channel::Port { src_rank: 0, dst_rank: 1 },
+        Channel::Port { src_rank: 1, dst_rank: 0 },
+    ];
+    let put = |channel| op(OpKind::Put { channel, dst: Chunk::output(1, 1, 1), src: Chunk::input(0, 0, 1) }, None);
+    let p = plan_of(2, (1, 2, 0), channels.clone(), vec![put(2), put(0)]);
+    let e = encode(&p, 0, CHUNK).unwrap();
+    assert_eq!((e.memory.as_slice(), e.port.as_slice()), ([(0, 1)].as_slice(), [(0, 1), (1, 1)].as_slice()));
+    assert_eq!((e.memory_sets, e.port_sets), (1, 2));
+    let records: Vec<(u32, u32, u64, u64, u64)> =
+        e.ops.iter().map(|o| (o.kind, o.channel, o.dst, o.src, o.bytes)).collect();
+    let dst = e.layouts[1].output + CHUNK;
+    assert_eq!(records, [(opcode::PORT_PUT, 1, dst, 0, CHUNK), (opcode::PUT, 0, dst, 0, CHUNK)]);
+    let one = encode(&plan_of(2, (1, 2, 0), channels[..2].to_vec(), vec![put(1)]), 0, CHUNK).unwrap();
+    assert_eq!((one.memory_sets, one.port_sets), (1, 1), "one channel of each type: one set of each");
+
+    let get = op(OpKind::Get { channel: 1, dst: Chunk::output(0, 0, 1), src: Chunk::input(1, 0, 1) }, None);
+    let signal =
+        op(OpKind::PutWithSignal { channel: 0, dst: Chunk::output(1, 0, 1), src: Chunk::input(0, 0, 1) }, None);
+    for (o, want) in [(get, "(get): channel 1 is not a memory channel"), (signal, "channel 0 is not a port channel")] {
+        let err = encode(&plan_of(2, (1, 2, 0), channels.clone(), vec![o]), 0, CHUNK).expect_err(want).to_string();
+        assert!(err.contains(want), "{err}");
+    }
+}
+
+/// Every operand of a reduction (local, channel or switch) is checked against its buffer; a
+/// channel reduction takes up to `MAX_OTHERS` remote operands, with both local ones on this
+/// rank. For the mutants `delete match arm OpKind::Reduce{..}`, `OpKind::ChannelReduce{..}` and
+/// `OpKind::SwitchReduce{..} in chunks`, and `replace > with >=` and `replace || with &&` (its
+/// line 593) in `OpEncoder<'_>::encode`.
+#[test]
+fn reduction_operands_are_checked_one_by_one() {
+    let channels = vec![Channel::Memory { src_rank: 0, dst_rank: 1 }];
+    let reduce = |other| OpKind::Reduce {
+        src: Chunk::input(0, 0, 1),
+        others: vec![Chunk::input(0, 1, 1), other],
+        dst: Chunk::output(0, 0, 1),
+        reduce_op: ReduceOp::Sum,
+        packet: false,
+    };
+    let channel_reduce = |local_src, remote_srcs, local_dst| OpKind::ChannelReduce {
+        channel: 0,
+        local_src,
+        remote_srcs,
+        local_dst,
+        reduce_op: ReduceOp::Sum,
+    };
+    let encoded = |kind| encode(&plan_of(2, (2, 2, 0), channels.clone(), vec![op(kind, None)]), 0, CHUNK);
+    // Within the buffers: exact offsets, and seven remote operands (the most) accepted.
+    let e = encoded(reduce(Chunk::input(0, 1, 1))).unwrap();
+    let r = &e.ops[0];
+    assert_eq!((r.kind, r.dst, r.src, r.bytes, r.n_others), (opcode::REDUCE, 2 * CHUNK, 0, CHUNK, 2));
+    assert_eq!(r.others[..3], [CHUNK, CHUNK, 0]);
+    let most = vec![Chunk::input(1, 1, 1); MAX_OTHERS];
+    let e = encoded(channel_reduce(Chunk::input(0, 0, 1), most, Chunk::output(0, 1, 1))).unwrap();
+    let r = &e.ops[0];
+    assert_eq!((r.kind, r.dst, r.src, r.n_others), (opcode::CHANNEL_REDUCE, 3 * CHUNK, 0, MAX_OTHERS as u32));
+    assert_eq!(r.others, [e.layouts[1].input + CHUNK; MAX_OTHERS]);
+    // Outside: every operand position is checked.
+    for (kind, want) in [
+        (reduce(Chunk::input(0, 2, 1)), "(reduce): chunk rank 0 input[2..3] is outside its 2-chunk buffer"),
+        (
+            channel_reduce(Chunk::input(0, 0, 1), vec![Chunk::input(1, 1, 2)], Chunk::output(0, 0, 1)),
+            "(channel reduce): chunk rank 1 input[1..3] is outside its 2-chunk buffer",
+        ),
+        (
+            channel_reduce(Chunk::input(0, 0, 1), vec![Chunk::input(1, 0, 1)], Chunk::output(1, 0, 1)),
+            "the local operands must be on this rank",
+        ),
+        (
+            channel_reduce(Chunk::input(1, 0, 1), vec![Chunk::input(1, 0, 1)], Chunk::output(0, 0, 1)),
+            "the local operands must be on this rank",
+        ),
+    ] {
+        let err = encoded(kind).expect_err(want).to_string();
+        assert!(err.contains(want), "{err}");
+    }
+    // A switch reduction's range on the members, past the end of the bound buffer.
+    let sw = examples::allreduce_switch(3).unwrap();
+    let at = sw.ranks[0].threadblocks[0].iter().position(|o| matches!(o.kind, OpKind::SwitchReduce { .. })).unwrap();
+    let at_offset = |offset| {
+        let mut q = sw.clone();
+        if let OpKind::SwitchReduce { buffer_offset, .. } = &mut q.ranks[0].threadblocks[0][at].kind {
+            *buffer_offset = offset;
+        }
+        q
+    };
+    encode(&at_offset(2), 0, CHUNK).unwrap();
+    let sw = at_offset(3);
+    let err = encode(&sw, 0, CHUNK).unwrap_err().to_string();
+    assert!(err.contains("(switch reduce): chunk rank 0 input[3..4] is outside its 3-chunk buffer"), "{err}");
+}
+
+/// Packets through a switch channel need a packet source as well as the bound packet scratch.
+/// For the mutant `replace || with &&` (its line 620) in `OpEncoder<'_>::encode`.
+#[test]
+fn switch_packets_from_outside_the_scratch_are_refused() {
+    let store = |src| {
+        let kind = OpKind::SwitchBroadcastPackets { channel: 0, src, buffer_offset: 1, size: 1 };
+        plan_of(
+            2,
+            (1, 1, 2),
+            vec![Channel::Switch { ranks: vec![0, 1], buffer: BufferType::Scratch }],
+            vec![op(kind, None)],
+        )
+    };
+    let e = encode(&store(Chunk::scratch(0, 0, 1)), 0, CHUNK).unwrap();
+    let (o, l) = (&e.ops[0], e.layout());
+    assert_eq!(
+        (o.kind, o.dst, o.src, o.bytes),
+        (opcode::SWITCH_BROADCAST_PACKETS, l.scratch + 2 * CHUNK, l.scratch, CHUNK)
+    );
+    let err = encode(&store(Chunk::input(0, 0, 1)), 0, CHUNK).unwrap_err().to_string();
+    assert!(err.contains("packets through a switch channel need scratch on both sides"), "{err}");
+}
+
+/// The sync table holds the barriers (in order of first use), then the semaphores: semaphore s
+/// is counter `barriers + s`. For the mutant `replace + with *` (its line 639) in
+/// `OpEncoder<'_>::encode`.
+#[test]
+fn semaphores_follow_the_barriers_in_the_sync_table() {
+    let ops = vec![
+        op(OpKind::Barrier { id: 7, count: 1 }, None),
+        op(OpKind::SemRelease { sem: 0 }, None),
+        op(OpKind::SemRelease { sem: 1 }, None),
+        op(OpKind::SemAcquire { sem: 1 }, None),
+        op(OpKind::SemAcquire { sem: 0 }, None),
+    ];
+    let mut p = plan_of(1, (1, 1, 0), vec![], ops);
+    p.ranks[0].semaphores = vec![0, 3];
+    let e = encode(&p, 0, CHUNK).unwrap();
+    assert_eq!(e.sync, [0, 0, 3]);
+    let records: Vec<(u32, u32, u64)> = e.ops.iter().map(|o| (o.kind, o.channel, o.bytes)).collect();
+    use opcode::*;
+    assert_eq!(
+        records,
+        [(BARRIER, 0, 1), (SEM_RELEASE, 1, 0), (SEM_RELEASE, 2, 0), (SEM_ACQUIRE, 2, 0), (SEM_ACQUIRE, 1, 0)]
+    );
+}
