@@ -16,7 +16,7 @@
 #                                     threads of one process (--threads N for N in MSCCLPP_RS_THREAD_MODES,
 #                                     default "threads2 threads4 threads8"): on one GPU, kernels of every
 #                                     rank resident at the same time
-#   bash .gpu/run.sh unit mp          only those groups (unit, mp, threads, abort, example, report, bench, coll, tcp, ep, exec, nccl:
+#   bash .gpu/run.sh unit mp          only those groups (unit, mp, threads, abort, example, report, bench, coll, tcp, ep, exec, nccl, netns:
 #                                     unit, bench and coll run those executables on their own)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
 # Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150; the report gets
@@ -155,13 +155,33 @@ if [ -e "$here/bin/ep_bench" ] && selected ep ep_bench; then
     -x MSCCLPP_RS_NCCL -x MSCCLPP_RS_EP_SHAPES -x MSCCLPP_RS_EP_REPS -x MSCCLPP_RS_EP_FORMAT -x MSCCLPP_RS_EP_BLOCKS \
     -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/ep_bench"
 fi
+# Several machines on one (group netns; as root): machines made of network namespaces with host
+# names of their own. netns_procs runs the multi-machine paths (bootstrap with a token, the TCP
+# transport, faults, hostile hosts; GPU memory between machines here), and cudarc's NCCL client
+# runs with each rank on a machine of its own, so the communicator is forwarded to the real NCCL.
+# Without iproute2 here, the bundle's `ip` runs through the loader with its libraries (no
+# LD_LIBRARY_PATH, which the ranks it starts would inherit).
+if selected netns netns; then
+  if ! command -v ip >/dev/null 2>&1 && [ -x "$here/bin/iproute/ip" ]; then
+    mkdir -p "$here/iproute-wrap"
+    printf '#!/bin/sh\nexec /lib64/ld-linux-x86-64.so.2 --library-path "%s" "%s" "$@"\n' \
+      "$here/bin/iproute/lib" "$here/bin/iproute/ip" > "$here/iproute-wrap/ip"
+    chmod +x "$here/iproute-wrap/ip"
+    export PATH="$here/iproute-wrap:$PATH"
+  fi
+  [ -e "$here/bin/netns_procs" ] && run netns_procs env MSCCLPP_RS_REQUIRE_NETNS=1 "$here/bin/netns_procs"
+  [ -e "$here/bin/cudarc_nccl" ] && run nccl-netns2 env LD_LIBRARY_PATH="$here/nccl" MSCCLPP_RS_REQUIRE_NETNS=1 \
+    "$here/bin/cudarc_nccl" --ranks 2 --netns
+fi
 # NCCL's interface (group nccl): cudarc's NCCL API on libmscclpp_nccl.so (2 ranks, processes),
 # the C interface test (a world of one on the GPU), and PyTorch through torchrun with the library
 # in LD_PRELOAD at 2 ranks (sharing the GPU of a one-GPU machine) and at 1 (MSCCLPP_RS_TORCHRUN:
 # torchrun to use, default the first of /opt/torch/.venv/bin/torchrun and PATH's). Carry
 # .gpu/nccl-extra (the header, the C test's sources, the PyTorch script) with the bundle.
-if [ -e "$here/bin/libmscclpp_nccl.so" ] && selected nccl nccl; then
+if [ -e "$here/bin/libmscclpp_nccl.so" ]; then
   mkdir -p "$here/nccl" && ln -sf ../bin/libmscclpp_nccl.so "$here/nccl/libnccl.so" && ln -sf ../bin/libmscclpp_nccl.so "$here/nccl/libnccl.so.2"
+fi
+if [ -e "$here/bin/libmscclpp_nccl.so" ] && selected nccl nccl; then
   [ -e "$here/bin/cudarc_nccl" ] && run nccl-cudarc2 env LD_LIBRARY_PATH="$here/nccl" "$here/bin/cudarc_nccl" --ranks 2
   [ -e "$here/bin/gpu_nccl" ] && run nccl-matrix2 "$here/bin/gpu_nccl" --ranks 2
   [ -e "$here/bin/nccl_abi" ] && run nccl-abi env MSCCLPP_RS_NCCL_INCLUDE="$here/nccl-extra/include" \
@@ -183,6 +203,7 @@ for b in "$out"/bench_*.log; do [ -e "$b" ] && sed -n '/^== /,/^$/p' "$b"; done
 [ -e "$out/report.log" ] && { echo "== report"; sed -n '/^Correctness/,$p' "$out/report.log"; }
 for b in "$out"/tcp_bench*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -E 'tcp_bench:|== tcp|variant|put/|rtt' "$b"; }; done
 for b in "$out"/nccl-*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -E 'torch_nccl:|cudarc_nccl:|RESULT|test result' "$b" | head -8; }; done
+[ -e "$out/netns_procs.log" ] && { echo "== netns_procs"; grep -vE '^\[rank|^\[stranger' "$out/netns_procs.log" | head -c 8000; }
 for b in "$out"/*-tcp-*.log; do [ -e "$b" ] && grep -E 'port channels toward|port_all_to_all|: ok:' "$b" | head -4; done
 [ -s "$out/skips.log" ] && { echo "skipped:"; cat "$out/skips.log"; }
 echo "== summary =="

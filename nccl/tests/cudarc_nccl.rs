@@ -17,9 +17,26 @@
 //! of grouped sends and receives on fresh random data, checks every result against the host,
 //! and prints `RESULT ok`; the program exits non-zero on any mismatch or error. It says which
 //! NCCL library cudarc loaded, and without a GPU it stops after making the id (exit 0).
+//!
+//! With `--netns` (as root, with iproute2) every rank runs on a "machine" of its own: a network
+//! namespace with its own address and host name (`host/tests/netns`). The communicator then
+//! spans machines, so this library forwards it to the real NCCL (`MSCCLPP_RS_NCCL`, else the
+//! system's `libnccl.so.2`), which treats the host names as different nodes and connects them
+//! through its socket transport; every rank checks that every call was forwarded and none served.
+//! Without namespaces it says why and exits 0 (non-zero under `MSCCLPP_RS_REQUIRE_NETNS=1`).
 
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[allow(dead_code)] // the fixture's fault injection is for the host crate's tests
+#[path = "../../host/tests/netns/mod.rs"]
+mod netns;
+/// What the namespace fixture hands the host tests' launcher when it is dropped; this program
+/// prints its ranks' lines itself.
+mod procs {
+    pub fn record(_lines: Vec<String>) {}
+}
 
 use cudarc::driver::{CudaContext, CudaStream};
 use cudarc::nccl::safe::{Comm, Id, ReduceOp, group_end, group_start};
@@ -111,6 +128,26 @@ fn run() -> Res<()> {
         Some(i) => args.get(i + 1).and_then(|v| v.parse().ok()).ok_or("--ranks N")?,
         None => 2,
     };
+    let mut net = if args.iter().any(|a| a == "--netns") {
+        match netns::unavailable() {
+            None => Some(netns::Net::new(ranks)?),
+            Some(why) if std::env::var("MSCCLPP_RS_REQUIRE_NETNS").is_ok_and(|v| v == "1") => {
+                return Err(format!("--netns under MSCCLPP_RS_REQUIRE_NETNS=1, but {why}"));
+            }
+            Some(why) => {
+                println!("cudarc_nccl: --netns skipped: {why}");
+                return Ok(());
+            }
+        }
+    } else {
+        None
+    };
+    if let Some(net) = &net {
+        // The id names rank 0's bootstrap on machine 0's address (as on a cluster, where the
+        // process making the id chooses it: NCCL_COMM_ID or an interface).
+        // SAFETY: no other thread of this process reads the environment yet.
+        unsafe { std::env::set_var("MSCCLPP_RS_BOOTSTRAP", format!("{}:{NETNS_PORT}", net.ip(0))) };
+    }
     let id = Id::new().map_err(|e| format!("ncclGetUniqueId: {e:?}"))?;
     let library = loaded_library();
     println!("cudarc_nccl: NCCL library loaded by cudarc: {library}");
@@ -129,6 +166,9 @@ fn run() -> Res<()> {
     let seed: u64 = rand::random();
     println!("cudarc_nccl: {ranks} ranks on {gpus} GPU(s), seed {seed}");
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    if let Some(net) = &mut net {
+        return across_machines(net, &exe, ranks, gpus, &hex, seed);
+    }
     let children: Vec<_> = (0..ranks)
         .map(|r| {
             Command::new(&exe)
@@ -156,8 +196,87 @@ fn run() -> Res<()> {
     }
 }
 
+/// Rank 0's bootstrap port on machine 0 (its namespace's own, so any port is free).
+const NETNS_PORT: u16 = 4000;
+
+/// Starts rank r on machine r of `net` and checks that every rank passed with every call
+/// forwarded to the real NCCL.
+fn across_machines(
+    net: &mut netns::Net,
+    exe: &std::path::Path,
+    ranks: usize,
+    gpus: usize,
+    hex: &str,
+    seed: u64,
+) -> Res<()> {
+    let mut env: Vec<(String, String)> = vec![
+        ("CUDARC_NCCL_WORLD".into(), ranks.to_string()),
+        ("CUDARC_NCCL_GPUS".into(), gpus.to_string()),
+        ("CUDARC_NCCL_ID".into(), hex.into()),
+        ("CUDARC_NCCL_SEED".into(), seed.to_string()),
+        ("CUDARC_NCCL_EXPECT_FORWARDED".into(), "1".into()),
+    ];
+    // The fixture passes none of this process's MSCCLPP_RS_ settings on by itself: the caller's
+    // (the real NCCL's path, say) go on, the bootstrap address set above does not.
+    env.extend(std::env::vars().filter(|(k, _)| k.starts_with("MSCCLPP_RS_") && k != "MSCCLPP_RS_BOOTSTRAP"));
+    // The real NCCL's own interface: the machine's link (no InfiniBand here).
+    if std::env::var_os("NCCL_SOCKET_IFNAME").is_none() {
+        env.push(("NCCL_SOCKET_IFNAME".into(), "eth0".into()));
+    }
+    for r in 0..ranks {
+        let mut e = env.clone();
+        e.push(("CUDARC_NCCL_RANK".into(), r.to_string()));
+        net.spawn(r, &format!("rank {r}"), exe, &[], &e)?;
+    }
+    let statuses = net.wait_all(Instant::now() + Duration::from_secs(240));
+    let lines = net.lines();
+    for l in &lines {
+        println!("cudarc_nccl: {l}");
+    }
+    let failed: Vec<String> = statuses
+        .iter()
+        .enumerate()
+        .filter(|(r, s)| {
+            !s.is_some_and(|s| s.success())
+                || !lines.iter().any(|l| l.starts_with(&format!("[rank {r}]")) && l.contains("RESULT ok"))
+        })
+        .map(|(r, s)| format!("rank {r} ({})", netns::describe(*s)))
+        .collect();
+    if failed.is_empty() {
+        println!("cudarc_nccl: all {ranks} ranks passed, each on a machine of its own, forwarded to the real NCCL");
+        Ok(())
+    } else {
+        Err(format!("across machines, failed: {}", failed.join(", ")))
+    }
+}
+
+/// How many calls this library served and forwarded so far (`mscclppNcclStats`).
+fn stats() -> Res<(u64, u64)> {
+    // SAFETY: RTLD_NOLOAD only returns a handle to a library already loaded under that name.
+    let h = unsafe { libc::dlopen(c"libnccl.so".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        return Err("no libnccl.so loaded".into());
+    }
+    // SAFETY: a live handle and a NUL-terminated name.
+    let p = unsafe { libc::dlsym(h, c"mscclppNcclStats".as_ptr()) };
+    if p.is_null() {
+        return Err("the loaded libnccl.so is not mscclpp-rs's".into());
+    }
+    // SAFETY: mscclppNcclStats's signature.
+    let f: unsafe extern "C" fn(*mut u64, *mut u64) = unsafe { std::mem::transmute(p) };
+    let (mut served, mut forwarded) = (0u64, 0u64);
+    // SAFETY: two writable words.
+    unsafe { f(&mut served, &mut forwarded) };
+    Ok((served, forwarded))
+}
+
 fn env(name: &str) -> Res<String> {
     std::env::var(name).map_err(|_| format!("{name} is not set"))
+}
+
+/// This machine's host name.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|e| format!("? ({e})"), |h| h.trim().to_string())
 }
 
 /// Rank r's data for a test: deterministic from the seed, so every rank knows every rank's.
@@ -260,6 +379,16 @@ fn rank_main(rank: usize) -> Res<()> {
     comm.all_reduce_in_place(&mut last, &ReduceOp::Sum).map_err(e("final all_reduce"))?;
     check("final all_reduce", &stream.clone_dtoh(&last).map_err(d)?, &[world as f32])?;
     stream.synchronize().map_err(d)?;
+    if std::env::var_os("CUDARC_NCCL_EXPECT_FORWARDED").is_some() {
+        let (served, forwarded) = stats()?;
+        let host = hostname();
+        println!("rank {rank} on {host}: {forwarded} calls forwarded to the real NCCL, {served} served");
+        if served != 0 || forwarded == 0 {
+            return Err(format!(
+                "rank {rank}: expected every call forwarded, got {served} served and {forwarded} forwarded"
+            ));
+        }
+    }
     println!(
         "rank {rank}: allreduce sum/max/in place, allgather, broadcast, reduce, reduce-scatter, send/recv: RESULT ok"
     );
