@@ -712,49 +712,38 @@ export! {
 // Memory and registration
 
 export! {
-    /// Device memory on the current device (plain `cuMemAlloc`; operations copy through the
-    /// communicator's scratch, so any device memory works alike).
+    /// Exportable device memory on the current device (a driver allocation of its own), kept
+    /// until `ncclMemFree`: what `ncclCommWindowRegister` turns into a window ([`crate::window`]).
     fn ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
         guard(None, || {
             out(ptr, "ptr")?;
-            crate::comm::current_device()?;
-            let mut p: sys::CUdeviceptr = 0;
-            // SAFETY: an out-parameter; a zero size is refused by the driver.
-            let r = unsafe { sys::cuMemAlloc_v2(&mut p, size.max(1)) };
-            if r != sys::CUresult::CUDA_SUCCESS {
-                return Err(Error { code: ncclUnhandledCudaError, message: format!("cuMemAlloc({size}): {r:?}") });
-            }
+            let addr = crate::window::alloc(crate::comm::current_device()?, size)?;
             // SAFETY: checked non-null.
-            unsafe { *ptr = p as *mut c_void };
+            unsafe { *ptr = addr as *mut c_void };
             Ok(())
         })
     }
 }
 
 export! {
-    /// Frees memory from `ncclMemAlloc`.
+    /// Frees memory from `ncclMemAlloc` (a window over it keeps it until deregistered).
     fn ncclMemFree / pncclMemFree(ptr: *mut c_void) -> ncclResult_t {
         guard(None, || {
             if ptr.is_null() {
                 return Ok(());
             }
-            crate::comm::current_device()?;
-            // SAFETY: memory from ncclMemAlloc (the caller's contract).
-            let r = unsafe { sys::cuMemFree_v2(ptr as sys::CUdeviceptr) };
-            if r != sys::CUresult::CUDA_SUCCESS {
-                return Err(Error::invalid_argument(format!("ncclMemFree({ptr:p}): {r:?}")));
-            }
-            Ok(())
+            crate::window::free(ptr as u64)
         })
     }
 }
 
 /// What a registration handle or window stands for.
-#[derive(Debug)]
 struct Registration {
     comm: usize,
     addr: u64,
     bytes: usize,
+    /// A window's registration (`ncclCommWindowRegister` on a served communicator).
+    window: Option<crate::window::Registered>,
 }
 
 export! {
@@ -767,7 +756,7 @@ export! {
             // SAFETY: ncclCommRegister's signature and the caller's arguments.
             forward_or::<F>(c, b"ncclCommRegister\0", |f, rc| unsafe { f(rc.0, buff, size, handle) }, || {
                 let addr = buffer(buff, size as u64, "buff")?;
-                let reg = Box::new(Registration { comm: comm as usize, addr, bytes: size });
+                let reg = Box::new(Registration { comm: comm as usize, addr, bytes: size, window: None });
                 // SAFETY: checked non-null.
                 unsafe { *handle = Box::into_raw(reg) as *mut c_void };
                 Ok(())
@@ -791,7 +780,36 @@ unsafe fn release(comm: CommHandle, handle: *mut c_void) -> Result<()> {
         std::mem::forget(reg);
         return Err(e);
     }
-    Ok(())
+    match reg.window {
+        Some(w) => crate::window::deregister(w),
+        None => Ok(()),
+    }
+}
+
+/// The device handle behind a window handle of `comm` ([`crate::window::device_window`]).
+///
+/// # Safety
+/// As [`crate::window::device_window`].
+pub(crate) unsafe fn registered_window(
+    comm: CommHandle,
+    win: *mut c_void,
+) -> Result<Option<mscclpp_device::window::Window>> {
+    let c = lookup(comm)?;
+    if c.served().is_none() {
+        return Err(Error::invalid_usage("this communicator is forwarded to the real NCCL: its windows are NCCL's"));
+    }
+    if win.is_null() {
+        return Err(Error::invalid_argument("the window is NULL"));
+    }
+    // SAFETY: a live registration of this library (the caller's contract), only read here.
+    let reg = unsafe { &*(win as *const Registration) };
+    if reg.comm != comm as usize {
+        return Err(Error::invalid_argument(format!(
+            "window of {:#x} + {} bytes belongs to another communicator",
+            reg.addr, reg.bytes
+        )));
+    }
+    Ok(reg.window.as_ref().and_then(|r| r.window.as_ref()).map(|w| w.handle()))
 }
 
 export! {
@@ -806,7 +824,8 @@ export! {
 }
 
 export! {
-    /// Registers a window (a collective call in NCCL; here recorded, as `ncclCommRegister`).
+    /// Registers a window: collective; ncclMemAlloc memory becomes a symmetric window of this
+    /// library ([`crate::window`]), other memory is recorded as `ncclCommRegister` records it.
     fn ncclCommWindowRegister / pncclCommWindowRegister(comm: CommHandle, buff: *mut c_void, size: usize, win: *mut *mut c_void, flags: c_int) -> ncclResult_t {
         with_comm(comm, |c| {
             out(win, "win")?;
@@ -814,7 +833,9 @@ export! {
             // SAFETY: ncclCommWindowRegister's signature and the caller's arguments.
             forward_or::<F>(c, b"ncclCommWindowRegister\0", |f, rc| unsafe { f(rc.0, buff, size, win, flags) }, || {
                 let addr = buffer(buff, size as u64, "buff")?;
-                let reg = Box::new(Registration { comm: comm as usize, addr, bytes: size });
+                let served = c.served().ok_or_else(|| Error::internal("a communicator neither served nor forwarded"))?;
+                let window = Some(crate::window::register(served.communicator(), addr, size)?);
+                let reg = Box::new(Registration { comm: comm as usize, addr, bytes: size, window });
                 // SAFETY: checked non-null.
                 unsafe { *win = Box::into_raw(reg) as *mut c_void };
                 Ok(())
@@ -824,7 +845,7 @@ export! {
 }
 
 export! {
-    /// Releases a window.
+    /// Releases a window (collective, as its registration).
     fn ncclCommWindowDeregister / pncclCommWindowDeregister(comm: CommHandle, win: *mut c_void) -> ncclResult_t {
         with_comm(comm, |c| {
             type F = unsafe extern "C" fn(CommHandle, *mut c_void) -> c_int;

@@ -29,5 +29,6 @@ pub mod forward;
 pub mod group;
 pub mod id;
 pub mod table;
+pub mod window;
 
 pub use error::{Error, Result};

@@ -634,6 +634,7 @@ fn rank_main(rank: usize) -> Res<()> {
     p2p(&mut r)?;
     large(&mut r)?;
     two_streams(&mut r)?;
+    windows(&mut r)?;
 
     // A zero count, ncclMemAlloc memory, registration, a mismatched reduction.
     let mut mem: *mut c_void = std::ptr::null_mut();
@@ -722,6 +723,88 @@ fn rank_main(rank: usize) -> Res<()> {
         }
     }
     println!("rank {rank}: RESULT ok");
+    Ok(())
+}
+
+/// `ncclMemAlloc` memory registered with `ncclCommWindowRegister` is a symmetric window: its
+/// device handle (`mscclpp_nccl::window::device_window`) names this rank, the team and the size,
+/// and every peer's copy, mapped here, holds what that peer wrote before registering; sizes that
+/// differ between the ranks fail on every rank; other memory is recorded only (no handle); a
+/// window keeps its memory past `ncclMemFree` until it is deregistered.
+fn windows(r: &mut Rank) -> Res<()> {
+    let (rank, n, comm) = (r.rank, r.n, r.comm);
+    let bytes = (1usize << 20) + 4096;
+    let words = bytes / 4;
+    let data = r.data::<u32>(words);
+    let mut mem: *mut c_void = std::ptr::null_mut();
+    let mut win: *mut c_void = std::ptr::null_mut();
+    // SAFETY: live communicator; mem is freed and the window deregistered below.
+    unsafe {
+        check(ncclMemAlloc(&mut mem, bytes), "ncclMemAlloc for a window")?;
+        let b = r.buffer(&data[rank], 0)?;
+        check(cudarc_copy(mem, b.addr(), bytes), "copy into the window")?;
+        r.sync()?;
+        check(ncclCommWindowRegister(comm, mem, bytes, &mut win, 1), "ncclCommWindowRegister")?;
+        let h = mscclpp_nccl::window::device_window(comm, win)
+            .map_err(|e| e.message)?
+            .ok_or("ncclMemAlloc memory registered on every rank gave no window")?;
+        if (h.rank as usize, h.size as usize, h.bytes as usize, h.local.addr()) != (rank, n, bytes, mem as u64) {
+            return Err(format!("window handle {h:?}: expected rank {rank} of {n}, {bytes} B at {mem:p}"));
+        }
+        // Every rank's copy, through the addresses the handle holds.
+        let mut bases = vec![0u64; n];
+        let rc = cudarc::driver::sys::cuMemcpyDtoH_v2(bases.as_mut_ptr() as _, h.bases.addr(), n * 8);
+        check(
+            if rc == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+                ncclResult_t::ncclSuccess
+            } else {
+                ncclResult_t::ncclUnhandledCudaError
+            },
+            "reading the window's table",
+        )?;
+        if bases[rank] != mem as u64 {
+            return Err(format!("the table's own entry is {:#x}, not {mem:p}", bases[rank]));
+        }
+        for (q, want) in data.iter().enumerate() {
+            let mut got = vec![0f32; words];
+            check(cudarc_read(&mut got, bases[q] as *mut c_void), "reading a peer's window")?;
+            let got: Vec<u32> = got.iter().map(|f| f.to_bits()).collect();
+            r.expect(&format!("rank {q}'s window seen from rank {rank}"), &got, want)?;
+        }
+        // The memory stays while the window lives.
+        check(ncclMemFree(mem), "ncclMemFree under a window")?;
+        let mut again = vec![0f32; 16];
+        check(
+            cudarc_read(&mut again, bases[(rank + 1) % n] as *mut c_void),
+            "reading a peer's window after ncclMemFree",
+        )?;
+        check(ncclCommWindowDeregister(comm, win), "ncclCommWindowDeregister")?;
+
+        // Sizes that differ: every rank fails (in a world of one there is nobody to differ from).
+        if n > 1 {
+            let size = 4096 * (1 + rank % 2);
+            check(ncclMemAlloc(&mut mem, size), "ncclMemAlloc")?;
+            let e = ncclCommWindowRegister(comm, mem, size, &mut win, 1);
+            if e != ncclResult_t::ncclInvalidArgument {
+                return Err(format!("windows of different sizes: {e:?}, expected ncclInvalidArgument"));
+            }
+            check(ncclMemFree(mem), "ncclMemFree")?;
+            r.checks += 1;
+        }
+
+        // Memory not from ncclMemAlloc: recorded, no device handle.
+        let plain = DeviceBuffer::filled(&r.gpu, 4096, 0).map_err(|e| e.to_string())?;
+        check(ncclCommWindowRegister(comm, plain.addr() as _, 4096, &mut win, 0), "window over cuMemAlloc memory")?;
+        if mscclpp_nccl::window::device_window(comm, win).map_err(|e| e.message)?.is_some() {
+            return Err("memory not from ncclMemAlloc gave a device window".into());
+        }
+        check(ncclCommWindowDeregister(comm, win), "ncclCommWindowDeregister")?;
+        let e = ncclMemFree(plain.addr() as _);
+        if e != ncclResult_t::ncclInvalidArgument {
+            return Err(format!("ncclMemFree of memory not from ncclMemAlloc: {e:?}"));
+        }
+    }
+    r.checks += 2;
     Ok(())
 }
 
