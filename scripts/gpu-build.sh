@@ -58,17 +58,19 @@ cp target/release/libmscclpp_nccl.so .gpu/bin/libmscclpp_nccl.so
 collect test --release --no-run -p mscclpp-nccl | while read -r name kind path; do
   case "$name" in cudarc_nccl) cp "$path" .gpu/bin/cudarc_nccl ;; abi) cp "$path" .gpu/bin/nccl_abi ;; gpu_nccl) cp "$path" .gpu/bin/gpu_nccl ;; esac
 done
-# Several machines on one: the namespace tests (GPU memory between machines), and `ip` with the
-# libraries it needs beside it, for a GPU machine without iproute2 (the runner uses it only then).
+# Several machines on one: the namespace tests (GPU memory between machines), and iproute2's `ip`
+# and `tc` with the libraries they need beside them, for a GPU machine without iproute2 (the
+# runner uses them only then).
 cargo test --release --no-run -p mscclpp-host --test netns_procs
 collect test --release --no-run -p mscclpp-host --test netns_procs | while read -r name kind path; do
   cp "$path" .gpu/bin/netns_procs
 done
-if ip=$(command -v ip); then
+for tool in ip tc; do
+  path=$(command -v "$tool") || continue
   mkdir -p .gpu/bin/iproute/lib
-  cp "$ip" .gpu/bin/iproute/ip
-  ldd "$ip" | awk '$3 ~ /^\// { print $3 }' | grep -v -E '/libc\.so|/ld-linux' | xargs -r cp -t .gpu/bin/iproute/lib
-fi
+  cp "$path" ".gpu/bin/iproute/$tool"
+  ldd "$path" | awk '$3 ~ /^\// { print $3 }' | grep -v -E '/(libc|libm)\.so|/ld-linux' | xargs -r cp -t .gpu/bin/iproute/lib
+done
 mkdir -p .gpu/nccl-extra/include
 cp .venv-tools/nccl-2.28.9/include/nccl.h .gpu/nccl-extra/include/
 cp -r nccl/tests/c .gpu/nccl-extra/c

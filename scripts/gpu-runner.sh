@@ -155,20 +155,26 @@ if [ -e "$here/bin/ep_bench" ] && selected ep ep_bench; then
     -x MSCCLPP_RS_NCCL -x MSCCLPP_RS_EP_SHAPES -x MSCCLPP_RS_EP_REPS -x MSCCLPP_RS_EP_FORMAT -x MSCCLPP_RS_EP_BLOCKS \
     -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/ep_bench"
 fi
+# The NCCL library under NCCL's names, for LD_LIBRARY_PATH (groups netns and nccl).
+if [ -e "$here/bin/libmscclpp_nccl.so" ]; then
+  mkdir -p "$here/nccl" && ln -sf ../bin/libmscclpp_nccl.so "$here/nccl/libnccl.so" && ln -sf ../bin/libmscclpp_nccl.so "$here/nccl/libnccl.so.2"
+fi
 # Several machines on one (group netns; as root): machines made of network namespaces with host
 # names of their own. netns_procs runs the multi-machine paths (bootstrap with a token, the TCP
 # transport, faults, hostile hosts; GPU memory between machines here), and cudarc's NCCL client
 # runs with each rank on a machine of its own, so the communicator is forwarded to the real NCCL.
-# Without iproute2 here, the bundle's `ip` runs through the loader with its libraries (no
+# Without iproute2 here, the bundle's `ip` and `tc` run through the loader with its libraries (no
 # LD_LIBRARY_PATH, which the ranks it starts would inherit).
 if selected netns netns; then
-  if ! command -v ip >/dev/null 2>&1 && [ -x "$here/bin/iproute/ip" ]; then
-    mkdir -p "$here/iproute-wrap"
-    printf '#!/bin/sh\nexec /lib64/ld-linux-x86-64.so.2 --library-path "%s" "%s" "$@"\n' \
-      "$here/bin/iproute/lib" "$here/bin/iproute/ip" > "$here/iproute-wrap/ip"
-    chmod +x "$here/iproute-wrap/ip"
-    export PATH="$here/iproute-wrap:$PATH"
-  fi
+  mkdir -p "$here/iproute-wrap"
+  for tool in ip tc; do
+    if ! command -v "$tool" >/dev/null 2>&1 && [ -x "$here/bin/iproute/$tool" ]; then
+      printf '#!/bin/sh\nexec /lib64/ld-linux-x86-64.so.2 --library-path "%s" "%s" "$@"\n' \
+        "$here/bin/iproute/lib" "$here/bin/iproute/$tool" > "$here/iproute-wrap/$tool"
+      chmod +x "$here/iproute-wrap/$tool"
+    fi
+  done
+  export PATH="$here/iproute-wrap:$PATH"
   [ -e "$here/bin/netns_procs" ] && run netns_procs env MSCCLPP_RS_REQUIRE_NETNS=1 "$here/bin/netns_procs"
   [ -e "$here/bin/cudarc_nccl" ] && run nccl-netns2 env LD_LIBRARY_PATH="$here/nccl" MSCCLPP_RS_REQUIRE_NETNS=1 \
     "$here/bin/cudarc_nccl" --ranks 2 --netns
@@ -178,9 +184,6 @@ fi
 # in LD_PRELOAD at 2 ranks (sharing the GPU of a one-GPU machine) and at 1 (MSCCLPP_RS_TORCHRUN:
 # torchrun to use, default the first of /opt/torch/.venv/bin/torchrun and PATH's). Carry
 # .gpu/nccl-extra (the header, the C test's sources, the PyTorch script) with the bundle.
-if [ -e "$here/bin/libmscclpp_nccl.so" ]; then
-  mkdir -p "$here/nccl" && ln -sf ../bin/libmscclpp_nccl.so "$here/nccl/libnccl.so" && ln -sf ../bin/libmscclpp_nccl.so "$here/nccl/libnccl.so.2"
-fi
 if [ -e "$here/bin/libmscclpp_nccl.so" ] && selected nccl nccl; then
   [ -e "$here/bin/cudarc_nccl" ] && run nccl-cudarc2 env LD_LIBRARY_PATH="$here/nccl" "$here/bin/cudarc_nccl" --ranks 2
   [ -e "$here/bin/gpu_nccl" ] && run nccl-matrix2 "$here/bin/gpu_nccl" --ranks 2
