@@ -22,6 +22,8 @@ pub struct DeviceBuffer {
 struct Allocation {
     gpu: Arc<Gpu>,
     ptr: CUdeviceptr,
+    /// False for memory the caller allocated ([`DeviceBuffer::from_raw`]): never freed here.
+    owned: bool,
 }
 
 /// Whether dropped allocations are kept for [`free_deferred`] instead of freed at once.
@@ -62,6 +64,9 @@ fn free_now(gpu: &Gpu, ptr: CUdeviceptr) {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         if DEFER.load(std::sync::atomic::Ordering::SeqCst) {
             DEFERRED.lock().unwrap_or_else(|e| e.into_inner()).push((self.gpu.clone(), self.ptr));
             return;
@@ -155,7 +160,53 @@ impl DeviceBuffer {
         // SAFETY: a plain allocation in the bound context.
         let ptr = unsafe { cudarc::driver::result::malloc_sync(alloc) }
             .ctx(|| format!("allocating {bytes} bytes on GPU {}", gpu.ordinal()))?;
-        Ok(Self { mem: Arc::new(Allocation { gpu: gpu.clone(), ptr }), bytes, exportable })
+        Ok(Self { mem: Arc::new(Allocation { gpu: gpu.clone(), ptr, owned: true }), bytes, exportable })
+    }
+
+    /// Wraps `bytes` of device memory at `ptr` that the caller allocated on `gpu` (never freed
+    /// here). It is exportable ([`Self::is_exportable`]) when CUDA IPC can map exactly it: the
+    /// start of a driver allocation (`cuMemAlloc`; not the stream-ordered pool that cudarc's
+    /// `CudaStream::alloc` takes from) of a multiple of [`EXPORT_GRANULARITY`] bytes. Memory that
+    /// is not on `gpu`'s device, or shorter than `bytes`, is refused.
+    ///
+    /// # Safety
+    /// The `bytes` at `ptr` stay allocated until this buffer and every hold on it
+    /// ([`Self::retain`]: the windows and channels built over it) are dropped.
+    pub unsafe fn from_raw(gpu: &Arc<Gpu>, ptr: u64, bytes: usize) -> Result<Self> {
+        use cudarc::driver::sys::{self, CUpointer_attribute as A};
+        gpu.bind()?;
+        let attr = |a: A| -> Result<u64> {
+            let mut v = 0u64;
+            // SAFETY: an out-parameter at least as large as every attribute asked here (an
+            // unsigned int, an int or a pointer), zeroed first.
+            let r = unsafe { sys::cuPointerGetAttribute(&mut v as *mut u64 as *mut std::ffi::c_void, a, ptr) };
+            crate::error::check(r, || format!("{ptr:#x}: cuPointerGetAttribute({a:?})"))?;
+            Ok(v)
+        };
+        let what = || format!("{bytes} bytes at {ptr:#x}");
+        let kind = attr(A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
+            .map_err(|_| Error::InvalidArgument(format!("{}: not memory the CUDA driver knows", what())))?;
+        if kind & 0xffff_ffff != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u64 {
+            return Err(Error::InvalidArgument(format!("{}: not device memory", what())));
+        }
+        let ordinal = attr(A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)? & 0xffff_ffff;
+        if ordinal != gpu.ordinal() as u64 {
+            return Err(Error::InvalidArgument(format!("{}: on GPU {ordinal}, not GPU {}", what(), gpu.ordinal())));
+        }
+        let (mut base, mut size) = (0u64, 0usize);
+        // SAFETY: out-parameters; `ptr` is device memory of the bound context's device.
+        let r = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) };
+        crate::error::check(r, || format!("{}: cuMemGetAddressRange", what()))?;
+        if ptr - base + bytes as u64 > size as u64 {
+            return Err(Error::InvalidArgument(format!(
+                "{}: its allocation ends {} bytes after it",
+                what(),
+                size as u64 - (ptr - base)
+            )));
+        }
+        let ipc = attr(A::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE)? & 0xffff_ffff != 0;
+        let exportable = ipc && base == ptr && size.is_multiple_of(EXPORT_GRANULARITY);
+        Ok(Self { mem: Arc::new(Allocation { gpu: gpu.clone(), ptr, owned: false }), bytes, exportable })
     }
 
     /// A hold on this buffer's memory: it stays allocated until the buffer and every hold are

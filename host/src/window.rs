@@ -16,11 +16,14 @@
 //! of leaving the others waiting in a later exchange.
 //!
 //! Memory the caller already has is registered as a [`DeviceBuffer`] from
-//! [`DeviceBuffer::alloc_exportable`]. A raw device pointer with its length cannot be: CUDA IPC
-//! exports whole driver allocations (a pointer from `cuMemAlloc` may share one with other
-//! buffers, which the peers would then map too), and ranks that are threads of one process keep
-//! each other's memory alive through a hold on the [`DeviceBuffer`]'s allocation, which a raw
-//! pointer does not have.
+//! [`DeviceBuffer::alloc_exportable`] ([`Communicator::register_window`]), or as a raw device
+//! pointer with its length ([`Communicator::register_window_raw`]) where CUDA IPC can map exactly
+//! it: CUDA IPC exports whole driver allocations, so the pointer must start a `cuMemAlloc`
+//! allocation of a multiple of [`crate::memory::EXPORT_GRANULARITY`] bytes (a smaller one may
+//! share a driver allocation with other buffers, which the peers would then map too), and
+//! stream-ordered pool memory (cudarc's `CudaStream::alloc`) cannot be exported this way. Such
+//! memory is refused on every rank, by name. A window over a raw pointer does not keep the memory:
+//! the caller does, until the window is freed on every rank.
 
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::window::Window as WindowHandle;
@@ -123,12 +126,13 @@ enum Problem {
     OtherGpu = 5,
     Allocation = 6,
     TooManySlots = 7,
+    NotDeviceMemory = 8,
 }
 
 impl Problem {
     fn from_code(code: u32) -> Option<Self> {
         use Problem::*;
-        [ZeroBytes, SizeNotAligned, BaseNotAligned, NotExportable, OtherGpu, Allocation, TooManySlots]
+        [ZeroBytes, SizeNotAligned, BaseNotAligned, NotExportable, OtherGpu, Allocation, TooManySlots, NotDeviceMemory]
             .into_iter()
             .find(|p| *p as u32 == code)
     }
@@ -139,7 +143,8 @@ impl Problem {
                 format!("has a window of {} bytes, not a multiple of {WINDOW_ALIGN}", c.bytes)
             }
             Problem::BaseNotAligned => format!("has window memory not aligned to {WINDOW_BASE_ALIGN} bytes"),
-            Problem::NotExportable => "has a buffer that is not exportable (use DeviceBuffer::alloc_exportable)".into(),
+            Problem::NotExportable => "has memory CUDA IPC cannot map exactly (DeviceBuffer::alloc_exportable, or the start of a cuMemAlloc allocation of a multiple of 2 MiB; not stream-ordered pool memory)".into(),
+            Problem::NotDeviceMemory => "has no device memory of that size at that address on its GPU".into(),
             Problem::OtherGpu => "has a buffer on another GPU than its communicator's".into(),
             Problem::Allocation => format!("could not allocate its window of {} bytes or its signal area", c.bytes),
             Problem::TooManySlots => format!("asks for {} signal slots, more than {MAX_SIGNAL_SLOTS}", c.slots),
@@ -273,6 +278,27 @@ impl Communicator {
         let signals = signals
             .ok_or_else(|| Error::InvalidArgument("window registration: no signal area after agreement".into()))?;
         self.build_window(buf, signals, WindowHandle::DEFAULT_SLOTS)
+    }
+
+    /// A window over `bytes` of device memory at `ptr` that this rank allocated on its GPU, with
+    /// [`WindowHandle::DEFAULT_SLOTS`] signal slots: collective as [`Self::register_window`]. The
+    /// memory must be what CUDA IPC can map exactly (see the module docs); memory that is not,
+    /// or that is not on this rank's GPU, makes every rank fail, naming this one.
+    ///
+    /// # Safety
+    /// The memory stays allocated until the window has been freed ([`Window::free`]) or dropped on
+    /// every rank, and every kernel using it is done.
+    pub unsafe fn register_window_raw(&self, ptr: u64, bytes: usize) -> Result<Window> {
+        // SAFETY: the caller's contract covers the buffer's lifetime, which ends with the window.
+        match unsafe { DeviceBuffer::from_raw(self.gpu(), ptr, bytes) } {
+            Ok(buf) => self.register_window(&buf),
+            Err(e) => {
+                let claim = Claim::of(bytes, ptr, WindowHandle::DEFAULT_SLOTS);
+                let claim = if claim.problem == 0 { claim.with(Problem::NotDeviceMemory) } else { claim };
+                agree(&**self.bootstrap(), claim, Some(e))?;
+                Err(Error::InvalidArgument("window registration: a refused claim was agreed".into()))
+            }
+        }
     }
 
     /// Words of the signal area for this team and `slots`.
@@ -413,6 +439,12 @@ mod tests {
         assert!(check_claims(&[]).is_ok());
         let slots = [Claim::of(4096, 0, 8), Claim::of(4096, 0, 4)];
         assert!(check_claims(&slots).unwrap_err().to_string().contains("rank 1 has 4096 bytes and 4 slots"));
+        let raw = [Claim::of(4096, 0, 8), Claim::of(4096, 0, 8).with(Problem::NotDeviceMemory)];
+        let e = check_claims(&raw).unwrap_err().to_string();
+        assert!(e.contains("rank 1 has no device memory of that size"), "{e}");
+        let raw = [Claim::of(4096, 0, 8).with(Problem::NotExportable), Claim::of(4096, 0, 8)];
+        let e = check_claims(&raw).unwrap_err().to_string();
+        assert!(e.contains("rank 0 has memory CUDA IPC cannot map exactly"), "{e}");
         let unknown = [Claim { bytes: 16, slots: 0, problem: 99 }];
         assert!(check_claims(&unknown).unwrap_err().to_string().contains("unknown problem 99"));
     }
