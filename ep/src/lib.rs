@@ -53,9 +53,24 @@
 //! bytes and `[rows][hidden / 128]` scales ([`Dispatched::recv_x_scales_addr`]). The combine
 //! that follows takes bf16 rows, as DeepEP's.
 //!
-//! Memory: every rank allocates about `2 * ranks * max_tokens * hidden * 4` bytes (receive rows
-//! and combine landing, sized for f32 rows, plus ids, weights and FP8 scales;
-//! [`Config::shared_bytes`]).
+//! **Several dispatches in flight** ([`Config::slots`], default 1): the received rows live in
+//! one of `slots` receive slots, a ring; a [`Dispatched`] stays valid for the `slots` most recent
+//! dispatches and is combined once, in any order among them (two-batch overlap: dispatch A,
+//! dispatch B, combine A, combine B needs 2). A handle whose slot a later dispatch took is
+//! refused before anything is launched.
+//!
+//! **Cached dispatch** ([`ExpertParallel::dispatch_cached`], DeepEP's `dispatch(x,
+//! handle=...)`): new rows along the routing of an earlier, still valid dispatch, without the
+//! layout kernel; the received ids, weights and sources are the earlier dispatch's.
+//!
+//! **Bias** ([`ExpertParallel::combine_with`], [`CombineOptions::bias`]): one or two
+//! `tokens x hidden` tensors added to the combined rows, the f32 sum starting at
+//! `0 + bias0 + bias1` (DeepEP's order), then the rows in rank order, rounded once.
+//!
+//! Memory: every rank allocates about `slots * 2 * ranks * max_tokens * hidden * widest` bytes
+//! (receive rows and combine landing of every slot, sized for [`Config::widest`], f32 by
+//! default, plus ids, weights and FP8 scales; [`Config::shared_bytes`],
+//! [`ExpertParallel::memory_bytes`]).
 //!
 //! **SM budget**: dispatch and combine run [`Config::blocks`] blocks (default
 //! [`DEFAULT_BLOCKS`], 20, DeepEP's `num_sms`), so that other work can run on the other SMs;
@@ -64,10 +79,10 @@
 //!
 //! Every call is collective (every rank, same order, same `k`, element type and received format
 //! ([`RecvFormat`]); the token count may differ between ranks, 0 included) and stream-ordered:
-//! nothing waits on the host. A dispatch's received rows stay valid until the next dispatch on
-//! the same [`ExpertParallel`]; work that reads them (the experts) must be ordered before that
-//! dispatch on the stream. Each dispatch may be followed by at most one combine, before the next
-//! dispatch.
+//! nothing waits on the host. A dispatch's received rows stay valid until its slot is taken
+//! again, `slots` dispatches later on the same [`ExpertParallel`]; work that reads them (the
+//! experts) must be ordered before that dispatch on the stream. Each dispatch may be combined
+//! once, while it is valid.
 
 use std::sync::Arc;
 
