@@ -481,7 +481,7 @@ fn run_rank(
     (ops, schedule): (&[Op], &[Step]),
     exp: &[Expect],
     (blocks, threads): (u32, u32),
-    sig: Option<(usize, RecvFormat)>,
+    sig: Option<(usize, RecvFormat, bool)>,
     failed: &Arc<AtomicBool>,
 ) -> Vec<Seen> {
     let slots = r.h.slot_count() as usize;
@@ -539,7 +539,10 @@ fn run_rank(
                 s.layout = Some(run_layout(r, h, &idx, inp.tokens, op.k, failed));
             }
             let format = format_code(op.format);
-            let (sig_k, sig_format) = sig.map_or((op.k, format), |(k, f)| (k, format_code(f)));
+            // A claimed signature: another k or format, or a cached dispatch (its bit).
+            let (sig_k, sig_format, sig_bits) = sig.map_or((op.k, format, sig_bits), |(k, f, cached)| {
+                (k, format_code(f), if cached { mscclpp_ep::shared::SIGNATURE_CACHED } else { 0 })
+            });
             let sig = signature(sig_k as u32, code(op.dtype), sig_format) | sig_bits;
             let (xa, ia, wa) = (x.addr(), idx.addr(), w.addr());
             let (ia, wa) = if op.cached.is_some() { (0, 0) } else { (ia, wa) };
@@ -880,9 +883,9 @@ fn layout_kernel_matches_the_reference() {
     }
 }
 
-/// Runs one dispatch where rank 1 claims another k or format (`claim`); returns the ranks'
+/// Runs one dispatch where rank 1 claims another k, format or a cached dispatch (`claim`); returns the ranks'
 /// failure messages.
-fn mismatched(claim: (usize, RecvFormat)) -> Vec<String> {
+fn mismatched(claim: (usize, RecvFormat, bool)) -> Vec<String> {
     let cfg = Config::new(8, 8, 4, 4);
     let ranks = world(&cfg, 2, 1);
     let op = Op::new(DataType::Bf16, 2, Routing::Random { none: 0.0 }, [8; 4], false);
@@ -909,12 +912,17 @@ fn mismatched(claim: (usize, RecvFormat)) -> Vec<String> {
 }
 
 #[test]
-fn ranks_that_disagree_on_k_or_format_fail_with_a_message() {
-    for claim in [(3, RecvFormat::Input), (2, RecvFormat::E4m3), (2, RecvFormat::E4m3Ue8m0)] {
+fn ranks_that_disagree_on_k_format_or_cached_fail_with_a_message() {
+    for claim in [
+        (3, RecvFormat::Input, false),
+        (2, RecvFormat::E4m3, false),
+        (2, RecvFormat::E4m3Ue8m0, false),
+        (2, RecvFormat::Input, true),
+    ] {
         let msgs = mismatched(claim);
         // Whichever rank reads the other's signature first reports it; the other may only see
         // that a thread failed (on a GPU: the trap of the first, then the budget or the abort).
-        let what = "the ranks were called with different k, element types or received formats";
+        let what = "the ranks were called with different k, element types or received formats, or mixed cached";
         assert!(msgs.iter().any(|m| m.contains(what)), "{claim:?}: {msgs:?}");
     }
 }
