@@ -641,16 +641,17 @@ fn pack<V: Element>(acc: &[f32; 8]) -> [u32; 4] {
     bytemuck::cast(V::from_f32_lanes(acc))
 }
 
-/// Combine: this rank's rows of `y` (one per received row, `row_bytes` each, as the last
-/// dispatch laid them out) go back to their source ranks; every token of this rank gets the sum,
+/// Combine: this rank's rows of `y` (one per received row, `row_bytes` each, as the dispatch
+/// of `h`'s slot laid them out) go back to their source ranks; every token of this rank gets the sum,
 /// in rank order, of what the ranks it went to computed for it. With `wt.out` (not 0), the
 /// same for the received rows' `k` weights at `wt.input`: every token's `k` weights summed in
 /// rank order (f32, from 0) into `wt.out`. Each non-zero address of `bias` is a row per token
 /// (of `V`) added first: a token's sum starts at `0 + bias0 + bias1` (f32), as DeepEP's.
 ///
 /// # Safety
-/// As for [`dispatch`]; the last operation on this handle was a dispatch (its info and layout
-/// are current); `y` holds `y_bytes` bytes, `out` `tokens * row_bytes`; every rank passes the
+/// As for [`dispatch`]; `h.slot` holds a dispatch not yet combined, every rank combining the
+/// same one (its info, layout and combine landing are this combine's; the landing of another
+/// slot may be written meanwhile by another rank's next combine); `y` holds `y_bytes` bytes, `out` `tokens * row_bytes`; every rank passes the
 /// same `row_bytes` and the same `wt.k` (the dispatch's k) and `wt.out` zero or not on all; with
 /// `wt.out`, `wt.input` holds `wt.input_bytes` bytes (4-aligned) and `wt.out` `tokens * k` f32;
 /// every non-zero `bias` address holds `tokens * row_bytes` bytes, 16-aligned.
