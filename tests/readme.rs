@@ -76,6 +76,33 @@ fn expert_parallelism(
     Ok(())
 }
 
+/// README, "Expert parallelism", several dispatches in flight, bias and cached dispatch: the two
+/// batches, the experts' outputs, the outputs, the bias and the gradients come from the model.
+#[allow(dead_code, clippy::too_many_arguments)]
+fn expert_parallelism_in_flight(
+    comm: Communicator,
+    (batch_a, batch_b): (mscclpp_ep::DispatchInput, mscclpp_ep::DispatchInput),
+    (y_a, y_b): (DeviceBuffer, DeviceBuffer),
+    (out_a, out_b): (DeviceBuffer, DeviceBuffer),
+    bias: DeviceBuffer,
+    grad: DeviceBuffer,
+) -> mscclpp_host::Result<mscclpp_ep::Dispatched> {
+    use mscclpp_ep::{CombineOptions, Config, DataType, ExpertParallel};
+
+    // Two batches in flight (two-batch overlap): two receive slots.
+    let mut ep = ExpertParallel::new(&comm, Config { slots: 2, ..Config::new(4096, 7168, 256, 8) })?;
+    let stream = comm.gpu().stream();
+    let da = ep.dispatch(&batch_a, stream)?;
+    let db = ep.dispatch(&batch_b, stream)?; // da stays valid: the 2 most recent dispatches do
+    ep.combine(&db, &y_b, &out_b, DataType::Bf16, stream)?; // in any order
+    // out_a[t] = bias[t] + the sum of the ranks' rows for t
+    let with_bias = CombineOptions { bias: [Some(&bias), None], ..Default::default() };
+    ep.combine_with(&da, (&y_a, &out_a), DataType::Bf16, &with_bias, stream)?;
+    // Backward: the gradients along da's routing (no layout kernel; da must still be valid).
+    let dg = ep.dispatch_cached(&da, &grad, DataType::Bf16, stream)?;
+    Ok(dg)
+}
+
 /// README, "Running on several GPUs": a rank's communicator and its channels.
 #[allow(unused_variables)]
 fn communicator() -> mscclpp_host::Result<()> {

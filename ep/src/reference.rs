@@ -374,9 +374,28 @@ pub fn combine(
     (outputs, offsets): (&[Vec<u8>], &[Vec<usize>]),
     row_bytes: usize,
 ) -> Vec<u8> {
+    combine_with_bias(dtype, layout, (s, tokens), (outputs, offsets), row_bytes, &[])
+}
+
+/// [`combine`] with bias rows (`tokens` rows of `dtype` each, DeepEP's `combine(bias=...)`): every
+/// token's f32 sum starts at `0 + bias[0][t] + bias[1][t]`, in that order, then adds the ranks'
+/// rows in rank order; rounded once to `dtype`.
+pub fn combine_with_bias(
+    dtype: DataType,
+    layout: &Layout,
+    (s, tokens): (usize, usize),
+    (outputs, offsets): (&[Vec<u8>], &[Vec<usize>]),
+    row_bytes: usize,
+    bias: &[&[u8]],
+) -> Vec<u8> {
     let n = outputs.len();
     let hidden = row_bytes / dtype.bytes();
     let mut acc = vec![0f32; tokens * hidden];
+    for b in bias {
+        for (a, v) in acc.iter_mut().zip(to_f32(dtype, &b[..tokens * row_bytes])) {
+            *a += v;
+        }
+    }
     for t in 0..tokens {
         for r in 0..n {
             let si = layout.send_index[t * n + r];

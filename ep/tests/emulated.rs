@@ -17,8 +17,8 @@ use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
 use mscclpp_ep::shared::{
-    DTYPE_BF16, DTYPE_F32, EpHandle, FORMAT_COPY, FORMAT_E4M3, FORMAT_E4M3_POW2, FORMAT_E4M3_UE8M0, WeightsArgs,
-    scale_row_bytes, signature,
+    BiasArgs, DTYPE_BF16, DTYPE_F32, EpHandle, FORMAT_COPY, FORMAT_E4M3, FORMAT_E4M3_POW2, FORMAT_E4M3_UE8M0,
+    WeightsArgs, scale_row_bytes, signature,
 };
 use mscclpp_ep::{Config, DEFAULT_BLOCKS, DataType, ExpertIds, RecvFormat, TopkIdx};
 use rand::rngs::StdRng;
@@ -261,8 +261,9 @@ fn world(cfg: &Config, n: usize, blocks: u32) -> Vec<Rank> {
         .map(|r| {
             let mut h = cfg.kernel_handle(r, n, blocks);
             let shared = Mem::zeroed(h.shared_regions().total as usize);
-            let layout = Mem::zeroed(h.layout_regions().total as usize);
-            let info = Mem::zeroed(h.info_words() as usize * 4);
+            let slots = h.slot_count() as usize;
+            let layout = Mem::zeroed((slots + 1) * h.layout_slot_bytes() as usize);
+            let info = Mem::zeroed(slots * h.info_slot_bytes() as usize);
             let state = Mem::from_pod(&vec![1u64; 2 * blocks as usize]);
             h.shared = shared.addr();
             h.layout = layout.addr();
@@ -289,6 +290,31 @@ struct Op {
     routing: Routing,
     tokens: [usize; 4],
     combine: bool,
+    /// A cached dispatch: op `j`'s routing (tokens, ids, weights) with new rows.
+    cached: Option<usize>,
+    /// Bias tensors the combine adds (0 to 2).
+    bias: usize,
+}
+
+impl Op {
+    fn new(dtype: DataType, k: usize, routing: Routing, tokens: [usize; 4], combine: bool) -> Self {
+        Op { dtype, format: RecvFormat::Input, k, routing, tokens, combine, cached: None, bias: 0 }
+    }
+}
+
+/// A step of a rank's sequence: op `i`'s dispatch, or its combine.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Dispatch(usize),
+    Combine(usize),
+}
+
+/// Every op dispatched then (unless it says not) combined at once.
+fn in_order(ops: &[Op]) -> Vec<Step> {
+    ops.iter()
+        .enumerate()
+        .flat_map(|(i, op)| std::iter::once(Step::Dispatch(i)).chain(op.combine.then_some(Step::Combine(i))))
+        .collect()
 }
 
 /// The host side of an operation for every rank.
@@ -305,6 +331,8 @@ struct Expect {
     w_ins: Vec<Vec<f32>>,
     /// What combine sums from the delivered weights, from the caller's.
     w_outs: [Vec<Vec<f32>>; 2],
+    /// Per rank, the bias tensors its combine adds (`op.bias` of them).
+    biases: Vec<Vec<Vec<u8>>>,
 }
 
 /// How operation `i` of a sequence combines the weights: from the delivered ones (0), from the
@@ -313,11 +341,17 @@ fn weights_mode(i: usize) -> usize {
     i % 3
 }
 
-fn expect(op: &Op, cfg: &Config, n: usize, seed: u64) -> Expect {
+fn expect(op: &Op, cfg: &Config, n: usize, seed: u64, earlier: &[Expect]) -> Expect {
     let inputs: Vec<RankInput> = (0..n)
         .map(|r| {
-            let t = op.tokens[r % 4].min(cfg.max_tokens);
+            let from = op.cached.map(|j| &earlier[j].inputs[r]);
+            let t = from.map_or(op.tokens[r % 4].min(cfg.max_tokens), |i| i.tokens);
             let mut i = reference::random_input(seed, r, op.dtype, t, cfg.hidden, op.k, (cfg.experts, n), op.routing);
+            if let Some(from) = from {
+                // The same routing, new rows.
+                assert_eq!(from.k, op.k, "a cached dispatch has its handle's k");
+                (i.topk_idx, i.topk_weights) = (from.topk_idx.clone(), from.topk_weights.clone());
+            }
             if op.format.is_fp8() {
                 i.x = reference::spread_magnitudes(&i.x, cfg.hidden);
             }
@@ -349,14 +383,28 @@ fn expect(op: &Op, cfg: &Config, n: usize, seed: u64) -> Expect {
         .map(|d| reference::scaled_experts(op.dtype, &recv[d], op.k, (d, n), cfg.experts, cfg.expert_ids))
         .collect();
     let offsets: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
-    let outs =
-        (0..n).map(|s| reference::combine(op.dtype, &layouts[s], s, inputs[s].tokens, (&ys, &offsets), row)).collect();
+    let biases: Vec<Vec<Vec<u8>>> = (0..n)
+        .map(|s| {
+            let t = inputs[s].tokens;
+            (0..op.bias)
+                .map(|b| {
+                    reference::random_input(seed + 100 + b as u64, s, op.dtype, t, cfg.hidden, 1, (1, 1), op.routing).x
+                })
+                .collect()
+        })
+        .collect();
+    let outs = (0..n)
+        .map(|s| {
+            let bias: Vec<&[u8]> = biases[s].iter().map(|b| &b[..]).collect();
+            reference::combine_with_bias(op.dtype, &layouts[s], (s, inputs[s].tokens), (&ys, &offsets), row, &bias)
+        })
+        .collect();
     let w_ins: Vec<Vec<f32>> = recv.iter().map(|r| r.topk_weights.iter().map(|w| w * 0.5 + 1.0).collect()).collect();
     let delivered: Vec<Vec<f32>> = recv.iter().map(|r| r.topk_weights.clone()).collect();
     let w_outs = [&delivered, &w_ins].map(|w| {
         (0..n).map(|s| reference::combine_weights(&layouts[s], s, (inputs[s].tokens, op.k), (w, &offsets))).collect()
     });
-    Expect { inputs, layouts, recv, recv_x, ys, outs, w_ins, w_outs }
+    Expect { inputs, layouts, recv, recv_x, ys, outs, w_ins, w_outs, biases }
 }
 
 /// What a rank saw after one dispatch and combine.
@@ -386,9 +434,8 @@ fn format_code(format: RecvFormat) -> u32 {
     }
 }
 
-/// The layout kernel of rank `r` on `idx`, then its results.
-fn run_layout(r: &Rank, idx: &Mem, tokens: usize, k: usize, failed: &Arc<AtomicBool>) -> Layout {
-    let h = r.h;
+/// The layout kernel of rank `r` (its handle `h`, of a slot) on `idx`, then its results.
+fn run_layout(r: &Rank, h: EpHandle, idx: &Mem, tokens: usize, k: usize, failed: &Arc<AtomicBool>) -> Layout {
     let lr = h.layout_regions();
     let shared = ((h.n_ranks * LAYOUT_THREADS + h.experts) * 4) as usize;
     let idx_addr = idx.addr();
@@ -409,69 +456,126 @@ fn run_layout(r: &Rank, idx: &Mem, tokens: usize, k: usize, failed: &Arc<AtomicB
             )
         }
     });
+    read_layout(r, h, tokens)
+}
+
+/// The layout of `h`'s slot.
+fn read_layout(r: &Rank, h: EpHandle, tokens: usize) -> Layout {
+    let lr = h.layout_regions();
+    let at = h.layout - r.layout.addr();
     let n = h.n_ranks as usize;
     Layout {
-        tokens_per_rank: r.layout.read(lr.per_rank, n),
-        tokens_per_expert: r.layout.read(lr.per_expert, h.experts as usize),
-        is_token_in_rank: r.layout.read::<u8>(lr.in_rank, tokens * n).iter().map(|&b| b == 1).collect(),
-        send_index: r.layout.read(lr.send_index, tokens * n),
+        tokens_per_rank: r.layout.read(at + lr.per_rank, n),
+        tokens_per_expert: r.layout.read(at + lr.per_expert, h.experts as usize),
+        is_token_in_rank: r.layout.read::<u8>(at + lr.in_rank, tokens * n).iter().map(|&b| b == 1).collect(),
+        send_index: r.layout.read(at + lr.send_index, tokens * n),
     }
 }
 
-/// Rank `me`'s sequence of operations, as its stream would run them.
+/// Rank `me`'s sequence of operations (`schedule`), as its stream would run them: every dispatch
+/// takes the next receive slot of the ring, as `ExpertParallel` does.
+#[allow(clippy::too_many_arguments)]
 fn run_rank(
     r: &Rank,
     me: usize,
-    ops: &[Op],
+    (ops, schedule): (&[Op], &[Step]),
     exp: &[Expect],
     (blocks, threads): (u32, u32),
-    sig: Option<(usize, RecvFormat)>,
+    sig: Option<(usize, RecvFormat, bool)>,
     failed: &Arc<AtomicBool>,
 ) -> Vec<Seen> {
-    let h = r.h;
-    let sr = h.shared_regions();
-    let mut seen = vec![];
-    for (i, (op, e)) in ops.iter().zip(exp).enumerate() {
+    let slots = r.h.slot_count() as usize;
+    let mut next_slot = 0;
+    let mut slot_of = vec![usize::MAX; ops.len()];
+    let mut seen: Vec<Seen> = ops.iter().map(|_| Seen::default()).collect();
+    let at_slot = |slot: usize| r.h.for_slot(slot as u32, r.layout.addr(), r.info.addr());
+    for (step_no, &step) in schedule.iter().enumerate() {
         // Ranks reach their kernels at different times (as GPUs with different loads would).
-        std::thread::sleep(std::time::Duration::from_millis(((me * 7 + i * 3) % 5) as u64));
-        let inp = &e.inputs[me];
-        let idx = if h.idx_bytes == 8 {
-            Mem::from_pod(&reference::widen_ids(&inp.topk_idx))
-        } else {
-            Mem::from_pod(&inp.topk_idx)
+        std::thread::sleep(std::time::Duration::from_millis(((me * 7 + step_no * 3) % 5) as u64));
+        let i = match step {
+            Step::Dispatch(i) | Step::Combine(i) => i,
         };
-        let (x, w) = (Mem::from_bytes(&inp.x), Mem::from_pod(&inp.topk_weights));
-        let row = h.hidden as usize * op.dtype.bytes();
-        let mut s = Seen { layout: Some(run_layout(r, &idx, inp.tokens, op.k, failed)), ..Seen::default() };
-        let format = format_code(op.format);
-        let (sig_k, sig_format) = sig.map_or((op.k, format), |(k, f)| (k, format_code(f)));
-        let sig = signature(sig_k as u32, code(op.dtype), sig_format);
-        let (xa, ia, wa) = (x.addr(), idx.addr(), w.addr());
-        hw::launch(blocks, threads, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
-            let args = (GlobalPtr::from_addr(xa), GlobalPtr::from_addr(ia), GlobalPtr::from_addr(wa));
-            let (t, k) = (inp.tokens as u32, op.k as u32);
-            // SAFETY: the inputs hold the batch; the world's buffers the handle's regions.
-            unsafe {
-                if op.format.is_fp8() {
-                    body::dispatch::<true>(h, args.0, args.1, args.2, t, k, row as u32, (sig, format), BUDGET)
-                } else {
-                    body::dispatch::<false>(h, args.0, args.1, args.2, t, k, row as u32, (sig, format), BUDGET)
+        let (op, e) = (&ops[i], &exp[i]);
+        let inp = &e.inputs[me];
+        let row = r.h.hidden as usize * op.dtype.bytes();
+        let s = &mut seen[i];
+        if let Step::Dispatch(_) = step {
+            let slot = next_slot;
+            next_slot = (next_slot + 1) % slots;
+            slot_of[i] = slot;
+            let h = at_slot(slot);
+            let sr = h.shared_regions();
+            let idx = if h.idx_bytes == 8 {
+                Mem::from_pod(&reference::widen_ids(&inp.topk_idx))
+            } else {
+                Mem::from_pod(&inp.topk_idx)
+            };
+            let (x, w) = (Mem::from_bytes(&inp.x), Mem::from_pod(&inp.topk_weights));
+            let mut sig_bits = 0;
+            if let Some(j) = op.cached {
+                // `dispatch_cached`: no layout kernel; the routing and the received ids, weights
+                // and sources copied from op j's slot when this is another.
+                let from = at_slot(slot_of[j]);
+                assert_ne!(slot_of[j], usize::MAX, "op {i} caches op {j}, not dispatched before");
+                if slot_of[j] != slot {
+                    let fr = from.shared_regions();
+                    // SAFETY: two disjoint ranges of this rank's layout and shared memories.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            from.layout as *const u8,
+                            h.layout as *mut u8,
+                            h.layout_slot_bytes() as usize,
+                        );
+                        std::ptr::copy_nonoverlapping(
+                            (h.shared + fr.recv_idx) as *const u8,
+                            (h.shared + sr.recv_idx) as *mut u8,
+                            (fr.recv_scales - fr.recv_idx) as usize,
+                        );
+                    }
                 }
+                s.layout = Some(read_layout(r, h, inp.tokens));
+                sig_bits = mscclpp_ep::shared::SIGNATURE_CACHED;
+            } else {
+                s.layout = Some(run_layout(r, h, &idx, inp.tokens, op.k, failed));
             }
-        });
-        // What arrived, read before this rank's next dispatch (as a stream-ordered reader would).
-        s.info = r.info.read(0, h.info_words() as usize);
-        let rows = s.info[0] as usize;
-        if op.format.is_fp8() {
-            s.x = r.shared.read(sr.recv_x, rows * h.hidden as usize);
-            s.scales = r.shared.read(sr.recv_scales, rows * scale_row_bytes(format, h.scales_per_row()) as usize / 4);
+            let format = format_code(op.format);
+            // A claimed signature: another k or format, or a cached dispatch (its bit).
+            let (sig_k, sig_format, sig_bits) = sig.map_or((op.k, format, sig_bits), |(k, f, cached)| {
+                (k, format_code(f), if cached { mscclpp_ep::shared::SIGNATURE_CACHED } else { 0 })
+            });
+            let sig = signature(sig_k as u32, code(op.dtype), sig_format) | sig_bits;
+            let (xa, ia, wa) = (x.addr(), idx.addr(), w.addr());
+            let (ia, wa) = if op.cached.is_some() { (0, 0) } else { (ia, wa) };
+            hw::launch(blocks, threads, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
+                let args = (GlobalPtr::from_addr(xa), GlobalPtr::from_addr(ia), GlobalPtr::from_addr(wa));
+                let (t, k) = (inp.tokens as u32, op.k as u32);
+                // SAFETY: the inputs hold the batch; the world's buffers the handle's regions.
+                unsafe {
+                    if op.format.is_fp8() {
+                        body::dispatch::<true>(h, args.0, args.1, args.2, t, k, row as u32, (sig, format), BUDGET)
+                    } else {
+                        body::dispatch::<false>(h, args.0, args.1, args.2, t, k, row as u32, (sig, format), BUDGET)
+                    }
+                }
+            });
+            // What arrived, read before this rank's next dispatch (as a stream-ordered reader
+            // would).
+            let info_at = h.info - r.info.addr();
+            s.info = r.info.read(info_at, h.info_words() as usize);
+            let rows = s.info[0] as usize;
+            if op.format.is_fp8() {
+                s.x = r.shared.read(sr.recv_x, rows * h.hidden as usize);
+                s.scales =
+                    r.shared.read(sr.recv_scales, rows * scale_row_bytes(format, h.scales_per_row()) as usize / 4);
+            } else {
+                s.x = r.shared.read(sr.recv_x, rows * row);
+            }
+            s.idx = r.shared.read(sr.recv_idx, rows * op.k);
+            s.w = r.shared.read(sr.recv_w, rows * op.k);
+            s.src = r.shared.read(sr.recv_src, rows);
         } else {
-            s.x = r.shared.read(sr.recv_x, rows * row);
-        }
-        s.idx = r.shared.read(sr.recv_idx, rows * op.k);
-        s.w = r.shared.read(sr.recv_w, rows * op.k);
-        s.src = r.shared.read(sr.recv_src, rows);
-        if op.combine {
+            let h = at_slot(slot_of[i]);
+            let sr = h.shared_regions();
             std::thread::sleep(std::time::Duration::from_millis(((me * 5 + i) % 4) as u64));
             let y = Mem::from_bytes(&e.ys[me]);
             let out = Mem::from_bytes(&vec![0xa5; inp.tokens * row + 64]);
@@ -479,6 +583,11 @@ fn run_rank(
             let w_in = Mem::from_pod(&e.w_ins[me]);
             let w_bytes = inp.tokens * op.k * 4 + 64;
             let w_out = Mem::from_bytes(&vec![0xa5; w_bytes]);
+            let biases: Vec<Mem> = e.biases[me].iter().map(|b| Mem::from_bytes(b)).collect();
+            let mut bias = BiasArgs::default();
+            for (a, m) in bias.bias.iter_mut().zip(&biases) {
+                *a = m.addr();
+            }
             let k = op.k as u32;
             let wt = match weights_mode(i) {
                 0 => WeightsArgs {
@@ -499,29 +608,41 @@ fn run_rank(
             };
             hw::launch(blocks, threads, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
                 let (y, out) = (GlobalPtr::from_addr(ya), GlobalPtr::from_addr(oa));
-                let t = inp.tokens as u32;
+                let (t, args) = (inp.tokens as u32, (wt, bias));
                 // SAFETY: `y` holds the received rows' outputs, `out` the tokens' rows, the
-                // weights their rows and slots.
+                // weights their rows and slots, the biases the tokens' rows.
                 unsafe {
                     if op.dtype == DataType::F32 {
-                        body::combine::<mscclpp_device::vec::F32x4>(h, y, y_bytes, out, t, row as u32, wt, BUDGET)
+                        body::combine::<mscclpp_device::vec::F32x4>(h, y, y_bytes, out, t, row as u32, args, BUDGET)
                     } else {
-                        body::combine::<mscclpp_device::vec::Bf16x8>(h, y, y_bytes, out, t, row as u32, wt, BUDGET)
+                        body::combine::<mscclpp_device::vec::Bf16x8>(h, y, y_bytes, out, t, row as u32, args, BUDGET)
                     }
                 }
             });
             s.out = out.bytes()[..inp.tokens * row + 64].to_vec();
             s.w_out = w_out.bytes()[..w_bytes].to_vec();
         }
-        seen.push(s);
     }
     seen
 }
 
-/// Runs `ops` on `n` emulated ranks (each in its own thread) and checks everything.
+/// Runs `ops` on `n` emulated ranks (each in its own thread), every op dispatched then
+/// combined, and checks everything.
 fn run_world(cfg: &Config, n: usize, grid: (u32, u32), ops: &[Op], seed: u64) {
+    run_schedule(cfg, n, grid, (ops, &in_order(ops)), seed)
+}
+
+/// Runs `ops` on `n` emulated ranks in the order `schedule` says and checks everything (the
+/// combined outputs of the ops the schedule combines).
+fn run_schedule(cfg: &Config, n: usize, grid: (u32, u32), (ops, schedule): (&[Op], &[Step]), seed: u64) {
     let ranks = world(cfg, n, grid.0);
-    let exp: Vec<Expect> = ops.iter().enumerate().map(|(i, op)| expect(op, cfg, n, seed + i as u64)).collect();
+    let mut exp: Vec<Expect> = vec![];
+    for (i, op) in ops.iter().enumerate() {
+        let e = expect(op, cfg, n, seed + i as u64, &exp);
+        exp.push(e);
+    }
+    let combined: Vec<bool> =
+        (0..ops.len()).map(|i| schedule.iter().any(|s| matches!(s, Step::Combine(j) if *j == i))).collect();
     let failed = Arc::new(AtomicBool::new(false));
     let seen: Vec<Vec<Seen>> = std::thread::scope(|scope| {
         let hs: Vec<_> = ranks
@@ -529,13 +650,16 @@ fn run_world(cfg: &Config, n: usize, grid: (u32, u32), ops: &[Op], seed: u64) {
             .enumerate()
             .map(|(me, r)| {
                 let (exp, failed) = (&exp, &failed);
-                scope.spawn(move || run_rank(r, me, ops, exp, grid, None, failed))
+                scope.spawn(move || run_rank(r, me, (ops, schedule), exp, grid, None, failed))
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     });
     for (me, per_op) in seen.iter().enumerate() {
         for (i, (s, (op, e))) in per_op.iter().zip(ops.iter().zip(&exp)).enumerate() {
+            if !schedule.iter().any(|s| matches!(s, Step::Dispatch(j) if *j == i)) {
+                continue;
+            }
             let what = format!("{n} ranks {grid:?}, rank {me}, op {i} {op:?}");
             let h = ranks[me].h;
             assert_eq!(s.layout.as_ref(), Some(&e.layouts[me]), "{what}: layout");
@@ -553,7 +677,7 @@ fn run_world(cfg: &Config, n: usize, grid: (u32, u32), ops: &[Op], seed: u64) {
             assert_eq!(s.idx, want.topk_idx, "{what}: ids");
             assert_eq!(s.w, want.topk_weights.iter().map(|w| w.to_bits()).collect::<Vec<_>>(), "{what}: weights");
             assert_eq!(s.src, want.src, "{what}: source indices");
-            if op.combine {
+            if combined[i] {
                 let t = e.outs[me].len();
                 assert!(s.out[..t] == e.outs[me][..], "{what}: combine output differs");
                 assert!(s.out[t..].iter().all(|&b| b == 0xa5), "{what}: combine wrote past the output");
@@ -574,7 +698,7 @@ fn run_world(cfg: &Config, n: usize, grid: (u32, u32), ops: &[Op], seed: u64) {
 
 fn ops(n: usize) -> Vec<Op> {
     let random = Routing::Random { none: 0.2 };
-    let op = |dtype, k, routing, tokens, combine| Op { dtype, format: RecvFormat::Input, k, routing, tokens, combine };
+    let op = Op::new;
     vec![
         op(DataType::Bf16, 3, random, [40, 17, 33, 1], true),
         op(DataType::F32, 1, random, [5, 40, 0, 39], true),
@@ -696,15 +820,8 @@ fn local_ids_are_the_default() {
     let cfg = Config::new(40, 16, 12, 4);
     assert_eq!((cfg.expert_ids, cfg.expert_alignment, cfg.blocks), (ExpertIds::Local, 1, None));
     // Every rank hosts experts of the tokens, so every received row has -1 slots (other ranks').
-    let op = Op {
-        dtype: DataType::Bf16,
-        format: RecvFormat::Input,
-        k: 4,
-        routing: Routing::Random { none: 0.0 },
-        tokens: [40; 4],
-        combine: true,
-    };
-    let e = expect(&op, &cfg, 3, 18);
+    let op = Op::new(DataType::Bf16, 4, Routing::Random { none: 0.0 }, [40; 4], true);
+    let e = expect(&op, &cfg, 3, 18, &[]);
     assert!(e.recv.iter().all(|r| r.topk_idx.iter().all(|&id| (-1..4).contains(&id))));
     assert!(e.recv.iter().all(|r| r.topk_idx.contains(&-1) && r.topk_weights.contains(&0.0)));
     run_world(&cfg, 3, (2, 32), &[op], 18);
@@ -722,7 +839,7 @@ fn few_tokens_are_cut_into_pieces() {
     // up to 8 pieces, each copied and summed by another warp.
     let cfg = Config::new(4, 64, 8, 4);
     let random = Routing::Random { none: 0.1 };
-    let op = |dtype, k, tokens| Op { dtype, format: RecvFormat::Input, k, routing: random, tokens, combine: true };
+    let op = |dtype, k, tokens| Op::new(dtype, k, random, tokens, true);
     let ops = [
         op(DataType::F32, 4, [1, 2, 3, 0]),
         op(DataType::Bf16, 3, [3, 1, 0, 2]),
@@ -757,7 +874,7 @@ fn layout_kernel_matches_the_reference() {
             TopkIdx::I64 => Mem::from_pod(&reference::widen_ids(&idx)),
             TopkIdx::I32 => Mem::from_pod(&idx),
         };
-        let got = run_layout(&ranks[0], &buf, tokens, k, &failed);
+        let got = run_layout(&ranks[0], ranks[0].h, &buf, tokens, k, &failed);
         assert_eq!(
             got,
             reference::layout(&idx, tokens, k, n * epr, n),
@@ -766,20 +883,13 @@ fn layout_kernel_matches_the_reference() {
     }
 }
 
-/// Runs one dispatch where rank 1 claims another k or format (`claim`); returns the ranks'
+/// Runs one dispatch where rank 1 claims another k, format or a cached dispatch (`claim`); returns the ranks'
 /// failure messages.
-fn mismatched(claim: (usize, RecvFormat)) -> Vec<String> {
+fn mismatched(claim: (usize, RecvFormat, bool)) -> Vec<String> {
     let cfg = Config::new(8, 8, 4, 4);
     let ranks = world(&cfg, 2, 1);
-    let op = Op {
-        dtype: DataType::Bf16,
-        format: RecvFormat::Input,
-        k: 2,
-        routing: Routing::Random { none: 0.0 },
-        tokens: [8; 4],
-        combine: false,
-    };
-    let exp = vec![expect(&op, &cfg, 2, 5)];
+    let op = Op::new(DataType::Bf16, 2, Routing::Random { none: 0.0 }, [8; 4], false);
+    let exp = vec![expect(&op, &cfg, 2, 5, &[])];
     let failed = Arc::new(AtomicBool::new(false));
     std::thread::scope(|scope| {
         let hs: Vec<_> = ranks
@@ -789,7 +899,7 @@ fn mismatched(claim: (usize, RecvFormat)) -> Vec<String> {
                 let (exp, failed) = (&exp, &failed);
                 scope.spawn(move || {
                     catch_unwind(AssertUnwindSafe(|| {
-                        run_rank(r, me, &[op], exp, (1, 32), (me == 1).then_some(claim), failed)
+                        run_rank(r, me, (&[op], &[Step::Dispatch(0)]), exp, (1, 32), (me == 1).then_some(claim), failed)
                     }))
                 })
             })
@@ -802,12 +912,96 @@ fn mismatched(claim: (usize, RecvFormat)) -> Vec<String> {
 }
 
 #[test]
-fn ranks_that_disagree_on_k_or_format_fail_with_a_message() {
-    for claim in [(3, RecvFormat::Input), (2, RecvFormat::E4m3), (2, RecvFormat::E4m3Ue8m0)] {
+fn ranks_that_disagree_on_k_format_or_cached_fail_with_a_message() {
+    for claim in [
+        (3, RecvFormat::Input, false),
+        (2, RecvFormat::E4m3, false),
+        (2, RecvFormat::E4m3Ue8m0, false),
+        (2, RecvFormat::Input, true),
+    ] {
         let msgs = mismatched(claim);
         // Whichever rank reads the other's signature first reports it; the other may only see
         // that a thread failed (on a GPU: the trap of the first, then the budget or the abort).
-        let what = "the ranks were called with different k, element types or received formats";
+        let what = "the ranks were called with different k, element types or received formats, or mixed cached";
         assert!(msgs.iter().any(|m| m.contains(what)), "{claim:?}: {msgs:?}");
     }
+}
+
+#[test]
+fn dispatches_in_flight_combined_in_any_order() {
+    // Two slots: A, B dispatched, B combined before A; then three in flight (C overwrites A's
+    // slot, whose handle `ExpertParallel` refuses): C and B combined, newest first; then more
+    // in order, on the ring's later turns. Every received row and combined output bit for bit.
+    let random = Routing::Random { none: 0.2 };
+    let ops = [
+        Op::new(DataType::Bf16, 3, random, [40, 17, 33, 1], true),
+        Op::new(DataType::F32, 2, random, [5, 40, 0, 39], true),
+        Op::new(DataType::Bf16, 4, random, [21, 22, 23, 24], false),
+        Op::new(DataType::F32, 4, Routing::ToRank(0), [30, 3, 7, 40], true),
+        Op::new(DataType::Bf16, 1, random, [40, 40, 40, 40], true),
+        Op::new(DataType::Bf16, 2, random, [9, 8, 7, 6], true),
+        Op::new(DataType::F32, 3, random, [0, 12, 40, 2], true),
+    ];
+    use Step::{Combine as C, Dispatch as D};
+    let schedule = [D(0), D(1), C(1), C(0), D(2), D(3), D(4), C(4), C(3), D(5), C(5), D(6), C(6)];
+    for (n, grid, seed) in [(2, (2, 32), 60), (3, (3, 64), 61), (4, (1, 32), 62)] {
+        let cfg = Config { slots: 2, ..Config::new(40, 16, 4 * n, 4) };
+        run_schedule(&cfg, n, grid, (&ops, &schedule), seed);
+    }
+    // Three slots, combined oldest last.
+    let cfg = Config { slots: 3, ..Config::new(40, 24, 12, 4) };
+    let schedule = [D(0), D(1), D(3), C(3), C(1), C(0), D(4), D(5), D(6), C(5), C(6), C(4)];
+    run_schedule(&cfg, 3, (2, 32), (&ops, &schedule), 63);
+}
+
+#[test]
+fn cached_dispatch_equals_a_fresh_dispatch_of_the_routing() {
+    // Cached dispatches (no layout kernel, new rows along an earlier dispatch's routing) into the
+    // same slot (one slot) and into another (two, three slots: the routing and received ids
+    // copied), of another element type than the original, with FP8 originals, combined with the
+    // weights they carry (op index % 3 == 0: the delivered ones): the references of a fresh
+    // dispatch, bit for bit.
+    let random = Routing::Random { none: 0.2 };
+    let cached = |j, dtype, k| Op { cached: Some(j), ..Op::new(dtype, k, random, [0; 4], true) };
+    let ops = [
+        Op::new(DataType::Bf16, 3, random, [40, 17, 33, 1], true),
+        cached(0, DataType::F32, 3),
+        cached(1, DataType::Bf16, 3),
+        Op::new(DataType::F32, 2, Routing::ToRank(1), [5, 40, 0, 39], false),
+        cached(3, DataType::Bf16, 2),
+        cached(4, DataType::F32, 2),
+    ];
+    use Step::{Combine as C, Dispatch as D};
+    let schedule = [D(0), C(0), D(1), C(1), D(2), C(2), D(3), D(4), D(5), C(5), C(4)];
+    for (slots, n, seed) in [(1, 2, 70), (2, 3, 71), (3, 2, 72)] {
+        let cfg = Config { slots, ..Config::new(40, 16, 4 * n, 4) };
+        // One slot: the last dispatch alone is combinable.
+        let schedule: Vec<Step> = if slots == 1 {
+            schedule.iter().copied().filter(|s| !matches!(s, Step::Combine(4))).collect()
+        } else {
+            schedule.to_vec()
+        };
+        run_schedule(&cfg, n, (2, 32), (&ops, &schedule), seed);
+    }
+    let fp8 = Op { format: RecvFormat::E4m3, ..Op::new(DataType::Bf16, 2, random, [40, 20, 3, 0], true) };
+    let cfg = Config { slots: 2, ..Config::new(40, 128, 8, 4) };
+    run_world(&cfg, 2, (2, 32), &[fp8, cached(0, DataType::Bf16, 2), cached(1, DataType::F32, 2)], 73);
+}
+
+#[test]
+fn combine_adds_one_or_two_biases() {
+    // Bias rows added to the sums (also for tokens that went nowhere), bf16 and f32, with and
+    // without the weights: the host reference (0 + bias0 + bias1, then the rows in rank order,
+    // f32, one rounding) bit for bit.
+    let random = Routing::Random { none: 0.3 };
+    let biased = |dtype, k, tokens, bias| Op { bias, ..Op::new(dtype, k, random, tokens, true) };
+    let ops = [
+        biased(DataType::Bf16, 3, [40, 17, 33, 1], 1),
+        biased(DataType::F32, 2, [5, 40, 0, 39], 2),
+        biased(DataType::Bf16, 4, [21, 22, 23, 24], 2),
+        biased(DataType::F32, 1, [40, 3, 7, 40], 1),
+        biased(DataType::Bf16, 2, [2, 1, 3, 0], 2),
+    ];
+    run_world(&Config::new(40, 24, 12, 4), 3, (2, 32), &ops, 80);
+    run_world(&Config::new(4, 64, 8, 4), 2, (4, 64), &ops, 81);
 }

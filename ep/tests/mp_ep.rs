@@ -23,6 +23,18 @@
 //! * FP8 dispatch (bf16 rows cast to e4m3 with a scale per 128 columns: DeepEP's f32 scales,
 //!   power-of-two ones, UE8M0 bytes) at DeepSeek-V3's hidden size, between bf16 and f32 dispatches on the
 //!   same object and with one block of 64 threads: the e4m3 bytes and the scales bit for bit;
+//! * two receive slots (`Config::slots`): two dispatches in flight combined newest first; three
+//!   in flight, the oldest's combine and counts refused before any launch (its output stays
+//!   poisoned) and the others combined newest first with no host synchronisation between;
+//! * cached dispatches (`dispatch_cached`: new f32 or bf16 rows along an earlier dispatch's
+//!   routing, no layout kernel) into another slot and into their handle's own: layout, received
+//!   rows, ids, weights and sources, combine and summed weights against the reference, and the
+//!   same bits as a fresh dispatch of the same rows; a cached dispatch of an overwritten handle
+//!   or of a short buffer refused;
+//! * combine bias (`CombineOptions::bias`: one bf16 tensor, two f32 ones, with the summed weights;
+//!   two after a cached dispatch) against the host reference, bit for bit; a short bias refused;
+//! * an object sized for bf16 rows (`Config::widest`): its bytes as `Config::shared_bytes` says,
+//!   smaller than the f32 one's by the rows' halves; bf16 cases bit for bit, f32 rows refused;
 //! * requests beyond the configuration, stale and repeated combines, FP8 of f32 rows or of rows
 //!   that are not a multiple of 128: errors, before any launch.
 //!
@@ -37,8 +49,8 @@ use std::process::ExitCode;
 
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
 use mscclpp_ep::{
-    CombineWeights, Config, DEFAULT_BLOCKS, DataType, DispatchInput, Dispatched, ExpertIds, ExpertParallel, RecvFormat,
-    TopkIdx,
+    CombineOptions, CombineWeights, Config, DEFAULT_BLOCKS, DataType, DispatchInput, Dispatched, ExpertIds,
+    ExpertParallel, RecvFormat, TopkIdx,
 };
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
@@ -85,13 +97,25 @@ struct Plan {
     out: Vec<u8>,
     /// The delivered weights summed back on this rank (`tokens x k`).
     w_out: Vec<f32>,
+    /// The bias tensors this rank's combine adds (`out` includes them).
+    bias: Vec<Vec<u8>>,
 }
 
 fn plan(c: &Case, cfg: &Config, n: usize, me: usize) -> Plan {
+    plan_with(c, cfg, n, me, None, 0)
+}
+
+/// [`plan`] with the routing (tokens, ids, weights) of the inputs `from` and new rows (a cached
+/// dispatch of the dispatch of `from`), and `bias` bias tensors added by the combine.
+fn plan_with(c: &Case, cfg: &Config, n: usize, me: usize, from: Option<&[RankInput]>, bias: usize) -> Plan {
     let inputs: Vec<RankInput> = (0..n)
         .map(|r| {
-            let t = c.tokens[r % 4].min(cfg.max_tokens);
+            let from = from.map(|f| &f[r]);
+            let t = from.map_or(c.tokens[r % 4].min(cfg.max_tokens), |f| f.tokens);
             let mut i = reference::random_input(c.seed, r, c.dtype, t, cfg.hidden, c.k, (cfg.experts, n), c.routing);
+            if let Some(f) = from {
+                (i.topk_idx, i.topk_weights) = (f.topk_idx.clone(), f.topk_weights.clone());
+            }
             if c.format.is_fp8() {
                 i.x = reference::spread_magnitudes(&i.x, cfg.hidden);
             }
@@ -113,10 +137,17 @@ fn plan(c: &Case, cfg: &Config, n: usize, me: usize) -> Plan {
         .map(|d| reference::scaled_experts(c.dtype, &recv[d], c.k, (d, n), cfg.experts, cfg.expert_ids))
         .collect();
     let offsets: Vec<Vec<usize>> = recv.iter().map(|r| r.offsets.clone()).collect();
-    let out = reference::combine(c.dtype, &layouts[me], me, inputs[me].tokens, (&ys, &offsets), row);
+    let t = inputs[me].tokens;
+    let bias: Vec<Vec<u8>> = (0..bias)
+        .map(|b| {
+            reference::random_input(c.seed ^ (0xb1a5 + b as u64), me, c.dtype, t, cfg.hidden, 1, (1, 1), c.routing).x
+        })
+        .collect();
+    let refs: Vec<&[u8]> = bias.iter().map(|b| &b[..]).collect();
+    let out = reference::combine_with_bias(c.dtype, &layouts[me], (me, t), (&ys, &offsets), row, &refs);
     let delivered: Vec<Vec<f32>> = recv.iter().map(|r| r.topk_weights.clone()).collect();
-    let w_out = reference::combine_weights(&layouts[me], me, (inputs[me].tokens, c.k), (&delivered, &offsets));
-    Plan { inputs, layouts, recv, recv_x, ys, out, w_out }
+    let w_out = reference::combine_weights(&layouts[me], me, (t, c.k), (&delivered, &offsets));
+    Plan { inputs, layouts, recv, recv_x, ys, out, w_out, bias }
 }
 
 /// This rank's device buffers of one case.
@@ -211,22 +242,7 @@ fn run_case(ep: &mut ExpertParallel, c: &Case, what: &str) -> Result<()> {
     let stream = stream.stream();
     let d = dispatch(ep, c, &b, p.inputs[me].tokens)?;
     check_layout(what, &ep.read_layout(stream)?, &p.layouts[me])?;
-    let rc = ep.recv_counts(&d, stream)?;
-    let want = &p.recv[me];
-    check_eq(&format!("{what}: received rows"), &[rc.rows], &[want.rows])?;
-    check_eq(&format!("{what}: offsets by source"), &rc.offsets, &want.offsets)?;
-    check_eq(&format!("{what}: count matrix"), &rc.matrix, &want.matrix)?;
-    check_eq(&format!("{what}: rows per local expert"), &rc.per_expert, &want.per_expert)?;
-    let got = ep.read_received(&d, stream)?;
-    check_eq(&format!("{what}: received x"), &got.x, &p.recv_x.0)?;
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    check_eq(&format!("{what}: received scales"), &bits(&got.x_scales), &bits(&p.recv_x.1))?;
-    if d.format() != c.format || d.recv_x_scales_addr().is_some() != c.format.is_fp8() {
-        return Err(fail(format!("{what}: the dispatch result says {:?}", d.format())));
-    }
-    check_eq(&format!("{what}: received ids"), &got.topk_idx, &want.topk_idx)?;
-    check_eq(&format!("{what}: received weights"), &bits(&got.topk_weights), &bits(&want.topk_weights))?;
-    check_eq(&format!("{what}: received source indices"), &got.src, &want.src)?;
+    check_received(ep, what, &d, &p, c)?;
     // Even k: the combine also sums the delivered weights back (DeepEP's combined_topk_weights).
     let w_out = DeviceBuffer::filled(ep.gpu(), p.w_out.len() * 4 + TAIL, POISON)?;
     if c.k % 2 == 0 {
@@ -248,6 +264,30 @@ fn run_case(ep: &mut ExpertParallel, c: &Case, what: &str) -> Result<()> {
         return Err(fail(format!("{what}: the reference differs from the mixture at {i}: {} vs {}", out[i], exact[i])));
     }
     Ok(())
+}
+
+/// What dispatch `d` delivered to this rank (counts, rows, scales, ids, weights, sources)
+/// against the plan.
+fn check_received(ep: &ExpertParallel, what: &str, d: &Dispatched, p: &Plan, c: &Case) -> Result<()> {
+    let me = ep.rank().0;
+    let stream = ep.gpu().clone();
+    let stream = stream.stream();
+    let rc = ep.recv_counts(d, stream)?;
+    let want = &p.recv[me];
+    check_eq(&format!("{what}: received rows"), &[rc.rows], &[want.rows])?;
+    check_eq(&format!("{what}: offsets by source"), &rc.offsets, &want.offsets)?;
+    check_eq(&format!("{what}: count matrix"), &rc.matrix, &want.matrix)?;
+    check_eq(&format!("{what}: rows per local expert"), &rc.per_expert, &want.per_expert)?;
+    let got = ep.read_received(d, stream)?;
+    check_eq(&format!("{what}: received x"), &got.x, &p.recv_x.0)?;
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    check_eq(&format!("{what}: received scales"), &bits(&got.x_scales), &bits(&p.recv_x.1))?;
+    if d.format() != c.format || d.recv_x_scales_addr().is_some() != c.format.is_fp8() {
+        return Err(fail(format!("{what}: the dispatch result says {:?}", d.format())));
+    }
+    check_eq(&format!("{what}: received ids"), &got.topk_idx, &want.topk_idx)?;
+    check_eq(&format!("{what}: received weights"), &bits(&got.topk_weights), &bits(&want.topk_weights))?;
+    check_eq(&format!("{what}: received source indices"), &got.src, &want.src)
 }
 
 /// The layout kernel alone against the reference: token counts around the block size, ids
@@ -378,7 +418,7 @@ fn refusals(ep: &mut ExpertParallel, base: &Case) -> Result<()> {
     // Two dispatches; the first can no longer be combined, the second once.
     let d1 = dispatch(ep, base, &b, t)?;
     let d2 = dispatch(ep, base, &b, t)?;
-    expect_err(ep.combine(&d1, &b.y, &b.out, base.dtype, s), "stale combine", "last dispatch")?;
+    expect_err(ep.combine(&d1, &b.y, &b.out, base.dtype, s), "stale combine", "overwritten by a later dispatch")?;
     let short_w = DeviceBuffer::alloc(&gpu, t * base.k * 4 - 1)?;
     let weights = CombineWeights { input: None, out: &short_w };
     let r = ep.combine_with_weights(&d2, (&b.y, &b.out), base.dtype, weights, s);
@@ -418,7 +458,7 @@ fn another_objects_handle(comm: &Communicator, base: &Case) -> Result<()> {
     let db = dispatch(&mut b, &c, &bb, t)?;
     let s = b.gpu().clone();
     match b.combine(&da, &bb.y, &bb.out, c.dtype, s.stream()) {
-        Err(Error::InvalidArgument(m)) if m.contains("last dispatch") => {}
+        Err(Error::InvalidArgument(m)) if m.contains("another object's") => {}
         other => return Err(fail(format!("combine with another object's handle: {other:?}"))),
     }
     if b.recv_counts(&da, s.stream()).is_ok() || a.recv_counts(&db, s.stream()).is_ok() {
@@ -432,6 +472,187 @@ fn another_objects_handle(comm: &Communicator, base: &Case) -> Result<()> {
     check_out("object b", &bb, &p.out)?;
     println!("mp_ep: rank {me}: another object's handle refused");
     Ok(())
+}
+
+/// Expects `r` to be an error that contains `needle`.
+fn refused<T>(r: Result<T>, what: &str, needle: &str) -> Result<()> {
+    match r {
+        Err(e) if e.to_string().contains(needle) => Ok(()),
+        Err(e) => Err(fail(format!("{what}: unexpected error {e}"))),
+        Ok(_) => Err(fail(format!("{what}: accepted"))),
+    }
+}
+
+/// Several dispatches in flight (two receive slots) combined in any order, the third in flight
+/// refusing the oldest; cached dispatches (into another slot and into their own) against the
+/// reference and a fresh dispatch of the same rows; combine bias (one and two tensors, bf16 and
+/// f32, with the weights); an object sized for bf16 rows.
+fn slots_cached_and_bias(comm: &Communicator, seed: u64) -> Result<usize> {
+    let (me, n) = (comm.rank(), comm.world_size());
+    let cfg = Config { slots: 2, ..Config::new(300, 1000, 8 * n, 8) };
+    let mut ep = ExpertParallel::new(comm, cfg)?;
+    let gpu = ep.gpu().clone();
+    let s = gpu.stream();
+    let random = Routing::Random { none: 0.15 };
+    let case = |dtype, k, tokens, seed| Case { format: RecvFormat::Input, dtype, k, routing: random, tokens, seed };
+    let mut total = 0;
+    let wide_bytes = ep.memory_bytes().0;
+    if wide_bytes as u64 != cfg.shared_bytes(n, ep.grid().0)? {
+        return Err(fail(format!("the shared buffer has {wide_bytes} bytes, not Config::shared_bytes")));
+    }
+
+    // 1. A and B in flight, B combined first.
+    let (ca, cb) =
+        (case(DataType::Bf16, 4, [300, 17, 250, 1], seed + 50), case(DataType::F32, 3, [40, 300, 0, 299], seed + 51));
+    let (pa, pb) = (plan(&ca, &cfg, n, me), plan(&cb, &cfg, n, me));
+    let (ba, bb) = (upload(&ep, &pa, me)?, upload(&ep, &pb, me)?);
+    let da = dispatch(&mut ep, &ca, &ba, pa.inputs[me].tokens)?;
+    let db = dispatch(&mut ep, &cb, &bb, pb.inputs[me].tokens)?;
+    if (da.slot(), db.slot()) != (0, 1) {
+        return Err(fail(format!("two dispatches took slots {} and {}", da.slot(), db.slot())));
+    }
+    check_received(&ep, "in flight: A", &da, &pa, &ca)?;
+    check_received(&ep, "in flight: B", &db, &pb, &cb)?;
+    ep.combine(&db, &bb.y, &bb.out, cb.dtype, s)?;
+    ep.combine(&da, &ba.y, &ba.out, ca.dtype, s)?;
+    gpu.synchronize()?;
+    check_out("B combined before A: B", &bb, &pb.out)?;
+    check_out("B combined before A: A", &ba, &pa.out)?;
+    total += 2;
+
+    // 2. Three in flight with two slots, no host synchronisation: the oldest is refused before
+    // anything is launched, the others combine, newest first.
+    let cs = [
+        case(DataType::Bf16, 2, [100, 300, 7, 64], seed + 52),
+        case(DataType::F32, 8, [120, 0, 300, 33], seed + 53),
+        case(DataType::Bf16, 5, [300, 299, 298, 0], seed + 54),
+    ];
+    let ps: Vec<Plan> = cs.iter().map(|c| plan(c, &cfg, n, me)).collect();
+    let bs = ps.iter().map(|p| upload(&ep, p, me)).collect::<Result<Vec<_>>>()?;
+    let mut ds = vec![];
+    for ((c, p), b) in cs.iter().zip(&ps).zip(&bs) {
+        ds.push(dispatch(&mut ep, c, b, p.inputs[me].tokens)?);
+    }
+    let r = ep.combine(&ds[0], &bs[0].y, &bs[0].out, cs[0].dtype, s);
+    refused(r, "combine of the oldest of three with two slots", "overwritten by a later dispatch")?;
+    refused(ep.recv_counts(&ds[0], s), "recv_counts of the oldest of three", "overwritten")?;
+    ep.combine(&ds[2], &bs[2].y, &bs[2].out, cs[2].dtype, s)?;
+    ep.combine(&ds[1], &bs[1].y, &bs[1].out, cs[1].dtype, s)?;
+    gpu.synchronize()?;
+    check_out("three in flight: the newest", &bs[2], &ps[2].out)?;
+    check_out("three in flight: the second", &bs[1], &ps[1].out)?;
+    if bs[0].out.to_vec::<u8>()?.iter().any(|&x| x != POISON) {
+        return Err(fail("three in flight: the refused combine wrote".into()));
+    }
+    total += 2;
+
+    // 3. Cached dispatches: new rows (f32, then bf16) along d0's routing, into the other slot
+    // (its routing and received ids copied), then into the slot of its handle.
+    let c0 = case(DataType::Bf16, 6, [300, 200, 3, 150], seed + 55);
+    let p0 = plan(&c0, &cfg, n, me);
+    let b0 = upload(&ep, &p0, me)?;
+    let d0 = dispatch(&mut ep, &c0, &b0, p0.inputs[me].tokens)?;
+    ep.combine(&d0, &b0.y, &b0.out, c0.dtype, s)?;
+    let c1 = case(DataType::F32, 6, [0; 4], seed + 56);
+    let p1 = plan_with(&c1, &cfg, n, me, Some(&p0.inputs), 0);
+    let (b1, b1_fresh) = (upload(&ep, &p1, me)?, upload(&ep, &p1, me)?);
+    let t1 = p1.inputs[me].tokens;
+    if t1 > 0 {
+        let short = DeviceBuffer::alloc(&gpu, t1 * cfg.hidden * 4 - 1)?;
+        let r = ep.dispatch_cached(&d0, &short, DataType::F32, s);
+        refused(r, "cached dispatch of a short x", "x buffer holds")?;
+    }
+    let d1 = ep.dispatch_cached(&d0, &b1.x, DataType::F32, s)?;
+    if d1.slot() == d0.slot() {
+        return Err(fail("the cached dispatch took its handle's slot".into()));
+    }
+    check_layout("cached dispatch", &ep.read_layout(s)?, &p1.layouts[me])?;
+    check_received(&ep, "cached dispatch (another slot)", &d1, &p1, &c1)?;
+    let w_out = DeviceBuffer::filled(&gpu, p1.w_out.len() * 4 + TAIL, POISON)?;
+    let weights = CombineWeights { input: None, out: &w_out };
+    ep.combine_with_weights(&d1, (&b1.y, &b1.out), c1.dtype, weights, s)?;
+    gpu.synchronize()?;
+    check_out("cached dispatch (another slot)", &b1, &p1.out)?;
+    check_weights("cached dispatch (another slot)", &w_out, &p1.w_out)?;
+    check_out("d0 before the cached dispatch", &b0, &p0.out)?;
+    // The same rows dispatched fresh: the same bits.
+    let d1_fresh = dispatch(&mut ep, &c1, &b1_fresh, p1.inputs[me].tokens)?;
+    ep.combine(&d1_fresh, &b1_fresh.y, &b1_fresh.out, c1.dtype, s)?;
+    gpu.synchronize()?;
+    if b1_fresh.out.to_vec::<u8>()? != b1.out.to_vec::<u8>()? {
+        return Err(fail("a cached dispatch and a fresh one of the same rows gave different bits".into()));
+    }
+    refused(
+        ep.dispatch_cached(&d0, &b1.x, DataType::F32, s),
+        "cached dispatch of an overwritten handle",
+        "overwritten",
+    )?;
+    // d1 holds the slot the next dispatch takes: cached into its own slot, with two biases.
+    let c2 = case(DataType::Bf16, 6, [0; 4], seed + 57);
+    let p2 = plan_with(&c2, &cfg, n, me, Some(&p0.inputs), 2);
+    let b2 = upload(&ep, &p2, me)?;
+    let d2 = ep.dispatch_cached(&d1, &b2.x, DataType::Bf16, s)?;
+    if d2.slot() != d1.slot() {
+        return Err(fail("the cached dispatch did not take its handle's slot".into()));
+    }
+    check_received(&ep, "cached dispatch (its own slot)", &d2, &p2, &c2)?;
+    refused(ep.recv_counts(&d1, s), "the handle of a cached dispatch's overwritten slot", "overwritten")?;
+    let biases = p2.bias.iter().map(|x| DeviceBuffer::from_slice(&gpu, x)).collect::<Result<Vec<_>>>()?;
+    let opts = CombineOptions { bias: [biases.first(), biases.get(1)], ..Default::default() };
+    ep.combine_with(&d2, (&b2.y, &b2.out), c2.dtype, &opts, s)?;
+    gpu.synchronize()?;
+    check_out("cached dispatch (its own slot), two biases", &b2, &p2.out)?;
+    total += 4;
+
+    // 4. Bias: one bf16 tensor, two f32 ones, with the delivered weights summed too.
+    for (i, c) in
+        [case(DataType::Bf16, 4, [300, 1, 0, 77], seed + 58), case(DataType::F32, 2, [10, 300, 300, 0], seed + 59)]
+            .iter()
+            .enumerate()
+    {
+        let what = format!("combine with {} bias tensors ({})", i + 1, c.dtype.name());
+        let p = plan_with(c, &cfg, n, me, None, i + 1);
+        let b = upload(&ep, &p, me)?;
+        let d = dispatch(&mut ep, c, &b, p.inputs[me].tokens)?;
+        let biases = p.bias.iter().map(|x| DeviceBuffer::from_slice(&gpu, x)).collect::<Result<Vec<_>>>()?;
+        let w_out = DeviceBuffer::filled(&gpu, p.w_out.len() * 4 + TAIL, POISON)?;
+        let weights = Some(CombineWeights { input: None, out: &w_out });
+        let t = p.inputs[me].tokens;
+        if t > 0 {
+            let short = DeviceBuffer::alloc(&gpu, t * cfg.hidden * c.dtype.bytes() - 1)?;
+            let opts = CombineOptions { weights, bias: [biases.first(), Some(&short)] };
+            refused(ep.combine_with(&d, (&b.y, &b.out), c.dtype, &opts, s), &what, "bias 1 holds")?;
+        }
+        let opts = CombineOptions { weights, bias: [biases.first(), biases.get(1)] };
+        ep.combine_with(&d, (&b.y, &b.out), c.dtype, &opts, s)?;
+        gpu.synchronize()?;
+        check_out(&what, &b, &p.out)?;
+        check_weights(&what, &w_out, &p.w_out)?;
+        total += 1;
+    }
+    drop(ep);
+
+    // 5. An object for bf16 rows (Config::widest): receive rows and landing of half the bytes;
+    // f32 rows refused.
+    let narrow = Config { widest: DataType::Bf16, ..cfg };
+    let mut ep = ExpertParallel::new(comm, narrow)?;
+    let bytes = ep.memory_bytes().0;
+    let want = narrow.shared_bytes(n, ep.grid().0)?;
+    let rows = 2 * 2 * (n * 300 * 1000 * 2) as u64; // two slots of receive rows and landing
+    // (Each region's start is rounded up to 256 bytes.)
+    let saved = (wide_bytes as u64).saturating_sub(want);
+    if bytes as u64 != want || saved.abs_diff(rows) > 4 * 256 {
+        return Err(fail(format!("a bf16 object has {bytes} bytes (Config: {want}, the f32 one {wide_bytes})")));
+    }
+    let c = case(DataType::Bf16, 8, [300, 299, 1, 0], seed + 60);
+    run_case(&mut ep, &c, "an object sized for bf16")?;
+    let p = plan(&c, &narrow, n, me);
+    let b = upload(&ep, &p, me)?;
+    let f32_rows =
+        DispatchInput { x: &b.x, dtype: DataType::F32, topk_idx: &b.idx, topk_weights: &b.w, tokens: 1, k: 8 };
+    refused(ep.dispatch(&f32_rows, s), "f32 rows on a bf16 object", "Config::widest")?;
+    println!("mp_ep: rank {me}: slots, cached dispatch, bias and bf16 sizing ok");
+    Ok(total + 1)
 }
 
 fn run(comm: &Communicator) -> Result<()> {
@@ -547,6 +768,7 @@ fn run(comm: &Communicator) -> Result<()> {
     refusals(&mut ep, &cases[7].1)?;
     drop(ep);
     another_objects_handle(comm, &cases[3].1)?;
+    total += slots_cached_and_bias(comm, seed)?;
 
     // Few blocks, few threads: many tokens per warp and per block; plain launches (the other
     // configurations overlap each kernel's launch with the end of the one before); global ids,

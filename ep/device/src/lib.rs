@@ -13,7 +13,9 @@
 //!                  words 1..=n: the sender's token count toward every rank,
 //!                  then one word per expert of this rank: the sender's (token, slot) count;
 //!                  each word is (tag << 32 | value), the tag naming the dispatch
-//!  recv_x          [n * max_tokens] rows of `row_bytes` (the call's hidden * element bytes)
+//!  then, per receive slot (`slots` of them, one per dispatch in flight):
+//!  recv_x          [n * max_tokens] rows of `row_bytes` (the call's hidden * element bytes,
+//!                  at most hidden * `elem_bytes`)
 //!  recv_idx        [n * max_tokens][k] i32 (local expert ids, -1 for an expert elsewhere or
 //!                  none; or the ids as given, with `global_ids`)
 //!  recv_w          [n * max_tokens][k] f32 (0 where the local id is -1; or as given)
@@ -27,7 +29,8 @@
 //! ```
 //!
 //! And two local buffers per rank: the *layout* (this rank's routing, written by the layout
-//! kernel) and the *info* (what this rank received in the last dispatch).
+//! kernel: one per slot, and one more for a layout computed alone) and the *info* (what this
+//! rank received, one per slot).
 #![cfg_attr(not(test), no_std)]
 
 /// Most ranks (GPUs of one machine).
@@ -75,6 +78,10 @@ pub const FP8_MARGIN: f32 = 1e-4;
 pub const fn signature(k: u32, dtype: u32, format: u32) -> u32 {
     (k << 16) | (format << 8) | dtype
 }
+
+/// Or-ed into the [`signature`] of a cached dispatch (one that reuses an earlier dispatch's
+/// routing): every rank must dispatch cached, or none.
+pub const SIGNATURE_CACHED: u32 = 1 << 31;
 
 /// The multiplier and the stored scale of a group whose largest magnitude (at least
 /// [`FP8_MARGIN`]) is `amax`, as DeepEP's `calculate_fp8_scales` computes them: the stored scale
@@ -213,10 +220,21 @@ pub struct EpHandle {
     pub expert_alignment: u32,
     /// Bytes of one top-k id of the inputs: 4 (i32) or 8 (i64, see [`id_from_i64`]).
     pub idx_bytes: u32,
+    /// The receive slot of the operation: its received rows, ids, weights, sources, scales and
+    /// combine landing ([`EpHandle::shared_regions`]); `layout` and `info` are this slot's too
+    /// ([`EpHandle::for_slot`]). Below `slots`.
+    pub slot: u32,
+    /// Receive slots of the shared buffer (1 or more; 0 reads as 1).
+    pub slots: u32,
+    /// Bytes of the widest element the receive and landing rows are sized for: 4 (f32) or 2
+    /// (bf16); 0 reads as 4.
+    pub elem_bytes: u32,
+    /// Zero.
+    pub reserved: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<EpHandle>() == 80);
-// SAFETY: `repr(C)` of u64 and u32 fields with no padding (80 bytes, asserted above), the same
+const _: () = assert!(core::mem::size_of::<EpHandle>() == 96);
+// SAFETY: `repr(C)` of u64 and u32 fields with no padding (96 bytes, asserted above), the same
 // layout on the host and nvptx64.
 unsafe impl mscclpp_device::abi::DeviceAbi for EpHandle {}
 
@@ -240,7 +258,22 @@ const _: () = assert!(core::mem::size_of::<WeightsArgs>() == 32);
 // SAFETY: `repr(C)` of u64 and u32 fields with no padding (32 bytes, asserted above).
 unsafe impl mscclpp_device::abi::DeviceAbi for WeightsArgs {}
 
-/// Byte offsets of the regions of a shared buffer (the same on every rank).
+/// The bias rows a combine adds to every token's sum (a kernel parameter): up to two device
+/// addresses of `tokens` rows of the combine's element type, 0 for none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BiasArgs {
+    /// Device addresses of the two bias tensors (0: none), added in this order.
+    pub bias: [u64; 2],
+}
+
+const _: () = assert!(core::mem::size_of::<BiasArgs>() == 16);
+// SAFETY: `repr(C)` of two u64 (16 bytes, asserted above).
+unsafe impl mscclpp_device::abi::DeviceAbi for BiasArgs {}
+
+/// Byte offsets of the regions of a shared buffer (the same on every rank): the flags and count
+/// words, then the regions of the handle's receive slot (received rows to weight landing;
+/// every slot has its own), and the total of all slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SharedRegions {
     /// Dispatch flags.
@@ -296,9 +329,13 @@ impl EpHandle {
     pub const fn max_recv_rows(&self) -> u64 {
         self.n_ranks as u64 * self.max_tokens as u64
     }
-    /// Bytes of the widest row (f32).
+    /// Receive slots (at least 1).
+    pub const fn slot_count(&self) -> u32 {
+        if self.slots == 0 { 1 } else { self.slots }
+    }
+    /// Bytes of the widest row (`hidden` elements of `elem_bytes`).
     pub const fn max_row_bytes(&self) -> u64 {
-        self.hidden as u64 * 4
+        self.hidden as u64 * if self.elem_bytes == 0 { 4 } else { self.elem_bytes as u64 }
     }
     /// FP8 scales per received row (`hidden / 128`, rounded down).
     pub const fn scales_per_row(&self) -> u32 {
@@ -308,35 +345,54 @@ impl EpHandle {
     pub const fn combine_region_bytes(&self) -> u64 {
         self.max_tokens as u64 * self.max_row_bytes()
     }
-    /// The shared buffer's regions.
+    /// The shared buffer's regions, those of a receive slot for the handle's `slot`.
     pub const fn shared_regions(&self) -> SharedRegions {
         let (n, b) = (self.n_ranks as u64, self.blocks as u64);
         let dispatch_flags = 0;
         let combine_flags = n * b * 8;
         let counts = 2 * n * b * 8;
         let counts_end = counts + 2 * n * self.count_words() as u64 * 8;
+        let first_slot = round_up(counts_end, 256);
+        // One slot's regions from 0, then moved to the handle's slot.
         let rows = self.max_recv_rows();
-        let recv_x = round_up(counts_end, 256);
+        let recv_x = 0;
         let recv_idx = round_up(recv_x + rows * self.max_row_bytes(), 256);
         let recv_w = round_up(recv_idx + rows * self.max_topk as u64 * 4, 256);
         let recv_src = round_up(recv_w + rows * self.max_topk as u64 * 4, 256);
         let recv_scales = round_up(recv_src + rows * 4, 256);
         let combine = round_up(recv_scales + rows * self.scales_per_row() as u64 * 4, 256);
         let combine_w = round_up(combine + n * self.combine_region_bytes(), 256);
-        let total = combine_w + n * self.combine_w_region_bytes();
+        let slot_bytes = round_up(combine_w + n * self.combine_w_region_bytes(), 256);
+        let at = first_slot + self.slot as u64 * slot_bytes;
         SharedRegions {
             dispatch_flags,
             combine_flags,
             counts,
-            recv_x,
-            recv_idx,
-            recv_w,
-            recv_src,
-            recv_scales,
-            combine,
-            combine_w,
-            total,
+            recv_x: at + recv_x,
+            recv_idx: at + recv_idx,
+            recv_w: at + recv_w,
+            recv_src: at + recv_src,
+            recv_scales: at + recv_scales,
+            combine: at + combine,
+            combine_w: at + combine_w,
+            total: first_slot + self.slot_count() as u64 * slot_bytes,
         }
+    }
+    /// Bytes of one receive slot's layout buffer (the layout buffer holds `slots + 1`: one per
+    /// slot and one for a layout computed alone).
+    pub const fn layout_slot_bytes(&self) -> u64 {
+        round_up(self.layout_regions().total, 256)
+    }
+    /// Bytes of one receive slot's info words.
+    pub const fn info_slot_bytes(&self) -> u64 {
+        round_up(self.info_words() as u64 * 4, 16)
+    }
+    /// This handle for receive slot `slot`, its layout and info in the buffers at `layout_base`
+    /// (slot `i` at `i * layout_slot_bytes()`) and `info_base` (`i * info_slot_bytes()`).
+    pub const fn for_slot(self, slot: u32, layout_base: u64, info_base: u64) -> Self {
+        let layout = layout_base + slot as u64 * self.layout_slot_bytes();
+        let info = info_base + slot as u64 * self.info_slot_bytes();
+        Self { slot, layout, info, ..self }
     }
     /// Offset of the dispatch flag of (`sender`, `block`).
     pub const fn dispatch_flag(&self, sender: u32, block: u32) -> u64 {

@@ -336,13 +336,16 @@ unsafe fn write_meta(
 /// copied as they are (`format` is `FORMAT_COPY`); true: bf16 rows are cast to e4m3 on the way,
 /// one f32 scale per 128 columns into `recv_scales` (`format` `FORMAT_E4M3` or
 /// `FORMAT_E4M3_POW2`, see [`e4m3_scales`]; or `FORMAT_E4M3_UE8M0`, those scales as bytes,
-/// [`scale_row_bytes`] per row).
+/// [`scale_row_bytes`] per row). A null `topk_idx` is a cached dispatch: the layout is an
+/// earlier dispatch's (same routing), whose received ids, weights and sources the host copied
+/// into this slot, so only the rows (and scales) are sent.
 ///
 /// # Safety
 /// Launched by `mscclpp_ep::ExpertParallel` on every rank with `h.blocks` blocks (resident at
 /// once), `EXCHANGE_SHARED_BYTES` of dynamic shared memory and at least `MAX_RANKS` threads per
 /// block (a multiple of 32); `x`, `topk_idx` and `topk_w` hold the tokens' rows, ids (of
-/// `h.idx_bytes` bytes) and weights; `tokens <= h.max_tokens`, `k <= h.max_topk`, `row_bytes` a
+/// `h.idx_bytes` bytes) and weights (or `topk_idx` is null: a cached dispatch, whose layout and
+/// received ids, weights and sources in `h`'s slot are those of the same routing); `tokens <= h.max_tokens`, `k <= h.max_topk`, `row_bytes` a
 /// multiple of 16 at most `4 * h.hidden`; with `CAST`, the rows are bf16 (`row_bytes` is
 /// `2 * h.hidden`) and `h.hidden` is a multiple of 128.
 #[allow(clippy::too_many_arguments)]
@@ -405,7 +408,7 @@ pub unsafe fn dispatch<const CAST: bool>(
         // SAFETY: this rank's count slot s (written by rank s's block 0).
         let v = unsafe { wait_count(h.shared + h.count_word(parity, s, w), tag, budget) };
         if w == 0 && v != signature {
-            fail(c"ep_dispatch: the ranks were called with different k, element types or received formats");
+            fail(c"ep_dispatch: the ranks were called with different k, element types or received formats, or mixed cached and fresh dispatches");
         }
         if w > 0 && v > h.max_tokens {
             fail(c"ep_dispatch: a rank sends more tokens than max_tokens");
@@ -539,7 +542,8 @@ pub unsafe fn dispatch<const CAST: bool>(
                 }
             }
         }
-        let words = 2 * k + 1;
+        // A cached dispatch (no ids): the host copied the ids, weights and sources.
+        let words = if topk_idx.addr() == 0 { 0 } else { 2 * k + 1 };
         for u in Threads::new(g, gn).stride(tokens * words) {
             let (t, j) = (u / words, u % words);
             for d in 0..n {
@@ -582,7 +586,8 @@ pub unsafe fn dispatch<const CAST: bool>(
             // n * max_tokens (counts checked above).
             unsafe { copy_vecs(src, dst, v0 + lane, v1, WARP) };
             // The k ids, the k weights and the source index, by the warp of the first piece.
-            let mut j = if piece == 0 { lane } else { 2 * k + 1 };
+            // (None for a cached dispatch: the host copied them.)
+            let mut j = if piece == 0 && topk_idx.addr() != 0 { lane } else { 2 * k + 1 };
             while j < 2 * k + 1 {
                 // SAFETY: t < tokens, j < 2k + 1, the row below n * max_tokens.
                 unsafe { write_meta((&h, &sr), (topk_idx, topk_w), (t, k, j), (d, base, row)) };
@@ -636,17 +641,20 @@ fn pack<V: Element>(acc: &[f32; 8]) -> [u32; 4] {
     bytemuck::cast(V::from_f32_lanes(acc))
 }
 
-/// Combine: this rank's rows of `y` (one per received row, `row_bytes` each, as the last
-/// dispatch laid them out) go back to their source ranks; every token of this rank gets the sum,
+/// Combine: this rank's rows of `y` (one per received row, `row_bytes` each, as the dispatch
+/// of `h`'s slot laid them out) go back to their source ranks; every token of this rank gets the sum,
 /// in rank order, of what the ranks it went to computed for it. With `wt.out` (not 0), the
 /// same for the received rows' `k` weights at `wt.input`: every token's `k` weights summed in
-/// rank order (f32, from 0) into `wt.out`.
+/// rank order (f32, from 0) into `wt.out`. Each non-zero address of `bias` is a row per token
+/// (of `V`) added first: a token's sum starts at `0 + bias0 + bias1` (f32), as DeepEP's.
 ///
 /// # Safety
-/// As for [`dispatch`]; the last operation on this handle was a dispatch (its info and layout
-/// are current); `y` holds `y_bytes` bytes, `out` `tokens * row_bytes`; every rank passes the
+/// As for [`dispatch`]; `h.slot` holds a dispatch not yet combined, every rank combining the
+/// same one (its info, layout and combine landing are this combine's; the landing of another
+/// slot may be written meanwhile by another rank's next combine); `y` holds `y_bytes` bytes, `out` `tokens * row_bytes`; every rank passes the
 /// same `row_bytes` and the same `wt.k` (the dispatch's k) and `wt.out` zero or not on all; with
-/// `wt.out`, `wt.input` holds `wt.input_bytes` bytes (4-aligned) and `wt.out` `tokens * k` f32.
+/// `wt.out`, `wt.input` holds `wt.input_bytes` bytes (4-aligned) and `wt.out` `tokens * k` f32;
+/// every non-zero `bias` address holds `tokens * row_bytes` bytes, 16-aligned.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn combine<V: Element>(
     h: EpHandle,
@@ -655,7 +663,7 @@ pub unsafe fn combine<V: Element>(
     out: GlobalPtr<u8>,
     tokens: u32,
     row_bytes: u32,
-    wt: WeightsArgs,
+    (wt, bias): (WeightsArgs, BiasArgs),
     budget: SpinBudget,
 ) {
     follow_previous_grid();
@@ -776,6 +784,18 @@ pub unsafe fn combine<V: Element>(
         while v < v1 {
             let two = v + WARP < v1;
             let (mut acc0, mut acc1) = ([0f32; 8], [0f32; 8]);
+            for &at in &bias.bias {
+                if at != 0 {
+                    let row = at + t as u64 * row_bytes as u64;
+                    // SAFETY: vectors v and v + WARP (when below vecs) of token t's bias row.
+                    unsafe {
+                        accumulate::<V>(&mut acc0, ld_v4(vec_at(row, v)));
+                        if two {
+                            accumulate::<V>(&mut acc1, ld_v4(vec_at(row, v + WARP)));
+                        }
+                    }
+                }
+            }
             for (r, &s) in src.iter().enumerate() {
                 if (mask >> r) & 1 == 1 {
                     // SAFETY: vectors v and v + WARP (when below vecs) of a row of `y` or of a

@@ -12,8 +12,8 @@
 //!   `ep_dispatch_fp8` does the same with bf16 rows cast to FP8 E4M3 on the way (one thread per
 //!   128 columns of a token, with their f32 scale).
 //! * `ep_combine_bf16` / `ep_combine_f32`: pushes each received row's result back into its
-//!   source rank's landing region, signals, waits, then sums every token's results in rank
-//!   order in f32 and rounds once.
+//!   source rank's landing region, signals, waits, then sums every token's results (after the
+//!   optional bias rows) in rank order in f32 and rounds once.
 //!
 //! Dispatch and combine need every block of the grid resident at once (they wait for each
 //! other); the host launches at most one block per SM.
@@ -26,7 +26,7 @@ pub mod hw;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::vec::{Bf16x8, F32x4};
-use mscclpp_ep_device::{EpHandle, WeightsArgs};
+use mscclpp_ep_device::{BiasArgs, EpHandle, WeightsArgs};
 
 /// The dispatch layout (see [`body::layout`]).
 ///
@@ -105,10 +105,11 @@ macro_rules! combine_kernels {
             tokens: u32,
             row_bytes: u32,
             wt: WeightsArgs,
+            bias: BiasArgs,
             budget: SpinBudget,
         ) {
             // SAFETY: forwarded from the launch contract.
-            unsafe { body::combine::<$lanes>(h, y, y_bytes, out, tokens, row_bytes, wt, budget) }
+            unsafe { body::combine::<$lanes>(h, y, y_bytes, out, tokens, row_bytes, (wt, bias), budget) }
         }
     )* };
 }
