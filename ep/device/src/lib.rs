@@ -30,6 +30,8 @@
 //! kernel) and the *info* (what this rank received in the last dispatch).
 #![cfg_attr(not(test), no_std)]
 
+pub mod decode;
+
 /// Most ranks (GPUs of one machine).
 pub const MAX_RANKS: usize = 8;
 /// Largest top-k.
