@@ -77,10 +77,12 @@ use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_host::comm::{Communicator, PeerBuffers};
 use mscclpp_host::{Args, BootstrapExt, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
 
+pub mod decode;
 pub mod reference;
 /// The handle and buffer layouts shared with the kernels (the crate `mscclpp-ep-device`).
 pub use mscclpp_ep_device as shared;
 
+pub use decode::{DecodeCombineInput, DecodeDispatched, DecodeInput, DecodeReceived, LowLatency};
 pub use mscclpp_host::DataType;
 use shared::{EXCHANGE_SHARED_BYTES, EpHandle, LAYOUT_THREADS, MAX_EXPERTS, MAX_RANKS, MAX_TOPK, WeightsArgs};
 
