@@ -396,7 +396,12 @@ impl LowLatency {
     /// layout and dispatch kernels on `stream` and returns without waiting; `format` casts bf16
     /// rows to FP8 ([`RecvFormat`]). Every rank calls it, with the same `k`, element type and
     /// format. Capturable in a CUDA graph.
-    pub fn dispatch(&mut self, input: &DecodeInput, format: RecvFormat, stream: &CudaStream) -> Result<DecodeDispatched> {
+    pub fn dispatch(
+        &mut self,
+        input: &DecodeInput,
+        format: RecvFormat,
+        stream: &CudaStream,
+    ) -> Result<DecodeDispatched> {
         self.check_place(stream, &[input.x, input.topk_idx])?;
         // No weights travel with a decode dispatch.
         let lens = (input.x.len(), input.topk_idx.len(), usize::MAX);
@@ -567,5 +572,64 @@ impl LowLatency {
             r.x_scales.push(scales);
         }
         Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_kernels_exist_in_the_ptx() {
+        for name in [
+            "ep_decode_layout",
+            "ep_decode_dispatch",
+            "ep_decode_dispatch_fp8",
+            "ep_decode_combine_bf16",
+            "ep_decode_combine_f32",
+        ] {
+            assert!(PTX.contains(&format!(".entry {name}(")), "{name} missing from the PTX");
+        }
+    }
+
+    #[test]
+    fn decode_regions_do_not_overlap_and_stay_aligned() {
+        for n in 1..=crate::shared::MAX_RANKS as u32 {
+            for blocks in [1, 7, 132] {
+                let h = Config::new(33, 384, 8 * n as usize, 5).kernel_handle(0, n as usize, blocks);
+                let r = h.decode_regions();
+                let rows = h.experts_per_rank() as u64 * h.decode_capacity();
+                assert_eq!(h.decode_capacity(), n as u64 * 33);
+                assert_eq!(h.decode_dispatch_flag(n - 1, blocks - 1) + 8, r.combine_flags);
+                assert_eq!(h.decode_combine_flag(n - 1, blocks - 1) + 8, r.counts);
+                assert_eq!(h.decode_count_word(1, n - 1, h.experts) + 8, r.per_expert);
+                assert!(r.per_expert + h.experts as u64 * 4 <= r.positions);
+                assert!(r.positions + 33 * 5 * 4 <= r.recv_x);
+                assert!(r.recv_x + rows * 384 * 4 <= r.recv_scales);
+                assert!(r.recv_scales + rows * 3 * 4 <= r.recv_src);
+                assert!(r.recv_src + rows * 4 <= r.recv_route);
+                assert!(r.recv_route + rows * 4 <= r.recv_count);
+                assert!(r.recv_count + h.experts_per_rank() as u64 * 4 <= r.recv_range);
+                assert!(r.recv_range + h.experts_per_rank() as u64 * n as u64 * 8 <= r.landing);
+                assert_eq!(r.landing + 33 * 5 * 384 * 4, r.total);
+                for off in [r.recv_x, r.recv_scales, r.recv_src, r.recv_route, r.landing] {
+                    assert_eq!(off % 256, 0);
+                }
+                assert_eq!((r.counts % 8, r.recv_range % 8, r.positions % 4), (0, 0, 0));
+            }
+        }
+    }
+
+    #[test]
+    fn decode_bytes_grow_with_the_decode_batch() {
+        // DeepSeek-V3 at a decode batch of 128 on 8 ranks: every expert's rows (f32-sized) and
+        // the landing rows of 128 x 8 (token, slot) pairs.
+        let c = Config::new(128, 7168, 256, 8);
+        let b = c.decode_bytes(8, 20).unwrap();
+        let rows = 256 * 128 * 7168 * 4 + 128 * 8 * 7168 * 4;
+        assert!((rows..rows + (64 << 20)).contains(&b), "{b}");
+        let half = Config { max_tokens: 64, ..c }.decode_bytes(8, 20).unwrap();
+        assert!(half < b / 2 + (1 << 20), "{half} {b}");
+        assert!(c.decode_bytes(3, 20).is_err(), "256 experts do not split over 3 ranks");
     }
 }

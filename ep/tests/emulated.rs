@@ -1081,9 +1081,8 @@ fn decode_fp8_dispatch_in_every_format() {
     // bf16 rows of 1 to 3 groups of 128 columns, cast in the dispatch kernel; the combine that
     // follows takes bf16 rows.
     let formats = [RecvFormat::E4m3, RecvFormat::E4m3Pow2, RecvFormat::E4m3Ue8m0];
-    for (i, (n, hidden, experts, grid)) in [(2, 128, 8, (2, 32)), (3, 384, 12, (1, 64)), (2, 256, 4, (3, 32))]
-        .into_iter()
-        .enumerate()
+    for (i, (n, hidden, experts, grid)) in
+        [(2, 128, 8, (2, 32)), (3, 384, 12, (1, 64)), (2, 256, 4, (3, 32))].into_iter().enumerate()
     {
         let cfg = Config::new(12, hidden, experts, 8);
         let ops: Vec<DecodeOp> = decode_ops(n)

@@ -88,8 +88,7 @@ impl EpHandle {
         let positions = round_up(per_expert + self.experts as u64 * 4, 16);
         let recv_x = round_up(positions + pairs * 4, 256);
         let recv_scales = round_up(recv_x + rows * self.max_row_bytes(), 256);
-        let recv_src =
-            round_up(recv_scales + rows * (self.hidden / FP8_GROUP) as u64 * 4, 256);
+        let recv_src = round_up(recv_scales + rows * (self.hidden / FP8_GROUP) as u64 * 4, 256);
         let recv_route = round_up(recv_src + rows * 4, 256);
         let recv_count = round_up(recv_route + rows * 4, 256);
         let recv_range = round_up(recv_count + epr * 4, 16);

@@ -165,7 +165,9 @@ pub unsafe fn dispatch<const CAST: bool>(
             for s in 0..n {
                 let c = count(s, me * epr + j);
                 // SAFETY: inside recv_range ([epr][n] u64) and recv_count ([epr] u32).
-                unsafe { ((h.shared + dr.recv_range + (j * n + s) as u64 * 8) as *mut u64).write(pack_count(begin, c)) };
+                unsafe {
+                    ((h.shared + dr.recv_range + (j * n + s) as u64 * 8) as *mut u64).write(pack_count(begin, c))
+                };
                 begin += c;
             }
             // SAFETY: as above.

@@ -34,7 +34,7 @@ pub struct Received {
 
 /// Whether one of the `k` ids `ids` names `g`.
 fn names(ids: &[i32], g: usize) -> bool {
-    ids.iter().any(|&id| id == g as i32)
+    ids.contains(&(g as i32))
 }
 
 /// What rank `d` receives when every rank `s` dispatches `inputs[s]` in decode mode, rows of
