@@ -53,6 +53,10 @@
 //! bytes and `[rows][hidden / 128]` scales ([`Dispatched::recv_x_scales_addr`]). The combine
 //! that follows takes bf16 rows, as DeepEP's.
 //!
+//! **Decode mode** ([`LowLatency`], module [`decode`]): DeepEP's low-latency dispatch and
+//! combine, with a buffer of its own sized by the decode batch: the rows arrive grouped by local
+//! expert, and the combine applies the top-k weights; capturable in a CUDA graph.
+//!
 //! Memory: every rank allocates about `2 * ranks * max_tokens * hidden * 4` bytes (receive rows
 //! and combine landing, sized for f32 rows, plus ids, weights and FP8 scales;
 //! [`Config::shared_bytes`]).
