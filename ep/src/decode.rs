@@ -63,7 +63,8 @@ use mscclpp_host::{Args, BootstrapExt, DeviceBuffer, Error, Gpu, LaunchConfig, R
 use crate::shared::{EXCHANGE_SHARED_BYTES, EpHandle};
 use crate::{Config, DEFAULT_BLOCKS, DataType, PTX, RecvFormat, check_combine, check_dispatch, check_recv_format};
 
-/// Threads per block of the decode layout kernel (one thread per expert).
+/// Threads per block of the decode layout kernel (one block per expert, each thread a run of
+/// tokens).
 const LAYOUT_THREADS: u32 = 128;
 
 impl Config {
@@ -419,10 +420,10 @@ impl LowLatency {
             .arg(h.experts)
             .arg(GlobalPtr::<u32>::from_addr(h.shared + dr.per_expert))
             .arg(GlobalPtr::<u32>::from_addr(h.shared + dr.positions));
-        let cfg = LaunchConfig::new(h.experts.div_ceil(LAYOUT_THREADS), LAYOUT_THREADS);
+        let cfg = LaunchConfig::new(h.experts, LAYOUT_THREADS).shared(LAYOUT_THREADS * 4);
         // SAFETY: the kernel takes (ptr, u32, u32, u32, u32, ptr, ptr) as passed; `topk_idx`
         // holds tokens * k ids of `idx_bytes` (checked); the buffer holds `experts` counts and
-        // max_tokens * max_topk positions; no shared memory.
+        // max_tokens * max_topk positions; a u32 of shared memory per thread.
         unsafe { self.launch(stream, &self.f_layout, cfg, &mut args)? };
         let mut args = Args::new()
             .arg(h)

@@ -935,8 +935,8 @@ fn run_decode_rank(
         let row = h.hidden as usize * op.dtype.bytes();
         let (t, k) = (inp.tokens as u32, op.k as u32);
         let (xa, ia, wa) = (x.addr(), idx.addr(), w.addr());
-        // The layout kernel: 2 blocks of 4 threads, so that threads take several experts.
-        hw::launch(2, 4, 0, failed, || {
+        // The layout kernel: 3 blocks (several experts each) of 4 threads (several tokens each).
+        hw::launch(3, 4, 16, failed, || {
             // SAFETY: the ids hold the batch; the buffer holds the counts and positions.
             unsafe {
                 decode::layout(
@@ -1092,5 +1092,49 @@ fn decode_fp8_dispatch_in_every_format() {
             .map(|(j, op)| DecodeOp { format: formats[(i + j) % 3], ..op })
             .collect();
         run_decode_world(&cfg, n, grid, &ops, 90 + i as u64);
+    }
+}
+
+#[test]
+fn decode_layout_kernel_matches_its_definition() {
+    // Random ids with repeats within a token and ids outside the experts; token counts around
+    // the block's thread count; i32 and i64 ids.
+    let mut rng = StdRng::seed_from_u64(8);
+    let failed = Arc::new(AtomicBool::new(false));
+    for case in 0..16 {
+        let (experts, k, threads) =
+            (1 + rng.random_range(0..20u32), 1 + rng.random_range(0..8u32), [4, 8, 32][case % 3]);
+        let tokens = rng.random_range(0..100u32);
+        let idx: Vec<i32> = (0..tokens * k).map(|_| rng.random_range(-2..experts as i32 + 2)).collect();
+        let buf = if case % 2 == 1 { Mem::from_pod(&reference::widen_ids(&idx)) } else { Mem::from_pod(&idx) };
+        let idx_bytes = if case % 2 == 1 { 8 } else { 4 };
+        let (per_expert, positions) = (Mem::zeroed(experts as usize * 4), Mem::zeroed((tokens * k) as usize * 4 + 4));
+        let (ia, pa, qa) = (buf.addr(), per_expert.addr(), positions.addr());
+        hw::launch(3, threads, threads as usize * 4, &failed, || {
+            // SAFETY: the buffers hold the ids, the counts and the positions.
+            unsafe {
+                decode::layout(
+                    GlobalPtr::from_addr(ia),
+                    idx_bytes,
+                    tokens,
+                    k,
+                    experts,
+                    GlobalPtr::from_addr(pa),
+                    GlobalPtr::from_addr(qa),
+                )
+            }
+        });
+        let got_positions: Vec<u32> = positions.read(0, (tokens * k) as usize);
+        let mut count = vec![0u32; experts as usize];
+        for (t, ids) in idx.chunks(k as usize).enumerate() {
+            for e in 0..experts as i32 {
+                if let Some(j) = ids.iter().position(|&id| id == e) {
+                    let at = t * k as usize + j;
+                    assert_eq!(got_positions[at], count[e as usize], "case {case}: token {t} slot {j}");
+                    count[e as usize] += 1;
+                }
+            }
+        }
+        assert_eq!(per_expert.read::<u32>(0, experts as usize), count, "case {case}: tokens per expert");
     }
 }

@@ -5,7 +5,8 @@
 //! threads too. The buffer is described in `mscclpp_ep_device::decode`.
 //!
 //! * [`layout`]: every expert's token count and every (token, slot)'s position among this
-//!   rank's tokens toward the slot's expert (token order; a token counts once per expert).
+//!   rank's tokens toward the slot's expert (token order; a token counts once per expert): a
+//!   block per expert, a prefix sum over its threads.
 //! * [`dispatch`]: publishes the counts in every rank's count slot, reads everybody's, then
 //!   copies (or casts to FP8) every (token, expert) row straight into its place in the
 //!   destination's expert-major buffer: `local expert * cap + rows of the ranks below + position`.
@@ -23,7 +24,8 @@ use crate::body::{
     wait_at_least, wait_count,
 };
 use crate::hw::{
-    ctaid, fail, follow_previous_grid, ld_v4, load_acquire, nctaid, ntid, st_v4, store_release, sync_threads, tid,
+    ctaid, fail, follow_previous_grid, ld_v4, load_acquire, nctaid, ntid, shared_base, st_v4, store_release,
+    sync_threads, tid,
 };
 use mscclpp_ep_device::*;
 
@@ -43,9 +45,21 @@ unsafe fn first_slot(topk_idx: GlobalPtr<u8>, idx_bytes: u32, at: usize, j: u32,
     j
 }
 
-/// The decode layout of `tokens` tokens: for every expert (one thread each, over the grid) the
+/// The slot of token `t` (ids at `t * k`) that first names expert `e`, if one does.
+///
+/// # Safety
+/// `topk_idx` holds `(t + 1) * k` entries of `idx_bytes` bytes.
+#[inline(always)]
+unsafe fn slot_of(topk_idx: GlobalPtr<u8>, idx_bytes: u32, (t, k): (u32, u32), e: u32, experts: u32) -> Option<u32> {
+    // SAFETY: entries t * k + j < (t + 1) * k (caller's contract).
+    (0..k).find(|&j| unsafe { read_id(topk_idx, idx_bytes, t as usize * k as usize + j as usize, experts) } == e as i32)
+}
+
+/// The decode layout of `tokens` tokens: for every expert (one block each, over the grid) the
 /// number of tokens that name it in some slot, and at the first such slot `j` of every such
-/// token `t`, `positions[t * k + j]`, the token's position among them (token order).
+/// token `t`, `positions[t * k + j]`, the token's position among them (token order: each thread
+/// counts a contiguous run of tokens, then a prefix sum over the threads). Dynamic shared memory
+/// `ntid * 4` bytes.
 ///
 /// # Safety
 /// `topk_idx` holds `tokens * k` ids of `idx_bytes` bytes (4 or 8); `per_expert` `experts` u32;
@@ -61,22 +75,51 @@ pub unsafe fn layout(
     positions: GlobalPtr<u32>,
 ) {
     follow_previous_grid();
-    for e in Threads::new(ctaid() * ntid() + tid(), nctaid() * ntid()).stride(experts) {
-        let mut count = 0u32;
-        for t in 0..tokens {
-            for j in 0..k {
-                let at = t as usize * k as usize + j as usize;
-                // SAFETY: t < tokens, j < k.
-                if unsafe { read_id(topk_idx, idx_bytes, at, experts) } == e as i32 {
-                    // SAFETY: as above; at < tokens * k.
-                    unsafe { positions.as_ptr().add(at).write(count) };
-                    count += 1;
-                    break;
+    let (tid, p) = (tid(), ntid());
+    let sh = shared_base().cast::<u32>();
+    // SAFETY: this thread's cell, or another below p (launch contract: p cells).
+    let cell = |th: u32| unsafe { sh.add(th as usize) };
+    let per = tokens.div_ceil(p);
+    let lo = (tid * per).min(tokens);
+    let hi = (lo + per).min(tokens);
+    // Every thread of the block takes the same experts: the barriers below are uniform.
+    for e in Threads::new(ctaid(), nctaid()).stride(experts) {
+        let mut own = 0;
+        for t in lo..hi {
+            // SAFETY: t < tokens.
+            own += unsafe { slot_of(topk_idx, idx_bytes, (t, k), e, experts) }.is_some() as u32;
+        }
+        // SAFETY: this thread's cell.
+        unsafe { cell(tid).write(own) };
+        sync_threads();
+        // Inclusive prefix over the threads (Hillis-Steele).
+        let mut off = 1;
+        while off < p {
+            // SAFETY: tid - off < p.
+            let add = if tid >= off { unsafe { cell(tid - off).read() } } else { 0 };
+            sync_threads();
+            // SAFETY: this thread's cell; every read of this step happened before the barrier.
+            unsafe { cell(tid).write(cell(tid).read() + add) };
+            sync_threads();
+            off *= 2;
+        }
+        // SAFETY: this thread's cell.
+        let mut next = unsafe { cell(tid).read() } - own;
+        for t in lo..hi {
+            // SAFETY: t < tokens; the position of slot j of token t is inside `positions`.
+            unsafe {
+                if let Some(j) = slot_of(topk_idx, idx_bytes, (t, k), e, experts) {
+                    positions.as_ptr().add(t as usize * k as usize + j as usize).write(next);
+                    next += 1;
                 }
             }
         }
-        // SAFETY: e < experts.
-        unsafe { per_expert.as_ptr().add(e as usize).write(count) };
+        if tid == p - 1 {
+            // SAFETY: e < experts; the last thread's inclusive prefix is the total.
+            unsafe { per_expert.as_ptr().add(e as usize).write(cell(tid).read()) };
+        }
+        // Every thread read its cell before the next expert overwrites them.
+        sync_threads();
     }
 }
 
