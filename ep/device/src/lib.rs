@@ -28,6 +28,8 @@
 //!
 //! And two local buffers per rank: the *layout* (this rank's routing, written by the layout
 //! kernel) and the *info* (what this rank received in the last dispatch).
+//!
+//! The decode (low-latency) mode has a buffer of its own, laid out in [`decode`].
 #![cfg_attr(not(test), no_std)]
 
 pub mod decode;
