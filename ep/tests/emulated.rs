@@ -1138,3 +1138,64 @@ fn decode_layout_kernel_matches_its_definition() {
         assert_eq!(per_expert.read::<u32>(0, experts as usize), count, "case {case}: tokens per expert");
     }
 }
+
+#[test]
+fn decode_ranks_that_disagree_on_k_or_format_fail_with_a_message() {
+    let cfg = Config::new(8, 128, 4, 4);
+    for (k1, format1) in [(3, RecvFormat::Input), (2, RecvFormat::E4m3)] {
+        let ranks = decode_world(&cfg, 2, 1);
+        let failed = Arc::new(AtomicBool::new(false));
+        let msgs: Vec<String> = std::thread::scope(|scope| {
+            let hs: Vec<_> = ranks
+                .iter()
+                .enumerate()
+                .map(|(me, r)| {
+                    let failed = &failed;
+                    scope.spawn(move || {
+                        let (k, format) = if me == 1 { (k1, format1) } else { (2, RecvFormat::Input) };
+                        let routing = Routing::Random { none: 0.0 };
+                        let inp = reference::random_input(9, me, DataType::Bf16, 8, 128, k, (4, 2), routing);
+                        let (x, idx) = (Mem::from_bytes(&inp.x), Mem::from_pod(&inp.topk_idx));
+                        let (xa, ia, h) = (x.addr(), idx.addr(), r.h);
+                        let dr = h.decode_regions();
+                        catch_unwind(AssertUnwindSafe(|| {
+                            hw::launch(1, 4, 16, failed, || {
+                                // SAFETY: the ids hold the batch; the buffer the counts and positions.
+                                unsafe {
+                                    decode::layout(
+                                        GlobalPtr::from_addr(ia),
+                                        4,
+                                        8,
+                                        k as u32,
+                                        4,
+                                        GlobalPtr::from_addr(h.shared + dr.per_expert),
+                                        GlobalPtr::from_addr(h.shared + dr.positions),
+                                    )
+                                }
+                            });
+                            let f = format_code(format);
+                            let sig = signature(k as u32, DTYPE_BF16, f);
+                            hw::launch(1, 32, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
+                                let (x, idx) = (GlobalPtr::from_addr(xa), GlobalPtr::from_addr(ia));
+                                // SAFETY: the inputs hold the batch; the world's buffers the regions.
+                                unsafe {
+                                    if format.is_fp8() {
+                                        decode::dispatch::<true>(h, x, idx, 8, k as u32, 256, (sig, f), BUDGET)
+                                    } else {
+                                        decode::dispatch::<false>(h, x, idx, 8, k as u32, 256, (sig, f), BUDGET)
+                                    }
+                                }
+                            });
+                        }))
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .filter_map(|h| h.join().expect("the rank thread catches its panics").err())
+                .map(|e| e.downcast_ref::<String>().cloned().unwrap_or_default())
+                .collect()
+        });
+        let what = "ep_decode_dispatch: the ranks were called with different k, element types or received formats";
+        assert!(msgs.iter().any(|m| m.contains(what)), "k {k1} {format1:?}: {msgs:?}");
+    }
+}
