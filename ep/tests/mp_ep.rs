@@ -36,7 +36,19 @@
 //! * an object sized for bf16 rows (`Config::widest`): its bytes as `Config::shared_bytes` says,
 //!   smaller than the f32 one's by the rows' halves; bf16 cases bit for bit, f32 rows refused;
 //! * requests beyond the configuration, stale and repeated combines, FP8 of f32 rows or of rows
-//!   that are not a multiple of 128: errors, before any launch.
+//!   that are not a multiple of 128: errors, before any launch;
+//! * the decode mode (`LowLatency`, `mp_ep/decode.rs`), against `reference::decode` on fresh
+//!   random data with poisoned outputs: every local expert's count, every source's layout range,
+//!   every received row (bf16, f32, and FP8 in the three scale formats: e4m3 bytes and scales),
+//!   every row's source index, and the weighted combine bit for bit (the expert rows past each
+//!   count are NaN, so reading one would show) and nothing past the output; random routing, k
+//!   from 1 to 8, all tokens to one rank (on 4 ranks with 16 experts: slots naming one expert
+//!   twice), empty batches, full batches; the default grid, 3 blocks of 64 threads with plain
+//!   launches and i64 ids, and DeepSeek-V3's decode shape (256 experts, hidden 7168, 128
+//!   tokens); dispatch + combine captured in a CUDA graph (overlapped launches and plain ones,
+//!   bf16 and FP8) and replayed twice with other data written into the same buffers, each replay
+//!   checked; decode requests beyond the configuration, a short expert-output buffer and a
+//!   second combine refused.
 //!
 //! ```sh
 //! cargo test --release -p mscclpp-ep --test mp_ep   # 2 ranks (launcher)
@@ -56,6 +68,9 @@ use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+
+#[path = "mp_ep/decode.rs"]
+mod decode;
 
 fn main() -> ExitCode {
     mscclpp_harness::runner::main("mp_ep", 2, run)
@@ -859,5 +874,8 @@ fn run(comm: &Communicator) -> Result<()> {
         total += 1;
     }
     println!("mp_ep: rank {me}: {total} cases ok (layouts, dispatch + combine, back-to-back), refusals ok");
+    drop(ep);
+    let decoded = decode::run(comm, seed)?;
+    println!("mp_ep: rank {me}: {decoded} decode cases ok (dispatch by local expert, weighted combine, CUDA graphs)");
     Ok(())
 }
