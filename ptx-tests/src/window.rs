@@ -7,7 +7,7 @@ use mscclpp_device::copy::{Threads, copy_widest};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::sync::block_barrier;
-use mscclpp_device::window::Window;
+use mscclpp_device::window::{Scope, Window};
 
 use crate::kernels;
 
@@ -28,7 +28,50 @@ unsafe fn team_barrier(w: &Window) {
     block_barrier();
 }
 
+/// Scope `code` of the scoped kernel: 0 a thread, 1 a warp, anything else the block.
+#[inline(always)]
+fn scope_of(code: u32) -> Scope {
+    match code {
+        0 => Scope::Thread,
+        1 => Scope::Warp,
+        _ => Scope::Block,
+    }
+}
+
 kernels! {
+    /// Launch `round` (1, 2, ...) of the scoped pattern, for `Window::put`, `put_signal` and
+    /// `get` with the group of `scope` (0 thread 0 alone, 1 warp 0, 2 the block; the other
+    /// threads return at once): the group copies chunk `p` of `src` to byte
+    /// `me * chunk + skew` of rank `p`'s window (`put` for itself, `put_signal` on slot `scope`
+    /// for every peer), waits until every peer's signal on that slot has reached `round`, then
+    /// a team barrier, and it gets `chunk` bytes at `next * chunk + skew` of every rank `p`'s
+    /// window (what rank `next = me + 1` put there) into chunk `p` of `out`; a closing barrier.
+    fn win_scoped(w: Window, src: GlobalPtr<u8>, out: GlobalPtr<u8>, chunk: u64, skew: u64, scope: u32, round: u64) {
+        let s = scope_of(scope);
+        let tid = Threads::block().index;
+        if (s == Scope::Thread && tid > 0) || (s == Scope::Warp && tid >= 32) {
+            return;
+        }
+        for p in 0..w.size {
+            let from = src.byte_add((p as u64 * chunk) as usize);
+            let at = w.rank as u64 * chunk + skew;
+            if p == w.rank {
+                w.put(p, at, from, chunk, s);
+            } else {
+                w.put_signal(p, at, from, chunk, scope, s);
+            }
+        }
+        for q in (0..w.size).filter(|&q| q != w.rank) {
+            w.wait_signal_in(s, scope, q, round, BUDGET);
+        }
+        w.barrier_in(s, BUDGET);
+        let next = if w.rank + 1 < w.size { w.rank + 1 } else { 0 };
+        for p in 0..w.size {
+            w.get(p, next as u64 * chunk + skew, out.byte_add((p as u64 * chunk) as usize), chunk, s);
+        }
+        w.barrier_in(s, BUDGET);
+    }
+
     /// Launch `round` (1, 2, ...) of the put pattern: the block copies chunk `p` of `src` (this
     /// rank's data for rank `p`) to offset `me * chunk` of rank `p`'s window, for every rank `p`
     /// (itself included); thread 0 signals slot 0 of every peer and waits until every peer's
