@@ -123,3 +123,53 @@ kernels! {
         team_barrier(&w);
     }
 }
+
+// The README's fused kernel ("Symmetric memory windows"), line for line.
+
+/// `out = (sum over ranks of alpha * x) + beta` in one launch, on a window of `size * n` f32 with
+/// one region per rank (one block per rank; launch `round` = 1, 2, ...).
+///
+/// # Safety
+/// `w` is a live window of `size * n` f32 with slot 0; `x` and `out` hold `n` f32; every rank
+/// launches one block of the same size with the same `n` and `round`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn scaled_sum_window(
+    w: Window,
+    x: GlobalPtr<f32>,
+    out: GlobalPtr<f32>,
+    n: u64,
+    alpha: f32,
+    beta: f32,
+    round: u64,
+) {
+    let t = Threads::block();
+    let mine = w.rank as u64 * 4 * n; // my region, at the same offset in every rank's window
+    // SAFETY: the kernel's contract (its `# Safety` above).
+    unsafe {
+        for i in t.stride(n) {
+            // The elementwise step, stored straight into my region of every rank's window.
+            let v = alpha * x.add(i as usize).as_ptr().read();
+            for p in 0..w.size {
+                w.peer::<f32>(p, mine + 4 * i).as_ptr().write(v);
+            }
+        }
+        Scope::Block.sync(); // every thread's stores are ordered before the signals
+        if t.index == 0 {
+            for p in 0..w.size {
+                w.signal(p, 0); // release: my region of rank p's window is written
+            }
+            for q in 0..w.size {
+                w.wait_signal(0, q, round, BUDGET); // acquire: rank q's region of mine is
+            }
+        }
+        Scope::Block.sync();
+        for i in t.stride(n) {
+            let mut sum = w.local::<f32>(4 * i).as_ptr().read(); // rank order: same bits everywhere
+            for r in 1..w.size {
+                sum += w.local::<f32>(r as u64 * 4 * n + 4 * i).as_ptr().read();
+            }
+            out.add(i as usize).as_ptr().write(sum + beta);
+        }
+        w.barrier_in(Scope::Block, BUDGET); // every region read before the next launch writes
+    }
+}

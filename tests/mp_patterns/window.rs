@@ -84,6 +84,38 @@ fn scoped(c: &Ctx, cm: &mscclpp_host::comm::Communicator) -> PhaseResult {
     win.free().map_err(e2s)
 }
 
+/// The README's fused kernel (`scaled_sum_window`): `(sum over ranks of alpha * x) + beta`, 2
+/// launches, fresh data and a poisoned output each, bit for bit against the host's sum in rank
+/// order of the same products.
+fn fused(c: &Ctx, cm: &mscclpp_host::comm::Communicator) -> PhaseResult {
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let elems = 4 * rng_for(c.seed, 0, 0, 46).random_range(1..4096usize);
+    let (alpha, beta) = (1.25f32, -0.5f32);
+    let win = cm.window(n * elems * 4).map_err(e2s)?;
+    let out = DeviceBuffer::alloc(&g, elems * 4).map_err(e2s)?;
+    for round in 1..=2u64 {
+        let x = upload(&g, &floats(c.seed, me, 10 + round as usize, elems))?;
+        out.fill(POISON).map_err(e2s)?;
+        barrier(c)?;
+        let args = Args::new()
+            .arg(win.handle())
+            .arg(x.ptr::<f32>())
+            .arg(out.ptr::<f32>())
+            .arg(elems as u64)
+            .arg(alpha)
+            .arg(beta)
+            .arg(round);
+        run(&g, "scaled_sum_window", LaunchConfig::new(1, 256), args)?;
+        let xs: Vec<Vec<f32>> = (0..n).map(|r| floats(c.seed, r, 10 + round as usize, elems)).collect();
+        let want: Vec<u32> =
+            (0..elems).map(|i| ((1..n).fold(alpha * xs[0][i], |a, r| a + alpha * xs[r][i]) + beta).to_bits()).collect();
+        let got: Vec<u32> = out.to_vec::<f32>().map_err(e2s)?.into_iter().map(f32::to_bits).collect();
+        same(&format!("launch {round}: the README's fused window kernel, {elems} f32 (bits)"), &got, &want)?;
+        barrier(c)?;
+    }
+    win.free().map_err(e2s)
+}
+
 pub(crate) fn window(c: &Ctx) -> PhaseResult {
     let cm = comm(c)?;
     let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
@@ -141,6 +173,7 @@ pub(crate) fn window(c: &Ctx) -> PhaseResult {
     win.free().map_err(e2s)?;
 
     scoped(c, &cm)?;
+    fused(c, &cm)?;
 
     // The one-shot allreduce on a window over this rank's own buffer, 2 launches.
     let elems = 4 * rng_for(c.seed, 0, 0, 43).random_range(4096..16384usize);
