@@ -62,3 +62,17 @@ fn scoped_copies_gather_the_group_before_the_release_signal() {
     assert!(!ins.iter().any(|l| l.starts_with("bar.sync")), "an aligned barrier after divergent code");
     ptxcheck::assert_only_cold_wait_calls("win_scoped", &ins);
 }
+
+#[test]
+fn readme_fused_kernel_scales_then_sums_without_fused_forms() {
+    let (ins, g) = kernel("scaled_sum_window");
+    assert!(ins.iter().any(|l| l.starts_with("mul.rn.f32")), "no f32 multiply");
+    assert!(ins.iter().any(|l| l.starts_with("add.rn.f32")), "no f32 add");
+    assert!(
+        !ins.iter().any(|l| l.starts_with("fma") || l.contains(".ftz")),
+        "a fused or flushed form would differ from the host's products and sums"
+    );
+    assert!(g.always_before(BAR, SIGNAL), "the block's stores are gathered before the signals");
+    assert!(ins.iter().any(|l| l.starts_with(WAIT)) && ins.iter().any(|l| l.starts_with(ARRIVE)));
+    ptxcheck::assert_only_cold_wait_calls("scaled_sum_window", &ins);
+}
