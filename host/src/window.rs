@@ -17,8 +17,8 @@
 //!
 //! A window spans a [`Team`]: the world ([`Communicator::world_team`]) or the ranks of this
 //! machine ([`Communicator::node_team`], which works when the world spans several machines).
-//! The device handle's `rank` and `size` are the team's, its [`barrier`](WindowHandle::barrier)
-//! is the team's barrier, and [`Team::world_rank`] maps a team rank back to the world.
+//! The device handle's `rank` and `size` are the team's, its `barrier` is the team's barrier, and
+//! [`Team::world_rank`] maps a team rank back to the world.
 //!
 //! Memory the caller already has is registered as a [`DeviceBuffer`] from
 //! [`DeviceBuffer::alloc_exportable`]. A raw device pointer with its length cannot be: CUDA IPC
