@@ -33,7 +33,8 @@ fn expect_refusal(what: &str, got: Result<(), String>, says: &str) -> PhaseResul
     }
 }
 
-/// `Window::put`, `put_signal` and `get` at thread, warp and block scope: 2 launches each, chunks
+/// `Window::put`, `put_signal` and `get` at thread, warp and block scope, on a window of the node
+/// team (`Communicator::team_window`): 2 launches each, chunks
 /// of a random size at a random byte skew (so every copy has an unaligned head or tail), fresh
 /// random data and a poisoned output every launch, every byte of the window and of the gets
 /// checked on the host.
@@ -42,7 +43,16 @@ fn scoped(c: &Ctx, cm: &mscclpp_host::comm::Communicator) -> PhaseResult {
     let chunk = rng_for(c.seed, 0, 0, 44).random_range(1..6000usize);
     let skew = rng_for(c.seed, 0, 0, 45).random_range(0..16usize);
     let bytes = (n * chunk + skew).div_ceil(16) * 16;
-    let win = cm.window(bytes).map_err(e2s)?;
+    // Over the node team (every rank here: one machine), whose ranks are the world's.
+    let team = cm.node_team().map_err(e2s)?;
+    if (team.rank(), team.size(), team.world_rank(team.rank())) != (me, n, Some(me)) {
+        return Err(format!("node team {team:?} for rank {me} of {n} on one machine"));
+    }
+    let win = cm.team_window(&team, bytes).map_err(e2s)?;
+    let h = win.handle();
+    if (h.rank as usize, h.size as usize) != (me, n) {
+        return Err(format!("team window handle {h:?} for rank {me} of {n}"));
+    }
     let buf = win.buffer().ok_or("Communicator::window gave no buffer")?;
     let out = DeviceBuffer::alloc(&g, n * chunk).map_err(e2s)?;
     for (code, name) in [(0u32, "thread"), (1, "warp"), (2, "block")] {
