@@ -2,7 +2,8 @@
 //!
 //! Every Rust block of `README.md` and of the crates' READMEs (`host/`, `device/`,
 //! `nvptx-builder/`, `collectives/`) appears, line for line (up to indentation), in a file the build
-//! compiles: the quickstart (`./x quickstart`), the allreduce example's kernels, or this file,
+//! compiles: the quickstart (`./x quickstart`), the allreduce example's kernels, the window kernels
+//! of the GPU tests (`ptx-tests/src/window.rs`), or this file,
 //! where the host-side fragments sit in functions whose parameters are what the README's text
 //! around them provides. xtask's test `readme_rust_blocks_are_compiled` checks that; change a
 //! block and its copy here together.
