@@ -442,7 +442,26 @@ impl Communicator {
             .map(|&p| peers.addr(p))
             .chain(team.ranks().iter().map(|&p| peer_signals.addr(p)))
             .collect();
-        let table = DeviceBuffer::from_slice(self.gpu(), &table)?;
+        // The last allocation, then every rank waits for every other's: a rank that launches a
+        // kernel on the window as soon as this returns must not find a peer still allocating
+        // (an allocation may wait for the kernels already running on the GPU, and so for this
+        // rank's, which waits for that peer: ranks that are threads of one process would
+        // deadlock). The all-gather is that barrier, and tells every rank whether all succeeded.
+        let table = DeviceBuffer::from_slice(self.gpu(), &table);
+        let failed: Vec<usize> = self
+            .bootstrap()
+            .all_gather_pod(&u32::from(table.is_err()))?
+            .iter()
+            .enumerate()
+            .filter(|(_, &f)| f != 0)
+            .map(|(r, _)| r)
+            .collect();
+        let table = table?;
+        if !failed.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "window registration: rank(s) {failed:?} could not allocate the window's address table"
+            )));
+        }
         let handle = WindowHandle {
             rank: me as u32,
             size,

@@ -139,7 +139,7 @@ pub(crate) fn window(c: &Ctx) -> PhaseResult {
     }
     let plain = if me == 0 { DeviceBuffer::alloc(&g, 4096) } else { DeviceBuffer::alloc_exportable(&g, 4096) };
     let unexported = cm.register_window(&plain.map_err(e2s)?).map(|_| ()).map_err(e2s);
-    expect_refusal("a buffer that is not exportable", unexported, "rank 0 has a buffer that is not exportable")?;
+    expect_refusal("a buffer that is not exportable", unexported, "rank 0 has memory CUDA IPC cannot map exactly")?;
     barrier(c)?;
 
     // Puts, signals and barriers, 3 launches.

@@ -42,6 +42,9 @@ fn time_batches(comm: &Communicator, reps: usize, k: usize, mut batch: impl FnMu
     let ctx = gpu.context();
     let start = drv(ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)), "creating an event")?;
     let stop = drv(ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)), "creating an event")?;
+    // Every rank past its set-up (graph instantiation and upload may allocate, and an allocation
+    // may wait for a peer's kernel already spinning for this rank) before any launch.
+    comm.bootstrap().barrier()?;
     batch()?; // warm up
     gpu.synchronize_timeout(Duration::from_secs(60))?;
     let mut times = vec![];
