@@ -453,7 +453,7 @@ impl Communicator {
             .all_gather_pod(&u32::from(table.is_err()))?
             .iter()
             .enumerate()
-            .filter(|(_, &f)| f != 0)
+            .filter(|(_, f)| **f != 0)
             .map(|(r, _)| r)
             .collect();
         let table = table?;
