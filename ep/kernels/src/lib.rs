@@ -22,6 +22,7 @@
 
 pub mod body;
 pub mod hw;
+pub mod window;
 
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
@@ -74,7 +75,8 @@ macro_rules! dispatch_kernels {
         ) {
             // SAFETY: forwarded from the launch contract.
             unsafe {
-                body::dispatch::<$cast>(h, x, topk_idx, topk_w, tokens, k, row_bytes, (signature, format), budget)
+                let p = body::PeerTable::new();
+                body::dispatch::<$cast, _>(p, h, x, topk_idx, topk_w, tokens, k, row_bytes, (signature, format), budget)
             }
         }
     )* };
@@ -109,7 +111,9 @@ macro_rules! combine_kernels {
             budget: SpinBudget,
         ) {
             // SAFETY: forwarded from the launch contract.
-            unsafe { body::combine::<$lanes>(h, y, y_bytes, out, tokens, row_bytes, (wt, bias), budget) }
+            unsafe {
+                body::combine::<$lanes, _>(body::PeerTable::new(), h, y, y_bytes, out, tokens, row_bytes, (wt, bias), budget)
+            }
         }
     )* };
 }
