@@ -247,8 +247,8 @@ mod hw {
     pub unsafe fn window_wait_signal(w: &Window, slot: u32, from: u32, value: u64, budget: SpinBudget) {
         assert!(w.is_member(from) && slot < w.slots, "Window::wait_signal: rank or slot out of range");
         let word = (w.signals.addr() as *mut u64).wrapping_add(Window::signal_word(w.size, slot, from) as usize);
-        // SAFETY: this rank's signal word; only atomics touch it.
         spin_until(budget, c"Window::wait_signal", || {
+            // SAFETY: this rank's signal word; only atomics touch it.
             reached(unsafe { AtomicU64::from_ptr(word) }.load(Ordering::Acquire), value)
         });
     }
@@ -658,8 +658,8 @@ fn run_rank(
                 // window is over them, `round` counts this rank's window dispatches.
                 unsafe {
                     match (op.format.is_fp8(), win) {
-                        (true, false) => go!(true, body::PeerTable::new()),
-                        (false, false) => go!(false, body::PeerTable::new()),
+                        (true, false) => go!(true, body::PeerTable::in_block()),
+                        (false, false) => go!(false, body::PeerTable::in_block()),
                         (true, true) => go!(true, window::WindowPeers::new(wh, round)),
                         (false, true) => go!(false, window::WindowPeers::new(wh, round)),
                     }
@@ -731,8 +731,8 @@ fn run_rank(
                 // the world's buffers, `round` counts this rank's window combines.
                 unsafe {
                     match (op.dtype == DataType::F32, win) {
-                        (true, false) => go!(F32x4, body::PeerTable::new()),
-                        (false, false) => go!(Bf16x8, body::PeerTable::new()),
+                        (true, false) => go!(F32x4, body::PeerTable::in_block()),
+                        (false, false) => go!(Bf16x8, body::PeerTable::in_block()),
                         (true, true) => go!(F32x4, window::WindowPeers::new(wh, round)),
                         (false, true) => go!(Bf16x8, window::WindowPeers::new(wh, round)),
                     }

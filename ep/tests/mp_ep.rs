@@ -869,8 +869,11 @@ fn run(comm: &Communicator) -> Result<()> {
     Ok(())
 }
 
+/// Received rows, scales, ids, weights and sources, as bits.
+type RecvBits = (Vec<u8>, Vec<u32>, Vec<i32>, Vec<u32>, Vec<i32>);
+
 /// The received rows as bits (floats compared by their bits).
-fn received_bits(r: &ReceivedRows) -> (Vec<u8>, Vec<u32>, Vec<i32>, Vec<u32>, Vec<i32>) {
+fn received_bits(r: &ReceivedRows) -> RecvBits {
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     (r.x.clone(), bits(&r.x_scales), r.topk_idx.clone(), bits(&r.topk_weights), r.src.clone())
 }

@@ -247,7 +247,7 @@ pub struct PeerTable(*mut u64);
 impl PeerTable {
     /// The table at the start of the block's dynamic shared memory ([`EXCHANGE_SHARED_BYTES`]).
     #[inline(always)]
-    pub fn new() -> Self {
+    pub fn in_block() -> Self {
         Self(shared_base().cast::<u64>())
     }
 }

@@ -75,7 +75,7 @@ macro_rules! dispatch_kernels {
         ) {
             // SAFETY: forwarded from the launch contract.
             unsafe {
-                let p = body::PeerTable::new();
+                let p = body::PeerTable::in_block();
                 body::dispatch::<$cast, _>(p, h, x, topk_idx, topk_w, tokens, k, row_bytes, (signature, format), budget)
             }
         }
@@ -112,7 +112,8 @@ macro_rules! combine_kernels {
         ) {
             // SAFETY: forwarded from the launch contract.
             unsafe {
-                body::combine::<$lanes, _>(body::PeerTable::new(), h, y, y_bytes, out, tokens, row_bytes, (wt, bias), budget)
+                let p = body::PeerTable::in_block();
+                body::combine::<$lanes, _>(p, h, y, y_bytes, out, tokens, row_bytes, (wt, bias), budget)
             }
         }
     )* };

@@ -113,8 +113,8 @@ mod kernels {
             ) {
                 // SAFETY: forwarded from the launch contract.
                 unsafe {
-                    let p = WindowPeers::new(w, round);
-                    body::dispatch::<$cast, _>(p, h, x, topk_idx, topk_w, tokens, k, row_bytes, (signature, format), budget)
+                    let (p, sig) = (WindowPeers::new(w, round), (signature, format));
+                    body::dispatch::<$cast, _>(p, h, x, topk_idx, topk_w, tokens, k, row_bytes, sig, budget)
                 }
             }
         )* };
