@@ -72,6 +72,12 @@
 //! default, plus ids, weights and FP8 scales; [`Config::shared_bytes`],
 //! [`ExpertParallel::memory_bytes`]).
 //!
+//! **Window form** ([`ExpertParallel::set_form`], [`Form::Window`]): the same dispatch and
+//! combine through the symmetric-window API: every rank's shared buffer is registered as a window
+//! (`mscclpp_host::window`) when the object is built, and the window kernels take every
+//! cross-rank address from `Window::peer(rank, offset)` and count the blocks' arrivals in the
+//! window's signals, with the same bits as the default [`Form::PeerTable`].
+//!
 //! **SM budget**: dispatch and combine run [`Config::blocks`] blocks (default
 //! [`DEFAULT_BLOCKS`], 20, DeepEP's `num_sms`), so that other work can run on the other SMs;
 //! [`ExpertParallel::wait_event`] and [`ExpertParallel::record_event`] order them with the
