@@ -1121,8 +1121,9 @@ impl ExpertParallel {
             .arg(self.config.budget);
         let cfg = LaunchConfig::new(h.blocks, threads).shared(EXCHANGE_SHARED_BYTES);
         // SAFETY: the kernel takes (EpHandle, [Window, u64,] ptr, ptr, ptr, u32, u32, u32, u32,
-        // u32, SpinBudget) as passed (`Self::kernel`); the inputs hold the batch (checked by the callers; for FP8, bf16
-        // rows of a multiple of 128 elements), or the ids are null and the slot's layout and
+        // u32, SpinBudget) as passed (`Self::kernel`; the window is over every rank's shared
+        // buffer, its round counted there); the inputs hold the batch (checked by the callers;
+        // for FP8, bf16 rows of a multiple of 128 elements), or the ids are null and the slot's layout and
         // received ids are a dispatch's of this routing (`dispatch_cached`); the handle's buffers
         // live as long as `self`; the grid is `h.blocks` blocks (at most one per SM, so all
         // resident) of at least 32 threads; every rank enqueues the same sequence of operations
@@ -1255,8 +1256,8 @@ impl ExpertParallel {
             .arg(self.config.budget);
         let cfg = LaunchConfig::new(h.blocks, threads).shared(EXCHANGE_SHARED_BYTES);
         // SAFETY: the kernel takes (EpHandle, [Window, u64,] ptr, u64, ptr, u32, u32, WeightsArgs,
-        // BiasArgs, SpinBudget) as passed (`Self::kernel`); `out` holds the tokens' rows, each bias (when not 0) too, and
-        // `wt.out` (when not 0) their weights (checked); the kernel reads at most `y.len()` bytes
+        // BiasArgs, SpinBudget) as passed (`Self::kernel`); `out` holds the tokens' rows, each
+        // bias (when not 0) too, and `wt.out` (when not 0) their weights (checked); the kernel reads at most `y.len()` bytes
         // of `y` and `wt.input_bytes` of `wt.input` (it checks the received rows against them);
         // the layout and info it reads are those of `d`'s slot, which no dispatch has taken since
         // (`slot_state`); grid as for dispatch.
