@@ -8,7 +8,7 @@
 # report shows where no ptxas is installed.
 #
 #   scripts/gpu-build.sh            then, with two GPUs:  bash .gpu/run.sh report
-#   bash .gpu/run.sh [unit] [mp] [threads] [abort] [example] [report] [bench] [coll] [tcp] [ep] [exec]  (default:
+#   bash .gpu/run.sh [unit] [mp] [threads] [abort] [example] [report] [bench] [coll] [win] [tcp] [ep] [exec]  (default:
 #                                                      mp threads abort example report; filters by binary name prefix too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,8 +39,9 @@ collect bench --no-run | while read -r name kind path; do
 done
 cargo build --release -p example-allreduce
 cp target/release/example-allreduce .gpu/bin/example_allreduce
-cargo build --release -p mscclpp-collectives --bin coll-bench
+cargo build --release -p mscclpp-collectives --bin coll-bench --bin win-bench
 cp target/release/coll-bench .gpu/bin/coll_bench
+cp target/release/win-bench .gpu/bin/win_bench
 # Port channels over any transport, and the TCP transport against raw TCP.
 cargo build --release -p mscclpp-rs --example port_channel
 cp target/release/examples/port_channel .gpu/bin/example_port_channel
@@ -77,7 +78,7 @@ cp -r nccl/tests/c .gpu/nccl-extra/c
 cp nccl/tests/torch_nccl.py .gpu/nccl-extra/torch_nccl.py
 strip --strip-debug .gpu/bin/* 2>/dev/null || true
 # Everything the report runs must be in the bundle.
-for n in report unit_bulk unit_sync unit_memchan unit_transport mp_patterns mp_collectives mp_ep mp_exec bench_bulk bench_sync bench_memchan coll_bench; do
+for n in report unit_bulk unit_sync unit_memchan unit_transport mp_patterns mp_collectives mp_ep mp_exec bench_bulk bench_sync bench_memchan coll_bench win_bench; do
   [ -x ".gpu/bin/$n" ] || { echo "gpu-build: .gpu/bin/$n is missing" >&2; exit 1; }
 done
 # The PTX/SASS verdict of the embedded PTX, made here where ptxas is (the GPU machine may lack it).

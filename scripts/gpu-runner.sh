@@ -16,8 +16,9 @@
 #                                     threads of one process (--threads N for N in MSCCLPP_RS_THREAD_MODES,
 #                                     default "threads2 threads4 threads8"): on one GPU, kernels of every
 #                                     rank resident at the same time
-#   bash .gpu/run.sh unit mp          only those groups (unit, mp, threads, abort, example, report, bench, coll, tcp, ep, exec, nccl, netns:
-#                                     unit, bench and coll run those executables on their own)
+#   bash .gpu/run.sh unit mp          only those groups (unit, mp, threads, abort, example, report, bench, coll, win, tcp, ep, exec,
+#                                     nccl, netns: unit, bench and coll run those executables on their own; win runs win_bench, the
+#                                     window allreduce against the one-shot LL form, with ranks as threads in MSCCLPP_RS_THREAD_MODES)
 #   bash .gpu/run.sh unit_bulk        only binaries whose name starts with that
 # Environment: MSCCLPP_RS_RUN_TIMEOUT (seconds per binary, default 150; the report gets
 # MSCCLPP_RS_REPORT_TIMEOUT, default 3000, and MSCCLPP_RS_STEP_TIMEOUT per step inside it),
@@ -145,6 +146,13 @@ if [ -e "$here/bin/coll_bench" ] && selected coll coll_bench; then
     -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/coll_bench"
   [ -n "${MSCCLPP_RS_COLL_LAUNCHER:-}" ] && run coll_bench-launcher2 "$here/bin/coll_bench" --ranks 2
 fi
+# The one-shot allreduce on a window against the one-shot LL form, ranks as threads (one GPU is
+# enough: the figure is labelled when ranks share a GPU).
+if [ -e "$here/bin/win_bench" ] && selected win win_bench; then
+  for mode in ${MSCCLPP_RS_THREAD_MODES:-threads2 threads4 threads8}; do
+    run "win_bench-$mode" "$here/bin/win_bench" --threads "${mode#threads}"
+  done
+fi
 # The plan executor against the hand-written collectives running the same algorithms.
 if [ -e "$here/bin/exec_bench" ] && selected exec exec_bench; then
   run exec_bench-launcher2 "$here/bin/exec_bench" --ranks 2
@@ -201,7 +209,7 @@ fi
 # in report.log; the children's logs in report/logs/). Its bench rows go to report/bench.jsonl.
 selected report report && run report env -u MSCCLPP_RS_BENCH_OUT MSCCLPP_RS_REPORT_DIR="$out/report" "$here/bin/report"
 echo
-for b in "$out"/coll_bench-*.log "$out"/ep_bench-*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -v 'RESULT' "$b"; }; done
+for b in "$out"/coll_bench-*.log "$out"/win_bench-*.log "$out"/ep_bench-*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -v 'RESULT' "$b"; }; done
 for b in "$out"/bench_*.log; do [ -e "$b" ] && sed -n '/^== /,/^$/p' "$b"; done
 [ -e "$out/report.log" ] && { echo "== report"; sed -n '/^Correctness/,$p' "$out/report.log"; }
 for b in "$out"/tcp_bench*.log; do [ -e "$b" ] && { echo "== $(basename "$b" .log)"; grep -E 'tcp_bench:|== tcp|variant|put/|rtt' "$b"; }; done

@@ -87,3 +87,21 @@ fn kernels_assemble_and_sass_matches_the_algorithm() {
     }
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
 }
+
+/// The one-shot allreduce on a window (`WindowAllreduce`): release signals after the block's
+/// puts, acquire waits, and f32 sums as plain round-to-nearest adds (the one-shot LL form's
+/// bits), no local memory.
+#[test]
+fn window_allreduce_signals_with_release_and_sums_with_plain_adds() {
+    let entries = ptxcheck::entries(PTX);
+    let body = entries.get("allreduce_window_f32").expect("no allreduce_window_f32 in the collectives' PTX");
+    let ins = ptxcheck::instructions(body);
+    let g = ptxcheck::Cfg::of(PTX, body);
+    for text in ["red.release.sys.add.u64", "ld.acquire.sys.u64", "add.rn.f32", "ld.global.v4", "barrier.sync 0;"] {
+        assert!(ins.iter().any(|l| l.starts_with(text)), "no `{text}` in allreduce_window_f32");
+    }
+    assert!(g.always_before("barrier.sync 0;", "red.release.sys.add.u64"), "a signal before the block's barrier");
+    assert!(!ins.iter().any(|l| l.starts_with("fma") || l.contains(".ftz")), "a fused or flushed add");
+    assert!(!ins.iter().any(|l| l.contains(".relaxed.sys")), "a relaxed signal or wait");
+    assert!(!ins.iter().any(|l| l.contains("ld.local") || l.contains("st.local")), "local memory");
+}

@@ -2,7 +2,8 @@
 //!
 //! Every Rust block of `README.md` and of the crates' READMEs (`host/`, `device/`,
 //! `nvptx-builder/`, `collectives/`) appears, line for line (up to indentation), in a file the build
-//! compiles: the quickstart (`./x quickstart`), the allreduce example's kernels, or this file,
+//! compiles: the quickstart (`./x quickstart`), the allreduce example's kernels, the window kernels
+//! of the GPU tests (`ptx-tests/src/window.rs`), or this file,
 //! where the host-side fragments sit in functions whose parameters are what the README's text
 //! around them provides. xtask's test `readme_rust_blocks_are_compiled` checks that; change a
 //! block and its copy here together.
@@ -101,6 +102,29 @@ fn expert_parallelism_in_flight(
     // Backward: the gradients along da's routing (no layout kernel; da must still be valid).
     let dg = ep.dispatch_cached(&da, &grad, DataType::Bf16, stream)?;
     Ok(dg)
+}
+
+/// README, "Expert parallelism", the decode mode: the batch (`x`, `idx`, `w`, `tokens`) and the
+/// experts' output `y` come from the surrounding model; `out` receives the combined rows.
+#[allow(dead_code)]
+fn expert_parallelism_decode(
+    comm: Communicator,
+    (x, idx, w): (DeviceBuffer, DeviceBuffer, DeviceBuffer),
+    tokens: usize,
+    y: DeviceBuffer,
+    out: DeviceBuffer,
+) -> mscclpp_host::Result<()> {
+    use mscclpp_ep::{Config, DataType, DecodeCombineInput, DecodeInput, LowLatency, RecvFormat};
+
+    let mut ll = LowLatency::new(&comm, Config::new(128, 7168, 256, 8))?; // 128 tokens per rank at most
+    let stream = comm.gpu().stream();
+    let input = DecodeInput { x: &x, dtype: DataType::Bf16, topk_idx: &idx, tokens, k: 8 };
+    let d = ll.dispatch(&input, RecvFormat::E4m3, stream)?; // FP8 rows, a scale per 128 columns
+    // d.recv_x_addr(): [experts_per_rank][ranks * 128] rows, local expert j's first d.recv_count_addr()[j]
+    // of them by source rank then token order; your experts write bf16 outputs `y` in that layout.
+    let back = DecodeCombineInput { y: &y, topk_idx: &idx, topk_weights: &w, out: &out };
+    ll.combine(&d, &back, stream)?; // out[t] = sum over t's slots j of w[t][j] * y[row of (t, j)]
+    Ok(())
 }
 
 /// README, "Running on several GPUs": a rank's communicator and its channels.

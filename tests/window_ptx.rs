@@ -47,3 +47,32 @@ fn window_allreduce_sums_with_plain_adds_between_two_team_barriers() {
     assert!(g.always_after(BAR, "add.rn.f32"), "a block barrier (and the closing team barrier) after the sums");
     ptxcheck::assert_only_cold_wait_calls("win_allreduce_f32", &ins);
 }
+
+#[test]
+fn scoped_copies_gather_the_group_before_the_release_signal() {
+    let (ins, _) = kernel("win_scoped");
+    for text in [SIGNAL, WAIT, ARRIVE, BAR, "bar.warp.sync"] {
+        assert!(ins.iter().any(|l| l.starts_with(text)), "no `{text}` in win_scoped");
+    }
+    assert!(ins.iter().any(|l| l.starts_with("ld.global.v4.u32")), "no 16-byte copy loads");
+    assert!(ins.iter().any(|l| l.starts_with("st.global.v4.u32")), "no 16-byte copy stores");
+    // A signal follows the group's barrier (warp or block), or the thread scope's single thread
+    // made every store itself; either way it is a system-scope release, never relaxed.
+    assert!(!ins.iter().any(|l| l.contains(".relaxed.sys")), "a relaxed signal or wait");
+    assert!(!ins.iter().any(|l| l.starts_with("bar.sync")), "an aligned barrier after divergent code");
+    ptxcheck::assert_only_cold_wait_calls("win_scoped", &ins);
+}
+
+#[test]
+fn readme_fused_kernel_scales_then_sums_without_fused_forms() {
+    let (ins, g) = kernel("scaled_sum_window");
+    assert!(ins.iter().any(|l| l.starts_with("mul.rn.f32")), "no f32 multiply");
+    assert!(ins.iter().any(|l| l.starts_with("add.rn.f32")), "no f32 add");
+    assert!(
+        !ins.iter().any(|l| l.starts_with("fma") || l.contains(".ftz")),
+        "a fused or flushed form would differ from the host's products and sums"
+    );
+    assert!(g.always_before(BAR, SIGNAL), "the block's stores are gathered before the signals");
+    assert!(ins.iter().any(|l| l.starts_with(WAIT)) && ins.iter().any(|l| l.starts_with(ARRIVE)));
+    ptxcheck::assert_only_cold_wait_calls("scaled_sum_window", &ins);
+}

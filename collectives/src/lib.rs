@@ -40,6 +40,9 @@ use mscclpp_host::comm::{Communicator, PeerBuffers};
 use mscclpp_host::{Args, BootstrapExt, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
 
 pub mod reference;
+pub mod window;
+
+pub use window::WindowAllreduce;
 
 pub use mscclpp_collectives_device::Algorithm as CollectiveAlgorithm;
 

@@ -176,9 +176,49 @@ fn run(comm: &Communicator) -> Result<()> {
         }
     }
     println!("mp_collectives: rank {me}: {n_cases} operation cases ok (every algorithm, type, odd counts, in place)");
+    window_form(comm, &colls[1], seed ^ 0x33)?;
     back_to_back(comm, &colls[0], seed ^ 0x55)?;
     graph_replays(comm, &colls[0], seed ^ 0xaa)?;
     refused_arguments(comm, &colls[0])?;
+    Ok(())
+}
+
+/// The one-shot allreduce written on a window (`WindowAllreduce`) against the one-shot LL
+/// allreduce (`oneshot`, forced), bit for bit, and both against the host's sums in rank order:
+/// fresh random f32 every call, poisoned outputs, sizes from one vector to the LL limit, on the
+/// default grid and on 3 blocks (uneven parts), several launches per window (both halves).
+fn window_form(comm: &Communicator, oneshot: &Collectives, seed: u64) -> Result<()> {
+    let (n, me, gpu) = (comm.world_size(), comm.rank(), comm.gpu());
+    let max_bytes = oneshot.handle().ll_one_shot_capacity().min(1 << 20);
+    let counts = [4usize, 1024, 4100, 65_540, (max_bytes / 4) as usize];
+    let mut cases = 0;
+    for blocks in [None, Some(3)] {
+        let win = mscclpp_collectives::WindowAllreduce::new(comm, max_bytes, blocks)?;
+        for (k, &count) in counts.iter().chain(counts.iter().rev()).enumerate() {
+            let s = seed.wrapping_add(1000 * blocks.unwrap_or(0) as u64 + k as u64);
+            let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(DataType::F32, count, s, r)).collect();
+            let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+            let want = sum_in_order(DataType::F32, &refs);
+            let send = DeviceBuffer::from_slice(gpu, &inputs[me])?;
+            let by_window = DeviceBuffer::filled(gpu, count * 4, 0xa5)?;
+            let by_oneshot = DeviceBuffer::filled(gpu, count * 4, 0x5a)?;
+            win.allreduce_f32(&send, &by_window, count, gpu.stream())?;
+            oneshot.allreduce(&send, &by_oneshot, count, DataType::F32, ReduceOp::Sum, gpu.stream())?;
+            gpu.synchronize()?;
+            let (w, o) = (by_window.to_vec::<u8>()?, by_oneshot.to_vec::<u8>()?);
+            let what = format!("window allreduce of {count} f32 on {} blocks", win.blocks());
+            if let Some(i) = (0..w.len()).find(|&i| w[i] != o[i]) {
+                return Err(fail(format!("{what}: byte {i} is {:#04x}, the one-shot LL form's {:#04x}", w[i], o[i])));
+            }
+            let wrong = count_wrong(DataType::F32, &w, &want);
+            if wrong > 0 {
+                return Err(fail(format!("{what}: {wrong} elements differ from the host's sums in rank order")));
+            }
+            cases += 1;
+        }
+        win.free()?;
+    }
+    println!("mp_collectives: rank {me}: window allreduce = one-shot LL allreduce, bit for bit, in {cases} cases");
     Ok(())
 }
 

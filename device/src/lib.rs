@@ -52,53 +52,67 @@
 //! # Symmetric windows
 //!
 //! The model of NCCL's device API and NVSHMEM: every rank registers the same number of bytes
-//! together, and a kernel reaches any rank's copy by `(rank, offset)`. On the host,
-//! `Communicator::window(bytes)` (or `register_window(&buf)` over an exportable `DeviceBuffer`)
-//! is a collective call that allocates, exchanges and maps every rank's memory and a signal
-//! area; a rank with another size makes every rank fail, naming it. Its `handle()` is a
-//! [`window::Window`], passed to kernels by value:
+//! together, and a kernel reaches any rank's copy by `(rank, offset)`.
+//!
+//! **Allocate** (host, every rank at the same point): `Communicator::window(bytes)` (or
+//! `register_window(&buf)` over an exportable `DeviceBuffer`, `window_with_slots` for more
+//! signal slots) allocates, exchanges and maps every rank's memory and a signal area; a rank
+//! with another size makes every rank fail, naming it. `team_window(&team, bytes)` spans a
+//! team: `world_team()` or `node_team()`, the ranks of this machine; the handle's `rank` and
+//! `size` are then the team's, and `Team::world_rank` maps back.
+//!
+//! **Launch**: the window's `handle()` is a [`window::Window`], passed to kernels by value.
+//!
+//! **Use the peers**:
 //!
 //! * [`local::<T>(offset)`](window::Window::local) is this rank's memory,
 //!   [`peer::<T>(rank, offset)`](window::Window) another rank's, mapped here (plain loads and
 //!   stores over NVLink); a rank outside the team or an offset past the window fails with
 //!   [`device_assert!`];
-//! * [`signal(peer, slot)`](window::Window) / `signal_add` add to the peer's signal word for this
-//!   rank (release, system scope), `wait_signal(slot, from, value, budget)` waits for this rank's
-//!   word from `from` to reach `value` (acquire), `reset` zeroes a word;
-//! * [`barrier(budget)`](window::Window) is a barrier of the whole team, run by one thread per
-//!   rank: after it, every rank's earlier writes are visible.
+//! * [`put(peer, dst_off, src, bytes, scope)`](window::Window), `get(peer, src_off, dst, bytes,
+//!   scope)` and `put_signal(.., slot, scope)` copy with every thread of a [`window::Scope`] (a
+//!   thread, a warp or a block; the copy paths of [`copy`]), bounds checked with `device_assert!`;
+//!   `put_signal` is `put`, the group's barrier, then one [`signal`](window::Window);
+//! * `signal(peer, slot)` / `signal_add` add to the peer's signal word for this rank (release,
+//!   system scope), `wait_signal(slot, from, value, budget)` waits for this rank's word from
+//!   `from` to reach `value` (acquire), `wait_signal_in(scope, ..)` has the group's first thread
+//!   wait and the group follow, `reset` zeroes a word.
+//!
+//! **Barrier**: [`barrier(budget)`](window::Window) is a barrier of the whole team, run by one
+//! thread per rank; `barrier_in(scope, budget)` wraps it in the group's barriers. After it,
+//! every rank's earlier writes are visible.
 //!
 //! ```ignore
 //! use mscclpp_device::copy::Threads;
 //! use mscclpp_device::poll::SpinBudget;
-//! use mscclpp_device::sync::block_barrier;
-//! use mscclpp_device::window::Window;
+//! use mscclpp_device::ptr::GlobalPtr;
+//! use mscclpp_device::window::{Scope, Window};
 //!
-//! /// Sums every rank's `n` f32 at offset 0 of the window into `out` (one block per rank).
+//! /// Sums every rank's `n` f32 of `input` into `out` in rank order (one block per rank, a
+//! /// window of `size * n` f32 with slot 0; launch `round` = 1, 2, ...).
 //! #[unsafe(no_mangle)]
-//! pub unsafe extern "ptx-kernel" fn window_sum(w: Window, out: *mut f32, n: u64) {
-//!     let t = Threads::block();
-//!     // SAFETY: the host passes a live window of at least `n` f32 and an `out` of `n` f32.
+//! pub unsafe extern "ptx-kernel" fn window_sum(w: Window, input: GlobalPtr<u8>, out: *mut f32, n: u64, round: u64) {
+//!     let (block, bytes) = (Scope::Block, 4 * n);
+//!     // SAFETY: the host passes a live window of `size * n` f32, `input` and `out` of `n` f32.
 //!     unsafe {
-//!         // ... this rank's data written to w.local::<f32>(0) and on, then every rank meets:
-//!         block_barrier();
-//!         if t.index == 0 {
-//!             w.barrier(SpinBudget::DEFAULT); // every rank's earlier writes are visible after it
+//!         for p in 0..w.size {
+//!             // My data into region `rank` of every rank's window, then a signal on slot 0.
+//!             w.put_signal(p, w.rank as u64 * bytes, input, bytes, 0, block);
 //!         }
-//!         block_barrier();
-//!         for i in t.stride(n) {
-//!             let mut sum = w.peer::<f32>(0, i * 4).as_ptr().read();
+//!         for q in 0..w.size {
+//!             w.wait_signal_in(block, 0, q, round, SpinBudget::DEFAULT); // rank q's region is here
+//!         }
+//!         for i in Threads::block().stride(n) {
+//!             let mut sum = w.local::<f32>(4 * i).as_ptr().read();
 //!             for r in 1..w.size {
-//!                 sum += w.peer::<f32>(r, i * 4).as_ptr().read(); // rank r's memory, mapped here
+//!                 sum += w.local::<f32>(r as u64 * bytes + 4 * i).as_ptr().read();
 //!             }
 //!             *out.add(i as usize) = sum;
 //!         }
+//!         w.barrier_in(block, SpinBudget::DEFAULT); // every region read before the next launch
 //!     }
 //! }
 //! ```
-//!
-//! Before this rank writes its window again, a second barrier (or a signal from every reader)
-//! tells it that the peers are done reading.
 //!
 //! # Where things are
 //!

@@ -29,6 +29,25 @@
 use crate::abi::DeviceAbi;
 use crate::ptr::GlobalPtr;
 
+/// The threads that share one cooperative window operation ([`Window::put`], [`Window::get`],
+/// [`Window::put_signal`], [`Window::barrier_in`]): every thread of the group calls it with the
+/// same arguments, the group shares the bytes, and its first thread signals or waits.
+///
+/// | scope | threads | first thread | the group's barrier |
+/// | --- | --- | --- | --- |
+/// | `Thread` | the caller alone | the caller | none |
+/// | `Warp` | the 32 lanes of the caller's warp | lane 0 | `bar.warp.sync 0xffffffff` |
+/// | `Block` | every thread of the caller's (1-D) block | thread 0 | `barrier.sync 0` |
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// One thread.
+    Thread,
+    /// A whole warp (all 32 lanes reach the call).
+    Warp,
+    /// A whole 1-D block (every thread reaches the call).
+    Block,
+}
+
 /// A symmetric memory window of one team, as seen by one of its ranks: built by the host and
 /// passed to kernels by value (56 bytes).
 #[repr(C)]
@@ -101,6 +120,13 @@ impl Window {
         }
     }
 
+    /// Whether a copy of `len` bytes at `offset` stays inside the window: what [`Window::put`],
+    /// [`Window::get`] and [`Window::put_signal`] check with [`crate::ASSERTS`].
+    #[inline(always)]
+    pub const fn spans(&self, offset: u64, len: u64) -> bool {
+        Self::fits(offset, len, self.bytes)
+    }
+
     /// Whether `rank` is a member of the team.
     #[inline(always)]
     pub const fn is_member(&self, rank: u32) -> bool {
@@ -131,11 +157,160 @@ impl Window {
 mod device {
     use super::*;
     use crate::atomic::{self, Acquire, Relaxed, Release, Sys};
+    use crate::copy::{Threads, copy_widest};
     use crate::device_assert;
     use crate::poll::{SpinBudget, spin_until};
     use crate::semaphore::reached;
 
+    impl Scope {
+        /// The calling thread's place in the group (the share of a copy it takes).
+        #[inline(always)]
+        pub fn threads(self) -> Threads {
+            match self {
+                Scope::Thread => Threads::new(0, 1),
+                Scope::Warp => Threads::new(crate::ptx::sreg::laneid(), 32),
+                Scope::Block => Threads::block(),
+            }
+        }
+
+        /// Whether the calling thread is the group's first (the one that signals and waits).
+        #[inline(always)]
+        pub fn is_leader(self) -> bool {
+            self.threads().index == 0
+        }
+
+        /// The group's barrier: what any thread of the group wrote before it is visible to every
+        /// thread of the group after it (nothing for `Thread`).
+        ///
+        /// # Safety
+        /// Every thread of the group reaches it: all 32 lanes for `Warp` (none exited), every
+        /// thread of the block for `Block`.
+        #[inline(always)]
+        pub unsafe fn sync(self) {
+            match self {
+                Scope::Thread => {}
+                // SAFETY: the whole warp reaches it (the caller's contract).
+                Scope::Warp => unsafe { crate::ptx::misc::bar_warp_sync_all() },
+                Scope::Block => crate::sync::block_barrier(),
+            }
+        }
+    }
+
     impl Window {
+        /// The start of rank `rank`'s window, as mapped here.
+        ///
+        /// # Safety
+        /// As for [`Window::peer`]; `rank` is in the team.
+        #[inline(always)]
+        unsafe fn base(&self, rank: u32) -> GlobalPtr<u8> {
+            // SAFETY: `bases` holds `size` addresses (the caller's contract), `rank` is below it.
+            GlobalPtr::from_addr(unsafe { self.bases.add(rank as usize).as_ptr().read() })
+        }
+
+        /// Copies `bytes` from `src` (any global memory of this GPU: an input buffer, or this
+        /// rank's window through [`Window::local`]) to byte `dst_off` of rank `peer`'s window,
+        /// shared by the threads of `scope` (the widest accesses both addresses allow, as
+        /// [`crate::copy::copy_widest`]). Orders nothing: the group synchronises and one thread
+        /// signals before the peer reads ([`Window::put_signal`] does both).
+        ///
+        /// With [`crate::ASSERTS`], fails (prints and traps) for a peer outside the team or a
+        /// destination outside the window.
+        ///
+        /// # Safety
+        /// As for [`Window::peer`]; `src` valid for `bytes` and not overlapping the destination;
+        /// every thread of `scope` calls it with the same arguments; nobody reads or writes the
+        /// destination range concurrently.
+        #[inline(always)]
+        pub unsafe fn put(&self, peer: u32, dst_off: u64, src: GlobalPtr<u8>, bytes: u64, scope: Scope) {
+            device_assert!(self.is_member(peer), "Window::put: peer outside the team");
+            device_assert!(self.spans(dst_off, bytes), "Window::put: destination outside the window");
+            // SAFETY: forwarded from the caller; the range lies inside the peer's window.
+            unsafe { copy_widest(self.base(peer).byte_add(dst_off as usize), src, bytes, scope.threads()) }
+        }
+
+        /// Copies `bytes` at byte `src_off` of rank `peer`'s window to `dst` (any global memory of
+        /// this GPU), shared by the threads of `scope`: the reverse of [`Window::put`].
+        ///
+        /// With [`crate::ASSERTS`], fails (prints and traps) for a peer outside the team or a
+        /// source outside the window.
+        ///
+        /// # Safety
+        /// As for [`Window::put`], with `dst` written; the peer finished writing the range (this
+        /// rank waited for its signal, or a barrier came between).
+        #[inline(always)]
+        pub unsafe fn get(&self, peer: u32, src_off: u64, dst: GlobalPtr<u8>, bytes: u64, scope: Scope) {
+            device_assert!(self.is_member(peer), "Window::get: peer outside the team");
+            device_assert!(self.spans(src_off, bytes), "Window::get: source outside the window");
+            // SAFETY: forwarded from the caller; the range lies inside the peer's window.
+            unsafe { copy_widest(dst, self.base(peer).byte_add(src_off as usize), bytes, scope.threads()) }
+        }
+
+        /// [`Window::put`], then the group's barrier ([`Scope::sync`]), then its first thread
+        /// [`Window::signal`]s `slot` of `peer`: a peer that waits for the signal
+        /// ([`Window::wait_signal`], [`Window::wait_signal_in`]) sees every byte of the put.
+        ///
+        /// With [`crate::ASSERTS`], fails (prints and traps) as [`Window::put`] does, and for a
+        /// slot out of range (before copying).
+        ///
+        /// # Safety
+        /// As for [`Window::put`] and [`Scope::sync`].
+        #[inline(always)]
+        pub unsafe fn put_signal(
+            &self,
+            peer: u32,
+            dst_off: u64,
+            src: GlobalPtr<u8>,
+            bytes: u64,
+            slot: u32,
+            scope: Scope,
+        ) {
+            device_assert!(slot < self.slots, "Window::put_signal: slot out of range");
+            // SAFETY: forwarded from the caller. Partner of the signal: the peer's acquire in
+            // `wait_signal`, after the group's barrier has gathered every thread's stores.
+            unsafe {
+                self.put(peer, dst_off, src, bytes, scope);
+                scope.sync();
+                if scope.is_leader() {
+                    self.signal(peer, slot);
+                }
+            }
+        }
+
+        /// [`Window::wait_signal`] by the group's first thread, then the group's barrier: every
+        /// thread of `scope` may read what `from` wrote before its signals.
+        ///
+        /// # Safety
+        /// As for [`Window::wait_signal`] and [`Scope::sync`].
+        #[inline(always)]
+        pub unsafe fn wait_signal_in(&self, scope: Scope, slot: u32, from: u32, value: u64, budget: SpinBudget) {
+            // SAFETY: forwarded from the caller.
+            unsafe {
+                if scope.is_leader() {
+                    self.wait_signal(slot, from, value, budget);
+                }
+                scope.sync();
+            }
+        }
+
+        /// The team barrier ([`Window::barrier`]) for a group: the group's barrier, its first
+        /// thread runs the team barrier, the group's barrier again. Afterwards every thread of
+        /// the group sees what any thread of any rank's group wrote before it.
+        ///
+        /// # Safety
+        /// As for [`Window::barrier`] and [`Scope::sync`]: one group per rank uses the barrier at
+        /// a time, every rank's group the same number of times.
+        #[inline(always)]
+        pub unsafe fn barrier_in(&self, scope: Scope, budget: SpinBudget) {
+            // SAFETY: forwarded from the caller.
+            unsafe {
+                scope.sync();
+                if scope.is_leader() {
+                    self.barrier(budget);
+                }
+                scope.sync();
+            }
+        }
+
         /// A `T` at byte `offset` of rank `rank`'s window, as mapped into this GPU's address
         /// space (this rank's own window for `rank == self.rank`). Plain loads and stores through
         /// it reach the peer's memory over NVLink (or the same GPU's memory).
@@ -152,9 +327,8 @@ mod device {
         pub unsafe fn peer<T>(&self, rank: u32, offset: u64) -> GlobalPtr<T> {
             device_assert!(self.is_member(rank), "Window::peer: rank outside the team");
             device_assert!(self.holds::<T>(offset), "Window::peer: offset outside the window or misaligned");
-            // SAFETY: `bases` holds `size` addresses (the caller's contract), `rank` is below it.
-            let base = unsafe { self.bases.add(rank as usize).as_ptr().read() };
-            GlobalPtr::<u8>::from_addr(base).byte_add(offset as usize).cast()
+            // SAFETY: forwarded from the caller; `rank` is in the team.
+            unsafe { self.base(rank) }.byte_add(offset as usize).cast()
         }
 
         /// Word `word` of rank `rank`'s signal area, as mapped here.
@@ -359,6 +533,22 @@ mod tests {
         assert!(Window::fits(0, 0, 0));
         assert!(!Window::fits(u64::MAX, 2, u64::MAX));
         assert_eq!(w.local::<u32>(8).addr(), 0x10_0008);
+    }
+
+    /// The bounds `put`, `get` and `put_signal` check: any offset and length (no alignment),
+    /// the end of the window included, nothing past it, no wrap-around.
+    #[test]
+    fn copy_spans() {
+        let w = window(4, 4096);
+        assert!(w.spans(0, 4096));
+        assert!(w.spans(4095, 1) && w.spans(3, 13), "unaligned ranges are fine");
+        assert!(w.spans(4096, 0), "an empty copy at the end");
+        assert!(!w.spans(4096, 1));
+        assert!(!w.spans(1, 4096), "one byte past the end");
+        assert!(!w.spans(0, 4097));
+        assert!(!w.spans(u64::MAX, 2), "offset + length wraps");
+        assert!(!w.spans(2, u64::MAX), "offset + length wraps");
+        assert!(!window(4, 0).spans(0, 1));
     }
 
     #[test]

@@ -53,6 +53,10 @@
 //! bytes and `[rows][hidden / 128]` scales ([`Dispatched::recv_x_scales_addr`]). The combine
 //! that follows takes bf16 rows, as DeepEP's.
 //!
+//! **Decode mode** ([`LowLatency`], module [`decode`]): DeepEP's low-latency dispatch and
+//! combine, with a buffer of its own sized by the decode batch: the rows arrive grouped by local
+//! expert, and the combine applies the top-k weights; capturable in a CUDA graph.
+//!
 //! **Several dispatches in flight** ([`Config::slots`], default 1): the received rows live in
 //! one of `slots` receive slots, a ring; a [`Dispatched`] stays valid for the `slots` most recent
 //! dispatches and is combined once, in any order among them (two-batch overlap: dispatch A,
@@ -98,11 +102,13 @@ use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{Args, BootstrapExt, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
 
+pub mod decode;
 pub mod reference;
 mod window;
 /// The handle and buffer layouts shared with the kernels (the crate `mscclpp-ep-device`).
 pub use mscclpp_ep_device as shared;
 
+pub use decode::{DecodeCombineInput, DecodeDispatched, DecodeInput, DecodeReceived, LowLatency};
 pub use mscclpp_host::DataType;
 use shared::{
     BiasArgs, EXCHANGE_SHARED_BYTES, EpHandle, LAYOUT_THREADS, MAX_EXPERTS, MAX_RANKS, MAX_TOPK, WeightsArgs,

@@ -2,6 +2,8 @@
 //! specification the layout kernel is tested against), what every rank receives, the tests'
 //! expert layer, what combine returns, and random routings and batches.
 
+pub mod decode;
+
 use half::bf16;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};

@@ -28,6 +28,8 @@ use rand::{RngExt, SeedableRng};
 #[path = "../kernels/src/body.rs"]
 #[allow(dead_code)]
 mod body;
+#[path = "../kernels/src/decode.rs"]
+mod decode;
 
 #[path = "../kernels/src/window.rs"]
 mod window;
@@ -1132,6 +1134,396 @@ fn combine_adds_one_or_two_biases() {
     ];
     run_world(&Config::new(40, 24, 12, 4), 3, (2, 32), &ops, 80);
     run_world(&Config::new(4, 64, 8, 4), 2, (4, 64), &ops, 81);
+}
+
+// The decode (low-latency) mode: `decode.rs`'s bodies against `reference::decode`.
+
+/// Every rank's decode buffer, wired as `LowLatency::new` does.
+fn decode_world(cfg: &Config, n: usize, blocks: u32) -> Vec<Rank> {
+    cfg.check(n).unwrap();
+    let mut ranks: Vec<Rank> = (0..n)
+        .map(|r| {
+            let mut h = cfg.kernel_handle(r, n, blocks);
+            let shared = Mem::zeroed(h.decode_regions().total as usize);
+            let state = Mem::from_pod(&vec![1u64; 2 * blocks as usize]);
+            h.shared = shared.addr();
+            h.state = state.addr();
+            let (layout, info, _peers, signals, _peer_signals) =
+                (Mem::zeroed(8), Mem::zeroed(8), Mem::zeroed(8), Mem::zeroed(8), Mem::zeroed(8));
+            // (No window: the decode kernels have no window form.)
+            let win = bytemuck::Zeroable::zeroed();
+            Rank { h, win, shared, layout, info, _state: state, _peers, signals, _peer_signals }
+        })
+        .collect();
+    let table: Vec<u64> = ranks.iter().map(|r| r.shared.addr()).collect();
+    for r in &mut ranks {
+        r._peers = Mem::from_pod(&table);
+        r.h.peers = r._peers.addr();
+    }
+    ranks
+}
+
+/// One decode dispatch and its combine on every rank.
+#[derive(Clone, Copy, Debug)]
+struct DecodeOp {
+    dtype: DataType,
+    format: RecvFormat,
+    k: usize,
+    routing: Routing,
+    tokens: [usize; 4],
+}
+
+/// The host side of a decode operation for every rank.
+struct DecodeExpect {
+    inputs: Vec<RankInput>,
+    recv: Vec<reference::decode::Received>,
+    /// Per rank, per local expert: the rows as delivered (FP8: cast) and the scales' bits.
+    recv_x: Vec<Vec<(Vec<u8>, Vec<u32>)>>,
+    /// Per rank: the expert outputs in the expert-major layout.
+    ys: Vec<Vec<u8>>,
+    outs: Vec<Vec<u8>>,
+}
+
+fn decode_expect(op: &DecodeOp, cfg: &Config, n: usize, seed: u64) -> DecodeExpect {
+    let inputs: Vec<RankInput> = (0..n)
+        .map(|r| {
+            let t = op.tokens[r % 4].min(cfg.max_tokens);
+            let mut i = reference::random_input(seed, r, op.dtype, t, cfg.hidden, op.k, (cfg.experts, n), op.routing);
+            if op.format.is_fp8() {
+                i.x = reference::spread_magnitudes(&i.x, cfg.hidden);
+            }
+            i
+        })
+        .collect();
+    let row = cfg.hidden * op.dtype.bytes();
+    let recv: Vec<_> = (0..n).map(|d| reference::decode::received(&inputs, d, cfg.experts, row)).collect();
+    let recv_x = recv
+        .iter()
+        .map(|r| {
+            r.x.iter()
+                .map(|x| match op.format {
+                    RecvFormat::Input => (x.clone(), vec![]),
+                    RecvFormat::E4m3Ue8m0 => {
+                        let (q, scales) = reference::cast_e4m3(x, cfg.hidden, op.format);
+                        (q, reference::pack_ue8m0(&scales, cfg.hidden / 128))
+                    }
+                    fp8 => {
+                        let (q, scales) = reference::cast_e4m3(x, cfg.hidden, fp8);
+                        (q, scales.iter().map(|s| s.to_bits()).collect())
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let outputs: Vec<Vec<Vec<u8>>> =
+        (0..n).map(|d| reference::decode::scaled_experts(op.dtype, &recv[d], (d, n), cfg.experts)).collect();
+    let cap = n * cfg.max_tokens;
+    let ys = outputs.iter().map(|o| reference::decode::expert_major(o, cap, row)).collect();
+    let outs = (0..n)
+        .map(|s| reference::decode::combine(op.dtype, &inputs[s], s, (&recv, &outputs), cfg.experts, row))
+        .collect();
+    DecodeExpect { inputs, recv, recv_x, ys, outs }
+}
+
+/// What a rank saw after one decode dispatch and combine.
+#[derive(Default)]
+struct DecodeSeen {
+    count: Vec<u32>,
+    range: Vec<u64>,
+    x: Vec<Vec<u8>>,
+    scales: Vec<Vec<u32>>,
+    src: Vec<Vec<i32>>,
+    out: Vec<u8>,
+}
+
+/// Rank `me`'s decode operations, as its stream would run them.
+fn run_decode_rank(
+    r: &Rank,
+    me: usize,
+    ops: &[DecodeOp],
+    exp: &[DecodeExpect],
+    (blocks, threads): (u32, u32),
+    failed: &Arc<AtomicBool>,
+) -> Vec<DecodeSeen> {
+    let h = r.h;
+    let dr = h.decode_regions();
+    let (epr, cap) = (h.experts_per_rank() as usize, h.decode_capacity());
+    let mut seen = vec![];
+    for (i, (op, e)) in ops.iter().zip(exp).enumerate() {
+        std::thread::sleep(std::time::Duration::from_millis(((me * 7 + i * 3) % 5) as u64));
+        let inp = &e.inputs[me];
+        let idx = if h.idx_bytes == 8 {
+            Mem::from_pod(&reference::widen_ids(&inp.topk_idx))
+        } else {
+            Mem::from_pod(&inp.topk_idx)
+        };
+        let (x, w) = (Mem::from_bytes(&inp.x), Mem::from_pod(&inp.topk_weights));
+        let row = h.hidden as usize * op.dtype.bytes();
+        let (t, k) = (inp.tokens as u32, op.k as u32);
+        let (xa, ia, wa) = (x.addr(), idx.addr(), w.addr());
+        // The layout kernel: 3 blocks (several experts each) of 4 threads (several tokens each).
+        hw::launch(3, 4, 16, failed, || {
+            // SAFETY: the ids hold the batch; the buffer holds the counts and positions.
+            unsafe {
+                decode::layout(
+                    GlobalPtr::from_addr(ia),
+                    h.idx_bytes,
+                    t,
+                    k,
+                    h.experts,
+                    GlobalPtr::from_addr(h.shared + dr.per_expert),
+                    GlobalPtr::from_addr(h.shared + dr.positions),
+                )
+            }
+        });
+        let format = format_code(op.format);
+        let sig = signature(k, code(op.dtype), format);
+        hw::launch(blocks, threads, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
+            let (x, idx) = (GlobalPtr::from_addr(xa), GlobalPtr::from_addr(ia));
+            // SAFETY: the inputs hold the batch; the world's buffers the handle's regions.
+            unsafe {
+                if op.format.is_fp8() {
+                    decode::dispatch::<true>(h, x, idx, t, k, row as u32, (sig, format), BUDGET)
+                } else {
+                    decode::dispatch::<false>(h, x, idx, t, k, row as u32, (sig, format), BUDGET)
+                }
+            }
+        });
+        let mut s = DecodeSeen {
+            count: r.shared.read(dr.recv_count, epr),
+            range: r.shared.read(dr.recv_range, epr * h.n_ranks as usize),
+            ..DecodeSeen::default()
+        };
+        let (stride, scale_row) = if op.format.is_fp8() {
+            (h.hidden as u64, scale_row_bytes(format, h.scales_per_row()) as u64)
+        } else {
+            (row as u64, 0)
+        };
+        for j in 0..epr {
+            let (rows, first) = (s.count[j] as usize, j as u64 * cap);
+            assert!(rows as u64 <= cap, "rank {me}: {rows} rows for expert {j}");
+            s.x.push(r.shared.read(dr.recv_x + first * stride, rows * stride as usize));
+            s.scales.push(r.shared.read(dr.recv_scales + first * scale_row, rows * scale_row as usize / 4));
+            s.src.push(r.shared.read(dr.recv_src + first * 4, rows));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(((me * 5 + i) % 4) as u64));
+        let y = Mem::from_bytes(&e.ys[me]);
+        let out = Mem::from_bytes(&vec![0xa5; inp.tokens * row + 64]);
+        let (ya, oa) = (y.addr(), out.addr());
+        hw::launch(blocks, threads, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
+            let (y, out) = (GlobalPtr::from_addr(ya), GlobalPtr::from_addr(oa));
+            let ids = (GlobalPtr::from_addr(ia), GlobalPtr::from_addr(wa));
+            // SAFETY: `y` holds every expert's capacity of rows, `out` the tokens' rows.
+            unsafe {
+                if op.dtype == DataType::F32 {
+                    decode::combine::<mscclpp_device::vec::F32x4>(h, y, ids, out, t, k, row as u32, BUDGET)
+                } else {
+                    decode::combine::<mscclpp_device::vec::Bf16x8>(h, y, ids, out, t, k, row as u32, BUDGET)
+                }
+            }
+        });
+        s.out = out.bytes()[..inp.tokens * row + 64].to_vec();
+        seen.push(s);
+    }
+    seen
+}
+
+/// Runs decode `ops` on `n` emulated ranks (each in its own thread) and checks everything.
+fn run_decode_world(cfg: &Config, n: usize, grid: (u32, u32), ops: &[DecodeOp], seed: u64) {
+    let ranks = decode_world(cfg, n, grid.0);
+    let exp: Vec<DecodeExpect> =
+        ops.iter().enumerate().map(|(i, op)| decode_expect(op, cfg, n, seed + i as u64)).collect();
+    let failed = Arc::new(AtomicBool::new(false));
+    let seen: Vec<Vec<DecodeSeen>> = std::thread::scope(|scope| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .enumerate()
+            .map(|(me, r)| {
+                let (exp, failed) = (&exp, &failed);
+                scope.spawn(move || run_decode_rank(r, me, ops, exp, grid, failed))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
+    for (me, per_op) in seen.iter().enumerate() {
+        for (i, (s, (op, e))) in per_op.iter().zip(ops.iter().zip(&exp)).enumerate() {
+            let what = format!("decode, {n} ranks {grid:?}, rank {me}, op {i} {op:?}");
+            let want = &e.recv[me];
+            assert_eq!(s.count, want.count, "{what}: rows per local expert");
+            assert_eq!(s.range, want.range, "{what}: layout ranges");
+            assert_eq!(s.src, want.src, "{what}: source indices");
+            for (j, (x, scales)) in e.recv_x[me].iter().enumerate() {
+                assert!(s.x[j] == *x, "{what}: received rows of local expert {j} differ");
+                assert_eq!(&s.scales[j], scales, "{what}: received scales of local expert {j}");
+            }
+            let t = e.outs[me].len();
+            assert!(s.out[..t] == e.outs[me][..], "{what}: combine output differs");
+            assert!(s.out[t..].iter().all(|&b| b == 0xa5), "{what}: combine wrote past the output");
+        }
+    }
+}
+
+fn decode_ops(n: usize) -> Vec<DecodeOp> {
+    let random = Routing::Random { none: 0.2 };
+    let op = |dtype, k, routing, tokens| DecodeOp { dtype, format: RecvFormat::Input, k, routing, tokens };
+    vec![
+        op(DataType::Bf16, 3, random, [12, 5, 11, 1]),
+        op(DataType::F32, 1, random, [5, 12, 0, 9]),
+        // More slots than the rank has experts: every token names some expert twice.
+        op(DataType::Bf16, 8, Routing::ToRank(n - 1), [12, 12, 4, 10]),
+        op(DataType::Bf16, 2, random, [0, 0, 0, 0]),
+        op(DataType::F32, 8, Routing::Random { none: 0.0 }, [0, 12, 12, 12]),
+        op(DataType::Bf16, 5, Routing::ToRank(0), [12, 3, 7, 12]),
+        op(DataType::F32, 4, random, [9, 8, 7, 6]),
+        op(DataType::Bf16, 6, random, [1, 2, 3, 4]),
+    ]
+}
+
+#[test]
+fn decode_dispatch_and_weighted_combine_match_the_reference() {
+    let cfg = Config::new(12, 24, 12, 8);
+    run_decode_world(&cfg, 2, (2, 32), &decode_ops(2), 60);
+    run_decode_world(&cfg, 3, (3, 64), &decode_ops(3), 61);
+}
+
+#[test]
+fn decode_at_every_block_budget_and_with_one_rank() {
+    for (n, experts, blocks) in [(4, 16, 1), (2, 8, 3), (4, 8, DEFAULT_BLOCKS)] {
+        let cfg = Config::new(12, 16, experts, 8);
+        run_decode_world(&cfg, n, (blocks, 32), &decode_ops(n)[..5], 70 + blocks as u64);
+    }
+    run_decode_world(&Config::new(12, 8, 4, 8), 1, (1, 32), &decode_ops(1), 75);
+}
+
+#[test]
+fn decode_with_i64_ids_and_eight_ranks() {
+    let cfg = Config { topk_idx: TopkIdx::I64, ..Config::new(12, 16, 12, 8) };
+    run_decode_world(&cfg, 3, (2, 32), &decode_ops(3), 80);
+    run_decode_world(&Config::new(6, 8, 16, 8), 8, (2, 32), &decode_ops(8)[..4], 81);
+}
+
+#[test]
+fn decode_fp8_dispatch_in_every_format() {
+    // bf16 rows of 1 to 3 groups of 128 columns, cast in the dispatch kernel; the combine that
+    // follows takes bf16 rows.
+    let formats = [RecvFormat::E4m3, RecvFormat::E4m3Pow2, RecvFormat::E4m3Ue8m0];
+    for (i, (n, hidden, experts, grid)) in
+        [(2, 128, 8, (2, 32)), (3, 384, 12, (1, 64)), (2, 256, 4, (3, 32))].into_iter().enumerate()
+    {
+        let cfg = Config::new(12, hidden, experts, 8);
+        let ops: Vec<DecodeOp> = decode_ops(n)
+            .into_iter()
+            .filter(|op| op.dtype == DataType::Bf16)
+            .enumerate()
+            .map(|(j, op)| DecodeOp { format: formats[(i + j) % 3], ..op })
+            .collect();
+        run_decode_world(&cfg, n, grid, &ops, 90 + i as u64);
+    }
+}
+
+#[test]
+fn decode_layout_kernel_matches_its_definition() {
+    // Random ids with repeats within a token and ids outside the experts; token counts around
+    // the block's thread count; i32 and i64 ids.
+    let mut rng = StdRng::seed_from_u64(8);
+    let failed = Arc::new(AtomicBool::new(false));
+    for case in 0..16 {
+        let (experts, k, threads) =
+            (1 + rng.random_range(0..20u32), 1 + rng.random_range(0..8u32), [4, 8, 32][case % 3]);
+        let tokens = rng.random_range(0..100u32);
+        let idx: Vec<i32> = (0..tokens * k).map(|_| rng.random_range(-2..experts as i32 + 2)).collect();
+        let buf = if case % 2 == 1 { Mem::from_pod(&reference::widen_ids(&idx)) } else { Mem::from_pod(&idx) };
+        let idx_bytes = if case % 2 == 1 { 8 } else { 4 };
+        let (per_expert, positions) = (Mem::zeroed(experts as usize * 4), Mem::zeroed((tokens * k) as usize * 4 + 4));
+        let (ia, pa, qa) = (buf.addr(), per_expert.addr(), positions.addr());
+        hw::launch(3, threads, threads as usize * 4, &failed, || {
+            // SAFETY: the buffers hold the ids, the counts and the positions.
+            unsafe {
+                decode::layout(
+                    GlobalPtr::from_addr(ia),
+                    idx_bytes,
+                    tokens,
+                    k,
+                    experts,
+                    GlobalPtr::from_addr(pa),
+                    GlobalPtr::from_addr(qa),
+                )
+            }
+        });
+        let got_positions: Vec<u32> = positions.read(0, (tokens * k) as usize);
+        let mut count = vec![0u32; experts as usize];
+        for (t, ids) in idx.chunks(k as usize).enumerate() {
+            for e in 0..experts as i32 {
+                if let Some(j) = ids.iter().position(|&id| id == e) {
+                    let at = t * k as usize + j;
+                    assert_eq!(got_positions[at], count[e as usize], "case {case}: token {t} slot {j}");
+                    count[e as usize] += 1;
+                }
+            }
+        }
+        assert_eq!(per_expert.read::<u32>(0, experts as usize), count, "case {case}: tokens per expert");
+    }
+}
+
+#[test]
+fn decode_ranks_that_disagree_on_k_or_format_fail_with_a_message() {
+    let cfg = Config::new(8, 128, 4, 4);
+    for (k1, format1) in [(3, RecvFormat::Input), (2, RecvFormat::E4m3)] {
+        let ranks = decode_world(&cfg, 2, 1);
+        let failed = Arc::new(AtomicBool::new(false));
+        let msgs: Vec<String> = std::thread::scope(|scope| {
+            let hs: Vec<_> = ranks
+                .iter()
+                .enumerate()
+                .map(|(me, r)| {
+                    let failed = &failed;
+                    scope.spawn(move || {
+                        let (k, format) = if me == 1 { (k1, format1) } else { (2, RecvFormat::Input) };
+                        let routing = Routing::Random { none: 0.0 };
+                        let inp = reference::random_input(9, me, DataType::Bf16, 8, 128, k, (4, 2), routing);
+                        let (x, idx) = (Mem::from_bytes(&inp.x), Mem::from_pod(&inp.topk_idx));
+                        let (xa, ia, h) = (x.addr(), idx.addr(), r.h);
+                        let dr = h.decode_regions();
+                        catch_unwind(AssertUnwindSafe(|| {
+                            hw::launch(1, 4, 16, failed, || {
+                                // SAFETY: the ids hold the batch; the buffer the counts and positions.
+                                unsafe {
+                                    decode::layout(
+                                        GlobalPtr::from_addr(ia),
+                                        4,
+                                        8,
+                                        k as u32,
+                                        4,
+                                        GlobalPtr::from_addr(h.shared + dr.per_expert),
+                                        GlobalPtr::from_addr(h.shared + dr.positions),
+                                    )
+                                }
+                            });
+                            let f = format_code(format);
+                            let sig = signature(k as u32, DTYPE_BF16, f);
+                            hw::launch(1, 32, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
+                                let (x, idx) = (GlobalPtr::from_addr(xa), GlobalPtr::from_addr(ia));
+                                // SAFETY: the inputs hold the batch; the world's buffers the regions.
+                                unsafe {
+                                    if format.is_fp8() {
+                                        decode::dispatch::<true>(h, x, idx, 8, k as u32, 256, (sig, f), BUDGET)
+                                    } else {
+                                        decode::dispatch::<false>(h, x, idx, 8, k as u32, 256, (sig, f), BUDGET)
+                                    }
+                                }
+                            });
+                        }))
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .filter_map(|h| h.join().expect("the rank thread catches its panics").err())
+                .map(|e| e.downcast_ref::<String>().cloned().unwrap_or_default())
+                .collect()
+        });
+        let what = "ep_decode_dispatch: the ranks were called with different k, element types or received formats";
+        assert!(msgs.iter().any(|m| m.contains(what)), "k {k1} {format1:?}: {msgs:?}");
+    }
 }
 
 /// `ops` with the dispatch and the combine of op `i` in the forms `forms(i)` says (true: the

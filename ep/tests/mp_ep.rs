@@ -42,7 +42,19 @@
 //!   the two bit for bit (received rows, scales, ids, weights, sources, counts, combined rows and
 //!   weights); a window dispatch combined in the peer-table form and the reverse; pairs of mixed
 //!   forms back to back with no host synchronisation; FP8 (each format), cached dispatches, two
-//!   slots, 1 block of 64 threads.
+//!   slots, 1 block of 64 threads;
+//! * the decode mode (`LowLatency`, `mp_ep/decode.rs`), against `reference::decode` on fresh
+//!   random data with poisoned outputs: every local expert's count, every source's layout range,
+//!   every received row (bf16, f32, and FP8 in the three scale formats: e4m3 bytes and scales),
+//!   every row's source index, and the weighted combine bit for bit (the expert rows past each
+//!   count are NaN, so reading one would show) and nothing past the output; random routing, k
+//!   from 1 to 8, all tokens to one rank (on 4 ranks with 16 experts: slots naming one expert
+//!   twice), empty batches, full batches; the default grid, 3 blocks of 64 threads with plain
+//!   launches and i64 ids, and DeepSeek-V3's decode shape (256 experts, hidden 7168, 128
+//!   tokens); dispatch + combine captured in a CUDA graph (overlapped launches and plain ones,
+//!   bf16 and FP8) and replayed twice with other data written into the same buffers, each replay
+//!   checked; decode requests beyond the configuration, a short expert-output buffer and a
+//!   second combine refused.
 //!
 //! ```sh
 //! cargo test --release -p mscclpp-ep --test mp_ep   # 2 ranks (launcher)
@@ -62,6 +74,9 @@ use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+
+#[path = "mp_ep/decode.rs"]
+mod decode;
 
 fn main() -> ExitCode {
     mscclpp_harness::runner::main("mp_ep", 2, run)
@@ -866,6 +881,9 @@ fn run(comm: &Communicator) -> Result<()> {
         total += 1;
     }
     println!("mp_ep: rank {me}: {total} cases ok (layouts, dispatch + combine, back-to-back), refusals ok");
+    drop(ep);
+    let decoded = decode::run(comm, seed)?;
+    println!("mp_ep: rank {me}: {decoded} decode cases ok (dispatch by local expert, weighted combine, CUDA graphs)");
     Ok(())
 }
 

@@ -491,7 +491,7 @@ impl Communicator {
 
     /// [`Self::exchange`], importing only the ranks `import` selects (the others' entries are 0,
     /// with their sizes).
-    fn exchange_where(&self, buf: &DeviceBuffer, import: impl Fn(usize) -> bool) -> Result<PeerBuffers> {
+    pub(crate) fn exchange_where(&self, buf: &DeviceBuffer, import: impl Fn(usize) -> bool) -> Result<PeerBuffers> {
         if buf.gpu().ordinal() != self.gpu.ordinal() {
             return Err(Error::InvalidArgument(format!(
                 "buffer on GPU {} but this rank uses GPU {}",

@@ -15,6 +15,11 @@
 //! slots, no memory or a misaligned buffer makes *every* rank return an error naming it, instead
 //! of leaving the others waiting in a later exchange.
 //!
+//! A window spans a [`Team`]: the world ([`Communicator::world_team`]) or the ranks of this
+//! machine ([`Communicator::node_team`], which works when the world spans several machines).
+//! The device handle's `rank` and `size` are the team's, its `barrier` is the team's barrier, and
+//! [`Team::world_rank`] maps a team rank back to the world.
+//!
 //! Memory the caller already has is registered as a [`DeviceBuffer`] from
 //! [`DeviceBuffer::alloc_exportable`] ([`Communicator::register_window`]), or as a raw device
 //! pointer with its length ([`Communicator::register_window_raw`]) where CUDA IPC can map exactly
@@ -48,6 +53,7 @@ pub const MAX_SIGNAL_SLOTS: u32 = 1024;
 /// first waits for every rank, so that no rank lets go while a peer may still use its memory.
 pub struct Window {
     handle: WindowHandle,
+    team: Team,
     comm: Communicator,
     // Fields drop in order: the mappings close before the local memory they sit beside is freed.
     _peers: PeerBuffers,
@@ -77,6 +83,10 @@ impl Window {
     pub fn handle(&self) -> WindowHandle {
         self.handle
     }
+    /// The team that shares the window (the handle's ranks are its ranks).
+    pub fn team(&self) -> &Team {
+        &self.team
+    }
     /// Bytes of the window (the same on every rank).
     pub fn len(&self) -> usize {
         self.handle.bytes as usize
@@ -102,6 +112,44 @@ impl Window {
     /// released. Call it on every rank, after this rank's kernels that use the window are done.
     pub fn free(self) -> Result<()> {
         self.comm.bootstrap().barrier()
+    }
+}
+
+/// The ranks that share a window: world ranks in increasing order, this rank among them. Team
+/// rank `i` (the device handle's rank) is world rank `ranks()[i]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Team {
+    ranks: Vec<usize>,
+    me: usize,
+}
+
+impl Team {
+    /// The team of the world ranks that `member` selects, as seen by world rank `world_me`
+    /// (which must be selected). `None` when it is not.
+    pub fn from_members(world: usize, world_me: usize, member: impl Fn(usize) -> bool) -> Option<Self> {
+        let ranks: Vec<usize> = (0..world).filter(|&p| p == world_me || member(p)).collect();
+        let me = ranks.iter().position(|&p| p == world_me)?;
+        member(world_me).then_some(Self { ranks, me })
+    }
+    /// This rank in the team.
+    pub fn rank(&self) -> usize {
+        self.me
+    }
+    /// The number of ranks in the team.
+    pub fn size(&self) -> usize {
+        self.ranks.len()
+    }
+    /// The world ranks of the team, in team order.
+    pub fn ranks(&self) -> &[usize] {
+        &self.ranks
+    }
+    /// The world rank of team rank `r` (`None` past the team).
+    pub fn world_rank(&self, r: usize) -> Option<usize> {
+        self.ranks.get(r).copied()
+    }
+    /// The team rank of world rank `p` (`None` when it is not a member).
+    pub fn team_rank(&self, p: usize) -> Option<usize> {
+        self.ranks.binary_search(&p).ok()
     }
 }
 
@@ -215,6 +263,28 @@ pub(crate) fn agree(boot: &dyn Bootstrap, mine: Claim, local: Option<Error>) -> 
 }
 
 impl Communicator {
+    /// The team of every rank.
+    pub fn world_team(&self) -> Team {
+        Team { ranks: (0..self.world_size()).collect(), me: self.rank() }
+    }
+
+    /// The team of the ranks on this rank's machine ([`crate::topology::Topology::same_machine`]):
+    /// collective at its first call, as [`Self::topology`].
+    pub fn node_team(&self) -> Result<Team> {
+        let topo = self.topology()?;
+        Team::from_members(self.world_size(), self.rank(), |p| topo.same_machine(p))
+            .ok_or_else(|| Error::InvalidArgument("node team: this rank is not on its own machine".into()))
+    }
+
+    /// A window of `bytes` shared by `team` only (zeroed, [`WindowHandle::DEFAULT_SLOTS`] signal
+    /// slots): the handle's rank and size are the team's, and its barrier waits for the team's
+    /// ranks only. Collective over the world: every rank calls it at the same point with the same
+    /// `bytes`, each with its own team of the same kind (every rank's [`Self::node_team`], say),
+    /// and maps only its team's memory. The team's ranks must all run on this machine.
+    pub fn team_window(&self, team: &Team, bytes: usize) -> Result<Window> {
+        self.window_over(team, bytes, WindowHandle::DEFAULT_SLOTS)
+    }
+
     /// A window of `bytes` (a multiple of [`WINDOW_ALIGN`], not 0) with
     /// [`WindowHandle::DEFAULT_SLOTS`] signal slots, zeroed: a collective call, every rank with
     /// the same `bytes`. Every rank allocates exportable memory, the ranks exchange it and map
@@ -228,13 +298,19 @@ impl Communicator {
     /// [`Self::window`] with `slots` signal slots (at most [`MAX_SIGNAL_SLOTS`]; 0 leaves only
     /// the barrier).
     pub fn window_with_slots(&self, bytes: usize, slots: u32) -> Result<Window> {
+        self.window_over(&self.world_team(), bytes, slots)
+    }
+
+    fn window_over(&self, team: &Team, bytes: usize, slots: u32) -> Result<Window> {
+        self.check_team(team)?;
         let mut claim = Claim::of(bytes, 0, slots);
         let mut local = None;
         let mut mem = None;
         if claim.problem == 0 {
             // Everything this rank allocates is allocated before the agreement, so that a failure
             // fails every rank instead of leaving them in the exchanges.
-            match DeviceBuffer::exportable_filled(self.gpu(), bytes, 0).and_then(|b| Ok((b, self.signal_area(slots)?)))
+            match DeviceBuffer::exportable_filled(self.gpu(), bytes, 0)
+                .and_then(|b| Ok((b, self.signal_area(team, slots)?)))
             {
                 Ok(m) => mem = Some(m),
                 Err(e) => {
@@ -246,7 +322,7 @@ impl Communicator {
         agree(&**self.bootstrap(), claim, local)?;
         let (buf, signals) =
             mem.ok_or_else(|| Error::InvalidArgument("window registration: no buffer after agreement".into()))?;
-        let mut w = self.build_window(&buf, signals, slots)?;
+        let mut w = self.build_window(team, &buf, signals, slots)?;
         w.owned = Some(buf);
         Ok(w)
     }
@@ -266,7 +342,7 @@ impl Communicator {
         }
         let (mut local, mut signals) = (None, None);
         if claim.problem == 0 {
-            match self.signal_area(WindowHandle::DEFAULT_SLOTS) {
+            match self.signal_area(&self.world_team(), WindowHandle::DEFAULT_SLOTS) {
                 Ok(s) => signals = Some(s),
                 Err(e) => {
                     claim = claim.with(Problem::Allocation);
@@ -277,7 +353,7 @@ impl Communicator {
         agree(&**self.bootstrap(), claim, local)?;
         let signals = signals
             .ok_or_else(|| Error::InvalidArgument("window registration: no signal area after agreement".into()))?;
-        self.build_window(buf, signals, WindowHandle::DEFAULT_SLOTS)
+        self.build_window(&self.world_team(), buf, signals, WindowHandle::DEFAULT_SLOTS)
     }
 
     /// A window over `bytes` of device memory at `ptr` that this rank allocated on its GPU, with
@@ -301,9 +377,24 @@ impl Communicator {
         }
     }
 
-    /// Words of the signal area for this team and `slots`.
-    fn signal_words(&self, slots: u32) -> Result<(u32, usize)> {
+    /// An error unless `team` is a team of this communicator with this rank in it.
+    fn check_team(&self, team: &Team) -> Result<()> {
         let n = self.world_size();
+        let sorted = team.ranks.windows(2).all(|w| w[0] < w[1]);
+        if !sorted || team.ranks.last().is_some_and(|&p| p >= n) || team.world_rank(team.me) != Some(self.rank()) {
+            return Err(Error::InvalidArgument(format!(
+                "window: team {:?} (member {}) is not a team of this rank {} of {n}",
+                team.ranks,
+                team.me,
+                self.rank()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Words of the signal area for `team` and `slots`.
+    fn signal_words(&self, team: &Team, slots: u32) -> Result<(u32, usize)> {
+        let n = team.size();
         let size = u32::try_from(n).map_err(|_| Error::InvalidArgument(format!("a team of {n} ranks")))?;
         let words = WindowHandle::signal_words(size, slots)
             .and_then(|w| usize::try_from(w).ok())
@@ -312,20 +403,31 @@ impl Communicator {
     }
 
     /// This rank's zeroed, exportable signal area.
-    fn signal_area(&self, slots: u32) -> Result<DeviceBuffer> {
-        let (_, words) = self.signal_words(slots)?;
+    fn signal_area(&self, team: &Team, slots: u32) -> Result<DeviceBuffer> {
+        let (_, words) = self.signal_words(team, slots)?;
         DeviceBuffer::exportable_filled(self.gpu(), words * 8, 0)
     }
 
     /// The collective steps after agreement: exchanges of the window and the signal area, the
     /// table, the handle.
-    fn build_window(&self, buf: &DeviceBuffer, signals: DeviceBuffer, slots: u32) -> Result<Window> {
-        let (n, me) = (self.world_size(), self.rank());
-        let (size, words) = self.signal_words(slots)?;
-        let peers = self.exchange(buf)?;
-        let peer_signals = self.exchange(&signals)?;
+    fn build_window(&self, team: &Team, buf: &DeviceBuffer, signals: DeviceBuffer, slots: u32) -> Result<Window> {
+        let (n, me) = (team.size(), team.rank());
+        let (size, words) = self.signal_words(team, slots)?;
+        // The world's window maps every rank (and refuses ranks off this machine); a smaller
+        // team's maps its members only.
+        let (peers, peer_signals) = if n == self.world_size() {
+            (self.exchange(buf)?, self.exchange(&signals)?)
+        } else {
+            let member = |p: usize| team.team_rank(p).is_some();
+            (self.exchange_where(buf, member)?, self.exchange_where(&signals, member)?)
+        };
         // Agreed above; the exchange reports what each exporter actually has.
-        if let Some(p) = (0..n).find(|&p| peers.len(p) != buf.len() as u64 || peer_signals.len(p) != words as u64 * 8) {
+        if let Some(p) = team
+            .ranks()
+            .iter()
+            .copied()
+            .find(|&p| peers.len(p) != buf.len() as u64 || peer_signals.len(p) != words as u64 * 8)
+        {
             return Err(Error::InvalidArgument(format!(
                 "window registration: rank {p} exported {} bytes of window and {} of signals, expected {} and {}",
                 peers.len(p),
@@ -334,7 +436,12 @@ impl Communicator {
                 words * 8
             )));
         }
-        let table: Vec<u64> = peers.addrs().iter().chain(peer_signals.addrs()).copied().collect();
+        let table: Vec<u64> = team
+            .ranks()
+            .iter()
+            .map(|&p| peers.addr(p))
+            .chain(team.ranks().iter().map(|&p| peer_signals.addr(p)))
+            .collect();
         let table = DeviceBuffer::from_slice(self.gpu(), &table)?;
         let handle = WindowHandle {
             rank: me as u32,
@@ -349,6 +456,7 @@ impl Communicator {
         };
         Ok(Window {
             handle,
+            team: team.clone(),
             comm: self.clone(),
             _peers: peers,
             _peer_signals: peer_signals,
@@ -426,6 +534,18 @@ mod tests {
         });
         assert!(out[0].as_ref().unwrap_err().to_string().contains("out of memory"));
         assert!(out[1].as_ref().unwrap_err().to_string().contains("rank 0 could not allocate"));
+    }
+
+    #[test]
+    fn teams_map_team_ranks_to_world_ranks() {
+        // World ranks 1, 3 and 4 on one machine, seen by world rank 3.
+        let t = Team::from_members(6, 3, |p| [1, 3, 4].contains(&p)).unwrap();
+        assert_eq!((t.rank(), t.size(), t.ranks()), (1, 3, &[1usize, 3, 4][..]));
+        assert_eq!((t.world_rank(0), t.world_rank(2), t.world_rank(3)), (Some(1), Some(4), None));
+        assert_eq!((t.team_rank(4), t.team_rank(2), t.team_rank(9)), (Some(2), None, None));
+        assert!(Team::from_members(6, 2, |p| p != 2).is_none(), "a rank outside its own team");
+        let world = Team::from_members(4, 0, |_| true).unwrap();
+        assert_eq!((world.rank(), world.ranks()), (0, &[0usize, 1, 2, 3][..]));
     }
 
     #[test]

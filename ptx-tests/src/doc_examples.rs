@@ -28,28 +28,31 @@ pub mod window_overview {
     //! `mscclpp_device`'s crate docs, "Symmetric windows".
     use mscclpp_device::copy::Threads;
     use mscclpp_device::poll::SpinBudget;
-    use mscclpp_device::sync::block_barrier;
-    use mscclpp_device::window::Window;
+    use mscclpp_device::ptr::GlobalPtr;
+    use mscclpp_device::window::{Scope, Window};
 
-    /// Sums every rank's `n` f32 at offset 0 of the window into `out` (one block per rank).
+    /// Sums every rank's `n` f32 of `input` into `out` in rank order (one block per rank, a
+    /// window of `size * n` f32 with slot 0; launch `round` = 1, 2, ...).
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn window_sum(w: Window, out: *mut f32, n: u64) {
-        let t = Threads::block();
-        // SAFETY: the host passes a live window of at least `n` f32 and an `out` of `n` f32.
+    pub unsafe extern "ptx-kernel" fn window_sum(w: Window, input: GlobalPtr<u8>, out: *mut f32, n: u64, round: u64) {
+        let (block, bytes) = (Scope::Block, 4 * n);
+        // SAFETY: the host passes a live window of `size * n` f32, `input` and `out` of `n` f32.
         unsafe {
-            // ... this rank's data written to w.local::<f32>(0) and on, then every rank meets:
-            block_barrier();
-            if t.index == 0 {
-                w.barrier(SpinBudget::DEFAULT); // every rank's earlier writes are visible after it
+            for p in 0..w.size {
+                // My data into region `rank` of every rank's window, then a signal on slot 0.
+                w.put_signal(p, w.rank as u64 * bytes, input, bytes, 0, block);
             }
-            block_barrier();
-            for i in t.stride(n) {
-                let mut sum = w.peer::<f32>(0, i * 4).as_ptr().read();
+            for q in 0..w.size {
+                w.wait_signal_in(block, 0, q, round, SpinBudget::DEFAULT); // rank q's region is here
+            }
+            for i in Threads::block().stride(n) {
+                let mut sum = w.local::<f32>(4 * i).as_ptr().read();
                 for r in 1..w.size {
-                    sum += w.peer::<f32>(r, i * 4).as_ptr().read(); // rank r's memory, mapped here
+                    sum += w.local::<f32>(r as u64 * bytes + 4 * i).as_ptr().read();
                 }
                 *out.add(i as usize) = sum;
             }
+            w.barrier_in(block, SpinBudget::DEFAULT); // every region read before the next launch
         }
     }
 }

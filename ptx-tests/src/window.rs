@@ -7,7 +7,7 @@ use mscclpp_device::copy::{Threads, copy_widest};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::sync::block_barrier;
-use mscclpp_device::window::Window;
+use mscclpp_device::window::{Scope, Window};
 
 use crate::kernels;
 
@@ -28,7 +28,50 @@ unsafe fn team_barrier(w: &Window) {
     block_barrier();
 }
 
+/// Scope `code` of the scoped kernel: 0 a thread, 1 a warp, anything else the block.
+#[inline(always)]
+fn scope_of(code: u32) -> Scope {
+    match code {
+        0 => Scope::Thread,
+        1 => Scope::Warp,
+        _ => Scope::Block,
+    }
+}
+
 kernels! {
+    /// Launch `round` (1, 2, ...) of the scoped pattern, for `Window::put`, `put_signal` and
+    /// `get` with the group of `scope` (0 thread 0 alone, 1 warp 0, 2 the block; the other
+    /// threads return at once): the group copies chunk `p` of `src` to byte
+    /// `me * chunk + skew` of rank `p`'s window (`put` for itself, `put_signal` on slot `scope`
+    /// for every peer), waits until every peer's signal on that slot has reached `round`, then
+    /// a team barrier, and it gets `chunk` bytes at `next * chunk + skew` of every rank `p`'s
+    /// window (what rank `next = me + 1` put there) into chunk `p` of `out`; a closing barrier.
+    fn win_scoped(w: Window, src: GlobalPtr<u8>, out: GlobalPtr<u8>, chunk: u64, skew: u64, scope: u32, round: u64) {
+        let s = scope_of(scope);
+        let tid = Threads::block().index;
+        if (s == Scope::Thread && tid > 0) || (s == Scope::Warp && tid >= 32) {
+            return;
+        }
+        for p in 0..w.size {
+            let from = src.byte_add((p as u64 * chunk) as usize);
+            let at = w.rank as u64 * chunk + skew;
+            if p == w.rank {
+                w.put(p, at, from, chunk, s);
+            } else {
+                w.put_signal(p, at, from, chunk, scope, s);
+            }
+        }
+        for q in (0..w.size).filter(|&q| q != w.rank) {
+            w.wait_signal_in(s, scope, q, round, BUDGET);
+        }
+        w.barrier_in(s, BUDGET);
+        let next = if w.rank + 1 < w.size { w.rank + 1 } else { 0 };
+        for p in 0..w.size {
+            w.get(p, next as u64 * chunk + skew, out.byte_add((p as u64 * chunk) as usize), chunk, s);
+        }
+        w.barrier_in(s, BUDGET);
+    }
+
     /// Launch `round` (1, 2, ...) of the put pattern: the block copies chunk `p` of `src` (this
     /// rank's data for rank `p`) to offset `me * chunk` of rank `p`'s window, for every rank `p`
     /// (itself included); thread 0 signals slot 0 of every peer and waits until every peer's
@@ -78,5 +121,55 @@ kernels! {
             out.add(i as usize).as_ptr().write(sum);
         }
         team_barrier(&w);
+    }
+}
+
+// The README's fused kernel ("Symmetric memory windows"), line for line.
+
+/// `out = (sum over ranks of alpha * x) + beta` in one launch, on a window of `size * n` f32 with
+/// one region per rank (one block per rank; launch `round` = 1, 2, ...).
+///
+/// # Safety
+/// `w` is a live window of `size * n` f32 with slot 0; `x` and `out` hold `n` f32; every rank
+/// launches one block of the same size with the same `n` and `round`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn scaled_sum_window(
+    w: Window,
+    x: GlobalPtr<f32>,
+    out: GlobalPtr<f32>,
+    n: u64,
+    alpha: f32,
+    beta: f32,
+    round: u64,
+) {
+    let t = Threads::block();
+    let mine = w.rank as u64 * 4 * n; // my region, at the same offset in every rank's window
+    // SAFETY: the kernel's contract (its `# Safety` above).
+    unsafe {
+        for i in t.stride(n) {
+            // The elementwise step, stored straight into my region of every rank's window.
+            let v = alpha * x.add(i as usize).as_ptr().read();
+            for p in 0..w.size {
+                w.peer::<f32>(p, mine + 4 * i).as_ptr().write(v);
+            }
+        }
+        Scope::Block.sync(); // every thread's stores are ordered before the signals
+        if t.index == 0 {
+            for p in 0..w.size {
+                w.signal(p, 0); // release: my region of rank p's window is written
+            }
+            for q in 0..w.size {
+                w.wait_signal(0, q, round, BUDGET); // acquire: rank q's region of mine is
+            }
+        }
+        Scope::Block.sync();
+        for i in t.stride(n) {
+            let mut sum = w.local::<f32>(4 * i).as_ptr().read(); // rank order: same bits everywhere
+            for r in 1..w.size {
+                sum += w.local::<f32>(r as u64 * 4 * n + 4 * i).as_ptr().read();
+            }
+            out.add(i as usize).as_ptr().write(sum + beta);
+        }
+        w.barrier_in(Scope::Block, BUDGET); // every region read before the next launch writes
     }
 }

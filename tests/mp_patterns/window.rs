@@ -33,6 +33,99 @@ fn expect_refusal(what: &str, got: Result<(), String>, says: &str) -> PhaseResul
     }
 }
 
+/// `Window::put`, `put_signal` and `get` at thread, warp and block scope, on a window of the node
+/// team (`Communicator::team_window`): 2 launches each, chunks
+/// of a random size at a random byte skew (so every copy has an unaligned head or tail), fresh
+/// random data and a poisoned output every launch, every byte of the window and of the gets
+/// checked on the host.
+fn scoped(c: &Ctx, cm: &mscclpp_host::comm::Communicator) -> PhaseResult {
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let chunk = rng_for(c.seed, 0, 0, 44).random_range(1..6000usize);
+    let skew = rng_for(c.seed, 0, 0, 45).random_range(0..16usize);
+    let bytes = (n * chunk + skew).div_ceil(16) * 16;
+    // Over the node team (every rank here: one machine), whose ranks are the world's.
+    let team = cm.node_team().map_err(e2s)?;
+    if (team.rank(), team.size(), team.world_rank(team.rank())) != (me, n, Some(me)) {
+        return Err(format!("node team {team:?} for rank {me} of {n} on one machine"));
+    }
+    let win = cm.team_window(&team, bytes).map_err(e2s)?;
+    let h = win.handle();
+    if (h.rank as usize, h.size as usize) != (me, n) {
+        return Err(format!("team window handle {h:?} for rank {me} of {n}"));
+    }
+    let buf = win.buffer().ok_or("Communicator::window gave no buffer")?;
+    let out = DeviceBuffer::alloc(&g, n * chunk).map_err(e2s)?;
+    for (code, name) in [(0u32, "thread"), (1, "warp"), (2, "block")] {
+        for round in 1..=2u64 {
+            let tag = 10 * round + code as u64;
+            let src: Vec<u8> = (0..n).flat_map(|p| chunk_data(c.seed, me, p, tag, chunk)).collect();
+            let src = upload(&g, &src)?;
+            buf.fill(POISON).map_err(e2s)?;
+            out.fill(POISON).map_err(e2s)?;
+            barrier(c)?;
+            let args = Args::new()
+                .arg(win.handle())
+                .arg(src.ptr::<u8>())
+                .arg(out.ptr::<u8>())
+                .arg(chunk as u64)
+                .arg(skew as u64)
+                .arg(code)
+                .arg(round);
+            run(&g, "win_scoped", LaunchConfig::new(1, 128), args)?;
+            let what = format!("{name} scope, launch {round}, {chunk} B at skew {skew}");
+            // This rank's window: the poison before the skew and after the last chunk, rank q's
+            // data for this rank at `q * chunk + skew`.
+            let mut want = vec![POISON; bytes];
+            for q in 0..n {
+                let at = q * chunk + skew;
+                want[at..at + chunk].copy_from_slice(&chunk_data(c.seed, q, me, tag, chunk));
+            }
+            compare(
+                &format!("{what}: this rank's window (put, put_signal)"),
+                &buf.to_vec::<u8>().map_err(e2s)?,
+                &want,
+            )?;
+            let next = (me + 1) % n;
+            let want: Vec<u8> = (0..n).flat_map(|p| chunk_data(c.seed, next, p, tag, chunk)).collect();
+            compare(&format!("{what}: gets from the peers' windows"), &out.to_vec::<u8>().map_err(e2s)?, &want)?;
+            barrier(c)?;
+        }
+    }
+    win.free().map_err(e2s)
+}
+
+/// The README's fused kernel (`scaled_sum_window`): `(sum over ranks of alpha * x) + beta`, 2
+/// launches, fresh data and a poisoned output each, bit for bit against the host's sum in rank
+/// order of the same products.
+fn fused(c: &Ctx, cm: &mscclpp_host::comm::Communicator) -> PhaseResult {
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let elems = 4 * rng_for(c.seed, 0, 0, 46).random_range(1..4096usize);
+    let (alpha, beta) = (1.25f32, -0.5f32);
+    let win = cm.window(n * elems * 4).map_err(e2s)?;
+    let out = DeviceBuffer::alloc(&g, elems * 4).map_err(e2s)?;
+    for round in 1..=2u64 {
+        let x = upload(&g, &floats(c.seed, me, 10 + round as usize, elems))?;
+        out.fill(POISON).map_err(e2s)?;
+        barrier(c)?;
+        let args = Args::new()
+            .arg(win.handle())
+            .arg(x.ptr::<f32>())
+            .arg(out.ptr::<f32>())
+            .arg(elems as u64)
+            .arg(alpha)
+            .arg(beta)
+            .arg(round);
+        run(&g, "scaled_sum_window", LaunchConfig::new(1, 256), args)?;
+        let xs: Vec<Vec<f32>> = (0..n).map(|r| floats(c.seed, r, 10 + round as usize, elems)).collect();
+        let want: Vec<u32> =
+            (0..elems).map(|i| ((1..n).fold(alpha * xs[0][i], |a, r| a + alpha * xs[r][i]) + beta).to_bits()).collect();
+        let got: Vec<u32> = out.to_vec::<f32>().map_err(e2s)?.into_iter().map(f32::to_bits).collect();
+        same(&format!("launch {round}: the README's fused window kernel, {elems} f32 (bits)"), &got, &want)?;
+        barrier(c)?;
+    }
+    win.free().map_err(e2s)
+}
+
 pub(crate) fn window(c: &Ctx) -> PhaseResult {
     let cm = comm(c)?;
     let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
@@ -88,6 +181,9 @@ pub(crate) fn window(c: &Ctx) -> PhaseResult {
     let epoch = words[WindowHandle::epoch_word(size, h.slots) as usize];
     same("this rank's barrier epoch", &[epoch], &[2 * rounds])?;
     win.free().map_err(e2s)?;
+
+    scoped(c, &cm)?;
+    fused(c, &cm)?;
 
     // The one-shot allreduce on a window over this rank's own buffer, 2 launches.
     let elems = 4 * rng_for(c.seed, 0, 0, 43).random_range(4096..16384usize);

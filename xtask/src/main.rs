@@ -398,13 +398,15 @@ mod tests {
         ["README.md", "host/README.md", "device/README.md", "nvptx-builder/README.md", "collectives/README.md"];
 
     /// Files the build compiles that hold the Rust code blocks of [`READMES`]: the quickstart (built
-    /// by `./x quickstart`), the allreduce example's kernels (built with the example) and the
-    /// harness's `tests/readme.rs` (the host-side fragments, wrapped in functions).
-    const MIRRORS: [&str; 5] = [
+    /// by `./x quickstart`), the allreduce example's kernels (built with the example), the window
+    /// kernels of the GPU tests (`ptx-tests/src/window.rs`, run by mp_patterns' window phase) and
+    /// the harness's `tests/readme.rs` (the host-side fragments, wrapped in functions).
+    const MIRRORS: [&str; 6] = [
         "examples/quickstart/build.rs",
         "examples/quickstart/src/main.rs",
         "examples/quickstart/kernels/src/lib.rs",
         "examples/allreduce/kernels/src/lib.rs",
+        "ptx-tests/src/window.rs",
         "tests/readme.rs",
     ];
 

@@ -257,6 +257,8 @@ impl Algorithm {
 
 pub use mscclpp_device::element::Element;
 
+pub mod window;
+
 #[cfg(target_arch = "nvptx64")]
 mod device;
 

@@ -88,3 +88,21 @@ gather_kernels! {
     allgather_oneshot => OneShotLl;
     allgather_pipelined => Pipelined;
 }
+
+/// The one-shot allreduce of f32 written on a symmetric memory window
+/// (`mscclpp_collectives_device::window`): launched by `mscclpp_collectives::WindowAllreduce`.
+///
+/// # Safety
+/// As for `allreduce_window_f32`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn allreduce_window_f32(
+    w: mscclpp_device::window::Window,
+    input: GlobalPtr<u8>,
+    output: GlobalPtr<u8>,
+    bytes: u64,
+    max_bytes: u64,
+    budget: SpinBudget,
+) {
+    // SAFETY: forwarded from the launch contract.
+    unsafe { mscclpp_collectives_device::window::allreduce_window_f32(&w, input, output, bytes, max_bytes, budget) }
+}

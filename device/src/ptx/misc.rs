@@ -69,6 +69,21 @@ hand! {
         // SAFETY: a CTA barrier; every thread of the CTA must reach it (caller's contract in callers).
         unsafe { asm!(concat!(mnemonic!(), " 0;"), options(nostack)) };
     }
+
+    #[check("bar.warp.sync", sass [], no_sass "a full-mask warp barrier in converged code may compile to no instruction",
+        kernel |p: *mut u32| { *p = 1; bar_warp_sync_all(); })]
+    /// `bar.warp.sync 0xffffffff;` (PTX 6.0, sm_70): barrier over the 32 threads of the calling
+    /// warp, ordering their memory accesses (CUDA's `__syncwarp()`). Every thread of the warp must
+    /// reach it.
+    ///
+    /// # Safety
+    /// All 32 threads of the warp reach this call (none exited, none taking another path): a
+    /// thread of the mask that never arrives makes the barrier undefined.
+    #[inline(always)]
+    pub unsafe fn bar_warp_sync_all() {
+        // SAFETY: a warp barrier; every thread of the warp reaches it (the caller's contract).
+        unsafe { asm!(concat!(mnemonic!(), " 0xffffffff;"), options(nostack)) };
+    }
 }
 
 no_operands! {

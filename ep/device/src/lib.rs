@@ -31,7 +31,11 @@
 //! And two local buffers per rank: the *layout* (this rank's routing, written by the layout
 //! kernel: one per slot, and one more for a layout computed alone) and the *info* (what this
 //! rank received, one per slot).
+//!
+//! The decode (low-latency) mode has a buffer of its own, laid out in [`decode`].
 #![cfg_attr(not(test), no_std)]
+
+pub mod decode;
 
 /// Most ranks (GPUs of one machine).
 pub const MAX_RANKS: usize = 8;

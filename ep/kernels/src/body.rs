@@ -15,7 +15,7 @@ use crate::hw::{
 };
 use mscclpp_ep_device::*;
 
-const WARP: u32 = 32;
+pub(crate) const WARP: u32 = 32;
 
 /// Top-k entry `i` of `topk_idx`: an i32, or an i64 when `idx_bytes` is 8 (read as
 /// [`id_from_i64`] says: -1 unless it names an expert).
@@ -23,7 +23,7 @@ const WARP: u32 = 32;
 /// # Safety
 /// `topk_idx` holds more than `i` entries of `idx_bytes` bytes, aligned.
 #[inline(always)]
-unsafe fn read_id(topk_idx: GlobalPtr<u8>, idx_bytes: u32, i: usize, experts: u32) -> i32 {
+pub(crate) unsafe fn read_id(topk_idx: GlobalPtr<u8>, idx_bytes: u32, i: usize, experts: u32) -> i32 {
     // SAFETY: entry i of the buffer (caller's contract).
     unsafe {
         if idx_bytes == 8 {
@@ -177,19 +177,33 @@ const TABLE_CNT: usize = TABLE_BASE + (MAX_RANKS + 4) * 4;
 const _: () = assert!(TABLE_CNT + MAX_RANKS * (MAX_RANKS + 1) * 4 <= EXCHANGE_SHARED_BYTES as usize);
 
 /// The per-block tables of dispatch and combine in dynamic shared memory: every rank's shared
-/// buffer (`MAX_RANKS` u64, [`PeerTable`]'s), `MAX_RANKS + 1` row bases or offsets (u32), and the
-/// count matrix (`[sender][1 + rank]` u32; combine uses its first `n` entries).
-struct Tables {
-    base: *mut u32,
-    cnt: *mut u32,
+/// buffer (`MAX_RANKS` u64: [`PeerTable`]'s, also read here by the decode kernels),
+/// `MAX_RANKS + 1` row bases or offsets (u32), and the count matrix (`[sender][1 + rank]` u32;
+/// combine uses its first `n` entries).
+pub(crate) struct Tables {
+    pub(crate) peer: *mut u64,
+    pub(crate) base: *mut u32,
+    pub(crate) cnt: *mut u32,
 }
 
 impl Tables {
     #[inline(always)]
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let at = shared_base();
         // SAFETY: offsets inside EXCHANGE_SHARED_BYTES (asserted above).
-        unsafe { Self { base: at.add(TABLE_BASE).cast::<u32>(), cnt: at.add(TABLE_CNT).cast::<u32>() } }
+        unsafe {
+            Self {
+                peer: at.cast::<u64>(),
+                base: at.add(TABLE_BASE).cast::<u32>(),
+                cnt: at.add(TABLE_CNT).cast::<u32>(),
+            }
+        }
+    }
+    /// Rank `r`'s shared buffer as mapped here.
+    #[inline(always)]
+    pub(crate) fn peer(&self, r: u32) -> u64 {
+        // SAFETY: r < n_ranks <= MAX_RANKS, filled before the first barrier.
+        unsafe { self.peer.add(r as usize).read() }
     }
 }
 
@@ -296,7 +310,7 @@ impl Peers for PeerTable {
 /// # Safety
 /// `p` valid and 8-aligned.
 #[inline(always)]
-unsafe fn wait_at_least(p: u64, target: u64, budget: SpinBudget, name: &'static core::ffi::CStr) {
+pub(crate) unsafe fn wait_at_least(p: u64, target: u64, budget: SpinBudget, name: &'static core::ffi::CStr) {
     // SAFETY: forwarded. Partner: a sender's release store of its epoch.
     spin_until(budget, name, || unsafe { load_acquire(p as *const u64) } >= target);
 }
@@ -306,7 +320,7 @@ unsafe fn wait_at_least(p: u64, target: u64, budget: SpinBudget, name: &'static 
 /// # Safety
 /// `p` valid and 8-aligned.
 #[inline(always)]
-unsafe fn wait_count(p: u64, tag: u32, budget: SpinBudget) -> u32 {
+pub(crate) unsafe fn wait_count(p: u64, tag: u32, budget: SpinBudget) -> u32 {
     let mut v = 0u64;
     spin_until(budget, c"ep_dispatch: waiting for a rank's token counts", || {
         // SAFETY: forwarded. Partner: the sender's release store in `ep_dispatch`.
@@ -335,7 +349,7 @@ pub const fn pieces(warps: u32, tokens: u32, vecs: u32) -> u32 {
 
 /// Address of 16-byte vector `v` of the row at `row`.
 #[inline(always)]
-fn vec_at(row: u64, v: u32) -> *mut u32 {
+pub(crate) fn vec_at(row: u64, v: u32) -> *mut u32 {
     (row + v as u64 * 16) as *mut u32
 }
 
@@ -345,7 +359,7 @@ fn vec_at(row: u64, v: u32) -> *mut u32 {
 /// # Safety
 /// Every vector copied lies in both ranges, which are 16-byte aligned.
 #[inline(always)]
-unsafe fn copy_vecs<I>(src: u64, dst: u64, mut v: I, end: I, step: I)
+pub(crate) unsafe fn copy_vecs<I>(src: u64, dst: u64, mut v: I, end: I, step: I)
 where
     I: Copy + PartialOrd + Add<Output = I> + Mul<Output = I> + From<u8> + Into<u64>,
 {
@@ -376,6 +390,56 @@ where
 #[inline(always)]
 fn bf16_abs(bits: u32) -> f32 {
     f32::from_bits(bits & 0x7fff_ffff)
+}
+
+/// The multiplier and the stored scale of the 128 bf16 at `src` (16 vectors): their largest
+/// magnitude, at least [`FP8_MARGIN`], through [`e4m3_scales`].
+///
+/// # Safety
+/// `src` holds 256 bytes, 16-aligned.
+#[inline(always)]
+pub(crate) unsafe fn fp8_group_scales(src: u64, pow2: bool) -> (f32, f32) {
+    let mut amax = FP8_MARGIN;
+    // The larger magnitude of a word's two bf16.
+    let m = |w: u32| bf16_abs(w << 16).max(bf16_abs(w & 0xffff_0000));
+    for v in 0..16 {
+        // SAFETY: vector v of the group (caller's contract).
+        let a = unsafe { ld_v4(vec_at(src, v)) };
+        amax = amax.max(m(a[0])).max(m(a[1])).max(m(a[2])).max(m(a[3]));
+    }
+    e4m3_scales(amax, pow2)
+}
+
+/// 16 bf16 (two vectors, `lo` then `hi`) times `mul` as one vector of 16 e4m3: two words of 2
+/// bf16 each (low half first) make one of 4 e4m3 (low byte first).
+#[inline(always)]
+pub(crate) fn fp8_vector(lo: [u32; 4], hi: [u32; 4], mul: f32) -> [u32; 4] {
+    let q = |bits: u32| e4m3_from_f32(f32::from_bits(bits) * mul) as u32;
+    let pack = |a: u32, b: u32| q(a << 16) | q(a & 0xffff_0000) << 8 | q(b << 16) << 16 | q(b & 0xffff_0000) << 24;
+    [pack(lo[0], lo[1]), pack(lo[2], lo[3]), pack(hi[0], hi[1]), pack(hi[2], hi[3])]
+}
+
+/// Stores `scale`, group `grp` of `groups`, into the scales of a received row at `at`
+/// (`scale_row` bytes): an f32, or with `ue8m0` its exponent byte (the last group zeroes the
+/// padding of the row's last word).
+///
+/// # Safety
+/// `at` holds `scale_row` bytes ([`scale_row_bytes`] of the format and `groups`), 4-aligned.
+#[inline(always)]
+pub(crate) unsafe fn fp8_store_scale(at: u64, (grp, groups, scale_row): (u32, u32, u64), scale: f32, ue8m0: bool) {
+    // SAFETY: inside the row's scales (caller's contract): at most 4 bytes per group.
+    unsafe {
+        if !ue8m0 {
+            ((at + grp as u64 * 4) as *mut u32).write(scale.to_bits());
+        } else {
+            ((at + grp as u64) as *mut u8).write((scale.to_bits() >> 23) as u8);
+            if grp + 1 == groups {
+                for p in groups as u64..scale_row {
+                    ((at + p) as *mut u8).write(0);
+                }
+            }
+        }
+    }
 }
 
 /// Word `j` of token `t`'s `2k + 1` words for destination rank `d` (whose shared buffer is at
@@ -576,45 +640,19 @@ pub unsafe fn dispatch<const CAST: bool, P: Peers>(
             }
             // 128 bf16: 16 vectors of 8.
             let src = x.addr() + t as u64 * row_bytes as u64 + grp as u64 * (FP8_GROUP as u64 * 2);
-            let mut amax = FP8_MARGIN;
-            // The larger magnitude of a word's two bf16.
-            let m = |w: u32| bf16_abs(w << 16).max(bf16_abs(w & 0xffff_0000));
-            for v in 0..16 {
-                // SAFETY: vector v of this group of token t's row.
-                let a = unsafe { ld_v4(vec_at(src, v)) };
-                amax = amax.max(m(a[0])).max(m(a[1])).max(m(a[2])).max(m(a[3]));
-            }
-            let (mul, scale) = e4m3_scales(amax, pow2);
+            // SAFETY: this group of token t's row.
+            let (mul, scale) = unsafe { fp8_group_scales(src, pow2) };
             for (d, &row) in rows.iter().enumerate() {
                 if (mask >> d) & 1 == 1 {
                     let at = peers.at(d as u32, sr.recv_scales + row * scale_row);
-                    // SAFETY: the scales of a received row (below n * max_tokens): `scale_row`
-                    // bytes, at most 4 per group.
-                    unsafe {
-                        if !ue8m0 {
-                            ((at + grp as u64 * 4) as *mut u32).write(scale.to_bits());
-                        } else {
-                            // The exponent field of a power of two; the last group zeroes the
-                            // padding of the row's last word.
-                            ((at + grp as u64) as *mut u8).write((scale.to_bits() >> 23) as u8);
-                            if grp + 1 == groups {
-                                for p in groups as u64..scale_row {
-                                    ((at + p) as *mut u8).write(0);
-                                }
-                            }
-                        }
-                    }
+                    // SAFETY: the scales of a received row (below n * max_tokens).
+                    unsafe { fp8_store_scale(at, (grp, groups, scale_row), scale, ue8m0) };
                 }
             }
-            // 16 bf16 (two vectors) make one vector of 16 e4m3: two words of 2 bf16 each (low
-            // half first) make one of 4 e4m3 (low byte first).
-            let q = |bits: u32| e4m3_from_f32(f32::from_bits(bits) * mul) as u32;
-            let pack =
-                |a: u32, b: u32| q(a << 16) | q(a & 0xffff_0000) << 8 | q(b << 16) << 16 | q(b & 0xffff_0000) << 24;
             for v in 0..8 {
                 // SAFETY: vectors 2v, 2v + 1 of the group.
                 let (lo, hi) = unsafe { (ld_v4(vec_at(src, 2 * v)), ld_v4(vec_at(src, 2 * v + 1))) };
-                let out = [pack(lo[0], lo[1]), pack(lo[2], lo[3]), pack(hi[0], hi[1]), pack(hi[2], hi[3])];
+                let out = fp8_vector(lo, hi, mul);
                 for (d, &row) in rows.iter().enumerate() {
                     if (mask >> d) & 1 == 1 {
                         let row = peers.at(d as u32, sr.recv_x + row * h.hidden as u64);
@@ -708,7 +746,7 @@ fn accumulate<V: Element>(acc: &mut [f32; 8], v: [u32; 4]) {
 
 /// The accumulators as one 16-byte vector of `V` (each rounded once).
 #[inline(always)]
-fn pack<V: Element>(acc: &[f32; 8]) -> [u32; 4] {
+pub(crate) fn pack<V: Element>(acc: &[f32; 8]) -> [u32; 4] {
     bytemuck::cast(V::from_f32_lanes(acc))
 }
 

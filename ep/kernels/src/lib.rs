@@ -15,12 +15,17 @@
 //!   source rank's landing region, signals, waits, then sums every token's results (after the
 //!   optional bias rows) in rank order in f32 and rounds once.
 //!
+//! * `ep_decode_layout`, `ep_decode_dispatch` / `ep_decode_dispatch_fp8`, `ep_decode_combine_bf16`
+//!   / `ep_decode_combine_f32`: the decode (low-latency) mode (see [`decode`]): the received rows
+//!   grouped by local expert, the top-k weights applied in the combine.
+//!
 //! Dispatch and combine need every block of the grid resident at once (they wait for each
 //! other); the host launches at most one block per SM.
 #![no_std]
 #![feature(abi_ptx)]
 
 pub mod body;
+pub mod decode;
 pub mod hw;
 pub mod window;
 
@@ -124,4 +129,89 @@ combine_kernels! {
     ep_combine_bf16 => Bf16x8;
     /// Combine of f32 rows. See [`body::combine`].
     ep_combine_f32 => F32x4;
+}
+
+/// The decode layout (see [`decode::layout`]).
+///
+/// # Safety
+/// As for [`decode::layout`].
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "ptx-kernel" fn ep_decode_layout(
+    topk_idx: GlobalPtr<u8>,
+    idx_bytes: u32,
+    tokens: u32,
+    k: u32,
+    experts: u32,
+    per_expert: GlobalPtr<u32>,
+    positions: GlobalPtr<u32>,
+) {
+    // SAFETY: forwarded from the launch contract.
+    unsafe { decode::layout(topk_idx, idx_bytes, tokens, k, experts, per_expert, positions) }
+}
+
+/// One decode dispatch entry point per received format.
+macro_rules! decode_dispatch_kernels {
+    ($($(#[doc = $doc:literal])* $name:ident => $cast:literal;)*) => { $(
+        $(#[doc = $doc])*
+        ///
+        /// # Safety
+        /// As for [`decode::dispatch`].
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            h: EpHandle,
+            x: GlobalPtr<u8>,
+            topk_idx: GlobalPtr<u8>,
+            tokens: u32,
+            k: u32,
+            row_bytes: u32,
+            signature: u32,
+            format: u32,
+            budget: SpinBudget,
+        ) {
+            // SAFETY: forwarded from the launch contract.
+            unsafe { decode::dispatch::<$cast>(h, x, topk_idx, tokens, k, row_bytes, (signature, format), budget) }
+        }
+    )* };
+}
+
+decode_dispatch_kernels! {
+    /// Decode dispatch of the rows as they are (see [`decode::dispatch`]).
+    ep_decode_dispatch => false;
+    /// Decode dispatch of bf16 rows cast to FP8 E4M3 (see [`decode::dispatch`]).
+    ep_decode_dispatch_fp8 => true;
+}
+
+/// One decode combine entry point per element type.
+macro_rules! decode_combine_kernels {
+    ($($(#[doc = $doc:literal])* $name:ident => $lanes:ty;)*) => { $(
+        $(#[doc = $doc])*
+        ///
+        /// # Safety
+        /// As for [`decode::combine`].
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            h: EpHandle,
+            y: GlobalPtr<u8>,
+            topk_idx: GlobalPtr<u8>,
+            topk_w: GlobalPtr<u32>,
+            out: GlobalPtr<u8>,
+            tokens: u32,
+            k: u32,
+            row_bytes: u32,
+            budget: SpinBudget,
+        ) {
+            // SAFETY: forwarded from the launch contract.
+            unsafe { decode::combine::<$lanes>(h, y, (topk_idx, topk_w), out, tokens, k, row_bytes, budget) }
+        }
+    )* };
+}
+
+decode_combine_kernels! {
+    /// Decode combine of bf16 rows (weighted sums in f32, rounded once). See [`decode::combine`].
+    ep_decode_combine_bf16 => Bf16x8;
+    /// Decode combine of f32 rows. See [`decode::combine`].
+    ep_decode_combine_f32 => F32x4;
 }

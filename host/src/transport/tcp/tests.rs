@@ -127,6 +127,7 @@ fn sides(bytes: usize, c: TcpConfig, seed: u64, one_region: bool) -> (Side, Side
             let landing = HostLanding::new(vec![dst.clone()], sems.clone(), c.slots, c.chunk_bytes).unwrap();
             let remote = RemoteMemory { regions: vec![dst.len() as u64], semaphores: 2 };
             let t = TcpTransport::start(link, source, landing, remote, &c).unwrap();
+            assert_eq!(t.peer(), 1 - rank, "the transport names its peer");
             Side { t, src, dst, sems }
         }));
     }
@@ -965,5 +966,19 @@ fn out_of_range_puts_never_reach_the_landing_memory() {
         assert!(e.contains(want), "{case}: {e}");
         assert!(refusal(&mut r.feed).contains(want), "{case}: the sender was not told");
         assert!(r.dst.to_vec().iter().all(|&x| x == POISON), "{case}: something was written");
+    }
+}
+
+/// `TcpConfig::validate`, which every transport runs before it starts (a test found by mutation
+/// testing: nothing refused a zero field before): each field at zero alone is refused, naming the
+/// configuration; the default and the smallest positive values pass.
+#[test]
+fn a_configuration_with_a_zero_field_is_refused() {
+    assert!(TcpConfig::default().validate().is_ok());
+    assert!(cfg(1, 1, Duration::from_nanos(1)).validate().is_ok());
+    let second = Duration::from_secs(1);
+    for c in [cfg(0, 8, second), cfg(1024, 0, second), cfg(1024, 8, Duration::ZERO)] {
+        let e = c.validate().expect_err("a zero field").to_string();
+        assert!(e.contains("every field must be positive") && e.contains(&format!("{c:?}")), "{e}");
     }
 }

@@ -1,0 +1,150 @@
+//! `win-bench`: the one-shot allreduce written on a symmetric memory window
+//! ([`WindowAllreduce`]) against the one-shot LL allreduce of [`Collectives`] (forced, with LL
+//! slots large enough for the largest size), in the same run. For every size: the median
+//! microseconds per operation of CUDA-event timings of batches of back-to-back operations, in a
+//! CUDA graph and with eager launches, for both forms, the ratio window / one-shot (below 1:
+//! the window form is faster), and whether the two results are the same bits.
+//!
+//! ```sh
+//! win-bench --threads 8                     # 8 ranks as threads of one process (one GPU is fine)
+//! win-bench --ranks 2                       # processes, built-in launcher (or under mpirun)
+//! MSCCLPP_RS_BENCH_SIZES=1024,1048576 ...   # sizes in bytes (default 1 KiB .. 64 MiB, x4)
+//! ```
+//! f32 sum; sizes are rounded down to a multiple of 16 bytes. Rank 0 prints the table, with the
+//! GPU and how many ranks share it (a figure from ranks sharing one GPU is labelled so).
+
+use std::time::Duration;
+
+use cudarc::driver::CudaGraph;
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use mscclpp_collectives::reference::{random_input, sum_in_order};
+use mscclpp_collectives::{CollectiveAlgorithm, Collectives, Config, DataType, ReduceOp, WindowAllreduce};
+use mscclpp_host::comm::Communicator;
+use mscclpp_host::{DeviceBuffer, Error, Result};
+
+fn main() -> std::process::ExitCode {
+    mscclpp_harness::runner::main("win-bench", 2, run)
+}
+
+fn drv<T>(r: std::result::Result<T, cudarc::driver::DriverError>, what: &str) -> Result<T> {
+    r.map_err(|e| Error::Driver { context: what.into(), source: e })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v[v.len() / 2]
+}
+
+/// Median microseconds per operation over `reps` timed batches of `k` operations.
+fn time_batches(comm: &Communicator, reps: usize, k: usize, mut batch: impl FnMut() -> Result<()>) -> Result<f64> {
+    let gpu = comm.gpu();
+    let stream = gpu.stream();
+    let ctx = gpu.context();
+    let start = drv(ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)), "creating an event")?;
+    let stop = drv(ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)), "creating an event")?;
+    batch()?; // warm up
+    gpu.synchronize_timeout(Duration::from_secs(60))?;
+    let mut times = vec![];
+    for _ in 0..reps {
+        comm.bootstrap().barrier()?;
+        drv(start.record(stream), "recording an event")?;
+        batch()?;
+        drv(stop.record(stream), "recording an event")?;
+        gpu.synchronize_timeout(Duration::from_secs(60))?;
+        let ms = drv(start.elapsed_ms(&stop), "reading an event")?;
+        times.push(ms as f64 * 1000.0 / k as f64);
+    }
+    Ok(median(times))
+}
+
+/// (graph, eager) median microseconds per operation of `op`, `k` operations per batch.
+fn measure(comm: &Communicator, k: usize, reps: usize, op: &dyn Fn() -> Result<()>) -> Result<(f64, f64)> {
+    let stream = comm.gpu().stream();
+    comm.gpu().bind()?;
+    drv(stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "beginning a capture")?;
+    let enq = (0..k).try_for_each(|_| op());
+    let graph: Option<CudaGraph> = drv(stream.end_capture(CUgraphInstantiate_flags(0)), "ending a capture")?;
+    enq?;
+    let graph = graph.ok_or_else(|| Error::InvalidArgument("empty capture".into()))?;
+    drv(graph.upload(), "uploading a graph")?;
+    let graph_us = time_batches(comm, reps, k, || drv(graph.launch(), "launching a graph"))?;
+    let eager_us = time_batches(comm, reps, k, || (0..k).try_for_each(|_| op()))?;
+    Ok((graph_us, eager_us))
+}
+
+fn fmt_size(b: u64) -> String {
+    match b {
+        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+fn run(comm: &Communicator) -> Result<()> {
+    let (n, me) = (comm.world_size(), comm.rank());
+    let sizes: Vec<u64> = match std::env::var("MSCCLPP_RS_BENCH_SIZES") {
+        Ok(s) => {
+            s.split(',').filter_map(|x| x.trim().parse::<u64>().ok()).map(|b| b / 16 * 16).filter(|&b| b > 0).collect()
+        }
+        Err(_) => (0..9).map(|i| 1024u64 << (2 * i)).collect(),
+    };
+    let largest = sizes.iter().copied().max().unwrap_or(16);
+    // LL slots that carry the largest size one-shot (a slot holds half its bytes of data).
+    let ll_slot_bytes = (2 * largest).max(Config::default().ll_slot_bytes);
+    let oneshot = Collectives::with_config(
+        comm,
+        Config { force: Some(CollectiveAlgorithm::OneShotLl), ll_slot_bytes, ..Config::default() },
+    )?;
+    let gpu = comm.gpu();
+    let sharing = comm.ranks_sharing_gpu()?;
+    if me == 0 {
+        println!(
+            "win-bench: {n} ranks, GPU {} ({}), {sharing} rank(s) per GPU{}; f32 sum; time: median us per operation",
+            gpu.ordinal(),
+            gpu.info().name,
+            if sharing > 1 { " (ranks share one GPU: not a multi-GPU figure)" } else { "" }
+        );
+        println!(
+            "{:>8} | {:>9} {:>9} | {:>9} {:>9} | {:>8} {:>8} | {:>6} | blocks win/oneshot",
+            "size", "win(us)", "eager", "1shot(us)", "eager", "graph x", "eager x", "bits"
+        );
+    }
+    for &size in &sizes {
+        let count = (size / 4) as usize;
+        let win = WindowAllreduce::new(comm, size, None)?;
+        let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(DataType::F32, count, size, r)).collect();
+        let send = DeviceBuffer::from_slice(gpu, &inputs[me])?;
+        let (by_win, by_one) =
+            (DeviceBuffer::filled(gpu, size as usize, 0xa5)?, DeviceBuffer::filled(gpu, size as usize, 0x5a)?);
+        let k = (((64u64 << 20) / size) as usize).clamp(4, 50);
+        let reps = 11;
+        let w = measure(comm, k, reps, &|| win.allreduce_f32(&send, &by_win, count, gpu.stream()))?;
+        let o = measure(comm, k, reps, &|| {
+            oneshot.allreduce(&send, &by_one, count, DataType::F32, ReduceOp::Sum, gpu.stream())
+        })?;
+        let (gw, go) = (by_win.to_vec::<u8>()?, by_one.to_vec::<u8>()?);
+        let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+        let same = gw == go && gw == sum_in_order(DataType::F32, &refs);
+        if me == 0 {
+            let plan = oneshot.plan(mscclpp_collectives::Operation::AllReduce, size);
+            println!(
+                "{:>8} | {:>9.2} {:>9.2} | {:>9.2} {:>9.2} | {:>8.3} {:>8.3} | {:>6} | {}/{}",
+                fmt_size(size),
+                w.0,
+                w.1,
+                o.0,
+                o.1,
+                w.0 / o.0,
+                w.1 / o.1,
+                if same { "same" } else { "DIFFER" },
+                win.blocks(),
+                plan.blocks
+            );
+        }
+        win.free()?;
+        if !same {
+            return Err(Error::InvalidArgument(format!("{}: the window and one-shot results differ", fmt_size(size))));
+        }
+    }
+    Ok(())
+}
