@@ -68,7 +68,8 @@ impl ExpertParallel {
     /// with weights or bias): [`Form::PeerTable`] (the default) or [`Form::Window`], the
     /// symmetric-window form. The results are the same bits either way, and a dispatch of one
     /// form may be combined in the other. Every rank sets the same form at the same point of its
-    /// sequence of calls (a dispatch whose form differs between ranks traps with a message).
+    /// sequence of calls: a dispatch whose form differs between ranks traps with a message; a
+    /// combine whose form differs waits until [`crate::Config::budget`] runs out, then traps.
     pub fn set_form(&mut self, form: Form) {
         self.wf.form = form;
     }
@@ -104,5 +105,25 @@ impl ExpertParallel {
             Kernel::CombineF32 => (&self.f_combine_f32, self.threads.1),
         };
         (f.clone(), threads, args, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dispatches_and_combines_count_their_own_rounds_and_signal_slots() {
+        // `kernel` counts kernel `k`'s rounds in `rounds[k / 2]`; the kernels signal slot 0
+        // (dispatch) and 1 (combine) of a window with the default slots.
+        assert_eq!([Kernel::Dispatch, Kernel::DispatchFp8].map(|k| k as usize / 2), [0, 0]);
+        assert_eq!([Kernel::CombineBf16, Kernel::CombineF32].map(|k| k as usize / 2), [1, 1]);
+        const { assert!(mscclpp_device::window::Window::DEFAULT_SLOTS >= 2) };
+        assert_eq!(Form::default(), Form::PeerTable);
+        assert_eq!(
+            SIGNATURE_WINDOW
+                & (crate::shared::signature(crate::MAX_TOPK as u32, 3, 3) | crate::shared::SIGNATURE_CACHED),
+            0
+        );
     }
 }
