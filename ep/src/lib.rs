@@ -76,6 +76,12 @@
 //! default, plus ids, weights and FP8 scales; [`Config::shared_bytes`],
 //! [`ExpertParallel::memory_bytes`]).
 //!
+//! **Window form** ([`ExpertParallel::set_form`], [`Form::Window`]): the same dispatch and
+//! combine through the symmetric-window API: every rank's shared buffer is registered as a window
+//! (`mscclpp_host::window`) when the object is built, and the window kernels take every
+//! cross-rank address from `Window::peer(rank, offset)` and count the blocks' arrivals in the
+//! window's signals, with the same bits as the default [`Form::PeerTable`].
+//!
 //! **SM budget**: dispatch and combine run [`Config::blocks`] blocks (default
 //! [`DEFAULT_BLOCKS`], 20, DeepEP's `num_sms`), so that other work can run on the other SMs;
 //! [`ExpertParallel::wait_event`] and [`ExpertParallel::record_event`] order them with the
@@ -93,11 +99,12 @@ use std::sync::Arc;
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
-use mscclpp_host::comm::{Communicator, PeerBuffers};
+use mscclpp_host::comm::Communicator;
 use mscclpp_host::{Args, BootstrapExt, DeviceBuffer, Error, Gpu, LaunchConfig, Result};
 
 pub mod decode;
 pub mod reference;
+mod window;
 /// The handle and buffer layouts shared with the kernels (the crate `mscclpp-ep-device`).
 pub use mscclpp_ep_device as shared;
 
@@ -106,6 +113,7 @@ pub use mscclpp_host::DataType;
 use shared::{
     BiasArgs, EXCHANGE_SHARED_BYTES, EpHandle, LAYOUT_THREADS, MAX_EXPERTS, MAX_RANKS, MAX_TOPK, WeightsArgs,
 };
+pub use window::Form;
 
 /// The PTX of the kernels (built from `kernels/` by this crate's build script).
 pub const PTX: &str = include_str!(env!("MSCCLPP_EP_PTX"));
@@ -683,9 +691,12 @@ pub struct ExpertParallel {
     /// tokens (for [`ExpertParallel::read_layout`]).
     layout_at: usize,
     layout_tokens: usize,
+    /// The window form's kernels and rounds, and the form of the next calls.
+    wf: window::WindowForm,
     // Drop order: the mappings of the peers' buffers close before this rank's memory is freed.
-    _peers: PeerBuffers,
-    _table: DeviceBuffer,
+    /// Every rank's shared buffer as a symmetric window: its table of addresses is the handle's
+    /// `peers` (both forms), the window the window form's.
+    window: mscclpp_host::window::Window,
     shared: DeviceBuffer,
     _state: DeviceBuffer,
     layout: DeviceBuffer,
@@ -754,6 +765,7 @@ impl ExpertParallel {
         );
         let layout_threads =
             LAYOUT_THREADS.min(mscclpp_host::launch::max_threads_per_block(&f_layout)?).max(32) / 32 * 32;
+        let wf = window::WindowForm::load(&gpu, pick)?;
         // Every rank must agree on the sizes: take the smallest block count, check the rest.
         let mine = match local {
             Ok(()) => [
@@ -786,21 +798,16 @@ impl ExpertParallel {
         let mut handle = config.kernel_handle(me, n, blocks);
         let total = handle.shared_regions().total;
         let shared = DeviceBuffer::exportable_filled(&gpu, total as usize, 0)?;
-        let peers = comm.exchange(&shared)?;
-        if let Some(r) = (0..n).find(|&r| peers.len(r) != total) {
-            return Err(Error::InvalidArgument(format!(
-                "ep: rank {r} has a shared buffer of {} bytes, this rank {total}",
-                peers.len(r)
-            )));
-        }
-        let table = DeviceBuffer::from_slice(&gpu, peers.addrs())?;
+        // Every rank maps every other's buffer, as a window (the sizes agree: checked above, and
+        // by the registration, which names a rank that differs).
+        let window = comm.register_window(&shared)?;
         // Every block's epochs start at 1 (0 is "never signalled" in the flags).
         let state = DeviceBuffer::from_slice(&gpu, &vec![1u64; 2 * blocks as usize])?;
         // A layout per slot and one for `layout` alone; the info words per slot.
         let slots = config.slots as u64;
         let layout = DeviceBuffer::filled(&gpu, ((slots + 1) * handle.layout_slot_bytes()) as usize, 0)?;
         let info = DeviceBuffer::filled(&gpu, (slots * handle.info_slot_bytes()) as usize, 0)?;
-        handle.peers = table.addr();
+        handle.peers = window.handle().bases.addr();
         handle.shared = shared.addr();
         handle.state = state.addr();
         handle.layout = layout.addr();
@@ -821,8 +828,8 @@ impl ExpertParallel {
             ring: SlotRing::new(config.slots),
             layout_at: config.slots,
             layout_tokens: 0,
-            _peers: peers,
-            _table: table,
+            wf,
+            window,
             shared,
             _state: state,
             layout,
@@ -1106,30 +1113,30 @@ impl ExpertParallel {
         let slot = self.ring.next;
         let cached = if ids.0 == 0 { shared::SIGNATURE_CACHED } else { 0 };
         let h = self.slot_handle(slot);
-        let mut args = Args::new()
-            .arg(h)
+        let kernel = if format.is_fp8() { window::Kernel::DispatchFp8 } else { window::Kernel::Dispatch };
+        let (f, threads, args, form_bit) = self.kernel(kernel, h);
+        let mut args = args
             .arg(GlobalPtr::<u8>::from_addr(x.addr()))
             .arg(GlobalPtr::<u8>::from_addr(ids.0))
             .arg(GlobalPtr::<u32>::from_addr(ids.1))
             .arg(tokens as u32)
             .arg(k as u32)
             .arg(in_row_bytes as u32)
-            .arg(shared::signature(k as u32, code, format.code()) | cached)
+            .arg(shared::signature(k as u32, code, format.code()) | cached | form_bit)
             .arg(format.code())
             .arg(self.config.budget);
-        let (f, threads) =
-            if format.is_fp8() { (&self.f_dispatch_fp8, self.threads.2) } else { (&self.f_dispatch, self.threads.0) };
         let cfg = LaunchConfig::new(h.blocks, threads).shared(EXCHANGE_SHARED_BYTES);
-        // SAFETY: the kernel takes (EpHandle, ptr, ptr, ptr, u32, u32, u32, u32, u32,
-        // SpinBudget) as passed; the inputs hold the batch (checked by the callers; for FP8, bf16
-        // rows of a multiple of 128 elements), or the ids are null and the slot's layout and
+        // SAFETY: the kernel takes (EpHandle, [Window, u64,] ptr, ptr, ptr, u32, u32, u32, u32,
+        // u32, SpinBudget) as passed (`Self::kernel`; the window is over every rank's shared
+        // buffer, its round counted there); the inputs hold the batch (checked by the callers;
+        // for FP8, bf16 rows of a multiple of 128 elements), or the ids are null and the slot's layout and
         // received ids are a dispatch's of this routing (`dispatch_cached`); the handle's buffers
         // live as long as `self`; the grid is `h.blocks` blocks (at most one per SM, so all
         // resident) of at least 32 threads; every rank enqueues the same sequence of operations
         // (the caller's contract), and a rank whose arguments differ traps with a message rather
         // than writing outside the buffers (counts are checked against max_tokens on the GPU,
         // and the format and cached-ness are in the signature).
-        unsafe { self.launch(stream, f, cfg, &mut args)? };
+        unsafe { self.launch(stream, &f, cfg, &mut args)? };
         let generation = self.ring.take(next_generation());
         let r = h.shared_regions();
         Ok(Dispatched {
@@ -1238,13 +1245,13 @@ impl ExpertParallel {
                 bias.bias[i] = b.addr();
             }
         }
-        let f = match dtype {
-            DataType::F32 => &self.f_combine_f32,
-            _ => &self.f_combine_bf16,
+        let kernel = match dtype {
+            DataType::F32 => window::Kernel::CombineF32,
+            _ => window::Kernel::CombineBf16,
         };
         let h = self.slot_handle(d.slot);
-        let mut args = Args::new()
-            .arg(h)
+        let (f, threads, args, _) = self.kernel(kernel, h);
+        let mut args = args
             .arg(GlobalPtr::<u8>::from_addr(y.addr()))
             .arg(y.len() as u64)
             .arg(GlobalPtr::<u8>::from_addr(out.addr()))
@@ -1253,14 +1260,14 @@ impl ExpertParallel {
             .arg(wt)
             .arg(bias)
             .arg(self.config.budget);
-        let cfg = LaunchConfig::new(h.blocks, self.threads.1).shared(EXCHANGE_SHARED_BYTES);
-        // SAFETY: the kernel takes (EpHandle, ptr, u64, ptr, u32, u32, WeightsArgs, BiasArgs,
-        // SpinBudget) as passed; `out` holds the tokens' rows, each bias (when not 0) too, and
-        // `wt.out` (when not 0) their weights (checked); the kernel reads at most `y.len()` bytes
+        let cfg = LaunchConfig::new(h.blocks, threads).shared(EXCHANGE_SHARED_BYTES);
+        // SAFETY: the kernel takes (EpHandle, [Window, u64,] ptr, u64, ptr, u32, u32, WeightsArgs,
+        // BiasArgs, SpinBudget) as passed (`Self::kernel`); `out` holds the tokens' rows, each
+        // bias (when not 0) too, and `wt.out` (when not 0) their weights (checked); the kernel reads at most `y.len()` bytes
         // of `y` and `wt.input_bytes` of `wt.input` (it checks the received rows against them);
         // the layout and info it reads are those of `d`'s slot, which no dispatch has taken since
         // (`slot_state`); grid as for dispatch.
-        unsafe { self.launch(stream, f, cfg, &mut args)? };
+        unsafe { self.launch(stream, &f, cfg, &mut args)? };
         self.ring.state[d.slot].1 = true;
         Ok(())
     }

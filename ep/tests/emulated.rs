@@ -15,10 +15,11 @@ use std::sync::atomic::AtomicBool;
 
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
+use mscclpp_device::window::Window;
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
 use mscclpp_ep::shared::{
     BiasArgs, DTYPE_BF16, DTYPE_F32, EpHandle, FORMAT_COPY, FORMAT_E4M3, FORMAT_E4M3_POW2, FORMAT_E4M3_UE8M0,
-    WeightsArgs, scale_row_bytes, signature,
+    SIGNATURE_WINDOW, WeightsArgs, scale_row_bytes, signature,
 };
 use mscclpp_ep::{Config, DEFAULT_BLOCKS, DataType, ExpertIds, RecvFormat, TopkIdx};
 use rand::rngs::StdRng;
@@ -30,6 +31,9 @@ mod body;
 #[path = "../kernels/src/decode.rs"]
 mod decode;
 
+#[path = "../kernels/src/window.rs"]
+mod window;
+
 /// The device operations of `body.rs` on CPU threads.
 mod hw {
     use std::cell::RefCell;
@@ -38,6 +42,8 @@ mod hw {
     use std::time::{Duration, Instant};
 
     use mscclpp_device::poll::SpinBudget;
+    use mscclpp_device::semaphore::reached;
+    use mscclpp_device::window::Window;
 
     /// How long any wait may last before the emulation calls it a hang.
     const HANG: Duration = Duration::from_secs(60);
@@ -210,6 +216,44 @@ mod hw {
     pub fn fail(msg: &'static core::ffi::CStr) -> ! {
         panic!("{}", msg.to_str().unwrap_or("?"))
     }
+    /// `Window::peer::<u8>` with its checks on (as with `mscclpp_device::ASSERTS`): the table of
+    /// every rank's window.
+    ///
+    /// # Safety
+    /// `w` is a window of the emulated world.
+    pub unsafe fn window_peer(w: &Window, rank: u32, offset: u64) -> u64 {
+        assert!(w.is_member(rank), "Window::peer: rank outside the team");
+        assert!(w.holds::<u8>(offset), "Window::peer: offset outside the window or misaligned");
+        // SAFETY: `bases` holds `size` addresses.
+        unsafe { (w.bases.addr() as *const u64).add(rank as usize).read() + offset }
+    }
+    /// `Window::signal`: adds 1 (release) to `peer`'s signal word of `slot` for this rank.
+    ///
+    /// # Safety
+    /// As for [`window_peer`].
+    pub unsafe fn window_signal(w: &Window, peer: u32, slot: u32) {
+        assert!(w.is_member(peer) && slot < w.slots, "Window::signal: peer or slot out of range");
+        // SAFETY: `peer_signals` holds `size` addresses of signal areas of `signal_words` words.
+        let word = unsafe {
+            let area = (w.peer_signals.addr() as *const u64).add(peer as usize).read() as *mut u64;
+            area.add(Window::signal_word(w.size, slot, w.rank) as usize)
+        };
+        // SAFETY: only atomics touch signal words.
+        unsafe { AtomicU64::from_ptr(word) }.fetch_add(1, Ordering::Release);
+    }
+    /// `Window::wait_signal`: waits (acquire) until this rank's word of `slot` from `from` reaches
+    /// `value`.
+    ///
+    /// # Safety
+    /// As for [`window_peer`].
+    pub unsafe fn window_wait_signal(w: &Window, slot: u32, from: u32, value: u64, budget: SpinBudget) {
+        assert!(w.is_member(from) && slot < w.slots, "Window::wait_signal: rank or slot out of range");
+        let word = (w.signals.addr() as *mut u64).wrapping_add(Window::signal_word(w.size, slot, from) as usize);
+        spin_until(budget, c"Window::wait_signal", || {
+            // SAFETY: this rank's signal word; only atomics touch it.
+            reached(unsafe { AtomicU64::from_ptr(word) }.load(Ordering::Acquire), value)
+        });
+    }
 }
 
 const BUDGET: SpinBudget = SpinBudget::from_millis(60_000);
@@ -246,14 +290,17 @@ impl Mem {
     }
 }
 
-/// One emulated rank: its handle and its memory.
+/// One emulated rank: its handle, its window over the shared buffers and its memory.
 struct Rank {
     h: EpHandle,
+    win: Window,
     shared: Mem,
     layout: Mem,
     info: Mem,
     _state: Mem,
     _peers: Mem,
+    signals: Mem,
+    _peer_signals: Mem,
 }
 
 /// Every rank's memory, allocated and wired as `ExpertParallel::new` does.
@@ -271,13 +318,33 @@ fn world(cfg: &Config, n: usize, blocks: u32) -> Vec<Rank> {
             h.layout = layout.addr();
             h.info = info.addr();
             h.state = state.addr();
-            Rank { h, shared, layout, info, _state: state, _peers: Mem::zeroed(8) }
+            let words = Window::signal_words(n as u32, Window::DEFAULT_SLOTS).unwrap() as usize;
+            let win = Window {
+                rank: r as u32,
+                size: n as u32,
+                bytes: h.shared_regions().total,
+                local: GlobalPtr::from_addr(shared.addr()),
+                bases: GlobalPtr::from_addr(0),
+                signals: GlobalPtr::from_addr(0),
+                peer_signals: GlobalPtr::from_addr(0),
+                slots: Window::DEFAULT_SLOTS,
+                reserved: 0,
+            };
+            let (signals, none) = (Mem::zeroed(words * 8), Mem::zeroed(8));
+            Rank { h, win, shared, layout, info, _state: state, _peers: none, signals, _peer_signals: Mem::zeroed(8) }
         })
         .collect();
+    // Every rank's shared buffer and signal area as mapped "here" (one address space), as
+    // `ExpertParallel::new` registers them: the window's table of bases is the handle's `peers`.
     let table: Vec<u64> = ranks.iter().map(|r| r.shared.addr()).collect();
+    let signal_table: Vec<u64> = ranks.iter().map(|r| r.signals.addr()).collect();
     for r in &mut ranks {
         r._peers = Mem::from_pod(&table);
+        r._peer_signals = Mem::from_pod(&signal_table);
         r.h.peers = r._peers.addr();
+        r.win.bases = GlobalPtr::from_addr(r._peers.addr());
+        r.win.signals = GlobalPtr::from_addr(r.signals.addr());
+        r.win.peer_signals = GlobalPtr::from_addr(r._peer_signals.addr());
     }
     ranks
 }
@@ -296,11 +363,24 @@ struct Op {
     cached: Option<usize>,
     /// Bias tensors the combine adds (0 to 2).
     bias: usize,
+    /// The window form (`ep_dispatch_window*`, `ep_combine_window_*`) for the dispatch and for
+    /// the combine; else the peer-table form.
+    window: (bool, bool),
 }
 
 impl Op {
     fn new(dtype: DataType, k: usize, routing: Routing, tokens: [usize; 4], combine: bool) -> Self {
-        Op { dtype, format: RecvFormat::Input, k, routing, tokens, combine, cached: None, bias: 0 }
+        Op {
+            dtype,
+            format: RecvFormat::Input,
+            k,
+            routing,
+            tokens,
+            combine,
+            cached: None,
+            bias: 0,
+            window: (false, false),
+        }
     }
 }
 
@@ -410,7 +490,7 @@ fn expect(op: &Op, cfg: &Config, n: usize, seed: u64, earlier: &[Expect]) -> Exp
 }
 
 /// What a rank saw after one dispatch and combine.
-#[derive(Default)]
+#[derive(Default, Debug, PartialEq)]
 struct Seen {
     layout: Option<Layout>,
     info: Vec<u32>,
@@ -483,10 +563,12 @@ fn run_rank(
     (ops, schedule): (&[Op], &[Step]),
     exp: &[Expect],
     (blocks, threads): (u32, u32),
-    sig: Option<(usize, RecvFormat, bool)>,
+    sig: Option<(usize, RecvFormat, bool, bool)>,
     failed: &Arc<AtomicBool>,
 ) -> Vec<Seen> {
     let slots = r.h.slot_count() as usize;
+    // Window dispatches and combines so far (every rank runs the same schedule).
+    let mut rounds = (0u64, 0u64);
     let mut next_slot = 0;
     let mut slot_of = vec![usize::MAX; ops.len()];
     let mut seen: Vec<Seen> = ops.iter().map(|_| Seen::default()).collect();
@@ -541,22 +623,47 @@ fn run_rank(
                 s.layout = Some(run_layout(r, h, &idx, inp.tokens, op.k, failed));
             }
             let format = format_code(op.format);
-            // A claimed signature: another k or format, or a cached dispatch (its bit).
-            let (sig_k, sig_format, sig_bits) = sig.map_or((op.k, format, sig_bits), |(k, f, cached)| {
+            // A claimed signature: another k or format, or a cached dispatch (its bit), or the
+            // other form (run in that form).
+            let (sig_k, sig_format, sig_bits) = sig.map_or((op.k, format, sig_bits), |(k, f, cached, _)| {
                 (k, format_code(f), if cached { mscclpp_ep::shared::SIGNATURE_CACHED } else { 0 })
             });
-            let sig = signature(sig_k as u32, code(op.dtype), sig_format) | sig_bits;
+            let win = op.window.0 != sig.is_some_and(|s| s.3);
+            if win {
+                rounds.0 += 1;
+            }
+            let (round, wh) = (rounds.0, r.win);
+            let sig =
+                signature(sig_k as u32, code(op.dtype), sig_format) | sig_bits | if win { SIGNATURE_WINDOW } else { 0 };
             let (xa, ia, wa) = (x.addr(), idx.addr(), w.addr());
             let (ia, wa) = if op.cached.is_some() { (0, 0) } else { (ia, wa) };
             hw::launch(blocks, threads, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
                 let args = (GlobalPtr::from_addr(xa), GlobalPtr::from_addr(ia), GlobalPtr::from_addr(wa));
                 let (t, k) = (inp.tokens as u32, op.k as u32);
-                // SAFETY: the inputs hold the batch; the world's buffers the handle's regions.
+                macro_rules! go {
+                    ($cast:literal, $peers:expr) => {
+                        body::dispatch::<$cast, _>(
+                            $peers,
+                            h,
+                            args.0,
+                            args.1,
+                            args.2,
+                            t,
+                            k,
+                            row as u32,
+                            (sig, format),
+                            BUDGET,
+                        )
+                    };
+                }
+                // SAFETY: the inputs hold the batch; the world's buffers the handle's regions; the
+                // window is over them, `round` counts this rank's window dispatches.
                 unsafe {
-                    if op.format.is_fp8() {
-                        body::dispatch::<true>(h, args.0, args.1, args.2, t, k, row as u32, (sig, format), BUDGET)
-                    } else {
-                        body::dispatch::<false>(h, args.0, args.1, args.2, t, k, row as u32, (sig, format), BUDGET)
+                    match (op.format.is_fp8(), win) {
+                        (true, false) => go!(true, body::PeerTable::in_block()),
+                        (false, false) => go!(false, body::PeerTable::in_block()),
+                        (true, true) => go!(true, window::WindowPeers::new(wh, round)),
+                        (false, true) => go!(false, window::WindowPeers::new(wh, round)),
                     }
                 }
             });
@@ -608,16 +715,28 @@ fn run_rank(
                 },
                 _ => WeightsArgs::default(),
             };
+            if op.window.1 {
+                rounds.1 += 1;
+            }
+            let (win, round, wh) = (op.window.1, rounds.1, r.win);
             hw::launch(blocks, threads, mscclpp_ep::shared::EXCHANGE_SHARED_BYTES as usize, failed, || {
                 let (y, out) = (GlobalPtr::from_addr(ya), GlobalPtr::from_addr(oa));
                 let (t, args) = (inp.tokens as u32, (wt, bias));
+                use mscclpp_device::vec::{Bf16x8, F32x4};
+                macro_rules! go {
+                    ($lanes:ty, $peers:expr) => {
+                        body::combine::<$lanes, _>($peers, h, y, y_bytes, out, t, row as u32, args, BUDGET)
+                    };
+                }
                 // SAFETY: `y` holds the received rows' outputs, `out` the tokens' rows, the
-                // weights their rows and slots, the biases the tokens' rows.
+                // weights their rows and slots, the biases the tokens' rows; the window is over
+                // the world's buffers, `round` counts this rank's window combines.
                 unsafe {
-                    if op.dtype == DataType::F32 {
-                        body::combine::<mscclpp_device::vec::F32x4>(h, y, y_bytes, out, t, row as u32, args, BUDGET)
-                    } else {
-                        body::combine::<mscclpp_device::vec::Bf16x8>(h, y, y_bytes, out, t, row as u32, args, BUDGET)
+                    match (op.dtype == DataType::F32, win) {
+                        (true, false) => go!(F32x4, body::PeerTable::in_block()),
+                        (false, false) => go!(Bf16x8, body::PeerTable::in_block()),
+                        (true, true) => go!(F32x4, window::WindowPeers::new(wh, round)),
+                        (false, true) => go!(Bf16x8, window::WindowPeers::new(wh, round)),
                     }
                 }
             });
@@ -630,13 +749,19 @@ fn run_rank(
 
 /// Runs `ops` on `n` emulated ranks (each in its own thread), every op dispatched then
 /// combined, and checks everything.
-fn run_world(cfg: &Config, n: usize, grid: (u32, u32), ops: &[Op], seed: u64) {
+fn run_world(cfg: &Config, n: usize, grid: (u32, u32), ops: &[Op], seed: u64) -> Vec<Vec<Seen>> {
     run_schedule(cfg, n, grid, (ops, &in_order(ops)), seed)
 }
 
 /// Runs `ops` on `n` emulated ranks in the order `schedule` says and checks everything (the
-/// combined outputs of the ops the schedule combines).
-fn run_schedule(cfg: &Config, n: usize, grid: (u32, u32), (ops, schedule): (&[Op], &[Step]), seed: u64) {
+/// combined outputs of the ops the schedule combines); returns what every rank saw.
+fn run_schedule(
+    cfg: &Config,
+    n: usize,
+    grid: (u32, u32),
+    (ops, schedule): (&[Op], &[Step]),
+    seed: u64,
+) -> Vec<Vec<Seen>> {
     let ranks = world(cfg, n, grid.0);
     let mut exp: Vec<Expect> = vec![];
     for (i, op) in ops.iter().enumerate() {
@@ -696,6 +821,7 @@ fn run_schedule(cfg: &Config, n: usize, grid: (u32, u32), (ops, schedule): (&[Op
             }
         }
     }
+    seen
 }
 
 fn ops(n: usize) -> Vec<Op> {
@@ -885,9 +1011,9 @@ fn layout_kernel_matches_the_reference() {
     }
 }
 
-/// Runs one dispatch where rank 1 claims another k, format or a cached dispatch (`claim`); returns the ranks'
-/// failure messages.
-fn mismatched(claim: (usize, RecvFormat, bool)) -> Vec<String> {
+/// Runs one dispatch where rank 1 claims another k, format or a cached dispatch, or dispatches in
+/// the other form (`claim`); returns the ranks' failure messages.
+fn mismatched(claim: (usize, RecvFormat, bool, bool)) -> Vec<String> {
     let cfg = Config::new(8, 8, 4, 4);
     let ranks = world(&cfg, 2, 1);
     let op = Op::new(DataType::Bf16, 2, Routing::Random { none: 0.0 }, [8; 4], false);
@@ -916,10 +1042,12 @@ fn mismatched(claim: (usize, RecvFormat, bool)) -> Vec<String> {
 #[test]
 fn ranks_that_disagree_on_k_format_or_cached_fail_with_a_message() {
     for claim in [
-        (3, RecvFormat::Input, false),
-        (2, RecvFormat::E4m3, false),
-        (2, RecvFormat::E4m3Ue8m0, false),
-        (2, RecvFormat::Input, true),
+        (3, RecvFormat::Input, false, false),
+        (2, RecvFormat::E4m3, false, false),
+        (2, RecvFormat::E4m3Ue8m0, false, false),
+        (2, RecvFormat::Input, true, false),
+        // Rank 1 dispatches in the window form, rank 0 in the peer-table form.
+        (2, RecvFormat::Input, false, true),
     ] {
         let msgs = mismatched(claim);
         // Whichever rank reads the other's signature first reports it; the other may only see
@@ -1020,7 +1148,11 @@ fn decode_world(cfg: &Config, n: usize, blocks: u32) -> Vec<Rank> {
             let state = Mem::from_pod(&vec![1u64; 2 * blocks as usize]);
             h.shared = shared.addr();
             h.state = state.addr();
-            Rank { h, shared, layout: Mem::zeroed(8), info: Mem::zeroed(8), _state: state, _peers: Mem::zeroed(8) }
+            let (layout, info, _peers, signals, _peer_signals) =
+                (Mem::zeroed(8), Mem::zeroed(8), Mem::zeroed(8), Mem::zeroed(8), Mem::zeroed(8));
+            // (No window: the decode kernels have no window form.)
+            let win = bytemuck::Zeroable::zeroed();
+            Rank { h, win, shared, layout, info, _state: state, _peers, signals, _peer_signals }
         })
         .collect();
     let table: Vec<u64> = ranks.iter().map(|r| r.shared.addr()).collect();
@@ -1392,4 +1524,68 @@ fn decode_ranks_that_disagree_on_k_or_format_fail_with_a_message() {
         let what = "ep_decode_dispatch: the ranks were called with different k, element types or received formats";
         assert!(msgs.iter().any(|m| m.contains(what)), "k {k1} {format1:?}: {msgs:?}");
     }
+}
+
+/// `ops` with the dispatch and the combine of op `i` in the forms `forms(i)` says (true: the
+/// window form).
+fn with_forms(ops: &[Op], forms: impl Fn(usize) -> (bool, bool)) -> Vec<Op> {
+    ops.iter().enumerate().map(|(i, op)| Op { window: forms(i), ..*op }).collect()
+}
+
+/// Asserts that two runs of the same ops and seed saw the same bits on every rank.
+fn assert_same(what: &str, a: &[Vec<Seen>], b: &[Vec<Seen>]) {
+    for (me, (a, b)) in a.iter().zip(b).enumerate() {
+        for (i, (a, b)) in a.iter().zip(b).enumerate() {
+            assert!(a == b, "{what}: rank {me}, op {i}: the two forms saw different bits");
+        }
+    }
+}
+
+#[test]
+fn window_form_matches_the_references_and_the_peer_table_form() {
+    // The window kernels' bodies (`Window::peer` addressing, window signals) against the
+    // references and against the peer-table form, bit for bit: every op in the window form, and
+    // the forms mixed between and within ops (a window dispatch combined in the peer-table form
+    // and the reverse) on the same buffers, with 1 to 3 blocks.
+    let cases = [
+        (2, Config::new(40, 24, 12, 4), (2, 32), 90),
+        (3, Config::new(40, 16, 12, 4), (3, 64), 91),
+        (4, Config::new(40, 16, 16, 4), (1, 32), 92),
+    ];
+    for (n, cfg, grid, seed) in cases {
+        let peer = run_world(&cfg, n, grid, &ops(n), seed);
+        let window = run_world(&cfg, n, grid, &with_forms(&ops(n), |_| (true, true)), seed);
+        assert_same(&format!("{n} ranks, window form"), &peer, &window);
+        let mixed = run_world(&cfg, n, grid, &with_forms(&ops(n), |i| (i % 2 == 0, i % 3 != 0)), seed);
+        assert_same(&format!("{n} ranks, mixed forms"), &peer, &mixed);
+    }
+}
+
+#[test]
+fn window_form_of_fp8_slots_and_cached_dispatches() {
+    // FP8 (each format), dispatches in flight combined out of order and cached dispatches, in the
+    // window form (and mixed): the references of the peer-table form, bit for bit.
+    for (i, format) in [RecvFormat::E4m3, RecvFormat::E4m3Pow2, RecvFormat::E4m3Ue8m0].into_iter().enumerate() {
+        let cfg = Config::new(40, 256, 8, 4);
+        let peer = run_world(&cfg, 2, (2, 32), &fp8_ops(2, format), 93 + i as u64);
+        let window =
+            run_world(&cfg, 2, (2, 32), &with_forms(&fp8_ops(2, format), |i| (true, i % 2 == 0)), 93 + i as u64);
+        assert_same("fp8, window form", &peer, &window);
+    }
+    let random = Routing::Random { none: 0.2 };
+    let ops = [
+        Op::new(DataType::Bf16, 3, random, [40, 17, 33, 1], true),
+        Op::new(DataType::F32, 2, random, [5, 40, 0, 39], true),
+        Op { cached: Some(0), ..Op::new(DataType::F32, 3, random, [0; 4], true) },
+        Op::new(DataType::Bf16, 4, Routing::ToRank(0), [30, 3, 7, 40], true),
+        Op { cached: Some(3), ..Op::new(DataType::Bf16, 4, random, [0; 4], true) },
+    ];
+    use Step::{Combine as C, Dispatch as D};
+    let schedule = [D(0), D(1), C(1), C(0), D(2), D(3), C(2), D(4), C(4), C(3)];
+    let cfg = Config { slots: 3, ..Config::new(40, 16, 12, 4) };
+    let peer = run_schedule(&cfg, 3, (2, 32), (&ops, &schedule), 96);
+    let window = run_schedule(&cfg, 3, (2, 32), (&with_forms(&ops, |_| (true, true)), &schedule), 96);
+    assert_same("slots and cached, window form", &peer, &window);
+    let mixed = run_schedule(&cfg, 3, (2, 32), (&with_forms(&ops, |i| (i % 2 == 1, i % 2 == 0)), &schedule), 96);
+    assert_same("slots and cached, mixed forms", &peer, &mixed);
 }

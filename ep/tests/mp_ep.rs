@@ -37,6 +37,12 @@
 //!   smaller than the f32 one's by the rows' halves; bf16 cases bit for bit, f32 rows refused;
 //! * requests beyond the configuration, stale and repeated combines, FP8 of f32 rows or of rows
 //!   that are not a multiple of 128: errors, before any launch;
+//! * the window form (`Form::Window`: `Window::peer` addressing and window signals): every case
+//!   dispatched and combined in both forms on the same object, each against the reference and
+//!   the two bit for bit (received rows, scales, ids, weights, sources, counts, combined rows and
+//!   weights); a window dispatch combined in the peer-table form and the reverse; pairs of mixed
+//!   forms back to back with no host synchronisation; FP8 (each format), cached dispatches, two
+//!   slots, 1 block of 64 threads;
 //! * the decode mode (`LowLatency`, `mp_ep/decode.rs`), against `reference::decode` on fresh
 //!   random data with poisoned outputs: every local expert's count, every source's layout range,
 //!   every received row (bf16, f32, and FP8 in the three scale formats: e4m3 bytes and scales),
@@ -62,7 +68,7 @@ use std::process::ExitCode;
 use mscclpp_ep::reference::{self, Layout, RankInput, Received, Routing};
 use mscclpp_ep::{
     CombineOptions, CombineWeights, Config, DEFAULT_BLOCKS, DataType, DispatchInput, Dispatched, ExpertIds,
-    ExpertParallel, RecvFormat, TopkIdx,
+    ExpertParallel, Form, ReceivedRows, RecvFormat, TopkIdx,
 };
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
@@ -784,6 +790,7 @@ fn run(comm: &Communicator) -> Result<()> {
     drop(ep);
     another_objects_handle(comm, &cases[3].1)?;
     total += slots_cached_and_bias(comm, seed)?;
+    total += window_form(comm, seed)?;
 
     // Few blocks, few threads: many tokens per warp and per block; plain launches (the other
     // configurations overlap each kernel's launch with the end of the one before); global ids,
@@ -878,4 +885,143 @@ fn run(comm: &Communicator) -> Result<()> {
     let decoded = decode::run(comm, seed)?;
     println!("mp_ep: rank {me}: {decoded} decode cases ok (dispatch by local expert, weighted combine, CUDA graphs)");
     Ok(())
+}
+
+/// Received rows, scales, ids, weights and sources, as bits.
+type RecvBits = (Vec<u8>, Vec<u32>, Vec<i32>, Vec<u32>, Vec<i32>);
+
+/// The received rows as bits (floats compared by their bits).
+fn received_bits(r: &ReceivedRows) -> RecvBits {
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    (r.x.clone(), bits(&r.x_scales), r.topk_idx.clone(), bits(&r.topk_weights), r.src.clone())
+}
+
+/// One case dispatched and combined in each form on `ep` (each against the reference), then
+/// compared bit for bit: the received counts and rows, the combined rows and (even k) the summed
+/// weights; `cross`: the window dispatch combined in the peer-table form and the reverse.
+fn both_forms(ep: &mut ExpertParallel, c: &Case, what: &str, cross: bool) -> Result<()> {
+    let (me, n) = ep.rank();
+    let cfg = *ep.config();
+    let p = plan(c, &cfg, n, me);
+    let gpu = ep.gpu().clone();
+    let s = gpu.stream();
+    let mut seen = vec![];
+    for (dispatch_form, combine_form) in [(Form::PeerTable, Form::PeerTable), (Form::Window, Form::Window)]
+        .into_iter()
+        .map(|(d, c)| if cross { (d, if d == Form::Window { Form::PeerTable } else { Form::Window }) } else { (d, c) })
+    {
+        let what = format!("{what} [dispatch {dispatch_form:?}, combine {combine_form:?}]");
+        let b = upload(ep, &p, me)?;
+        ep.set_form(dispatch_form);
+        let d = dispatch(ep, c, &b, p.inputs[me].tokens)?;
+        check_received(ep, &what, &d, &p, c)?;
+        let counts = ep.recv_counts(&d, s)?;
+        let got = received_bits(&ep.read_received(&d, s)?);
+        ep.set_form(combine_form);
+        let w_out = DeviceBuffer::filled(&gpu, p.w_out.len() * 4 + TAIL, POISON)?;
+        if c.k % 2 == 0 {
+            let weights = CombineWeights { input: None, out: &w_out };
+            ep.combine_with_weights(&d, (&b.y, &b.out), c.dtype, weights, s)?;
+        } else {
+            ep.combine(&d, &b.y, &b.out, c.dtype, s)?;
+        }
+        gpu.synchronize()?;
+        check_out(&what, &b, &p.out)?;
+        if c.k % 2 == 0 {
+            check_weights(&what, &w_out, &p.w_out)?;
+        }
+        seen.push((counts, got, b.out.to_vec::<u8>()?, w_out.to_vec::<u8>()?));
+    }
+    let (a, w) = (&seen[0], &seen[1]);
+    if a.0 != w.0 || a.1 != w.1 {
+        return Err(fail(format!("{what}: the two forms received different counts or bits")));
+    }
+    if a.2 != w.2 || a.3 != w.3 {
+        return Err(fail(format!("{what}: the two forms combined different bits")));
+    }
+    ep.set_form(Form::PeerTable);
+    Ok(())
+}
+
+/// The window form (`Form::Window`) against the reference and the peer-table form, bit for bit.
+fn window_form(comm: &Communicator, seed: u64) -> Result<usize> {
+    let (me, n) = (comm.rank(), comm.world_size());
+    let random = Routing::Random { none: 0.15 };
+    let case = |dtype, k, routing, tokens, seed| Case { format: RecvFormat::Input, dtype, k, routing, tokens, seed };
+    let cases = [
+        ("window bf16 k=8", case(DataType::Bf16, 8, random, [300, 217, 9, 256], seed + 70)),
+        ("window f32 k=3", case(DataType::F32, 3, random, [100, 300, 7, 64], seed + 71)),
+        ("window all to the last rank", case(DataType::Bf16, 5, Routing::ToRank(n - 1), [300, 1, 150, 299], seed + 72)),
+        ("window rank 0 empty", case(DataType::Bf16, 2, random, [0, 300, 300, 300], seed + 73)),
+        ("window empty batches", case(DataType::F32, 4, random, [0; 4], seed + 74)),
+    ];
+    let mut total = 0;
+    let cfg = Config { slots: 2, ..Config::new(300, 1000, 8 * n, 8) };
+    let mut ep = ExpertParallel::new(comm, cfg)?;
+    let (blocks, dt, ct) = ep.grid();
+    let (wd, _, wc) = ep.window_threads();
+    let grid = format!("{blocks} blocks x {dt}/{ct} threads, window {wd}/{wc}");
+    for (i, (what, c)) in cases.iter().enumerate() {
+        both_forms(&mut ep, c, &format!("{what} [{grid}]"), false)?;
+        both_forms(&mut ep, c, &format!("{what}, crossed [{grid}]"), i % 2 == 0)?;
+        total += 2;
+    }
+    // Every case in the window form with the whole inspection (layout, counts, rows, the
+    // mixture), then pairs back to back in alternating forms with no host synchronisation.
+    ep.set_form(Form::Window);
+    for (what, c) in &cases {
+        run_case(&mut ep, c, &format!("{what}, window form [{grid}]"))?;
+        total += 1;
+    }
+    let plans: Vec<Plan> = cases.iter().map(|(_, c)| plan(c, &cfg, n, me)).collect();
+    let bufs = plans.iter().map(|p| upload(&ep, p, me)).collect::<Result<Vec<_>>>()?;
+    let gpu = ep.gpu().clone();
+    for (i, (((_, c), p), b)) in cases.iter().zip(&plans).zip(&bufs).enumerate() {
+        ep.set_form(if i % 2 == 0 { Form::Window } else { Form::PeerTable });
+        let d = dispatch(&mut ep, c, b, p.inputs[me].tokens)?;
+        ep.set_form(if i % 3 == 0 { Form::PeerTable } else { Form::Window });
+        ep.combine(&d, &b.y, &b.out, c.dtype, gpu.stream())?;
+    }
+    gpu.synchronize()?;
+    for (i, (p, b)) in plans.iter().zip(&bufs).enumerate() {
+        check_out(&format!("window form, back-to-back pair {i}"), b, &p.out)?;
+    }
+    total += cases.len();
+    // A cached dispatch in the window form: the reference and a fresh dispatch's bits.
+    ep.set_form(Form::Window);
+    let c0 = case(DataType::Bf16, 6, random, [300, 200, 3, 150], seed + 75);
+    let p0 = plan(&c0, &cfg, n, me);
+    let b0 = upload(&ep, &p0, me)?;
+    let d0 = dispatch(&mut ep, &c0, &b0, p0.inputs[me].tokens)?;
+    let c1 = case(DataType::F32, 6, random, [0; 4], seed + 76);
+    let p1 = plan_with(&c1, &cfg, n, me, Some(&p0.inputs), 0);
+    let b1 = upload(&ep, &p1, me)?;
+    let d1 = ep.dispatch_cached(&d0, &b1.x, DataType::F32, gpu.stream())?;
+    check_received(&ep, "window form, cached dispatch", &d1, &p1, &c1)?;
+    ep.combine(&d1, &b1.y, &b1.out, c1.dtype, gpu.stream())?;
+    gpu.synchronize()?;
+    check_out("window form, cached dispatch", &b1, &p1.out)?;
+    total += 1;
+    drop(ep);
+
+    // FP8 (each format) at a hidden size of 1024, and one block of 64 threads.
+    let fp8 = |format, k, tokens, seed| Case { format, dtype: DataType::Bf16, k, routing: random, tokens, seed };
+    let fp8_cases = [
+        ("window fp8 k=8", fp8(RecvFormat::E4m3, 8, [128, 100, 128, 77], seed + 77)),
+        ("window fp8 pow2 k=4", fp8(RecvFormat::E4m3Pow2, 4, [0, 128, 33, 1], seed + 78)),
+        ("window fp8 ue8m0 k=8", fp8(RecvFormat::E4m3Ue8m0, 8, [128, 128, 1, 100], seed + 79)),
+    ];
+    for one in [false, true] {
+        let base = Config::new(128, 1024, 8 * n, 8);
+        let cfg = if one { Config { blocks: Some(1), threads: Some(64), overlap: false, ..base } } else { base };
+        let mut ep = ExpertParallel::new(comm, cfg)?;
+        let (blocks, (wd, w8, wc)) = (ep.grid().0, ep.window_threads());
+        for (what, c) in fp8_cases.iter().chain(&cases[..2]) {
+            let what = format!("{what} [{blocks} blocks, window {wd}/{w8}/{wc} threads]");
+            both_forms(&mut ep, c, &what, false)?;
+            total += 1;
+        }
+    }
+    println!("mp_ep: rank {me}: window form: {total} cases, bit for bit with the peer-table form");
+    Ok(total)
 }

@@ -87,6 +87,10 @@ pub const fn signature(k: u32, dtype: u32, format: u32) -> u32 {
 /// routing): every rank must dispatch cached, or none.
 pub const SIGNATURE_CACHED: u32 = 1 << 31;
 
+/// Or-ed into the [`signature`] of a dispatch in the window form (the `ep_dispatch_window`
+/// kernels): every rank must dispatch in the same form.
+pub const SIGNATURE_WINDOW: u32 = 1 << 30;
+
 /// The multiplier and the stored scale of a group whose largest magnitude (at least
 /// [`FP8_MARGIN`]) is `amax`, as DeepEP's `calculate_fp8_scales` computes them: the stored scale
 /// `amax * (1 / 448)` and the multiplier `448 / amax` (f32, rounded to nearest); with `pow2`

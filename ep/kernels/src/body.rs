@@ -177,8 +177,9 @@ const TABLE_CNT: usize = TABLE_BASE + (MAX_RANKS + 4) * 4;
 const _: () = assert!(TABLE_CNT + MAX_RANKS * (MAX_RANKS + 1) * 4 <= EXCHANGE_SHARED_BYTES as usize);
 
 /// The per-block tables of dispatch and combine in dynamic shared memory: every rank's shared
-/// buffer (`MAX_RANKS` u64), `MAX_RANKS + 1` row bases or offsets (u32), and the count matrix
-/// (`[sender][1 + rank]` u32; combine uses its first `n` entries).
+/// buffer (`MAX_RANKS` u64: [`PeerTable`]'s, also read here by the decode kernels),
+/// `MAX_RANKS + 1` row bases or offsets (u32), and the count matrix (`[sender][1 + rank]` u32;
+/// combine uses its first `n` entries).
 pub(crate) struct Tables {
     pub(crate) peer: *mut u64,
     pub(crate) base: *mut u32,
@@ -203,6 +204,104 @@ impl Tables {
     pub(crate) fn peer(&self, r: u32) -> u64 {
         // SAFETY: r < n_ranks <= MAX_RANKS, filled before the first barrier.
         unsafe { self.peer.add(r as usize).read() }
+    }
+}
+
+/// Which operation a rank tells another that its rows are there ([`Peers::arrive`]); its value is
+/// the window signal slot it uses.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Phase {
+    /// The dispatch's rows, ids, weights and sources.
+    Dispatch = 0,
+    /// The combine's rows pushed back (and their weights).
+    Combine = 1,
+}
+
+/// How dispatch and combine reach the other ranks' shared buffers and tell them that their rows
+/// are there: [`PeerTable`] (a table of mapped addresses and one flag per (sender, block), the
+/// `ep_dispatch` and `ep_combine_*` kernels) or a symmetric window and its signals
+/// (`crate::window::WindowPeers`, the `ep_dispatch_window*` and `ep_combine_window_*` kernels).
+/// Both move the same bytes to the same places.
+pub trait Peers {
+    /// Called by every thread of the block before the kernel's first block barrier.
+    fn init(&self, h: &EpHandle, tid: u32);
+    /// Address of byte `offset` of rank `r`'s shared buffer, as mapped here.
+    fn at(&self, r: u32, offset: u64) -> u64;
+    /// Tells rank `to` that this rank's block `b` has written its rows of `phase` (epoch `e`), with
+    /// release at system scope. One thread per destination, after the block barrier that follows
+    /// the block's writes.
+    ///
+    /// # Safety
+    /// `h` is the kernel's handle; `to < h.n_ranks`, `b` this block.
+    unsafe fn arrive(&self, h: &EpHandle, phase: Phase, to: u32, b: u32, e: u64);
+    /// Waits, sharing the work among the `threads` (this one, of how many) that call it, until every block of
+    /// every rank (of every other rank for [`Phase::Combine`]) has arrived here for epoch `e`
+    /// (acquire). A block barrier after it orders the block's later reads.
+    ///
+    /// # Safety
+    /// As for [`Peers::arrive`].
+    unsafe fn wait(&self, h: &EpHandle, phase: Phase, threads: (u32, u32), e: u64, budget: SpinBudget);
+}
+
+/// The kernel name of `phase` in a wait's message.
+const fn waiting(phase: Phase) -> &'static core::ffi::CStr {
+    match phase {
+        Phase::Dispatch => c"ep_dispatch: waiting for a rank's rows",
+        Phase::Combine => c"ep_combine: waiting for a rank's rows",
+    }
+}
+
+/// Every rank's shared buffer from the handle's table of addresses (`h.peers`), copied into the
+/// block's shared memory, and one flag per (sender, block) that stores the epoch: the
+/// `ep_dispatch` and `ep_combine_*` kernels.
+#[derive(Clone, Copy)]
+pub struct PeerTable(*mut u64);
+
+impl PeerTable {
+    /// The table at the start of the block's dynamic shared memory ([`EXCHANGE_SHARED_BYTES`]).
+    #[inline(always)]
+    pub fn in_block() -> Self {
+        Self(shared_base().cast::<u64>())
+    }
+}
+
+impl Peers for PeerTable {
+    #[inline(always)]
+    fn init(&self, h: &EpHandle, tid: u32) {
+        if tid < h.n_ranks {
+            // SAFETY: the handle's table holds n addresses; the block's table MAX_RANKS.
+            unsafe { self.0.add(tid as usize).write((h.peers as *const u64).add(tid as usize).read()) };
+        }
+    }
+    #[inline(always)]
+    fn at(&self, r: u32, offset: u64) -> u64 {
+        // SAFETY: r < n_ranks <= MAX_RANKS, filled before the first barrier.
+        unsafe { self.0.add(r as usize).read() + offset }
+    }
+    #[inline(always)]
+    unsafe fn arrive(&self, h: &EpHandle, phase: Phase, to: u32, b: u32, e: u64) {
+        let flag = match phase {
+            Phase::Dispatch => h.dispatch_flag(h.rank, b),
+            Phase::Combine => h.combine_flag(h.rank, b),
+        };
+        // SAFETY: rank `to`'s flag (rank, b) of `phase`, written only by this block. Partner: the
+        // waits of rank `to`.
+        unsafe { store_release(self.at(to, flag) as *mut u64, e) };
+    }
+    #[inline(always)]
+    unsafe fn wait(&self, h: &EpHandle, phase: Phase, (g, gn): (u32, u32), e: u64, budget: SpinBudget) {
+        let nb = nctaid();
+        for j in Threads::new(g, gn).stride(h.n_ranks * nb) {
+            let (s, blk) = (j / nb, j % nb);
+            let flag = match phase {
+                Phase::Dispatch => h.dispatch_flag(s, blk),
+                Phase::Combine if s == h.rank => continue,
+                Phase::Combine => h.combine_flag(s, blk),
+            };
+            // SAFETY: this rank's flag (s, blk) of `phase`.
+            unsafe { wait_at_least(h.shared + flag, e, budget, waiting(phase)) };
+        }
     }
 }
 
@@ -399,7 +498,8 @@ unsafe fn write_meta(
 /// multiple of 16 at most `4 * h.hidden`; with `CAST`, the rows are bf16 (`row_bytes` is
 /// `2 * h.hidden`) and `h.hidden` is a multiple of 128.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn dispatch<const CAST: bool>(
+pub unsafe fn dispatch<const CAST: bool, P: Peers>(
+    peers: P,
     h: EpHandle,
     x: GlobalPtr<u8>,
     topk_idx: GlobalPtr<u8>,
@@ -423,10 +523,7 @@ pub unsafe fn dispatch<const CAST: bool>(
     let tag = count_tag(e);
     let parity = e & 1;
     let tb = Tables::new();
-    if tid < n {
-        // SAFETY: the peer table holds n addresses.
-        unsafe { tb.peer.add(tid as usize).write((h.peers as *const u64).add(tid as usize).read()) };
-    }
+    peers.init(&h, tid);
     sync_threads();
 
     // 1. Block 0 publishes this rank's counts in every rank's slot `me` of this parity. The
@@ -445,7 +542,7 @@ pub unsafe fn dispatch<const CAST: bool>(
                     ((h.layout + lr.per_expert) as *const u32).add((d * epr + w - 1 - n) as usize).read()
                 }
             };
-            let at = tb.peer(d) + h.count_word(parity, me, w);
+            let at = peers.at(d, h.count_word(parity, me, w));
             // SAFETY: rank d's count slot, written only by this rank's block 0. Partner: the
             // acquire in `wait_count` on rank d.
             unsafe { store_release(at as *mut u64, pack_count(tag, value)) };
@@ -458,7 +555,7 @@ pub unsafe fn dispatch<const CAST: bool>(
         // SAFETY: this rank's count slot s (written by rank s's block 0).
         let v = unsafe { wait_count(h.shared + h.count_word(parity, s, w), tag, budget) };
         if w == 0 && v != signature {
-            fail(c"ep_dispatch: the ranks were called with different k, element types or received formats, or mixed cached and fresh dispatches");
+            fail(c"ep_dispatch: the ranks were called with different k, element types or received formats, or mixed cached and fresh dispatches, or window and peer-table forms");
         }
         if w > 0 && v > h.max_tokens {
             fail(c"ep_dispatch: a rank sends more tokens than max_tokens");
@@ -547,7 +644,7 @@ pub unsafe fn dispatch<const CAST: bool>(
             let (mul, scale) = unsafe { fp8_group_scales(src, pow2) };
             for (d, &row) in rows.iter().enumerate() {
                 if (mask >> d) & 1 == 1 {
-                    let at = tb.peer(d as u32) + sr.recv_scales + row * scale_row;
+                    let at = peers.at(d as u32, sr.recv_scales + row * scale_row);
                     // SAFETY: the scales of a received row (below n * max_tokens).
                     unsafe { fp8_store_scale(at, (grp, groups, scale_row), scale, ue8m0) };
                 }
@@ -558,7 +655,7 @@ pub unsafe fn dispatch<const CAST: bool>(
                 let out = fp8_vector(lo, hi, mul);
                 for (d, &row) in rows.iter().enumerate() {
                     if (mask >> d) & 1 == 1 {
-                        let row = tb.peer(d as u32) + sr.recv_x + row * h.hidden as u64;
+                        let row = peers.at(d as u32, sr.recv_x + row * h.hidden as u64);
                         // SAFETY: vector v of this group of a received row (below n * max_tokens)
                         // of `hidden` bytes, 16-aligned (hidden a multiple of 128).
                         unsafe { st_v4(vec_at(row + grp as u64 * FP8_GROUP as u64, v), out) };
@@ -574,7 +671,7 @@ pub unsafe fn dispatch<const CAST: bool>(
                 let d = (me + 1 + d) % n;
                 if let Some(row) = row_of(t, d) {
                     // SAFETY: t < tokens, j < 2k + 1, the row below n * max_tokens.
-                    unsafe { write_meta((&h, &sr), (topk_idx, topk_w), (t, k, j), (d, tb.peer(d), row)) };
+                    unsafe { write_meta((&h, &sr), (topk_idx, topk_w), (t, k, j), (d, peers.at(d, 0), row)) };
                 }
             }
         }
@@ -604,8 +701,8 @@ pub unsafe fn dispatch<const CAST: bool>(
             }
             // SAFETY: d < n.
             let row = (unsafe { tb.base.add(d as usize).read() } + si as u32) as u64;
-            let base = tb.peer(d);
-            let dst = base + sr.recv_x + row * row_bytes as u64;
+            let base = peers.at(d, 0);
+            let dst = peers.at(d, sr.recv_x + row * row_bytes as u64);
             // SAFETY: vectors below v1 <= vecs of the token's row; the destination row is below
             // n * max_tokens (counts checked above).
             unsafe { copy_vecs(src, dst, v0 + lane, v1, WARP) };
@@ -624,24 +721,12 @@ pub unsafe fn dispatch<const CAST: bool>(
 
     // 4. Tell every rank this block's rows are there (release, after the block's barrier).
     if tid < n {
-        // SAFETY: rank tid's flag (me, b), written only by this block. Partner: the waits below
-        // on rank tid.
-        unsafe { store_release((tb.peer(tid) + h.dispatch_flag(me, b)) as *mut u64, e) };
+        // SAFETY: tid < n, b this block. Partner: the waits below on rank tid.
+        unsafe { peers.arrive(&h, Phase::Dispatch, tid, b, e) };
     }
-    // 5. Wait for every block of every rank (the grid's threads share the flags).
-    let mut g = b * nt + tid;
-    while g < n * nb {
-        // SAFETY: this rank's flag (g / nb, g % nb).
-        unsafe {
-            wait_at_least(
-                h.shared + h.dispatch_flag(g / nb, g % nb),
-                e,
-                budget,
-                c"ep_dispatch: waiting for a rank's rows",
-            )
-        };
-        g += nb * nt;
-    }
+    // 5. Wait for every block of every rank (the grid's threads share the waits).
+    // SAFETY: the kernel's handle.
+    unsafe { peers.wait(&h, Phase::Dispatch, (b * nt + tid, nb * nt), e, budget) };
     sync_threads();
     if tid == 0 {
         // SAFETY: this block's epoch; every thread read it before the barriers above.
@@ -680,7 +765,8 @@ pub(crate) fn pack<V: Element>(acc: &[f32; 8]) -> [u32; 4] {
 /// `wt.out`, `wt.input` holds `wt.input_bytes` bytes (4-aligned) and `wt.out` `tokens * k` f32;
 /// every non-zero `bias` address holds `tokens * row_bytes` bytes, 16-aligned.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn combine<V: Element>(
+pub unsafe fn combine<V: Element, P: Peers>(
+    peers: P,
     h: EpHandle,
     y: GlobalPtr<u8>,
     y_bytes: u64,
@@ -700,13 +786,11 @@ pub unsafe fn combine<V: Element>(
     let e = unsafe { state.read() };
     let info = h.info as *const u32;
     let tb = Tables::new();
+    peers.init(&h, tid);
     if tid < n {
-        // SAFETY: the peer table holds n addresses; the info buffer its words.
-        unsafe {
-            tb.peer.add(tid as usize).write((h.peers as *const u64).add(tid as usize).read());
-            // Rows received from rank tid (the matrix's column `me`).
-            tb.cnt.add(tid as usize).write(info.add((h.info_matrix() + tid * n + me) as usize).read());
-        }
+        // SAFETY: the info buffer holds its words. Rows received from rank tid (the matrix's
+        // column `me`).
+        unsafe { tb.cnt.add(tid as usize).write(info.add((h.info_matrix() + tid * n + me) as usize).read()) };
     }
     if tid <= n {
         // SAFETY: offsets 0..=n.
@@ -737,12 +821,12 @@ pub unsafe fn combine<V: Element>(
         let rows = unsafe { tb.cnt.add(s as usize).read() } as u64;
         let vecs = rows * row_bytes as u64 / 16;
         let src = y.addr() + offset(s) * row_bytes as u64;
-        let dst = tb.peer(s) + h.combine_region(me);
+        let dst = peers.at(s, h.combine_region(me));
         // SAFETY: vectors inside this source's rows of `y` (checked against y_bytes) and inside
         // rank s's landing region (rows <= max_tokens).
         unsafe { copy_vecs(src, dst, g as u64, vecs, gn as u64) };
         if weights {
-            let (src, dst) = (wt.input + offset(s) * wk * 4, tb.peer(s) + h.combine_w_region(me));
+            let (src, dst) = (wt.input + offset(s) * wk * 4, peers.at(s, h.combine_w_region(me)));
             let mut i = g as u64;
             while i < rows * wk {
                 // SAFETY: words of this source's rows of the weights (checked against
@@ -756,22 +840,12 @@ pub unsafe fn combine<V: Element>(
     sync_threads();
     // 2. Signal every other rank, then wait for every block of every other rank.
     if tid < n && tid != me {
-        // SAFETY: rank tid's combine flag (me, b), written only by this block.
-        unsafe { store_release((tb.peer(tid) + h.combine_flag(me, b)) as *mut u64, e) };
+        // SAFETY: tid < n, b this block. Partner: the waits below on rank tid.
+        unsafe { peers.arrive(&h, Phase::Combine, tid, b, e) };
     }
-    for j in Threads::new(tid, nt).stride(n * nb) {
-        if j / nb != me {
-            // SAFETY: this rank's combine flag (j / nb, j % nb).
-            unsafe {
-                wait_at_least(
-                    h.shared + h.combine_flag(j / nb, j % nb),
-                    e,
-                    budget,
-                    c"ep_combine: waiting for a rank's rows",
-                )
-            };
-        }
-    }
+    // (Every block waits for all: each reads every landing region.)
+    // SAFETY: the kernel's handle.
+    unsafe { peers.wait(&h, Phase::Combine, (tid, nt), e, budget) };
     sync_threads();
 
     // 3. Sum every token's rows in rank order (f32), round once: rows (or pieces of rows, when

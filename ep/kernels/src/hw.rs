@@ -6,6 +6,7 @@ use mscclpp_device::atomic::{self, Acquire, Cta, Relaxed, Release, Sys};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::SharedPtr;
 use mscclpp_device::ptx::{ld_st, misc, sreg};
+use mscclpp_device::window::Window;
 
 /// This thread's index in its block.
 #[inline(always)]
@@ -101,4 +102,33 @@ pub fn spin_until(budget: SpinBudget, name: &'static core::ffi::CStr, cond: impl
 #[track_caller]
 pub fn fail(msg: &'static core::ffi::CStr) -> ! {
     mscclpp_device::poll::fail(msg)
+}
+/// `w.peer::<u8>(rank, offset)`, as an address: rank `rank`'s byte `offset` of the window.
+///
+/// # Safety
+/// As for `Window::peer`.
+#[inline(always)]
+pub unsafe fn window_peer(w: &Window, rank: u32, offset: u64) -> u64 {
+    // SAFETY: forwarded.
+    unsafe { w.peer::<u8>(rank, offset) }.addr()
+}
+/// `w.signal(peer, slot)`: adds 1 to `peer`'s signal word of `slot` for this rank (release,
+/// system scope).
+///
+/// # Safety
+/// As for `Window::signal`.
+#[inline(always)]
+pub unsafe fn window_signal(w: &Window, peer: u32, slot: u32) {
+    // SAFETY: forwarded.
+    unsafe { w.signal(peer, slot) }
+}
+/// `w.wait_signal(slot, from, value, budget)`: waits (acquire) until this rank's signal word of
+/// `slot` from `from` reaches `value`; prints and traps when `budget` runs out.
+///
+/// # Safety
+/// As for `Window::wait_signal`.
+#[inline(always)]
+pub unsafe fn window_wait_signal(w: &Window, slot: u32, from: u32, value: u64, budget: SpinBudget) {
+    // SAFETY: forwarded.
+    unsafe { w.wait_signal(slot, from, value, budget) }
 }

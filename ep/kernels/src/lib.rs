@@ -27,6 +27,7 @@
 pub mod body;
 pub mod decode;
 pub mod hw;
+pub mod window;
 
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
@@ -79,7 +80,8 @@ macro_rules! dispatch_kernels {
         ) {
             // SAFETY: forwarded from the launch contract.
             unsafe {
-                body::dispatch::<$cast>(h, x, topk_idx, topk_w, tokens, k, row_bytes, (signature, format), budget)
+                let p = body::PeerTable::in_block();
+                body::dispatch::<$cast, _>(p, h, x, topk_idx, topk_w, tokens, k, row_bytes, (signature, format), budget)
             }
         }
     )* };
@@ -114,7 +116,10 @@ macro_rules! combine_kernels {
             budget: SpinBudget,
         ) {
             // SAFETY: forwarded from the launch contract.
-            unsafe { body::combine::<$lanes>(h, y, y_bytes, out, tokens, row_bytes, (wt, bias), budget) }
+            unsafe {
+                let p = body::PeerTable::in_block();
+                body::combine::<$lanes, _>(p, h, y, y_bytes, out, tokens, row_bytes, (wt, bias), budget)
+            }
         }
     )* };
 }

@@ -26,6 +26,12 @@
 //! host (identity experts: each token's rows summed over the ranks it went to), and NCCL's
 //! dispatch result against the expected rows.
 //!
+//! The window form (`Form::Window`: the same kernels' bodies addressing the peers through
+//! `Window::peer` and signalling through the window's signals) is checked and timed the same way
+//! on the same object, after the peer-table form: window, peer-table again, window again, each
+//! form's better median kept (so drift between the runs favours neither); rank 0 prints the
+//! times and the ratios window / peer-table (the bar: within 5%, at most 1.05).
+//!
 //! Rank 0 prints the table; `MSCCLPP_RS_BENCH_OUT` names a JSON-lines file for the results.
 //! Without NCCL the run still measures ours, then fails naming why.
 
@@ -36,7 +42,7 @@ use std::time::Duration;
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::CUevent_flags;
 use mscclpp_ep::reference::{self, Routing};
-use mscclpp_ep::{Config, DataType, DispatchInput, ExpertIds, ExpertParallel, RecvFormat};
+use mscclpp_ep::{Config, DataType, DispatchInput, ExpertIds, ExpertParallel, Form, RecvFormat};
 use mscclpp_harness::nccl::{Nccl, NcclComm, Transfer};
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{BootstrapExt, DeviceBuffer, Error, Result};
@@ -147,6 +153,13 @@ struct RankResult {
     nvlink_dispatch_bytes: f64,
     wrong: f64,
     nccl_wrong: f64,
+    /// The window form's times (the better of two runs), wrong rows, and the peer-table form's
+    /// better of its two runs around them.
+    window_dispatch_us: f64,
+    window_combine_us: f64,
+    window_wrong: f64,
+    peer_dispatch_us: f64,
+    peer_combine_us: f64,
 }
 
 fn run(comm: &Communicator) -> Result<()> {
@@ -234,7 +247,9 @@ fn run(comm: &Communicator) -> Result<()> {
             let d_nvl = mean(&|r| r.nvlink_dispatch_bytes / r.dispatch_us / 1e3);
             let c_bw = mean(&|r| r.recv_bytes / r.combine_us / 1e3);
             let c_nvl = mean(&|r| r.nvlink_bytes / r.combine_us / 1e3);
-            let wrong = all.iter().map(|r| r.wrong).sum::<f64>();
+            let wrong = all.iter().map(|r| r.wrong + r.window_wrong).sum::<f64>();
+            let (wd, wc) = (max(|r| r.window_dispatch_us), max(|r| r.window_combine_us));
+            let (pd, pc) = (max(|r| r.peer_dispatch_us), max(|r| r.peer_combine_us));
             let nccl_wrong = all.iter().map(|r| r.nccl_wrong).sum::<f64>();
             println!(
                 "{:>8} {:>6} | {:>10.2} {:>8.1} {:>8.1} | {:>10.2} {:>8.1} {:>8.1} | {:>10.2} {:>10.2} | {:>6.2} {:>6.2} | {} / nccl {}",
@@ -256,17 +271,26 @@ fn run(comm: &Communicator) -> Result<()> {
             if let Some(f) = out.as_mut() {
                 let _ = writeln!(
                     f,
-                    "{{\"bench\":\"ep\",\"shape\":\"{}\",\"ranks\":{n},\"tokens\":{},\"hidden\":{HIDDEN},\"experts\":{EXPERTS},\"topk\":{TOPK},\"dtype\":\"bf16\",\"format\":\"{format_name}\",\"dispatch_us\":{d:.3},\"combine_us\":{c:.3},\"dispatch_gbps\":{d_bw:.2},\"dispatch_nvlink_gbps\":{d_nvl:.2},\"combine_gbps\":{c_bw:.2},\"combine_nvlink_gbps\":{c_nvl:.2},\"nccl_dispatch_us\":{nd:.3},\"nccl_combine_us\":{ncb:.3},\"wrong\":{wrong},\"nccl_wrong\":{nccl_wrong},\"nccl\":\"{}\"}}",
+                    "{{\"bench\":\"ep\",\"shape\":\"{}\",\"ranks\":{n},\"tokens\":{},\"hidden\":{HIDDEN},\"experts\":{EXPERTS},\"topk\":{TOPK},\"dtype\":\"bf16\",\"format\":\"{format_name}\",\"dispatch_us\":{d:.3},\"combine_us\":{c:.3},\"window_dispatch_us\":{wd:.3},\"window_combine_us\":{wc:.3},\"window_dispatch_ratio\":{:.4},\"window_combine_ratio\":{:.4},\"dispatch_gbps\":{d_bw:.2},\"dispatch_nvlink_gbps\":{d_nvl:.2},\"combine_gbps\":{c_bw:.2},\"combine_nvlink_gbps\":{c_nvl:.2},\"nccl_dispatch_us\":{nd:.3},\"nccl_combine_us\":{ncb:.3},\"wrong\":{wrong},\"nccl_wrong\":{nccl_wrong},\"nccl\":\"{}\"}}",
                     shape.name,
                     shape.tokens,
+                    wd / pd,
+                    wc / pc,
                     nccl.as_ref().map(|l| l.version_string()).unwrap_or_else(|_| "none".into()),
                 );
             }
             let vs_nccl = if nd > 0.0 && ncb > 0.0 { (nd / d).min(ncb / c) } else { f64::NAN };
             println!("ep_bench: {}", verdict(shape, d_nvl.min(c_nvl), vs_nccl));
+            let within = if wd <= 1.05 * pd && wc <= 1.05 * pc { "met" } else { "missed" };
+            println!(
+                "ep_bench: {} window form: dispatch {wd:.2} us, combine {wc:.2} us; peer-table (its better run): {pd:.2} us, {pc:.2} us; window / peer-table: dispatch {:.3}, combine {:.3} (within 5%: {within})",
+                shape.name,
+                wd / pd,
+                wc / pc
+            );
             if wrong > 0.0 || nccl_wrong > 0.0 {
                 return Err(Error::InvalidArgument(format!(
-                    "{}: {wrong} wrong rows of ours, {nccl_wrong} of NCCL",
+                    "{}: {wrong} wrong rows of ours (both forms), {nccl_wrong} of NCCL",
                     shape.name
                 )));
             }
@@ -310,7 +334,12 @@ fn measure(
     if me == 0 {
         let (blocks, dt, ct) = ep.grid();
         let dt = if format.is_fp8() { ep.fp8_threads() } else { dt };
-        println!("{}: {blocks} blocks, {dt} threads (dispatch), {ct} threads (combine)", shape.name);
+        let (wd, wd8, wc) = ep.window_threads();
+        let wd = if format.is_fp8() { wd8 } else { wd };
+        println!(
+            "{}: {blocks} blocks, {dt} threads (dispatch), {ct} threads (combine); window form: {wd} and {wc}",
+            shape.name
+        );
     }
     let routing = Routing::Random { none: 0.0 };
     let seed = 0x5eed;
@@ -354,18 +383,50 @@ fn measure(
     let got_out = out_buf.to_vec::<u8>()?;
     wrong += (0..t).filter(|&i| got_out[i * row..(i + 1) * row] != want[i * row..(i + 1) * row]).count();
 
-    let mut pending = None;
-    let (dispatch_us, combine_us) = time_pairs(comm, reps, |s, op| {
-        if op == 0 {
-            pending = Some(ep.dispatch_as(&input, format, s)?);
-            Ok(())
-        } else {
-            let d = pending.take().ok_or_else(|| Error::InvalidArgument("combine without dispatch".into()))?;
-            ep.combine(&d, &y, &out_buf, dtype, s)
-        }
-    })?;
+    // Median microseconds of our dispatch and combine, in the object's current form.
+    let time_ours = |ep: &mut ExpertParallel| {
+        let mut pending = None;
+        time_pairs(comm, reps, |s, op| {
+            if op == 0 {
+                pending = Some(ep.dispatch_as(&input, format, s)?);
+                Ok(())
+            } else {
+                let d = pending.take().ok_or_else(|| Error::InvalidArgument("combine without dispatch".into()))?;
+                ep.combine(&d, &y, &out_buf, dtype, s)
+            }
+        })
+    };
+    let (dispatch_us, combine_us) = time_ours(&mut ep)?;
     let got_out = out_buf.to_vec::<u8>()?;
     wrong += (0..t).filter(|&i| got_out[i * row..(i + 1) * row] != want[i * row..(i + 1) * row]).count();
+
+    // The window form on the same object and buffers: checked against the same references
+    // (received rows, scales, combined rows), then timed the same way.
+    ep.set_form(Form::Window);
+    out_buf.fill(0xa5)?;
+    let d = ep.dispatch_as(&input, format, stream)?;
+    let got_w = ep.read_received(&d, stream)?;
+    let mut window_wrong = (0..rows)
+        .filter(|&i| {
+            got_w.x.get(i * xrow..(i + 1) * xrow) != want_x.get(i * xrow..(i + 1) * xrow)
+                || got_w.x_scales.get(i * g..(i + 1) * g).map(bits) != want_scales.get(i * g..(i + 1) * g).map(bits)
+        })
+        .count();
+    ep.combine(&d, &y, &out_buf, dtype, stream)?;
+    gpu.synchronize()?;
+    let got_out = out_buf.to_vec::<u8>()?;
+    window_wrong += (0..t).filter(|&i| got_out[i * row..(i + 1) * row] != want[i * row..(i + 1) * row]).count();
+    // Window, peer-table, window again: each form's best median (drift between the runs, such
+    // as clocks warming up, favours neither form).
+    let w1 = time_ours(&mut ep)?;
+    ep.set_form(Form::PeerTable);
+    let p2 = time_ours(&mut ep)?;
+    ep.set_form(Form::Window);
+    let w2 = time_ours(&mut ep)?;
+    let (window_dispatch_us, window_combine_us) = (w1.0.min(w2.0), w1.1.min(w2.1));
+    let (peer_dispatch_us, peer_combine_us) = (dispatch_us.min(p2.0), combine_us.min(p2.1));
+    let got_out = out_buf.to_vec::<u8>()?;
+    window_wrong += (0..t).filter(|&i| got_out[i * row..(i + 1) * row] != want[i * row..(i + 1) * row]).count();
     drop(ep);
 
     // NCCL: the same rows (FP8: as the dispatch delivers them), packed by destination, sizes
@@ -427,6 +488,11 @@ fn measure(
         nvlink_dispatch_bytes: (nvlink_rows * drow) as f64,
         wrong: wrong as f64,
         nccl_wrong: nccl_wrong as f64,
+        window_dispatch_us,
+        window_combine_us,
+        window_wrong: window_wrong as f64,
+        peer_dispatch_us,
+        peer_combine_us,
     })
 }
 
