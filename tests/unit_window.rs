@@ -109,7 +109,9 @@ fn memory_ipc_cannot_map_exactly_is_refused_on_every_rank_by_name() {
     ] {
         let results = on_two_ranks(count, move |me, comm, gpu| -> std::result::Result<(), String> {
             let good = raw_alloc(gpu, EXPORT_GRANULARITY);
-            let host = vec![0u8; 4096];
+            // Host memory at a 4096-byte boundary (so that only its kind is wrong).
+            let host = vec![0u8; 8192];
+            let host_at = (host.as_ptr() as u64).next_multiple_of(4096);
             let mut pool = None;
             let (ptr, bytes, alloc) = match (me, case) {
                 (0, _) => (good, 4096, None),
@@ -124,7 +126,7 @@ fn memory_ipc_cannot_map_exactly_is_refused_on_every_rank_by_name() {
                     pool = Some(s);
                     (p, 4096, None)
                 }
-                (_, "host") => (host.as_ptr() as u64, 4096, None),
+                (_, "host") => (host_at, 4096, None),
                 _ => (good, 2 * EXPORT_GRANULARITY, None),
             };
             // SAFETY: every pointer but the refused ones stays allocated past the call (the

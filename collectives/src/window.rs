@@ -54,8 +54,11 @@ impl WindowAllreduce {
         let n = comm.world_size() as u32;
         let bytes = usize::try_from(window_bytes(n, max_bytes))
             .map_err(|_| Error::InvalidArgument(format!("window allreduce: {max_bytes} bytes for {n} ranks")))?;
-        let window = comm.window_with_slots(bytes, blocks)?;
+        // The kernel first: looking it up may load it (lazily loaded modules), which waits for
+        // the kernels running on the GPU; after the window's closing all-gather a peer may
+        // already be running this kernel, waiting for this rank.
         let function = comm.gpu().function(crate::PTX, "allreduce_window_f32")?;
+        let window = comm.window_with_slots(bytes, blocks)?;
         Ok(Self {
             window,
             function,

@@ -202,6 +202,10 @@ fn window_form(comm: &Communicator, oneshot: &Collectives, seed: u64) -> Result<
             let send = DeviceBuffer::from_slice(gpu, &inputs[me])?;
             let by_window = DeviceBuffer::filled(gpu, count * 4, 0xa5)?;
             let by_oneshot = DeviceBuffer::filled(gpu, count * 4, 0x5a)?;
+            // Every rank's buffers allocated before any rank launches: where ranks are threads
+            // sharing a GPU, an allocation may wait for the kernels running on it, and a rank's
+            // window kernel waits for its peers'.
+            comm.bootstrap().barrier()?;
             win.allreduce_f32(&send, &by_window, count, gpu.stream())?;
             oneshot.allreduce(&send, &by_oneshot, count, DataType::F32, ReduceOp::Sum, gpu.stream())?;
             gpu.synchronize()?;

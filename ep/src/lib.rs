@@ -1283,7 +1283,7 @@ impl ExpertParallel {
         let base = d.slot * h.info_slot_bytes() as usize / 4;
         let at = |i: u32| base + i as usize;
         Ok(RecvCounts {
-            rows: words[0] as usize,
+            rows: words[at(0)] as usize,
             offsets: words[at(EpHandle::INFO_OFFSETS)..at(EpHandle::INFO_OFFSETS) + n + 1]
                 .iter()
                 .map(|&v| v as usize)
