@@ -1202,3 +1202,49 @@ fn the_end_of_the_rendezvous_ends_the_handshakes_still_pending() {
     assert!(ended, "the pending stray got {r:?} after {:?}", t.elapsed());
     assert!(t.elapsed() < HANDSHAKE_WAIT, "the pending stray was ended only after {:?}", t.elapsed());
 }
+
+/// Survivors of `./x mutants rendezvous`: `accept_handshake`'s length check of an introduction
+/// (`p.len() < NONCE_LEN + PROOF_LEN`) with its `<` read as `==` or `<=`, or its `+` as `-`, so
+/// that a short introduction reached the split into nonce and proof (and panicked the handshake
+/// thread) or one just long enough was called malformed before its proof was checked. Answers
+/// short of a nonce and a proof (empty, a byte, a nonce less a byte, a nonce, a nonce and a proof
+/// less a byte), framed under the right token, are malformed; one of exactly a nonce and a proof
+/// is checked (a wrong proof: the token; the right one over an empty introduction: malformed).
+#[test]
+fn introductions_shorter_than_a_nonce_and_a_proof_are_malformed() {
+    let token = Token::random();
+    let answer = |make: fn(&Token, &Nonces) -> Vec<u8>| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, from) = listener.accept().unwrap();
+        let answering = thread::spawn(move || {
+            client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let challenge = frame::read_frame(&mut &client, &token, 64).unwrap().unwrap();
+            let nonces = Nonces { server: challenge.payload.try_into().unwrap(), client: crate::auth::nonce() };
+            (&client).write_all(&frame::encode(&token, Kind::Hello, 0, &make(&token, &nonces))).unwrap();
+            client
+        });
+        let r = accept_handshake(server, from, &token, Kind::Hello, Instant::now() + Duration::from_secs(10));
+        drop(answering.join().unwrap());
+        r.map(|i| i.intro.rank)
+    };
+    // Of every length short of a nonce and a proof (the bytes do not matter: never read).
+    let short: [fn(&Token, &Nonces) -> Vec<u8>; 5] = [
+        |_, _| Vec::new(),
+        |_, _| vec![1],
+        |_, _| vec![1; NONCE_LEN - 1],
+        |_, n| n.client.to_vec(),
+        |_, n| [&n.client[..], &[2; frame::PROOF_LEN - 1]].concat(),
+    ];
+    for (i, make) in short.into_iter().enumerate() {
+        assert_eq!(answer(make), Err("malformed hello".into()), "short answer {i}");
+    }
+    assert_eq!(
+        answer(|_, n| [&n.client[..], &[0; frame::PROOF_LEN]].concat()),
+        Err("wrong session token (failed the challenge)".into())
+    );
+    assert_eq!(
+        answer(|t, n| [&n.client[..], &client_proof(t, Kind::Hello, n, &[])].concat()),
+        Err("malformed hello".into())
+    );
+}

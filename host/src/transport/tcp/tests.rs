@@ -805,7 +805,10 @@ fn the_listener_binds_loopback_when_every_peer_is_on_this_machine() {
         let other = SocketAddr::new("127.0.0.2".parse().unwrap(), addr.port());
         assert!(!connects(other), "rank 0's listener takes connections at {other}: bound beyond loopback");
     });
-    assert!(e.contains("timed out"), "{e}");
+    // Rank 1's listener takes the connection and never challenges: what rank 0 waited for is
+    // named (a survivor of `./x mutants tcp`: `connect_peers` retrying while less than its pause
+    // was left, `+` read as `-`, went past the deadline and said only "a TCP connection to").
+    assert!(e.contains("timed out") && e.contains("waiting for the peer's challenge"), "{e}");
 }
 
 #[test]
@@ -980,5 +983,177 @@ fn a_configuration_with_a_zero_field_is_refused() {
     for c in [cfg(0, 8, second), cfg(1024, 0, second), cfg(1024, 8, Duration::ZERO)] {
         let e = c.validate().expect_err("a zero field").to_string();
         assert!(e.contains("every field must be positive") && e.contains(&format!("{c:?}")), "{e}");
+    }
+}
+
+/// A survivor of `./x mutants tcp`: `describe` returning an empty or made-up text. The transport
+/// describes itself by its peer.
+#[test]
+fn the_transport_describes_itself_by_its_peer() {
+    assert_eq!(raw(Duration::from_secs(20)).t.describe(), "TCP to rank 1");
+}
+
+/// A survivor of `./x mutants tcp`: the guard of `close`'s "the Close could not be sent" arm made
+/// true, so that a channel that had already failed (its peer lost) passed its Close and reported
+/// the failure only through the later check, as a protocol error. A peer whose connection ends
+/// without its Close: `close` (the failure not yet taken by a poll) reports the lost peer as
+/// [`Error::PeerLost`] naming it, what callers match on.
+#[test]
+fn close_reports_a_peer_lost_before_it_as_lost() {
+    let mut r = raw(Duration::from_secs(20));
+    r.feed.shutdown(std::net::Shutdown::Write).unwrap();
+    wait_for("the receiver to fail", || r.t.shared.failed.load(Ordering::Acquire));
+    match r.t.close(deadline()) {
+        Err(Error::PeerLost { peer: 1, detail }) => assert!(detail.contains("without the channel's close"), "{detail}"),
+        other => panic!("close after the peer was lost: {other:?}"),
+    }
+}
+
+/// Rank 1 of two, played by hand against rank 0 inside [`connect_peers`] (whose result is
+/// returned): its listener first passes every connection to `first`, until that returns false,
+/// then accepts rank 0's connection properly; it connects to rank 0 as a rank does.
+fn rank_1_by_hand(timeout: Duration, mut first: impl FnMut(TcpStream) -> bool + Send + 'static) -> Result<Vec<Link>> {
+    use super::wire::Introduction;
+    let key = Token([5; 16]);
+    let hints = BootstrapHints { key: Some(key), timeout: Some(timeout), ..Default::default() };
+    let mut boots = local_bootstraps(2, hints);
+    let b1 = boots.pop().unwrap();
+    let b0 = boots.pop().unwrap();
+    let rank0 = std::thread::spawn(move || {
+        let opts = ConnectOptions { max_chunk: 1024, ..Default::default() };
+        connect_peers(&b0, &[PeerAddr { rank: 1, same_machine: true }], &opts)
+    });
+    let setup = b1.all_gather(&[0; 24]).unwrap();
+    let instance = u64::from_le_bytes(setup[0][16..24].try_into().unwrap());
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addrs = b1.all_gather(l.local_addr().unwrap().to_string().as_bytes()).unwrap();
+    let rank0_addr: SocketAddr = std::str::from_utf8(&addrs[0]).unwrap().parse().unwrap();
+    let until = Instant::now() + timeout;
+    let acceptor = std::thread::spawn(move || {
+        while first(l.accept().unwrap().0) {}
+        super::connect::accept_all_for_test(&l, &key, 1, instance, &[0], 1024, until)
+    });
+    let out = super::connect::connect_for_test(rank0_addr, &key, Introduction { from: 1, to: 0, instance });
+    let got = rank0.join().unwrap();
+    // Rank 0's connection came, or rank 0 gave up: either way rank 1's side is over.
+    let _ = (out, acceptor.join().unwrap());
+    got
+}
+
+/// Survivors of `./x mutants tcp`: `connect_peers` not trying a peer's connection again after an
+/// error that is not the peer's wrong answer (its retry guard made false, its `!` deleted, or
+/// its `<` read as `==`). Rank 1 drops rank 0's first connection before the challenge (as a
+/// peer does whose handshake wait ran out): rank 0 connects again and gets through.
+#[test]
+fn a_connection_dropped_before_its_handshake_is_tried_again() {
+    let dropped = Arc::new(AtomicU64::new(0));
+    let count = dropped.clone();
+    let links = rank_1_by_hand(Duration::from_secs(2), move |s| {
+        drop(s);
+        count.fetch_add(1, Ordering::AcqRel);
+        false
+    })
+    .expect("rank 0 connects again after its first connection was dropped");
+    assert_eq!(links.len(), 1);
+    assert_eq!((links[0].peer, links[0].peer_max_chunk), (1, 1024));
+    assert_eq!(dropped.load(Ordering::Acquire), 1);
+}
+
+/// Survivors of `./x mutants tcp`: `connect_one` not connecting again after a refused connection
+/// (its retry guard made false, its `<` read as `==` or `>`). The peer starts listening only
+/// after the first attempts were refused: the connection is made once it does.
+#[test]
+fn a_refused_connection_is_tried_again_until_the_peer_listens() {
+    use super::wire::Introduction;
+    let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    assert!(TcpStream::connect(addr).is_err(), "something listens at {addr} already");
+    let key = Token([3; 16]);
+    let acceptor = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(60));
+        let l = TcpListener::bind(addr).unwrap();
+        let until = Instant::now() + Duration::from_secs(5);
+        super::connect::accept_all_for_test(&l, &key, 0, 7, &[1], 1 << 20, until)
+    });
+    let got = super::connect::connect_for_test(addr, &key, Introduction { from: 1, to: 0, instance: 7 });
+    assert_eq!(got.expect("connected once the peer listened").1, 1 << 20);
+    assert_eq!(acceptor.join().unwrap().unwrap().keys().copied().collect::<Vec<_>>(), [1]);
+}
+
+/// Survivors of `./x mutants tcp`: `accept_all` taking a second connection from a rank in the
+/// place of its first (the guard `waiting.contains(&rank)` made true), and its count of rejected
+/// connections never raised (`+=` read as `-=` or `*=`, for either kind of rejection). A stray
+/// with another key, then rank 1 twice at once (both handshakes under way before either ends),
+/// and rank 2 never: the timeout counts both rejections and names the second connection.
+#[test]
+fn the_accept_timeout_counts_a_stray_and_a_second_connection_from_a_rank() {
+    use super::wire::{self, Introduction};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let key = Token([4; 16]);
+    let until = Instant::now() + Duration::from_millis(700);
+    let acceptor = std::thread::spawn(move || super::connect::accept_all_for_test(&l, &key, 0, 9, &[1, 2], 64, until));
+    let intro = Introduction { from: 1, to: 0, instance: 9 };
+    assert!(super::connect::connect_for_test(addr, &Token([8; 16]), intro).is_err());
+    let mut twice = [TcpStream::connect(addr).unwrap(), TcpStream::connect(addr).unwrap()];
+    let mut servers = Vec::new();
+    for s in &mut twice {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut c = [0u8; wire::CHALLENGE_LEN];
+        s.read_exact(&mut c).unwrap();
+        servers.push(wire::parse_challenge(&c).unwrap());
+    }
+    for (s, server) in twice.iter_mut().zip(&servers) {
+        let client = [6; wire::NONCE_LEN];
+        s.write_all(&wire::hello(&key, &intro, server, &client)).unwrap();
+        let mut w = [0u8; wire::WELCOME_LEN];
+        s.read_exact(&mut w).unwrap();
+        assert_eq!(wire::parse_welcome(&w, &key, &intro, server, &client), Ok(64));
+    }
+    let e = acceptor.join().unwrap().unwrap_err().to_string();
+    assert!(e.contains("connections from rank(s) [2] (2 connection(s) rejected, the last: 127.0.0.1:"), "{e}");
+    assert!(e.contains("a second connection from rank 1"), "{e}");
+}
+
+/// A survivor of `./x mutants tcp`: `accept_all` taking every accept error for "no connection
+/// yet" (the guard `e.kind() == WouldBlock` made true), so that a listener that can no longer
+/// accept was waited on until the deadline. The listener is shut down under the accept loop: the
+/// error comes at once, naming what failed.
+#[test]
+fn an_accept_error_ends_the_accept_loop_at_once() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let handle = l.try_clone().unwrap();
+    let t = Instant::now();
+    let until = t + Duration::from_secs(3);
+    let acceptor =
+        std::thread::spawn(move || super::connect::accept_all_for_test(&l, &Token([2; 16]), 0, 1, &[1], 64, until));
+    std::thread::sleep(Duration::from_millis(20));
+    // A listening socket shut down for reading stops listening: its accept fails (EINVAL).
+    nix::sys::socket::shutdown(std::os::fd::AsRawFd::as_raw_fd(&handle), nix::sys::socket::Shutdown::Read).unwrap();
+    let e = acceptor.join().unwrap().unwrap_err().to_string();
+    assert!(e.contains("accepting a transport connection"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(2), "the accept error came after {:?}", t.elapsed());
+}
+
+/// A survivor of `./x mutants tcp` on machines whose host name resolves to a network address, or
+/// to a loopback address other than 127.0.0.1: `default_advertise`'s `!` deleted, so that a
+/// loopback address of the host name was advertised to peers on other machines. Without
+/// `MSCCLPP_RS_TRANSPORT_ADDR` and a bootstrap's local address, the address advertised is one of
+/// the host name's that is not loopback, else 127.0.0.1.
+#[test]
+fn the_default_address_is_the_host_names_network_address() {
+    use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
+    if std::env::var_os(super::connect::ENV_TRANSPORT_ADDR).is_some() {
+        println!("SKIP the_default_address_is_the_host_names_network_address: MSCCLPP_RS_TRANSPORT_ADDR is set");
+        return;
+    }
+    let boot = local_bootstraps(1, BootstrapHints::default()).pop().unwrap();
+    let got = super::connect::default_advertise_for_test(&boot).unwrap();
+    let host = nix::unistd::gethostname().unwrap().to_string_lossy().into_owned();
+    let resolved: Vec<IpAddr> =
+        (host.as_str(), 0).to_socket_addrs().map(|a| a.map(|a| a.ip()).collect()).unwrap_or_default();
+    if resolved.iter().any(|ip| !ip.is_loopback()) {
+        assert!(!got.is_loopback() && resolved.contains(&got), "{got} of {host}'s {resolved:?}");
+    } else {
+        assert_eq!(got, IpAddr::V4(Ipv4Addr::LOCALHOST), "{host} resolves to {resolved:?}");
     }
 }
