@@ -246,6 +246,8 @@ struct Raw {
     feed: TcpStream,
     /// The other end of the transport's outgoing connection.
     peer_in: TcpStream,
+    /// The transport's source region (4 KiB).
+    src: Arc<HostRegion>,
 }
 
 fn socket_pair() -> (TcpStream, TcpStream) {
@@ -268,11 +270,11 @@ fn raw_with<L: LandingMemory>(timeout: Duration, wrap: impl FnOnce(HostLanding) 
     let src = HostRegion::filled(4096, 1);
     let c = cfg(1024, 2, timeout);
     let link = Link { peer: 1, outgoing, incoming, peer_max_chunk: 1024 };
-    let source = HostSource::new(vec![src], 2, 1024).unwrap();
+    let source = HostSource::new(vec![src.clone()], 2, 1024).unwrap();
     let landing = wrap(HostLanding::new(vec![dst.clone()], sems.clone(), 2, 1024).unwrap());
     let t =
         TcpTransport::start(link, source, landing, RemoteMemory { regions: vec![4096], semaphores: 1 }, &c).unwrap();
-    Raw { t, dst, sems, feed, peer_in }
+    Raw { t, dst, sems, feed, peer_in, src }
 }
 
 /// A landing memory that reads every payload into a staging slot and lands it from there (as the
@@ -1222,4 +1224,61 @@ fn the_end_of_the_accept_loop_ends_the_handshakes_still_pending() {
     let r = stray.read(&mut [0u8; 1]);
     let ended = matches!(r, Ok(0)) || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset);
     assert!(ended, "the pending stray's connection: {r:?}");
+}
+
+/// Survivors of `./x mutants tcp`: the ack reader taking every refusal for a bad reply (its guard
+/// `h.len <= MAX_FAIL_TEXT` made false, or `<=` read as `>`), or reading a refusal's text of any
+/// length (the guard made true). The peer refuses with a reason: the transport fails naming the
+/// peer and the reason; a refusal announcing more text than a refusal may carry is a bad reply.
+#[test]
+fn a_refusal_from_the_peer_is_reported_with_its_reason() {
+    let mut r = raw(Duration::from_secs(20));
+    let mut fail = Header::new(Op::Fail, 0, 0, 0, 4).encode().to_vec();
+    fail.extend_from_slice(b"nope");
+    r.peer_in.write_all(&fail).unwrap();
+    let e = failure(&mut r.t);
+    assert!(e.contains("rank 1 refused this rank's port-channel data: nope"), "{e}");
+    let mut r = raw(Duration::from_secs(20));
+    r.peer_in.write_all(&Header::new(Op::Fail, 0, 0, 0, super::wire::MAX_FAIL_TEXT + 1).encode()).unwrap();
+    r.peer_in.shutdown(std::net::Shutdown::Write).unwrap();
+    let e = failure(&mut r.t);
+    assert!(e.contains("rank 1 sent a bad reply over TCP: Fail"), "{e}");
+}
+
+/// Survivors of `./x mutants tcp`: a receiver that waits without limit for the rest of a
+/// message whose first part has come, where that part is a header's first bytes or a whole
+/// header (`!(idle_ok && got == 0)` with its `&&` read as `||`). A peer that goes silent there is
+/// timed out, by name.
+#[test]
+fn a_peer_silent_after_a_header_or_part_of_one_times_out_by_name() {
+    let header = put_msg(0, 0, 8, &[3; 16])[..HEADER_LEN].to_vec();
+    for (cut, what) in [(10, "part of a header"), (HEADER_LEN, "a put's header")] {
+        for (kind, mut r) in raw_both(Duration::from_millis(200)) {
+            r.feed.write_all(&header[..cut]).unwrap();
+            let e = failure(&mut r.t);
+            assert!(e.contains("timed out") && e.contains("rank 1 to send the rest"), "{what} ({kind}): {e}");
+        }
+    }
+}
+
+/// Survivors of `./x mutants tcp`: the sender's blocked write not reported as a stuck receiver
+/// (`write_all`'s match arm for `WouldBlock | TimedOut` deleted: reported as a lost peer; its
+/// guard for `Interrupted` made true or its `==` read as `!=`: the write tried again for ever).
+/// The peer reads nothing: once the connection is full, the sender's write gives up after the
+/// timeout and the transport fails, saying the peer's receiver is stuck.
+#[test]
+fn a_peer_that_reads_nothing_is_reported_stuck() {
+    let mut r = raw(Duration::from_millis(200));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Puts of small chunks, which go out through the sender's buffer, until one is refused.
+        let (to, from) = (RemoteSpan { region: 0, offset: 0 }, r.src.addr());
+        if (0..1_000_000).all(|_| r.t.put(to, from, 4096).is_ok()) {
+            return;
+        }
+        // The put may have seen the sender's end before its reason was recorded: the reason.
+        let _ = tx.send(failure(&mut r.t));
+    });
+    let e = rx.recv_timeout(Duration::from_secs(5)).expect("the puts went on after the timeout");
+    assert!(e.contains("timed out") && e.contains("rank 1 to take data sent over TCP (its receiver is stuck)"), "{e}");
 }
