@@ -1282,3 +1282,134 @@ fn a_peer_that_reads_nothing_is_reported_stuck() {
     let e = rx.recv_timeout(Duration::from_secs(5)).expect("the puts went on after the timeout");
     assert!(e.contains("timed out") && e.contains("rank 1 to take data sent over TCP (its receiver is stuck)"), "{e}");
 }
+
+/// How long was left until each deadline a memory side was given, when it was given.
+type Waits = Arc<Mutex<Vec<(&'static str, Duration)>>>;
+
+fn left(d: Instant) -> Duration {
+    d.saturating_duration_since(Instant::now())
+}
+
+/// A source that copies each chunk into a staging slot of its own when it is staged and hands
+/// out the copy (as the GPU source does), recording the deadlines it is given.
+struct Staging {
+    inner: HostSource,
+    copies: Vec<Vec<u8>>,
+    waits: Waits,
+}
+
+impl SourceMemory for Staging {
+    fn slots(&self) -> usize {
+        self.inner.slots()
+    }
+    fn slot_bytes(&self) -> usize {
+        self.inner.slot_bytes()
+    }
+    fn stage(&mut self, slot: usize, src: u64, len: usize) -> Result<()> {
+        self.inner.stage(slot, src, len)?;
+        let Outgoing::InPlace(span) = self.inner.staged(slot, len, deadline())? else { unreachable!("host memory") };
+        self.copies[slot] = span.with(|d| d.to_vec());
+        Ok(())
+    }
+    fn staged(&mut self, slot: usize, len: usize, deadline: Instant) -> Result<Outgoing<'_>> {
+        self.waits.lock().unwrap().push(("staged", left(deadline)));
+        assert_eq!(self.copies[slot].len(), len, "slot {slot}");
+        Ok(Outgoing::Staged(&self.copies[slot]))
+    }
+}
+
+/// A landing memory through staging slots only (as the GPU landing), recording the slots it is
+/// asked for and the deadlines it is given.
+struct Watched {
+    inner: HostLanding,
+    slots: Arc<Mutex<Vec<usize>>>,
+    waits: Waits,
+}
+
+impl LandingMemory for Watched {
+    fn regions(&self) -> &[u64] {
+        self.inner.regions()
+    }
+    fn semaphores(&self) -> usize {
+        self.inner.semaphores()
+    }
+    fn slots(&self) -> usize {
+        self.inner.slots()
+    }
+    fn slot_bytes(&self) -> usize {
+        self.inner.slot_bytes()
+    }
+    fn slot(&mut self, slot: usize, deadline: Instant) -> Result<&mut [u8]> {
+        self.slots.lock().unwrap().push(slot);
+        self.waits.lock().unwrap().push(("slot", left(deadline)));
+        self.inner.slot(slot, deadline)
+    }
+    fn land(&mut self, slot: usize, region: u32, offset: u64, len: usize) -> Result<()> {
+        self.inner.land(slot, region, offset, len)
+    }
+    fn signal(&mut self, semaphore: u32) -> Result<()> {
+        self.inner.signal(semaphore)
+    }
+    fn atomic_add(&mut self, region: u32, offset: u64, value: u64) -> Result<()> {
+        self.inner.atomic_add(region, offset, value)
+    }
+    fn wait_all(&mut self, deadline: Instant) -> Result<()> {
+        self.waits.lock().unwrap().push(("wait_all", left(deadline)));
+        self.inner.wait_all(deadline)
+    }
+}
+
+/// Survivors of `./x mutants tcp`, all in code only a GPU's memory sides reach: the sender
+/// copying a large staged chunk into its buffer (then dropped with it) or writing a small one
+/// alone (then sent twice) (its guards `len <= SMALL_PAYLOAD` of a staged chunk made true or
+/// false, or `<=` read as `>`); the receiver's staging slots not taken in turn (`% slots` read
+/// as `/`, `+ 1` as `* 1`); and the deadlines the memory sides are given (`Instant::now() +
+/// timeout` read as `-`, for a staged chunk, a slot, a flush's and a close's wait and the
+/// receiver's last wait). Rank 0 puts from a source that stages copies, of a small chunk and of
+/// large ones, into rank 1's landing through slots: everything lands, the slots are taken in
+/// turn, and every deadline is the timeout away.
+#[test]
+fn staged_chunks_land_through_slots_in_turn_within_the_timeout() {
+    const CHUNK: usize = 128 << 10;
+    let (bytes, timeout) = (3 * CHUNK + 2000, Duration::from_secs(20));
+    let (waits, slots): (Waits, Arc<Mutex<Vec<usize>>>) = Default::default();
+    let landed = slots.clone();
+    let (a_out, b_in) = socket_pair();
+    let (b_out, a_in) = socket_pair();
+    let data: Vec<u8> = (0..bytes).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let (src, dst) = (HostRegion::from_slice(&data), HostRegion::filled(bytes, POISON));
+    let c = cfg(CHUNK, 3, timeout);
+    let remote = RemoteMemory { regions: vec![bytes as u64], semaphores: 0 };
+    let source = Staging {
+        inner: HostSource::new(vec![src.clone()], 3, CHUNK).unwrap(),
+        copies: vec![Vec::new(); 3],
+        waits: waits.clone(),
+    };
+    let unused = HostLanding::new(vec![HostRegion::filled(8, 0)], Vec::new(), 1, 8).unwrap();
+    let link = Link { peer: 1, outgoing: a_out, incoming: a_in, peer_max_chunk: CHUNK as u64 };
+    let mut a = TcpTransport::start(link, source, unused, remote.clone(), &c).unwrap();
+    let landing = Watched {
+        inner: HostLanding::new(vec![dst.clone()], Vec::new(), 3, CHUNK).unwrap(),
+        slots,
+        waits: waits.clone(),
+    };
+    let link = Link { peer: 0, outgoing: b_out, incoming: b_in, peer_max_chunk: CHUNK as u64 };
+    let unused = HostSource::new(vec![HostRegion::filled(8, 0)], 1, 8).unwrap();
+    let mut b = TcpTransport::start(link, unused, landing, remote, &c).unwrap();
+    // A small chunk first, then three large ones and a small one.
+    a.put(RemoteSpan { region: 0, offset: 0 }, src.addr(), 1000).unwrap();
+    a.put(RemoteSpan { region: 0, offset: 1000 }, src.addr() + 1000, (bytes - 1000) as u64).unwrap();
+    a.flush(deadline()).unwrap();
+    assert!(dst.to_vec() == data, "what landed differs from what was put");
+    let tb = std::thread::spawn(move || b.close(deadline()));
+    a.close(deadline()).unwrap();
+    tb.join().unwrap().unwrap();
+    assert_eq!(*landed.lock().unwrap(), [0, 1, 2, 0, 1], "the landing's slots, chunk by chunk");
+    let waits = waits.lock().unwrap();
+    for what in ["staged", "slot", "wait_all"] {
+        assert!(waits.iter().any(|w| w.0 == what), "no {what} in {waits:?}");
+    }
+    // Flush, Close, the receiver's end: three waits for everything on rank 1.
+    assert!(waits.iter().filter(|w| w.0 == "wait_all").count() >= 3, "{waits:?}");
+    assert!(waits.iter().all(|w| w.1 > timeout / 2), "deadlines not the timeout away: {waits:?}");
+}
