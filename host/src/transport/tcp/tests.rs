@@ -1413,3 +1413,18 @@ fn staged_chunks_land_through_slots_in_turn_within_the_timeout() {
     assert!(waits.iter().filter(|w| w.0 == "wait_all").count() >= 3, "{waits:?}");
     assert!(waits.iter().all(|w| w.1 > timeout / 2), "deadlines not the timeout away: {waits:?}");
 }
+
+/// A survivor of `./x mutants tcp`: the receiver taking every read error for "nothing yet" (its
+/// guard for `WouldBlock | TimedOut` made true), so that a reset connection was reported as one
+/// that closed without the channel's close, the reset unsaid. The peer's connection is reset (its
+/// socket closed with a zero linger): the transport fails, naming the peer and the reset.
+#[test]
+fn a_reset_connection_is_reported_as_reset() {
+    let r = raw(Duration::from_secs(20));
+    let Raw { mut t, feed, .. } = r;
+    let linger = nix::libc::linger { l_onoff: 1, l_linger: 0 };
+    nix::sys::socket::setsockopt(&feed, nix::sys::socket::sockopt::Linger, &linger).unwrap();
+    drop(feed);
+    let e = failure(&mut t);
+    assert!(e.contains("connection to rank 1 lost: reading from TCP") && e.contains("reset"), "{e}");
+}
