@@ -1248,3 +1248,27 @@ fn introductions_shorter_than_a_nonce_and_a_proof_are_malformed() {
         Err("malformed hello".into())
     );
 }
+
+/// Survivors of `./x mutants rendezvous`: `expect` taking every frame of another kind for a
+/// refusal (its guard `f.kind == Kind::Refused` made true), and a read that timed out for a lost
+/// peer (its guard `is_timeout(&source)` made false). A welcome where a challenge was expected is
+/// a protocol error naming both; a peer that sends nothing by the deadline is a timeout naming
+/// what was awaited.
+#[test]
+fn expect_names_a_frame_of_another_kind_and_a_silent_peer() {
+    let cfg = configs(2, Duration::from_secs(5)).swap_remove(1);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (me, _) = listener.accept().unwrap();
+    frame::write_frame(&mut &peer, &cfg.token, Kind::Welcome, 0, &[0; frame::PROOF_LEN]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    match expect(&me, &cfg, Kind::Challenge, NONCE_LEN, deadline, 0, "the challenge of rank 0") {
+        Err(Error::Protocol(why)) => assert_eq!(why, "rank 0 sent welcome while the challenge of rank 0 was expected"),
+        other => panic!("a welcome in place of the challenge: {other:?}"),
+    }
+    let deadline = Instant::now() + Duration::from_millis(50);
+    match expect(&me, &cfg, Kind::Challenge, NONCE_LEN, deadline, 0, "the challenge of rank 0") {
+        Err(Error::Timeout { waiting_for, .. }) => assert_eq!(waiting_for, "rank 0 to send the challenge of rank 0"),
+        other => panic!("nothing by the deadline: {other:?}"),
+    }
+}
