@@ -1272,3 +1272,25 @@ fn expect_names_a_frame_of_another_kind_and_a_silent_peer() {
         other => panic!("nothing by the deadline: {other:?}"),
     }
 }
+
+/// A survivor of `./x mutants rendezvous`: rank 0 refusing a hello's rank only when it is both 0
+/// and past the world (`||` read as `&&`). A client with the token introduces itself as rank 0,
+/// then (to another rank 0) as rank 2 of 2: each rendezvous fails at once, naming the claim.
+#[test]
+fn rank_zero_refuses_a_hello_claiming_rank_zero_or_one_past_the_world() {
+    for claim in [0, 2] {
+        let cfgs = configs(2, Duration::from_secs(2));
+        let (addr, token): (SocketAddr, _) = (cfgs[0].addr.parse().unwrap(), cfgs[0].token);
+        let c0 = cfgs[0].clone();
+        let root = thread::spawn(move || TcpBootstrap::connect(&c0).map(drop));
+        let s = connect_until(addr, Instant::now() + Duration::from_secs(5), Duration::from_secs(5), "rank 0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let challenge = frame::read_frame(&mut &s, &token, 64).unwrap().unwrap();
+        let nonces = Nonces { server: challenge.payload.as_slice().try_into().unwrap(), client: [3; NONCE_LEN] };
+        let intro = Intro { rank: claim, world: 2, listen: "127.0.0.1:9".into() }.encode();
+        let payload = [&nonces.client[..], &client_proof(&token, Kind::Hello, &nonces, &intro), &intro].concat();
+        frame::write_frame(&mut &s, &token, Kind::Hello, 0, &payload).unwrap();
+        let e = root.join().unwrap().unwrap_err().to_string();
+        assert!(e.contains(&format!("claims rank {claim} of 2")), "{e}");
+    }
+}
