@@ -1202,3 +1202,95 @@ fn the_end_of_the_rendezvous_ends_the_handshakes_still_pending() {
     assert!(ended, "the pending stray got {r:?} after {:?}", t.elapsed());
     assert!(t.elapsed() < HANDSHAKE_WAIT, "the pending stray was ended only after {:?}", t.elapsed());
 }
+
+/// Survivors of `./x mutants rendezvous`: `accept_handshake`'s length check of an introduction
+/// (`p.len() < NONCE_LEN + PROOF_LEN`) with its `<` read as `==` or `<=`, or its `+` as `-`, so
+/// that a short introduction reached the split into nonce and proof (and panicked the handshake
+/// thread) or one just long enough was called malformed before its proof was checked. Answers
+/// short of a nonce and a proof (empty, a byte, a nonce less a byte, a nonce, a nonce and a proof
+/// less a byte), framed under the right token, are malformed; one of exactly a nonce and a proof
+/// is checked (a wrong proof: the token; the right one over an empty introduction: malformed).
+#[test]
+fn introductions_shorter_than_a_nonce_and_a_proof_are_malformed() {
+    let token = Token::random();
+    let answer = |make: fn(&Token, &Nonces) -> Vec<u8>| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, from) = listener.accept().unwrap();
+        let answering = thread::spawn(move || {
+            client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let challenge = frame::read_frame(&mut &client, &token, 64).unwrap().unwrap();
+            let nonces = Nonces { server: challenge.payload.try_into().unwrap(), client: crate::auth::nonce() };
+            (&client).write_all(&frame::encode(&token, Kind::Hello, 0, &make(&token, &nonces))).unwrap();
+            client
+        });
+        let r = accept_handshake(server, from, &token, Kind::Hello, Instant::now() + Duration::from_secs(10));
+        drop(answering.join().unwrap());
+        r.map(|i| i.intro.rank)
+    };
+    // Of every length short of a nonce and a proof (the bytes do not matter: never read).
+    let short: [fn(&Token, &Nonces) -> Vec<u8>; 5] = [
+        |_, _| Vec::new(),
+        |_, _| vec![1],
+        |_, _| vec![1; NONCE_LEN - 1],
+        |_, n| n.client.to_vec(),
+        |_, n| [&n.client[..], &[2; frame::PROOF_LEN - 1]].concat(),
+    ];
+    for (i, make) in short.into_iter().enumerate() {
+        assert_eq!(answer(make), Err("malformed hello".into()), "short answer {i}");
+    }
+    assert_eq!(
+        answer(|_, n| [&n.client[..], &[0; frame::PROOF_LEN]].concat()),
+        Err("wrong session token (failed the challenge)".into())
+    );
+    assert_eq!(
+        answer(|t, n| [&n.client[..], &client_proof(t, Kind::Hello, n, &[])].concat()),
+        Err("malformed hello".into())
+    );
+}
+
+/// Survivors of `./x mutants rendezvous`: `expect` taking every frame of another kind for a
+/// refusal (its guard `f.kind == Kind::Refused` made true), and a read that timed out for a lost
+/// peer (its guard `is_timeout(&source)` made false). A welcome where a challenge was expected is
+/// a protocol error naming both; a peer that sends nothing by the deadline is a timeout naming
+/// what was awaited.
+#[test]
+fn expect_names_a_frame_of_another_kind_and_a_silent_peer() {
+    let cfg = configs(2, Duration::from_secs(5)).swap_remove(1);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (me, _) = listener.accept().unwrap();
+    frame::write_frame(&mut &peer, &cfg.token, Kind::Welcome, 0, &[0; frame::PROOF_LEN]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    match expect(&me, &cfg, Kind::Challenge, NONCE_LEN, deadline, 0, "the challenge of rank 0") {
+        Err(Error::Protocol(why)) => assert_eq!(why, "rank 0 sent welcome while the challenge of rank 0 was expected"),
+        other => panic!("a welcome in place of the challenge: {other:?}"),
+    }
+    let deadline = Instant::now() + Duration::from_millis(50);
+    match expect(&me, &cfg, Kind::Challenge, NONCE_LEN, deadline, 0, "the challenge of rank 0") {
+        Err(Error::Timeout { waiting_for, .. }) => assert_eq!(waiting_for, "rank 0 to send the challenge of rank 0"),
+        other => panic!("nothing by the deadline: {other:?}"),
+    }
+}
+
+/// A survivor of `./x mutants rendezvous`: rank 0 refusing a hello's rank only when it is both 0
+/// and past the world (`||` read as `&&`). A client with the token introduces itself as rank 0,
+/// then (to another rank 0) as rank 2 of 2: each rendezvous fails at once, naming the claim.
+#[test]
+fn rank_zero_refuses_a_hello_claiming_rank_zero_or_one_past_the_world() {
+    for claim in [0, 2] {
+        let cfgs = configs(2, Duration::from_secs(2));
+        let (addr, token): (SocketAddr, _) = (cfgs[0].addr.parse().unwrap(), cfgs[0].token);
+        let c0 = cfgs[0].clone();
+        let root = thread::spawn(move || TcpBootstrap::connect(&c0).map(drop));
+        let s = connect_until(addr, Instant::now() + Duration::from_secs(5), Duration::from_secs(5), "rank 0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let challenge = frame::read_frame(&mut &s, &token, 64).unwrap().unwrap();
+        let nonces = Nonces { server: challenge.payload.as_slice().try_into().unwrap(), client: [3; NONCE_LEN] };
+        let intro = Intro { rank: claim, world: 2, listen: "127.0.0.1:9".into() }.encode();
+        let payload = [&nonces.client[..], &client_proof(&token, Kind::Hello, &nonces, &intro), &intro].concat();
+        frame::write_frame(&mut &s, &token, Kind::Hello, 0, &payload).unwrap();
+        let e = root.join().unwrap().unwrap_err().to_string();
+        assert!(e.contains(&format!("claims rank {claim} of 2")), "{e}");
+    }
+}

@@ -491,3 +491,9 @@ pub(super) fn listen_ip_for_test(peers: &[PeerAddr], advertise: IpAddr) -> IpAdd
 pub(super) fn check_listen_ip_for_test(ip: IpAddr, hints: &BootstrapHints) -> Result<()> {
     check_listen_ip(ip, hints)
 }
+
+/// [`default_advertise`] for the transport's tests.
+#[cfg(test)]
+pub(super) fn default_advertise_for_test(boot: &dyn Bootstrap) -> Result<IpAddr> {
+    default_advertise(boot)
+}

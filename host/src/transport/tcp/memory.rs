@@ -412,6 +412,9 @@ mod tests {
         assert!(s.stage(0, a.addr(), 5).is_err());
         assert!(s.stage(2, a.addr(), 1).is_err());
         assert!(HostSource::new(vec![a], 0, 4).is_err());
+        // What it was made with (a survivor of `./x mutants tcp`: `slots` made 1 or `slot_bytes`
+        // made 1 send all the same, one chunk in flight or a byte at a time).
+        assert_eq!((s.slots(), s.slot_bytes()), (2, 4));
     }
 
     #[test]
@@ -430,6 +433,9 @@ mod tests {
         let r = HostRegion::filled(16, 0);
         let sem = Arc::new(AtomicU64::new(0));
         let mut l = HostLanding::new(vec![r.clone()], vec![sem.clone()], 2, 8).unwrap();
+        // What it was made with (a survivor of `./x mutants tcp`: `slots` made 1 lands all the
+        // same through one slot, a host landing's slots being free again at once).
+        assert_eq!((l.regions(), l.semaphores(), l.slots(), l.slot_bytes()), (&[16u64][..], 1, 2, 8));
         assert!(l.land(1, 0, 0, 1).is_err(), "a slot never filled");
         l.slot(0, Instant::now()).unwrap()[..4].copy_from_slice(&[5, 6, 7, 8]);
         l.land(0, 0, 12, 4).unwrap();
@@ -452,5 +458,17 @@ mod tests {
         want[..8].copy_from_slice(&42u64.to_le_bytes());
         want[8..].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(r.to_vec(), want);
+    }
+
+    /// Survivors of `./x mutants tcp`: `HostRegion::is_empty` (made true or false, or its `==`
+    /// read as `!=`), `HostSpan::is_empty` (made true) and `HostRegion`'s `Debug` (made to write
+    /// nothing). Regions and spans say whether they are empty; a region's debug form names its
+    /// address and size.
+    #[test]
+    fn host_regions_and_spans_say_whether_they_are_empty_and_what_they_are() {
+        let (empty, one) = (HostRegion::filled(0, 0), HostRegion::filled(1, 0));
+        assert!(empty.is_empty() && !one.is_empty());
+        assert!(one.span(1, 0).unwrap().is_empty() && !one.span(0, 1).unwrap().is_empty());
+        assert_eq!(format!("{one:?}"), format!("HostRegion({:#x}, 1 B)", one.addr()));
     }
 }

@@ -246,6 +246,8 @@ struct Raw {
     feed: TcpStream,
     /// The other end of the transport's outgoing connection.
     peer_in: TcpStream,
+    /// The transport's source region (4 KiB).
+    src: Arc<HostRegion>,
 }
 
 fn socket_pair() -> (TcpStream, TcpStream) {
@@ -268,11 +270,11 @@ fn raw_with<L: LandingMemory>(timeout: Duration, wrap: impl FnOnce(HostLanding) 
     let src = HostRegion::filled(4096, 1);
     let c = cfg(1024, 2, timeout);
     let link = Link { peer: 1, outgoing, incoming, peer_max_chunk: 1024 };
-    let source = HostSource::new(vec![src], 2, 1024).unwrap();
+    let source = HostSource::new(vec![src.clone()], 2, 1024).unwrap();
     let landing = wrap(HostLanding::new(vec![dst.clone()], sems.clone(), 2, 1024).unwrap());
     let t =
         TcpTransport::start(link, source, landing, RemoteMemory { regions: vec![4096], semaphores: 1 }, &c).unwrap();
-    Raw { t, dst, sems, feed, peer_in }
+    Raw { t, dst, sems, feed, peer_in, src }
 }
 
 /// A landing memory that reads every payload into a staging slot and lands it from there (as the
@@ -805,7 +807,10 @@ fn the_listener_binds_loopback_when_every_peer_is_on_this_machine() {
         let other = SocketAddr::new("127.0.0.2".parse().unwrap(), addr.port());
         assert!(!connects(other), "rank 0's listener takes connections at {other}: bound beyond loopback");
     });
-    assert!(e.contains("timed out"), "{e}");
+    // Rank 1's listener takes the connection and never challenges: what rank 0 waited for is
+    // named (a survivor of `./x mutants tcp`: `connect_peers` retrying while less than its pause
+    // was left, `+` read as `-`, went past the deadline and said only "a TCP connection to").
+    assert!(e.contains("timed out") && e.contains("waiting for the peer's challenge"), "{e}");
 }
 
 #[test]
@@ -981,4 +986,445 @@ fn a_configuration_with_a_zero_field_is_refused() {
         let e = c.validate().expect_err("a zero field").to_string();
         assert!(e.contains("every field must be positive") && e.contains(&format!("{c:?}")), "{e}");
     }
+}
+
+/// A survivor of `./x mutants tcp`: `describe` returning an empty or made-up text. The transport
+/// describes itself by its peer.
+#[test]
+fn the_transport_describes_itself_by_its_peer() {
+    assert_eq!(raw(Duration::from_secs(20)).t.describe(), "TCP to rank 1");
+}
+
+/// A survivor of `./x mutants tcp`: the guard of `close`'s "the Close could not be sent" arm made
+/// true, so that a channel that had already failed (its peer lost) passed its Close and reported
+/// the failure only through the later check, as a protocol error. A peer whose connection ends
+/// without its Close: `close` (the failure not yet taken by a poll) reports the lost peer as
+/// [`Error::PeerLost`] naming it, what callers match on.
+#[test]
+fn close_reports_a_peer_lost_before_it_as_lost() {
+    let mut r = raw(Duration::from_secs(20));
+    r.feed.shutdown(std::net::Shutdown::Write).unwrap();
+    wait_for("the receiver to fail", || r.t.shared.failed.load(Ordering::Acquire));
+    match r.t.close(deadline()) {
+        Err(Error::PeerLost { peer: 1, detail }) => assert!(detail.contains("without the channel's close"), "{detail}"),
+        other => panic!("close after the peer was lost: {other:?}"),
+    }
+}
+
+/// Rank 1 of two, played by hand against rank 0 inside [`connect_peers`] (whose result is
+/// returned): its listener first passes every connection to `first`, until that returns false,
+/// then accepts rank 0's connection properly; it connects to rank 0 as a rank does.
+fn rank_1_by_hand(timeout: Duration, mut first: impl FnMut(TcpStream) -> bool + Send + 'static) -> Result<Vec<Link>> {
+    use super::wire::Introduction;
+    let key = Token([5; 16]);
+    let hints = BootstrapHints { key: Some(key), timeout: Some(timeout), ..Default::default() };
+    let mut boots = local_bootstraps(2, hints);
+    let b1 = boots.pop().unwrap();
+    let b0 = boots.pop().unwrap();
+    let rank0 = std::thread::spawn(move || {
+        let opts = ConnectOptions { max_chunk: 1024, ..Default::default() };
+        connect_peers(&b0, &[PeerAddr { rank: 1, same_machine: true }], &opts)
+    });
+    let setup = b1.all_gather(&[0; 24]).unwrap();
+    let instance = u64::from_le_bytes(setup[0][16..24].try_into().unwrap());
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addrs = b1.all_gather(l.local_addr().unwrap().to_string().as_bytes()).unwrap();
+    let rank0_addr: SocketAddr = std::str::from_utf8(&addrs[0]).unwrap().parse().unwrap();
+    let until = Instant::now() + timeout;
+    let acceptor = std::thread::spawn(move || {
+        while first(l.accept().unwrap().0) {}
+        super::connect::accept_all_for_test(&l, &key, 1, instance, &[0], 1024, until)
+    });
+    let out = super::connect::connect_for_test(rank0_addr, &key, Introduction { from: 1, to: 0, instance });
+    let got = rank0.join().unwrap();
+    // Rank 0's connection came, or rank 0 gave up: either way rank 1's side is over.
+    let _ = (out, acceptor.join().unwrap());
+    got
+}
+
+/// Survivors of `./x mutants tcp`: `connect_peers` not trying a peer's connection again after an
+/// error that is not the peer's wrong answer (its retry guard made false, its `!` deleted, or
+/// its `<` read as `==`). Rank 1 drops rank 0's first connection before the challenge (as a
+/// peer does whose handshake wait ran out): rank 0 connects again and gets through.
+#[test]
+fn a_connection_dropped_before_its_handshake_is_tried_again() {
+    let dropped = Arc::new(AtomicU64::new(0));
+    let count = dropped.clone();
+    let links = rank_1_by_hand(Duration::from_secs(2), move |s| {
+        drop(s);
+        count.fetch_add(1, Ordering::AcqRel);
+        false
+    })
+    .expect("rank 0 connects again after its first connection was dropped");
+    assert_eq!(links.len(), 1);
+    assert_eq!((links[0].peer, links[0].peer_max_chunk), (1, 1024));
+    assert_eq!(dropped.load(Ordering::Acquire), 1);
+}
+
+/// Survivors of `./x mutants tcp`: `connect_one` not connecting again after a refused connection
+/// (its retry guard made false, its `<` read as `==` or `>`). The peer starts listening only
+/// after the first attempts were refused: the connection is made once it does.
+#[test]
+fn a_refused_connection_is_tried_again_until_the_peer_listens() {
+    use super::wire::Introduction;
+    let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    assert!(TcpStream::connect(addr).is_err(), "something listens at {addr} already");
+    let key = Token([3; 16]);
+    let acceptor = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(60));
+        let l = TcpListener::bind(addr).unwrap();
+        let until = Instant::now() + Duration::from_secs(5);
+        super::connect::accept_all_for_test(&l, &key, 0, 7, &[1], 1 << 20, until)
+    });
+    let got = super::connect::connect_for_test(addr, &key, Introduction { from: 1, to: 0, instance: 7 });
+    assert_eq!(got.expect("connected once the peer listened").1, 1 << 20);
+    assert_eq!(acceptor.join().unwrap().unwrap().keys().copied().collect::<Vec<_>>(), [1]);
+}
+
+/// Survivors of `./x mutants tcp`: `accept_all` taking a second connection from a rank in the
+/// place of its first (the guard `waiting.contains(&rank)` made true), its count of rejected
+/// connections never raised (`+=` read as `-=` or `*=`, for either kind of rejection), its note
+/// of them given only when there are none (`rejected > 0` read as `== 0` or `< 0`), and its
+/// pending handshakes evicted below the cap (`>=` read as `<`: each new connection ended the one
+/// before). A stray with another key, then rank 1 twice at once (both handshakes under way
+/// before either ends), and rank 2 never: the timeout counts both rejections and names the
+/// second connection.
+#[test]
+fn the_accept_timeout_counts_a_stray_and_a_second_connection_from_a_rank() {
+    use super::wire::{self, Introduction};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let key = Token([4; 16]);
+    let until = Instant::now() + Duration::from_millis(700);
+    let acceptor = std::thread::spawn(move || super::connect::accept_all_for_test(&l, &key, 0, 9, &[1, 2], 64, until));
+    let intro = Introduction { from: 1, to: 0, instance: 9 };
+    assert!(super::connect::connect_for_test(addr, &Token([8; 16]), intro).is_err());
+    let mut twice = [TcpStream::connect(addr).unwrap(), TcpStream::connect(addr).unwrap()];
+    let mut servers = Vec::new();
+    for s in &mut twice {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut c = [0u8; wire::CHALLENGE_LEN];
+        s.read_exact(&mut c).unwrap();
+        servers.push(wire::parse_challenge(&c).unwrap());
+    }
+    for (s, server) in twice.iter_mut().zip(&servers) {
+        let client = [6; wire::NONCE_LEN];
+        s.write_all(&wire::hello(&key, &intro, server, &client)).unwrap();
+        let mut w = [0u8; wire::WELCOME_LEN];
+        s.read_exact(&mut w).unwrap();
+        assert_eq!(wire::parse_welcome(&w, &key, &intro, server, &client), Ok(64));
+    }
+    let e = acceptor.join().unwrap().unwrap_err().to_string();
+    assert!(e.contains("connections from rank(s) [2] (2 connection(s) rejected, the last: 127.0.0.1:"), "{e}");
+    assert!(e.contains("a second connection from rank 1"), "{e}");
+}
+
+/// Survivors of `./x mutants tcp`: `accept_all` taking every accept error for "no connection
+/// yet" (the guard `e.kind() == WouldBlock` made true: the listener was waited on until the
+/// deadline), or for an interrupted call (the guard `e.kind() == Interrupted` made true, or its
+/// `==` read as `!=`: the loop spun on the error for ever). The listener is shut down under the
+/// accept loop: the error comes at once, naming what failed.
+#[test]
+fn an_accept_error_ends_the_accept_loop_at_once() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let handle = l.try_clone().unwrap();
+    let until = Instant::now() + Duration::from_secs(3);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(super::connect::accept_all_for_test(&l, &Token([2; 16]), 0, 1, &[1], 64, until));
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    // A listening socket shut down for reading stops listening: its accept fails (EINVAL).
+    nix::sys::socket::shutdown(std::os::fd::AsRawFd::as_raw_fd(&handle), nix::sys::socket::Shutdown::Read).unwrap();
+    let got = rx.recv_timeout(Duration::from_secs(2)).expect("the accept loop went on after its listener failed");
+    let e = got.unwrap_err().to_string();
+    assert!(e.contains("accepting a transport connection"), "{e}");
+}
+
+/// A survivor of `./x mutants tcp` on machines whose host name resolves to a network address, or
+/// to a loopback address other than 127.0.0.1: `default_advertise`'s `!` deleted, so that a
+/// loopback address of the host name was advertised to peers on other machines. Without
+/// `MSCCLPP_RS_TRANSPORT_ADDR` and a bootstrap's local address, the address advertised is one of
+/// the host name's that is not loopback, else 127.0.0.1.
+#[test]
+fn the_default_address_is_the_host_names_network_address() {
+    use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
+    if std::env::var_os(super::connect::ENV_TRANSPORT_ADDR).is_some() {
+        println!("SKIP the_default_address_is_the_host_names_network_address: MSCCLPP_RS_TRANSPORT_ADDR is set");
+        return;
+    }
+    let boot = local_bootstraps(1, BootstrapHints::default()).pop().unwrap();
+    let got = super::connect::default_advertise_for_test(&boot).unwrap();
+    let host = nix::unistd::gethostname().unwrap().to_string_lossy().into_owned();
+    let resolved: Vec<IpAddr> =
+        (host.as_str(), 0).to_socket_addrs().map(|a| a.map(|a| a.ip()).collect()).unwrap_or_default();
+    if resolved.iter().any(|ip| !ip.is_loopback()) {
+        assert!(!got.is_loopback() && resolved.contains(&got), "{got} of {host}'s {resolved:?}");
+    } else {
+        assert_eq!(got, IpAddr::V4(Ipv4Addr::LOCALHOST), "{host} resolves to {resolved:?}");
+    }
+}
+
+/// A survivor of `./x mutants tcp`: `accept_all`'s note of rejected connections given when there
+/// are none (`rejected > 0` read as `>= 0`). Nobody connects: the timeout names the missing ranks
+/// and nothing else.
+#[test]
+fn an_accept_timeout_without_strays_names_the_missing_ranks_only() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let until = Instant::now() + Duration::from_millis(50);
+    let e = super::connect::accept_all_for_test(&l, &Token([2; 16]), 0, 1, &[1, 2], 64, until).unwrap_err();
+    assert!(e.to_string().ends_with("waiting for TCP transport connections from rank(s) [1, 2]"), "{e}");
+}
+
+/// A survivor of `./x mutants tcp`: a handshake's deadline set in the past (`Instant::now() +
+/// HANDSHAKE_WAIT` read as `-`), so that only a hello already there when the challenge went out
+/// was read. A rank that answers its challenge after a pause well within the handshake wait is
+/// welcomed.
+#[test]
+fn a_hello_that_takes_a_moment_is_welcomed() {
+    use super::wire::{self, Introduction};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let key = Token([6; 16]);
+    let until = Instant::now() + Duration::from_secs(5);
+    let acceptor = std::thread::spawn(move || super::connect::accept_all_for_test(&l, &key, 0, 3, &[1], 64, until));
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut c = [0u8; wire::CHALLENGE_LEN];
+    s.read_exact(&mut c).unwrap();
+    let server = wire::parse_challenge(&c).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let (intro, client) = (Introduction { from: 1, to: 0, instance: 3 }, [1; wire::NONCE_LEN]);
+    s.write_all(&wire::hello(&key, &intro, &server, &client)).unwrap();
+    let mut w = [0u8; wire::WELCOME_LEN];
+    s.read_exact(&mut w).expect("a welcome");
+    assert_eq!(wire::parse_welcome(&w, &key, &intro, &server, &client), Ok(64));
+    assert_eq!(acceptor.join().unwrap().unwrap().keys().copied().collect::<Vec<_>>(), [1]);
+}
+
+/// A survivor of `./x mutants tcp`: the handshakes' numbers never raised (`next_id += 1` read as
+/// `*=`), so that the first handshake to end took every pending one off the list, and a stray
+/// still in its handshake when the real ranks were in kept its connection (and its thread) until
+/// its handshake wait ran out. A stray takes its challenge and says nothing; once rank 1 is in,
+/// the stray's connection ends at once.
+#[test]
+fn the_end_of_the_accept_loop_ends_the_handshakes_still_pending() {
+    use super::wire::{self, Introduction};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let key = Token([7; 16]);
+    let until = Instant::now() + Duration::from_secs(5);
+    let acceptor = std::thread::spawn(move || super::connect::accept_all_for_test(&l, &key, 0, 5, &[1], 64, until));
+    let mut stray = TcpStream::connect(addr).unwrap();
+    stray.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    stray.read_exact(&mut [0u8; wire::CHALLENGE_LEN]).unwrap();
+    super::connect::connect_for_test(addr, &key, Introduction { from: 1, to: 0, instance: 5 }).unwrap();
+    assert_eq!(acceptor.join().unwrap().unwrap().keys().copied().collect::<Vec<_>>(), [1]);
+    // Well within the handshake wait (2 s).
+    let r = stray.read(&mut [0u8; 1]);
+    let ended = matches!(r, Ok(0)) || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset);
+    assert!(ended, "the pending stray's connection: {r:?}");
+}
+
+/// Survivors of `./x mutants tcp`: the ack reader taking every refusal for a bad reply (its guard
+/// `h.len <= MAX_FAIL_TEXT` made false, or `<=` read as `>`), or reading a refusal's text of any
+/// length (the guard made true). The peer refuses with a reason: the transport fails naming the
+/// peer and the reason; a refusal announcing more text than a refusal may carry is a bad reply.
+#[test]
+fn a_refusal_from_the_peer_is_reported_with_its_reason() {
+    let mut r = raw(Duration::from_secs(20));
+    let mut fail = Header::new(Op::Fail, 0, 0, 0, 4).encode().to_vec();
+    fail.extend_from_slice(b"nope");
+    r.peer_in.write_all(&fail).unwrap();
+    let e = failure(&mut r.t);
+    assert!(e.contains("rank 1 refused this rank's port-channel data: nope"), "{e}");
+    let mut r = raw(Duration::from_secs(20));
+    r.peer_in.write_all(&Header::new(Op::Fail, 0, 0, 0, super::wire::MAX_FAIL_TEXT + 1).encode()).unwrap();
+    r.peer_in.shutdown(std::net::Shutdown::Write).unwrap();
+    let e = failure(&mut r.t);
+    assert!(e.contains("rank 1 sent a bad reply over TCP: Fail"), "{e}");
+}
+
+/// Survivors of `./x mutants tcp`: a receiver that waits without limit for the rest of a
+/// message whose first part has come, where that part is a header's first bytes or a whole
+/// header (`!(idle_ok && got == 0)` with its `&&` read as `||`). A peer that goes silent there is
+/// timed out, by name.
+#[test]
+fn a_peer_silent_after_a_header_or_part_of_one_times_out_by_name() {
+    let header = put_msg(0, 0, 8, &[3; 16])[..HEADER_LEN].to_vec();
+    for (cut, what) in [(10, "part of a header"), (HEADER_LEN, "a put's header")] {
+        for (kind, mut r) in raw_both(Duration::from_millis(200)) {
+            r.feed.write_all(&header[..cut]).unwrap();
+            let e = failure(&mut r.t);
+            assert!(e.contains("timed out") && e.contains("rank 1 to send the rest"), "{what} ({kind}): {e}");
+        }
+    }
+}
+
+/// Survivors of `./x mutants tcp`: the sender's blocked write not reported as a stuck receiver
+/// (`write_all`'s match arm for `WouldBlock | TimedOut` deleted: reported as a lost peer; its
+/// guard for `Interrupted` made true or its `==` read as `!=`: the write tried again for ever).
+/// The peer reads nothing: once the connection is full, the sender's write gives up after the
+/// timeout and the transport fails, saying the peer's receiver is stuck.
+#[test]
+fn a_peer_that_reads_nothing_is_reported_stuck() {
+    let mut r = raw(Duration::from_millis(200));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Puts of small chunks, which go out through the sender's buffer, until one is refused.
+        let (to, from) = (RemoteSpan { region: 0, offset: 0 }, r.src.addr());
+        if (0..1_000_000).all(|_| r.t.put(to, from, 4096).is_ok()) {
+            return;
+        }
+        // The put may have seen the sender's end before its reason was recorded: the reason.
+        let _ = tx.send(failure(&mut r.t));
+    });
+    let e = rx.recv_timeout(Duration::from_secs(5)).expect("the puts went on after the timeout");
+    assert!(e.contains("timed out") && e.contains("rank 1 to take data sent over TCP (its receiver is stuck)"), "{e}");
+}
+
+/// How long was left until each deadline a memory side was given, when it was given.
+type Waits = Arc<Mutex<Vec<(&'static str, Duration)>>>;
+
+fn left(d: Instant) -> Duration {
+    d.saturating_duration_since(Instant::now())
+}
+
+/// A source that copies each chunk into a staging slot of its own when it is staged and hands
+/// out the copy (as the GPU source does), recording the deadlines it is given.
+struct Staging {
+    inner: HostSource,
+    copies: Vec<Vec<u8>>,
+    waits: Waits,
+}
+
+impl SourceMemory for Staging {
+    fn slots(&self) -> usize {
+        self.inner.slots()
+    }
+    fn slot_bytes(&self) -> usize {
+        self.inner.slot_bytes()
+    }
+    fn stage(&mut self, slot: usize, src: u64, len: usize) -> Result<()> {
+        self.inner.stage(slot, src, len)?;
+        let Outgoing::InPlace(span) = self.inner.staged(slot, len, deadline())? else { unreachable!("host memory") };
+        self.copies[slot] = span.with(|d| d.to_vec());
+        Ok(())
+    }
+    fn staged(&mut self, slot: usize, len: usize, deadline: Instant) -> Result<Outgoing<'_>> {
+        self.waits.lock().unwrap().push(("staged", left(deadline)));
+        assert_eq!(self.copies[slot].len(), len, "slot {slot}");
+        Ok(Outgoing::Staged(&self.copies[slot]))
+    }
+}
+
+/// A landing memory through staging slots only (as the GPU landing), recording the slots it is
+/// asked for and the deadlines it is given.
+struct Watched {
+    inner: HostLanding,
+    slots: Arc<Mutex<Vec<usize>>>,
+    waits: Waits,
+}
+
+impl LandingMemory for Watched {
+    fn regions(&self) -> &[u64] {
+        self.inner.regions()
+    }
+    fn semaphores(&self) -> usize {
+        self.inner.semaphores()
+    }
+    fn slots(&self) -> usize {
+        self.inner.slots()
+    }
+    fn slot_bytes(&self) -> usize {
+        self.inner.slot_bytes()
+    }
+    fn slot(&mut self, slot: usize, deadline: Instant) -> Result<&mut [u8]> {
+        self.slots.lock().unwrap().push(slot);
+        self.waits.lock().unwrap().push(("slot", left(deadline)));
+        self.inner.slot(slot, deadline)
+    }
+    fn land(&mut self, slot: usize, region: u32, offset: u64, len: usize) -> Result<()> {
+        self.inner.land(slot, region, offset, len)
+    }
+    fn signal(&mut self, semaphore: u32) -> Result<()> {
+        self.inner.signal(semaphore)
+    }
+    fn atomic_add(&mut self, region: u32, offset: u64, value: u64) -> Result<()> {
+        self.inner.atomic_add(region, offset, value)
+    }
+    fn wait_all(&mut self, deadline: Instant) -> Result<()> {
+        self.waits.lock().unwrap().push(("wait_all", left(deadline)));
+        self.inner.wait_all(deadline)
+    }
+}
+
+/// Survivors of `./x mutants tcp`, all in code only a GPU's memory sides reach: the sender
+/// copying a large staged chunk into its buffer (then dropped with it) or writing a small one
+/// alone (then sent twice) (its guards `len <= SMALL_PAYLOAD` of a staged chunk made true or
+/// false, or `<=` read as `>`); the receiver's staging slots not taken in turn (`% slots` read
+/// as `/`, `+ 1` as `* 1`); and the deadlines the memory sides are given (`Instant::now() +
+/// timeout` read as `-`, for a staged chunk, a slot, a flush's and a close's wait and the
+/// receiver's last wait). Rank 0 puts from a source that stages copies, of a small chunk and of
+/// large ones, into rank 1's landing through slots: everything lands, the slots are taken in
+/// turn, and every deadline is the timeout away.
+#[test]
+fn staged_chunks_land_through_slots_in_turn_within_the_timeout() {
+    const CHUNK: usize = 128 << 10;
+    let (bytes, timeout) = (3 * CHUNK + 2000, Duration::from_secs(20));
+    let (waits, slots): (Waits, Arc<Mutex<Vec<usize>>>) = Default::default();
+    let landed = slots.clone();
+    let (a_out, b_in) = socket_pair();
+    let (b_out, a_in) = socket_pair();
+    let data: Vec<u8> = (0..bytes).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let (src, dst) = (HostRegion::from_slice(&data), HostRegion::filled(bytes, POISON));
+    let c = cfg(CHUNK, 3, timeout);
+    let remote = RemoteMemory { regions: vec![bytes as u64], semaphores: 0 };
+    let source = Staging {
+        inner: HostSource::new(vec![src.clone()], 3, CHUNK).unwrap(),
+        copies: vec![Vec::new(); 3],
+        waits: waits.clone(),
+    };
+    let unused = HostLanding::new(vec![HostRegion::filled(8, 0)], Vec::new(), 1, 8).unwrap();
+    let link = Link { peer: 1, outgoing: a_out, incoming: a_in, peer_max_chunk: CHUNK as u64 };
+    let mut a = TcpTransport::start(link, source, unused, remote.clone(), &c).unwrap();
+    let landing = Watched {
+        inner: HostLanding::new(vec![dst.clone()], Vec::new(), 3, CHUNK).unwrap(),
+        slots,
+        waits: waits.clone(),
+    };
+    let link = Link { peer: 0, outgoing: b_out, incoming: b_in, peer_max_chunk: CHUNK as u64 };
+    let unused = HostSource::new(vec![HostRegion::filled(8, 0)], 1, 8).unwrap();
+    let mut b = TcpTransport::start(link, unused, landing, remote, &c).unwrap();
+    // A small chunk first, then three large ones and a small one.
+    a.put(RemoteSpan { region: 0, offset: 0 }, src.addr(), 1000).unwrap();
+    a.put(RemoteSpan { region: 0, offset: 1000 }, src.addr() + 1000, (bytes - 1000) as u64).unwrap();
+    a.flush(deadline()).unwrap();
+    assert!(dst.to_vec() == data, "what landed differs from what was put");
+    let tb = std::thread::spawn(move || b.close(deadline()));
+    a.close(deadline()).unwrap();
+    tb.join().unwrap().unwrap();
+    assert_eq!(*landed.lock().unwrap(), [0, 1, 2, 0, 1], "the landing's slots, chunk by chunk");
+    let waits = waits.lock().unwrap();
+    for what in ["staged", "slot", "wait_all"] {
+        assert!(waits.iter().any(|w| w.0 == what), "no {what} in {waits:?}");
+    }
+    // Flush, Close, the receiver's end: three waits for everything on rank 1.
+    assert!(waits.iter().filter(|w| w.0 == "wait_all").count() >= 3, "{waits:?}");
+    assert!(waits.iter().all(|w| w.1 > timeout / 2), "deadlines not the timeout away: {waits:?}");
+}
+
+/// A survivor of `./x mutants tcp`: the receiver taking every read error for "nothing yet" (its
+/// guard for `WouldBlock | TimedOut` made true), so that a reset connection was reported as one
+/// that closed without the channel's close, the reset unsaid. The peer's connection is reset (its
+/// socket closed with a zero linger): the transport fails, naming the peer and the reset.
+#[test]
+fn a_reset_connection_is_reported_as_reset() {
+    let r = raw(Duration::from_secs(20));
+    let Raw { mut t, feed, .. } = r;
+    let linger = nix::libc::linger { l_onoff: 1, l_linger: 0 };
+    nix::sys::socket::setsockopt(&feed, nix::sys::socket::sockopt::Linger, &linger).unwrap();
+    drop(feed);
+    let e = failure(&mut t);
+    assert!(e.contains("connection to rank 1 lost: reading from TCP") && e.contains("reset"), "{e}");
 }

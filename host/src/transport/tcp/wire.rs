@@ -411,8 +411,15 @@ mod tests {
         let mut bad = h.clone();
         bad[4] = 2;
         assert!(parse_hello(&bad).unwrap_err().contains("version 2"));
-        let mut bad = h;
+        let mut bad = h.clone();
         bad[0] = 0;
         assert!(parse_hello(&bad).is_err());
+        // A survivor of `./x mutants tcp`: the kind and the reserved bytes checked only together
+        // (`||` read as `&&`). Each wrong alone, the rest of the record right: malformed.
+        for (at, byte) in [(5, WELCOME), (6, 1), (7, 1)] {
+            let mut bad = h.clone();
+            bad[at] = byte;
+            assert_eq!(parse_hello(&bad), Err("malformed hello".into()), "byte {at} = {byte:#x}");
+        }
     }
 }
