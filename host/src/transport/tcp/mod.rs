@@ -215,7 +215,13 @@ impl TcpTransport {
             shared: shared.clone(),
         };
         let s2 = shared.clone();
-        t.sender = Some(spawn(format!("mscclpp-tcp-tx{peer}"), Box::new(move || run_thread(&s2, || sender.run(rx))))?);
+        // The command queue outlives the sender's error: a `send` that finds it closed then
+        // finds the error recorded too, and reports it rather than "the sender thread ended".
+        let sender_thread = move || {
+            run_thread(&s2, || sender.run(&rx));
+            drop(rx);
+        };
+        t.sender = Some(spawn(format!("mscclpp-tcp-tx{peer}"), Box::new(sender_thread))?);
         let s3 = shared.clone();
         let ack = Box::new(move || run_thread(&s3, || ack_loop(ack_sock, &s3)));
         t.readers.push(spawn(format!("mscclpp-tcp-ack{peer}"), ack)?);

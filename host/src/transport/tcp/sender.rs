@@ -35,14 +35,14 @@ pub(super) struct SenderLoop<S> {
 }
 
 impl<S: SourceMemory> SenderLoop<S> {
-    pub(super) fn run(mut self, cmds: Receiver<Cmd>) -> Result<()> {
+    pub(super) fn run(mut self, cmds: &Receiver<Cmd>) -> Result<()> {
         self.source.bind()?;
         self.free = (0..self.source.slots()).collect();
         loop {
             let cmd = if self.pipe.is_empty() {
                 // About to wait for the proxy: what is buffered goes out now.
                 self.write_out()?;
-                match recv_spinning(&cmds) {
+                match recv_spinning(cmds) {
                     Some(c) => c,
                     None => return Ok(()), // the transport was dropped
                 }
