@@ -48,7 +48,16 @@ impl WindowAllreduce {
                     mscclpp_host::window::MAX_SIGNAL_SLOTS
                 )));
             }
-            Some(b) => b,
+            Some(b) => {
+                // Every rank's blocks resident at once (ranks sharing a GPU share its SMs).
+                let share = comm.sm_share()?;
+                if b > share {
+                    return Err(Error::InvalidArgument(format!(
+                        "window allreduce: {b} blocks, more than this rank's share of the GPU ({share} SMs)"
+                    )));
+                }
+                b
+            }
             None => Self::blocks_for(max_bytes, comm.sm_share()?),
         };
         let n = comm.world_size() as u32;
@@ -56,7 +65,8 @@ impl WindowAllreduce {
             .map_err(|_| Error::InvalidArgument(format!("window allreduce: {max_bytes} bytes for {n} ranks")))?;
         // The kernel first: looking it up may load it (lazily loaded modules), which waits for
         // the kernels running on the GPU; after the window's closing all-gather a peer may
-        // already be running this kernel, waiting for this rank.
+        // already be running this kernel, waiting for this rank. (Every rank loads the same
+        // PTX: a lookup fails on all of them or on none.)
         let function = comm.gpu().function(crate::PTX, "allreduce_window_f32")?;
         let window = comm.window_with_slots(bytes, blocks)?;
         Ok(Self {
@@ -85,8 +95,10 @@ impl WindowAllreduce {
         count: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        let bytes = count as u64 * 4;
         let bad = |m: String| Err(Error::InvalidArgument(format!("window allreduce: {m}")));
+        let Some(bytes) = (count as u64).checked_mul(4) else {
+            return bad(format!("{count} f32 overflow"));
+        };
         if !bytes.is_multiple_of(16) || bytes > self.max_bytes {
             return bad(format!("{count} f32 (a multiple of 4, at most {} bytes)", self.max_bytes));
         }

@@ -197,7 +197,8 @@ impl DeviceBuffer {
         // SAFETY: out-parameters; `ptr` is device memory of the bound context's device.
         let r = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) };
         crate::error::check(r, || format!("{}: cuMemGetAddressRange", what()))?;
-        if ptr - base + bytes as u64 > size as u64 {
+        let end = (ptr - base).checked_add(bytes as u64);
+        if end.is_none_or(|end| end > size as u64) {
             return Err(Error::InvalidArgument(format!(
                 "{}: its allocation ends {} bytes after it",
                 what(),

@@ -175,14 +175,25 @@ enum Problem {
     Allocation = 6,
     TooManySlots = 7,
     NotDeviceMemory = 8,
+    BadTeam = 9,
 }
 
 impl Problem {
     fn from_code(code: u32) -> Option<Self> {
         use Problem::*;
-        [ZeroBytes, SizeNotAligned, BaseNotAligned, NotExportable, OtherGpu, Allocation, TooManySlots, NotDeviceMemory]
-            .into_iter()
-            .find(|p| *p as u32 == code)
+        [
+            ZeroBytes,
+            SizeNotAligned,
+            BaseNotAligned,
+            NotExportable,
+            OtherGpu,
+            Allocation,
+            TooManySlots,
+            NotDeviceMemory,
+            BadTeam,
+        ]
+        .into_iter()
+        .find(|p| *p as u32 == code)
     }
     fn says(self, c: &Claim) -> String {
         match self {
@@ -193,6 +204,7 @@ impl Problem {
             Problem::BaseNotAligned => format!("has window memory not aligned to {WINDOW_BASE_ALIGN} bytes"),
             Problem::NotExportable => "has memory CUDA IPC cannot map exactly (DeviceBuffer::alloc_exportable, or the start of a cuMemAlloc allocation of a multiple of 2 MiB; not stream-ordered pool memory)".into(),
             Problem::NotDeviceMemory => "has no device memory of that size at that address on its GPU".into(),
+            Problem::BadTeam => "has a team that is not its own, or one with a rank on another machine".into(),
             Problem::OtherGpu => "has a buffer on another GPU than its communicator's".into(),
             Problem::Allocation => format!("could not allocate its window of {} bytes or its signal area", c.bytes),
             Problem::TooManySlots => format!("asks for {} signal slots, more than {MAX_SIGNAL_SLOTS}", c.slots),
@@ -302,10 +314,16 @@ impl Communicator {
     }
 
     fn window_over(&self, team: &Team, bytes: usize, slots: u32) -> Result<Window> {
-        self.check_team(team)?;
         let mut claim = Claim::of(bytes, 0, slots);
         let mut local = None;
         let mut mem = None;
+        // A team that is not this rank's fails every rank at the agreement, not this one alone.
+        if claim.problem == 0
+            && let Err(e) = self.check_team(team)
+        {
+            claim = claim.with(Problem::BadTeam);
+            local = Some(e);
+        }
         if claim.problem == 0 {
             // Everything this rank allocates is allocated before the agreement, so that a failure
             // fails every rank instead of leaving them in the exchanges.
@@ -379,6 +397,8 @@ impl Communicator {
 
     /// An error unless `team` is a team of this communicator with this rank in it.
     fn check_team(&self, team: &Team) -> Result<()> {
+        // First, on every rank: the topology is collective at its first use.
+        let topo = self.topology()?;
         let n = self.world_size();
         let sorted = team.ranks.windows(2).all(|w| w[0] < w[1]);
         if !sorted || team.ranks.last().is_some_and(|&p| p >= n) || team.world_rank(team.me) != Some(self.rank()) {
@@ -387,6 +407,13 @@ impl Communicator {
                 team.ranks,
                 team.me,
                 self.rank()
+            )));
+        }
+        // Window memory is mapped with CUDA IPC: every member on this machine.
+        if let Some(&p) = team.ranks.iter().find(|&&p| !topo.same_machine(p)) {
+            return Err(Error::InvalidArgument(format!(
+                "window: team {:?} has rank {p}, which runs on another machine (window memory is mapped within one machine)",
+                team.ranks
             )));
         }
         Ok(())
@@ -422,20 +449,11 @@ impl Communicator {
             (self.exchange_where(buf, member)?, self.exchange_where(&signals, member)?)
         };
         // Agreed above; the exchange reports what each exporter actually has.
-        if let Some(p) = team
+        let odd = team
             .ranks()
             .iter()
             .copied()
-            .find(|&p| peers.len(p) != buf.len() as u64 || peer_signals.len(p) != words as u64 * 8)
-        {
-            return Err(Error::InvalidArgument(format!(
-                "window registration: rank {p} exported {} bytes of window and {} of signals, expected {} and {}",
-                peers.len(p),
-                peer_signals.len(p),
-                buf.len(),
-                words * 8
-            )));
-        }
+            .find(|&p| peers.len(p) != buf.len() as u64 || peer_signals.len(p) != words as u64 * 8);
         let table: Vec<u64> = team
             .ranks()
             .iter()
@@ -446,20 +464,30 @@ impl Communicator {
         // kernel on the window as soon as this returns must not find a peer still allocating
         // (an allocation may wait for the kernels already running on the GPU, and so for this
         // rank's, which waits for that peer: ranks that are threads of one process would
-        // deadlock). The all-gather is that barrier, and tells every rank whether all succeeded.
+        // deadlock). The all-gather is that barrier, and tells every rank whether all succeeded
+        // (a rank that found an odd export, or could not allocate its table, fails them all).
         let table = DeviceBuffer::from_slice(self.gpu(), &table);
         let failed: Vec<usize> = self
             .bootstrap()
-            .all_gather_pod(&u32::from(table.is_err()))?
+            .all_gather_pod(&u32::from(table.is_err() || odd.is_some()))?
             .iter()
             .enumerate()
             .filter(|(_, f)| **f != 0)
             .map(|(r, _)| r)
             .collect();
+        if let Some(p) = odd {
+            return Err(Error::InvalidArgument(format!(
+                "window registration: rank {p} exported {} bytes of window and {} of signals, expected {} and {}",
+                peers.len(p),
+                peer_signals.len(p),
+                buf.len(),
+                words * 8
+            )));
+        }
         let table = table?;
         if !failed.is_empty() {
             return Err(Error::InvalidArgument(format!(
-                "window registration: rank(s) {failed:?} could not allocate the window's address table"
+                "window registration: rank(s) {failed:?} could not map the window or allocate its address table"
             )));
         }
         let handle = WindowHandle {
@@ -581,6 +609,9 @@ mod tests {
         let raw = [Claim::of(4096, 0, 8), Claim::of(4096, 0, 8).with(Problem::NotDeviceMemory)];
         let e = check_claims(&raw).unwrap_err().to_string();
         assert!(e.contains("rank 1 has no device memory of that size"), "{e}");
+        let team = [Claim::of(4096, 0, 8), Claim::of(4096, 0, 8), Claim::of(4096, 0, 8).with(Problem::BadTeam)];
+        let e = check_claims(&team).unwrap_err().to_string();
+        assert!(e.contains("rank 2 has a team that is not its own"), "{e}");
         let raw = [Claim::of(4096, 0, 8).with(Problem::NotExportable), Claim::of(4096, 0, 8)];
         let e = check_claims(&raw).unwrap_err().to_string();
         assert!(e.contains("rank 0 has memory CUDA IPC cannot map exactly"), "{e}");

@@ -9,7 +9,8 @@
 //! device handle ([`WindowHandle`]: `peer(rank, offset)`, signals, a barrier). When any rank does
 //! not (memory from `cudaMalloc`, part of an allocation), every rank records the buffer only, as
 //! `ncclCommRegister` does; the operations work on it alike (they copy through the
-//! communicator's scratch). Sizes that differ between the ranks fail on every rank, naming them.
+//! communicator's scratch), and so is a size that is not a multiple of 16 bytes. Sizes that
+//! differ between the ranks fail on every rank, naming them.
 //! `ncclCommWindowDeregister` is collective too: every rank waits for the others before the
 //! mappings go.
 
@@ -59,7 +60,9 @@ pub struct Registered {
 pub fn register(comm: &Communicator, addr: u64, size: usize) -> Result<Registered> {
     // Looked up and cloned out, so that no lock is held across the collective steps (ranks that
     // are threads of one process register at the same time).
-    let whole = lock(&ALLOCATIONS).get(&addr).filter(|b| b.len() == size).cloned();
+    // (A window's size is a non-zero multiple of WINDOW_ALIGN; other sizes are recorded only.)
+    let aligned = size > 0 && size.is_multiple_of(mscclpp_host::window::WINDOW_ALIGN);
+    let whole = lock(&ALLOCATIONS).get(&addr).filter(|b| aligned && b.len() == size).cloned();
     let every = comm.bootstrap().all_gather_pod(&u32::from(whole.is_some())).map_err(Error::from)?;
     if every.contains(&0) {
         return Ok(Registered { window: None });

@@ -225,8 +225,12 @@ pub enum Phase {
 /// Both move the same bytes to the same places.
 pub trait Peers {
     /// Called by every thread of the block before the kernel's first block barrier.
-    fn init(&self, h: &EpHandle, tid: u32);
-    /// Address of byte `offset` of rank `r`'s shared buffer, as mapped here.
+    ///
+    /// # Safety
+    /// `h` is the kernel's handle, built by the host (its table of peers is read here).
+    unsafe fn init(&self, h: &EpHandle, tid: u32);
+    /// Address of byte `offset` of rank `r`'s shared buffer, as mapped here (a rank at or past
+    /// the team's size names a rank of it instead: the address is only computed, never read).
     fn at(&self, r: u32, offset: u64) -> u64;
     /// Tells rank `to` that this rank's block `b` has written its rows of `phase` (epoch `e`), with
     /// release at system scope. One thread per destination, after the block barrier that follows
@@ -260,15 +264,18 @@ pub struct PeerTable(*mut u64);
 
 impl PeerTable {
     /// The table at the start of the block's dynamic shared memory ([`EXCHANGE_SHARED_BYTES`]).
+    ///
+    /// # Safety
+    /// The kernel was launched with at least [`EXCHANGE_SHARED_BYTES`] of dynamic shared memory.
     #[inline(always)]
-    pub fn in_block() -> Self {
+    pub unsafe fn in_block() -> Self {
         Self(shared_base().cast::<u64>())
     }
 }
 
 impl Peers for PeerTable {
     #[inline(always)]
-    fn init(&self, h: &EpHandle, tid: u32) {
+    unsafe fn init(&self, h: &EpHandle, tid: u32) {
         if tid < h.n_ranks {
             // SAFETY: the handle's table holds n addresses; the block's table MAX_RANKS.
             unsafe { self.0.add(tid as usize).write((h.peers as *const u64).add(tid as usize).read()) };
@@ -276,8 +283,10 @@ impl Peers for PeerTable {
     }
     #[inline(always)]
     fn at(&self, r: u32, offset: u64) -> u64 {
-        // SAFETY: r < n_ranks <= MAX_RANKS, filled before the first barrier.
-        unsafe { self.0.add(r as usize).read() + offset }
+        const { assert!(MAX_RANKS.is_power_of_two()) };
+        // SAFETY: the index is below MAX_RANKS whatever `r` is: inside the block's table
+        // (`in_block`'s contract), filled before the first barrier for every r < n_ranks.
+        unsafe { self.0.add(r as usize & (MAX_RANKS - 1)).read() + offset }
     }
     #[inline(always)]
     unsafe fn arrive(&self, h: &EpHandle, phase: Phase, to: u32, b: u32, e: u64) {
@@ -523,7 +532,8 @@ pub unsafe fn dispatch<const CAST: bool, P: Peers>(
     let tag = count_tag(e);
     let parity = e & 1;
     let tb = Tables::new();
-    peers.init(&h, tid);
+    // SAFETY: the kernel's handle (this function's contract).
+    unsafe { peers.init(&h, tid) };
     sync_threads();
 
     // 1. Block 0 publishes this rank's counts in every rank's slot `me` of this parity. The
@@ -786,7 +796,8 @@ pub unsafe fn combine<V: Element, P: Peers>(
     let e = unsafe { state.read() };
     let info = h.info as *const u32;
     let tb = Tables::new();
-    peers.init(&h, tid);
+    // SAFETY: the kernel's handle (this function's contract).
+    unsafe { peers.init(&h, tid) };
     if tid < n {
         // SAFETY: the info buffer holds its words. Rows received from rank tid (the matrix's
         // column `me`).

@@ -47,11 +47,12 @@ impl WindowPeers {
 
 impl Peers for WindowPeers {
     #[inline(always)]
-    fn init(&self, _h: &EpHandle, _tid: u32) {}
+    unsafe fn init(&self, _h: &EpHandle, _tid: u32) {}
 
     #[inline(always)]
     fn at(&self, r: u32, offset: u64) -> u64 {
-        // SAFETY: a live window of the team (`new`'s contract); r is a rank of it.
+        let r = if r < self.w.size { r } else { 0 };
+        // SAFETY: a live window of the team (`new`'s contract); r is a rank of it (made one above).
         unsafe { window_peer(&self.w, r, offset) }
     }
 
