@@ -1428,3 +1428,14 @@ fn a_reset_connection_is_reported_as_reset() {
     let e = failure(&mut t);
     assert!(e.contains("connection to rank 1 lost: reading from TCP") && e.contains("reset"), "{e}");
 }
+
+/// The peer's end of the outgoing connection (where its acknowledgements come back) closing
+/// without the channel's close is a lost peer, named, even while nothing is being sent. Exists for
+/// the mutant that made the acknowledgement loop take every end of stream for an orderly one.
+#[test]
+fn the_acknowledgement_connection_closing_alone_is_a_lost_peer() {
+    let mut r = raw(Duration::from_secs(20));
+    drop(r.peer_in);
+    let e = failure(&mut r.t);
+    assert!(e.contains("rank 1") && e.contains("the connection closed (the rank exited or was killed)"), "{e}");
+}
