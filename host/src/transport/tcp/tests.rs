@@ -1247,16 +1247,24 @@ fn a_refusal_from_the_peer_is_reported_with_its_reason() {
 
 /// Survivors of `./x mutants tcp`: a receiver that waits without limit for the rest of a
 /// message whose first part has come, where that part is a header's first bytes or a whole
-/// header (`!(idle_ok && got == 0)` with its `&&` read as `||`). A peer that goes silent there is
-/// timed out, by name.
+/// header (`!(idle_ok && got == 0)` with its `&&` read as `||`), or one that gives up before the
+/// timeout (`last.elapsed() >= timeout` read as `<`). A peer that goes silent there is timed out,
+/// by name, once the timeout has passed.
 #[test]
 fn a_peer_silent_after_a_header_or_part_of_one_times_out_by_name() {
     let header = put_msg(0, 0, 8, &[3; 16])[..HEADER_LEN].to_vec();
     for (cut, what) in [(10, "part of a header"), (HEADER_LEN, "a put's header")] {
         for (kind, mut r) in raw_both(Duration::from_millis(200)) {
             r.feed.write_all(&header[..cut]).unwrap();
+            let sent = Instant::now();
             let e = failure(&mut r.t);
             assert!(e.contains("timed out") && e.contains("rank 1 to send the rest"), "{what} ({kind}): {e}");
+            // Not before the timeout (`read_with`'s `>=` read as `<` gave up at the first wait).
+            assert!(
+                sent.elapsed() >= Duration::from_millis(200),
+                "{what} ({kind}): gave up after {:?}",
+                sent.elapsed()
+            );
         }
     }
 }
