@@ -131,6 +131,9 @@ pub const MAX_EXPERT_ALIGNMENT: u32 = 1 << 16;
 /// Most receive slots ([`Config::slots`]).
 pub const MAX_SLOTS: usize = 8;
 
+/// Most rows of a ring of the pipelined mode ([`Config::ring_rows`]).
+pub const MAX_RING_ROWS: usize = 1 << 16;
+
 /// The element type of the top-k ids given to dispatch and layout ([`Config::topk_idx`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum TopkIdx {
@@ -264,6 +267,16 @@ pub struct Config {
     /// off where ranks that are threads of one process share the GPU ([`ExpertParallel::config`]
     /// tells).
     pub overlap: bool,
+    /// The pipelined mode, as DeepEP's normal mode streams its rows: `Some(R)` sends the rows
+    /// through fixed rings of `R` rows per (channel, peer), half the blocks sending and half
+    /// receiving (a channel per pair, [`Config::blocks`] at least 2), so that the shared
+    /// buffer no longer grows with `max_tokens`: about `channels * ranks * R * 2 * (hidden *
+    /// widest + metadata)` bytes ([`Config::shared_bytes`]); the received rows, ids, weights,
+    /// sources and scales then live in a local buffer of every rank, one per receive slot
+    /// ([`Config::local_bytes`]). The same results, bit for bit, as `None` (the default: the
+    /// rows straight into the receivers' shared buffers). 1 to [`MAX_RING_ROWS`]; the same on
+    /// every rank. Not with [`Form::Window`].
+    pub ring_rows: Option<usize>,
 }
 
 impl Config {
@@ -285,7 +298,14 @@ impl Config {
             threads: None,
             budget: SpinBudget::from_millis(20_000),
             overlap: std::env::var("MSCCLPP_RS_EP_PDL").as_deref() != Ok("0"),
+            ring_rows: None,
         }
+    }
+
+    /// This configuration in the pipelined mode with rings of `ring_rows` rows
+    /// ([`Config::ring_rows`]), or unpipelined with `None`.
+    pub fn pipelined(self, ring_rows: Option<usize>) -> Self {
+        Self { ring_rows, ..self }
     }
 
     /// Checks the sizes for `ranks` ranks (no GPU needed).
@@ -318,6 +338,16 @@ impl Config {
         if self.slots == 0 || self.slots > MAX_SLOTS {
             return bad(format!("{} receive slots (1 to {MAX_SLOTS})", self.slots));
         }
+        if let Some(r) = self.ring_rows {
+            if r == 0 || r > MAX_RING_ROWS {
+                return bad(format!("{r} ring rows (1 to {MAX_RING_ROWS}, Config::ring_rows)"));
+            }
+            if self.blocks == Some(1) {
+                return bad(
+                    "1 block in the pipelined mode (Config::ring_rows needs 2 or more: senders and receivers)".into()
+                );
+            }
+        }
         if !matches!(self.widest, DataType::F32 | DataType::Bf16) {
             return bad(format!("widest element type {} (bf16 or f32)", self.widest.name()));
         }
@@ -346,16 +376,29 @@ impl Config {
             slot: 0,
             slots: self.slots as u32,
             elem_bytes: self.widest.bytes() as u32,
-            reserved: 0,
+            ring_rows: self.ring_rows.unwrap_or(0) as u32,
+            local: 0,
         }
     }
 
     /// Bytes of the shared buffer every rank allocates for `ranks` ranks and `blocks` blocks:
     /// about `slots * 2 * ranks * max_tokens * hidden * widest.bytes()` (receive rows and combine
-    /// landing of every slot) plus the ids, weights and flags. The sizes must pass [`Config::check`] for `ranks`.
+    /// landing of every slot) plus the ids, weights and flags; in the pipelined mode
+    /// ([`Config::ring_rows`]) about `blocks / 2 * ranks * ring_rows * 2 * hidden *
+    /// widest.bytes()` plus the rings' metadata, whatever `max_tokens`. The sizes must pass
+    /// [`Config::check`] for `ranks`.
     pub fn shared_bytes(&self, ranks: usize, blocks: u32) -> Result<u64> {
         self.check(ranks)?;
         Ok(self.kernel_handle(0, ranks, blocks).shared_regions().total)
+    }
+
+    /// Bytes of the local (not shared) buffer of received rows, ids, weights, sources and
+    /// scales every rank allocates in the pipelined mode (`slots` of them, each sized for
+    /// `ranks * max_tokens` rows); 0 unpipelined (they are in the shared buffer).
+    pub fn local_bytes(&self, ranks: usize, blocks: u32) -> Result<u64> {
+        self.check(ranks)?;
+        let h = self.kernel_handle(0, ranks, blocks);
+        Ok(if h.pipelined() { h.slot_count() as u64 * h.local_slot_bytes() } else { 0 })
     }
 }
 
@@ -701,6 +744,8 @@ pub struct ExpertParallel {
     _state: DeviceBuffer,
     layout: DeviceBuffer,
     info: DeviceBuffer,
+    /// The pipelined mode's received rows, ids, weights, sources and scales (all slots).
+    local: Option<DeviceBuffer>,
 }
 
 impl std::fmt::Debug for ExpertParallel {
@@ -750,10 +795,12 @@ impl ExpertParallel {
             Ok(())
         });
         let f_layout = gpu.function(PTX, "ep_layout")?;
-        let f_dispatch = gpu.function(PTX, "ep_dispatch")?;
-        let f_dispatch_fp8 = gpu.function(PTX, "ep_dispatch_fp8")?;
-        let f_combine_bf16 = gpu.function(PTX, "ep_combine_bf16")?;
-        let f_combine_f32 = gpu.function(PTX, "ep_combine_f32")?;
+        // The pipelined mode's kernels take the same arguments.
+        let pipe = if config.ring_rows.is_some() { "_pipe" } else { "" };
+        let f_dispatch = gpu.function(PTX, &format!("ep_dispatch{pipe}"))?;
+        let f_dispatch_fp8 = gpu.function(PTX, &format!("ep_dispatch{pipe}_fp8"))?;
+        let f_combine_bf16 = gpu.function(PTX, &format!("ep_combine{pipe}_bf16"))?;
+        let f_combine_f32 = gpu.function(PTX, &format!("ep_combine{pipe}_f32"))?;
         let pick = |limit: u32| config.threads.unwrap_or(1024).min(limit).max(32) / 32 * 32;
         let threads = (
             pick(mscclpp_host::launch::max_threads_per_block(&f_dispatch)?),
@@ -776,25 +823,32 @@ impl ExpertParallel {
                 (config.expert_ids == ExpertIds::Global) as u64,
                 config.slots as u64,
                 config.widest.bytes() as u64,
+                config.ring_rows.unwrap_or(0) as u64,
                 own_blocks as u64,
             ],
-            Err(_) => [0; 8],
+            Err(_) => [0; 9],
         };
         let all = boot.all_gather_pod(&mine)?;
         local?;
-        if let Some(r) = all.iter().position(|v| v[7] == 0) {
+        if let Some(r) = all.iter().position(|v| v[8] == 0) {
             return Err(Error::InvalidArgument(format!(
                 "ep: rank {r} refused its configuration (its own error says why)"
             )));
         }
-        if let Some(r) = all.iter().position(|v| v[..7] != mine[..7]) {
+        if let Some(r) = all.iter().position(|v| v[..8] != mine[..8]) {
             return Err(Error::InvalidArgument(format!(
-                "ep: rank {r} uses max_tokens, hidden, experts, max_topk, global ids, slots, widest element bytes {:?}, this rank {:?}",
-                &all[r][..7],
-                &mine[..7]
+                "ep: rank {r} uses max_tokens, hidden, experts, max_topk, global ids, slots, widest element bytes, ring rows {:?}, this rank {:?}",
+                &all[r][..8],
+                &mine[..8]
             )));
         }
-        let blocks = all.iter().map(|v| v[7]).min().unwrap_or(1) as u32;
+        let blocks = all.iter().map(|v| v[8]).min().unwrap_or(1) as u32;
+        if config.ring_rows.is_some() && blocks < 2 {
+            return Err(Error::InvalidArgument(format!(
+                "ep: {blocks} block in the pipelined mode (Config::ring_rows needs 2 or more: senders and receivers; \
+                 some rank has only 1 SM to give)"
+            )));
+        }
         let mut handle = config.kernel_handle(me, n, blocks);
         let total = handle.shared_regions().total;
         let shared = DeviceBuffer::exportable_filled(&gpu, total as usize, 0)?;
@@ -807,6 +861,12 @@ impl ExpertParallel {
         let slots = config.slots as u64;
         let layout = DeviceBuffer::filled(&gpu, ((slots + 1) * handle.layout_slot_bytes()) as usize, 0)?;
         let info = DeviceBuffer::filled(&gpu, (slots * handle.info_slot_bytes()) as usize, 0)?;
+        // The pipelined mode's received rows, ids, weights, sources and scales: local.
+        let local = match handle.pipelined() {
+            true => Some(DeviceBuffer::filled(&gpu, (slots * handle.local_slot_bytes()) as usize, 0)?),
+            false => None,
+        };
+        handle.local = local.as_ref().map_or(0, |l| l.addr());
         handle.peers = window.handle().bases.addr();
         handle.shared = shared.addr();
         handle.state = state.addr();
@@ -834,6 +894,7 @@ impl ExpertParallel {
             _state: state,
             layout,
             info,
+            local,
         })
     }
 
@@ -859,10 +920,29 @@ impl ExpertParallel {
         (self.handle.rank as usize, self.handle.n_ranks as usize)
     }
     /// Bytes of this rank's shared buffer (the one every other rank maps;
-    /// [`Config::shared_bytes`] with the agreed block count), and of its local layout and info
-    /// buffers.
+    /// [`Config::shared_bytes`] with the agreed block count), and of its local buffers: layout
+    /// and info, and in the pipelined mode the received rows, ids, weights, sources and scales
+    /// ([`Config::local_bytes`]).
     pub fn memory_bytes(&self) -> (usize, usize) {
-        (self.shared.len(), self.layout.len() + self.info.len())
+        let local = self.local.as_ref().map_or(0, |l| l.len());
+        (self.shared.len(), self.layout.len() + self.info.len() + local)
+    }
+
+    /// The pipelined mode has no window form: an error naming the combination.
+    fn check_form(&self) -> Result<()> {
+        if self.handle.pipelined() && self.form() == Form::Window {
+            return Err(Error::Unsupported(
+                "ep: the window form (Form::Window) in the pipelined mode (Config::ring_rows): use Form::PeerTable"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where the received rows, ids, weights, sources and scales of every slot are: the local
+    /// buffer in the pipelined mode, else the shared buffer.
+    fn recv_buffer(&self) -> &DeviceBuffer {
+        self.local.as_ref().unwrap_or(&self.shared)
     }
 
     /// The kernel handle of receive slot `slot` (or of the lone layout, `slot == slots`).
@@ -1040,6 +1120,7 @@ impl ExpertParallel {
         format: RecvFormat,
         stream: &CudaStream,
     ) -> Result<Dispatched> {
+        self.check_form()?;
         self.check_stream(stream)?;
         self.check_gpu(&[input.x, input.topk_idx, input.topk_weights])?;
         let lens = (input.x.len(), input.topk_idx.len(), input.topk_weights.len());
@@ -1066,6 +1147,7 @@ impl ExpertParallel {
         stream: &CudaStream,
     ) -> Result<Dispatched> {
         self.ring.check_live(handle.slot, handle.generation, "ep dispatch_cached")?;
+        self.check_form()?;
         self.check_stream(stream)?;
         self.check_gpu(&[x])?;
         let (tokens, k) = (handle.tokens, handle.k);
@@ -1079,10 +1161,10 @@ impl ExpertParallel {
             let (from, to) = (self.slot_handle(handle.slot), self.slot_handle(slot));
             let (rf, rt) = (from.shared_regions(), to.shared_regions());
             let meta = rf.recv_scales - rf.recv_idx;
-            for (dst, src, bytes) in [
-                (to.layout, from.layout, from.layout_slot_bytes()),
-                (self.shared.addr() + rt.recv_idx, self.shared.addr() + rf.recv_idx, meta),
-            ] {
+            let base = self.recv_buffer().addr();
+            for (dst, src, bytes) in
+                [(to.layout, from.layout, from.layout_slot_bytes()), (base + rt.recv_idx, base + rf.recv_idx, meta)]
+            {
                 self.gpu.bind()?;
                 // SAFETY: two disjoint ranges of this rank's own buffers (the layout of two slots;
                 // the ids to the sources of two slots of the shared buffer), in bounds by the
@@ -1139,6 +1221,7 @@ impl ExpertParallel {
         unsafe { self.launch(stream, &f, cfg, &mut args)? };
         let generation = self.ring.take(next_generation());
         let r = h.shared_regions();
+        let at = self.recv_buffer().addr();
         Ok(Dispatched {
             generation,
             slot,
@@ -1147,16 +1230,16 @@ impl ExpertParallel {
             dtype,
             format,
             row_bytes,
-            recv_x: h.shared + r.recv_x,
-            recv_x_scales: format.is_fp8().then_some(h.shared + r.recv_scales),
+            recv_x: at + r.recv_x,
+            recv_x_scales: format.is_fp8().then_some(at + r.recv_scales),
             scale_row_bytes: if format.is_fp8() {
                 shared::scale_row_bytes(format.code(), h.scales_per_row()) as usize
             } else {
                 0
             },
-            recv_topk_idx: h.shared + r.recv_idx,
-            recv_topk_weights: h.shared + r.recv_w,
-            recv_src: h.shared + r.recv_src,
+            recv_topk_idx: at + r.recv_idx,
+            recv_topk_weights: at + r.recv_w,
+            recv_src: at + r.recv_src,
             info: h.info,
             max_rows: h.max_recv_rows() as usize,
         })
@@ -1204,6 +1287,7 @@ impl ExpertParallel {
         stream: &CudaStream,
     ) -> Result<()> {
         self.ring.check_combinable(d.slot, d.generation)?;
+        self.check_form()?;
         self.check_stream(stream)?;
         self.check_gpu(&[y, out])?;
         let row_bytes = check_combine(&self.config, dtype, d.tokens, out.len())?;
@@ -1312,18 +1396,19 @@ impl ExpertParallel {
         let mut x_scales = vec![0u8; rows * d.scale_row_bytes];
         // Read through the addresses the dispatch result gives its users, so they are what the
         // tests check.
-        let base = self.shared.addr();
+        let buf = self.recv_buffer();
+        let base = buf.addr();
         let at = |addr: u64| {
             addr.checked_sub(base)
                 .map(|o| o as usize)
                 .ok_or_else(|| Error::InvalidArgument("ep: the dispatch result belongs to another object".into()))
         };
-        self.shared.read(at(d.recv_x_addr())?, &mut x)?;
-        self.shared.read(at(d.recv_topk_idx_addr())?, &mut topk_idx)?;
-        self.shared.read(at(d.recv_topk_weights_addr())?, &mut topk_weights)?;
-        self.shared.read(at(d.recv_src_addr())?, &mut src)?;
+        buf.read(at(d.recv_x_addr())?, &mut x)?;
+        buf.read(at(d.recv_topk_idx_addr())?, &mut topk_idx)?;
+        buf.read(at(d.recv_topk_weights_addr())?, &mut topk_weights)?;
+        buf.read(at(d.recv_src_addr())?, &mut src)?;
         if let Some(addr) = d.recv_x_scales_addr() {
-            self.shared.read(at(addr)?, &mut x_scales)?;
+            buf.read(at(addr)?, &mut x_scales)?;
         }
         let x_scales = match d.format {
             RecvFormat::Input => vec![],
@@ -1344,7 +1429,17 @@ mod tests {
 
     #[test]
     fn kernels_exist_in_the_ptx() {
-        for name in ["ep_layout", "ep_dispatch", "ep_dispatch_fp8", "ep_combine_bf16", "ep_combine_f32"] {
+        for name in [
+            "ep_layout",
+            "ep_dispatch",
+            "ep_dispatch_fp8",
+            "ep_combine_bf16",
+            "ep_combine_f32",
+            "ep_dispatch_pipe",
+            "ep_dispatch_pipe_fp8",
+            "ep_combine_pipe_bf16",
+            "ep_combine_pipe_f32",
+        ] {
             assert!(PTX.contains(&format!(".entry {name}(")), "{name} missing from the PTX");
         }
     }
@@ -1514,7 +1609,7 @@ mod tests {
                 assert!(l.per_expert + h.experts as u64 * 4 <= l.in_rank);
                 assert!(l.in_rank + 33 * n as u64 <= l.send_index);
                 assert_eq!(l.send_index % 4, 0);
-                assert_eq!(h.info_per_expert() + h.experts_per_rank(), h.info_words());
+                assert_eq!(h.info_tokens() + n, h.info_words());
             }
         }
     }

@@ -34,6 +34,9 @@ mod decode;
 #[path = "../kernels/src/window.rs"]
 mod window;
 
+#[path = "../kernels/src/pipe.rs"]
+mod pipe;
+
 /// The device operations of `body.rs` on CPU threads.
 mod hw {
     use std::cell::RefCell;
@@ -295,6 +298,8 @@ struct Rank {
     h: EpHandle,
     win: Window,
     shared: Mem,
+    /// The pipelined mode's received rows, ids, weights, sources and scales.
+    local: Mem,
     layout: Mem,
     info: Mem,
     _state: Mem,
@@ -314,6 +319,10 @@ fn world(cfg: &Config, n: usize, blocks: u32) -> Vec<Rank> {
             let layout = Mem::zeroed((slots + 1) * h.layout_slot_bytes() as usize);
             let info = Mem::zeroed(slots * h.info_slot_bytes() as usize);
             let state = Mem::from_pod(&vec![1u64; 2 * blocks as usize]);
+            let local = Mem::zeroed(if h.pipelined() { slots * h.local_slot_bytes() as usize } else { 0 });
+            if h.pipelined() {
+                h.local = local.addr();
+            }
             h.shared = shared.addr();
             h.layout = layout.addr();
             h.info = info.addr();
@@ -331,7 +340,18 @@ fn world(cfg: &Config, n: usize, blocks: u32) -> Vec<Rank> {
                 reserved: 0,
             };
             let (signals, none) = (Mem::zeroed(words * 8), Mem::zeroed(8));
-            Rank { h, win, shared, layout, info, _state: state, _peers: none, signals, _peer_signals: Mem::zeroed(8) }
+            Rank {
+                h,
+                win,
+                shared,
+                local,
+                layout,
+                info,
+                _state: state,
+                _peers: none,
+                signals,
+                _peer_signals: Mem::zeroed(8),
+            }
         })
         .collect();
     // Every rank's shared buffer and signal area as mapped "here" (one address space), as
@@ -573,6 +593,8 @@ fn run_rank(
     let mut slot_of = vec![usize::MAX; ops.len()];
     let mut seen: Vec<Seen> = ops.iter().map(|_| Seen::default()).collect();
     let at_slot = |slot: usize| r.h.for_slot(slot as u32, r.layout.addr(), r.info.addr());
+    // Where the received rows, ids, weights, sources and scales are.
+    let recv = if r.h.pipelined() { &r.local } else { &r.shared };
     for (step_no, &step) in schedule.iter().enumerate() {
         // Ranks reach their kernels at different times (as GPUs with different loads would).
         std::thread::sleep(std::time::Duration::from_millis(((me * 7 + step_no * 3) % 5) as u64));
@@ -611,8 +633,8 @@ fn run_rank(
                             h.layout_slot_bytes() as usize,
                         );
                         std::ptr::copy_nonoverlapping(
-                            (h.shared + fr.recv_idx) as *const u8,
-                            (h.shared + sr.recv_idx) as *mut u8,
+                            (recv.addr() + fr.recv_idx) as *const u8,
+                            (recv.addr() + sr.recv_idx) as *mut u8,
                             (fr.recv_scales - fr.recv_idx) as usize,
                         );
                     }
@@ -659,6 +681,35 @@ fn run_rank(
                 // SAFETY: the inputs hold the batch; the world's buffers the handle's regions; the
                 // window is over them, `round` counts this rank's window dispatches.
                 unsafe {
+                    if h.pipelined() {
+                        assert!(!win, "the pipelined mode has no window form");
+                        return match op.format.is_fp8() {
+                            true => pipe::dispatch::<true, _>(
+                                body::PeerTable::in_block(),
+                                h,
+                                args.0,
+                                args.1,
+                                args.2,
+                                t,
+                                k,
+                                row as u32,
+                                (sig, format),
+                                BUDGET,
+                            ),
+                            false => pipe::dispatch::<false, _>(
+                                body::PeerTable::in_block(),
+                                h,
+                                args.0,
+                                args.1,
+                                args.2,
+                                t,
+                                k,
+                                row as u32,
+                                (sig, format),
+                                BUDGET,
+                            ),
+                        };
+                    }
                     match (op.format.is_fp8(), win) {
                         (true, false) => go!(true, body::PeerTable::in_block()),
                         (false, false) => go!(false, body::PeerTable::in_block()),
@@ -673,15 +724,14 @@ fn run_rank(
             s.info = r.info.read(info_at, h.info_words() as usize);
             let rows = s.info[0] as usize;
             if op.format.is_fp8() {
-                s.x = r.shared.read(sr.recv_x, rows * h.hidden as usize);
-                s.scales =
-                    r.shared.read(sr.recv_scales, rows * scale_row_bytes(format, h.scales_per_row()) as usize / 4);
+                s.x = recv.read(sr.recv_x, rows * h.hidden as usize);
+                s.scales = recv.read(sr.recv_scales, rows * scale_row_bytes(format, h.scales_per_row()) as usize / 4);
             } else {
-                s.x = r.shared.read(sr.recv_x, rows * row);
+                s.x = recv.read(sr.recv_x, rows * row);
             }
-            s.idx = r.shared.read(sr.recv_idx, rows * op.k);
-            s.w = r.shared.read(sr.recv_w, rows * op.k);
-            s.src = r.shared.read(sr.recv_src, rows);
+            s.idx = recv.read(sr.recv_idx, rows * op.k);
+            s.w = recv.read(sr.recv_w, rows * op.k);
+            s.src = recv.read(sr.recv_src, rows);
         } else {
             let h = at_slot(slot_of[i]);
             let sr = h.shared_regions();
@@ -700,7 +750,7 @@ fn run_rank(
             let k = op.k as u32;
             let wt = match weights_mode(i) {
                 0 => WeightsArgs {
-                    input: h.shared + sr.recv_w,
+                    input: recv.addr() + sr.recv_w,
                     input_bytes: h.max_recv_rows() * op.k as u64 * 4,
                     out: w_out.addr(),
                     k,
@@ -732,6 +782,14 @@ fn run_rank(
                 // weights their rows and slots, the biases the tokens' rows; the window is over
                 // the world's buffers, `round` counts this rank's window combines.
                 unsafe {
+                    if h.pipelined() {
+                        assert!(!win, "the pipelined mode has no window form");
+                        let p = body::PeerTable::in_block();
+                        return match op.dtype == DataType::F32 {
+                            true => pipe::combine::<F32x4, _>(p, h, y, y_bytes, out, t, row as u32, args, BUDGET),
+                            false => pipe::combine::<Bf16x8, _>(p, h, y, y_bytes, out, t, row as u32, args, BUDGET),
+                        };
+                    }
                     match (op.dtype == DataType::F32, win) {
                         (true, false) => go!(F32x4, body::PeerTable::in_block()),
                         (false, false) => go!(Bf16x8, body::PeerTable::in_block()),
@@ -1152,7 +1210,8 @@ fn decode_world(cfg: &Config, n: usize, blocks: u32) -> Vec<Rank> {
                 (Mem::zeroed(8), Mem::zeroed(8), Mem::zeroed(8), Mem::zeroed(8), Mem::zeroed(8));
             // (No window: the decode kernels have no window form.)
             let win = bytemuck::Zeroable::zeroed();
-            Rank { h, win, shared, layout, info, _state: state, _peers, signals, _peer_signals }
+            let local = Mem::zeroed(8);
+            Rank { h, win, shared, local, layout, info, _state: state, _peers, signals, _peer_signals }
         })
         .collect();
     let table: Vec<u64> = ranks.iter().map(|r| r.shared.addr()).collect();
@@ -1588,4 +1647,68 @@ fn window_form_of_fp8_slots_and_cached_dispatches() {
     assert_same("slots and cached, window form", &peer, &window);
     let mixed = run_schedule(&cfg, 3, (2, 32), (&with_forms(&ops, |i| (i % 2 == 1, i % 2 == 0)), &schedule), 96);
     assert_same("slots and cached, mixed forms", &peer, &mixed);
+}
+
+// The pipelined mode (`Config::ring_rows`): `pipe.rs`'s bodies against the same references.
+
+#[test]
+fn pipelined_mode_matches_the_references_with_rings_that_wrap() {
+    // Rings of 1 to 64 rows (40 tokens a rank: the small rings wrap many times), 2 to 8 ranks,
+    // 1 to 3 channels (2 to 7 blocks, an odd last one idle), uneven and empty batches, bf16 and
+    // f32, weights (delivered, the caller's) and no weights, local and global ids.
+    let cases = [
+        (2, 1, (2, 32), 24),
+        (2, 2, (4, 32), 16),
+        (3, 3, (3, 64), 16),
+        (4, 5, (5, 32), 16),
+        (3, 64, (2, 64), 16),
+        (8, 2, (2, 32), 8),
+    ];
+    for (i, (n, ring, grid, hidden)) in cases.into_iter().enumerate() {
+        let cfg = Config::new(40, hidden, 4 * n, 4).pipelined(Some(ring));
+        run_world(&cfg, n, grid, &ops(n), 200 + i as u64);
+    }
+    let cfg = Config { expert_ids: ExpertIds::Global, topk_idx: TopkIdx::I64, ..Config::new(40, 16, 12, 4) };
+    run_world(&cfg.pipelined(Some(3)), 3, (4, 32), &ops(3), 210);
+    run_world(&Config::new(40, 8, 4, 4).pipelined(Some(1)), 1, (2, 32), &ops(1), 211);
+}
+
+#[test]
+fn pipelined_mode_fp8_bias_slots_and_cached_dispatches() {
+    for (i, format) in [RecvFormat::E4m3, RecvFormat::E4m3Pow2, RecvFormat::E4m3Ue8m0].into_iter().enumerate() {
+        let cfg = Config::new(40, 256, 8, 4).pipelined(Some([1, 4, 7][i]));
+        run_world(&cfg, 2, (4, 32), &fp8_ops(2, format), 220 + i as u64);
+    }
+    let random = Routing::Random { none: 0.3 };
+    let biased = |dtype, k, tokens, bias| Op { bias, ..Op::new(dtype, k, random, tokens, true) };
+    let ops = [biased(DataType::Bf16, 3, [40, 17, 33, 1], 1), biased(DataType::F32, 2, [5, 40, 0, 39], 2)];
+    run_world(&Config::new(40, 24, 12, 4).pipelined(Some(2)), 3, (2, 32), &ops, 225);
+    // Slots (combined out of order) and cached dispatches, as `dispatch_cached` copies them.
+    let random = Routing::Random { none: 0.2 };
+    let ops = [
+        Op::new(DataType::Bf16, 3, random, [40, 17, 33, 1], true),
+        Op::new(DataType::F32, 2, random, [5, 40, 0, 39], true),
+        Op { cached: Some(0), ..Op::new(DataType::F32, 3, random, [0; 4], true) },
+        Op::new(DataType::Bf16, 4, Routing::ToRank(0), [30, 3, 7, 40], true),
+        Op { cached: Some(3), ..Op::new(DataType::Bf16, 4, random, [0; 4], true) },
+    ];
+    use Step::{Combine as C, Dispatch as D};
+    let schedule = [D(0), D(1), C(1), C(0), D(2), D(3), C(2), D(4), C(4), C(3)];
+    for (ring, grid) in [(1, (2, 32)), (3, (4, 64))] {
+        let cfg = Config { slots: 3, ..Config::new(40, 16, 12, 4) }.pipelined(Some(ring));
+        run_schedule(&cfg, 3, grid, (&ops, &schedule), 230 + ring as u64);
+    }
+}
+
+#[test]
+fn pipelined_shared_memory_does_not_grow_with_the_tokens() {
+    let at = |tokens| Config::new(tokens, 7168, 256, 8).pipelined(Some(64));
+    let (a, b) = (at(128).shared_bytes(8, 20).unwrap(), at(1 << 20).shared_bytes(8, 20).unwrap());
+    assert!(b - a < 1 << 20, "{a} {b}: only the count words' and flags' sizes may differ");
+    assert!(
+        at(4096).local_bytes(8, 20).unwrap() > 0 && Config::new(4096, 7168, 256, 8).local_bytes(8, 20).unwrap() == 0
+    );
+    let e = |c: Config| c.check(2).unwrap_err().to_string();
+    assert!(e(at(8).pipelined(Some(0))).contains("ring rows"));
+    assert!(e(Config { blocks: Some(1), ..at(8) }).contains("pipelined"));
 }

@@ -11,7 +11,8 @@
 //!  count words     [parity][sender][word] u64, word 0: signature (k, received format,
 //!                  element type: see signature()),
 //!                  words 1..=n: the sender's token count toward every rank,
-//!                  then one word per expert of this rank: the sender's (token, slot) count;
+//!                  then one word per expert of this rank: the sender's (token, slot) count,
+//!                  then the sender's token count;
 //!                  each word is (tag << 32 | value), the tag naming the dispatch
 //!  then, per receive slot (`slots` of them, one per dispatch in flight):
 //!  recv_x          [n * max_tokens] rows of `row_bytes` (the call's hidden * element bytes,
@@ -27,6 +28,11 @@
 //!  weight landing  [sender][max_tokens][max_topk] f32: the top-k weights `sender` returns for
 //!                  this rank's tokens (a combine that sums them)
 //! ```
+//!
+//! The pipelined mode (`ring_rows` not 0) keeps the flags and count words, then instead of the
+//! slots: counters and fixed rings ([`RingRegions`]), `channels * n * ring_rows` rows each way,
+//! whatever the token count; its received rows, ids, weights, sources and scales (the slot
+//! regions above) live in a *local* buffer of the rank (`local`, one slot after the other).
 //!
 //! And two local buffers per rank: the *layout* (this rank's routing, written by the layout
 //! kernel: one per slot, and one more for a layout computed alone) and the *info* (what this
@@ -47,7 +53,7 @@ pub const MAX_EXPERTS: usize = 4096;
 pub const LAYOUT_THREADS: u32 = 512;
 
 /// Dynamic shared memory of the dispatch and combine kernels (their per-block tables).
-pub const EXCHANGE_SHARED_BYTES: u32 = 512;
+pub const EXCHANGE_SHARED_BYTES: u32 = 1024;
 
 /// Element type code of bf16 in the dispatch signature.
 pub const DTYPE_BF16: u32 = 1;
@@ -237,12 +243,16 @@ pub struct EpHandle {
     /// Bytes of the widest element the receive and landing rows are sized for: 4 (f32) or 2
     /// (bf16); 0 reads as 4.
     pub elem_bytes: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// Rows of every ring of the pipelined mode ([`EpHandle::ring_regions`]); 0: the
+    /// unpipelined mode (rows straight into the receivers' shared buffers).
+    pub ring_rows: u32,
+    /// The pipelined mode: this rank's local (not shared) buffer of received rows, ids, weights,
+    /// sources and scales, `slots` of [`EpHandle::local_slot_bytes`]; 0 otherwise.
+    pub local: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<EpHandle>() == 96);
-// SAFETY: `repr(C)` of u64 and u32 fields with no padding (96 bytes, asserted above), the same
+const _: () = assert!(core::mem::size_of::<EpHandle>() == 104);
+// SAFETY: `repr(C)` of u64 and u32 fields with no padding (104 bytes, asserted above), the same
 // layout on the host and nvptx64.
 unsafe impl mscclpp_device::abi::DeviceAbi for EpHandle {}
 
@@ -308,6 +318,37 @@ pub struct SharedRegions {
     pub total: u64,
 }
 
+/// Byte offsets of the pipelined mode's regions of a shared buffer ([`EpHandle::ring_regions`]).
+/// `C` channels, `n` ranks, `R` ring rows; every counter a u64 that only grows (rows ever
+/// pushed or consumed), `[channel][peer]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingRegions {
+    /// Dispatch tails `[c][source]`: rows `source`'s channel `c` pushed into this rank's ring.
+    pub tails: u64,
+    /// Dispatch done words `[c][source]`: `pack_count(tag, rows of the call)`, stored last.
+    pub dones: u64,
+    /// Dispatch heads `[c][destination]`: rows `destination` consumed from this rank's ring
+    /// there (stored by the destination, polled here).
+    pub heads: u64,
+    /// Combine tails `[c][source]`.
+    pub combine_tails: u64,
+    /// Combine heads `[c][destination]`.
+    pub combine_heads: u64,
+    /// This rank's own running counts (never read by another rank): `[4][c][peer]`: dispatch
+    /// rows sent, dispatch rows consumed, combine rows sent, combine rows consumed.
+    pub cursors: u64,
+    /// Dispatch ring rows `[c][source][R]` of `hidden * elem_bytes` bytes.
+    pub rows: u64,
+    /// Dispatch ring metadata `[c][source][R]` of [`EpHandle::ring_meta_bytes`].
+    pub meta: u64,
+    /// Combine ring rows `[c][source][R]`.
+    pub combine_rows: u64,
+    /// Combine ring weights `[c][source][R][max_topk]` f32.
+    pub combine_w: u64,
+    /// Total bytes of the shared buffer.
+    pub total: u64,
+}
+
 /// Byte offsets of the regions of a layout buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LayoutRegions {
@@ -329,9 +370,9 @@ impl EpHandle {
         self.experts / self.n_ranks
     }
     /// Words of one sender's count slot: signature, `n_ranks` token counts, one per expert of
-    /// the receiving rank.
+    /// the receiving rank, the sender's token count.
     pub const fn count_words(&self) -> u32 {
-        1 + self.n_ranks + self.experts_per_rank()
+        2 + self.n_ranks + self.experts_per_rank()
     }
     /// Rows a rank can receive in one dispatch.
     pub const fn max_recv_rows(&self) -> u64 {
@@ -353,22 +394,114 @@ impl EpHandle {
     pub const fn combine_region_bytes(&self) -> u64 {
         self.max_tokens as u64 * self.max_row_bytes()
     }
-    /// The shared buffer's regions, those of a receive slot for the handle's `slot`.
-    pub const fn shared_regions(&self) -> SharedRegions {
+    /// Whether the handle is of the pipelined mode (`ring_rows` not 0).
+    pub const fn pipelined(&self) -> bool {
+        self.ring_rows != 0
+    }
+    /// Channels of the pipelined mode: `blocks / 2` (block `c` below it sends channel `c`, block
+    /// `channels + c` receives it; a last odd block idles).
+    pub const fn channels(&self) -> u32 {
+        self.blocks / 2
+    }
+    /// Bytes of one entry of a dispatch ring's metadata: the destination row (u32), the source
+    /// index (u32), `max_topk` ids, `max_topk` weights, the FP8 scales (`hidden / 128` f32 at
+    /// most), rounded up to 16.
+    pub const fn ring_meta_bytes(&self) -> u64 {
+        round_up(8 + 8 * self.max_topk as u64 + 4 * self.scales_per_row() as u64, 16)
+    }
+    /// Byte offset of the FP8 scales in a ring metadata entry.
+    pub const fn ring_meta_scales(&self) -> u64 {
+        8 + 8 * self.max_topk as u64
+    }
+    /// The pipelined mode's regions of the shared buffer, after the flags and count words (see
+    /// the crate documentation): counters, then the rings.
+    pub const fn ring_regions(&self) -> RingRegions {
+        let (n, c, r) = (self.n_ranks as u64, self.channels() as u64, self.ring_rows as u64);
+        let start = round_up(self.counts_end(), 256);
+        let words = c * n * 8;
+        let tails = start;
+        let dones = tails + words;
+        let heads = dones + words;
+        let combine_tails = heads + words;
+        let combine_heads = combine_tails + words;
+        let cursors = combine_heads + words;
+        let rows = round_up(cursors + 4 * words, 256);
+        let entries = c * n * r;
+        let meta = round_up(rows + entries * self.max_row_bytes(), 256);
+        let combine_rows = round_up(meta + entries * self.ring_meta_bytes(), 256);
+        let combine_w = round_up(combine_rows + entries * self.max_row_bytes(), 256);
+        let total = round_up(combine_w + entries * self.max_topk as u64 * 4, 256);
+        RingRegions {
+            tails,
+            dones,
+            heads,
+            combine_tails,
+            combine_heads,
+            cursors,
+            rows,
+            meta,
+            combine_rows,
+            combine_w,
+            total,
+        }
+    }
+    /// Offset of the counter word `[channel][peer]` of the counter region at `region`.
+    pub const fn ring_word(&self, region: u64, channel: u32, peer: u32) -> u64 {
+        region + (channel as u64 * self.n_ranks as u64 + peer as u64) * 8
+    }
+    /// Index of ring entry `pos` (a running count) of ring `[channel][peer]` among all entries.
+    pub const fn ring_entry(&self, channel: u32, peer: u32, pos: u64) -> u64 {
+        (channel as u64 * self.n_ranks as u64 + peer as u64) * self.ring_rows as u64 + pos % self.ring_rows as u64
+    }
+    /// Bytes of one receive slot of the pipelined mode's local buffer.
+    pub const fn local_slot_bytes(&self) -> u64 {
+        self.slot_regions().5
+    }
+    /// End of the count words.
+    const fn counts_end(&self) -> u64 {
         let (n, b) = (self.n_ranks as u64, self.blocks as u64);
-        let dispatch_flags = 0;
-        let combine_flags = n * b * 8;
-        let counts = 2 * n * b * 8;
-        let counts_end = counts + 2 * n * self.count_words() as u64 * 8;
-        let first_slot = round_up(counts_end, 256);
-        // One slot's regions from 0, then moved to the handle's slot.
+        2 * n * b * 8 + 2 * n * self.count_words() as u64 * 8
+    }
+    /// One receive slot's regions from 0: received rows, ids, weights, sources, scales, end.
+    const fn slot_regions(&self) -> (u64, u64, u64, u64, u64, u64) {
         let rows = self.max_recv_rows();
         let recv_x = 0;
         let recv_idx = round_up(recv_x + rows * self.max_row_bytes(), 256);
         let recv_w = round_up(recv_idx + rows * self.max_topk as u64 * 4, 256);
         let recv_src = round_up(recv_w + rows * self.max_topk as u64 * 4, 256);
         let recv_scales = round_up(recv_src + rows * 4, 256);
-        let combine = round_up(recv_scales + rows * self.scales_per_row() as u64 * 4, 256);
+        let end = round_up(recv_scales + rows * self.scales_per_row() as u64 * 4, 256);
+        (recv_x, recv_idx, recv_w, recv_src, recv_scales, end)
+    }
+    /// The shared buffer's regions, those of a receive slot for the handle's `slot`. In the
+    /// pipelined mode the received rows to scales are offsets in the *local* buffer (`local`),
+    /// there is no combine landing (`combine` and `combine_w` are `total`) and `total` ends the
+    /// rings ([`EpHandle::ring_regions`]).
+    pub const fn shared_regions(&self) -> SharedRegions {
+        let (n, b) = (self.n_ranks as u64, self.blocks as u64);
+        let dispatch_flags = 0;
+        let combine_flags = n * b * 8;
+        let counts = 2 * n * b * 8;
+        let (recv_x, recv_idx, recv_w, recv_src, recv_scales, combine) = self.slot_regions();
+        if self.pipelined() {
+            let at = self.slot as u64 * combine;
+            let total = self.ring_regions().total;
+            return SharedRegions {
+                dispatch_flags,
+                combine_flags,
+                counts,
+                recv_x: at + recv_x,
+                recv_idx: at + recv_idx,
+                recv_w: at + recv_w,
+                recv_src: at + recv_src,
+                recv_scales: at + recv_scales,
+                combine: total,
+                combine_w: total,
+                total,
+            };
+        }
+        let first_slot = round_up(self.counts_end(), 256);
+        // One slot's regions from 0, then moved to the handle's slot.
         let combine_w = round_up(combine + n * self.combine_region_bytes(), 256);
         let slot_bytes = round_up(combine_w + n * self.combine_w_region_bytes(), 256);
         let at = first_slot + self.slot as u64 * slot_bytes;
@@ -438,9 +571,14 @@ impl EpHandle {
         LayoutRegions { per_rank, per_expert, in_rank, send_index, total }
     }
     /// Words (u32) of the info buffer: received rows, `n + 1` offsets by source rank, the
-    /// `n x n` count matrix (`[source][destination]`), rows received per local expert.
+    /// `n x n` count matrix (`[source][destination]`), rows received per local expert, every
+    /// rank's token count.
     pub const fn info_words(&self) -> u32 {
-        2 + self.n_ranks + self.n_ranks * self.n_ranks + self.experts_per_rank()
+        2 + self.n_ranks + self.n_ranks * self.n_ranks + self.experts_per_rank() + self.n_ranks
+    }
+    /// Index of the token counts by rank in the info buffer.
+    pub const fn info_tokens(&self) -> u32 {
+        self.info_per_expert() + self.experts_per_rank()
     }
     /// Index of the first offset in the info buffer (offset of source `s` at `+ s`).
     pub const INFO_OFFSETS: u32 = 1;

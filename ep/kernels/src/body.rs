@@ -451,9 +451,38 @@ pub(crate) unsafe fn fp8_store_scale(at: u64, (grp, groups, scale_row): (u32, u3
     }
 }
 
+/// Word `j` of token `t`'s `2k + 1` words for destination rank `d`: id `j` (local or global),
+/// weight `j - k` (0 where the local id is -1), or the source index (`j == 2k`).
+///
+/// # Safety
+/// `t` below the tokens of `topk_idx` and `topk_w` (ids of `h.idx_bytes` bytes), `j < 2k + 1`.
+#[inline(always)]
+pub(crate) unsafe fn meta_value(
+    h: &EpHandle,
+    (topk_idx, topk_w): (GlobalPtr<u8>, GlobalPtr<u32>),
+    (t, k, j): (u32, u32, u32),
+    d: u32,
+) -> u32 {
+    let at = t as usize * k as usize;
+    // SAFETY: entries of token t (caller's contract).
+    unsafe {
+        if j < k {
+            let id = read_id(topk_idx, h.idx_bytes, at + j as usize, h.experts);
+            (if h.global_ids != 0 { id } else { local_expert(id, d, h.experts, h.n_ranks) }) as u32
+        } else if j < 2 * k {
+            let slot = at + (j - k) as usize;
+            let elsewhere = h.global_ids == 0
+                && local_expert(read_id(topk_idx, h.idx_bytes, slot, h.experts), d, h.experts, h.n_ranks) < 0;
+            // Zero (+0.0) for the slots whose local id is -1, as DeepEP gives them.
+            if elsewhere { 0 } else { topk_w.as_ptr().add(slot).read() }
+        } else {
+            t
+        }
+    }
+}
+
 /// Word `j` of token `t`'s `2k + 1` words for destination rank `d` (whose shared buffer is at
-/// `base`, its regions at `sr`), received as row `row`: id `j` (local or global), weight `j - k`
-/// (0 where the local id is -1), or the source index (`j == 2k`).
+/// `base`, its regions at `sr`), received as row `row` ([`meta_value`]).
 ///
 /// # Safety
 /// `t` below the tokens of `topk_idx` and `topk_w` (ids of `h.idx_bytes` bytes), `j < 2k + 1`,
@@ -461,84 +490,45 @@ pub(crate) unsafe fn fp8_store_scale(at: u64, (grp, groups, scale_row): (u32, u3
 #[inline(always)]
 unsafe fn write_meta(
     (h, sr): (&EpHandle, &SharedRegions),
-    (topk_idx, topk_w): (GlobalPtr<u8>, GlobalPtr<u32>),
+    ids: (GlobalPtr<u8>, GlobalPtr<u32>),
     (t, k, j): (u32, u32, u32),
     (d, base, row): (u32, u64, u64),
 ) {
-    let at = t as usize * k as usize;
-    // SAFETY: entries of token t; destinations inside the regions (row below n * max_tokens,
-    // slot below k <= max_topk).
-    unsafe {
-        let (value, addr) = if j < k {
-            let id = read_id(topk_idx, h.idx_bytes, at + j as usize, h.experts);
-            let v = if h.global_ids != 0 { id } else { local_expert(id, d, h.experts, h.n_ranks) };
-            (v as u32, base + sr.recv_idx + (row * k as u64 + j as u64) * 4)
-        } else if j < 2 * k {
-            let slot = at + (j - k) as usize;
-            let elsewhere = h.global_ids == 0
-                && local_expert(read_id(topk_idx, h.idx_bytes, slot, h.experts), d, h.experts, h.n_ranks) < 0;
-            // Zero (+0.0) for the slots whose local id is -1, as DeepEP gives them.
-            let v = if elsewhere { 0 } else { topk_w.as_ptr().add(slot).read() };
-            (v, base + sr.recv_w + (row * k as u64 + (j - k) as u64) * 4)
-        } else {
-            (t, base + sr.recv_src + row * 4)
-        };
-        (addr as *mut u32).write(value);
-    }
+    let addr = if j < k {
+        base + sr.recv_idx + (row * k as u64 + j as u64) * 4
+    } else if j < 2 * k {
+        base + sr.recv_w + (row * k as u64 + (j - k) as u64) * 4
+    } else {
+        base + sr.recv_src + row * 4
+    };
+    // SAFETY: the word of token t (caller's contract); the destination inside the regions (row
+    // below n * max_tokens, slot below k <= max_topk).
+    unsafe { (addr as *mut u32).write(meta_value(h, ids, (t, k, j), d)) };
 }
 
-/// Dispatch: every token of this rank (`tokens` rows of `row_bytes` at `x`, with `k` expert ids
-/// and weights each) to every rank that hosts one of its experts, once per rank. The layout
-/// kernel ran before on the stream (its results are in `h.layout`). `signature` is
-/// `signature(k, element type, format)`, the same on every rank. `CAST` false: the rows are
-/// copied as they are (`format` is `FORMAT_COPY`); true: bf16 rows are cast to e4m3 on the way,
-/// one f32 scale per 128 columns into `recv_scales` (`format` `FORMAT_E4M3` or
-/// `FORMAT_E4M3_POW2`, see [`e4m3_scales`]; or `FORMAT_E4M3_UE8M0`, those scales as bytes,
-/// [`scale_row_bytes`] per row). A null `topk_idx` is a cached dispatch: the layout is an
-/// earlier dispatch's (same routing), whose received ids, weights and sources the host copied
-/// into this slot, so only the rows (and scales) are sent.
+/// Steps 1 and 2 of a dispatch: block 0 publishes this rank's counts (the layout's, and
+/// `tokens`) in every rank's count slot of the epoch's parity; every block reads every rank's
+/// signature and counts toward every rank into `tb.cnt`, and this rank's first row at every rank
+/// into `tb.base`; block 0 writes the receive info. Ends with a block barrier.
 ///
 /// # Safety
-/// Launched by `mscclpp_ep::ExpertParallel` on every rank with `h.blocks` blocks (resident at
-/// once), `EXCHANGE_SHARED_BYTES` of dynamic shared memory and at least `MAX_RANKS` threads per
-/// block (a multiple of 32); `x`, `topk_idx` and `topk_w` hold the tokens' rows, ids (of
-/// `h.idx_bytes` bytes) and weights (or `topk_idx` is null: a cached dispatch, whose layout and
-/// received ids, weights and sources in `h`'s slot are those of the same routing); `tokens <= h.max_tokens`, `k <= h.max_topk`, `row_bytes` a
-/// multiple of 16 at most `4 * h.hidden`; with `CAST`, the rows are bf16 (`row_bytes` is
-/// `2 * h.hidden`) and `h.hidden` is a multiple of 128.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn dispatch<const CAST: bool, P: Peers>(
-    peers: P,
-    h: EpHandle,
-    x: GlobalPtr<u8>,
-    topk_idx: GlobalPtr<u8>,
-    topk_w: GlobalPtr<u32>,
-    tokens: u32,
-    k: u32,
-    row_bytes: u32,
-    (signature, format): (u32, u32),
+/// As for [`dispatch`]; `tb` the block's tables, `peers` initialised and a barrier passed since.
+pub(crate) unsafe fn exchange_counts<P: Peers>(
+    peers: &P,
+    h: &EpHandle,
+    tb: &Tables,
+    (tokens, signature, e): (u32, u32, u64),
     budget: SpinBudget,
 ) {
-    follow_previous_grid();
     let (n, me) = (h.n_ranks, h.rank);
-    let (b, nb, tid, nt) = (ctaid(), nctaid(), tid(), ntid());
-    let sr = h.shared_regions();
+    let (b, tid, nt) = (ctaid(), tid(), ntid());
     let lr = h.layout_regions();
     let epr = h.experts_per_rank();
-    let state = h.state as *mut u64;
-    // SAFETY: one epoch per block, written by this block's thread 0 at the end of the last
-    // dispatch (an earlier kernel on the stream).
-    let e = unsafe { state.add(b as usize).read() };
     let tag = count_tag(e);
     let parity = e & 1;
-    let tb = Tables::new();
-    // SAFETY: the kernel's handle (this function's contract).
-    unsafe { peers.init(&h, tid) };
-    sync_threads();
-
+    let words = h.count_words();
     // 1. Block 0 publishes this rank's counts in every rank's slot `me` of this parity. The
     // release orders them after everything this rank did before (its earlier kernels).
-    let words = h.count_words();
     if b == 0 {
         for i in Threads::new(tid, nt).stride(n * words) {
             let (d, w) = (i / words, i % words);
@@ -546,6 +536,8 @@ pub unsafe fn dispatch<const CAST: bool, P: Peers>(
             let value = unsafe {
                 if w == 0 {
                     signature
+                } else if w == words - 1 {
+                    tokens
                 } else if w <= n {
                     ((h.layout + lr.per_rank) as *const u32).add(w as usize - 1).read()
                 } else {
@@ -616,8 +608,65 @@ pub unsafe fn dispatch<const CAST: bool, P: Peers>(
             // SAFETY: as above.
             unsafe { info.add((h.info_per_expert() + j) as usize).write(align_count(sum, h.expert_alignment)) };
         }
+        for s in Threads::new(tid, nt).stride(n) {
+            // SAFETY: this rank's count slot s, its last word; inside the info buffer.
+            unsafe {
+                let v = wait_count(h.shared + h.count_word(parity, s, words - 1), tag, budget);
+                info.add((h.info_tokens() + s) as usize).write(v);
+            }
+        }
     }
     sync_threads();
+}
+
+/// Dispatch: every token of this rank (`tokens` rows of `row_bytes` at `x`, with `k` expert ids
+/// and weights each) to every rank that hosts one of its experts, once per rank. The layout
+/// kernel ran before on the stream (its results are in `h.layout`). `signature` is
+/// `signature(k, element type, format)`, the same on every rank. `CAST` false: the rows are
+/// copied as they are (`format` is `FORMAT_COPY`); true: bf16 rows are cast to e4m3 on the way,
+/// one f32 scale per 128 columns into `recv_scales` (`format` `FORMAT_E4M3` or
+/// `FORMAT_E4M3_POW2`, see [`e4m3_scales`]; or `FORMAT_E4M3_UE8M0`, those scales as bytes,
+/// [`scale_row_bytes`] per row). A null `topk_idx` is a cached dispatch: the layout is an
+/// earlier dispatch's (same routing), whose received ids, weights and sources the host copied
+/// into this slot, so only the rows (and scales) are sent.
+///
+/// # Safety
+/// Launched by `mscclpp_ep::ExpertParallel` on every rank with `h.blocks` blocks (resident at
+/// once), `EXCHANGE_SHARED_BYTES` of dynamic shared memory and at least `MAX_RANKS` threads per
+/// block (a multiple of 32); `x`, `topk_idx` and `topk_w` hold the tokens' rows, ids (of
+/// `h.idx_bytes` bytes) and weights (or `topk_idx` is null: a cached dispatch, whose layout and
+/// received ids, weights and sources in `h`'s slot are those of the same routing); `tokens <= h.max_tokens`, `k <= h.max_topk`, `row_bytes` a
+/// multiple of 16 at most `4 * h.hidden`; with `CAST`, the rows are bf16 (`row_bytes` is
+/// `2 * h.hidden`) and `h.hidden` is a multiple of 128.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn dispatch<const CAST: bool, P: Peers>(
+    peers: P,
+    h: EpHandle,
+    x: GlobalPtr<u8>,
+    topk_idx: GlobalPtr<u8>,
+    topk_w: GlobalPtr<u32>,
+    tokens: u32,
+    k: u32,
+    row_bytes: u32,
+    (signature, format): (u32, u32),
+    budget: SpinBudget,
+) {
+    follow_previous_grid();
+    let (n, me) = (h.n_ranks, h.rank);
+    let (b, nb, tid, nt) = (ctaid(), nctaid(), tid(), ntid());
+    let sr = h.shared_regions();
+    let lr = h.layout_regions();
+    let state = h.state as *mut u64;
+    // SAFETY: one epoch per block, written by this block's thread 0 at the end of the last
+    // dispatch (an earlier kernel on the stream).
+    let e = unsafe { state.add(b as usize).read() };
+    let tb = Tables::new();
+    // SAFETY: the kernel's handle (this function's contract).
+    unsafe { peers.init(&h, tid) };
+    sync_threads();
+
+    // SAFETY: the kernel's handle; the tables are this block's.
+    unsafe { exchange_counts(&peers, &h, &tb, (tokens, signature, e), budget) };
 
     let send_index = (h.layout + lr.send_index) as *const i32;
     if CAST {
@@ -747,7 +796,7 @@ pub unsafe fn dispatch<const CAST: bool, P: Peers>(
 /// Adds the lanes of the 16-byte vector `v` of `V` to the accumulators (f32, one rounding per
 /// addition).
 #[inline(always)]
-fn accumulate<V: Element>(acc: &mut [f32; 8], v: [u32; 4]) {
+pub(crate) fn accumulate<V: Element>(acc: &mut [f32; 8], v: [u32; 4]) {
     let v: V = bytemuck::cast(v);
     for (i, a) in acc.iter_mut().enumerate().take(V::LANES) {
         *a += v.lane_f32(i);

@@ -15,6 +15,10 @@
 //!   source rank's landing region, signals, waits, then sums every token's results (after the
 //!   optional bias rows) in rank order in f32 and rounds once.
 //!
+//! * `ep_dispatch_pipe` / `ep_dispatch_pipe_fp8`, `ep_combine_pipe_bf16` / `ep_combine_pipe_f32`:
+//!   the pipelined mode (see [`pipe`]): the same results through fixed rings, half the blocks
+//!   sending and half receiving, the received rows in a local buffer.
+//!
 //! * `ep_decode_layout`, `ep_decode_dispatch` / `ep_decode_dispatch_fp8`, `ep_decode_combine_bf16`
 //!   / `ep_decode_combine_f32`: the decode (low-latency) mode (see [`decode`]): the received rows
 //!   grouped by local expert, the top-k weights applied in the combine.
@@ -27,6 +31,7 @@
 pub mod body;
 pub mod decode;
 pub mod hw;
+pub mod pipe;
 pub mod window;
 
 use mscclpp_device::poll::SpinBudget;
@@ -59,11 +64,11 @@ pub unsafe extern "ptx-kernel" fn ep_layout(
 /// One dispatch entry point per received format: `body::dispatch` copying the rows, or casting
 /// them to FP8 (each with its own registers).
 macro_rules! dispatch_kernels {
-    ($($(#[doc = $doc:literal])* $name:ident => $cast:literal;)*) => { $(
+    ($($(#[doc = $doc:literal])* $name:ident => $cast:literal, $body:ident;)*) => { $(
         $(#[doc = $doc])*
         ///
         /// # Safety
-        /// As for [`body::dispatch`].
+        /// As for the body it names.
         #[unsafe(no_mangle)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "ptx-kernel" fn $name(
@@ -81,7 +86,7 @@ macro_rules! dispatch_kernels {
             // SAFETY: forwarded from the launch contract.
             unsafe {
                 let p = body::PeerTable::in_block();
-                body::dispatch::<$cast, _>(p, h, x, topk_idx, topk_w, tokens, k, row_bytes, (signature, format), budget)
+                $body::dispatch::<$cast, _>(p, h, x, topk_idx, topk_w, tokens, k, row_bytes, (signature, format), budget)
             }
         }
     )* };
@@ -89,19 +94,23 @@ macro_rules! dispatch_kernels {
 
 dispatch_kernels! {
     /// Dispatch of the rows as they are (see [`body::dispatch`]).
-    ep_dispatch => false;
+    ep_dispatch => false, body;
     /// Dispatch of bf16 rows cast to FP8 E4M3 with per-128-column scales (see [`body::dispatch`]).
-    ep_dispatch_fp8 => true;
+    ep_dispatch_fp8 => true, body;
+    /// Pipelined dispatch of the rows as they are (see [`pipe::dispatch`]).
+    ep_dispatch_pipe => false, pipe;
+    /// Pipelined dispatch of bf16 rows cast to FP8 E4M3 (see [`pipe::dispatch`]).
+    ep_dispatch_pipe_fp8 => true, pipe;
 }
 
 /// One combine entry point per element type (an `extern "ptx-kernel"` function cannot be
 /// generic): `body::combine` with that type's lanes.
 macro_rules! combine_kernels {
-    ($($(#[doc = $doc:literal])* $name:ident => $lanes:ty;)*) => { $(
+    ($($(#[doc = $doc:literal])* $name:ident => $lanes:ty, $body:ident;)*) => { $(
         $(#[doc = $doc])*
         ///
         /// # Safety
-        /// As for [`body::combine`].
+        /// As for the body it names.
         #[unsafe(no_mangle)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "ptx-kernel" fn $name(
@@ -118,7 +127,7 @@ macro_rules! combine_kernels {
             // SAFETY: forwarded from the launch contract.
             unsafe {
                 let p = body::PeerTable::in_block();
-                body::combine::<$lanes, _>(p, h, y, y_bytes, out, tokens, row_bytes, (wt, bias), budget)
+                $body::combine::<$lanes, _>(p, h, y, y_bytes, out, tokens, row_bytes, (wt, bias), budget)
             }
         }
     )* };
@@ -126,9 +135,13 @@ macro_rules! combine_kernels {
 
 combine_kernels! {
     /// Combine of bf16 rows (sums in f32, rounded once to bf16). See [`body::combine`].
-    ep_combine_bf16 => Bf16x8;
+    ep_combine_bf16 => Bf16x8, body;
     /// Combine of f32 rows. See [`body::combine`].
-    ep_combine_f32 => F32x4;
+    ep_combine_f32 => F32x4, body;
+    /// Pipelined combine of bf16 rows. See [`pipe::combine`].
+    ep_combine_pipe_bf16 => Bf16x8, pipe;
+    /// Pipelined combine of f32 rows. See [`pipe::combine`].
+    ep_combine_pipe_f32 => F32x4, pipe;
 }
 
 /// The decode layout (see [`decode::layout`]).
