@@ -43,6 +43,11 @@
 //!   weights); a window dispatch combined in the peer-table form and the reverse; pairs of mixed
 //!   forms back to back with no host synchronisation; FP8 (each format), cached dispatches, two
 //!   slots, 1 block of 64 threads;
+//! * the pipelined mode (`Config::ring_rows`, rows streamed through fixed rings, the received
+//!   rows in a local buffer): the cases above with rings of 64, 4 and 1 rows (and 2 to 20
+//!   blocks), back to back, on a side stream, DeepSeek-V3's shape with FP8 in each format, two
+//!   slots, cached dispatches, bias and a bf16 object, bit for bit against the same references;
+//!   a window dispatch refused;
 //! * the decode mode (`LowLatency`, `mp_ep/decode.rs`), against `reference::decode` on fresh
 //!   random data with poisoned outputs: every local expert's count, every source's layout range,
 //!   every received row (bf16, f32, and FP8 in the three scale formats: e4m3 bytes and scales),
@@ -508,9 +513,9 @@ fn refused<T>(r: Result<T>, what: &str, needle: &str) -> Result<()> {
 /// refusing the oldest; cached dispatches (into another slot and into their own) against the
 /// reference and a fresh dispatch of the same rows; combine bias (one and two tensors, bf16 and
 /// f32, with the weights); an object sized for bf16 rows.
-fn slots_cached_and_bias(comm: &Communicator, seed: u64) -> Result<usize> {
+fn slots_cached_and_bias(comm: &Communicator, seed: u64, ring_rows: Option<usize>) -> Result<usize> {
     let (me, n) = (comm.rank(), comm.world_size());
-    let cfg = Config { slots: 2, ..Config::new(300, 1000, 8 * n, 8) };
+    let cfg = Config { slots: 2, ..Config::new(300, 1000, 8 * n, 8) }.pipelined(ring_rows);
     let mut ep = ExpertParallel::new(comm, cfg)?;
     let gpu = ep.gpu().clone();
     let s = gpu.stream();
@@ -662,7 +667,8 @@ fn slots_cached_and_bias(comm: &Communicator, seed: u64) -> Result<usize> {
     let rows = 2 * 2 * (n * 300 * 1000 * 2) as u64; // two slots of receive rows and landing
     // (Each region's start is rounded up to 256 bytes.)
     let saved = (wide_bytes as u64).saturating_sub(want);
-    if bytes as u64 != want || saved.abs_diff(rows) > 4 * 256 {
+    // (Pipelined, the rings halve instead, and the local buffer.)
+    if bytes as u64 != want || (ring_rows.is_none() && saved.abs_diff(rows) > 4 * 256) {
         return Err(fail(format!("a bf16 object has {bytes} bytes (Config: {want}, the f32 one {wide_bytes})")));
     }
     let c = case(DataType::Bf16, 8, [300, 299, 1, 0], seed + 60);
@@ -672,7 +678,8 @@ fn slots_cached_and_bias(comm: &Communicator, seed: u64) -> Result<usize> {
     let f32_rows =
         DispatchInput { x: &b.x, dtype: DataType::F32, topk_idx: &b.idx, topk_weights: &b.w, tokens: 1, k: 8 };
     refused(ep.dispatch(&f32_rows, s), "f32 rows on a bf16 object", "Config::widest")?;
-    println!("mp_ep: rank {me}: slots, cached dispatch, bias and bf16 sizing ok");
+    let mode = if ring_rows.is_some() { " (pipelined)" } else { "" };
+    println!("mp_ep: rank {me}: slots, cached dispatch, bias and bf16 sizing ok{mode}");
     Ok(total + 1)
 }
 
@@ -789,8 +796,9 @@ fn run(comm: &Communicator) -> Result<()> {
     refusals(&mut ep, &cases[7].1)?;
     drop(ep);
     another_objects_handle(comm, &cases[3].1)?;
-    total += slots_cached_and_bias(comm, seed)?;
+    total += slots_cached_and_bias(comm, seed, None)?;
     total += window_form(comm, seed)?;
+    total += pipelined(comm, seed, &cases)?;
 
     // Few blocks, few threads: many tokens per warp and per block; plain launches (the other
     // configurations overlap each kernel's launch with the end of the one before); global ids,
@@ -885,6 +893,69 @@ fn run(comm: &Communicator) -> Result<()> {
     let decoded = decode::run(comm, seed)?;
     println!("mp_ep: rank {me}: {decoded} decode cases ok (dispatch by local expert, weighted combine, CUDA graphs)");
     Ok(())
+}
+
+/// The pipelined mode (`Config::ring_rows`): every case of the default configuration with
+/// rings of 64 rows and the default grid (then back to back and on a side stream), with rings of
+/// 4 rows over 4 blocks of 64 threads and of 1 row over 2 blocks (the rings wrap hundreds of
+/// times), DeepSeek-V3's shape in bf16, f32 and FP8 (each scale format), two slots, cached
+/// dispatches, bias and a bf16 object; the shared buffer as `Config::shared_bytes` says; the
+/// window form refused. Prints the shared buffer of DeepSeek-V3's sizes (4096 tokens, hidden
+/// 7168, f32 sizing, 20 blocks) pipelined and unpipelined on this rank count.
+fn pipelined(comm: &Communicator, seed: u64, cases: &[(String, Case)]) -> Result<usize> {
+    let (me, n) = (comm.rank(), comm.world_size());
+    let mut total = 0;
+    let cfg = Config::new(1100, 1000, 64, 8);
+    for (ring, blocks, threads) in [(64, None, None), (4, Some(4), Some(64)), (1, Some(2), Some(64))] {
+        let pc = Config { blocks, threads, ..cfg }.pipelined(Some(ring));
+        let mut ep = ExpertParallel::new(comm, pc)?;
+        let (b, dt, ct) = ep.grid();
+        let (shared, local) = ep.memory_bytes();
+        if shared as u64 != pc.shared_bytes(n, b)? || (local as u64) < pc.local_bytes(n, b)? {
+            return Err(fail(format!("pipelined: {shared} shared and {local} local bytes, not Config's")));
+        }
+        for (what, c) in cases {
+            run_case(&mut ep, c, &format!("pipelined {what} [rings of {ring}, {b} blocks x {dt}/{ct} threads]"))?;
+            total += 1;
+        }
+        if ring == 64 {
+            total += back_to_back(&mut ep, &cases[3].1)?;
+            total += on_a_side_stream(&mut ep, &cases[2].1)?;
+            ep.set_form(Form::Window);
+            let p = plan(&cases[0].1, &cfg, n, me);
+            let bufs = upload(&ep, &p, me)?;
+            let r = dispatch(&mut ep, &cases[0].1, &bufs, p.inputs[me].tokens).map(|_| ());
+            refused(r, "a window dispatch in the pipelined mode", "pipelined mode")?;
+        }
+    }
+    let random = Routing::Random { none: 0.15 };
+    let big = Config { expert_alignment: 128, ..Config::new(128, 7168, 256, 8) }.pipelined(Some(16));
+    let mut ep = ExpertParallel::new(comm, big)?;
+    let (b, dt, ct) = ep.grid();
+    let bf16 = |format, k, routing, tokens, seed| Case { format, dtype: DataType::Bf16, k, routing, tokens, seed };
+    let f32_case = Case { dtype: DataType::F32, ..bf16(RecvFormat::Input, 4, random, [50, 128, 0, 128], seed + 71) };
+    for (what, c) in [
+        ("bf16 k=8", bf16(RecvFormat::Input, 8, Routing::Random { none: 0.0 }, [128, 100, 128, 77], seed + 70)),
+        ("f32 k=4", f32_case),
+        ("fp8 k=8", bf16(RecvFormat::E4m3, 8, Routing::Random { none: 0.0 }, [128, 100, 128, 77], seed + 72)),
+        ("fp8 pow2 k=8", bf16(RecvFormat::E4m3Pow2, 8, random, [0, 128, 33, 1], seed + 73)),
+        ("fp8 ue8m0 k=3 to rank 0", bf16(RecvFormat::E4m3Ue8m0, 3, Routing::ToRank(0), [128, 5, 128, 64], seed + 74)),
+    ] {
+        run_case(&mut ep, &c, &format!("pipelined deepseek {what} [rings of 16, {b} blocks x {dt}/{ct} threads]"))?;
+        total += 1;
+    }
+    drop(ep);
+    total += slots_cached_and_bias(comm, seed + 75, Some(8))?;
+    let deepseek = Config::new(4096, 7168, 256, 8);
+    let mib = |c: Config| c.shared_bytes(n, DEFAULT_BLOCKS).map(|b| b as f64 / (1 << 20) as f64);
+    let ring = 64;
+    println!(
+        "mp_ep: rank {me}: pipelined: {total} cases ok, shared buffer {:.0} MiB vs {:.0} MiB unpipelined ({n} ranks, \
+         4096 tokens, hidden 7168, f32 sizing, {DEFAULT_BLOCKS} blocks, rings of {ring} rows)",
+        mib(deepseek.pipelined(Some(ring)))?,
+        mib(deepseek)?
+    );
+    Ok(total)
 }
 
 /// Received rows, scales, ids, weights and sources, as bits.
