@@ -76,6 +76,22 @@
 //! default, plus ids, weights and FP8 scales; [`Config::shared_bytes`],
 //! [`ExpertParallel::memory_bytes`]).
 //!
+//! **Pipelined mode** ([`Config::ring_rows`], `Config::new(..).pipelined(Some(rows))`): memory
+//! bounded independently of the token count, as DeepEP's normal mode streams its rows. The
+//! shared (peer-mapped) buffer holds, besides the count words, fixed rings of `rows` rows per
+//! (channel, peer) each way: about `channels * ranks * rows * 2 * hidden * widest` bytes plus
+//! the rings' metadata, with `channels = blocks / 2` (20 blocks, 8 ranks, 64 rows, hidden 7168,
+//! f32 sizing: about 282 MiB, where the default mode needs about 1.76 GiB for 4096 tokens).
+//! Block `c` of the first half sends channel `c` (a contiguous range of its tokens), block `c`
+//! of the second half receives it; senders wait for room in a ring, receivers drain it into the
+//! outputs and hand the room back; every wait has the budget. The received rows, ids, weights,
+//! sources and scales that [`Dispatched`] exposes live in a *local* buffer of the rank owned by
+//! the object, one per receive slot (still sized for `ranks * max_tokens` rows, since nothing
+//! waits on the host: [`Config::local_bytes`], in [`ExpertParallel::memory_bytes`]'s second
+//! figure). The same results, bit for bit (combine sums each token's rows in rank order from the
+//! rings), with FP8, slots, cached dispatch, bias and summed weights; the window form
+//! ([`Form::Window`]) is refused with an error naming it.
+//!
 //! **Window form** ([`ExpertParallel::set_form`], [`Form::Window`]): the same dispatch and
 //! combine through the symmetric-window API: every rank's shared buffer is registered as a window
 //! (`mscclpp_host::window`) when the object is built, and the window kernels take every
@@ -1654,6 +1670,37 @@ mod tests {
         assert!(Config { widest: DataType::F16, ..c }.check(4).unwrap_err().to_string().contains("widest"));
         fn e(r: Result<usize>) -> String {
             r.unwrap_err().to_string()
+        }
+    }
+
+    #[test]
+    fn pipelined_regions_do_not_overlap_and_do_not_grow_with_the_tokens() {
+        for n in 1..=MAX_RANKS as u32 {
+            for (blocks, ring) in [(2, 1), (5, 3), (20, 64)] {
+                let c = Config { slots: 2, ..Config::new(33, 384, 8 * n as usize, 5) }.pipelined(Some(ring));
+                let h = c.kernel_handle(0, n as usize, blocks);
+                let (r, w) = (h.ring_regions(), (blocks / 2) as u64 * n as u64 * 8);
+                assert!(h.count_word(1, n - 1, h.count_words() - 1) + 8 <= r.tails);
+                let words = [r.tails, r.dones, r.heads, r.combine_tails, r.combine_heads];
+                assert!(words.windows(2).all(|p| p[0] + w <= p[1]) && r.combine_heads + w <= r.cursors);
+                let entries = (blocks / 2) as u64 * n as u64 * ring as u64;
+                assert!(r.cursors + 4 * w <= r.rows && r.rows + entries * h.max_row_bytes() <= r.meta);
+                assert!(r.meta + entries * h.ring_meta_bytes() <= r.combine_rows);
+                assert!(r.combine_rows + entries * h.max_row_bytes() <= r.combine_w);
+                assert!(r.combine_w + entries * 5 * 4 <= r.total && r.total == h.shared_regions().total);
+                assert!(h.ring_meta_scales() + 3 * 4 <= h.ring_meta_bytes());
+                assert_eq!(h.ring_entry(blocks / 2 - 1, n - 1, 7 * ring as u64 + ring as u64 - 1), entries - 1);
+                for off in [r.rows, r.meta, r.combine_rows, r.combine_w] {
+                    assert_eq!(off % 16, 0);
+                }
+                // The slots' received rows to scales are in the local buffer, one after the other.
+                let (s0, s1) = (h.for_slot(0, 0, 0).shared_regions(), h.for_slot(1, 0, 0).shared_regions());
+                assert_eq!(s1.recv_x - s0.recv_x, h.local_slot_bytes());
+                assert!(s1.recv_scales + h.max_recv_rows() * 3 * 4 <= 2 * h.local_slot_bytes());
+                assert_eq!(c.local_bytes(n as usize, blocks).unwrap(), 2 * h.local_slot_bytes());
+                let more = Config { max_tokens: 1 << 20, ..c }.shared_bytes(n as usize, blocks).unwrap();
+                assert_eq!(more, c.shared_bytes(n as usize, blocks).unwrap(), "{n} ranks, {blocks} blocks");
+            }
         }
     }
 
