@@ -9,6 +9,9 @@
 //! MSCCLPP_RS_EP_BLOCKS=24 ...                # the SM budget (default: Config's, 20)
 //! MSCCLPP_RS_EP_FORMAT=e4m3 ...              # received rows: bf16 (default), e4m3, e4m3-pow2,
 //!                                            # e4m3-ue8m0 (FP8 dispatch; combine stays bf16)
+//! MSCCLPP_RS_EP_RING_ROWS=64 ...             # the pipelined mode (Config::ring_rows) with rings
+//!                                            # of that many rows (its window form is refused:
+//!                                            # the window runs time the peer-table form again)
 //! MSCCLPP_RS_NCCL=/path/libnccl.so.2 ...     # which NCCL (default: the loader's libnccl.so.2)
 //! ```
 //! Times are medians of CUDA-event timings of single operations: every batch starts with a
@@ -330,8 +333,16 @@ fn measure(
     let row = HIDDEN * dtype.bytes();
     let t = shape.tokens;
     let blocks = std::env::var("MSCCLPP_RS_EP_BLOCKS").ok().and_then(|v| v.parse().ok());
-    let mut ep = ExpertParallel::new(comm, Config { blocks, ..Config::new(t, HIDDEN, EXPERTS, TOPK) })?;
+    let ring = std::env::var("MSCCLPP_RS_EP_RING_ROWS").ok().and_then(|v| v.parse().ok());
+    let cfg = Config { blocks, ..Config::new(t, HIDDEN, EXPERTS, TOPK) }.pipelined(ring);
+    let mut ep = ExpertParallel::new(comm, cfg)?;
+    // The pipelined mode has no window form: its "window" runs are peer-table runs.
+    let window = if ring.is_some() { Form::PeerTable } else { Form::Window };
     if me == 0 {
+        let (shared, local) = ep.memory_bytes();
+        let mib = |b: usize| b as f64 / (1 << 20) as f64;
+        let mode = ring.map_or("unpipelined".to_string(), |r| format!("pipelined, rings of {r} rows"));
+        println!("{}: {mode}: shared buffer {:.1} MiB, local {:.1} MiB", shape.name, mib(shared), mib(local));
         let (blocks, dt, ct) = ep.grid();
         let dt = if format.is_fp8() { ep.fp8_threads() } else { dt };
         let (wd, wd8, wc) = ep.window_threads();
@@ -402,7 +413,7 @@ fn measure(
 
     // The window form on the same object and buffers: checked against the same references
     // (received rows, scales, combined rows), then timed the same way.
-    ep.set_form(Form::Window);
+    ep.set_form(window);
     out_buf.fill(0xa5)?;
     let d = ep.dispatch_as(&input, format, stream)?;
     let got_w = ep.read_received(&d, stream)?;
@@ -421,7 +432,7 @@ fn measure(
     let w1 = time_ours(&mut ep)?;
     ep.set_form(Form::PeerTable);
     let p2 = time_ours(&mut ep)?;
-    ep.set_form(Form::Window);
+    ep.set_form(window);
     let w2 = time_ours(&mut ep)?;
     let (window_dispatch_us, window_combine_us) = (w1.0.min(w2.0), w1.1.min(w2.1));
     let (peer_dispatch_us, peer_combine_us) = (dispatch_us.min(p2.0), combine_us.min(p2.1));
