@@ -45,9 +45,9 @@
 //!   slots, 1 block of 64 threads;
 //! * the pipelined mode (`Config::ring_rows`, rows streamed through fixed rings, the received
 //!   rows in a local buffer): the cases above with rings of 64 rows, every fourth with rings of
-//!   4 rows (4 blocks) and every tenth with rings of 1 row (2 blocks), back to back, on a side stream, DeepSeek-V3's shape with FP8 in each format, two
-//!   slots, cached dispatches, bias and a bf16 object, bit for bit against the same references;
-//!   a window dispatch refused;
+//!   4 rows (4 blocks) and every tenth with rings of 1 row (2 blocks), back to back, on a side
+//!   stream, DeepSeek-V3's shape with FP8 in each format, two slots, cached dispatches, bias and
+//!   a bf16 object, bit for bit against the same references; a window dispatch refused;
 //! * the decode mode (`LowLatency`, `mp_ep/decode.rs`), against `reference::decode` on fresh
 //!   random data with poisoned outputs: every local expert's count, every source's layout range,
 //!   every received row (bf16, f32, and FP8 in the three scale formats: e4m3 bytes and scales),
