@@ -1663,6 +1663,8 @@ fn pipelined_mode_matches_the_references_with_rings_that_wrap() {
         (4, 5, (5, 32), 16),
         (3, 64, (2, 64), 16),
         (8, 2, (2, 32), 8),
+        // Three warps a block: batches of 3 tokens into rings of 8 rows.
+        (3, 8, (3, 96), 16),
     ];
     for (i, (n, ring, grid, hidden)) in cases.into_iter().enumerate() {
         let cfg = Config::new(40, hidden, 4 * n, 4).pipelined(Some(ring));
