@@ -329,6 +329,7 @@ fn world(cfg: &Config, n: usize, blocks: u32) -> Vec<Rank> {
                 peer_signals: GlobalPtr::from_addr(0),
                 slots: Window::DEFAULT_SLOTS,
                 reserved: 0,
+                multicast: 0,
             };
             let (signals, none) = (Mem::zeroed(words * 8), Mem::zeroed(8));
             Rank { h, win, shared, layout, info, _state: state, _peers: none, signals, _peer_signals: Mem::zeroed(8) }

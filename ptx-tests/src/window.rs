@@ -1,15 +1,21 @@
-//! Device halves of the window phase of `tests/mp_patterns/` (symmetric memory windows): puts
+//! Device halves of the window phases of `tests/mp_patterns/` (symmetric memory windows): puts
 //! through `Window::peer` ordered by signals and the team barrier, and the one-shot allreduce
 //! written on a window. One block per rank (ranks may share one GPU); thread 0 signals, waits
-//! and runs the barriers, the block barrier orders the other threads around it.
+//! and runs the barriers, the block barrier orders the other threads around it. Then a window's
+//! switch group (`Window::switch_group`): the switch-channel allreduce and barrier rounds of
+//! [`crate::switch`], the same code, with several blocks, block b on signal slot b.
 
+use mscclpp_device::channel::switch::SwitchGroup;
 use mscclpp_device::copy::{Threads, copy_widest};
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
+use mscclpp_device::ptx::sreg;
 use mscclpp_device::sync::block_barrier;
+use mscclpp_device::vec::{Bf16x8, F32x4};
 use mscclpp_device::window::{Scope, Window};
 
 use crate::kernels;
+use crate::switch::{allreduce_in_place, barrier_rounds};
 
 const BUDGET: SpinBudget = SpinBudget::from_millis(20_000);
 
@@ -171,5 +177,34 @@ pub unsafe extern "ptx-kernel" fn scaled_sum_window(
             out.add(i as usize).as_ptr().write(sum + beta);
         }
         w.barrier_in(Scope::Block, BUDGET); // every region read before the next launch writes
+    }
+}
+
+kernels! {
+    /// In-place f32 allreduce (16-byte vectors) of `bytes` at `offset` of every rank's window:
+    /// the code of `switch_allreduce_f32x4` and `emu_allreduce_f32x4`
+    /// (`crate::switch::allreduce_in_place`) on `w.switch_group(offset, bytes, blockIdx.x)`.
+    fn win_switch_allreduce_f32x4(w: Window, offset: u64, bytes: u64, budget: SpinBudget) {
+        allreduce_in_place::<_, F32x4>(w.switch_group(offset, bytes, sreg::ctaid_x()), w.rank, w.size, budget);
+    }
+    /// `win_switch_allreduce_f32x4` for bf16 (8 lanes per access, bf16 accumulation in rank order).
+    fn win_switch_allreduce_bf16x8(w: Window, offset: u64, bytes: u64, budget: SpinBudget) {
+        allreduce_in_place::<_, Bf16x8>(w.switch_group(offset, bytes, sreg::ctaid_x()), w.rank, w.size, budget);
+    }
+    /// `rounds` barrier rounds of every block, on the switch group of the window from `offset`
+    /// to its end with slot `blockIdx.x`: with data when `relaxed == 0`
+    /// (`crate::switch::barrier_rounds`, which reports into `report` as `emu_barrier_rounds`
+    /// does), else the relaxed signal and wait by each block's thread 0 alone, without data
+    /// (the host checks the slots' signal words).
+    fn win_switch_barrier_rounds(w: Window, offset: u64, rounds: u32, relaxed: u32, report: *mut u64, budget: SpinBudget) {
+        let chan = w.switch_group(offset, w.bytes.saturating_sub(offset), sreg::ctaid_x());
+        if relaxed == 0 {
+            barrier_rounds(&chan, w.rank, w.size, rounds, report, budget);
+        } else if sreg::tid_x() == 0 {
+            for _ in 0..rounds {
+                chan.relaxed_signal();
+                chan.relaxed_wait(budget);
+            }
+        }
     }
 }
