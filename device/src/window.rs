@@ -855,10 +855,13 @@ mod tests {
     /// A multicast address only where the handle has one, at the window's offsets.
     #[test]
     fn multimem_only_with_a_multicast_address() {
-        // SAFETY (both): addresses only, never dereferenced.
-        assert_eq!(unsafe { window(2, 4096).multimem::<u64>(8) }, None, "the host's handles have none");
+        // SAFETY: no multicast address: none is made.
+        let none = unsafe { window(2, 4096).multimem::<u64>(8) };
+        assert_eq!(none, None, "the host's handles have none");
         let w = Window { multicast: 0x50_0000, ..window(2, 4096) };
-        assert_eq!(unsafe { w.multimem::<u64>(4088) }.map(|p| p.addr()), Some(0x50_0ff8));
+        // SAFETY: an address value only, never dereferenced.
+        let some = unsafe { w.multimem::<u64>(4088) };
+        assert_eq!(some.map(|p| p.addr()), Some(0x50_0ff8));
     }
 
     #[test]
