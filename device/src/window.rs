@@ -657,10 +657,8 @@ mod device {
             // This rank's signals reach its own word through `peer_signals[rank]`: the same
             // address as `own`, so that program order orders the load below after them.
             // SAFETY: the handle's table holds `size` addresses (the caller's contract).
-            device_assert!(
-                unsafe { w.peer_signal(w.rank, 0) } == w.signals.as_ptr(),
-                "WindowSwitch: own signals aliased"
-            );
+            let unaliased = || unsafe { w.peer_signal(w.rank, 0) } == w.signals.as_ptr();
+            device_assert!(unaliased(), "WindowSwitch: own signals aliased");
             // SAFETY: this rank's own word of the slot, written by this thread's signals only
             // (one thread per handle at a time): it reads this rank's count. Relaxed: what it
             // orders comes from the other ranks' words.
