@@ -7,6 +7,7 @@
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::vec::{Bf16x8, F32x4};
 use mscclpp_device::window::Window as WindowHandle;
+use mscclpp_host::bootstrap::BootstrapExt;
 use mscclpp_host::comm::Communicator;
 use mscclpp_host::{Args, DeviceBuffer, LaunchConfig};
 use rand::RngExt;
@@ -282,8 +283,10 @@ fn slot_words(win: &mscclpp_host::window::Window, slots: u32, want: u64) -> Phas
 pub(crate) fn window_switch(c: &Ctx) -> PhaseResult {
     let cm = comm(c)?;
     let (n, me) = (cm.world_size(), cm.rank());
-    // Blocks wait for the other ranks' blocks: this rank's share of the SMs, one slot each.
-    let blocks = share_of_sms(&cm)?.clamp(1, 4).min(WindowHandle::DEFAULT_SLOTS);
+    // Blocks wait for the other ranks' blocks: at most any rank's share of the SMs (the same
+    // number on every rank), one slot each.
+    let mine = share_of_sms(&cm)?.clamp(1, 4).min(WindowHandle::DEFAULT_SLOTS);
+    let blocks = c.boot.all_gather_pod(&mine).map_err(e2s)?.into_iter().min().unwrap_or(1);
     let m = Margins {
         lo: 16 * rng_for(c.seed, 0, 0, 47).random_range(1..64usize),
         // (16-byte elements: F32x4 and Bf16x8)
