@@ -129,6 +129,8 @@ pub unsafe extern "ptx-kernel" fn allreduce_window_ll_f32(
 ) {
     // SAFETY: forwarded from the launch contract.
     unsafe {
-        mscclpp_collectives_device::window::allreduce_window_ll_f32(&w, input, output, bytes, max_bytes, ll_bytes, budget)
+        mscclpp_collectives_device::window::allreduce_window_ll_f32(
+            &w, input, output, bytes, max_bytes, ll_bytes, budget,
+        )
     }
 }
