@@ -55,13 +55,15 @@ impl WindowAllreduce {
     }
 
     /// The largest message (bytes per rank) that goes as LL packets by default among `n_ranks`:
-    /// where the packets' doubled bytes start to cost more than the put form's signals, from the
-    /// figures of one H200 (LL ahead below about 4 MiB at 2 ranks, 1 MiB at 8).
+    /// where the packets' doubled bytes start to cost more than the put form's signals. From the
+    /// figures of the put form against the one-shot LL on one H200 (ranks sharing it): at 2
+    /// ranks LL ahead at 1 MiB, behind at 4 MiB (interpolated crossing near 2.7 MiB); at 8
+    /// ranks ahead at 1 KiB, far behind at 1 MiB (crossing near 0.3 to 0.5 MiB); 4 ranks between.
     pub const fn default_ll_limit(n_ranks: usize) -> u64 {
         match n_ranks {
             0..=2 => 3 << 20,
-            3..=4 => 2 << 20,
-            _ => 1 << 20,
+            3..=4 => 1 << 20,
+            _ => 512 << 10,
         }
     }
 
@@ -246,6 +248,6 @@ mod tests {
         let limits: Vec<u64> = [1, 2, 3, 4, 8, 16].map(WindowAllreduce::default_ll_limit).to_vec();
         assert!(limits.windows(2).all(|w| w[0] >= w[1]));
         assert!(limits.iter().all(|l| l.is_multiple_of(16)));
-        assert_eq!(WindowAllreduce::default_ll_limit(8), 1 << 20);
+        assert_eq!(WindowAllreduce::default_ll_limit(8), 512 << 10);
     }
 }

@@ -10,7 +10,7 @@
 //! ```sh
 //! win-bench --threads 8                     # 8 ranks as threads of one process (one GPU is fine)
 //! win-bench --ranks 2                       # processes, built-in launcher (or under mpirun)
-//! MSCCLPP_RS_BENCH_SIZES=1024,1048576 ...   # sizes in bytes (default 1 KiB .. 64 MiB, x4, and 2, 3 MiB)
+//! MSCCLPP_RS_BENCH_SIZES=1024,1048576 ...   # sizes in bytes (default 1 KiB .. 64 MiB, x4, and 512 KiB, 2, 3 MiB)
 //! ```
 //! f32 sum; sizes are rounded down to a multiple of 16 bytes. Rank 0 prints the table, with the
 //! GPU and how many ranks share it (a figure from ranks sharing one GPU is labelled so).
@@ -91,9 +91,9 @@ fn run(comm: &Communicator) -> Result<()> {
         Ok(s) => {
             s.split(',').filter_map(|x| x.trim().parse::<u64>().ok()).map(|b| b / 16 * 16).filter(|&b| b > 0).collect()
         }
-        // Powers of 4, and 2 and 3 MiB around the default LL limits.
+        // Powers of 4, and 512 KiB, 2 and 3 MiB around the default LL limits.
         Err(_) => {
-            let mut v: Vec<u64> = (0..9).map(|i| 1024u64 << (2 * i)).chain([2 << 20, 3 << 20]).collect();
+            let mut v: Vec<u64> = (0..9).map(|i| 1024u64 << (2 * i)).chain([512 << 10, 2 << 20, 3 << 20]).collect();
             v.sort();
             v
         }
