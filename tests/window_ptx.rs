@@ -147,3 +147,21 @@ fn window_switch_barrier_uses_both_orderings() {
     }
     ptxcheck::assert_only_cold_wait_calls("win_switch_barrier_rounds", &ins);
 }
+
+/// The packet kernel stores LL16 packets with one 128-bit volatile store each and polls them
+/// with 128-bit volatile loads, and orders nothing else: no fence, no signal, no acquire.
+#[test]
+fn packet_kernel_moves_packets_without_fences() {
+    let (ins, _) = kernel("win_packets");
+    for text in ["st.volatile.global.v4.u32", "ld.volatile.global.v4.u32"] {
+        assert!(ins.iter().any(|l| l.starts_with(text)), "no `{text}` in win_packets");
+    }
+    let orders = |l: &str| {
+        ["fence", "membar", ".acquire", ".release"].iter().any(|t| l.contains(t))
+            || l.starts_with("red.")
+            || l.starts_with("atom.")
+    };
+    assert!(!ins.iter().any(|l| orders(l)), "an ordering instruction in win_packets");
+    assert!(!ins.iter().any(|l| l.contains("ld.local") || l.contains("st.local")), "local memory in win_packets");
+    ptxcheck::assert_only_cold_wait_calls("win_packets", &ins);
+}

@@ -15,6 +15,11 @@
 //!  wait_signal(s, q, v): ld.acquire.sys      signals[N * (1 + s) + q] until it reaches v
 //!  barrier()          : st.release.sys  peer_signals[p][r] = epoch, for every p != r;
 //!                       ld.acquire.sys  signals[p] until it reaches epoch, for every p != r
+//!
+//!  put_packets::<P>(p, off, src, n, f): st.volatile  bases[p] + off: n bytes of src as packets P,
+//!                                                    each payload beside flag f (2n bytes there)
+//!  read_packets::<P>(off, dst, n, f)  : ld.volatile  local + off until each packet carries f;
+//!                                                    its payload to dst
 //! ```
 //!
 //! Signal words only grow (a signal adds, a barrier stores its next epoch), so every wait
@@ -25,6 +30,12 @@
 //! The data path orders nothing by itself, as with a memory channel: the threads that wrote a
 //! peer's window synchronise with the one thread that signals (a `bar.sync`, or a grid barrier
 //! when several blocks wrote), and the peer reads only after its wait.
+//!
+//! LL packets ([`crate::packet`]) need no signal: each payload travels in one store with its
+//! flag, and the reader polls every packet until it carries the flag it expects, so neither side
+//! fences or synchronises ([`Window::put_packets`], [`Window::read_packets`]). The price is twice
+//! the bytes, and the packets' flag discipline: a flag per use of a range, never 0, and a range
+//! rewritten only after its reader is done with it (two halves alternating by launch parity, say).
 //!
 //! # A window as a switch group
 //!
@@ -68,11 +79,13 @@
 //! [`EmulatedSwitchChannel`]: crate::channel::emulated_switch::EmulatedSwitchChannel
 
 use crate::abi::DeviceAbi;
+use crate::packet::{Packet, packet_bytes};
 use crate::ptr::{GlobalPtr, MultimemPtr};
 
 /// The threads that share one cooperative window operation ([`Window::put`], [`Window::get`],
-/// [`Window::put_signal`], [`Window::barrier_in`]): every thread of the group calls it with the
-/// same arguments, the group shares the bytes, and its first thread signals or waits.
+/// [`Window::put_signal`], [`Window::barrier_in`], [`Window::put_packets`],
+/// [`Window::read_packets`]): every thread of the group calls it with the same arguments, the
+/// group shares the bytes, and its first thread signals or waits.
 ///
 /// | scope | threads | first thread | the group's barrier |
 /// | --- | --- | --- | --- |
@@ -172,6 +185,17 @@ impl Window {
     #[inline(always)]
     pub const fn spans(&self, offset: u64, len: u64) -> bool {
         Self::fits(offset, len, self.bytes)
+    }
+
+    /// Whether `bytes` of data as packets of type `P` fit at byte `offset` of the window: `bytes`
+    /// whole payloads, `offset` aligned to the packet, and the [`packet_bytes`] they take (twice
+    /// `bytes`) inside the window. What [`Window::put_packets`] and [`Window::read_packets`] check
+    /// with [`crate::ASSERTS`].
+    #[inline(always)]
+    pub const fn holds_packets<P: Packet>(&self, offset: u64, bytes: u64) -> bool {
+        bytes.is_multiple_of(P::PAYLOAD_BYTES)
+            && offset.is_multiple_of(core::mem::size_of::<P>() as u64)
+            && self.spans(offset, packet_bytes::<P>(bytes))
     }
 
     /// Whether `rank` is a member of the team.
@@ -306,6 +330,7 @@ mod device {
     use crate::channel::switch::{SwitchElem, SwitchGroup};
     use crate::copy::{Threads, copy_widest};
     use crate::device_assert;
+    use crate::packet::{copy_from_packets, copy_to_packets};
     use crate::poll::{SpinBudget, spin_until};
     use crate::semaphore::reached;
 
@@ -390,6 +415,80 @@ mod device {
             device_assert!(self.spans(src_off, bytes), "Window::get: source outside the window");
             // SAFETY: forwarded from the caller; the range lies inside the peer's window.
             unsafe { copy_widest(dst, self.base(peer).byte_add(src_off as usize), bytes, scope.threads()) }
+        }
+
+        /// Writes `bytes` from `src` as LL packets of type `P` carrying `flag` to byte `dst_off` of
+        /// rank `peer`'s window (`peer` may be this rank), where they take
+        /// [`packet_bytes`]`::<P>(bytes)`: twice `bytes`. Shared by the threads of `scope` (packet
+        /// `i` by its thread `i % count`, [`crate::packet::copy_to_packets`]). No signal, no fence
+        /// and no barrier: every payload is stored with its flag in one volatile access, and the
+        /// peer's [`Window::read_packets`] waits for the flag packet by packet.
+        ///
+        /// With [`crate::ASSERTS`], fails (prints and traps) for a peer outside the team, packets
+        /// outside the window or misaligned, or a size that is not whole payloads
+        /// ([`Window::holds_packets`]), a source not aligned to the payload, or flag 0.
+        ///
+        /// # Safety
+        /// As for [`Window::peer`]; `src` valid for `bytes` and aligned to `P::PAYLOAD_BYTES`;
+        /// every thread of `scope` calls it with the same arguments; the destination packets are
+        /// free (the flag discipline of [`crate::packet`]): whoever reads them has read what they
+        /// carried before, and `flag` is not the flag they carry now.
+        #[inline(always)]
+        pub unsafe fn put_packets<P: Packet>(
+            &self,
+            peer: u32,
+            dst_off: u64,
+            src: GlobalPtr<u8>,
+            bytes: u64,
+            flag: u32,
+            scope: Scope,
+        ) {
+            device_assert!(self.is_member(peer), "Window::put_packets: peer outside the team");
+            device_assert!(
+                self.holds_packets::<P>(dst_off, bytes),
+                "Window::put_packets: packets outside the window, misaligned, or not whole payloads"
+            );
+            device_assert!(flag != 0, "Window::put_packets: flag 0 marks an empty packet");
+            // SAFETY: forwarded from the caller; the packets lie inside the peer's window,
+            // aligned (checked above with ASSERTS, the caller's contract without).
+            unsafe {
+                let dst = self.base(peer).byte_add(dst_off as usize).cast::<P>();
+                copy_to_packets::<P>(dst, src, bytes, flag, scope.threads());
+            }
+        }
+
+        /// Waits for the LL packets of type `P` that carry `bytes` of data with `flag` at byte
+        /// `src_off` of this rank's own window (written there by [`Window::put_packets`] of any
+        /// rank) and writes their data to `dst` (any global memory of this GPU), shared by the
+        /// threads of `scope` (packet `i` by its thread `i % count`: each thread waits for its
+        /// own packets only, [`crate::packet::copy_from_packets`]). Prints and traps when a
+        /// packet does not arrive within `budget` (each packet has the whole budget).
+        ///
+        /// With [`crate::ASSERTS`], fails (prints and traps) as [`Window::put_packets`] does for
+        /// the packets, and for a destination not aligned to the payload.
+        ///
+        /// # Safety
+        /// As for [`Window::peer`]; `dst` valid for `bytes`, aligned to `P::PAYLOAD_BYTES`, and
+        /// not overlapping the packets; every thread of `scope` calls it with the same arguments.
+        #[inline(always)]
+        pub unsafe fn read_packets<P: Packet>(
+            &self,
+            src_off: u64,
+            dst: GlobalPtr<u8>,
+            bytes: u64,
+            flag: u32,
+            scope: Scope,
+            budget: SpinBudget,
+        ) {
+            device_assert!(
+                self.holds_packets::<P>(src_off, bytes),
+                "Window::read_packets: packets outside the window, misaligned, or not whole payloads"
+            );
+            // SAFETY: forwarded from the caller; the packets lie inside this rank's window.
+            unsafe {
+                let src = self.local.byte_add(src_off as usize).cast::<P>();
+                copy_from_packets::<P>(dst, src, bytes, flag, scope.threads(), budget);
+            }
         }
 
         /// [`Window::put`], then the group's barrier ([`Scope::sync`]), then its first thread
@@ -836,6 +935,26 @@ mod tests {
         assert!(!w.spans(u64::MAX, 2), "offset + length wraps");
         assert!(!w.spans(2, u64::MAX), "offset + length wraps");
         assert!(!window(4, 0).spans(0, 1));
+    }
+
+    /// The bounds `put_packets` and `read_packets` check: whole payloads, packet-aligned, and
+    /// the packets (twice the data) inside the window, without wrap-around.
+    #[test]
+    fn packet_spans() {
+        use crate::packet::{LL8Packet, LL16Packet};
+        let w = window(4, 4096);
+        assert!(w.holds_packets::<LL16Packet>(0, 2048), "2 KiB of data fill the window");
+        assert!(!w.holds_packets::<LL16Packet>(0, 2056), "one packet past the end");
+        assert!(w.holds_packets::<LL16Packet>(4096, 0), "no packets at the end");
+        assert!(w.holds_packets::<LL16Packet>(2048, 1024) && !w.holds_packets::<LL16Packet>(2064, 1024));
+        assert!(!w.holds_packets::<LL16Packet>(8, 8), "LL16 packets are 16-byte aligned");
+        assert!(!w.holds_packets::<LL16Packet>(0, 4), "half a payload");
+        assert!(w.holds_packets::<LL8Packet>(8, 4) && w.holds_packets::<LL8Packet>(4088, 4));
+        assert!(!w.holds_packets::<LL8Packet>(4, 4), "LL8 packets are 8-byte aligned");
+        assert!(!w.holds_packets::<LL8Packet>(0, 6), "not whole payloads");
+        assert!(!w.holds_packets::<LL16Packet>(0, u64::MAX - 7), "the packets' size saturates");
+        assert!(!w.holds_packets::<LL16Packet>(u64::MAX - 15, 8), "offset + packets wraps");
+        assert!(!window(4, 0).holds_packets::<LL8Packet>(0, 4));
     }
 
     #[test]

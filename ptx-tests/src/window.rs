@@ -1,5 +1,5 @@
 //! Device halves of the window phases of `tests/mp_patterns/` (symmetric memory windows): puts
-//! through `Window::peer` ordered by signals and the team barrier, and the one-shot allreduce
+//! through `Window::peer` ordered by signals and the team barrier, LL packets, and the one-shot allreduce
 //! written on a window. One block per rank (ranks may share one GPU); thread 0 signals, waits
 //! and runs the barriers, the block barrier orders the other threads around it. Then a window's
 //! switch group (`Window::switch_group`): the switch-channel allreduce and barrier rounds of
@@ -7,6 +7,7 @@
 
 use mscclpp_device::channel::switch::SwitchGroup;
 use mscclpp_device::copy::{Threads, copy_widest};
+use mscclpp_device::packet::LL16Packet;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::ptx::sreg;
@@ -76,6 +77,29 @@ kernels! {
             w.get(p, next as u64 * chunk + skew, out.byte_add((p as u64 * chunk) as usize), chunk, s);
         }
         w.barrier_in(s, BUDGET);
+    }
+
+    /// Launch `round` (1, 2, ...) of the packet pattern, for `Window::put_packets` and
+    /// `read_packets` with the group of `scope` (as in `win_scoped`): the group writes chunk `p`
+    /// of `src` as LL16 packets with flag `round` to region `me` of half `round & 1` of rank
+    /// `p`'s window (itself included; regions of `2 * chunk` bytes, halves of `size` regions),
+    /// then reads region `q` of that half of its own window into chunk `q` of `out`, for every
+    /// `q`. No signal and no barrier: the flags alone order the reads after the writes.
+    fn win_packets(w: Window, src: GlobalPtr<u8>, out: GlobalPtr<u8>, chunk: u64, scope: u32, round: u64) {
+        let s = scope_of(scope);
+        let tid = Threads::block().index;
+        if (s == Scope::Thread && tid > 0) || (s == Scope::Warp && tid >= 32) {
+            return;
+        }
+        let region = |r: u32| ((round & 1) * w.size as u64 + r as u64) * 2 * chunk;
+        for p in 0..w.size {
+            let from = src.byte_add((p as u64 * chunk) as usize);
+            w.put_packets::<LL16Packet>(p, region(w.rank), from, chunk, round as u32, s);
+        }
+        for q in 0..w.size {
+            let to = out.byte_add((q as u64 * chunk) as usize);
+            w.read_packets::<LL16Packet>(region(q), to, chunk, round as u32, s, BUDGET);
+        }
     }
 
     /// Launch `round` (1, 2, ...) of the put pattern: the block copies chunk `p` of `src` (this

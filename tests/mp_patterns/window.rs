@@ -1,7 +1,8 @@
 //! The window phase: symmetric memory windows (`Communicator::window` and `register_window`,
 //! the device handle `mscclpp_device::window::Window`). Puts through `peer()` ordered by
 //! signals and the team barrier, every byte checked on the host, over several launches (the
-//! signal counts and the barrier epoch persist); then the one-shot allreduce written on a
+//! signal counts and the barrier epoch persist); LL packets (`put_packets`, `read_packets`);
+//! then the one-shot allreduce written on a
 //! window, bit for bit against the host's sum in rank order.
 
 use mscclpp_device::poll::SpinBudget;
@@ -102,6 +103,63 @@ fn scoped(c: &Ctx, cm: &mscclpp_host::comm::Communicator) -> PhaseResult {
     win.free().map_err(e2s)
 }
 
+/// `Window::put_packets` and `read_packets` at thread, warp and block scope: 3 launches each
+/// (both halves, a new flag every launch, no signal or barrier in the kernel), a random chunk of
+/// whole 8-byte payloads, fresh random data and a poisoned output every launch; the reads and
+/// this rank's window (every packet: its payload beside the launch's flag, twice the bytes)
+/// checked on the host.
+fn packets(c: &Ctx, cm: &mscclpp_host::comm::Communicator) -> PhaseResult {
+    use mscclpp_device::packet::{LL16Packet, packet_bytes};
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let chunk = 8 * rng_for(c.seed, 0, 0, 47).random_range(1..2000usize);
+    let region = packet_bytes::<LL16Packet>(chunk as u64) as usize;
+    let win = cm.window((2 * n * region).div_ceil(16) * 16).map_err(e2s)?;
+    let buf = win.buffer().ok_or("Communicator::window gave no buffer")?;
+    let out = DeviceBuffer::alloc(&g, n * chunk).map_err(e2s)?;
+    for (code, name) in [(0u32, "thread"), (1, "warp"), (2, "block")] {
+        for round in 1..=3u64 {
+            // A flag of its own per launch of this window (the halves alternate by its parity).
+            let flag = 3 * code as u64 + round;
+            let tag = 100 + flag;
+            let src: Vec<u8> = (0..n).flat_map(|p| chunk_data(c.seed, me, p, tag, chunk)).collect();
+            let src = upload(&g, &src)?;
+            out.fill(POISON).map_err(e2s)?;
+            barrier(c)?;
+            let args = Args::new()
+                .arg(win.handle())
+                .arg(src.ptr::<u8>())
+                .arg(out.ptr::<u8>())
+                .arg(chunk as u64)
+                .arg(code)
+                .arg(flag);
+            run(&g, "win_packets", LaunchConfig::new(1, 128), args)?;
+            let what = format!("{name} scope, launch {round}, {chunk} B as packets");
+            let want: Vec<u8> = (0..n).flat_map(|q| chunk_data(c.seed, q, me, tag, chunk)).collect();
+            compare(
+                &format!("{what}: read_packets from this rank's window"),
+                &out.to_vec::<u8>().map_err(e2s)?,
+                &want,
+            )?;
+            // Region q of this launch's half: rank q's chunk for this rank, 8 bytes per packet.
+            let window = buf.to_vec::<u8>().map_err(e2s)?;
+            for q in 0..n {
+                let at = ((flag as usize & 1) * n + q) * region;
+                let data = chunk_data(c.seed, q, me, tag, chunk);
+                let want: Vec<u8> = data
+                    .chunks(8)
+                    .flat_map(|w| {
+                        let p = LL16Packet::new(u64::from_le_bytes(w.try_into().unwrap_or([0; 8])), flag as u32);
+                        bytemuck::bytes_of(&p).to_vec()
+                    })
+                    .collect();
+                compare(&format!("{what}: rank {q}'s packets in this rank's window"), &window[at..at + region], &want)?;
+            }
+            barrier(c)?;
+        }
+    }
+    win.free().map_err(e2s)
+}
+
 /// The README's fused kernel (`scaled_sum_window`): `(sum over ranks of alpha * x) + beta`, 2
 /// launches, fresh data and a poisoned output each, bit for bit against the host's sum in rank
 /// order of the same products.
@@ -191,6 +249,7 @@ pub(crate) fn window(c: &Ctx) -> PhaseResult {
     win.free().map_err(e2s)?;
 
     scoped(c, &cm)?;
+    packets(c, &cm)?;
     fused(c, &cm)?;
 
     // The one-shot allreduce on a window over this rank's own buffer, 2 launches.
