@@ -97,11 +97,53 @@ fn window_allreduce_signals_with_release_and_sums_with_plain_adds() {
     let body = entries.get("allreduce_window_f32").expect("no allreduce_window_f32 in the collectives' PTX");
     let ins = ptxcheck::instructions(body);
     let g = ptxcheck::Cfg::of(PTX, body);
-    for text in ["red.release.sys.add.u64", "ld.acquire.sys.u64", "add.rn.f32", "ld.global.v4", "barrier.sync 0;"] {
+    for text in [
+        "red.release.sys.add.u64",
+        "ld.acquire.sys.u64",
+        "add.rn.f32",
+        "ld.global.v4",
+        "barrier.sync 0;",
+        "griddepcontrol.wait;",
+    ] {
         assert!(ins.iter().any(|l| l.starts_with(text)), "no `{text}` in allreduce_window_f32");
     }
     assert!(g.always_before("barrier.sync 0;", "red.release.sys.add.u64"), "a signal before the block's barrier");
+    assert!(g.always_before("griddepcontrol.wait;", "ld.acquire.sys.u64"), "a window access before the grid wait");
     assert!(!ins.iter().any(|l| l.starts_with("fma") || l.contains(".ftz")), "a fused or flushed add");
     assert!(!ins.iter().any(|l| l.contains(".relaxed.sys")), "a relaxed signal or wait");
+    assert!(!ins.iter().any(|l| l.contains("ld.local") || l.contains("st.local")), "local memory");
+}
+
+/// The LL form of the window allreduce: LL16 packets out (128-bit volatile stores) and in
+/// (128-bit volatile loads), f32 sums as plain round-to-nearest adds, and nothing that orders
+/// memory between them (no fence, no signal, no acquire): the flags travel in the packets. The
+/// grid wait comes before the first window access, the block barrier before the counters move.
+#[test]
+fn window_allreduce_ll_form_sends_packets_without_fences() {
+    let entries = ptxcheck::entries(PTX);
+    let body = entries.get("allreduce_window_ll_f32").expect("no allreduce_window_ll_f32 in the collectives' PTX");
+    let ins = ptxcheck::instructions(body);
+    let g = ptxcheck::Cfg::of(PTX, body);
+    for text in [
+        "st.volatile.global.v4.u32",
+        "ld.volatile.global.v4.u32",
+        "add.rn.f32",
+        "barrier.sync 0;",
+        "griddepcontrol.wait;",
+        "griddepcontrol.launch_dependents;",
+    ] {
+        assert!(ins.iter().any(|l| l.starts_with(text)), "no `{text}` in allreduce_window_ll_f32");
+    }
+    let orders = |l: &str| {
+        ["fence", "membar", ".acquire", ".release"].iter().any(|t| l.contains(t))
+            || l.starts_with("red.")
+            || l.starts_with("atom.")
+    };
+    if let Some(l) = ins.iter().find(|l| orders(l)) {
+        panic!("`{l}` in the LL form: its packets need no ordering");
+    }
+    assert!(g.always_before("griddepcontrol.wait;", "st.volatile.global.v4.u32"), "a packet before the grid wait");
+    assert!(g.always_before("griddepcontrol.wait;", "ld.volatile.global.v4.u32"), "a packet read before the grid wait");
+    assert!(!ins.iter().any(|l| l.starts_with("fma") || l.contains(".ftz")), "a fused or flushed add");
     assert!(!ins.iter().any(|l| l.contains("ld.local") || l.contains("st.local")), "local memory");
 }

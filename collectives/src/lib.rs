@@ -42,7 +42,7 @@ use mscclpp_host::{Args, BootstrapExt, DeviceBuffer, Error, Gpu, LaunchConfig, R
 pub mod reference;
 pub mod window;
 
-pub use window::WindowAllreduce;
+pub use window::{WindowAllreduce, WindowPlan};
 
 pub use mscclpp_collectives_device::Algorithm as CollectiveAlgorithm;
 

@@ -185,44 +185,116 @@ fn run(comm: &Communicator) -> Result<()> {
 
 /// The one-shot allreduce written on a window (`WindowAllreduce`) against the one-shot LL
 /// allreduce (`oneshot`, forced), bit for bit, and both against the host's sums in rank order:
-/// fresh random f32 every call, poisoned outputs, sizes from one vector to the LL limit, on the
-/// default grid and on 3 blocks (uneven parts), several launches per window (both halves).
+/// fresh random f32 every launch, poisoned outputs, sizes from one vector to the LL limit of the
+/// one-shot form, on windows whose LL form takes its default sizes, none (limit 0), and sizes up
+/// to 64 KiB, on the default grid and on 3 blocks (uneven parts), and each window's LL limit
+/// from both sides (the last size of the LL form, the first of the put form). A window of 4 MiB
+/// with the default limit covers the default edges above 1 MiB, against the host's sums only
+/// (beyond the one-shot form's slots). Every size runs 3 launches back to back (both halves of
+/// either form, and the flags of consecutive launches) with no host synchronisation between, the
+/// sizes going up then down, so the two forms alternate on one window.
 fn window_form(comm: &Communicator, oneshot: &Collectives, seed: u64) -> Result<()> {
+    use mscclpp_collectives::WindowAllreduce;
     let (n, me, gpu) = (comm.world_size(), comm.rank(), comm.gpu());
-    let max_bytes = oneshot.handle().ll_one_shot_capacity().min(1 << 20);
-    let counts = [4usize, 1024, 4100, 65_540, (max_bytes / 4) as usize];
-    let mut cases = 0;
-    for blocks in [None, Some(3)] {
-        let win = mscclpp_collectives::WindowAllreduce::new(comm, max_bytes, blocks)?;
-        for (k, &count) in counts.iter().chain(counts.iter().rev()).enumerate() {
-            let s = seed.wrapping_add(1000 * blocks.unwrap_or(0) as u64 + k as u64);
-            let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(DataType::F32, count, s, r)).collect();
-            let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
-            let want = sum_in_order(DataType::F32, &refs);
-            let send = DeviceBuffer::from_slice(gpu, &inputs[me])?;
-            let by_window = DeviceBuffer::filled(gpu, count * 4, 0xa5)?;
-            let by_oneshot = DeviceBuffer::filled(gpu, count * 4, 0x5a)?;
+    let capacity = oneshot.handle().ll_one_shot_capacity();
+    let max_bytes = capacity.min(1 << 20);
+    let edge = 64u64 << 10; // the LL limit of the mixed windows
+    let (mut cases, mut by_ll, mut by_put, mut forms) = (0, 0, 0, 0);
+    // (largest message, blocks, LL limit: None for the default)
+    let windows = [
+        (max_bytes, None, None),
+        (max_bytes, None, Some(edge)),
+        (max_bytes, Some(3), Some(edge)),
+        (max_bytes, None, Some(0)),
+        (4 << 20, None, None),
+    ];
+    for (w_index, &(max, blocks, limit)) in windows.iter().enumerate() {
+        let win = match limit {
+            None => WindowAllreduce::new(comm, max, blocks)?,
+            Some(l) => WindowAllreduce::with_ll_limit(comm, max, blocks, l)?,
+        };
+        let ll = win.ll_bytes();
+        let mut sizes: Vec<u64> = if max > max_bytes { vec![] } else { vec![16, 4096, 16400, 262_160] };
+        if ll > 0 && ll < max {
+            sizes.extend([ll - 16, ll, ll + 16]);
+        }
+        sizes.push(max);
+        sizes.sort();
+        sizes.dedup();
+        let (mut ll_here, mut put_here) = (false, false);
+        for (k, &bytes) in sizes.iter().chain(sizes.iter().rev()).enumerate() {
+            let count = (bytes / 4) as usize;
+            let plan = win.plan(bytes);
+            let compare_oneshot = bytes <= capacity;
+            let mut launches = vec![];
+            for j in 0..3u64 {
+                let s = seed.wrapping_add(1000 * w_index as u64 + 10 * k as u64 + j);
+                let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(DataType::F32, count, s, r)).collect();
+                let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+                let want = sum_in_order(DataType::F32, &refs);
+                let send = DeviceBuffer::from_slice(gpu, &inputs[me])?;
+                let by_window = DeviceBuffer::filled(gpu, count * 4, 0xa5)?;
+                let by_oneshot = DeviceBuffer::filled(gpu, count * 4, 0x5a)?;
+                launches.push((send, by_window, by_oneshot, want));
+            }
             // Every rank's buffers allocated before any rank launches: where ranks are threads
             // sharing a GPU, an allocation may wait for the kernels running on it, and a rank's
             // window kernel waits for its peers'.
             comm.bootstrap().barrier()?;
-            win.allreduce_f32(&send, &by_window, count, gpu.stream())?;
-            oneshot.allreduce(&send, &by_oneshot, count, DataType::F32, ReduceOp::Sum, gpu.stream())?;
+            for (send, by_window, by_oneshot, _) in &launches {
+                win.allreduce_f32(send, by_window, count, gpu.stream())?;
+                if compare_oneshot {
+                    oneshot.allreduce(send, by_oneshot, count, DataType::F32, ReduceOp::Sum, gpu.stream())?;
+                }
+            }
             gpu.synchronize()?;
-            let (w, o) = (by_window.to_vec::<u8>()?, by_oneshot.to_vec::<u8>()?);
-            let what = format!("window allreduce of {count} f32 on {} blocks", win.blocks());
-            if let Some(i) = (0..w.len()).find(|&i| w[i] != o[i]) {
-                return Err(fail(format!("{what}: byte {i} is {:#04x}, the one-shot LL form's {:#04x}", w[i], o[i])));
+            for (j, (_, by_window, by_oneshot, want)) in launches.iter().enumerate() {
+                let w = by_window.to_vec::<u8>()?;
+                let what = format!(
+                    "window allreduce of {count} f32 ({} form, LL up to {ll} B, {} blocks x {}), launch {} of 3",
+                    if plan.ll { "LL" } else { "put" },
+                    plan.blocks,
+                    plan.threads,
+                    j + 1
+                );
+                if compare_oneshot {
+                    let o = by_oneshot.to_vec::<u8>()?;
+                    if let Some(i) = (0..w.len()).find(|&i| w[i] != o[i]) {
+                        return Err(fail(format!(
+                            "{what}: byte {i} is {:#04x}, the one-shot LL form's {:#04x}",
+                            w[i], o[i]
+                        )));
+                    }
+                }
+                let wrong = count_wrong(DataType::F32, &w, want);
+                if wrong > 0 {
+                    return Err(fail(format!("{what}: {wrong} elements differ from the host's sums in rank order")));
+                }
+                cases += 1;
+                if plan.ll {
+                    by_ll += 1;
+                } else {
+                    by_put += 1;
+                }
             }
-            let wrong = count_wrong(DataType::F32, &w, &want);
-            if wrong > 0 {
-                return Err(fail(format!("{what}: {wrong} elements differ from the host's sums in rank order")));
-            }
-            cases += 1;
+            ll_here |= plan.ll;
+            put_here |= !plan.ll;
+        }
+        if ll_here && put_here {
+            forms += 1;
         }
         win.free()?;
     }
-    println!("mp_collectives: rank {me}: window allreduce = one-shot LL allreduce, bit for bit, in {cases} cases");
+    // Both forms ran, and on one window at least (the 64 KiB limit).
+    if by_ll == 0 || by_put == 0 || forms == 0 {
+        return Err(fail(format!(
+            "window allreduce: {by_ll} LL and {by_put} put launches, {forms} windows with both forms"
+        )));
+    }
+    println!(
+        "mp_collectives: rank {me}: window allreduce = one-shot LL allreduce (and the host's sums), bit for bit, in \
+         {cases} launches ({by_ll} LL form, {by_put} put form; {forms} windows alternating the two)"
+    );
     Ok(())
 }
 

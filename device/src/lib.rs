@@ -82,6 +82,16 @@
 //! thread per rank; `barrier_in(scope, budget)` wraps it in the group's barriers. After it,
 //! every rank's earlier writes are visible.
 //!
+//! **A switch group**: [`switch_group(offset, bytes, slot)`](window::Window::switch_group) views
+//! `bytes` at `offset` of every rank's window as a switch channel's buffer. The
+//! [`window::WindowSwitch`] it returns implements
+//! [`SwitchGroup`](channel::switch::SwitchGroup): `reduce` sums element `i` over every rank's copy
+//! in rank order (the same bits on every rank), `broadcast` stores into every copy, and `signal` /
+//! `wait` are a barrier of all ranks on signal slot `slot` (one slot per block), so an algorithm
+//! written for switch channels runs on a window unchanged. With a multicast address in the handle
+//! ([`multimem`](window::Window::multimem)) it would use the multimem instructions; the host
+//! provides none today, so it emulates.
+//!
 //! ```ignore
 //! use mscclpp_device::copy::Threads;
 //! use mscclpp_device::poll::SpinBudget;

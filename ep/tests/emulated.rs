@@ -338,6 +338,7 @@ fn world(cfg: &Config, n: usize, blocks: u32) -> Vec<Rank> {
                 peer_signals: GlobalPtr::from_addr(0),
                 slots: Window::DEFAULT_SLOTS,
                 reserved: 0,
+                multicast: 0,
             };
             let (signals, none) = (Mem::zeroed(words * 8), Mem::zeroed(8));
             Rank {

@@ -500,6 +500,8 @@ impl Communicator {
             peer_signals: table.ptr::<u64>().add(n),
             slots,
             reserved: 0,
+            // No multicast object for windows: a window's switch group emulates.
+            multicast: 0,
         };
         Ok(Window {
             handle,

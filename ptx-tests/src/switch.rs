@@ -58,19 +58,19 @@ fn slice(n: u64, rank: u32, n_ranks: u32) -> (u64, u64) {
 
 /// Allreduce (sum) in place over the channel's buffer as elements of `V`: reduce this rank's
 /// slice (`multimem.ld_reduce`, or loads from every rank's copy when emulated) and broadcast each
-/// sum (`multimem.st`, or stores into every copy). Written once against [`SwitchGroup`].
+/// sum (`multimem.st`, or stores into every copy). Written once against [`SwitchGroup`]: the
+/// switch channel, the emulated one and a window's switch group
+/// (`mscclpp_device::window::WindowSwitch`, `crate::window`) all run this code.
 ///
 /// # Safety
-/// `chans` holds one live channel per block; every rank runs the same grid.
+/// `chan` is this block's live handle (its own barrier); every rank runs the same grid.
 #[inline(always)]
-unsafe fn allreduce_ld_reduce_st<C: SwitchGroup, V: SwitchElem>(
-    chans: *const C,
+pub(crate) unsafe fn allreduce_in_place<C: SwitchGroup, V: SwitchElem>(
+    chan: C,
     rank: u32,
     n_ranks: u32,
     budget: SpinBudget,
 ) {
-    // SAFETY: the caller passes one handle per block.
-    let chan = unsafe { *chans.add(sreg::ctaid_x() as usize) };
     // SAFETY: forwarded from the caller (opening round: every member's input is written).
     unsafe { block_barrier(&chan, budget) };
     let (lo, hi) = slice(chan.elements::<V>(), rank, n_ranks);
@@ -86,6 +86,21 @@ unsafe fn allreduce_ld_reduce_st<C: SwitchGroup, V: SwitchElem>(
     }
     // SAFETY: forwarded from the caller (closing round: every slice is broadcast).
     unsafe { block_barrier(&chan, budget) };
+}
+
+/// [`allreduce_in_place`] with handle `chans[blockIdx.x]`.
+///
+/// # Safety
+/// `chans` holds one live channel per block; every rank runs the same grid.
+#[inline(always)]
+unsafe fn allreduce_ld_reduce_st<C: SwitchGroup, V: SwitchElem>(
+    chans: *const C,
+    rank: u32,
+    n_ranks: u32,
+    budget: SpinBudget,
+) {
+    // SAFETY: the caller passes one handle per block; the rest is forwarded.
+    unsafe { allreduce_in_place::<C, V>(*chans.add(sreg::ctaid_x() as usize), rank, n_ranks, budget) }
 }
 
 /// Allreduce (sum) of `input` (this rank's `len_of::<V>()` elements) into the channel's buffer,
@@ -175,19 +190,39 @@ kernels! {
         allreduce_ld_reduce_st::<EmulatedSwitchChannel, Bf16x8>(chans, rank, n_ranks, budget);
     }
 
-    /// `rounds` barrier rounds of every block with data: the leader of block b broadcasts the
-    /// round number into slot `(b * n_ranks + rank) * 2 + round % 2` of every copy before the
-    /// barrier and checks after it that every rank's slot of this block holds the round.
-    /// `report[0]` += stale slots, `report[1]` += slots checked (`rounds * n_ranks` per block).
+    /// `barrier_rounds` on `chans[blockIdx.x]`.
     fn emu_barrier_rounds(chans: *const EmulatedSwitchChannel, rounds: u32, report: *mut u64, budget: SpinBudget) {
         let chan = *chans.add(sreg::ctaid_x() as usize);
-        let (b, n, me) = (sreg::ctaid_x(), chan.n_ranks, chan.rank);
-        let (mut bad, mut checked) = (0u64, 0u64);
+        barrier_rounds(&chan, chan.rank, chan.n_ranks, rounds, report, budget);
+    }
+}
+
+/// `rounds` barrier rounds of the calling block with data: the leader of block b broadcasts the
+/// round number into element `(b * n_ranks + rank) * 2 + round % 2` (u32) of every copy before
+/// the barrier and checks after it that every rank's element of this block holds the round.
+/// `report[0]` += stale elements, `report[1]` += elements checked (`rounds * n_ranks` per block).
+///
+/// # Safety
+/// `chan` is this block's live handle, its buffer holds `gridDim * n_ranks * 2` u32; every rank
+/// runs the same grid.
+#[inline(always)]
+pub(crate) unsafe fn barrier_rounds<C: SwitchGroup>(
+    chan: &C,
+    rank: u32,
+    n_ranks: u32,
+    rounds: u32,
+    report: *mut u64,
+    budget: SpinBudget,
+) {
+    let (b, n, me) = (sreg::ctaid_x(), n_ranks, rank);
+    let (mut bad, mut checked) = (0u64, 0u64);
+    // SAFETY: forwarded from the caller; every element index is below `gridDim * n * 2`.
+    unsafe {
         for r in 1..=rounds {
             if sreg::tid_x() == 0 {
                 chan.broadcast::<u32>(((b * n + me) * 2 + r % 2) as usize, r);
             }
-            block_barrier(&chan, budget);
+            block_barrier(chan, budget);
             if sreg::tid_x() == 0 {
                 for p in 0..n {
                     if chan.local::<u32>(((b * n + p) * 2 + r % 2) as usize).as_ptr().read_volatile() != r {

@@ -1,15 +1,22 @@
-//! Device halves of the window phase of `tests/mp_patterns/` (symmetric memory windows): puts
-//! through `Window::peer` ordered by signals and the team barrier, and the one-shot allreduce
+//! Device halves of the window phases of `tests/mp_patterns/` (symmetric memory windows): puts
+//! through `Window::peer` ordered by signals and the team barrier, LL packets, and the one-shot allreduce
 //! written on a window. One block per rank (ranks may share one GPU); thread 0 signals, waits
-//! and runs the barriers, the block barrier orders the other threads around it.
+//! and runs the barriers, the block barrier orders the other threads around it. Then a window's
+//! switch group (`Window::switch_group`): the switch-channel allreduce and barrier rounds of
+//! [`crate::switch`], the same code, with several blocks, block b on signal slot b.
 
+use mscclpp_device::channel::switch::SwitchGroup;
 use mscclpp_device::copy::{Threads, copy_widest};
+use mscclpp_device::packet::LL16Packet;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::ptr::GlobalPtr;
+use mscclpp_device::ptx::sreg;
 use mscclpp_device::sync::block_barrier;
+use mscclpp_device::vec::{Bf16x8, F32x4};
 use mscclpp_device::window::{Scope, Window};
 
 use crate::kernels;
+use crate::switch::{allreduce_in_place, barrier_rounds};
 
 const BUDGET: SpinBudget = SpinBudget::from_millis(20_000);
 
@@ -70,6 +77,29 @@ kernels! {
             w.get(p, next as u64 * chunk + skew, out.byte_add((p as u64 * chunk) as usize), chunk, s);
         }
         w.barrier_in(s, BUDGET);
+    }
+
+    /// Launch `round` (1, 2, ...) of the packet pattern, for `Window::put_packets` and
+    /// `read_packets` with the group of `scope` (as in `win_scoped`): the group writes chunk `p`
+    /// of `src` as LL16 packets with flag `round` to region `me` of half `round & 1` of rank
+    /// `p`'s window (itself included; regions of `2 * chunk` bytes, halves of `size` regions),
+    /// then reads region `q` of that half of its own window into chunk `q` of `out`, for every
+    /// `q`. No signal and no barrier: the flags alone order the reads after the writes.
+    fn win_packets(w: Window, src: GlobalPtr<u8>, out: GlobalPtr<u8>, chunk: u64, scope: u32, round: u64) {
+        let s = scope_of(scope);
+        let tid = Threads::block().index;
+        if (s == Scope::Thread && tid > 0) || (s == Scope::Warp && tid >= 32) {
+            return;
+        }
+        let region = |r: u32| ((round & 1) * w.size as u64 + r as u64) * 2 * chunk;
+        for p in 0..w.size {
+            let from = src.byte_add((p as u64 * chunk) as usize);
+            w.put_packets::<LL16Packet>(p, region(w.rank), from, chunk, round as u32, s);
+        }
+        for q in 0..w.size {
+            let to = out.byte_add((q as u64 * chunk) as usize);
+            w.read_packets::<LL16Packet>(region(q), to, chunk, round as u32, s, BUDGET);
+        }
     }
 
     /// Launch `round` (1, 2, ...) of the put pattern: the block copies chunk `p` of `src` (this
@@ -171,5 +201,34 @@ pub unsafe extern "ptx-kernel" fn scaled_sum_window(
             out.add(i as usize).as_ptr().write(sum + beta);
         }
         w.barrier_in(Scope::Block, BUDGET); // every region read before the next launch writes
+    }
+}
+
+kernels! {
+    /// In-place f32 allreduce (16-byte vectors) of `bytes` at `offset` of every rank's window:
+    /// the code of `switch_allreduce_f32x4` and `emu_allreduce_f32x4`
+    /// (`crate::switch::allreduce_in_place`) on `w.switch_group(offset, bytes, blockIdx.x)`.
+    fn win_switch_allreduce_f32x4(w: Window, offset: u64, bytes: u64, budget: SpinBudget) {
+        allreduce_in_place::<_, F32x4>(w.switch_group(offset, bytes, sreg::ctaid_x()), w.rank, w.size, budget);
+    }
+    /// `win_switch_allreduce_f32x4` for bf16 (8 lanes per access, bf16 accumulation in rank order).
+    fn win_switch_allreduce_bf16x8(w: Window, offset: u64, bytes: u64, budget: SpinBudget) {
+        allreduce_in_place::<_, Bf16x8>(w.switch_group(offset, bytes, sreg::ctaid_x()), w.rank, w.size, budget);
+    }
+    /// `rounds` barrier rounds of every block, on the switch group of the window from `offset`
+    /// to its end with slot `blockIdx.x`: with data when `relaxed == 0`
+    /// (`crate::switch::barrier_rounds`, which reports into `report` as `emu_barrier_rounds`
+    /// does), else the relaxed signal and wait by each block's thread 0 alone, without data
+    /// (the host checks the slots' signal words).
+    fn win_switch_barrier_rounds(w: Window, offset: u64, rounds: u32, relaxed: u32, report: *mut u64, budget: SpinBudget) {
+        let chan = w.switch_group(offset, w.bytes.saturating_sub(offset), sreg::ctaid_x());
+        if relaxed == 0 {
+            barrier_rounds(&chan, w.rank, w.size, rounds, report, budget);
+        } else if sreg::tid_x() == 0 {
+            for _ in 0..rounds {
+                chan.relaxed_signal();
+                chan.relaxed_wait(budget);
+            }
+        }
     }
 }

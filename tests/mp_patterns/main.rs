@@ -34,7 +34,7 @@
 //! This file holds the driver and the helpers the phases share; the phases live in
 //! `bootstrap.rs` (the bootstrap on the CPU, and the rank-to-GPU mapping), `patterns.rs` (bulk
 //! copies, semaphores, port and memory channels, small collectives), `switch.rs` (the switch
-//! channel, emulated) and `window.rs` (symmetric memory windows).
+//! channel, emulated) and `window.rs` (symmetric memory windows, and a window's switch group).
 
 mod bootstrap;
 mod patterns;
@@ -101,6 +101,7 @@ const PHASES: &[Phase] = &[
     Phase { name: "switch_barrier", needs_gpus: 1, run: switch::switch_barrier },
     Phase { name: "switch_allreduce", needs_gpus: 1, run: switch::switch_allreduce },
     Phase { name: "window", needs_gpus: 1, run: window::window },
+    Phase { name: "window_switch", needs_gpus: 1, run: window::window_switch },
 ];
 
 fn main() -> ExitCode {

@@ -24,7 +24,7 @@ fn emulated(
 }
 
 /// Random finite values of each element type, from the shared seed.
-trait Sample: SwitchElem + PartialEq + std::fmt::Debug {
+pub(crate) trait Sample: SwitchElem + PartialEq + std::fmt::Debug {
     fn sample(seed: u64, rank: usize, n: usize) -> Vec<Self>;
 }
 fn floats(seed: u64, rank: usize, n: usize) -> Vec<f32> {

@@ -1,14 +1,23 @@
 //! The window phase: symmetric memory windows (`Communicator::window` and `register_window`,
 //! the device handle `mscclpp_device::window::Window`). Puts through `peer()` ordered by
 //! signals and the team barrier, every byte checked on the host, over several launches (the
-//! signal counts and the barrier epoch persist); then the one-shot allreduce written on a
+//! signal counts and the barrier epoch persist); LL packets (`put_packets`, `read_packets`);
+//! then the one-shot allreduce written on a
 //! window, bit for bit against the host's sum in rank order.
 
+use mscclpp_device::poll::SpinBudget;
+use mscclpp_device::vec::{Bf16x8, F32x4};
 use mscclpp_device::window::Window as WindowHandle;
+use mscclpp_host::bootstrap::BootstrapExt;
+use mscclpp_host::comm::Communicator;
 use mscclpp_host::{Args, DeviceBuffer, LaunchConfig};
 use rand::RngExt;
 
-use crate::{Ctx, POISON, PhaseResult, barrier, comm, compare, e2s, rng_for, run, same, upload};
+use crate::switch::Sample;
+use crate::{
+    Ctx, POISON, PhaseResult, as_threads, barrier, comm, compare, counted, e2s, rng_for, run, same, share_of_sms,
+    upload,
+};
 
 /// What rank `from` sends rank `to` in launch `round`: random bytes from a generator seeded by
 /// both ranks and the round, so a chunk from the wrong rank, place or round is caught.
@@ -88,6 +97,63 @@ fn scoped(c: &Ctx, cm: &mscclpp_host::comm::Communicator) -> PhaseResult {
             let next = (me + 1) % n;
             let want: Vec<u8> = (0..n).flat_map(|p| chunk_data(c.seed, next, p, tag, chunk)).collect();
             compare(&format!("{what}: gets from the peers' windows"), &out.to_vec::<u8>().map_err(e2s)?, &want)?;
+            barrier(c)?;
+        }
+    }
+    win.free().map_err(e2s)
+}
+
+/// `Window::put_packets` and `read_packets` at thread, warp and block scope: 3 launches each
+/// (both halves, a new flag every launch, no signal or barrier in the kernel), a random chunk of
+/// whole 8-byte payloads, fresh random data and a poisoned output every launch; the reads and
+/// this rank's window (every packet: its payload beside the launch's flag, twice the bytes)
+/// checked on the host.
+fn packets(c: &Ctx, cm: &mscclpp_host::comm::Communicator) -> PhaseResult {
+    use mscclpp_device::packet::{LL16Packet, packet_bytes};
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let chunk = 8 * rng_for(c.seed, 0, 0, 47).random_range(1..2000usize);
+    let region = packet_bytes::<LL16Packet>(chunk as u64) as usize;
+    let win = cm.window((2 * n * region).div_ceil(16) * 16).map_err(e2s)?;
+    let buf = win.buffer().ok_or("Communicator::window gave no buffer")?;
+    let out = DeviceBuffer::alloc(&g, n * chunk).map_err(e2s)?;
+    for (code, name) in [(0u32, "thread"), (1, "warp"), (2, "block")] {
+        for round in 1..=3u64 {
+            // A flag of its own per launch of this window (the halves alternate by its parity).
+            let flag = 3 * code as u64 + round;
+            let tag = 100 + flag;
+            let src: Vec<u8> = (0..n).flat_map(|p| chunk_data(c.seed, me, p, tag, chunk)).collect();
+            let src = upload(&g, &src)?;
+            out.fill(POISON).map_err(e2s)?;
+            barrier(c)?;
+            let args = Args::new()
+                .arg(win.handle())
+                .arg(src.ptr::<u8>())
+                .arg(out.ptr::<u8>())
+                .arg(chunk as u64)
+                .arg(code)
+                .arg(flag);
+            run(&g, "win_packets", LaunchConfig::new(1, 128), args)?;
+            let what = format!("{name} scope, launch {round}, {chunk} B as packets");
+            let want: Vec<u8> = (0..n).flat_map(|q| chunk_data(c.seed, q, me, tag, chunk)).collect();
+            compare(
+                &format!("{what}: read_packets from this rank's window"),
+                &out.to_vec::<u8>().map_err(e2s)?,
+                &want,
+            )?;
+            // Region q of this launch's half: rank q's chunk for this rank, 8 bytes per packet.
+            let window = buf.to_vec::<u8>().map_err(e2s)?;
+            for q in 0..n {
+                let at = ((flag as usize & 1) * n + q) * region;
+                let data = chunk_data(c.seed, q, me, tag, chunk);
+                let want: Vec<u8> = data
+                    .chunks(8)
+                    .flat_map(|w| {
+                        let p = LL16Packet::new(u64::from_le_bytes(w.try_into().unwrap_or([0; 8])), flag as u32);
+                        bytemuck::bytes_of(&p).to_vec()
+                    })
+                    .collect();
+                compare(&format!("{what}: rank {q}'s packets in this rank's window"), &window[at..at + region], &want)?;
+            }
             barrier(c)?;
         }
     }
@@ -183,6 +249,7 @@ pub(crate) fn window(c: &Ctx) -> PhaseResult {
     win.free().map_err(e2s)?;
 
     scoped(c, &cm)?;
+    packets(c, &cm)?;
     fused(c, &cm)?;
 
     // The one-shot allreduce on a window over this rank's own buffer, 2 launches.
@@ -204,6 +271,129 @@ pub(crate) fn window(c: &Ctx) -> PhaseResult {
     }
     if me == 0 {
         println!("rank 0: window: {rounds} put launches of {chunk} B per pair, allreduce of {elems} f32");
+    }
+    win.free().map_err(e2s)
+}
+
+/// The bytes around a switch group's range: before it, the range, after it.
+struct Margins {
+    lo: usize,
+    group: usize,
+    hi: usize,
+}
+
+/// One launch of a window switch-group allreduce kernel of `V` (`kernel`, `blocks` blocks, block
+/// b on slot b) over the range `m.lo..m.lo + m.group` of `win`: fresh random inputs in the range
+/// and poison around it on every rank, then every rank's range must hold the sum over the ranks in
+/// rank order bit for bit (f16/bf16 rounded after every add, as the device adds) and the margins
+/// their poison.
+fn switch_allreduce_launch<V: Sample>(
+    c: &Ctx,
+    cm: &Communicator,
+    win: &mscclpp_host::window::Window,
+    m: &Margins,
+    blocks: u32,
+    kernel: &str,
+    launch: u64,
+) -> PhaseResult {
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let buf = win.buffer().ok_or("Communicator::window gave no buffer")?;
+    let elems = m.group / std::mem::size_of::<V>();
+    let seed = c.seed.wrapping_add(launch.wrapping_mul(0x2545_f491_4f6c_dd1d));
+    let mut init = vec![POISON; m.lo + m.group + m.hi];
+    init[m.lo..m.lo + m.group].copy_from_slice(bytemuck::cast_slice(&V::sample(seed, me, elems)));
+    buf.write(0, &init).map_err(e2s)?;
+    barrier(c)?;
+    let args = Args::new().arg(win.handle()).arg(m.lo as u64).arg(m.group as u64).arg(SpinBudget::from_millis(20_000));
+    run(&g, kernel, LaunchConfig::new(blocks, 256), args)?;
+    let what = format!("{kernel}, launch {launch}, {blocks} blocks, {elems} elements at byte {}", m.lo);
+    let got = buf.to_vec::<u8>().map_err(e2s)?;
+    compare(&format!("{what}: the bytes before the range"), &got[..m.lo], &init[..m.lo])?;
+    compare(&format!("{what}: the bytes after the range"), &got[m.lo + m.group..], &init[m.lo + m.group..])?;
+    let inputs: Vec<Vec<V>> = (0..n).map(|r| V::sample(seed, r, elems)).collect();
+    let sum: Vec<V> = (0..elems).map(|i| (1..n).fold(inputs[0][i], |a, r| a.add(inputs[r][i]))).collect();
+    let mut range = vec![V::zeroed(); elems];
+    bytemuck::cast_slice_mut::<V, u8>(&mut range).copy_from_slice(&got[m.lo..m.lo + m.group]);
+    same(&format!("{what}: the sums (bits)"), &range, &sum)?;
+    // No rank writes its window again before every rank has read its own.
+    barrier(c)
+}
+
+/// The signal words of `slots` slots from every rank in this rank's signal area are `want`, those
+/// of the other slots and the barrier words 0.
+fn slot_words(win: &mscclpp_host::window::Window, slots: u32, want: u64) -> PhaseResult {
+    let h = win.handle();
+    let words = win.signals().to_vec::<u64>().map_err(e2s)?;
+    for p in 0..h.size {
+        let got: Vec<u64> = (0..h.slots).map(|s| words[WindowHandle::signal_word(h.size, s, p) as usize]).collect();
+        let expect: Vec<u64> = (0..h.slots).map(|s| if s < slots { want } else { 0 }).collect();
+        same(&format!("the signal words of every slot from rank {p}"), &got, &expect)?;
+        same(&format!("the barrier word from rank {p}"), &[words[WindowHandle::barrier_word(p) as usize]], &[0])?;
+    }
+    Ok(())
+}
+
+/// A window's switch group (`Window::switch_group`, `WindowSwitch`): the switch channels'
+/// allreduce (`allreduce_in_place` in `ptx-tests/src/switch.rs`, the code `switch_allreduce`
+/// runs on the emulated channel) over a range of a window at a random 16-byte offset with
+/// poisoned margins, f32 and bf16, 2 launches each, several blocks each on its own signal slot;
+/// then the switch barrier rounds with data (as `switch_barrier`) and relaxed rounds on a
+/// window, and the slots' signal words (one add per round from every rank, itself included).
+pub(crate) fn window_switch(c: &Ctx) -> PhaseResult {
+    let cm = comm(c)?;
+    let (n, me) = (cm.world_size(), cm.rank());
+    // Blocks wait for the other ranks' blocks: at most any rank's share of the SMs (the same
+    // number on every rank), one slot each.
+    let mine = share_of_sms(&cm)?.clamp(1, 4).min(WindowHandle::DEFAULT_SLOTS);
+    let blocks = c.boot.all_gather_pod(&mine).map_err(e2s)?.into_iter().min().unwrap_or(1);
+    let m = Margins {
+        lo: 16 * rng_for(c.seed, 0, 0, 47).random_range(1..64usize),
+        // (16-byte elements: F32x4 and Bf16x8)
+        group: 16 * rng_for(c.seed, 0, 0, 48).random_range(256..65536usize),
+        hi: 16 * rng_for(c.seed, 0, 0, 49).random_range(1..64usize),
+    };
+    let win = cm.window(m.lo + m.group + m.hi).map_err(e2s)?;
+    let mut launches = 0;
+    for launch in 1..=2u64 {
+        switch_allreduce_launch::<F32x4>(c, &cm, &win, &m, blocks, "win_switch_allreduce_f32x4", launch)?;
+        switch_allreduce_launch::<Bf16x8>(c, &cm, &win, &m, blocks, "win_switch_allreduce_bf16x8", launch)?;
+        launches += 2;
+    }
+    // Two barrier rounds per launch (opening and closing), one signal each to every rank.
+    slot_words(&win, blocks, 2 * launches)?;
+    win.free().map_err(e2s)?;
+
+    // Barrier rounds: element `(b * n + p) * 2 + round % 2` (u32) of the range is rank p's in
+    // block b, from a random 16-byte offset.
+    let rounds: u32 = if c.boot.local_size() <= c.gpu_count || as_threads(c) { 2_000 } else { 100 };
+    let lo = 16 * rng_for(c.seed, 0, 0, 50).random_range(0..64usize);
+    let win = cm.window((lo + blocks as usize * n * 2 * 4).next_multiple_of(16)).map_err(e2s)?;
+    let g = cm.gpu().clone();
+    let report = DeviceBuffer::filled(&g, 16, 0).map_err(e2s)?;
+    for relaxed in [0u32, 1] {
+        barrier(c)?;
+        let args = Args::new()
+            .arg(win.handle())
+            .arg(lo as u64)
+            .arg(rounds)
+            .arg(relaxed)
+            .arg(report.addr())
+            .arg(SpinBudget::from_millis(20_000));
+        run(&g, "win_switch_barrier_rounds", LaunchConfig::new(blocks, 64), args)?;
+    }
+    // Every block, every round, every rank's element, checked after the barrier.
+    counted(
+        &format!("elements after {rounds} window switch barriers"),
+        &report,
+        (blocks as usize * n) as u64 * rounds as u64,
+    )?;
+    slot_words(&win, blocks, 2 * rounds as u64)?;
+    barrier(c)?;
+    if me == 0 {
+        println!(
+            "rank 0: window_switch: {launches} allreduce launches of {} B at byte {} ({blocks} blocks), {rounds} + {rounds} barrier rounds",
+            m.group, m.lo
+        );
     }
     win.free().map_err(e2s)
 }

@@ -89,8 +89,9 @@ gather_kernels! {
     allgather_pipelined => Pipelined;
 }
 
-/// The one-shot allreduce of f32 written on a symmetric memory window
-/// (`mscclpp_collectives_device::window`): launched by `mscclpp_collectives::WindowAllreduce`.
+/// The one-shot allreduce of f32 written on a symmetric memory window, put form
+/// (`mscclpp_collectives_device::window`): launched by `mscclpp_collectives::WindowAllreduce`
+/// for messages above its LL limit.
 ///
 /// # Safety
 /// As for `allreduce_window_f32`.
@@ -101,8 +102,35 @@ pub unsafe extern "ptx-kernel" fn allreduce_window_f32(
     output: GlobalPtr<u8>,
     bytes: u64,
     max_bytes: u64,
+    ll_bytes: u64,
     budget: SpinBudget,
 ) {
     // SAFETY: forwarded from the launch contract.
-    unsafe { mscclpp_collectives_device::window::allreduce_window_f32(&w, input, output, bytes, max_bytes, budget) }
+    unsafe {
+        mscclpp_collectives_device::window::allreduce_window_f32(&w, input, output, bytes, max_bytes, ll_bytes, budget)
+    }
+}
+
+/// The one-shot allreduce of f32 written on a symmetric memory window, LL form
+/// (`mscclpp_collectives_device::window`): launched by `mscclpp_collectives::WindowAllreduce`
+/// for messages up to its LL limit.
+///
+/// # Safety
+/// As for `allreduce_window_ll_f32`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn allreduce_window_ll_f32(
+    w: mscclpp_device::window::Window,
+    input: GlobalPtr<u8>,
+    output: GlobalPtr<u8>,
+    bytes: u64,
+    max_bytes: u64,
+    ll_bytes: u64,
+    budget: SpinBudget,
+) {
+    // SAFETY: forwarded from the launch contract.
+    unsafe {
+        mscclpp_collectives_device::window::allreduce_window_ll_f32(
+            &w, input, output, bytes, max_bytes, ll_bytes, budget,
+        )
+    }
 }

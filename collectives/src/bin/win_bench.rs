@@ -2,13 +2,15 @@
 //! ([`WindowAllreduce`]) against the one-shot LL allreduce of [`Collectives`] (forced, with LL
 //! slots large enough for the largest size), in the same run. For every size: the median
 //! microseconds per operation of CUDA-event timings of batches of back-to-back operations, in a
-//! CUDA graph and with eager launches, for both forms, the ratio window / one-shot (below 1:
-//! the window form is faster), and whether the two results are the same bits.
+//! CUDA graph and with eager launches, for the window allreduce as it picks its form (`LL`
+//! packets or `put` and signal) and for the one-shot LL, the ratio window / one-shot (below 1:
+//! the window form is faster), the graph time of the window's other form (forced: its LL limit
+//! set to the size or to 0), and whether all three results are the same bits.
 //!
 //! ```sh
 //! win-bench --threads 8                     # 8 ranks as threads of one process (one GPU is fine)
 //! win-bench --ranks 2                       # processes, built-in launcher (or under mpirun)
-//! MSCCLPP_RS_BENCH_SIZES=1024,1048576 ...   # sizes in bytes (default 1 KiB .. 64 MiB, x4)
+//! MSCCLPP_RS_BENCH_SIZES=1024,1048576 ...   # sizes in bytes (default 1 KiB .. 64 MiB, x4, and 512 KiB, 2, 3 MiB)
 //! ```
 //! f32 sum; sizes are rounded down to a multiple of 16 bytes. Rank 0 prints the table, with the
 //! GPU and how many ranks share it (a figure from ranks sharing one GPU is labelled so).
@@ -89,7 +91,12 @@ fn run(comm: &Communicator) -> Result<()> {
         Ok(s) => {
             s.split(',').filter_map(|x| x.trim().parse::<u64>().ok()).map(|b| b / 16 * 16).filter(|&b| b > 0).collect()
         }
-        Err(_) => (0..9).map(|i| 1024u64 << (2 * i)).collect(),
+        // Powers of 4, and 512 KiB, 2 and 3 MiB around the default LL limits.
+        Err(_) => {
+            let mut v: Vec<u64> = (0..9).map(|i| 1024u64 << (2 * i)).chain([512 << 10, 2 << 20, 3 << 20]).collect();
+            v.sort();
+            v
+        }
     };
     let largest = sizes.iter().copied().max().unwrap_or(16);
     // LL slots that carry the largest size one-shot (a slot holds half its bytes of data).
@@ -108,43 +115,65 @@ fn run(comm: &Communicator) -> Result<()> {
             if sharing > 1 { " (ranks share one GPU: not a multi-GPU figure)" } else { "" }
         );
         println!(
-            "{:>8} | {:>9} {:>9} | {:>9} {:>9} | {:>8} {:>8} | {:>6} | blocks win/oneshot",
-            "size", "win(us)", "eager", "1shot(us)", "eager", "graph x", "eager x", "bits"
+            "{:>8} | {:>4} {:>9} {:>9} | {:>9} {:>9} | {:>8} {:>8} | {:>9} {:>8} | {:>6} | blocks win/other/oneshot",
+            "size",
+            "form",
+            "win(us)",
+            "eager",
+            "1shot(us)",
+            "eager",
+            "graph x",
+            "eager x",
+            "other(us)",
+            "other x",
+            "bits"
         );
     }
     for &size in &sizes {
         let count = (size / 4) as usize;
         let win = WindowAllreduce::new(comm, size, None)?;
+        // The form the window allreduce does not pick for this size, forced.
+        let picked = win.plan(size);
+        let other = WindowAllreduce::with_ll_limit(comm, size, None, if picked.ll { 0 } else { size })?;
         let inputs: Vec<Vec<u8>> = (0..n).map(|r| random_input(DataType::F32, count, size, r)).collect();
         let send = DeviceBuffer::from_slice(gpu, &inputs[me])?;
-        let (by_win, by_one) =
-            (DeviceBuffer::filled(gpu, size as usize, 0xa5)?, DeviceBuffer::filled(gpu, size as usize, 0x5a)?);
+        let (by_win, by_other, by_one) = (
+            DeviceBuffer::filled(gpu, size as usize, 0xa5)?,
+            DeviceBuffer::filled(gpu, size as usize, 0xa6)?,
+            DeviceBuffer::filled(gpu, size as usize, 0x5a)?,
+        );
         let k = (((64u64 << 20) / size) as usize).clamp(4, 50);
         let reps = 11;
         let w = measure(comm, k, reps, &|| win.allreduce_f32(&send, &by_win, count, gpu.stream()))?;
+        let x = measure(comm, k, reps, &|| other.allreduce_f32(&send, &by_other, count, gpu.stream()))?;
         let o = measure(comm, k, reps, &|| {
             oneshot.allreduce(&send, &by_one, count, DataType::F32, ReduceOp::Sum, gpu.stream())
         })?;
-        let (gw, go) = (by_win.to_vec::<u8>()?, by_one.to_vec::<u8>()?);
+        let (gw, gx, go) = (by_win.to_vec::<u8>()?, by_other.to_vec::<u8>()?, by_one.to_vec::<u8>()?);
         let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
-        let same = gw == go && gw == sum_in_order(DataType::F32, &refs);
+        let same = gw == go && gx == go && gw == sum_in_order(DataType::F32, &refs);
         if me == 0 {
             let plan = oneshot.plan(mscclpp_collectives::Operation::AllReduce, size);
             println!(
-                "{:>8} | {:>9.2} {:>9.2} | {:>9.2} {:>9.2} | {:>8.3} {:>8.3} | {:>6} | {}/{}",
+                "{:>8} | {:>4} {:>9.2} {:>9.2} | {:>9.2} {:>9.2} | {:>8.3} {:>8.3} | {:>9.2} {:>8.3} | {:>6} | {}/{}/{}",
                 fmt_size(size),
+                if picked.ll { "LL" } else { "put" },
                 w.0,
                 w.1,
                 o.0,
                 o.1,
                 w.0 / o.0,
                 w.1 / o.1,
+                x.0,
+                x.0 / o.0,
                 if same { "same" } else { "DIFFER" },
-                win.blocks(),
+                picked.blocks,
+                other.plan(size).blocks,
                 plan.blocks
             );
         }
         win.free()?;
+        other.free()?;
         if !same {
             return Err(Error::InvalidArgument(format!("{}: the window and one-shot results differ", fmt_size(size))));
         }

@@ -230,8 +230,10 @@ pub trait SwitchElem: Element + mc::Multicast {}
 impl<V: Element + mc::Multicast> SwitchElem for V {}
 
 /// What an algorithm needs of a switch channel; implemented by [`SwitchChannel`] (NVLink
-/// multicast) and by [`super::emulated_switch::EmulatedSwitchChannel`] (peer pointers), so one
-/// kernel body serves both.
+/// multicast), by [`super::emulated_switch::EmulatedSwitchChannel`] (peer pointers) and by a
+/// range of a symmetric window ([`crate::window::WindowSwitch`], from
+/// [`Window::switch_group`](crate::window::Window::switch_group)), so one kernel body serves all
+/// three.
 ///
 /// The trait is declared on every target (so host documentation and checks see it); its
 /// implementations exist only on nvptx64. Every method that reads the handle's memory is
