@@ -29,7 +29,7 @@
 # port_all_to_all) and the port-channel example in MSCCLPP_RS_TCP_MODES (default "mpirun2 mpirun4
 # launcher2 launcher4": 2 ranks on two GPUs, 4 ranks sharing them), then tcp_bench (GPU memory,
 # then host memory).
-# MSCCLPP_RS_EP_SHAPES / MSCCLPP_RS_EP_REPS / MSCCLPP_RS_EP_FORMAT / MSCCLPP_RS_EP_BLOCKS (ep_bench: prefill,decode; timed batches; bf16 or e4m3 rows; the SM budget).
+# MSCCLPP_RS_EP_SHAPES / MSCCLPP_RS_EP_REPS / MSCCLPP_RS_EP_FORMAT / MSCCLPP_RS_EP_BLOCKS / MSCCLPP_RS_EP_RING_ROWS (ep_bench: prefill,decode; timed batches; bf16 or e4m3 rows; the SM budget; the pipelined mode's ring rows).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 # scripts/gpu-build.sh packs the executables into bin.tgz; unpack them when only the archive came.
@@ -160,7 +160,7 @@ fi
 # Expert-parallel dispatch and combine against NCCL (grouped send/receive of the same rows).
 if [ -e "$here/bin/ep_bench" ] && selected ep ep_bench; then
   run ep_bench-mpirun2 mpirun --allow-run-as-root -np 2 -x MSCCLPP_RS_REQUIRE_GPU -x MSCCLPP_RS_BENCH_OUT \
-    -x MSCCLPP_RS_NCCL -x MSCCLPP_RS_EP_SHAPES -x MSCCLPP_RS_EP_REPS -x MSCCLPP_RS_EP_FORMAT -x MSCCLPP_RS_EP_BLOCKS \
+    -x MSCCLPP_RS_NCCL -x MSCCLPP_RS_EP_SHAPES -x MSCCLPP_RS_EP_REPS -x MSCCLPP_RS_EP_FORMAT -x MSCCLPP_RS_EP_BLOCKS -x MSCCLPP_RS_EP_RING_ROWS \
     -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x TORCH_SYMM_MEM_DISABLE_MULTICAST "$here/bin/ep_bench"
 fi
 # The NCCL library under NCCL's names, for LD_LIBRARY_PATH (groups netns and nccl).
