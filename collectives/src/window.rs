@@ -212,9 +212,9 @@ impl WindowAllreduce {
         // launches the same form for the same size, the put form always on the grid fixed at
         // construction (at most the slots and the SM share), the LL form on at most `ll_cap`
         // blocks (the SM share or the blocks given, at most `LL_COUNTERS`), its `max_blocks`
-        // every launch. Both kernels wait for the previous grid
-        // (`griddepcontrol.wait`) before their first memory access, so they may overlap it
-        // (not where ranks share the GPU: `may_overlap_launches`).
+        // every launch. Both kernels wait for the previous grid (`griddepcontrol.wait`) before
+        // their first memory access, so they may overlap it (not where ranks share the GPU:
+        // `may_overlap_launches`).
         unsafe {
             if self.overlap {
                 mscclpp_host::launch::launch_overlapped_on(gpu, stream, f, cfg, &mut args)
