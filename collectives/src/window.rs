@@ -24,7 +24,8 @@ pub struct WindowAllreduce {
     layout: WindowLayout,
     blocks: u32,
     forced_blocks: bool,
-    /// The most blocks of an LL launch (this rank's SM share, at most [`LL_COUNTERS`]).
+    /// The most blocks of an LL launch (this rank's SM share or the blocks given, at most
+    /// [`LL_COUNTERS`]): the kernel keeps that many launch counters in step.
     ll_cap: u32,
     /// The most threads per block the LL kernel allows.
     ll_thread_limit: u32,
@@ -56,14 +57,14 @@ impl WindowAllreduce {
 
     /// The largest message (bytes per rank) that goes as LL packets by default among `n_ranks`:
     /// where the packets' doubled bytes start to cost more than the put form's signals. From the
-    /// figures of the put form against the one-shot LL on one H200 (ranks sharing it): at 2
-    /// ranks LL ahead at 1 MiB, behind at 4 MiB (interpolated crossing near 2.7 MiB); at 8
-    /// ranks ahead at 1 KiB, far behind at 1 MiB (crossing near 0.3 to 0.5 MiB); 4 ranks between.
+    /// graph times of both forms on one H200 (ranks sharing it): at 2 ranks LL ahead at 2 MiB
+    /// (7.10 against 7.92 us), behind at 3 MiB (11.63 against 10.79); at 4 ranks ahead at 512 KiB,
+    /// behind at 1 MiB; at 8 ranks ahead at 256 KiB, behind at 512 KiB.
     pub const fn default_ll_limit(n_ranks: usize) -> u64 {
         match n_ranks {
-            0..=2 => 3 << 20,
-            3..=4 => 1 << 20,
-            _ => 512 << 10,
+            0..=2 => 2 << 20,
+            3..=4 => 512 << 10,
+            _ => 256 << 10,
         }
     }
 
@@ -131,7 +132,7 @@ impl WindowAllreduce {
             layout,
             blocks,
             forced_blocks,
-            ll_cap: share.min(LL_COUNTERS),
+            ll_cap: if forced_blocks { blocks } else { share }.clamp(1, LL_COUNTERS),
             ll_thread_limit,
             overlap,
             budget: SpinBudget::from_millis(20_000),
@@ -153,7 +154,7 @@ impl WindowAllreduce {
     pub fn plan(&self, bytes: u64) -> WindowPlan {
         if bytes <= self.layout.ll_bytes {
             let (blocks, threads) = Self::ll_grid(bytes, self.ll_cap, self.ll_thread_limit);
-            let blocks = if self.forced_blocks { self.blocks.min(LL_COUNTERS) } else { blocks };
+            let blocks = if self.forced_blocks { self.ll_cap } else { blocks };
             WindowPlan { ll: true, blocks, threads }
         } else {
             WindowPlan { ll: false, blocks: self.blocks, threads: Self::THREADS }
@@ -198,17 +199,22 @@ impl WindowAllreduce {
             .arg(GlobalPtr::<u8>::from_addr(recv.addr()))
             .arg(bytes)
             .arg(max_bytes)
-            .arg(self.layout.ll_bytes)
-            .arg(self.budget);
+            .arg(self.layout.ll_bytes);
+        if plan.ll {
+            args = args.arg(self.ll_cap);
+        }
+        args = args.arg(self.budget);
         let f = if plan.ll { &self.ll_fn } else { &self.put_fn };
         let cfg = LaunchConfig::new(plan.blocks, plan.threads);
-        // SAFETY: both kernels take (Window, ptr, ptr, u64, u64, u64, SpinBudget) as passed; both
-        // buffers hold `bytes` (checked) and the window, laid out as `self.layout`, lives as long
-        // as `self`; every rank launches the same form for the same size, the put form always on
-        // the grid fixed at construction (at most the slots and the SM share), the LL form on at
-        // most the SM share and `LL_COUNTERS` blocks. Both kernels wait for the previous grid
-        // (`griddepcontrol.wait`) before their first memory access, so they may overlap it
-        // (not where ranks share the GPU: `may_overlap_launches`).
+        // SAFETY: the put kernel takes (Window, ptr, ptr, u64, u64, u64, SpinBudget), the LL
+        // kernel a u32 (its `max_blocks`) before the budget, as passed; both buffers hold `bytes`
+        // (checked) and the window, laid out as `self.layout`, lives as long as `self`; every rank
+        // launches the same form for the same size, the put form always on the grid fixed at
+        // construction (at most the slots and the SM share), the LL form on at most `ll_cap`
+        // blocks (the SM share or the blocks given, at most `LL_COUNTERS`), its `max_blocks`
+        // every launch. Both kernels wait for the previous grid (`griddepcontrol.wait`) before
+        // their first memory access, so they may overlap it (not where ranks share the GPU:
+        // `may_overlap_launches`).
         unsafe {
             if self.overlap {
                 mscclpp_host::launch::launch_overlapped_on(gpu, stream, f, cfg, &mut args)
@@ -248,6 +254,6 @@ mod tests {
         let limits: Vec<u64> = [1, 2, 3, 4, 8, 16].map(WindowAllreduce::default_ll_limit).to_vec();
         assert!(limits.windows(2).all(|w| w[0] >= w[1]));
         assert!(limits.iter().all(|l| l.is_multiple_of(16)));
-        assert_eq!(WindowAllreduce::default_ll_limit(8), 512 << 10);
+        assert_eq!(limits[1..5], [2 << 20, 512 << 10, 512 << 10, 256 << 10]);
     }
 }

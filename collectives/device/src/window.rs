@@ -11,12 +11,13 @@
 //!                       (LL regions of 2 * ll_bytes, packets; put regions of max_bytes, raw data;
 //!                        no put halves when max_bytes <= ll_bytes)
 //!
-//!  LL form, block b of rank r, launch e (its counter, + 1), flag ll_flag(e):
-//!    put_packets(p, LL half e&1, region r, part b of the input, flag)   for every rank p != r
-//!    part b of output = x0 + x1 + ... + x(n-1)                          (rank order)
-//!      xq: packets of region q of its own window, each waited for until it carries the flag
+//!  LL form, rank r, launch e (block b: its counter b, + 1), flag ll_flag(e), the whole grid
+//!  striding over the input's 8-byte words j (the one-shot LL allreduce's data path):
+//!    word j as packet j of region r of LL half e&1 (with the flag)      in every rank p != r
+//!    then word j of output = x0 + x1 + ... + x(n-1)                     (rank order)
+//!      xq: packet j of region q of its own window, waited for until it carries the flag
 //!          (xr: its own input)
-//!    counter b = e   (block 0 also sets the counters of the blocks the grid does not have)
+//!    counter b = e   (block 0 also sets those of the blocks up to max_blocks the grid lacks)
 //!  put form, block b of rank r, launch e (its slot b counts its launches):
 //!    put_signal(p, put half e&1, region r, part b of the input, slot b)   for every rank p (r too)
 //!    wait until slot b from every rank q has reached e
@@ -37,9 +38,10 @@
 //!
 //! Every put-form launch on one window uses the same grid (each block's slot counts its
 //! launches), at most the window's `slots` blocks, all co-resident on every rank. The LL form
-//! may use any co-resident grid of at most [`LL_COUNTERS`] blocks, a different one per size: block
-//! 0 keeps the counters of the blocks it lacks in step, and each packet carries its own flag, so
-//! even the ranks' grids may differ.
+//! may use any co-resident grid of at most `max_blocks` blocks (the same bound for every LL
+//! launch on the window, at most [`LL_COUNTERS`]), a different one per size: block 0 keeps the
+//! counters of the blocks it lacks in step, and each packet carries its own flag, so even the
+//! ranks' grids may differ.
 
 /// Launch counters of the LL form at the start of every rank's window: one `u64` per block, read
 /// and written by this rank only. The LL form's grid has at most this many blocks.
@@ -198,16 +200,18 @@ mod device {
     }
 
     /// The LL form of the one-shot allreduce (sum) of `bytes` of f32 on window `w`: `output` =
-    /// the sum over ranks of `input`, in rank order (the one-shot LL allreduce's additions, word
-    /// by word). Every thread of every block calls it.
+    /// the sum over ranks of `input`, in rank order (the one-shot LL allreduce's data path and
+    /// additions, word by word). Every thread of every block calls it.
     ///
     /// # Safety
     /// `w` a live window that holds the [`WindowLayout`] of (`w.size`, `max_bytes`, `ll_bytes`),
-    /// used only by this allreduce; a 1-D co-resident grid of at most [`LL_COUNTERS`] blocks;
-    /// every rank launching the same sequence of sizes; `input` and `output` 16-byte aligned,
-    /// valid for `bytes` (a positive multiple of 16, at most `ll_bytes`: checked with `ASSERTS`),
-    /// not overlapping.
+    /// used only by this allreduce; a 1-D co-resident grid of at most `max_blocks` blocks, the
+    /// same `max_blocks` (at most [`LL_COUNTERS`]) for every LL launch on the window; every rank
+    /// launching the same sequence of sizes; `input` and `output` 16-byte aligned, valid for
+    /// `bytes` (a positive multiple of 16, at most `ll_bytes`: checked with `ASSERTS`), not
+    /// overlapping.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn allreduce_window_ll_f32(
         w: &Window,
         input: GlobalPtr<u8>,
@@ -215,33 +219,42 @@ mod device {
         bytes: u64,
         max_bytes: u64,
         ll_bytes: u64,
+        max_blocks: u32,
         budget: SpinBudget,
     ) {
         let l = WindowLayout { n_ranks: w.size, max_bytes, ll_bytes };
         device_assert!(bytes.is_multiple_of(16) && bytes <= ll_bytes, "window allreduce (LL): size");
         device_assert!(l.fits(w.bytes), "window allreduce (LL): window too small");
-        device_assert!(sreg::nctaid_x() <= LL_COUNTERS, "window allreduce (LL): more blocks than counters");
-        let (n, me, b, nb) = (w.size, w.rank, sreg::ctaid_x(), sreg::nctaid_x());
-        let (off, len) = block_part(bytes, nb, b);
+        device_assert!(
+            sreg::nctaid_x() <= max_blocks && max_blocks <= LL_COUNTERS,
+            "window allreduce (LL): more blocks than max_blocks, or max_blocks than counters"
+        );
+        let (n, me, b) = (w.size, w.rank, sreg::ctaid_x());
         // The previous kernel on the stream has finished (when this one was launched to overlap it).
         griddepcontrol_wait();
         griddepcontrol_launch_dependents();
         let counters = w.local::<u64>(WindowLayout::counter(0));
+        let word = |p: GlobalPtr<u8>, j: u64| p.byte_add((8 * j) as usize).cast::<u64>().as_ptr();
+        let (t, words) = (Threads::grid(), bytes / 8);
         // SAFETY: the caller's contract: the counters and every region lie in the window (sizes
         // checked above); the halves alternate and every packet carries this launch's flag
-        // (module docs); word j of the input and output lies in `bytes`.
+        // (module docs); word j of the input and output lies in `bytes`, packet j in a region.
         unsafe {
             // This block's launch number: its counter, which block 0 keeps in step for all.
             let e = counters.add(b as usize).as_ptr().read() + 1;
             let (flag, half) = (crate::ll_flag(e), e & 1);
-            let mine = l.ll_region(half, me) + 2 * off;
-            for k in 1..n {
-                let p = if me + k < n { me + k } else { me + k - n }; // from the next rank on
-                w.put_packets::<LL16Packet>(p, mine, input.byte_add(off as usize), len, flag, Scope::Block);
+            let mine = l.ll_region(half, me);
+            // Each word loaded once and sent to every peer at once, as the one-shot LL does.
+            for j in t.stride(words) {
+                let v = ld_st::ld_global_u64(word(input, j));
+                for p in 0..n {
+                    if p != me {
+                        w.peer::<LL16Packet>(p, mine + 16 * j).write(v, flag);
+                    }
+                }
             }
-            for i in Threads::block().stride(len / 8) {
-                let j = off / 8 + i;
-                let own = ld_st::ld_global_u64(input.byte_add((8 * j) as usize).cast::<u64>().as_ptr());
+            for j in t.stride(words) {
+                let own = ld_st::ld_global_u64(word(input, j));
                 let mut acc = 0u64;
                 for q in 0..n {
                     let v = if q == me {
@@ -251,7 +264,7 @@ mod device {
                     };
                     acc = if q == 0 { v } else { <f32 as Element>::add_dwords(acc, v) };
                 }
-                ld_st::st_global_u64(output.byte_add((8 * j) as usize).cast::<u64>().as_ptr(), acc);
+                ld_st::st_global_u64(word(output, j), acc);
             }
             // Every thread has read the counter before it moves; the next launch reads it after
             // this one ended.
@@ -261,7 +274,7 @@ mod device {
                 counters.add(b as usize).as_ptr().write(e);
             }
             if b == 0 {
-                for j in Threads::new(nb + t.index, t.count).stride(LL_COUNTERS) {
+                for j in Threads::new(sreg::nctaid_x() + t.index, t.count).stride(max_blocks) {
                     counters.add(j as usize).as_ptr().write(e);
                 }
             }

@@ -118,6 +118,7 @@ pub unsafe extern "ptx-kernel" fn allreduce_window_f32(
 /// # Safety
 /// As for `allreduce_window_ll_f32`.
 #[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
 pub unsafe extern "ptx-kernel" fn allreduce_window_ll_f32(
     w: mscclpp_device::window::Window,
     input: GlobalPtr<u8>,
@@ -125,12 +126,13 @@ pub unsafe extern "ptx-kernel" fn allreduce_window_ll_f32(
     bytes: u64,
     max_bytes: u64,
     ll_bytes: u64,
+    max_blocks: u32,
     budget: SpinBudget,
 ) {
     // SAFETY: forwarded from the launch contract.
     unsafe {
         mscclpp_collectives_device::window::allreduce_window_ll_f32(
-            &w, input, output, bytes, max_bytes, ll_bytes, budget,
+            &w, input, output, bytes, max_bytes, ll_bytes, max_blocks, budget,
         )
     }
 }

@@ -1,8 +1,9 @@
 //! `win-bench`: the one-shot allreduce written on a symmetric memory window
 //! ([`WindowAllreduce`]) against the one-shot LL allreduce of [`Collectives`] (forced, with LL
 //! slots large enough for the largest size), in the same run. For every size: the median
-//! microseconds per operation of CUDA-event timings of batches of back-to-back operations, in a
-//! CUDA graph and with eager launches, for the window allreduce as it picks its form (`LL`
+//! microseconds per operation of CUDA-event timings of 51 batches of back-to-back operations, in
+//! a CUDA graph and with eager launches, the forms taking turns batch by batch (so drift falls on
+//! all alike), for the window allreduce as it picks its form (`LL`
 //! packets or `put` and signal) and for the one-shot LL, the ratio window / one-shot (below 1:
 //! the window form is faster), the graph time of the window's other form (forced: its LL limit
 //! set to the size or to 0), and whether all three results are the same bits.
@@ -32,49 +33,62 @@ fn drv<T>(r: std::result::Result<T, cudarc::driver::DriverError>, what: &str) ->
     r.map_err(|e| Error::Driver { context: what.into(), source: e })
 }
 
+/// Timed batches of each form per size and launch mode (odd: the median is one of them).
+const REPS: usize = 51;
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     v[v.len() / 2]
 }
 
-/// Median microseconds per operation over `reps` timed batches of `k` operations.
-fn time_batches(comm: &Communicator, reps: usize, k: usize, mut batch: impl FnMut() -> Result<()>) -> Result<f64> {
+/// (graph, eager) median microseconds per operation of each of `ops` over [`REPS`] timed batches
+/// of `k` operations. The forms take turns (a graph batch and an eager batch of each, then the
+/// next round), so a drift of the GPU's clocks or load falls on all of them alike.
+fn measure<const N: usize>(
+    comm: &Communicator,
+    k: usize,
+    ops: [&dyn Fn() -> Result<()>; N],
+) -> Result<[(f64, f64); N]> {
     let gpu = comm.gpu();
     let stream = gpu.stream();
-    let ctx = gpu.context();
-    let start = drv(ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)), "creating an event")?;
-    let stop = drv(ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)), "creating an event")?;
+    gpu.bind()?;
+    let start = drv(gpu.context().new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)), "creating an event")?;
+    let stop = drv(gpu.context().new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)), "creating an event")?;
+    let mut graphs = vec![];
+    for op in ops {
+        drv(stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "beginning a capture")?;
+        let enq = (0..k).try_for_each(|_| op());
+        let graph: Option<CudaGraph> = drv(stream.end_capture(CUgraphInstantiate_flags(0)), "ending a capture")?;
+        enq?;
+        let graph = graph.ok_or_else(|| Error::InvalidArgument("empty capture".into()))?;
+        drv(graph.upload(), "uploading a graph")?;
+        graphs.push(graph);
+    }
     // Every rank past its set-up (graph instantiation and upload may allocate, and an allocation
     // may wait for a peer's kernel already spinning for this rank) before any launch.
     comm.bootstrap().barrier()?;
-    batch()?; // warm up
+    for (op, graph) in ops.iter().zip(&graphs) {
+        drv(graph.launch(), "launching a graph")?; // warm up
+        (0..k).try_for_each(|_| op())?;
+    }
     gpu.synchronize_timeout(Duration::from_secs(60))?;
-    let mut times = vec![];
-    for _ in 0..reps {
+    // Microseconds per operation of one batch, every rank starting together.
+    let time = |batch: &dyn Fn() -> Result<()>| -> Result<f64> {
         comm.bootstrap().barrier()?;
         drv(start.record(stream), "recording an event")?;
         batch()?;
         drv(stop.record(stream), "recording an event")?;
         gpu.synchronize_timeout(Duration::from_secs(60))?;
-        let ms = drv(start.elapsed_ms(&stop), "reading an event")?;
-        times.push(ms as f64 * 1000.0 / k as f64);
+        Ok(drv(start.elapsed_ms(&stop), "reading an event")? as f64 * 1000.0 / k as f64)
+    };
+    let mut times = [(); N].map(|_| (vec![], vec![]));
+    for _ in 0..REPS {
+        for ((op, graph), t) in ops.iter().zip(&graphs).zip(&mut times) {
+            t.0.push(time(&|| drv(graph.launch(), "launching a graph"))?);
+            t.1.push(time(&|| (0..k).try_for_each(|_| op()))?);
+        }
     }
-    Ok(median(times))
-}
-
-/// (graph, eager) median microseconds per operation of `op`, `k` operations per batch.
-fn measure(comm: &Communicator, k: usize, reps: usize, op: &dyn Fn() -> Result<()>) -> Result<(f64, f64)> {
-    let stream = comm.gpu().stream();
-    comm.gpu().bind()?;
-    drv(stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "beginning a capture")?;
-    let enq = (0..k).try_for_each(|_| op());
-    let graph: Option<CudaGraph> = drv(stream.end_capture(CUgraphInstantiate_flags(0)), "ending a capture")?;
-    enq?;
-    let graph = graph.ok_or_else(|| Error::InvalidArgument("empty capture".into()))?;
-    drv(graph.upload(), "uploading a graph")?;
-    let graph_us = time_batches(comm, reps, k, || drv(graph.launch(), "launching a graph"))?;
-    let eager_us = time_batches(comm, reps, k, || (0..k).try_for_each(|_| op()))?;
-    Ok((graph_us, eager_us))
+    Ok(times.map(|(g, e)| (median(g), median(e))))
 }
 
 fn fmt_size(b: u64) -> String {
@@ -143,12 +157,12 @@ fn run(comm: &Communicator) -> Result<()> {
             DeviceBuffer::filled(gpu, size as usize, 0x5a)?,
         );
         let k = (((64u64 << 20) / size) as usize).clamp(4, 50);
-        let reps = 11;
-        let w = measure(comm, k, reps, &|| win.allreduce_f32(&send, &by_win, count, gpu.stream()))?;
-        let x = measure(comm, k, reps, &|| other.allreduce_f32(&send, &by_other, count, gpu.stream()))?;
-        let o = measure(comm, k, reps, &|| {
-            oneshot.allreduce(&send, &by_one, count, DataType::F32, ReduceOp::Sum, gpu.stream())
-        })?;
+        let ops: [&dyn Fn() -> Result<()>; 3] = [
+            &|| win.allreduce_f32(&send, &by_win, count, gpu.stream()),
+            &|| other.allreduce_f32(&send, &by_other, count, gpu.stream()),
+            &|| oneshot.allreduce(&send, &by_one, count, DataType::F32, ReduceOp::Sum, gpu.stream()),
+        ];
+        let [w, x, o] = measure(comm, k, ops)?;
         let (gw, gx, go) = (by_win.to_vec::<u8>()?, by_other.to_vec::<u8>()?, by_one.to_vec::<u8>()?);
         let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
         let same = gw == go && gx == go && gw == sum_in_order(DataType::F32, &refs);
