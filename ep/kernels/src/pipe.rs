@@ -103,6 +103,47 @@ impl PipeTable {
     }
 }
 
+/// Tokens a block moves per batch: one per warp, at most the ring's rows.
+const fn batch_tokens(threads: u32, ring: u64) -> u32 {
+    let warps = threads / WARP;
+    if (warps as u64) < ring { warps } else { ring as u32 }
+}
+
+/// Where token `t` goes on rank `d`: its position among this rank's tokens for `d`, or -1
+/// (the layout's send index).
+///
+/// # Safety
+/// `t` below the layout's tokens, `d < h.n_ranks`.
+#[inline(always)]
+unsafe fn send_index(h: &EpHandle, t: u32, d: u32) -> i32 {
+    let at = (h.layout + h.layout_regions().send_index) as *const i32;
+    // SAFETY: inside the layout (caller's contract).
+    unsafe { at.add(t as usize * h.n_ranks as usize + d as usize).read() }
+}
+
+/// For the tokens `t0..t1` of a batch: how many go to each rank, and the position (send index)
+/// of the first of them on that rank.
+///
+/// # Safety
+/// `t0 <= t1`, both at most the layout's tokens.
+#[inline(always)]
+unsafe fn batch_rows(h: &EpHandle, (t0, t1): (u32, u32)) -> ([u32; MAX_RANKS], [u32; MAX_RANKS]) {
+    let (mut m, mut first) = ([0u32; MAX_RANKS], [0u32; MAX_RANKS]);
+    for t in t0..t1 {
+        for d in 0..h.n_ranks as usize {
+            // SAFETY: t < t1 (caller's contract), d < n_ranks.
+            let s = unsafe { send_index(h, t, d as u32) };
+            if s >= 0 {
+                if m[d] == 0 {
+                    first[d] = s as u32;
+                }
+                m[d] += 1;
+            }
+        }
+    }
+    (m, first)
+}
+
 /// The running counts `[kind][channel c][peer]` of this rank (`cursors` region), kind 0 to 3:
 /// dispatch sent, dispatch consumed, combine sent, combine consumed.
 #[inline(always)]
@@ -197,13 +238,7 @@ unsafe fn dispatch_send<const CAST: bool, P: Peers>(
     let ring = h.ring_rows as u64;
     let pt = PipeTable::new();
     let (lo, hi) = chan_range(tokens, c, h.channels());
-    let warps = nt / WARP;
-    let batch = if (warps as u64) < ring { warps } else { ring as u32 };
-    let send_index = (h.layout + h.layout_regions().send_index) as *const i32;
-    let si = |t: u32, d: u32| -> i32 {
-        // SAFETY: t < tokens, d < n: inside the layout.
-        unsafe { send_index.add(t as usize * n as usize + d as usize).read() }
-    };
+    let (warps, batch) = (nt / WARP, batch_tokens(nt, ring));
     let mut sent = [0u64; MAX_RANKS];
     let mut total = [0u32; MAX_RANKS];
     if tid == 0 {
@@ -221,18 +256,8 @@ unsafe fn dispatch_send<const CAST: bool, P: Peers>(
     while t0 < hi {
         let t1 = if hi - t0 > batch { t0 + batch } else { hi };
         if tid == 0 {
-            let (mut m, mut first) = ([0u32; MAX_RANKS], [0u32; MAX_RANKS]);
-            for t in t0..t1 {
-                for d in 0..n as usize {
-                    let s = si(t, d as u32);
-                    if s >= 0 {
-                        if m[d] == 0 {
-                            first[d] = s as u32;
-                        }
-                        m[d] += 1;
-                    }
-                }
-            }
+            // SAFETY: t0 <= t1 <= tokens (the channel's range).
+            let (m, first) = unsafe { batch_rows(h, (t0, t1)) };
             spin_until(budget, c"ep_dispatch (pipelined): waiting for room in a rank's ring", || {
                 (0..n as usize).all(|d| {
                     // SAFETY: this rank's head word of (c, d), stored by rank d's receiver.
@@ -246,7 +271,8 @@ unsafe fn dispatch_send<const CAST: bool, P: Peers>(
         sync_threads();
         // Where token t's entry toward d is: (entry index, its destination row), or None.
         let entry = |t: u32, d: u32| -> Option<(u64, u32)> {
-            let s = si(t, d);
+            // SAFETY: t < tokens (the batch lies in the channel's range), d < n.
+            let s = unsafe { send_index(h, t, d) };
             if s < 0 {
                 return None;
             }
@@ -686,13 +712,7 @@ unsafe fn combine_receive<V: Element>(
     let ring = h.ring_rows as u64;
     let pt = PipeTable::new();
     let (lo, hi) = chan_range(tokens, c, h.channels());
-    let warps = nt / WARP;
-    let batch = if (warps as u64) < ring { warps } else { ring as u32 };
-    let send_index = (h.layout + h.layout_regions().send_index) as *const i32;
-    let si = |t: u32, d: u32| -> i32 {
-        // SAFETY: t < tokens, d < n: inside the layout.
-        unsafe { send_index.add(t as usize * n as usize + d as usize).read() }
-    };
+    let batch = batch_tokens(nt, ring);
     let (k, row_stride, vecs) = (wt.k, h.max_row_bytes(), row_bytes / 16);
     let mut got = [0u64; MAX_RANKS];
     if tid == 0 {
@@ -705,18 +725,8 @@ unsafe fn combine_receive<V: Element>(
     while t0 < hi {
         let t1 = if hi - t0 > batch { t0 + batch } else { hi };
         if tid == 0 {
-            let (mut m, mut first) = ([0u32; MAX_RANKS], [0u32; MAX_RANKS]);
-            for t in t0..t1 {
-                for d in 0..n as usize {
-                    let s = si(t, d as u32);
-                    if s >= 0 {
-                        if m[d] == 0 {
-                            first[d] = s as u32;
-                        }
-                        m[d] += 1;
-                    }
-                }
-            }
+            // SAFETY: t0 <= t1 <= tokens (the channel's range).
+            let (m, first) = unsafe { batch_rows(h, (t0, t1)) };
             spin_until(budget, c"ep_combine (pipelined): waiting for a rank's rows", || {
                 (0..n as usize).all(|d| {
                     // SAFETY: this rank's combine tail word of (c, d).
@@ -734,7 +744,8 @@ unsafe fn combine_receive<V: Element>(
             let mut mask = 0u32;
             let mut src = [0u64; MAX_RANKS];
             for d in 0..n {
-                let s = si(t, d);
+                // SAFETY: t < tokens (the batch lies in the channel's range), d < n.
+                let s = unsafe { send_index(h, t, d) };
                 if s >= 0 {
                     let (base, _, first) = pt.get(d);
                     mask |= 1 << d;
