@@ -828,7 +828,7 @@ impl ExpertParallel {
         );
         let layout_threads =
             LAYOUT_THREADS.min(mscclpp_host::launch::max_threads_per_block(&f_layout)?).max(32) / 32 * 32;
-        let wf = window::WindowForm::load(&gpu, pick)?;
+        let wf = window::WindowForm::load(&gpu, pick)?.capped(threads);
         // Every rank must agree on the sizes: take the smallest block count, check the rest.
         let mine = match local {
             Ok(()) => [

@@ -61,6 +61,15 @@ impl WindowForm {
         let f: [CudaFunction; 4] = f.try_into().unwrap_or_else(|_| unreachable!("four names, four functions"));
         Ok(Self { f, threads: [d, d8, c, c], form: Form::PeerTable, rounds: [0; 2] })
     }
+
+    /// At most the peer-table form's threads per block (dispatch, combine, FP8 dispatch), so
+    /// that both forms run the same grid and differ only in how they reach the peers.
+    pub(crate) fn capped(mut self, (d, c, d8): (u32, u32, u32)) -> Self {
+        for (t, cap) in self.threads.iter_mut().zip([d, d8, c, c]) {
+            *t = (*t).min(cap);
+        }
+        self
+    }
 }
 
 impl ExpertParallel {

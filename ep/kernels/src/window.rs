@@ -1,6 +1,8 @@
 //! The window form of dispatch and combine: the same bodies ([`body::dispatch`],
 //! [`body::combine`]) with every cross-rank address taken from a symmetric window over the shared
-//! buffers (`Window::peer(rank, offset)`) and the "rows are there" of every block counted in the
+//! buffers (`Window::peer(rank, offset)`: every rank's base, `Window::peer(rank, 0)`, read once
+//! per block into its shared memory, as the peer-table form copies its table, plus the offset)
+//! and the "rows are there" of every block counted in the
 //! window's signals (`Window::signal`, `Window::wait_signal`) instead of per-block flags. The
 //! count words stay in the buffers, reached through `peer` like the rows. The same bytes go to
 //! the same places as with `ep_dispatch` and `ep_combine_*`, so the results are the same bits.
@@ -17,10 +19,10 @@
 use mscclpp_device::copy::Threads;
 use mscclpp_device::poll::SpinBudget;
 use mscclpp_device::window::Window;
-use mscclpp_ep_device::EpHandle;
+use mscclpp_ep_device::{EXCHANGE_SHARED_BYTES, EpHandle, MAX_RANKS};
 
 use crate::body::{Peers, Phase};
-use crate::hw::{nctaid, window_peer, window_signal, window_wait_signal};
+use crate::hw::{nctaid, shared_base, window_peer, window_signal, window_wait_signal};
 
 /// A window over every rank's shared buffer and the round of the operation: the
 /// [`Peers`] of the window form.
@@ -28,6 +30,8 @@ use crate::hw::{nctaid, window_peer, window_signal, window_wait_signal};
 pub struct WindowPeers {
     w: Window,
     round: u64,
+    /// Every rank's window base (`Window::peer(rank, 0)`), in the block's shared memory.
+    bases: *mut u64,
 }
 
 impl WindowPeers {
@@ -38,22 +42,32 @@ impl WindowPeers {
     /// `w` is the host's handle of a live window whose memory on every rank is that rank's shared
     /// buffer of the handle the kernel runs with (the same layout), with at least 2 signal slots,
     /// used by these kernels alone; every rank passes the same `round`, one more than its last
-    /// window operation of the kind.
+    /// window operation of the kind; the kernel was launched with at least
+    /// `EXCHANGE_SHARED_BYTES` of dynamic shared memory (the bases take its first `MAX_RANKS`
+    /// words, as the peer-table form's table does).
     #[inline(always)]
     pub unsafe fn new(w: Window, round: u64) -> Self {
-        Self { w, round }
+        Self { w, round, bases: shared_base().cast::<u64>() }
     }
 }
 
 impl Peers for WindowPeers {
     #[inline(always)]
-    unsafe fn init(&self, _h: &EpHandle, _tid: u32) {}
+    unsafe fn init(&self, _h: &EpHandle, tid: u32) {
+        const { assert!(MAX_RANKS * 8 <= EXCHANGE_SHARED_BYTES as usize) };
+        if tid < self.w.size && (tid as usize) < MAX_RANKS {
+            // SAFETY: a live window of the team and tid a rank of it (`new`'s contract); word tid
+            // of the block's table, inside its dynamic shared memory (`new`'s contract).
+            unsafe { self.bases.add(tid as usize).write(window_peer(&self.w, tid, 0)) };
+        }
+    }
 
     #[inline(always)]
     fn at(&self, r: u32, offset: u64) -> u64 {
         let r = if r < self.w.size { r } else { 0 };
-        // SAFETY: a live window of the team (`new`'s contract); r is a rank of it (made one above).
-        unsafe { window_peer(&self.w, r, offset) }
+        // SAFETY: r is a rank of the team (made one above), at most MAX_RANKS of them (the
+        // handle's contract), whose base `init` stored before the first block barrier.
+        unsafe { self.bases.add(r as usize & (MAX_RANKS - 1)).read() + offset }
     }
 
     #[inline(always)]
