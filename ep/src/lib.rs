@@ -98,6 +98,18 @@
 //! cross-rank address from `Window::peer(rank, offset)` and count the blocks' arrivals in the
 //! window's signals, with the same bits as the default [`Form::PeerTable`].
 //!
+//! **CUDA graphs**: in the peer-table form ([`Form::PeerTable`], the default), unpipelined and
+//! pipelined, a dispatch (rows as given or FP8) and its combine (the summed weights and bias
+//! too) captured on a stream (`CudaStream::begin_capture` / `end_capture`) replay with whatever
+//! the input buffers hold at each replay (the same `tokens` and `k`): nothing is read to the
+//! host or allocated, and the epochs, the count words' tags and the rings' heads, tails and
+//! cursors live on the GPU. The capture takes a receive slot as an eager dispatch does and
+//! every replay writes that slot again, so the captured [`Dispatched`] reads the latest
+//! replay's results. Eager dispatches between replays take the ring's slots as usual; once one
+//! takes the graph's slot, the captured handle is refused on the host and the next replay
+//! overwrites that dispatch's rows: combine it first. The window form is refused on a stream being captured: its kernels take a round
+//! counted on the host, which a replay would repeat.
+//!
 //! **SM budget**: dispatch and combine run [`Config::blocks`] blocks (default
 //! [`DEFAULT_BLOCKS`], 20, DeepEP's `num_sms`), so that other work can run on the other SMs;
 //! [`ExpertParallel::wait_event`] and [`ExpertParallel::record_event`] order them with the
@@ -944,11 +956,28 @@ impl ExpertParallel {
         (self.shared.len(), self.layout.len() + self.info.len() + local)
     }
 
-    /// The pipelined mode has no window form: an error naming the combination.
-    fn check_form(&self) -> Result<()> {
-        if self.handle.pipelined() && self.form() == Form::Window {
+    /// The window form is refused in the pipelined mode, and on a stream being captured into a
+    /// CUDA graph (its kernels take the window round, counted on the host, as an argument: a
+    /// replay would repeat a spent round): an error naming the combination, before anything is
+    /// enqueued.
+    fn check_form(&self, stream: &CudaStream) -> Result<()> {
+        if self.form() != Form::Window {
+            return Ok(());
+        }
+        if self.handle.pipelined() {
             return Err(Error::Unsupported(
                 "ep: the window form (Form::Window) in the pipelined mode (Config::ring_rows): use Form::PeerTable"
+                    .into(),
+            ));
+        }
+        let status = stream.capture_status().map_err(|e| Error::Driver {
+            context: format!("asking whether a stream of GPU {} is being captured", self.gpu.ordinal()),
+            source: e,
+        })?;
+        if status != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Err(Error::Unsupported(
+                "ep: the window form (Form::Window) in a CUDA graph capture (its kernels take a window round counted \
+                 on the host, which a replay would repeat): use Form::PeerTable"
                     .into(),
             ));
         }
@@ -1136,8 +1165,8 @@ impl ExpertParallel {
         format: RecvFormat,
         stream: &CudaStream,
     ) -> Result<Dispatched> {
-        self.check_form()?;
         self.check_stream(stream)?;
+        self.check_form(stream)?;
         self.check_gpu(&[input.x, input.topk_idx, input.topk_weights])?;
         let lens = (input.x.len(), input.topk_idx.len(), input.topk_weights.len());
         check_dispatch(&self.config, input.dtype, input.tokens, input.k, lens)?;
@@ -1163,8 +1192,8 @@ impl ExpertParallel {
         stream: &CudaStream,
     ) -> Result<Dispatched> {
         self.ring.check_live(handle.slot, handle.generation, "ep dispatch_cached")?;
-        self.check_form()?;
         self.check_stream(stream)?;
+        self.check_form(stream)?;
         self.check_gpu(&[x])?;
         let (tokens, k) = (handle.tokens, handle.k);
         let lens = (x.len(), tokens * k * self.config.topk_idx.bytes(), tokens * k * 4);
@@ -1303,8 +1332,8 @@ impl ExpertParallel {
         stream: &CudaStream,
     ) -> Result<()> {
         self.ring.check_combinable(d.slot, d.generation)?;
-        self.check_form()?;
         self.check_stream(stream)?;
+        self.check_form(stream)?;
         self.check_gpu(&[y, out])?;
         let row_bytes = check_combine(&self.config, dtype, d.tokens, out.len())?;
         let wt = match options.weights {

@@ -79,6 +79,8 @@ impl ExpertParallel {
     /// form may be combined in the other. Every rank sets the same form at the same point of its
     /// sequence of calls: a dispatch whose form differs between ranks traps with a message; a
     /// combine whose form differs waits until [`crate::Config::budget`] runs out, then traps.
+    /// The window form is not capturable: a dispatch or combine of it on a stream being
+    /// captured into a CUDA graph is an error (its kernels take a round counted here).
     pub fn set_form(&mut self, form: Form) {
         self.wf.form = form;
     }

@@ -48,6 +48,16 @@
 //!   4 rows (4 blocks) and every tenth with rings of 1 row (2 blocks), back to back, on a side
 //!   stream, DeepSeek-V3's shape with FP8 in each format, two slots, cached dispatches, bias and
 //!   a bf16 object, bit for bit against the same references; a window dispatch refused;
+//! * CUDA graphs of the normal mode (`mp_ep/graph.rs`), unpipelined and pipelined (rings of 8
+//!   rows, which wrap), two slots: a dispatch (bf16, FP8, f32) and its combine with the summed
+//!   weights captured on the stream and replayed three times with other data written into the
+//!   same buffers (the same token counts), the outputs and the unused expert rows poisoned
+//!   before each replay; after each replay the layout, the received counts, rows (e4m3 bytes
+//!   and scales), ids, weights and sources, the combined rows and weights bit for bit against the
+//!   reference and nothing past the outputs; an eager case on the same object between two
+//!   replays; the window form's dispatch and combine on a capturing stream refused before
+//!   anything is enqueued (the capture ends, the peer-table combine of that dispatch then
+//!   checked). Prints "normal-mode graphs: N replays ok (unpipelined, pipelined)";
 //! * the decode mode (`LowLatency`, `mp_ep/decode.rs`), against `reference::decode` on fresh
 //!   random data with poisoned outputs: every local expert's count, every source's layout range,
 //!   every received row (bf16, f32, and FP8 in the three scale formats: e4m3 bytes and scales),
@@ -82,6 +92,8 @@ use rand::{RngExt, SeedableRng};
 
 #[path = "mp_ep/decode.rs"]
 mod decode;
+#[path = "mp_ep/graph.rs"]
+mod graph;
 
 fn main() -> ExitCode {
     mscclpp_harness::runner::main("mp_ep", 2, run)
@@ -799,6 +811,7 @@ fn run(comm: &Communicator) -> Result<()> {
     total += slots_cached_and_bias(comm, seed, None)?;
     total += window_form(comm, seed)?;
     total += pipelined(comm, seed, &cases)?;
+    total += graph::run(comm, seed)?;
 
     // Few blocks, few threads: many tokens per warp and per block; plain launches (the other
     // configurations overlap each kernel's launch with the end of the one before); global ids,
