@@ -15,6 +15,9 @@ pub struct DeviceBuffer {
     mem: Arc<Allocation>,
     bytes: usize,
     exportable: bool,
+    /// Whether it is `cuMemAlloc` memory, which other GPUs of this process reach once peer access
+    /// is enabled (stream-ordered pool memory and virtual-memory mappings they do not).
+    peer_reachable: bool,
 }
 
 /// A driver allocation, freed when the last holder lets go: the [`DeviceBuffer`] and whatever
@@ -160,7 +163,12 @@ impl DeviceBuffer {
         // SAFETY: a plain allocation in the bound context.
         let ptr = unsafe { cudarc::driver::result::malloc_sync(alloc) }
             .ctx(|| format!("allocating {bytes} bytes on GPU {}", gpu.ordinal()))?;
-        Ok(Self { mem: Arc::new(Allocation { gpu: gpu.clone(), ptr, owned: true }), bytes, exportable })
+        Ok(Self {
+            mem: Arc::new(Allocation { gpu: gpu.clone(), ptr, owned: true }),
+            bytes,
+            exportable,
+            peer_reachable: true,
+        })
     }
 
     /// Wraps `bytes` of device memory at `ptr` that the caller allocated on `gpu` (never freed
@@ -207,7 +215,13 @@ impl DeviceBuffer {
         }
         let ipc = attr(A::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE)? & 0xffff_ffff != 0;
         let exportable = ipc && base == ptr && size.is_multiple_of(EXPORT_GRANULARITY);
-        Ok(Self { mem: Arc::new(Allocation { gpu: gpu.clone(), ptr, owned: false }), bytes, exportable })
+        // Legacy IPC capability marks `cuMemAlloc` memory (the pool's and VMM mappings lack it).
+        Ok(Self {
+            mem: Arc::new(Allocation { gpu: gpu.clone(), ptr, owned: false }),
+            bytes,
+            exportable,
+            peer_reachable: ipc,
+        })
     }
 
     /// A hold on this buffer's memory: it stays allocated until the buffer and every hold are
@@ -219,6 +233,12 @@ impl DeviceBuffer {
     /// Whether the buffer was allocated with [`DeviceBuffer::alloc_exportable`].
     pub fn is_exportable(&self) -> bool {
         self.exportable
+    }
+
+    /// Whether other GPUs of this process reach it once peer access is enabled (`cuMemAlloc`
+    /// memory; not stream-ordered pool memory).
+    pub(crate) fn is_peer_reachable(&self) -> bool {
+        self.peer_reachable
     }
 
     /// Allocates and fills with `byte`.
