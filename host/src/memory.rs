@@ -27,6 +27,9 @@ struct Allocation {
     ptr: CUdeviceptr,
     /// False for memory the caller allocated ([`DeviceBuffer::from_raw`]): never freed here.
     owned: bool,
+    /// What owns memory that is not owned here, when something does (a cudarc `CudaSlice` a
+    /// window took): held, never read, so that every hold on the allocation keeps it.
+    _owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// Whether dropped allocations are kept for [`free_deferred`] instead of freed at once.
@@ -164,7 +167,7 @@ impl DeviceBuffer {
         let ptr = unsafe { cudarc::driver::result::malloc_sync(alloc) }
             .ctx(|| format!("allocating {bytes} bytes on GPU {}", gpu.ordinal()))?;
         Ok(Self {
-            mem: Arc::new(Allocation { gpu: gpu.clone(), ptr, owned: true }),
+            mem: Arc::new(Allocation { gpu: gpu.clone(), ptr, owned: true, _owner: None }),
             bytes,
             exportable,
             peer_reachable: true,
@@ -181,6 +184,22 @@ impl DeviceBuffer {
     /// The `bytes` at `ptr` stay allocated until this buffer and every hold on it
     /// ([`Self::retain`]: the windows and channels built over it) are dropped.
     pub unsafe fn from_raw(gpu: &Arc<Gpu>, ptr: u64, bytes: usize) -> Result<Self> {
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::from_raw_owned_by(gpu, ptr, bytes, None) }
+    }
+
+    /// [`Self::from_raw`] of memory that `owner` owns: the buffer and every hold on it
+    /// ([`Self::retain`]) keep `owner`.
+    ///
+    /// # Safety
+    /// As [`Self::from_raw`]; with an `owner`, it is enough that `owner` keeps the memory
+    /// allocated until it is dropped.
+    pub(crate) unsafe fn from_raw_owned_by(
+        gpu: &Arc<Gpu>,
+        ptr: u64,
+        bytes: usize,
+        owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    ) -> Result<Self> {
         use cudarc::driver::sys::{self, CUpointer_attribute as A};
         gpu.bind()?;
         let attr = |a: A| -> Result<u64> {
@@ -217,7 +236,7 @@ impl DeviceBuffer {
         let exportable = ipc && base == ptr && size.is_multiple_of(EXPORT_GRANULARITY);
         // Legacy IPC capability marks `cuMemAlloc` memory (the pool's and VMM mappings lack it).
         Ok(Self {
-            mem: Arc::new(Allocation { gpu: gpu.clone(), ptr, owned: false }),
+            mem: Arc::new(Allocation { gpu: gpu.clone(), ptr, owned: false, _owner: owner }),
             bytes,
             exportable,
             peer_reachable: ipc,

@@ -479,7 +479,7 @@ impl Communicator {
                 .and_then(|b| Ok((b, self.signal_area(team, slots)?)))
             {
                 Ok((buf, signals)) => {
-                    let (key, own) = self.local_memory(&buf, &signals, None);
+                    let (key, own) = self.local_memory(&buf, &signals);
                     claim = claim.over(&buf);
                     claim.entry = key;
                     mem = Some((buf, signals, own));
@@ -506,7 +506,7 @@ impl Communicator {
     /// as the module docs say. The window holds the buffer's memory while it lives (and so do the
     /// peers' windows, in one process); its contents are left as they are.
     pub fn register_window(&self, buf: &DeviceBuffer) -> Result<Window> {
-        self.register_over(buf, None)
+        self.register_over(buf)
     }
 
     /// A window over a cudarc `CudaSlice` of this rank's GPU (from `CudaStream::alloc*`:
@@ -527,12 +527,15 @@ impl Communicator {
         drop(read);
         let ready = stream.synchronize().ctx(|| format!("synchronising the stream of a slice of {bytes} bytes"));
         let keep: Keep = Arc::new(slice);
-        // SAFETY: the memory is the slice's, which `keep` holds; the window over it holds `keep`
-        // (and so does every window of a peer of this process), and so does the view, kept in
-        // the window: the memory outlives the view and every window over it.
-        match ready.and_then(|()| unsafe { DeviceBuffer::from_raw(self.gpu(), ptr, bytes) }) {
+        let view = ready.and_then(|()| {
+            // SAFETY: the memory is the slice's, which the view owns through `keep`: the view and
+            // every hold on it (the window's, every peer window's in this process, whatever the
+            // caller builds over `Window::buffer`) keep the slice.
+            unsafe { DeviceBuffer::from_raw_owned_by(self.gpu(), ptr, bytes, Some(keep.clone())) }
+        });
+        match view {
             Ok(view) => {
-                let mut w = self.register_over(&view, Some(keep.clone()))?;
+                let mut w = self.register_over(&view)?;
                 w.owned = Some(view);
                 w.slice = Some(keep);
                 Ok(w)
@@ -541,8 +544,8 @@ impl Communicator {
         }
     }
 
-    /// [`Self::register_window`], the window holding `keep` too.
-    fn register_over(&self, buf: &DeviceBuffer, keep: Option<Keep>) -> Result<Window> {
+    /// [`Self::register_window`].
+    fn register_over(&self, buf: &DeviceBuffer) -> Result<Window> {
         let mut claim = Claim::of(buf.len(), buf.addr(), WindowHandle::DEFAULT_SLOTS).over(buf);
         if claim.problem == 0 && buf.gpu().ordinal() != self.gpu().ordinal() {
             claim = claim.with(Problem::OtherGpu);
@@ -551,7 +554,7 @@ impl Communicator {
         if claim.problem == 0 {
             match self.signal_area(&self.world_team(), WindowHandle::DEFAULT_SLOTS) {
                 Ok(signals) => {
-                    let (key, own) = self.local_memory(buf, &signals, keep);
+                    let (key, own) = self.local_memory(buf, &signals);
                     claim.entry = key;
                     mem = Some((signals, own));
                 }
@@ -595,10 +598,9 @@ impl Communicator {
     }
 
     /// This rank's window memory `buf` and signal area, registered for the ranks of this process
-    /// ([`LocalMemory::publish`]), held with `keep`.
-    fn local_memory(&self, buf: &DeviceBuffer, signals: &DeviceBuffer, keep: Option<Keep>) -> (u64, Arc<LocalMemory>) {
-        let mut holds: Vec<Keep> = vec![Arc::new(buf.retain()), Arc::new(signals.retain())];
-        holds.extend(keep);
+    /// ([`LocalMemory::publish`]), held.
+    fn local_memory(&self, buf: &DeviceBuffer, signals: &DeviceBuffer) -> (u64, Arc<LocalMemory>) {
+        let holds: Vec<Keep> = vec![Arc::new(buf.retain()), Arc::new(signals.retain())];
         LocalMemory {
             gpu: self.gpu().clone(),
             addr: buf.addr(),
