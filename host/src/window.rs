@@ -44,9 +44,9 @@
 //! Lifetime: a window holds its rank's memory (the [`DeviceBuffer`]'s allocation, or the
 //! `CudaSlice` itself, which it owns) and its signal area; in one process every peer's window
 //! holds them too, so memory is freed when the last window over it is gone, whatever order the
-//! ranks drop theirs in (between processes the IPC mappings do the same, [`crate::ipc`]). A
-//! window over a raw pointer does not keep that memory: the caller does, until the window is
-//! freed or dropped on every rank.
+//! ranks drop theirs in (between processes, [`Window::free`] waits for every rank before any
+//! lets go). A window over a raw pointer does not keep that memory: the caller does, until the
+//! window is freed or dropped on every rank.
 
 use std::any::Any;
 use std::collections::HashMap;
