@@ -55,9 +55,10 @@
 //! together, and a kernel reaches any rank's copy by `(rank, offset)`.
 //!
 //! **Allocate** (host, every rank at the same point): `Communicator::window(bytes)` (or
-//! `register_window(&buf)` over an exportable `DeviceBuffer`, `window_with_slots` for more
-//! signal slots) allocates, exchanges and maps every rank's memory and a signal area; a rank
-//! with another size makes every rank fail, naming it. `team_window(&team, bytes)` spans a
+//! `register_window(&buf)`, `register_window_slice(slice)` over memory the rank has: any when
+//! the ranks are threads of one process, exportable memory between processes;
+//! `window_with_slots` for more signal slots) allocates, exchanges and maps every rank's memory
+//! and a signal area; a rank with another size makes every rank fail, naming it. `team_window(&team, bytes)` spans a
 //! team: `world_team()` or `node_team()`, the ranks of this machine; the handle's `rank` and
 //! `size` are then the team's, and `Team::world_rank` maps back.
 //!

@@ -30,6 +30,9 @@
 //! ends with a barrier when ranks share a process, for that reason). A description from a
 //! process of another pid namespace that happens to have this process's id is not found either,
 //! and is mapped with CUDA IPC as any other process's.
+//!
+//! (Symmetric windows whose ranks are all threads of one process do not come here: they exchange
+//! addresses, and accept memory CUDA IPC cannot export; see [`crate::window`].)
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 

@@ -15,6 +15,9 @@ pub struct DeviceBuffer {
     mem: Arc<Allocation>,
     bytes: usize,
     exportable: bool,
+    /// Whether it is `cuMemAlloc` memory, which other GPUs of this process reach once peer access
+    /// is enabled (stream-ordered pool memory and virtual-memory mappings they do not).
+    peer_reachable: bool,
 }
 
 /// A driver allocation, freed when the last holder lets go: the [`DeviceBuffer`] and whatever
@@ -24,6 +27,9 @@ struct Allocation {
     ptr: CUdeviceptr,
     /// False for memory the caller allocated ([`DeviceBuffer::from_raw`]): never freed here.
     owned: bool,
+    /// What owns memory that is not owned here, when something does (a cudarc `CudaSlice` a
+    /// window took): held, never read, so that every hold on the allocation keeps it.
+    _owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// Whether dropped allocations are kept for [`free_deferred`] instead of freed at once.
@@ -160,7 +166,12 @@ impl DeviceBuffer {
         // SAFETY: a plain allocation in the bound context.
         let ptr = unsafe { cudarc::driver::result::malloc_sync(alloc) }
             .ctx(|| format!("allocating {bytes} bytes on GPU {}", gpu.ordinal()))?;
-        Ok(Self { mem: Arc::new(Allocation { gpu: gpu.clone(), ptr, owned: true }), bytes, exportable })
+        Ok(Self {
+            mem: Arc::new(Allocation { gpu: gpu.clone(), ptr, owned: true, _owner: None }),
+            bytes,
+            exportable,
+            peer_reachable: true,
+        })
     }
 
     /// Wraps `bytes` of device memory at `ptr` that the caller allocated on `gpu` (never freed
@@ -173,6 +184,22 @@ impl DeviceBuffer {
     /// The `bytes` at `ptr` stay allocated until this buffer and every hold on it
     /// ([`Self::retain`]: the windows and channels built over it) are dropped.
     pub unsafe fn from_raw(gpu: &Arc<Gpu>, ptr: u64, bytes: usize) -> Result<Self> {
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::from_raw_owned_by(gpu, ptr, bytes, None) }
+    }
+
+    /// [`Self::from_raw`] of memory that `owner` owns: the buffer and every hold on it
+    /// ([`Self::retain`]) keep `owner`.
+    ///
+    /// # Safety
+    /// As [`Self::from_raw`]; with an `owner`, it is enough that `owner` keeps the memory
+    /// allocated until it is dropped.
+    pub(crate) unsafe fn from_raw_owned_by(
+        gpu: &Arc<Gpu>,
+        ptr: u64,
+        bytes: usize,
+        owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    ) -> Result<Self> {
         use cudarc::driver::sys::{self, CUpointer_attribute as A};
         gpu.bind()?;
         let attr = |a: A| -> Result<u64> {
@@ -207,7 +234,13 @@ impl DeviceBuffer {
         }
         let ipc = attr(A::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE)? & 0xffff_ffff != 0;
         let exportable = ipc && base == ptr && size.is_multiple_of(EXPORT_GRANULARITY);
-        Ok(Self { mem: Arc::new(Allocation { gpu: gpu.clone(), ptr, owned: false }), bytes, exportable })
+        // Legacy IPC capability marks `cuMemAlloc` memory (the pool's and VMM mappings lack it).
+        Ok(Self {
+            mem: Arc::new(Allocation { gpu: gpu.clone(), ptr, owned: false, _owner: owner }),
+            bytes,
+            exportable,
+            peer_reachable: ipc,
+        })
     }
 
     /// A hold on this buffer's memory: it stays allocated until the buffer and every hold are
@@ -219,6 +252,12 @@ impl DeviceBuffer {
     /// Whether the buffer was allocated with [`DeviceBuffer::alloc_exportable`].
     pub fn is_exportable(&self) -> bool {
         self.exportable
+    }
+
+    /// Whether other GPUs of this process reach it once peer access is enabled (`cuMemAlloc`
+    /// memory; not stream-ordered pool memory).
+    pub(crate) fn is_peer_reachable(&self) -> bool {
+        self.peer_reachable
     }
 
     /// Allocates and fills with `byte`.

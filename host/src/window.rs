@@ -20,23 +20,47 @@
 //! The device handle's `rank` and `size` are the team's, its `barrier` is the team's barrier, and
 //! [`Team::world_rank`] maps a team rank back to the world.
 //!
-//! Memory the caller already has is registered as a [`DeviceBuffer`] from
-//! [`DeviceBuffer::alloc_exportable`] ([`Communicator::register_window`]), or as a raw device
-//! pointer with its length ([`Communicator::register_window_raw`]) where CUDA IPC can map exactly
-//! it: CUDA IPC exports whole driver allocations, so the pointer must start a `cuMemAlloc`
-//! allocation of a multiple of [`crate::memory::EXPORT_GRANULARITY`] bytes (a smaller one may
-//! share a driver allocation with other buffers, which the peers would then map too), and
-//! stream-ordered pool memory (cudarc's `CudaStream::alloc`) cannot be exported this way. Such
-//! memory is refused on every rank, by name. A window over a raw pointer does not keep the memory:
-//! the caller does, until the window is freed on every rank.
+//! Memory the caller already has is registered as a [`DeviceBuffer`]
+//! ([`Communicator::register_window`]), a cudarc `CudaSlice`
+//! ([`Communicator::register_window_slice`]), or a raw device pointer with its length
+//! ([`Communicator::register_window_raw`]). How the ranks reach each other's memory decides what
+//! memory they may bring:
+//!
+//! - **Every rank a thread of this process** (the ranks' claims carry a token of their process,
+//!   all equal): one address space, so the ranks exchange addresses, not IPC handles. Any device
+//!   memory of the rank's GPU is accepted: the middle of an allocation, a small one, cudarc's
+//!   stream-ordered pool memory (`CudaStream::alloc`). A rank on another GPU of this process
+//!   reaches `cuMemAlloc` memory through peer access (enabled at registration); pool memory it
+//!   would reach only after `cuMemPoolSetAccess` opened the whole pool (every allocation in it,
+//!   for good) to its GPU, so pool memory (or any memory that is not `cuMemAlloc`'s) is refused,
+//!   naming the rank, when the ranks are not all on one GPU.
+//! - **Ranks in several processes**: memory is mapped with CUDA IPC, which exports whole driver
+//!   allocations, so each rank's memory must be exactly one: from
+//!   [`DeviceBuffer::alloc_exportable`], or the start of a `cuMemAlloc` allocation of a multiple
+//!   of [`crate::memory::EXPORT_GRANULARITY`] bytes (a smaller one may share a driver allocation
+//!   with other buffers, which the peers would then map too); pool memory cannot be exported
+//!   this way. Other memory is refused on every rank, naming the rank.
+//!
+//! Lifetime: a window holds its rank's memory (the [`DeviceBuffer`]'s allocation, or the
+//! `CudaSlice` itself, which it owns) and its signal area; in one process every peer's window
+//! holds them too, so memory is freed when the last window over it is gone, whatever order the
+//! ranks drop theirs in (between processes, [`Window::free`] waits for every rank before any
+//! lets go). A window over a raw pointer does not keep that memory: the caller does, until the
+//! window is freed or dropped on every rank.
 
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use cudarc::driver::{CudaSlice, DevicePtr};
 use mscclpp_device::ptr::GlobalPtr;
 use mscclpp_device::window::Window as WindowHandle;
 
 use crate::bootstrap::{Bootstrap, BootstrapExt};
 use crate::comm::{Communicator, PeerBuffers};
-use crate::error::{Error, Result};
-use crate::memory::{DeviceBuffer, Retained};
+use crate::error::{DriverContext, Error, Result};
+use crate::gpu::Gpu;
+use crate::memory::DeviceBuffer;
 
 /// Window sizes are multiples of this many bytes, so that 16-byte vector accesses tile a window.
 pub const WINDOW_ALIGN: usize = 16;
@@ -56,12 +80,77 @@ pub struct Window {
     team: Team,
     comm: Communicator,
     // Fields drop in order: the mappings close before the local memory they sit beside is freed.
-    _peers: PeerBuffers,
-    _peer_signals: PeerBuffers,
+    _peers: Peers,
     _table: DeviceBuffer,
     signals: DeviceBuffer,
-    _data: Retained,
+    _own: Arc<LocalMemory>,
     owned: Option<DeviceBuffer>,
+    slice: Option<Keep>,
+}
+
+/// Something held only to keep device memory allocated (a [`crate::memory::Retained`], a
+/// `CudaSlice`).
+type Keep = Arc<dyn Any + Send + Sync>;
+
+/// What a window holds of its peers' memory.
+#[allow(dead_code)]
+enum Peers {
+    /// Imported with [`Communicator::exchange`]: window memory, then signal areas.
+    Ipc(PeerBuffers, PeerBuffers),
+    /// Every team rank's memory, found by address in this process (this rank's included).
+    Local(Vec<Arc<LocalMemory>>),
+}
+
+/// A rank's window memory and signal area as ranks that are threads of one process share them:
+/// addresses, and holds that keep both allocated while any window over them lives.
+struct LocalMemory {
+    gpu: Arc<Gpu>,
+    addr: u64,
+    bytes: u64,
+    signals: u64,
+    signal_bytes: u64,
+    /// Held, never read.
+    _keep: Vec<Keep>,
+}
+
+/// The window memory this process's ranks registered, by the key their claims carry, held
+/// weakly (the windows hold it).
+fn local_windows() -> &'static Mutex<HashMap<u64, Weak<LocalMemory>>> {
+    static M: OnceLock<Mutex<HashMap<u64, Weak<LocalMemory>>>> = OnceLock::new();
+    M.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+impl LocalMemory {
+    /// Registers `self` for this process's other ranks; returns its key (never 0) and the hold.
+    fn publish(self) -> (u64, Arc<LocalMemory>) {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let key = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let held = Arc::new(self);
+        let mut reg = local_windows().lock().unwrap_or_else(|e| e.into_inner());
+        // Forget windows freed since.
+        reg.retain(|_, w| w.strong_count() > 0);
+        reg.insert(key, Arc::downgrade(&held));
+        (key, held)
+    }
+
+    /// The memory registered under `key`, while a window holds it.
+    fn find(key: u64) -> Option<Arc<LocalMemory>> {
+        local_windows().lock().unwrap_or_else(|e| e.into_inner()).get(&key).and_then(Weak::upgrade)
+    }
+}
+
+/// A random token of this process: ranks whose claims carry the same one are threads of it
+/// (a process id alone is not enough: processes of other pid namespaces may share it).
+fn process_token() -> u64 {
+    static T: OnceLock<u64> = OnceLock::new();
+    *T.get_or_init(|| {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        // RandomState is seeded from the operating system's randomness.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        std::process::id().hash(&mut h);
+        std::time::SystemTime::now().hash(&mut h);
+        h.finish() | 1
+    })
 }
 
 impl std::fmt::Debug for Window {
@@ -99,10 +188,17 @@ impl Window {
     pub fn local(&self) -> GlobalPtr<u8> {
         self.handle.local
     }
-    /// The buffer [`Communicator::window`] allocated (to read and write this rank's window from
-    /// the host); `None` for a window over the caller's buffer.
+    /// The buffer [`Communicator::window`] allocated, or a view of the `CudaSlice` given to
+    /// [`Communicator::register_window_slice`] (to read and write this rank's window from the
+    /// host); `None` for a window over the caller's buffer or pointer.
     pub fn buffer(&self) -> Option<&DeviceBuffer> {
         self.owned.as_ref()
+    }
+    /// The `CudaSlice` given to [`Communicator::register_window_slice`] (`None` for other
+    /// windows, or when `T` is not its element type). The window owns it: to write it from the
+    /// host, use [`Self::buffer`].
+    pub fn cuda_slice<T: 'static>(&self) -> Option<&CudaSlice<T>> {
+        self.slice.as_ref()?.downcast_ref()
     }
     /// This rank's signal area ([`WindowHandle::signal_words`] words).
     pub fn signals(&self) -> &DeviceBuffer {
@@ -161,7 +257,20 @@ pub(crate) struct Claim {
     slots: u32,
     /// A [`Problem`] code (0: none).
     problem: u32,
+    /// The rank's [`process_token`].
+    process: u64,
+    /// The key of its memory in its process's registry ([`LocalMemory::publish`]; 0: none).
+    entry: u64,
+    /// [`MEM_EXPORTABLE`] and [`MEM_PEER_REACHABLE`] bits of its window memory.
+    kind: u32,
+    /// Its GPU's ordinal (in its process).
+    ordinal: u32,
 }
+
+/// Window memory that CUDA IPC maps exactly (windows between processes need it).
+const MEM_EXPORTABLE: u32 = 1;
+/// `cuMemAlloc` window memory, which another GPU of the process reaches through peer access.
+const MEM_PEER_REACHABLE: u32 = 2;
 
 /// Why a rank cannot take part, as all-gathered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -176,6 +285,8 @@ enum Problem {
     TooManySlots = 7,
     NotDeviceMemory = 8,
     BadTeam = 9,
+    /// Found by [`check_claims`] (memory another rank's GPU cannot reach), never sent.
+    Unreachable = 10,
 }
 
 impl Problem {
@@ -191,6 +302,7 @@ impl Problem {
             TooManySlots,
             NotDeviceMemory,
             BadTeam,
+            Unreachable,
         ]
         .into_iter()
         .find(|p| *p as u32 == code)
@@ -202,7 +314,8 @@ impl Problem {
                 format!("has a window of {} bytes, not a multiple of {WINDOW_ALIGN}", c.bytes)
             }
             Problem::BaseNotAligned => format!("has window memory not aligned to {WINDOW_BASE_ALIGN} bytes"),
-            Problem::NotExportable => "has memory CUDA IPC cannot map exactly (DeviceBuffer::alloc_exportable, or the start of a cuMemAlloc allocation of a multiple of 2 MiB; not stream-ordered pool memory)".into(),
+            Problem::NotExportable => "has memory CUDA IPC cannot map exactly (DeviceBuffer::alloc_exportable, or the start of a cuMemAlloc allocation of a multiple of 2 MiB; not stream-ordered pool memory), which ranks in other processes need".into(),
+            Problem::Unreachable => "has memory that ranks on other GPUs of this process cannot reach (only cuMemAlloc memory is reached through peer access; stream-ordered pool memory is not)".into(),
             Problem::NotDeviceMemory => "has no device memory of that size at that address on its GPU".into(),
             Problem::BadTeam => "has a team that is not its own, or one with a rank on another machine".into(),
             Problem::OtherGpu => "has a buffer on another GPU than its communicator's".into(),
@@ -227,24 +340,58 @@ impl Claim {
         } else {
             None
         };
-        Self { bytes: bytes as u64, slots, problem: problem.map_or(0, |p| p as u32) }
+        Self {
+            bytes: bytes as u64,
+            slots,
+            problem: problem.map_or(0, |p| p as u32),
+            process: process_token(),
+            entry: 0,
+            kind: MEM_EXPORTABLE | MEM_PEER_REACHABLE,
+            ordinal: 0,
+        }
     }
 
     fn with(self, problem: Problem) -> Self {
         Self { problem: problem as u32, ..self }
     }
+
+    /// The claim of window memory like `buf` (its kind and GPU).
+    fn over(self, buf: &DeviceBuffer) -> Self {
+        let kind = (if buf.is_exportable() { MEM_EXPORTABLE } else { 0 })
+            | if buf.is_peer_reachable() { MEM_PEER_REACHABLE } else { 0 };
+        Self { kind, ordinal: buf.gpu().ordinal() as u32, ..self }
+    }
 }
 
-/// Checks every rank's claim: the first rank with a problem, then every rank whose size or slot
-/// count differs from rank 0's, is an [`Error::InvalidArgument`] naming it. Every rank sees the
-/// same claims, so every rank returns the same verdict.
+/// Whether every rank is a thread of one process (every claim carries the same token).
+fn one_process(all: &[Claim]) -> bool {
+    all.windows(2).all(|w| w[0].process == w[1].process)
+}
+
+/// Checks every rank's claim: the first rank with a problem, then the first whose memory the
+/// others cannot reach (between processes: memory CUDA IPC cannot map exactly; in one process:
+/// memory that is not `cuMemAlloc`'s while the ranks are on several GPUs), then every rank whose
+/// size or slot count differs from rank 0's, is an [`Error::InvalidArgument`] naming it. Every
+/// rank sees the same claims, so every rank returns the same verdict.
 pub(crate) fn check_claims(all: &[Claim]) -> Result<()> {
-    for (r, c) in all.iter().enumerate() {
-        if c.problem != 0 {
-            let why = Problem::from_code(c.problem)
-                .map_or_else(|| format!("reports an unknown problem {}", c.problem), |p| p.says(c));
-            return Err(Error::InvalidArgument(format!("window registration: rank {r} {why}")));
-        }
+    let one = one_process(all);
+    let one_gpu = all.windows(2).all(|w| w[0].ordinal == w[1].ordinal);
+    let own = all.iter().enumerate().find(|(_, c)| c.problem != 0).map(|(r, c)| (r, Problem::from_code(c.problem)));
+    let memory = || {
+        all.iter().enumerate().find_map(|(r, c)| {
+            if !one && c.kind & MEM_EXPORTABLE == 0 {
+                Some((r, Some(Problem::NotExportable)))
+            } else if one && !one_gpu && c.kind & MEM_PEER_REACHABLE == 0 {
+                Some((r, Some(Problem::Unreachable)))
+            } else {
+                None
+            }
+        })
+    };
+    if let Some((r, problem)) = own.or_else(memory) {
+        let c = &all[r];
+        let why = problem.map_or_else(|| format!("reports an unknown problem {}", c.problem), |p| p.says(c));
+        return Err(Error::InvalidArgument(format!("window registration: rank {r} {why}")));
     }
     let Some(first) = all.first() else { return Ok(()) };
     let odd: Vec<String> = all
@@ -266,11 +413,12 @@ pub(crate) fn check_claims(all: &[Claim]) -> Result<()> {
 
 /// All-gathers this rank's claim and checks every rank's ([`check_claims`]); `local` is this
 /// rank's own error behind its problem, returned instead of the common message on this rank.
-pub(crate) fn agree(boot: &dyn Bootstrap, mine: Claim, local: Option<Error>) -> Result<()> {
+/// Returns every rank's claim.
+pub(crate) fn agree(boot: &dyn Bootstrap, mine: Claim, local: Option<Error>) -> Result<Vec<Claim>> {
     let all = boot.all_gather_pod(&mine)?;
     match (check_claims(&all), local) {
         (Err(_), Some(own)) => Err(own),
-        (verdict, _) => verdict,
+        (verdict, _) => verdict.map(|()| all),
     }
 }
 
@@ -330,54 +478,104 @@ impl Communicator {
             match DeviceBuffer::exportable_filled(self.gpu(), bytes, 0)
                 .and_then(|b| Ok((b, self.signal_area(team, slots)?)))
             {
-                Ok(m) => mem = Some(m),
+                Ok((buf, signals)) => {
+                    let (key, own) = self.local_memory(&buf, &signals);
+                    claim = claim.over(&buf);
+                    claim.entry = key;
+                    mem = Some((buf, signals, own));
+                }
                 Err(e) => {
                     claim = claim.with(Problem::Allocation);
                     local = Some(e);
                 }
             }
         }
-        agree(&**self.bootstrap(), claim, local)?;
-        let (buf, signals) =
+        let all = agree(&**self.bootstrap(), claim, local)?;
+        let (buf, signals, own) =
             mem.ok_or_else(|| Error::InvalidArgument("window registration: no buffer after agreement".into()))?;
-        let mut w = self.build_window(team, &buf, signals, slots)?;
+        let mut w = self.build_window(team, &buf, signals, slots, &all, own)?;
         w.owned = Some(buf);
         Ok(w)
     }
 
-    /// A window over `buf`, memory this rank already has (exportable: from
-    /// [`DeviceBuffer::alloc_exportable`], on this rank's GPU), with
+    /// A window over `buf`, memory this rank already has on its GPU, with
     /// [`WindowHandle::DEFAULT_SLOTS`] signal slots: collective as [`Self::window`], every rank
-    /// with a buffer of the same size. The window holds the buffer's memory while it lives; its
-    /// contents are left as they are.
+    /// with a buffer of the same size. When every rank is a thread of this process any buffer
+    /// will do (on several GPUs, any from `cuMemAlloc`: every [`DeviceBuffer`] this crate
+    /// allocates); between processes it must be exportable ([`DeviceBuffer::alloc_exportable`]),
+    /// as the module docs say. The window holds the buffer's memory while it lives (and so do the
+    /// peers' windows, in one process); its contents are left as they are.
     pub fn register_window(&self, buf: &DeviceBuffer) -> Result<Window> {
-        let mut claim = Claim::of(buf.len(), buf.addr(), WindowHandle::DEFAULT_SLOTS);
-        if claim.problem == 0 && !buf.is_exportable() {
-            claim = claim.with(Problem::NotExportable);
+        self.register_over(buf)
+    }
+
+    /// A window over a cudarc `CudaSlice` of this rank's GPU (from `CudaStream::alloc*`:
+    /// stream-ordered pool memory), with [`WindowHandle::DEFAULT_SLOTS`] signal slots: collective
+    /// as [`Self::register_window`]. Accepted when every rank is a thread of this process, on one
+    /// GPU (pool memory is not reached through peer access); between processes CUDA IPC cannot
+    /// export it, and every rank fails, naming this one (see the module docs).
+    ///
+    /// The window owns the slice, and in one process every peer's window holds it too: it is
+    /// freed (on its stream) when the last window over it is gone, on success or failure alike.
+    /// Its stream is synchronised first, so that the allocation and earlier writes are done.
+    /// [`Window::buffer`] reads and writes it from the host, [`Window::cuda_slice`] gives it back
+    /// as a slice; its contents are left as they are.
+    pub fn register_window_slice<T: 'static>(&self, slice: CudaSlice<T>) -> Result<Window> {
+        let bytes = slice.num_bytes();
+        let stream = slice.stream().clone();
+        let (ptr, read) = slice.device_ptr(&stream);
+        drop(read);
+        let ready = stream.synchronize().ctx(|| format!("synchronising the stream of a slice of {bytes} bytes"));
+        let keep: Keep = Arc::new(slice);
+        let view = ready.and_then(|()| {
+            // SAFETY: the memory is the slice's, which the view owns through `keep`: the view and
+            // every hold on it (the window's, every peer window's in this process, whatever the
+            // caller builds over `Window::buffer`) keep the slice.
+            unsafe { DeviceBuffer::from_raw_owned_by(self.gpu(), ptr, bytes, Some(keep.clone())) }
+        });
+        match view {
+            Ok(view) => {
+                let mut w = self.register_over(&view)?;
+                w.owned = Some(view);
+                w.slice = Some(keep);
+                Ok(w)
+            }
+            Err(e) => self.refuse(ptr, bytes, e),
         }
+    }
+
+    /// [`Self::register_window`].
+    fn register_over(&self, buf: &DeviceBuffer) -> Result<Window> {
+        let mut claim = Claim::of(buf.len(), buf.addr(), WindowHandle::DEFAULT_SLOTS).over(buf);
         if claim.problem == 0 && buf.gpu().ordinal() != self.gpu().ordinal() {
             claim = claim.with(Problem::OtherGpu);
         }
-        let (mut local, mut signals) = (None, None);
+        let (mut local, mut mem) = (None, None);
         if claim.problem == 0 {
             match self.signal_area(&self.world_team(), WindowHandle::DEFAULT_SLOTS) {
-                Ok(s) => signals = Some(s),
+                Ok(signals) => {
+                    let (key, own) = self.local_memory(buf, &signals);
+                    claim.entry = key;
+                    mem = Some((signals, own));
+                }
                 Err(e) => {
                     claim = claim.with(Problem::Allocation);
                     local = Some(e);
                 }
             }
         }
-        agree(&**self.bootstrap(), claim, local)?;
-        let signals = signals
-            .ok_or_else(|| Error::InvalidArgument("window registration: no signal area after agreement".into()))?;
-        self.build_window(&self.world_team(), buf, signals, WindowHandle::DEFAULT_SLOTS)
+        let all = agree(&**self.bootstrap(), claim, local)?;
+        let (signals, own) =
+            mem.ok_or_else(|| Error::InvalidArgument("window registration: no signal area after agreement".into()))?;
+        self.build_window(&self.world_team(), buf, signals, WindowHandle::DEFAULT_SLOTS, &all, own)
     }
 
     /// A window over `bytes` of device memory at `ptr` that this rank allocated on its GPU, with
-    /// [`WindowHandle::DEFAULT_SLOTS`] signal slots: collective as [`Self::register_window`]. The
-    /// memory must be what CUDA IPC can map exactly (see the module docs); memory that is not,
-    /// or that is not on this rank's GPU, makes every rank fail, naming this one.
+    /// [`WindowHandle::DEFAULT_SLOTS`] signal slots: collective as [`Self::register_window`], and
+    /// the same memory is accepted (any device memory of this rank's GPU when every rank is a
+    /// thread of this process, `cuMemAlloc` memory when they are on several GPUs, memory CUDA IPC
+    /// can map exactly between processes: see the module docs). Memory that is not accepted, or
+    /// that is not on this rank's GPU, makes every rank fail, naming this one.
     ///
     /// # Safety
     /// The memory stays allocated until the window has been freed ([`Window::free`]) or dropped on
@@ -386,15 +584,33 @@ impl Communicator {
         // SAFETY: the caller's contract covers the buffer's lifetime, which ends with the window.
         match unsafe { DeviceBuffer::from_raw(self.gpu(), ptr, bytes) } {
             Ok(buf) => self.register_window(&buf),
-            Err(e) => {
-                let claim = Claim::of(bytes, ptr, WindowHandle::DEFAULT_SLOTS);
-                let claim = if claim.problem == 0 { claim.with(Problem::NotDeviceMemory) } else { claim };
-                agree(&**self.bootstrap(), claim, Some(e))?;
-                Err(Error::InvalidArgument("window registration: a refused claim was agreed".into()))
-            }
+            Err(e) => self.refuse(ptr, bytes, e),
         }
     }
 
+    /// Takes part in the agreement with `bytes` at `ptr` that are not device memory of this rank's
+    /// GPU (`e` says why): every rank fails.
+    fn refuse(&self, ptr: u64, bytes: usize, e: Error) -> Result<Window> {
+        let claim = Claim::of(bytes, ptr, WindowHandle::DEFAULT_SLOTS);
+        let claim = if claim.problem == 0 { claim.with(Problem::NotDeviceMemory) } else { claim };
+        agree(&**self.bootstrap(), claim, Some(e))?;
+        Err(Error::InvalidArgument("window registration: a refused claim was agreed".into()))
+    }
+
+    /// This rank's window memory `buf` and signal area, registered for the ranks of this process
+    /// ([`LocalMemory::publish`]), held.
+    fn local_memory(&self, buf: &DeviceBuffer, signals: &DeviceBuffer) -> (u64, Arc<LocalMemory>) {
+        let holds: Vec<Keep> = vec![Arc::new(buf.retain()), Arc::new(signals.retain())];
+        LocalMemory {
+            gpu: self.gpu().clone(),
+            addr: buf.addr(),
+            bytes: buf.len() as u64,
+            signals: signals.addr(),
+            signal_bytes: signals.len() as u64,
+            _keep: holds,
+        }
+        .publish()
+    }
     /// An error unless `team` is a team of this communicator with this rank in it.
     fn check_team(&self, team: &Team) -> Result<()> {
         // First, on every rank: the topology is collective at its first use.
@@ -435,37 +651,72 @@ impl Communicator {
         DeviceBuffer::exportable_filled(self.gpu(), words * 8, 0)
     }
 
-    /// The collective steps after agreement: exchanges of the window and the signal area, the
-    /// table, the handle.
-    fn build_window(&self, team: &Team, buf: &DeviceBuffer, signals: DeviceBuffer, slots: u32) -> Result<Window> {
+    /// The collective steps after agreement (`all`: every rank's claim): the exchanges of the
+    /// window and the signal area (of addresses when every rank is a thread of this process, with
+    /// CUDA IPC otherwise), the table, the handle.
+    fn build_window(
+        &self,
+        team: &Team,
+        buf: &DeviceBuffer,
+        signals: DeviceBuffer,
+        slots: u32,
+        all: &[Claim],
+        own: Arc<LocalMemory>,
+    ) -> Result<Window> {
         let (n, me) = (team.size(), team.rank());
         let (size, words) = self.signal_words(team, slots)?;
-        // The world's window maps every rank (and refuses ranks off this machine); a smaller
-        // team's maps its members only.
-        let (peers, peer_signals) = if n == self.world_size() {
-            (self.exchange(buf)?, self.exchange(&signals)?)
+        let want = (buf.len() as u64, words as u64 * 8);
+        // Every rank takes the same path: the claims are the same everywhere.
+        let (table, odd, peers) = if one_process(all) {
+            match self.local_peers(team, all, &own) {
+                Ok(found) => {
+                    let odd = found.iter().zip(team.ranks()).find(|(m, _)| (m.bytes, m.signal_bytes) != want).map(
+                        |(m, p)| {
+                            format!(
+                                "rank {p} registered {} bytes of window and {} of signals, expected {} and {}",
+                                m.bytes, m.signal_bytes, want.0, want.1
+                            )
+                        },
+                    );
+                    let table = found.iter().map(|m| m.addr).chain(found.iter().map(|m| m.signals)).collect();
+                    (table, odd, Peers::Local(found))
+                }
+                Err(e) => (Vec::new(), Some(e.to_string()), Peers::Local(Vec::new())),
+            }
         } else {
-            let member = |p: usize| team.team_rank(p).is_some();
-            (self.exchange_where(buf, member)?, self.exchange_where(&signals, member)?)
+            // The world's window maps every rank (and refuses ranks off this machine); a smaller
+            // team's maps its members only.
+            let (peers, peer_signals) = if n == self.world_size() {
+                (self.exchange(buf)?, self.exchange(&signals)?)
+            } else {
+                let member = |p: usize| team.team_rank(p).is_some();
+                (self.exchange_where(buf, member)?, self.exchange_where(&signals, member)?)
+            };
+            // Agreed above; the exchange reports what each exporter actually has.
+            let odd = team.ranks().iter().copied().find(|&p| (peers.len(p), peer_signals.len(p)) != want).map(|p| {
+                format!(
+                    "rank {p} exported {} bytes of window and {} of signals, expected {} and {}",
+                    peers.len(p),
+                    peer_signals.len(p),
+                    want.0,
+                    want.1
+                )
+            });
+            let table: Vec<u64> = team
+                .ranks()
+                .iter()
+                .map(|&p| peers.addr(p))
+                .chain(team.ranks().iter().map(|&p| peer_signals.addr(p)))
+                .collect();
+            (table, odd, Peers::Ipc(peers, peer_signals))
         };
-        // Agreed above; the exchange reports what each exporter actually has.
-        let odd = team
-            .ranks()
-            .iter()
-            .copied()
-            .find(|&p| peers.len(p) != buf.len() as u64 || peer_signals.len(p) != words as u64 * 8);
-        let table: Vec<u64> = team
-            .ranks()
-            .iter()
-            .map(|&p| peers.addr(p))
-            .chain(team.ranks().iter().map(|&p| peer_signals.addr(p)))
-            .collect();
         // The last allocation, then every rank waits for every other's: a rank that launches a
         // kernel on the window as soon as this returns must not find a peer still allocating
         // (an allocation may wait for the kernels already running on the GPU, and so for this
         // rank's, which waits for that peer: ranks that are threads of one process would
         // deadlock). The all-gather is that barrier, and tells every rank whether all succeeded
         // (a rank that found an odd export, or could not allocate its table, fails them all).
+        // It also keeps every rank's memory registered until every peer holds it.
         let table = DeviceBuffer::from_slice(self.gpu(), &table);
         let failed: Vec<usize> = self
             .bootstrap()
@@ -475,14 +726,8 @@ impl Communicator {
             .filter(|(_, f)| **f != 0)
             .map(|(r, _)| r)
             .collect();
-        if let Some(p) = odd {
-            return Err(Error::InvalidArgument(format!(
-                "window registration: rank {p} exported {} bytes of window and {} of signals, expected {} and {}",
-                peers.len(p),
-                peer_signals.len(p),
-                buf.len(),
-                words * 8
-            )));
+        if let Some(why) = odd {
+            return Err(Error::InvalidArgument(format!("window registration: {why}")));
         }
         let table = table?;
         if !failed.is_empty() {
@@ -508,12 +753,30 @@ impl Communicator {
             team: team.clone(),
             comm: self.clone(),
             _peers: peers,
-            _peer_signals: peer_signals,
             _table: table,
             signals,
-            _data: buf.retain(),
+            _own: own,
             owned: None,
+            slice: None,
         })
+    }
+
+    /// Every team rank's memory, registered in this process (every rank is a thread of it), in
+    /// team order, with peer access enabled to each rank's GPU.
+    fn local_peers(&self, team: &Team, all: &[Claim], own: &Arc<LocalMemory>) -> Result<Vec<Arc<LocalMemory>>> {
+        team.ranks()
+            .iter()
+            .map(|&p| {
+                if p == self.rank() {
+                    return Ok(own.clone());
+                }
+                let m = all.get(p).and_then(|c| LocalMemory::find(c.entry)).ok_or_else(|| {
+                    Error::InvalidArgument(format!("rank {p}'s window memory is not registered in this process"))
+                })?;
+                self.gpu().enable_peer_access(&m.gpu)?;
+                Ok(m)
+            })
+            .collect()
     }
 }
 
@@ -617,7 +880,75 @@ mod tests {
         let raw = [Claim::of(4096, 0, 8).with(Problem::NotExportable), Claim::of(4096, 0, 8)];
         let e = check_claims(&raw).unwrap_err().to_string();
         assert!(e.contains("rank 0 has memory CUDA IPC cannot map exactly"), "{e}");
-        let unknown = [Claim { bytes: 16, slots: 0, problem: 99 }];
+        let unknown = [Claim { problem: 99, ..Claim::of(16, 0, 0) }];
         assert!(check_claims(&unknown).unwrap_err().to_string().contains("unknown problem 99"));
+    }
+
+    /// A claim of 4096 bytes of memory of `kind` on GPU `ordinal`, from process `process`.
+    fn memory(kind: u32, ordinal: u32, process: u64) -> Claim {
+        Claim { kind, ordinal, process, ..Claim::of(4096, 0, 8) }
+    }
+
+    const EXPORTABLE: u32 = MEM_EXPORTABLE | MEM_PEER_REACHABLE;
+    /// `cuMemAlloc` memory CUDA IPC cannot map exactly (the middle of an allocation, a small one).
+    const CUMEMALLOC: u32 = MEM_PEER_REACHABLE;
+    /// Stream-ordered pool memory (a cudarc `CudaSlice`).
+    const POOL: u32 = 0;
+
+    #[test]
+    fn any_memory_is_accepted_when_every_rank_is_a_thread_of_one_process_on_one_gpu() {
+        for kind in [EXPORTABLE, CUMEMALLOC, POOL] {
+            let all = [memory(EXPORTABLE, 0, 7), memory(kind, 0, 7), memory(kind, 0, 7)];
+            assert!(one_process(&all));
+            check_claims(&all).unwrap_or_else(|e| panic!("kind {kind}: {e}"));
+        }
+        // Claims made here carry this process's token.
+        assert!(one_process(&[Claim::of(16, 0, 0), Claim::of(32, 0, 0)]));
+        assert!(one_process(&[]));
+    }
+
+    #[test]
+    fn on_several_gpus_of_one_process_only_cumemalloc_memory_is_accepted() {
+        let all = [memory(EXPORTABLE, 0, 7), memory(CUMEMALLOC, 1, 7)];
+        assert!(check_claims(&all).is_ok());
+        // Pool memory on GPU 0, a peer on GPU 1: refused naming the rank with pool memory.
+        let all = [memory(EXPORTABLE, 1, 7), memory(EXPORTABLE, 1, 7), memory(POOL, 0, 7)];
+        let e = check_claims(&all).unwrap_err().to_string();
+        assert!(e.contains("rank 2 has memory that ranks on other GPUs of this process cannot reach"), "{e}");
+        // Whichever rank is on the other GPU.
+        let all = [memory(POOL, 0, 7), memory(EXPORTABLE, 1, 7)];
+        let e = check_claims(&all).unwrap_err().to_string();
+        assert!(e.contains("rank 0 has memory that ranks on other GPUs"), "{e}");
+    }
+
+    #[test]
+    fn between_processes_only_memory_ipc_maps_exactly_is_accepted() {
+        // Two processes (tokens 7 and 8), one GPU each or a shared one: the ordinals do not matter.
+        for ordinal in [0, 1] {
+            let all = [memory(EXPORTABLE, 0, 7), memory(EXPORTABLE, ordinal, 8)];
+            assert!(!one_process(&all));
+            assert!(check_claims(&all).is_ok());
+            for kind in [CUMEMALLOC, POOL] {
+                let all = [memory(EXPORTABLE, 0, 7), memory(EXPORTABLE, 0, 7), memory(kind, ordinal, 8)];
+                let e = check_claims(&all).unwrap_err().to_string();
+                assert!(e.contains("rank 2 has memory CUDA IPC cannot map exactly"), "kind {kind}: {e}");
+                assert!(e.contains("which ranks in other processes need"), "kind {kind}: {e}");
+            }
+        }
+        // Threads of one process beside another process are not one process.
+        let all = [memory(CUMEMALLOC, 0, 7), memory(EXPORTABLE, 0, 7), memory(EXPORTABLE, 0, 8)];
+        assert!(check_claims(&all).unwrap_err().to_string().contains("rank 0 has memory CUDA IPC cannot map"));
+        // A rank's own problem is named before another's memory.
+        let all = [memory(POOL, 0, 7), memory(EXPORTABLE, 0, 8).with(Problem::OtherGpu)];
+        assert!(check_claims(&all).unwrap_err().to_string().contains("rank 1 has a buffer on another GPU"));
+    }
+
+    #[test]
+    fn the_agreement_returns_every_ranks_claim() {
+        let out = on_ranks(3, |r, b| agree(b, Claim { entry: 10 + r as u64, ..Claim::of(4096, 0, 8) }, None));
+        for got in out {
+            let entries: Vec<u64> = got.unwrap().iter().map(|c| c.entry).collect();
+            assert_eq!(entries, [10, 11, 12]);
+        }
     }
 }

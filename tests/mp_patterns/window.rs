@@ -1,5 +1,7 @@
-//! The window phase: symmetric memory windows (`Communicator::window` and `register_window`,
-//! the device handle `mscclpp_device::window::Window`). Puts through `peer()` ordered by
+//! The window phase: symmetric memory windows (`Communicator::window`, `register_window` and
+//! `register_window_slice`, the device handle `mscclpp_device::window::Window`); memory CUDA
+//! IPC cannot map exactly (a plain buffer, a cudarc `CudaSlice`) accepted for ranks as threads,
+//! refused by name between processes. Puts through `peer()` ordered by
 //! signals and the team barrier, every byte checked on the host, over several launches (the
 //! signal counts and the barrier epoch persist); LL packets (`put_packets`, `read_packets`);
 //! then the one-shot allreduce written on a
@@ -192,6 +194,88 @@ fn fused(c: &Ctx, cm: &mscclpp_host::comm::Communicator) -> PhaseResult {
     win.free().map_err(e2s)
 }
 
+/// `rounds` launches of `win_put` on `win` (whose memory on this rank is `local`): every rank
+/// puts a chunk of `chunk` bytes into every rank's window, signals, waits, and reads from every
+/// window; fresh random data (seeded by `tag` and the launch), this rank's window and the output
+/// poisoned before every launch, both checked on the host after it.
+fn put_rounds(
+    c: &Ctx,
+    cm: &Communicator,
+    win: &mscclpp_host::window::Window,
+    local: &DeviceBuffer,
+    chunk: usize,
+    rounds: u64,
+    tag: u64,
+) -> PhaseResult {
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let out = DeviceBuffer::alloc(&g, n * chunk).map_err(e2s)?;
+    for round in 1..=rounds {
+        let data = tag + round;
+        let src: Vec<u8> = (0..n).flat_map(|p| chunk_data(c.seed, me, p, data, chunk)).collect();
+        let src = upload(&g, &src)?;
+        out.fill(POISON).map_err(e2s)?;
+        local.fill(POISON).map_err(e2s)?;
+        barrier(c)?;
+        let args = Args::new().arg(win.handle()).arg(src.ptr::<u8>()).arg(out.ptr::<u8>()).arg(chunk as u64).arg(round);
+        run(&g, "win_put", LaunchConfig::new(1, 256), args)?;
+        // Slot q of this rank's window: what rank q sent this rank.
+        let want: Vec<u8> = (0..n).flat_map(|q| chunk_data(c.seed, q, me, data, chunk)).collect();
+        compare(&format!("launch {round}: this rank's window"), &local.to_vec::<u8>().map_err(e2s)?, &want)?;
+        // Chunk p of `out`: slot `me + 1` of rank p's window, what rank `me + 1` sent rank p.
+        let next = (me + 1) % n;
+        let want: Vec<u8> = (0..n).flat_map(|p| chunk_data(c.seed, next, p, data, chunk)).collect();
+        compare(&format!("launch {round}: read from the peers' windows"), &out.to_vec::<u8>().map_err(e2s)?, &want)?;
+        // No rank writes into a window again before every rank has read its own.
+        barrier(c)?;
+    }
+    Ok(())
+}
+
+/// Windows over memory CUDA IPC cannot map exactly: a plain `cuMemAlloc` buffer
+/// (`DeviceBuffer::alloc`) on rank 0, then a cudarc `CudaSlice` (stream-ordered pool memory) on
+/// every rank (`register_window_slice`). Ranks that are threads of one process get a window (the
+/// slice's only on one GPU: another GPU does not reach pool memory) and move data through it
+/// with `win_put`; ranks in several processes are refused on every rank, naming rank 0.
+fn unexportable(c: &Ctx, cm: &Communicator) -> PhaseResult {
+    let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
+    let one_process = n == 1 || as_threads(c);
+    let ordinals = c.boot.all_gather_pod(&(g.ordinal() as u32)).map_err(e2s)?;
+    let one_gpu = ordinals.windows(2).all(|w| w[0] == w[1]);
+    let chunk = 16 * rng_for(c.seed, 0, 0, 51).random_range(1..512usize);
+    let plain =
+        if me == 0 { DeviceBuffer::alloc(&g, n * chunk) } else { DeviceBuffer::alloc_exportable(&g, n * chunk) };
+    let plain = plain.map_err(e2s)?;
+    let got = cm.register_window(&plain);
+    if one_process {
+        let win = got.map_err(|e| format!("a plain buffer, ranks as threads: {e}"))?;
+        put_rounds(c, cm, &win, &plain, chunk, 2, 200)?;
+        win.free().map_err(e2s)?;
+    } else {
+        let got = got.map(|_| ()).map_err(e2s);
+        expect_refusal("a buffer that is not exportable", got, "rank 0 has memory CUDA IPC cannot map exactly")?;
+    }
+    barrier(c)?;
+    let slice = g.stream().alloc_zeros::<u8>(n * chunk).map_err(|e| e.to_string())?;
+    let got = cm.register_window_slice(slice);
+    if one_process && one_gpu {
+        let win = got.map_err(|e| format!("a CudaSlice, ranks as threads on one GPU: {e}"))?;
+        let view = win.buffer().ok_or("a window over a CudaSlice gave no buffer")?;
+        if win.cuda_slice::<u8>().map(|s| s.len()) != Some(n * chunk) {
+            return Err("a window over a CudaSlice does not give its slice back".into());
+        }
+        put_rounds(c, cm, &win, view, chunk, 2, 300)?;
+        win.free().map_err(e2s)?;
+    } else {
+        let says = if one_process {
+            "rank 0 has memory that ranks on other GPUs of this process cannot reach"
+        } else {
+            "rank 0 has memory CUDA IPC cannot map exactly"
+        };
+        expect_refusal("a CudaSlice", got.map(|_| ()).map_err(e2s), says)?;
+    }
+    barrier(c)
+}
+
 pub(crate) fn window(c: &Ctx) -> PhaseResult {
     let cm = comm(c)?;
     let (n, me, g) = (cm.world_size(), cm.rank(), cm.gpu().clone());
@@ -203,10 +287,7 @@ pub(crate) fn window(c: &Ctx) -> PhaseResult {
         let odd = cm.window(if me == last { 32 } else { 16 }).map(|_| ()).map_err(e2s);
         expect_refusal("a window of another size", odd, &format!("rank {last} has 32 bytes"))?;
     }
-    let plain = if me == 0 { DeviceBuffer::alloc(&g, 4096) } else { DeviceBuffer::alloc_exportable(&g, 4096) };
-    let unexported = cm.register_window(&plain.map_err(e2s)?).map(|_| ()).map_err(e2s);
-    expect_refusal("a buffer that is not exportable", unexported, "rank 0 has memory CUDA IPC cannot map exactly")?;
-    barrier(c)?;
+    unexportable(c, &cm)?;
 
     // Puts, signals and barriers, 3 launches.
     let chunk = 16 * rng_for(c.seed, 0, 0, 42).random_range(256..4096usize);
@@ -216,25 +297,8 @@ pub(crate) fn window(c: &Ctx) -> PhaseResult {
         return Err(format!("handle {h:?} for rank {me} of {n}, {} bytes", n * chunk));
     }
     let buf = win.buffer().ok_or("Communicator::window gave no buffer")?;
-    let out = DeviceBuffer::alloc(&g, n * chunk).map_err(e2s)?;
     let rounds = 3u64;
-    for round in 1..=rounds {
-        let src: Vec<u8> = (0..n).flat_map(|p| chunk_data(c.seed, me, p, round, chunk)).collect();
-        let src = upload(&g, &src)?;
-        out.fill(POISON).map_err(e2s)?;
-        barrier(c)?;
-        let args = Args::new().arg(h).arg(src.ptr::<u8>()).arg(out.ptr::<u8>()).arg(chunk as u64).arg(round);
-        run(&g, "win_put", cfg, args)?;
-        // Slot q of this rank's window: what rank q sent this rank.
-        let want: Vec<u8> = (0..n).flat_map(|q| chunk_data(c.seed, q, me, round, chunk)).collect();
-        compare(&format!("launch {round}: this rank's window"), &buf.to_vec::<u8>().map_err(e2s)?, &want)?;
-        // Chunk p of `out`: slot `me + 1` of rank p's window, what rank `me + 1` sent rank p.
-        let next = (me + 1) % n;
-        let want: Vec<u8> = (0..n).flat_map(|p| chunk_data(c.seed, next, p, round, chunk)).collect();
-        compare(&format!("launch {round}: read from the peers' windows"), &out.to_vec::<u8>().map_err(e2s)?, &want)?;
-        // No rank writes into a window again before every rank has read its own.
-        barrier(c)?;
-    }
+    put_rounds(c, &cm, &win, buf, chunk, rounds, 0)?;
     // The signal area after the launches: one signal per launch from every peer, two barriers
     // per launch (every peer's barrier word and this rank's epoch).
     let words = win.signals().to_vec::<u64>().map_err(e2s)?;
