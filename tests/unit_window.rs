@@ -100,6 +100,10 @@ fn a_window_over_cumemalloc_memory_maps_every_ranks_copy() {
 fn put_through(me: usize, comm: &Communicator, gpu: &Arc<Gpu>, w: &Window, data: &[Vec<Vec<u8>>]) -> Result<()> {
     let chunk = w.len() / 2;
     let local = w.local().addr();
+    // The kernel looked up (its module loaded) before any rank launches: a rank whose lookup
+    // loads the module waits for the GPU's running kernels, one of which would be a peer's
+    // `win_put` waiting for this rank.
+    gpu.function(PTX, "win_put")?;
     for (round, sent) in data.iter().enumerate() {
         let src = DeviceBuffer::from_slice(gpu, &sent[me])?;
         let out = DeviceBuffer::filled(gpu, 2 * chunk, POISON)?;
