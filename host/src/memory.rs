@@ -255,7 +255,9 @@ impl DeviceBuffer {
     }
 
     /// Whether other GPUs of this process reach it once peer access is enabled (`cuMemAlloc`
-    /// memory; not stream-ordered pool memory).
+    /// memory; not stream-ordered pool memory). Told by the driver's legacy-IPC-capable
+    /// attribute, which `cuMemAlloc` memory has and pool memory has not: on a platform without
+    /// CUDA IPC this says no for all memory, which only refuses more (never maps less).
     pub(crate) fn is_peer_reachable(&self) -> bool {
         self.peer_reachable
     }

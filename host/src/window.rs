@@ -375,6 +375,7 @@ fn one_process(all: &[Claim]) -> bool {
 /// rank sees the same claims, so every rank returns the same verdict.
 pub(crate) fn check_claims(all: &[Claim]) -> Result<()> {
     let one = one_process(all);
+    // One ordinal is one context here: a `Gpu` of this process is its device's primary context.
     let one_gpu = all.windows(2).all(|w| w[0].ordinal == w[1].ordinal);
     let own = all.iter().enumerate().find(|(_, c)| c.problem != 0).map(|(r, c)| (r, Problem::from_code(c.problem)));
     let memory = || {
