@@ -101,6 +101,24 @@ impl PipeTable {
         // SAFETY: inside the table (as `set`).
         unsafe { self.ctl.write(v) }
     }
+    /// The round's rows, entry after entry (`m` rows for each of the `n` entries), one per
+    /// warp: warp `w` of `warps` takes rows `w, w + warps, ..` and calls `f(p, j)` for row `j`
+    /// of entry `p`.
+    #[inline(always)]
+    fn for_each_row(&self, n: u32, (w, warps): (u32, u32), mut f: impl FnMut(u32, u32)) {
+        let (mut p, mut before, mut w) = (0, 0, w);
+        loop {
+            while p < n && w >= before + self.get(p).1 {
+                before += self.get(p).1;
+                p += 1;
+            }
+            if p >= n {
+                break;
+            }
+            f(p, w - before);
+            w += warps;
+        }
+    }
 }
 
 /// Tokens a block moves per batch: one per warp, at most the ring's rows.
@@ -438,19 +456,9 @@ unsafe fn dispatch_receive<const CAST: bool>(
             break;
         }
         // Every row that arrived, one warp each: rows, metadata, scales.
-        let (lane, warps) = (tid % WARP, nt / WARP);
-        let (mut s, mut before) = (0, 0);
-        let mut w = tid / WARP;
-        loop {
-            // The source of this warp's w-th row of the round.
-            while s < n && w >= before + pt.get(s).1 {
-                before += pt.get(s).1;
-                s += 1;
-            }
-            if s >= n {
-                break;
-            }
-            let i = h.ring_entry(c, s, pt.get(s).0 + (w - before) as u64);
+        let lane = tid % WARP;
+        pt.for_each_row(n, (tid / WARP, nt / WARP), |s, j| {
+            let i = h.ring_entry(c, s, pt.get(s).0 + j as u64);
             let meta = h.shared + rr.meta + i * meta_bytes;
             // SAFETY: word 0 of the entry: the destination row, written before the tail.
             let row = unsafe { (meta as *const u32).read() } as u64;
@@ -483,8 +491,7 @@ unsafe fn dispatch_receive<const CAST: bool>(
                 };
                 j += WARP as u64;
             }
-            w += warps;
-        }
+        });
         sync_threads();
         if tid == 0 {
             for s in 0..n {
@@ -641,20 +648,11 @@ unsafe fn combine_send(
         if pt.ctl() == 1 {
             break;
         }
-        let (lane, warps) = (tid % WARP, nt / WARP);
-        let (mut s, mut before) = (0, 0);
-        let mut w = tid / WARP;
-        loop {
-            while s < n && w >= before + pt.get(s).1 {
-                before += pt.get(s).1;
-                s += 1;
-            }
-            if s >= n {
-                break;
-            }
+        let lane = tid % WARP;
+        pt.for_each_row(n, (tid / WARP, nt / WARP), |s, r| {
             let (base, _, first) = pt.get(s);
-            let row = (first + (w - before)) as u64;
-            let i = h.ring_entry(c, me, base + (w - before) as u64);
+            let row = (first + r) as u64;
+            let i = h.ring_entry(c, me, base + r as u64);
             let dst = peers.at(s, rr.combine_rows + i * row_stride);
             // SAFETY: a received row's output (checked against y_bytes) and a ring row.
             unsafe { copy_vecs(y.addr() + row * row_bytes as u64, dst, lane, row_bytes / 16, WARP) };
@@ -669,8 +667,7 @@ unsafe fn combine_send(
                     j += WARP;
                 }
             }
-            w += warps;
-        }
+        });
         sync_threads();
         if tid == 0 {
             for s in 0..n {
