@@ -483,28 +483,20 @@ impl EpHandle {
         let combine_flags = n * b * 8;
         let counts = 2 * n * b * 8;
         let (recv_x, recv_idx, recv_w, recv_src, recv_scales, combine) = self.slot_regions();
-        if self.pipelined() {
-            let at = self.slot as u64 * combine;
+        // Where this slot's regions start, and the combine landing and the end of the buffer.
+        let (at, combine, combine_w, total) = if self.pipelined() {
+            // The received rows live in the local buffer (one slot's regions after another);
+            // the combine goes through the rings, so its landing regions are empty.
             let total = self.ring_regions().total;
-            return SharedRegions {
-                dispatch_flags,
-                combine_flags,
-                counts,
-                recv_x: at + recv_x,
-                recv_idx: at + recv_idx,
-                recv_w: at + recv_w,
-                recv_src: at + recv_src,
-                recv_scales: at + recv_scales,
-                combine: total,
-                combine_w: total,
-                total,
-            };
-        }
-        let first_slot = round_up(self.counts_end(), 256);
-        // One slot's regions from 0, then moved to the handle's slot.
-        let combine_w = round_up(combine + n * self.combine_region_bytes(), 256);
-        let slot_bytes = round_up(combine_w + n * self.combine_w_region_bytes(), 256);
-        let at = first_slot + self.slot as u64 * slot_bytes;
+            (self.slot as u64 * combine, total, total, total)
+        } else {
+            let first_slot = round_up(self.counts_end(), 256);
+            // One slot's regions from 0, then moved to the handle's slot.
+            let combine_w = round_up(combine + n * self.combine_region_bytes(), 256);
+            let slot_bytes = round_up(combine_w + n * self.combine_w_region_bytes(), 256);
+            let at = first_slot + self.slot as u64 * slot_bytes;
+            (at, at + combine, at + combine_w, first_slot + self.slot_count() as u64 * slot_bytes)
+        };
         SharedRegions {
             dispatch_flags,
             combine_flags,
@@ -514,9 +506,9 @@ impl EpHandle {
             recv_w: at + recv_w,
             recv_src: at + recv_src,
             recv_scales: at + recv_scales,
-            combine: at + combine,
-            combine_w: at + combine_w,
-            total: first_slot + self.slot_count() as u64 * slot_bytes,
+            combine,
+            combine_w,
+            total,
         }
     }
     /// Bytes of one receive slot's layout buffer (the layout buffer holds `slots + 1`: one per
