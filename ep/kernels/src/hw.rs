@@ -8,6 +8,8 @@ use mscclpp_device::ptr::SharedPtr;
 use mscclpp_device::ptx::{ld_st, misc, sreg};
 use mscclpp_device::window::Window;
 
+use crate::body::WARP;
+
 /// This thread's index in its block.
 #[inline(always)]
 pub fn tid() -> u32 {
@@ -37,10 +39,20 @@ pub fn follow_previous_grid() {
     misc::griddepcontrol_wait();
     misc::griddepcontrol_launch_dependents();
 }
-/// A barrier over the block (`barrier.sync 0`, correct after divergent waits too).
+/// A barrier over the block (`barrier.sync 0`, correct after divergent waits too), after which
+/// every warp runs converged (`bar.warp.sync`). A block barrier alone does not reconverge a warp:
+/// one whose lanes took different paths before it (a wait in some lanes only, such as the count
+/// waits of thread 0) can run everything after it as separate passes, one per group of lanes, and
+/// copy at a fraction of its speed (seen: one warp of `ep_dispatch_window` kept its block 30% longer).
+/// Every thread of the block calls it, as `barrier.sync` needs.
 #[inline(always)]
 pub fn sync_threads() {
     misc::barrier_sync();
+    if ntid() % WARP == 0 {
+        // SAFETY: every thread of the block reaches this barrier (the block barrier above needs
+        // it), and the block is a whole number of warps, so all 32 lanes of every warp arrive.
+        unsafe { misc::bar_warp_sync_all() };
+    }
 }
 /// The block's dynamic shared memory, as a generic pointer.
 #[inline(always)]

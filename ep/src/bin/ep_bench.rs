@@ -7,6 +7,7 @@
 //! MSCCLPP_RS_EP_SHAPES=decode ...            # which shapes (default prefill,decode)
 //! MSCCLPP_RS_EP_REPS=30 ...                  # timed batches (default 20)
 //! MSCCLPP_RS_EP_BLOCKS=24 ...                # the SM budget (default: Config's, 20)
+//! MSCCLPP_RS_EP_THREADS=640 ...              # threads per block (default: Config's)
 //! MSCCLPP_RS_EP_FORMAT=e4m3 ...              # received rows: bf16 (default), e4m3, e4m3-pow2,
 //!                                            # e4m3-ue8m0 (FP8 dispatch; combine stays bf16)
 //! MSCCLPP_RS_EP_RING_ROWS=64 ...             # the pipelined mode (Config::ring_rows) with rings
@@ -31,9 +32,10 @@
 //!
 //! The window form (`Form::Window`: the same kernels' bodies addressing the peers through
 //! `Window::peer` and signalling through the window's signals) is checked and timed the same way
-//! on the same object, after the peer-table form: window, peer-table again, window again, each
-//! form's better median kept (so drift between the runs favours neither); rank 0 prints the
-//! times and the ratios window / peer-table (the bar: within 5%, at most 1.05).
+//! on the same object, after the peer-table form: the two forms batch by batch in turn, so that
+//! drift during the run falls on both alike; rank 0 prints each form's median and the ratios
+//! window / peer-table (the bar: within 5%, at most 1.05). `MSCCLPP_RS_EP_DETAIL=1`: every rank
+//! also prints the 10th, 50th and 90th percentiles of both forms' times.
 //!
 //! Rank 0 prints the table; `MSCCLPP_RS_BENCH_OUT` names a JSON-lines file for the results.
 //! Without NCCL the run still measures ours, then fails naming why.
@@ -97,12 +99,13 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median microseconds of the two operations of `pair` over `reps` batches of [`BATCH`] pairs.
+/// Microseconds of the two operations of `pair`, one sample per timed pair, over `reps` batches
+/// of [`BATCH`] pairs.
 fn time_pairs(
     comm: &Communicator,
     reps: usize,
     mut pair: impl FnMut(&CudaStream, usize) -> Result<()>,
-) -> Result<(f64, f64)> {
+) -> Result<(Vec<f64>, Vec<f64>)> {
     let gpu = comm.gpu();
     let stream = gpu.stream();
     let ctx = gpu.context();
@@ -127,7 +130,15 @@ fn time_pairs(
             second.push(drv(events[2 * i + 1].elapsed_ms(&events[2 * i + 2]), "reading an event")? as f64 * 1e3);
         }
     }
-    Ok((median(first), median(second)))
+    Ok((first, second))
+}
+
+/// The 10th, 50th and 90th percentiles of `v`, as "p10/p50/p90".
+fn spread(v: &[f64]) -> String {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    format!("{:.1}/{:.1}/{:.1}", at(0.1), at(0.5), at(0.9))
 }
 
 fn env_list(name: &str, default: &str) -> Vec<String> {
@@ -156,8 +167,8 @@ struct RankResult {
     nvlink_dispatch_bytes: f64,
     wrong: f64,
     nccl_wrong: f64,
-    /// The window form's times (the better of two runs), wrong rows, and the peer-table form's
-    /// better of its two runs around them.
+    /// The window form's median times and wrong rows, and the peer-table form's median times
+    /// from the batches between the window form's.
     window_dispatch_us: f64,
     window_combine_us: f64,
     window_wrong: f64,
@@ -286,7 +297,7 @@ fn run(comm: &Communicator) -> Result<()> {
             println!("ep_bench: {}", verdict(shape, d_nvl.min(c_nvl), vs_nccl));
             let within = if wd <= 1.05 * pd && wc <= 1.05 * pc { "met" } else { "missed" };
             println!(
-                "ep_bench: {} window form: dispatch {wd:.2} us, combine {wc:.2} us; peer-table (its better run): {pd:.2} us, {pc:.2} us; window / peer-table: dispatch {:.3}, combine {:.3} (within 5%: {within})",
+                "ep_bench: {} window form: dispatch {wd:.2} us, combine {wc:.2} us; peer-table (the batches between): {pd:.2} us, {pc:.2} us; window / peer-table: dispatch {:.3}, combine {:.3} (within 5%: {within})",
                 shape.name,
                 wd / pd,
                 wc / pc
@@ -334,7 +345,8 @@ fn measure(
     let t = shape.tokens;
     let blocks = std::env::var("MSCCLPP_RS_EP_BLOCKS").ok().and_then(|v| v.parse().ok());
     let ring = std::env::var("MSCCLPP_RS_EP_RING_ROWS").ok().and_then(|v| v.parse().ok());
-    let cfg = Config { blocks, ..Config::new(t, HIDDEN, EXPERTS, TOPK) }.pipelined(ring);
+    let threads = std::env::var("MSCCLPP_RS_EP_THREADS").ok().and_then(|v| v.parse().ok());
+    let cfg = Config { blocks, threads, ..Config::new(t, HIDDEN, EXPERTS, TOPK) }.pipelined(ring);
     let mut ep = ExpertParallel::new(comm, cfg)?;
     // The pipelined mode has no window form: its "window" runs are peer-table runs.
     let window = if ring.is_some() { Form::PeerTable } else { Form::Window };
@@ -394,8 +406,9 @@ fn measure(
     let got_out = out_buf.to_vec::<u8>()?;
     wrong += (0..t).filter(|&i| got_out[i * row..(i + 1) * row] != want[i * row..(i + 1) * row]).count();
 
-    // Median microseconds of our dispatch and combine, in the object's current form.
-    let time_ours = |ep: &mut ExpertParallel| {
+    // Microseconds of our dispatch and combine (one sample per pair), in the object's current
+    // form, over `reps` batches.
+    let time_ours = |ep: &mut ExpertParallel, reps: usize| {
         let mut pending = None;
         time_pairs(comm, reps, |s, op| {
             if op == 0 {
@@ -407,7 +420,7 @@ fn measure(
             }
         })
     };
-    let (dispatch_us, combine_us) = time_ours(&mut ep)?;
+    let (dispatch_us, combine_us) = time_ours(&mut ep, reps).map(|(d, c)| (median(d), median(c)))?;
     let got_out = out_buf.to_vec::<u8>()?;
     wrong += (0..t).filter(|&i| got_out[i * row..(i + 1) * row] != want[i * row..(i + 1) * row]).count();
 
@@ -427,15 +440,29 @@ fn measure(
     gpu.synchronize()?;
     let got_out = out_buf.to_vec::<u8>()?;
     window_wrong += (0..t).filter(|&i| got_out[i * row..(i + 1) * row] != want[i * row..(i + 1) * row]).count();
-    // Window, peer-table, window again: each form's best median (drift between the runs, such
-    // as clocks warming up, favours neither form).
-    let w1 = time_ours(&mut ep)?;
-    ep.set_form(Form::PeerTable);
-    let p2 = time_ours(&mut ep)?;
-    ep.set_form(window);
-    let w2 = time_ours(&mut ep)?;
-    let (window_dispatch_us, window_combine_us) = (w1.0.min(w2.0), w1.1.min(w2.1));
-    let (peer_dispatch_us, peer_combine_us) = (dispatch_us.min(p2.0), combine_us.min(p2.1));
+    // The two forms batch by batch in turn (window first, then peer-table), so that drift during
+    // the run (clocks, the other ranks' timing) falls on both alike; each form's median.
+    let (mut wd, mut wc, mut pd, mut pc) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..reps {
+        for (form, d, c) in [(window, &mut wd, &mut wc), (Form::PeerTable, &mut pd, &mut pc)] {
+            ep.set_form(form);
+            let (ds, cs) = time_ours(&mut ep, 1)?;
+            d.extend(ds);
+            c.extend(cs);
+        }
+    }
+    if std::env::var_os("MSCCLPP_RS_EP_DETAIL").is_some() {
+        println!(
+            "ep_bench: rank {me} {}: p10/p50/p90 us: window dispatch {}, combine {}; peer-table dispatch {}, combine {}",
+            shape.name,
+            spread(&wd),
+            spread(&wc),
+            spread(&pd),
+            spread(&pc)
+        );
+    }
+    let (window_dispatch_us, window_combine_us) = (median(wd), median(wc));
+    let (peer_dispatch_us, peer_combine_us) = (median(pd), median(pc));
     let got_out = out_buf.to_vec::<u8>()?;
     window_wrong += (0..t).filter(|&i| got_out[i * row..(i + 1) * row] != want[i * row..(i + 1) * row]).count();
     drop(ep);
@@ -482,7 +509,8 @@ fn measure(
                     nc.send_recv(&comb_sends, &comb_recvs, s)
                 }
             }
-        })?;
+        })
+        .map(|(d, c)| (median(d), median(c)))?;
         let got = land.to_vec::<u8>()?;
         let want = if format.is_fp8() { fp8_rows(&recv[me].x, format) } else { recv[me].x.clone() };
         nccl_wrong = (0..rows).filter(|&i| got[i * drow..(i + 1) * drow] != want[i * drow..(i + 1) * drow]).count();
