@@ -16,6 +16,10 @@
 //! line per (operation, type, size) in the benchmark schema of `docs/BENCHMARKS.md` (value: our
 //! time in a graph, baseline: NCCL's, ratio: NCCL's time / ours, with the target of each size),
 //! plus the details of both runs.
+//!
+//! Where NCCL refuses a communicator (two ranks on one GPU: `coll-bench --threads 2` on a machine
+//! with one GPU), ours is still measured and printed (the NCCL columns `NaN`, no JSON lines), and
+//! the run then fails naming NCCL's refusal.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -225,17 +229,23 @@ fn run(comm: &Communicator) -> Result<()> {
         vec![]
     };
     let nccl = Nccl::load()?;
-    let nc = nccl.communicator(comm.bootstrap().as_ref(), comm.gpu())?;
+    // NCCL refuses two ranks on one GPU: then ours is measured alone (the NCCL columns empty, no
+    // JSON lines) and the run fails at the end, naming why.
+    let (nc, nccl_failed) = match nccl.communicator(comm.bootstrap().as_ref(), comm.gpu()) {
+        Ok(c) => (Some(c), None),
+        Err(e) => (None, Some(e)),
+    };
     let mut out = std::env::var_os("MSCCLPP_RS_BENCH_OUT")
         .filter(|_| me == 0)
         .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
     if me == 0 {
         println!(
-            "coll-bench: {n} ranks, GPU {} ({}), NCCL {} from {}, NCCL_NVLS_ENABLE={}",
+            "coll-bench: {n} ranks, GPU {} ({}), NCCL {} from {}{}, NCCL_NVLS_ENABLE={}",
             comm.gpu().ordinal(),
             comm.gpu().info().name,
             nccl.version_string(),
             nccl.path(),
+            nccl_failed.as_ref().map(|e| format!(" refused a communicator ({e})")).unwrap_or_default(),
             std::env::var("NCCL_NVLS_ENABLE").unwrap_or_else(|_| "unset".into())
         );
         println!("time: median us per operation; graph: a CUDA graph of back-to-back operations; eager: launches");
@@ -279,7 +289,10 @@ fn run(comm: &Communicator) -> Result<()> {
                     _ => (n as f64 - 1.0) / n as f64,
                 };
                 let m = measure(comm, Who::Ours(&ours), op, dt, &b, total)?;
-                let k = measure(comm, Who::Nccl(&nc), op, dt, &b, total)?;
+                let k = match &nc {
+                    Some(nc) => measure(comm, Who::Nccl(nc), op, dt, &b, total)?,
+                    None => Measured { graph_us: f64::NAN, eager_us: f64::NAN, wrong: 0 },
+                };
                 let per_rank = if op == Operation::AllReduce { total } else { total / n as u64 };
                 let plan = ours.plan(op, per_rank);
                 let algbw = |us: f64| total as f64 / us / 1e3;
@@ -317,7 +330,7 @@ fn run(comm: &Communicator) -> Result<()> {
                         plan.threads,
                         extra
                     );
-                    if let Some(f) = out.as_mut() {
+                    if let Some(f) = out.as_mut().filter(|_| nc.is_some()) {
                         let ratio = k.graph_us / m.graph_us;
                         let (least, most_us) = target(op, dt, n, total, factor);
                         let met = ratio >= least && most_us.is_none_or(|t| m.graph_us <= t);
@@ -362,5 +375,6 @@ fn run(comm: &Communicator) -> Result<()> {
             }
         }
     }
-    Ok(())
+    drop(nc);
+    nccl_failed.map_or(Ok(()), Err)
 }
