@@ -43,13 +43,14 @@ pub fn follow_previous_grid() {
 /// every warp runs converged (`bar.warp.sync`). A block barrier alone does not reconverge a warp:
 /// one whose lanes took different paths before it (a wait in some lanes only, such as the count
 /// waits of thread 0) can run everything after it as separate passes, one per group of lanes, and
-/// copy at a fraction of its speed (seen: one warp of `ep_dispatch_window` kept its block 30% longer).
+/// copy at a fraction of its speed (seen: one warp of `ep_dispatch_window` kept its block 30%
+/// longer).
 /// Every thread of the block calls it, as `barrier.sync` needs; no thread of this crate's kernels
 /// ends before its kernel's last barrier (no kernel returns early).
 #[inline(always)]
 pub fn sync_threads() {
     misc::barrier_sync();
-    if ntid() % WARP == 0 {
+    if ntid().is_multiple_of(WARP) {
         // SAFETY: every thread of the block reaches this barrier and none has exited (the
         // kernels' structure, above), and the block is a whole number of warps: all 32 lanes of
         // every warp arrive.
