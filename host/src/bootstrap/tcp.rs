@@ -242,10 +242,16 @@ impl TcpBootstrap {
         let mut failed = None;
         for peer in 1..n {
             for f in &frames {
-                if let Err(e) = self.net.send(peer, kind, seq, f, deadline) {
-                    // The others still get theirs; this rank reports the first failure.
-                    failed.get_or_insert(e);
-                    break;
+                match self.net.send(peer, kind, seq, f, deadline) {
+                    Ok(()) => {}
+                    // Every contribution is in, so the collective is complete: a rank that died
+                    // since fails no one's (the next one names it, on every rank alike).
+                    Err(Error::PeerLost { .. }) => break,
+                    Err(e) => {
+                        // The others still get theirs; this rank reports the first failure.
+                        failed.get_or_insert(e);
+                        break;
+                    }
                 }
             }
         }

@@ -835,15 +835,18 @@ fn unread_messages_are_capped() {
 
 #[test]
 fn a_peer_far_ahead_in_collectives_is_cut_off() {
-    // Rank 1 is played by hand: it joins, then sends barrier frames for collectives 0, 1 and 2
-    // without waiting for rank 0's: at most two may be queued.
+    // Rank 1 is played by hand: it joins, then sends barrier frames for collectives 0 to 3
+    // without waiting for rank 0's: at most two may be queued. The barriers whose frames were
+    // queued complete (rank 1 contributed to them); the next fails, naming why rank 1 was cut off.
     let cfgs = configs(2, Duration::from_secs(10));
     let c0 = cfgs[0].clone();
     let root = thread::spawn(move || {
         let b = TcpBootstrap::connect(&c0)?;
         thread::sleep(Duration::from_millis(200));
-        b.barrier()?;
-        b.barrier()
+        for _ in 0..3 {
+            b.barrier()?;
+        }
+        Ok::<(), Error>(())
     });
     let c1 = &cfgs[1];
     let deadline = Instant::now() + Duration::from_secs(10);
